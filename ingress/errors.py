@@ -1,0 +1,78 @@
+"""The one error tree: each class carries its HTTP status, OpenAI error type/code and log level."""
+
+from __future__ import annotations
+
+import logging
+
+
+class IngressError(Exception):
+    """Base of every error the edge renders as OpenAI's `{"error": {...}}`."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = "internal_error"
+    log_level: int = logging.ERROR
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        """OpenAI's error shape."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class InvalidRequest(IngressError):
+    """The client's request cannot be accepted as sent."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+    log_level = logging.INFO
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    code = "request_too_large"
+
+
+class NotFound(InvalidRequest):
+    status = 404
+    code = "not_found"
+
+
+class UpstreamUnavailable(IngressError):
+    """The internal service refused the connection or could not be reached."""
+
+    status = 502
+    code = "upstream_unavailable"
+    log_level = logging.WARNING
+
+
+class UpstreamTimeout(IngressError):
+    status = 504
+    code = "upstream_timeout"
+    log_level = logging.WARNING
+
+
+class UpstreamProtocolError(IngressError):
+    """The internal service answered something that is not a valid answer of our contract."""
+
+    status = 502
+    code = "upstream_protocol_error"
+
+
+class UpstreamAnswered(IngressError):
+    """The internal service answered with an `Error` buffer: relay its status, type and code."""
+
+    log_level = logging.INFO
+
+    def __init__(self, status: int, type_: str, code: str | None, message: str, param: str | None) -> None:
+        super().__init__(message or "The model service returned an error.", param=param)
+        # Only client and server error statuses are relayed; anything else means the service broke.
+        self.status = status if 400 <= status <= 599 else 502
+        self.type = type_ or ("invalid_request_error" if self.status < 500 else "server_error")
+        self.code = code

@@ -1,0 +1,1 @@
+"""OpenAI wire types (msgspec Structs) and their codec."""

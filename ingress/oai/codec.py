@@ -1,0 +1,70 @@
+"""Decode and validate a chat-completions request body once; encode OpenAI responses and errors."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from ingress.errors import InvalidRequest
+from ingress.oai.models import INT32_MAX, AssistantMessage, ChatCompletionRequest, JsonSchemaResponseFormat
+
+_request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+json_encoder = msgspec.json.Encoder()
+
+_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
+
+
+def _param(path: str, detail: str) -> str | None:
+    """msgspec's `$.messages[0].content` becomes OpenAI's `messages[0].content`."""
+    field = _FIELD.search(detail)
+    param = path.lstrip(".")
+    if field:
+        param = f"{param}.{field['field']}" if param else field["field"]
+    return param or None
+
+
+def _invalid(detail: str, param: str | None) -> InvalidRequest:
+    where = f" for '{param}'" if param else ""
+    return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
+
+
+def decode_chat_request(body: bytes) -> ChatCompletionRequest:
+    """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
+    try:
+        request = _request_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        match = _PATH.match(str(exc))
+        assert match is not None  # the pattern matches any string
+        raise _invalid(match["detail"], _param(match["path"] or "", match["detail"])) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+    except RecursionError:
+        raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
+    _check_semantics(request)
+    return request
+
+
+def _check_json_object(raw: msgspec.Raw, param: str) -> None:
+    # msgspec has already checked the syntax of a Raw value; here only its kind.
+    if len(raw) and not bytes(raw).startswith(b"{"):
+        raise _invalid("expected a JSON object", param)
+
+
+def _check_semantics(request: ChatCompletionRequest) -> None:
+    """Cross-field rules a type cannot express."""
+    for i, tool in enumerate(request.tools or ()):
+        _check_json_object(tool.function.parameters, f"tools[{i}].function.parameters")
+    if isinstance(request.response_format, JsonSchemaResponseFormat):
+        _check_json_object(request.response_format.json_schema.schema, "response_format.json_schema.schema")
+    for token in request.logit_bias or ():
+        if int(token) > INT32_MAX:
+            raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
+    for i, message in enumerate(request.messages):
+        if isinstance(message, AssistantMessage) and message.content is None and not message.tool_calls:
+            raise _invalid("an assistant message needs content or tool_calls", f"messages[{i}].content")
+    if request.stream_options is not None and not request.stream:
+        raise _invalid("stream_options is only allowed when stream is true", "stream_options")
+    if request.tool_choice is not None and not isinstance(request.tool_choice, str) and not request.tools:
+        raise _invalid("a named tool_choice needs tools", "tool_choice")

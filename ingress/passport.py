@@ -1,0 +1,84 @@
+"""The request passport: facts computed once at the edge and carried on every internal hop."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+
+import msgspec
+
+from ingress.oai.models import ChatCompletionRequest, Message
+
+PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash covers
+CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
+
+_TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+class Passport(msgspec.Struct, kw_only=True, frozen=True):
+    tenant_id: str | None = None
+    key_id: str | None = None
+    prompt_tokens_estimate: int = 0
+    prefix_hash: int = 0
+    priority: int = 0
+    deadline_unix_ms: int = 0
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+
+class RequestMeta(msgspec.Struct, kw_only=True, frozen=True):
+    """What the edge takes from HTTP headers, already parsed."""
+
+    api_key: str | None = None
+    tenant_id: str | None = None
+    priority: int = 0
+    timeout_ms: int = 0
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+
+def message_text(message: Message) -> str:
+    """The text of a message: its string content, or its text parts joined."""
+    content = message.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(getattr(part, "text", "") for part in content)
+
+
+def _prompt_bytes(request: ChatCompletionRequest) -> bytes:
+    return "\x1e".join(f"{m.__struct_config__.tag}\x1f{message_text(m)}" for m in request.messages).encode()
+
+
+def key_id_of(api_key: str | None) -> str | None:
+    """A stable, non-reversible id of the API key; the key itself never leaves the edge."""
+    if not api_key:
+        return None
+    return hashlib.blake2b(api_key.encode(), digest_size=8).hexdigest()
+
+
+def new_traceparent() -> str:
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
+def valid_traceparent(value: str | None) -> str | None:
+    return value if value is not None and _TRACEPARENT.match(value) else None
+
+
+def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None) -> Passport:
+    prompt = _prompt_bytes(request)
+    prefix = int.from_bytes(hashlib.blake2b(prompt[:PREFIX_BYTES], digest_size=8).digest(), "little")
+    now = time.time() if now is None else now
+    return Passport(
+        tenant_id=meta.tenant_id,
+        key_id=key_id_of(meta.api_key),
+        prompt_tokens_estimate=min(-(-len(prompt) // CHARS_PER_TOKEN), 2**32 - 1),
+        prefix_hash=prefix,
+        priority=meta.priority,
+        deadline_unix_ms=int(now * 1000) + meta.timeout_ms if meta.timeout_ms else 0,
+        traceparent=meta.traceparent or new_traceparent(),
+        tracestate=meta.tracestate,
+    )

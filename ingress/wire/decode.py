@@ -1,0 +1,227 @@
+"""Read FlatBuffers from bytes: zero-copy request views, and answers as plain data."""
+
+from __future__ import annotations
+
+import struct
+
+import msgspec
+
+from ingress.oai import models as oai
+from ingress.wire import identifiers
+from ingress.wire import types as wt
+from ingress.wire._generated.LLMGateway.CompletionChunk import CompletionChunk
+from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
+from ingress.wire._generated.LLMGateway.CompletionResponse import CompletionResponse
+from ingress.wire._generated.LLMGateway.Error import Error
+from ingress.wire._generated.LLMGateway.FunctionCall import FunctionCall
+from ingress.wire._generated.LLMGateway.Message import Message
+from ingress.wire._generated.LLMGateway.Usage import Usage
+
+ROLE_NAMES = ("system", "user", "assistant", "tool", "developer")
+FINISH_NAMES = (None, "stop", "length", "tool_calls", "content_filter")
+PROVIDER_NAMES = ("openai", "anthropic", "self_hosted")
+
+
+class WireError(ValueError):
+    """A buffer is not of the expected type or cannot be read."""
+
+
+def _expect(buf: bytes, identifier: bytes) -> None:
+    if identifiers.identifier_of(buf) != identifier:
+        raise WireError(f"expected a {identifier.decode()} buffer, got {identifiers.identifier_of(buf)!r}")
+
+
+def _s(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def read_request(buf: bytes) -> CompletionRequest:
+    """A zero-copy view of a CompletionRequest; fields are read from `buf` when accessed."""
+    _expect(buf, identifiers.REQUEST)
+    return CompletionRequest.GetRootAs(buf, 0)
+
+
+def _usage(u: Usage | None) -> wt.Usage | None:
+    if u is None:
+        return None
+    return wt.Usage(
+        prompt_tokens=u.PromptTokens(),
+        completion_tokens=u.CompletionTokens(),
+        total_tokens=u.TotalTokens(),
+        cached_tokens=u.CachedTokens(),
+        reasoning_tokens=u.ReasoningTokens(),
+    )
+
+
+def _call(c: FunctionCall) -> wt.FunctionCall:
+    return wt.FunctionCall(id=_s(c.Id()) or "", name=_s(c.Name()) or "", arguments=_s(c.Arguments()) or "",
+                           type=_s(c.Type()) or "function")
+
+
+def _enum(names: tuple[str | None, ...], value: int, what: str) -> str | None:
+    if not 0 <= value < len(names):
+        raise WireError(f"unknown {what} {value}")
+    return names[value]
+
+
+def decode_response(buf: bytes) -> wt.Response:
+    _expect(buf, identifiers.RESPONSE)
+    r = CompletionResponse.GetRootAs(buf, 0)
+    choices = []
+    for i in range(r.ChoicesLength()):
+        c = r.Choices(i)
+        m: Message | None = c.Message()
+        choices.append(
+            wt.Choice(
+                index=c.Index(),
+                content=_s(m.Content()) if m else None,
+                tool_calls=[_call(m.ToolCalls(j)) for j in range(m.ToolCallsLength())] if m else [],
+                refusal=_s(m.Refusal()) if m else None,
+                finish_reason=_enum(FINISH_NAMES, c.FinishReason(), "finish_reason"),
+            )
+        )
+    return wt.Response(id=_s(r.Id()) or "", model=_s(r.Model()) or "", created=r.Created(), choices=choices,
+                       usage=_usage(r.Usage()), system_fingerprint=_s(r.SystemFingerprint()))
+
+
+def decode_chunk(buf: bytes) -> wt.Chunk:
+    """A chunk frame's buffer (size prefix already stripped)."""
+    _expect(buf, identifiers.CHUNK)
+    k = CompletionChunk.GetRootAs(buf, 0)
+    role = k.Role()
+    deltas = []
+    for i in range(k.ToolCallsLength()):
+        d = k.ToolCalls(i)
+        deltas.append(wt.ToolCallDelta(index=d.Index(), id=_s(d.Id()), type=_s(d.Type()), name=_s(d.Name()),
+                                       arguments=_s(d.Arguments())))
+    return wt.Chunk(
+        sequence=k.Sequence(), choice_index=k.ChoiceIndex(), id=_s(k.Id()), model=_s(k.Model()),
+        created=k.Created() or None, role=None if role is None else _enum(ROLE_NAMES, role, "role"),  # type: ignore[arg-type]  # role names are non-None
+        content=_s(k.Content()), tool_calls=deltas, refusal=_s(k.Refusal()),
+        finish_reason=_enum(FINISH_NAMES, k.FinishReason(), "finish_reason"), usage=_usage(k.Usage()),
+        system_fingerprint=_s(k.SystemFingerprint()), done=k.Done(),
+    )
+
+
+def decode_error(buf: bytes) -> wt.ErrorInfo:
+    _expect(buf, identifiers.ERROR)
+    e = Error.GetRootAs(buf, 0)
+    return wt.ErrorInfo(status=e.Status(), message=_s(e.Message()) or "", type=_s(e.Type()) or "",
+                        code=_s(e.Code()), param=_s(e.Param()))
+
+
+# --- a request back to OpenAI's shape (for services that want it, and for round-trip tests) -------
+
+
+def shortest_float32(value: float) -> float:
+    """The shortest decimal that reads back as the same float32 (0.699999988 -> 0.7)."""
+    packed = struct.pack("<f", value)
+    for digits in range(1, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if struct.pack("<f", candidate) == packed:
+            return candidate
+    return value
+
+
+def _raw(text: bytes | None) -> msgspec.Raw:
+    return msgspec.Raw(text) if text else msgspec.Raw()
+
+
+_PART_TYPES: dict[str, type] = {"image_url": oai.ImageUrl, "input_audio": oai.InputAudio, "file": oai.FileRef}
+
+
+def _content(m: Message) -> str | list[oai.ContentPart] | None:
+    if m.PartsIsNone():
+        return _s(m.Content())
+    parts: list[oai.ContentPart] = []
+    for i in range(m.PartsLength()):
+        p = m.Parts(i)
+        kind = _s(p.Type())
+        if kind == "text":
+            parts.append(oai.TextPart(text=_s(p.Text()) or ""))
+        elif kind == "refusal":
+            parts.append(oai.RefusalPart(refusal=_s(p.Text()) or ""))
+        elif kind in _PART_TYPES:
+            inner = msgspec.json.decode(p.PayloadJson() or b"{}", type=_PART_TYPES[kind])
+            parts.append({"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}[kind](inner))
+        else:
+            raise WireError(f"unknown content part type {kind!r}")
+    return parts
+
+
+def _message(m: Message) -> oai.Message:
+    role = _enum(ROLE_NAMES, m.Role(), "role")
+    content, name = _content(m), _s(m.Name())
+    if role == "assistant":
+        calls = None
+        if not m.ToolCallsIsNone():
+            calls = []
+            for j in range(m.ToolCallsLength()):
+                c = m.ToolCalls(j)
+                calls.append(oai.ToolCallIn(id=_s(c.Id()) or "", function=oai.FunctionCallIn(
+                    name=_s(c.Name()) or "", arguments=_s(c.Arguments()) or "")))
+        return oai.AssistantMessage(content=content, name=name, tool_calls=calls, refusal=_s(m.Refusal()))  # type: ignore[arg-type]  # parts were validated at encode time
+    if role == "tool":
+        return oai.ToolMessage(content=content, tool_call_id=_s(m.ToolCallId()) or "")  # type: ignore[arg-type]
+    cls = {"system": oai.SystemMessage, "developer": oai.DeveloperMessage, "user": oai.UserMessage}[role]  # type: ignore[index]
+    return cls(content=content, name=name)  # type: ignore[no-any-return]
+
+
+_tool_choice = msgspec.json.Decoder(oai.ToolChoice)  # type: ignore[arg-type]  # a Union is a valid type
+_schema_format = msgspec.json.Decoder(oai.JsonSchemaFormat)
+
+
+def decode_request(buf: bytes) -> oai.ChatCompletionRequest:
+    """Everything a CompletionRequest carries, in OpenAI's request shape."""
+    r = read_request(buf)
+    tools = None
+    if not r.ToolsIsNone():
+        tools = []
+        for i in range(r.ToolsLength()):
+            t = r.Tools(i)
+            tools.append(oai.Tool(function=oai.FunctionDef(
+                name=_s(t.Name()) or "", description=_s(t.Description()), parameters=_raw(t.ArgumentsJson()),
+                strict=t.Strict())))
+    response_format: oai.ResponseFormat | None = None
+    if (rf := r.ResponseFormat()) is not None:
+        kind = _s(rf.Type())
+        if kind == "json_schema":
+            response_format = oai.JsonSchemaResponseFormat(_schema_format.decode(rf.JsonSchemaJson() or b"{}"))
+        elif kind == "json_object":
+            response_format = oai.JsonObjectFormat()
+        else:
+            response_format = oai.TextFormat()
+    logit_bias = None
+    if not r.LogitBiasIsNone():
+        logit_bias = {str(r.LogitBias(i).TokenId()): r.LogitBias(i).Bias() for i in range(r.LogitBiasLength())}
+    metadata = None
+    if not r.MetadataIsNone():
+        metadata = {_s(r.Metadata(i).Key()) or "": _s(r.Metadata(i).Value()) or "" for i in range(r.MetadataLength())}
+    max_completion = r.MaxCompletionTokens()
+    stream = r.Stream()
+    return oai.ChatCompletionRequest(
+        model=_s(r.ModelName()) or "",
+        messages=[_message(r.Messages(i)) for i in range(r.MessagesLength())],
+        frequency_penalty=r.FrequencyPenalty(),
+        logit_bias=logit_bias,
+        logprobs=r.Logprobs(),
+        top_logprobs=r.TopLogprobs(),
+        max_tokens=r.MaxTokens() if r.MaxTokensSet() else None,
+        max_completion_tokens=max_completion,
+        metadata=metadata,
+        n=r.N(),
+        parallel_tool_calls=r.ParallelToolCalls(),
+        presence_penalty=r.PresencePenalty(),
+        reasoning_effort=_s(r.ReasoningEffort()),
+        response_format=response_format,
+        seed=r.Seed(),
+        service_tier=_s(r.ServiceTier()),
+        stop=None if r.StopIsNone() else [_s(r.Stop(i)) or "" for i in range(r.StopLength())],
+        stream=True if stream else None,
+        stream_options=oai.StreamOptions(include_usage=True) if r.IncludeUsage() else None,
+        temperature=shortest_float32(r.Temperature()) if r.TemperatureSet() else None,
+        tool_choice=_tool_choice.decode(r.ToolChoiceJson()) if r.ToolChoiceJson() is not None else None,
+        tools=tools,
+        top_p=r.TopP(),
+        user=_s(r.User()),
+    )

@@ -1,0 +1,53 @@
+"""Size-prefixed frames: split a byte stream into frames whatever the read boundaries (sans-I/O)."""
+
+from __future__ import annotations
+
+import struct
+
+PREFIX = struct.Struct("<I")
+MAX_FRAME = 16 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """The byte stream is not a sequence of well-formed frames."""
+
+
+class FrameDecoder:
+    """Feed bytes as they arrive; get back every frame completed so far (prefix stripped)."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buf += data
+        frames = []
+        pos = 0
+        buf = self._buf
+        while len(buf) - pos >= PREFIX.size:
+            (size,) = PREFIX.unpack_from(buf, pos)
+            if size < 8 or size > self._max:
+                raise FrameError(f"frame size {size} is outside 8..{self._max}")
+            end = pos + PREFIX.size + size
+            if end > len(buf):
+                break
+            frames.append(bytes(buf[pos + PREFIX.size : end]))
+            pos = end
+        if pos:
+            del buf[:pos]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held back."""
+        return len(self._buf)
+
+    def finish(self) -> None:
+        """At end of stream: leftover bytes mean the stream was cut inside a frame."""
+        if self._buf:
+            raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes left over)")
+
+
+def frame(buf: bytes) -> bytes:
+    """Prefix an unprefixed buffer with its size. (Builders can also finish size-prefixed directly.)"""
+    return PREFIX.pack(len(buf)) + buf
