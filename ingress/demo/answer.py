@@ -1,0 +1,100 @@
+"""The demo's rules, as pure functions over a request view: what to answer, and its honest usage.
+
+- Tools offered and tool_choice not "none", and either tool_choice names a tool / is "required", or
+  the last user message contains an offered tool's name: the answer is a call to that tool (the first
+  one named, in the order offered), with arguments built from its parameters schema: each property gets
+  the user's text if it is a string, 0 for numbers, false for booleans, null otherwise.
+- The last message is a tool result: "Tool <call id> returned: <content>".
+- Otherwise: the last user message, echoed.
+Tokens are whitespace-delimited words (with their leading space); a max_tokens limit cuts the echo
+and finishes with "length". Usage counts the same tokens over every message's text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
+from ingress.wire._generated.LLMGateway.Message import Message
+
+_TOKEN = re.compile(r"\s*\S+|\s+")
+ROLE_TOOL = 3
+ROLE_USER = 1
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+@dataclass
+class ToolCallPlan:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Plan:
+    text_tokens: list[str]
+    tool_call: ToolCallPlan | None
+    finish_reason: str
+    prompt_tokens: int
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.text_tokens) + (len(tokens(self.tool_call.arguments)) if self.tool_call else 0)
+
+
+def _text(m: Message) -> str:
+    if m.Content() is not None:
+        return str(m.Content().decode())
+    return "".join((m.Parts(i).Text() or b"").decode() for i in range(m.PartsLength()))
+
+
+def _arguments(schema_json: bytes | None, user_text: str) -> str:
+    try:
+        schema = json.loads(schema_json or b"{}")
+    except ValueError:
+        schema = {}
+    props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    fill = {"string": user_text, "number": 0, "integer": 0, "boolean": False}
+    args = {name: fill.get(spec.get("type") if isinstance(spec, dict) else None) for name, spec in props.items()}
+    return json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+
+
+def _chosen_tool(req: CompletionRequest, user_text: str) -> int | None:
+    if req.ToolsLength() == 0:
+        return None
+    choice = json.loads(req.ToolChoiceJson() or b'"auto"')
+    names = [(req.Tools(i).Name() or b"").decode() for i in range(req.ToolsLength())]
+    if choice == "none":
+        return None
+    if isinstance(choice, dict):
+        wanted = choice.get("function", {}).get("name")
+        return names.index(wanted) if wanted in names else None
+    for i, name in enumerate(names):
+        if name and name in user_text:
+            return i
+    return 0 if choice == "required" else None
+
+
+def plan(req: CompletionRequest, request_id: str) -> Plan:
+    messages = [req.Messages(i) for i in range(req.MessagesLength())]
+    prompt_tokens = sum(len(tokens(_text(m))) for m in messages)
+    user_text = next((_text(m) for m in reversed(messages) if m.Role() == ROLE_USER), "")
+    last = messages[-1] if messages else None
+    if last is not None and last.Role() == ROLE_TOOL:
+        reply = f"Tool {(last.ToolCallId() or b'').decode()} returned: {_text(last)}"
+        return Plan(tokens(reply), None, "stop", prompt_tokens)
+    tool = _chosen_tool(req, user_text)
+    if tool is not None:
+        t = req.Tools(tool)
+        call = ToolCallPlan(f"call_{request_id[:24]}", (t.Name() or b"").decode(), _arguments(t.ArgumentsJson(), user_text))
+        return Plan([], call, "tool_calls", prompt_tokens)
+    words = tokens(user_text) or ["(empty)"]
+    limit = req.MaxTokens()
+    if limit and len(words) > limit:
+        return Plan(words[:limit], None, "length", prompt_tokens)
+    return Plan(words, None, "stop", prompt_tokens)

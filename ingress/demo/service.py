@@ -1,0 +1,81 @@
+"""The demo internal service over HTTP: takes a CompletionRequest, answers in FlatBuffers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from ingress import wire
+from ingress.demo.answer import Plan, plan
+
+DELAY = web.AppKey("delay", float)
+
+
+def _usage(p: Plan, n: int) -> wire.Usage:
+    completion = p.completion_tokens * n
+    return wire.Usage(prompt_tokens=p.prompt_tokens, completion_tokens=completion,
+                      total_tokens=p.prompt_tokens + completion)
+
+
+def _calls(p: Plan) -> list[wire.FunctionCall]:
+    return [wire.FunctionCall(id=p.tool_call.id, name=p.tool_call.name, arguments=p.tool_call.arguments)] if p.tool_call else []
+
+
+async def complete(request: web.Request) -> web.StreamResponse:
+    body = await request.read()
+    try:
+        req = wire.read_request(body)
+        request_id = (req.RequestId() or b"").decode()
+        model = (req.ModelName() or b"").decode()
+        p = plan(req, request_id)
+    except Exception as exc:  # a buffer we cannot read is the caller's fault
+        error = wire.ErrorInfo(status=400, type="invalid_request_error", code="bad_buffer", message=f"Unreadable request: {exc}")
+        return web.Response(status=400, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
+    n = req.N() or 1
+    answer_id, created = f"chatcmpl-{request_id}", int(time.time())
+    if not req.Stream():
+        text = "".join(p.text_tokens) if not p.tool_call else None
+        choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason) for i in range(n)]
+        response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n))
+        return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
+
+    stream = web.StreamResponse(headers={"Content-Type": wire.STREAM_CONTENT_TYPE})
+    await stream.prepare(request)
+    delay, seq = request.app[DELAY], 0
+
+    async def send(**fields: object) -> None:
+        nonlocal seq
+        await stream.write(wire.write_chunk(wire.Chunk(sequence=seq, **fields)))  # type: ignore[arg-type]  # fields mirror Chunk
+        seq += 1
+
+    for i in range(n):
+        await send(choice_index=i, id=answer_id, model=model, created=created, role="assistant", content="")
+    for token in p.text_tokens:
+        if delay:
+            await asyncio.sleep(delay)
+        for i in range(n):
+            await send(choice_index=i, content=token)
+    if p.tool_call:
+        call = p.tool_call
+        for i in range(n):
+            await send(choice_index=i, tool_calls=[wire.ToolCallDelta(index=0, id=call.id, type="function", name=call.name, arguments="")])
+            await send(choice_index=i, tool_calls=[wire.ToolCallDelta(index=0, arguments=call.arguments)])
+    for i in range(n):
+        await send(choice_index=i, finish_reason=p.finish_reason)
+    await send(usage=_usage(p, n), done=True)
+    await stream.write_eof()
+    return stream
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_demo_app(delay_s: float = 0.0) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app[DELAY] = delay_s
+    app.router.add_post(wire.COMPLETE_PATH, complete)
+    app.router.add_get("/healthz", healthz)
+    return app

@@ -1,0 +1,1 @@
+"""aiohttp server side: handlers, middleware, SSE writing. No business logic."""

@@ -1,0 +1,103 @@
+"""HTTP handlers: read the request, call the pipeline, write JSON or SSE. No business logic here."""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+from aiohttp import web
+
+from ingress import pipeline
+from ingress.edge.middleware import EXCHANGE, REQUEST_ID
+from ingress.errors import InvalidRequest, NotFound, PayloadTooLarge
+from ingress.oai import responses as out
+from ingress.passport import RequestMeta, valid_traceparent
+from ingress.wire.identifiers import CONTENT_TYPE
+
+GATEWAY = web.AppKey("gateway", pipeline.Gateway)
+STARTED = web.AppKey("started", int)
+_json = msgspec.json.Encoder()
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _json_response(obj: object, request_id: str | None = None) -> web.Response:
+    headers = {REQUEST_ID: request_id} if request_id else None
+    return web.Response(body=_json.encode(obj), content_type="application/json", headers=headers)
+
+
+def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
+    raw = headers.headers.get(name)
+    if raw is None:
+        return 0
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise InvalidRequest(f"Header '{name}' must be an integer from {low} to {high}.", param=name)
+    return int(raw)
+
+
+def request_meta(request: web.BaseRequest) -> RequestMeta:
+    """What the passport needs from the headers; the API key is only hashed, never forwarded."""
+    h = request.headers
+    auth = h.get("Authorization", "")
+    return RequestMeta(
+        api_key=auth[7:].strip() or None if auth[:7].lower() == "bearer " else None,
+        tenant_id=h.get("OpenAI-Project") or h.get("OpenAI-Organization"),
+        priority=_bounded_int(request, "x-ingress-priority", 0, 127),
+        timeout_ms=_bounded_int(request, "x-ingress-timeout-ms", 1, 86_400_000),
+        traceparent=valid_traceparent(h.get("traceparent")),
+        tracestate=h.get("tracestate") if valid_traceparent(h.get("traceparent")) else None,
+    )
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_type == CONTENT_TYPE:
+        raise InvalidRequest("FlatBuffers request bodies are not accepted on this listener.",
+                             code="unsupported_media_type")
+    if (request.content_length or 0) > limit:
+        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.") from None
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    ex: pipeline.Exchange = request[EXCHANGE]
+    body = await _read_body(request, gw.settings.max_body_bytes)
+    result = await pipeline.chat(gw, body, request_meta(request), ex)
+    if isinstance(result, out.ChatCompletion):
+        return _json_response(result, ex.request_id)
+    try:
+        response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id})
+        await response.prepare(request)
+        async for event in result.events():
+            await response.write(event)
+        await response.write_eof()
+        return response
+    finally:
+        await result.aclose()
+
+
+async def list_models(request: web.Request) -> web.Response:
+    gw, created = request.app[GATEWAY], request.app[STARTED]
+    return _json_response(out.ModelList(data=[out.ModelOut(id=m, created=created, owned_by="ingress")
+                                              for m in sorted(gw.served)]))
+
+
+async def get_model(request: web.Request) -> web.Response:
+    gw, model = request.app[GATEWAY], request.match_info["model"]
+    if model not in gw.served:
+        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+    return _json_response(out.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json_response({"status": "ok"})
+
+
+def add_routes(app: web.Application) -> None:
+    app[STARTED] = int(time.time())
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/v1/models/{model:.+}", get_model)
+    app.router.add_get("/healthz", healthz)

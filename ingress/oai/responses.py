@@ -1,0 +1,111 @@
+"""OpenAI response, chunk and model-list types as the edge writes them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+
+class _Out(msgspec.Struct, kw_only=True):
+    """UNSET fields are left out; None fields are written as null, as OpenAI does."""
+
+
+class FunctionOut(_Out):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(_Out):
+    id: str
+    function: FunctionOut
+    type: str = "function"
+
+
+class MessageOut(_Out):
+    role: str = "assistant"
+    content: str | None
+    refusal: str | None | UnsetType = UNSET
+    tool_calls: list[ToolCallOut] | UnsetType = UNSET
+
+
+class ChoiceOut(_Out):
+    index: int
+    message: MessageOut
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class PromptTokensDetails(_Out):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(_Out):
+    reasoning_tokens: int = 0
+
+
+class UsageOut(_Out):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | UnsetType = UNSET
+    completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET
+
+
+class ChatCompletion(_Out):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChoiceOut]
+    usage: UsageOut | UnsetType = UNSET
+    system_fingerprint: str | UnsetType = UNSET
+
+
+class FunctionDeltaOut(_Out):
+    name: str | UnsetType = UNSET
+    arguments: str | UnsetType = UNSET
+
+
+class ToolCallDeltaOut(_Out):
+    index: int
+    id: str | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    function: FunctionDeltaOut | UnsetType = UNSET
+
+
+class DeltaOut(_Out):
+    role: str | UnsetType = UNSET
+    content: str | UnsetType = UNSET
+    refusal: str | UnsetType = UNSET
+    tool_calls: list[ToolCallDeltaOut] | UnsetType = UNSET
+
+
+class ChunkChoiceOut(_Out):
+    index: int
+    delta: DeltaOut
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(_Out):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoiceOut]
+    system_fingerprint: str | UnsetType = UNSET
+    usage: UsageOut | None | UnsetType = UNSET
+
+
+class ModelOut(_Out):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(_Out):
+    object: Literal["list"] = "list"
+    data: list[ModelOut]

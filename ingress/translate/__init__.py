@@ -1,0 +1,1 @@
+"""FlatBuffers answers → OpenAI structs (sans-I/O)."""

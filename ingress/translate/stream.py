@@ -1,0 +1,102 @@
+"""Translate a stream of CompletionChunk frames into OpenAI chat.completion.chunk objects (sans-I/O)."""
+
+from __future__ import annotations
+
+from msgspec import UNSET
+
+from ingress.errors import IngressError, UpstreamProtocolError
+from ingress.oai import responses as out
+from ingress.translate.completion import error_from_upstream, translate_usage
+from ingress.wire import decode, identifiers
+from ingress.wire import types as wt
+
+
+class StreamTranslator:
+    """Per-request stream state: ids seen on the first chunk, sequence order, completion, usage."""
+
+    def __init__(self, *, id: str, model: str, created: int, include_usage: bool) -> None:
+        self.id = id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+        self.usage: wt.Usage | None = None
+        self.done = False
+        self.system_fingerprint: str | None = None
+        self._next_sequence = 0
+
+    def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
+        """One frame (size prefix stripped): a chunk → zero or more OpenAI chunks; an Error → raised."""
+        kind = identifiers.identifier_of(frame)
+        try:
+            if kind == identifiers.ERROR:
+                raise error_from_upstream(decode.decode_error(frame))
+            chunk = decode.decode_chunk(frame)
+        except IngressError:
+            raise
+        except Exception as exc:  # a malformed buffer can fail anywhere in the generated readers
+            raise UpstreamProtocolError("The model service sent an unreadable stream frame.") from exc
+        return self.feed(chunk)
+
+    def feed(self, chunk: wt.Chunk) -> list[out.ChatCompletionChunk]:
+        if self.done:
+            raise UpstreamProtocolError("The model service sent data after the end of the stream.")
+        if chunk.sequence != self._next_sequence:
+            raise UpstreamProtocolError(
+                f"The model service stream skipped frames (expected {self._next_sequence}, got {chunk.sequence})."
+            )
+        self._next_sequence += 1
+        self.id = chunk.id or self.id
+        self.model = chunk.model or self.model
+        self.created = chunk.created or self.created
+        self.system_fingerprint = chunk.system_fingerprint or self.system_fingerprint
+        self.done = chunk.done
+        result = []
+        delta = out.DeltaOut(
+            role=chunk.role if chunk.role is not None else UNSET,
+            content=chunk.content if chunk.content is not None else UNSET,
+            refusal=chunk.refusal if chunk.refusal is not None else UNSET,
+            tool_calls=[_tool_delta(d) for d in chunk.tool_calls] if chunk.tool_calls else UNSET,
+        )
+        if delta != _EMPTY_DELTA or chunk.finish_reason is not None:
+            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=chunk.finish_reason)
+            result.append(self._wrap([choice], usage=None))
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+            if self.include_usage:
+                result.append(self._wrap([], usage=translate_usage(chunk.usage)))
+        return result
+
+    def _wrap(self, choices: list[out.ChunkChoiceOut], usage: out.UsageOut | None) -> out.ChatCompletionChunk:
+        return out.ChatCompletionChunk(
+            id=self.id,
+            created=self.created,
+            model=self.model,
+            choices=choices,
+            system_fingerprint=self.system_fingerprint if self.system_fingerprint is not None else UNSET,
+            # With include_usage OpenAI writes "usage": null on every chunk but the last.
+            usage=usage if self.include_usage else UNSET,
+        )
+
+    def finish(self) -> None:
+        """At the end of the upstream body: a stream without its final frame was cut short."""
+        if not self.done:
+            raise UpstreamProtocolError("The model service stream ended before it was complete.")
+
+
+_EMPTY_DELTA = out.DeltaOut()
+
+
+def _tool_delta(d: wt.ToolCallDelta) -> out.ToolCallDeltaOut:
+    function = out.FunctionDeltaOut(
+        name=d.name if d.name is not None else UNSET,
+        arguments=d.arguments if d.arguments is not None else UNSET,
+    )
+    return out.ToolCallDeltaOut(
+        index=d.index,
+        id=d.id if d.id is not None else UNSET,
+        type=d.type if d.type is not None else UNSET,
+        function=function if function != _EMPTY_FUNCTION else UNSET,
+    )
+
+
+_EMPTY_FUNCTION = out.FunctionDeltaOut()

@@ -1,0 +1,1 @@
+"""The only aiohttp client code: sending CompletionRequests to internal services."""

@@ -1,0 +1,68 @@
+"""The FlatBuffers wire format, and a small public API for internal Python services.
+
+An internal service reads a request without copying and answers with a response buffer, or with a
+stream of size-prefixed chunk frames::
+
+    from ingress import wire
+
+    request = wire.read_request(body)           # zero-copy view over `body`
+    request.ModelName(), request.Stream(), request.MessagesLength()
+    wire.decode_request(body)                   # or everything, in OpenAI's request shape
+
+    wire.write_response(wire.Response(...))     # one CompletionResponse buffer
+    wire.write_chunk(wire.Chunk(sequence=0, ...))  # one stream frame; the last one has done=True
+    wire.write_error(wire.ErrorInfo(status=429, message="..."), framed=False)
+"""
+
+from __future__ import annotations
+
+from ingress.wire.decode import WireError, decode_chunk, decode_error, decode_request, decode_response, read_request
+from ingress.wire.encode import encode_chunk_frame, encode_error, encode_response
+from ingress.wire.framing import FrameDecoder, FrameError, frame
+from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
+from ingress.wire.pool import BuilderPool
+from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
+
+_pool = BuilderPool(size=8)
+
+
+def write_response(response: Response) -> bytes:
+    """A CompletionResponse buffer, for a non-streamed answer (HTTP 200, Content-Type CONTENT_TYPE)."""
+    return encode_response(_pool, response)
+
+
+def write_chunk(chunk: Chunk) -> bytes:
+    """A size-prefixed CompletionChunk frame, for a streamed answer (Content-Type STREAM_CONTENT_TYPE)."""
+    return encode_chunk_frame(_pool, chunk)
+
+
+def write_error(error: ErrorInfo, *, framed: bool = False) -> bytes:
+    """An Error buffer: alone, answered with HTTP status `error.status`, or `framed` inside a stream."""
+    return encode_error(_pool, error, framed=framed)
+
+
+__all__ = [
+    "COMPLETE_PATH",
+    "CONTENT_TYPE",
+    "STREAM_CONTENT_TYPE",
+    "BuilderPool",
+    "Choice",
+    "Chunk",
+    "ErrorInfo",
+    "FrameDecoder",
+    "FrameError",
+    "FunctionCall",
+    "Response",
+    "ToolCallDelta",
+    "Usage",
+    "WireError",
+    "decode_chunk",
+    "decode_error",
+    "decode_request",
+    "decode_response",
+    "frame",
+    "read_request",
+    "write_chunk",
+    "write_error",
+    "write_response",
+]

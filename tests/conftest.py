@@ -1,0 +1,35 @@
+"""Session fixtures shared by every test suite, starting with the C++ Verifier oracle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The helper modules beside this file, and the repository's own tooling (codegen/, not installed),
+# importable whatever pytest's import mode.
+_TESTS = Path(__file__).resolve().parent
+for _path in (str(_TESTS.parent), str(_TESTS)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cxx_verifier() -> Iterator[CxxVerifier]:
+    """The FlatBuffers C++ Verifier, built once and kept running for the whole session."""
+    if shutil.which("g++") is None:
+        reason = "g++ not found: cannot build the FlatBuffers C++ Verifier oracle"
+        if os.environ.get("INGRESS_REQUIRE_CXX") == "1":
+            pytest.fail(f"{reason} (INGRESS_REQUIRE_CXX=1)")
+        pytest.skip(f"{reason}; set INGRESS_REQUIRE_CXX=1 to fail instead")
+    verifier = CxxVerifier(build_oracle())
+    try:
+        yield verifier
+    finally:
+        verifier.close()
