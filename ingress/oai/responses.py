@@ -8,7 +8,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 
-class _Out(msgspec.Struct, kw_only=True):
+class _Out(msgspec.Struct):
     """UNSET fields are left out; None fields are written as null, as OpenAI does."""
 
 
@@ -23,7 +23,7 @@ class ToolCallOut(_Out):
     type: str = "function"
 
 
-class MessageOut(_Out):
+class MessageOut(_Out, kw_only=True):
     role: str = "assistant"
     content: str | None
     refusal: str | None | UnsetType = UNSET
@@ -53,7 +53,7 @@ class UsageOut(_Out):
     completion_tokens_details: CompletionTokensDetails | UnsetType = UNSET
 
 
-class ChatCompletion(_Out):
+class ChatCompletion(_Out, kw_only=True):
     id: str
     object: Literal["chat.completion"] = "chat.completion"
     created: int
@@ -89,7 +89,7 @@ class ChunkChoiceOut(_Out):
     logprobs: None = None
 
 
-class ChatCompletionChunk(_Out):
+class ChatCompletionChunk(_Out, kw_only=True):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
     created: int
@@ -99,13 +99,13 @@ class ChatCompletionChunk(_Out):
     usage: UsageOut | None | UnsetType = UNSET
 
 
-class ModelOut(_Out):
+class ModelOut(_Out, kw_only=True):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str
 
 
-class ModelList(_Out):
+class ModelList(_Out, kw_only=True):
     object: Literal["list"] = "list"
     data: list[ModelOut]
