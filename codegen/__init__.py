@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from codegen.flatc import FlatcError, flatc_path, include_dir, run_flatc
-from codegen.generate import GENERATED_DIR, SCHEMA, check, conform, generate
+from codegen.bindings import GENERATED_DIR, SCHEMA, check, conform, generate
 
 __all__ = [
     "GENERATED_DIR",

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from codegen.flatc import FlatcError
-from codegen.generate import GENERATED_DIR, check, generate
+from codegen.bindings import GENERATED_DIR, check, generate
 
 
 def main(argv: list[str] | None = None) -> int:

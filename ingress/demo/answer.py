@@ -59,7 +59,7 @@ def _arguments(schema_json: bytes | None, user_text: str) -> str:
     except ValueError:
         schema = {}
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
-    fill = {"string": user_text, "number": 0, "integer": 0, "boolean": False}
+    fill: dict[object, object] = {"string": user_text, "number": 0, "integer": 0, "boolean": False}
     args = {name: fill.get(spec.get("type") if isinstance(spec, dict) else None) for name, spec in props.items()}
     return json.dumps(args, separators=(",", ":"), ensure_ascii=False)
 

@@ -8,6 +8,7 @@ import msgspec
 from msgspec import Meta, Raw
 
 INT32_MAX = 2**31 - 1
+NO_JSON = Raw()  # the default of optional opaque-JSON fields; compare with `len(raw) == 0`
 
 # Bounds follow OpenAI's documented ranges; every integer is bounded to what its FlatBuffers field holds.
 Temperature = Annotated[float, Meta(ge=0.0, le=2.0)]
@@ -130,7 +131,7 @@ Message = Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, 
 class FunctionDef(_Strict):
     name: FunctionName
     description: str | None = None
-    parameters: Raw = Raw()  # opaque JSON object, checked to be one; empty when absent
+    parameters: Raw = NO_JSON  # opaque JSON object, checked to be one; empty when absent
     strict: bool | None = None
 
 
@@ -154,7 +155,7 @@ ToolChoice = Union[Literal["none", "auto", "required"], NamedToolChoice]
 class JsonSchemaFormat(_Strict):
     name: FunctionName
     description: str | None = None
-    schema: Raw = Raw()  # opaque JSON object, checked to be one; empty when absent
+    schema: Raw = NO_JSON  # opaque JSON object, checked to be one; empty when absent
     strict: bool | None = None
 
 

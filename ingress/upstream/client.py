@@ -60,7 +60,8 @@ class UpstreamClient:
     async def _read_all(self, response: aiohttp.ClientResponse) -> bytes:
         if (response.content_length or 0) > self._max_answer:
             raise UpstreamProtocolError("The model service answer is too large.")
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         try:
             while True:
                 async with asyncio.timeout(self._timeouts.idle):

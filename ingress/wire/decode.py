@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import msgspec
 
@@ -58,10 +59,12 @@ def _call(c: FunctionCall) -> wt.FunctionCall:
                            type=_s(c.Type()) or "function")
 
 
+def _bad(what: str, value: int) -> str:
+    raise WireError(f"unknown {what} {value}")
+
+
 def _enum(names: tuple[str | None, ...], value: int, what: str) -> str | None:
-    if not 0 <= value < len(names):
-        raise WireError(f"unknown {what} {value}")
-    return names[value]
+    return names[value] if 0 <= value < len(names) else _bad(what, value)
 
 
 def decode_response(buf: bytes) -> wt.Response:
@@ -96,7 +99,7 @@ def decode_chunk(buf: bytes) -> wt.Chunk:
                                        arguments=_s(d.Arguments())))
     return wt.Chunk(
         sequence=k.Sequence(), choice_index=k.ChoiceIndex(), id=_s(k.Id()), model=_s(k.Model()),
-        created=k.Created() or None, role=None if role is None else _enum(ROLE_NAMES, role, "role"),  # type: ignore[arg-type]  # role names are non-None
+        created=k.Created() or None, role=None if role is None else ROLE_NAMES[role] if 0 <= role < len(ROLE_NAMES) else _bad("role", role),
         content=_s(k.Content()), tool_calls=deltas, refusal=_s(k.Refusal()),
         finish_reason=_enum(FINISH_NAMES, k.FinishReason(), "finish_reason"), usage=_usage(k.Usage()),
         system_fingerprint=_s(k.SystemFingerprint()), done=k.Done(),
@@ -124,7 +127,7 @@ def shortest_float32(value: float) -> float:
 
 
 def _raw(text: bytes | None) -> msgspec.Raw:
-    return msgspec.Raw(text) if text else msgspec.Raw()
+    return msgspec.Raw(text) if text else oai.NO_JSON
 
 
 _PART_TYPES: dict[str, type] = {"image_url": oai.ImageUrl, "input_audio": oai.InputAudio, "file": oai.FileRef}
@@ -142,7 +145,7 @@ def _content(m: Message) -> str | list[oai.ContentPart] | None:
         elif kind == "refusal":
             parts.append(oai.RefusalPart(refusal=_s(p.Text()) or ""))
         elif kind in _PART_TYPES:
-            inner = msgspec.json.decode(p.PayloadJson() or b"{}", type=_PART_TYPES[kind])
+            inner: Any = msgspec.json.decode(p.PayloadJson() or b"{}", type=_PART_TYPES[kind])
             parts.append({"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}[kind](inner))
         else:
             raise WireError(f"unknown content part type {kind!r}")
@@ -151,7 +154,9 @@ def _content(m: Message) -> str | list[oai.ContentPart] | None:
 
 def _message(m: Message) -> oai.Message:
     role = _enum(ROLE_NAMES, m.Role(), "role")
-    content, name = _content(m), _s(m.Name())
+    # Any: the parts' kinds were validated for this role when the request was encoded.
+    content: Any = _content(m)
+    name = _s(m.Name())
     if role == "assistant":
         calls = None
         if not m.ToolCallsIsNone():
@@ -160,14 +165,17 @@ def _message(m: Message) -> oai.Message:
                 c = m.ToolCalls(j)
                 calls.append(oai.ToolCallIn(id=_s(c.Id()) or "", function=oai.FunctionCallIn(
                     name=_s(c.Name()) or "", arguments=_s(c.Arguments()) or "")))
-        return oai.AssistantMessage(content=content, name=name, tool_calls=calls, refusal=_s(m.Refusal()))  # type: ignore[arg-type]  # parts were validated at encode time
+        return oai.AssistantMessage(content=content, name=name, tool_calls=calls, refusal=_s(m.Refusal()))
     if role == "tool":
-        return oai.ToolMessage(content=content, tool_call_id=_s(m.ToolCallId()) or "")  # type: ignore[arg-type]
-    cls = {"system": oai.SystemMessage, "developer": oai.DeveloperMessage, "user": oai.UserMessage}[role]  # type: ignore[index]
-    return cls(content=content, name=name)  # type: ignore[no-any-return]
+        return oai.ToolMessage(content=content, tool_call_id=_s(m.ToolCallId()) or "")
+    if role == "system":
+        return oai.SystemMessage(content=content, name=name)
+    if role == "developer":
+        return oai.DeveloperMessage(content=content, name=name)
+    return oai.UserMessage(content=content, name=name)
 
 
-_tool_choice = msgspec.json.Decoder(oai.ToolChoice)  # type: ignore[arg-type]  # a Union is a valid type
+_tool_choice: msgspec.json.Decoder[oai.ToolChoice] = msgspec.json.Decoder(oai.ToolChoice)
 _schema_format = msgspec.json.Decoder(oai.JsonSchemaFormat)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import flatbuffers
 import msgspec
+from flatbuffers import Builder
 
 from ingress.oai import models as oai
 from ingress.passport import Passport, message_text
@@ -28,7 +28,6 @@ from ingress.wire._generated.LLMGateway import Passport as FbPassport
 from ingress.wire._generated.LLMGateway import ResponseFormat, ToolCall, ToolCallDelta, Usage
 from ingress.wire.pool import BuilderPool
 
-Builder = flatbuffers.Builder
 T = TypeVar("T")
 
 PROVIDERS = {"openai": 0, "anthropic": 1, "self_hosted": 2}
@@ -142,7 +141,7 @@ def _response_format(b: Builder, rf: oai.ResponseFormat) -> int:
     schema = 0
     if isinstance(rf, oai.JsonSchemaResponseFormat):
         schema = b.CreateString(_json.encode(rf.json_schema).decode())
-    type_ = b.CreateString(rf.__struct_config__.tag)  # type: ignore[arg-type]  # tags are strings
+    type_ = b.CreateString(str(rf.__struct_config__.tag))
     ResponseFormat.Start(b)
     ResponseFormat.AddType(b, type_)
     if schema:
@@ -246,7 +245,7 @@ def build_request(
     ):
         if off:
             add(b, off)
-    for add_opt, value in (
+    optional: tuple[tuple[Callable[[Builder, Any], None], object], ...] = (
         (R.AddTopP, request.top_p),
         (R.AddN, request.n),
         (R.AddSeed, request.seed),
@@ -256,9 +255,10 @@ def build_request(
         (R.AddParallelToolCalls, request.parallel_tool_calls),
         (R.AddLogprobs, request.logprobs),
         (R.AddTopLogprobs, request.top_logprobs),
-    ):
-        if value is not None:
-            add_opt(b, value)
+    )
+    for add_opt, opt in optional:
+        if opt is not None:
+            add_opt(b, opt)
     R.AddStream(b, bool(request.stream))
     R.AddIncludeUsage(b, bool(request.stream_options and request.stream_options.include_usage))
     b.Finish(R.End(b), file_identifier=identifiers.REQUEST)
