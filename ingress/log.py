@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 import structlog
@@ -17,7 +17,8 @@ def _dumps(obj: Any, default: Any = None, **_: Any) -> str:
     return _encoder.encode(obj).decode() if default is None else msgspec.json.encode(obj, enc_hook=default).decode()
 
 
-def configure(level: str = "info") -> None:
+def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool = True) -> None:
+    """`cache=False` lets a later configure() reach loggers already used (tests reconfigure)."""
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -27,8 +28,8 @@ def configure(level: str = "info") -> None:
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
-        cache_logger_on_first_use=True,
+        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        cache_logger_on_first_use=cache,
     )
 
 

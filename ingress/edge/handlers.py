@@ -62,7 +62,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
-    ex: pipeline.Exchange = request[EXCHANGE]
+    ex = request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     result = await pipeline.chat(gw, body, request_meta(request), ex)
     if isinstance(result, out.ChatCompletion):

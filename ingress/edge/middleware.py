@@ -16,7 +16,7 @@ from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLar
 from ingress.log import get_logger
 from ingress.pipeline import Exchange
 
-EXCHANGE = "ingress.exchange"  # request-scoped key (aiohttp's AppKey is for apps)
+EXCHANGE = web.RequestKey("exchange", Exchange)
 REQUEST_ID = "x-request-id"
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
