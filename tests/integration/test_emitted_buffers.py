@@ -1,0 +1,87 @@
+"""Every request buffer the edge sends upstream passes the C++ Verifier and carries the whole request."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import msgspec
+import openai
+import pytest
+from aiohttp import web
+
+from ingress import wire
+from ingress.app import create_app, serve_app
+from ingress.demo.service import create_demo_app
+from ingress.oai.codec import decode_chat_request
+from ingress.settings import Settings
+
+pytestmark = pytest.mark.cxx
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+REQUESTS: list[dict[str, object]] = [
+    {"messages": [{"role": "user", "content": "hello"}]},
+    {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo ✓ 🌍"}],
+     "temperature": 0.3, "top_p": 0.9, "max_tokens": 7, "seed": -12, "stop": ["\n", "END"], "n": 2,
+     "presence_penalty": -1.5, "frequency_penalty": 2.0, "logit_bias": {"50256": -100}, "user": "u-1",
+     "metadata": {"team": "search"}, "response_format": {"type": "json_object"}},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                               {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}]}],
+     "max_completion_tokens": 100},
+    {"messages": [{"role": "user", "content": "call get_weather for Paris"}], "tools": TOOLS, "tool_choice": "auto",
+     "parallel_tool_calls": False},
+    {"messages": [{"role": "user", "content": "weather?"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+     "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+    {"messages": [{"role": "developer", "content": "json only"}, {"role": "user", "content": "x"}],
+     "response_format": {"type": "json_schema", "json_schema": {"name": "out", "strict": True,
+                                                               "schema": {"type": "object", "properties": {}}}}},
+]
+
+
+@pytest.fixture
+async def recorded() -> AsyncIterator[tuple[str, list[bytes]]]:
+    bodies: list[bytes] = []
+
+    @web.middleware
+    async def record(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        bodies.append(await request.read())
+        return await handler(request)
+
+    demo = create_demo_app()
+    demo.middlewares.append(record)
+    async with serve_app(demo, "127.0.0.1", 0) as upstream:
+        async with serve_app(create_app(Settings(upstream=upstream)), "127.0.0.1", 0) as edge:
+            yield edge, bodies
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_every_emitted_request_verifies_and_round_trips(recorded: tuple[str, list[bytes]], cxx_verifier: object,
+                                                              stream: bool) -> None:
+    edge, bodies = recorded
+    client = openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0)
+    sent = []
+    for extra in REQUESTS:
+        body = {"model": "ingress-demo", **extra}
+        if stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
+        sent.append(body)
+        if stream:
+            async for _ in await client.chat.completions.create(**body):  # type: ignore[call-overload]
+                pass
+        else:
+            await client.chat.completions.create(**body)  # type: ignore[call-overload]
+    await client.close()
+
+    assert len(bodies) == len(REQUESTS)
+    for body, buf in zip(sent, bodies, strict=True):
+        assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
+        expected = decode_chat_request(msgspec.json.encode(body))
+        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        view = wire.read_request(buf)
+        assert view.ModelName() == b"ingress-demo"
+        assert view.Stream() is stream
+        assert view.Passport().KeyId() is not None  # the SDK's key, hashed
+        assert b"sk-test" not in buf
