@@ -7,7 +7,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from codegen.emit import emit_encoders
 from codegen.flatc import check_versions, run_flatc
+from codegen.schema import parse
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "schema" / "llm_gateway.fbs"
@@ -33,6 +35,9 @@ def _render(version: str) -> dict[str, str]:
             text = text.replace(f"from {NAMESPACE}.", f"from {PACKAGE}.{NAMESPACE}.")
             files[f"{NAMESPACE}/{path.name}"] = HEADER.format(version=version) + text
     files["__init__.py"] = HEADER.format(version=version) + '"""flatc output; reach it through ingress.wire."""\n'
+    schema = parse(SCHEMA.read_text())
+    roots = {t.name: t.identifier.encode() for t in schema.tables.values() if t.identifier is not None}
+    files["encoders.py"] = HEADER.format(version=version) + emit_encoders(schema, PACKAGE, roots)
     return files
 
 

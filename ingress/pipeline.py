@@ -17,9 +17,9 @@ from ingress.settings import Settings
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.upstream.client import UpstreamClient
-from ingress.wire.encode import encode_request
+from ingress.wire.encode import encode_request, encode_request_stock
 from ingress.wire.framing import FrameDecoder, FrameError
-from ingress.wire.pool import BuilderPool
+from ingress.wire.pool import BufferPool, BuilderPool
 from ingress.wire.types import Usage
 
 
@@ -43,12 +43,18 @@ class Exchange:
 
 @dataclass
 class Gateway:
-    """What every request shares: settings, the builder pool and the upstream client."""
+    """What every request shares: settings, the encoder and its buffers, the upstream client."""
 
     settings: Settings
-    pool: BuilderPool
     upstream: UpstreamClient
     served: frozenset[str] = frozenset()
+    buffers: BufferPool = field(default_factory=BufferPool)
+    builders: BuilderPool = field(default_factory=BuilderPool)
+
+    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport) -> bytes:
+        if self.settings.encoder == "stock":
+            return encode_request_stock(self.builders, request, request_id, passport)
+        return encode_request(self.buffers, request, request_id, passport)
 
 
 def _prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[ChatCompletionRequest, bytes, dict[str, str]]:
@@ -57,7 +63,7 @@ def _prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple
     if gw.served and request.model not in gw.served:
         raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
     passport = compute_passport(request, meta)
-    encoded = encode_request(gw.pool, request, ex.request_id, passport)
+    encoded = gw.encode(request, ex.request_id, passport)
     return request, encoded, _hop_headers(ex.request_id, passport)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 DEMO_MODEL = "ingress-demo"
@@ -24,7 +26,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_answer_bytes: int = 64 * 1024 * 1024
     max_frame_bytes: int = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
-    builder_pool_size: int = 64
+    buffer_pool_size: int = 64
+    encoder: Literal["generated", "stock"] = "generated"  # stock: flatbuffers.Builder, for comparison
     log_level: str = "info"
 
     def served_models(self) -> tuple[str, ...]:

@@ -20,10 +20,10 @@ from ingress.wire.decode import WireError, decode_chunk, decode_error, decode_re
 from ingress.wire.encode import encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
-from ingress.wire.pool import BuilderPool
+from ingress.wire.pool import BufferPool, BuilderPool
 from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
 
-_pool = BuilderPool(size=8)
+_pool = BufferPool(size=8)
 
 
 def write_response(response: Response) -> bytes:
@@ -45,6 +45,7 @@ __all__ = [
     "COMPLETE_PATH",
     "CONTENT_TYPE",
     "STREAM_CONTENT_TYPE",
+    "BufferPool",
     "BuilderPool",
     "Choice",
     "Chunk",

@@ -1,4 +1,4 @@
-"""A bounded pool of reused flatbuffers.Builders; builders that grew too large are dropped."""
+"""Bounded pools of reused encoding buffers; one grown too large is dropped, not kept."""
 
 from __future__ import annotations
 
@@ -8,8 +8,35 @@ from contextlib import contextmanager
 import flatbuffers
 
 
+class BufferPool:
+    """Reused bytearrays for the generated encoders. At most `size` are kept, none over `max_keep`."""
+
+    def __init__(self, size: int = 64, max_keep: int = 1024 * 1024) -> None:
+        self._free: list[bytearray] = []
+        self._size = size
+        self._max_keep = max_keep
+        self.created = 0
+
+    @contextmanager
+    def buffer(self) -> Iterator[bytearray]:
+        if self._free:
+            buf = self._free.pop()
+        else:
+            self.created += 1
+            buf = bytearray()
+        try:
+            yield buf
+        finally:
+            if len(self._free) < self._size and len(buf) <= self._max_keep:
+                buf.clear()
+                self._free.append(buf)
+
+    def __len__(self) -> int:
+        return len(self._free)
+
+
 class BuilderPool:
-    """Hands out cleared builders. At most `size` are kept; one grown past `max_keep` bytes is let go."""
+    """Stock flatbuffers.Builders, cleared for reuse; the reference encoding path."""
 
     def __init__(self, size: int = 64, initial: int = 16 * 1024, max_keep: int = 1024 * 1024) -> None:
         self._free: list[flatbuffers.Builder] = []
@@ -20,17 +47,17 @@ class BuilderPool:
 
     @contextmanager
     def builder(self) -> Iterator[flatbuffers.Builder]:
-        builder = self._free.pop() if self._free else self._new()
+        if self._free:
+            builder = self._free.pop()
+        else:
+            self.created += 1
+            builder = flatbuffers.Builder(self._initial)
         try:
             yield builder
         finally:
             if len(self._free) < self._size and len(builder.Bytes) <= self._max_keep:
                 builder.Clear()
                 self._free.append(builder)
-
-    def _new(self) -> flatbuffers.Builder:
-        self.created += 1
-        return flatbuffers.Builder(self._initial)
 
     def __len__(self) -> int:
         return len(self._free)
