@@ -161,8 +161,7 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
     fmt, scalars = _table_format(schema, table, offsets, size)
     name = table.name
     lines = [
-        f"_VT_{name} = struct.Struct('<{2 + slots}H').pack",
-        f"_TB_{name} = struct.Struct('{fmt}').pack",
+        f"_VT_TB_{name} = struct.Struct('<{2 + slots}H{fmt[1:]}').pack  # vtable, then the table inline",
         "",
         "",
         f"def _write_{name}(buf: bytearray, o: {name}Data) -> int:",
@@ -184,8 +183,7 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
             vt_args.append(str(offsets[at_slot.name]))
         else:
             vt_args.append(f"{offsets[at_slot.name]} if {at_slot.name} is not None else 0")
-    lines.append(f"    buf += _VT_{name}({vt_size}, {size}, " + ", ".join(vt_args) + ")")
-    lines.append("    t = len(buf)")
+    lines.append(f"    t = len(buf) + {vt_size}")
     tb_args = [str(vt_size)]
     for f in scalars:
         if f.optional:
@@ -193,7 +191,7 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
             tb_args.append(f"{f.name} if {f.name} is not None else {zero}")
         else:
             tb_args.append(f"o.{f.name}")
-    lines.append(f"    buf += _TB_{name}(" + ", ".join(tb_args) + ")")
+    lines.append(f"    buf += _VT_TB_{name}({vt_size}, {size}, " + ", ".join(vt_args + tb_args) + ")")
     for f in live:
         if f.kind == "scalar":
             continue

@@ -14,7 +14,7 @@ from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
 from ingress.settings import Settings
 from ingress.upstream.client import UpstreamClient
-from ingress.wire.pool import BufferPool, BuilderPool
+from ingress.wire.pool import BuilderPool
 
 SETTINGS = web.AppKey("settings", Settings)
 
@@ -41,8 +41,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
             app[handlers.GATEWAY] = Gateway(
                 settings=settings,
-                buffers=BufferPool(size=settings.buffer_pool_size),
-                builders=BuilderPool(size=settings.buffer_pool_size),
+                builders=BuilderPool(size=settings.builder_pool_size),
                 upstream=UpstreamClient(session, base_url, settings.timeouts, settings.max_answer_bytes),
                 served=frozenset(settings.served_models()),
             )

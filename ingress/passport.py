@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import os
+import random
 import re
 import time
 
@@ -11,7 +11,7 @@ import msgspec
 
 from ingress.oai.models import ChatCompletionRequest, Message
 
-PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash covers
+PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, first 64 bits) covers
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 
 _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -49,8 +49,19 @@ def message_text(message: Message) -> str:
     return "".join(getattr(part, "text", "") for part in content)
 
 
-def _prompt_bytes(request: ChatCompletionRequest) -> bytes:
-    return "\x1e".join(f"{m.__struct_config__.tag}\x1f{message_text(m)}" for m in request.messages).encode()
+def _prompt_facts(request: ChatCompletionRequest) -> tuple[bytes, int]:
+    """The leading PREFIX_BYTES of the prompt (role and text of each message, separated), and its length
+    in characters. Only the prefix is encoded, however long the prompt."""
+    parts: list[bytes] = []
+    size = chars = 0
+    for m in request.messages:
+        text = message_text(m)
+        chars += len(text)
+        if size < PREFIX_BYTES:
+            piece = f"{m.__struct_config__.tag}\x1f{text[:PREFIX_BYTES]}\x1e".encode()
+            parts.append(piece)
+            size += len(piece)
+    return b"".join(parts)[:PREFIX_BYTES], chars
 
 
 def key_id_of(api_key: str | None) -> str | None:
@@ -61,7 +72,8 @@ def key_id_of(api_key: str | None) -> str | None:
 
 
 def new_traceparent() -> str:
-    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+    # Trace ids need to be unique, not secret: OpenTelemetry's SDK also uses random.getrandbits.
+    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-01"
 
 
 def valid_traceparent(value: str | None) -> str | None:
@@ -69,13 +81,13 @@ def valid_traceparent(value: str | None) -> str | None:
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None) -> Passport:
-    prompt = _prompt_bytes(request)
-    prefix = int.from_bytes(hashlib.blake2b(prompt[:PREFIX_BYTES], digest_size=8).digest(), "little")
+    prefix_bytes, chars = _prompt_facts(request)
+    prefix = int.from_bytes(hashlib.sha256(prefix_bytes).digest()[:8], "little")  # SHA-NI: ~1 GB/s here
     now = time.time() if now is None else now
     return Passport(
         tenant_id=meta.tenant_id,
         key_id=key_id_of(meta.api_key),
-        prompt_tokens_estimate=min(-(-len(prompt) // CHARS_PER_TOKEN), 2**32 - 1),
+        prompt_tokens_estimate=min(-(-chars // CHARS_PER_TOKEN), 2**32 - 1),
         prefix_hash=prefix,
         priority=meta.priority,
         deadline_unix_ms=int(now * 1000) + meta.timeout_ms if meta.timeout_ms else 0,

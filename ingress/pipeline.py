@@ -19,7 +19,7 @@ from ingress.translate.stream import StreamTranslator
 from ingress.upstream.client import UpstreamClient
 from ingress.wire.encode import encode_request, encode_request_stock
 from ingress.wire.framing import FrameDecoder, FrameError
-from ingress.wire.pool import BufferPool, BuilderPool
+from ingress.wire.pool import BuilderPool
 from ingress.wire.types import Usage
 
 
@@ -43,18 +43,17 @@ class Exchange:
 
 @dataclass
 class Gateway:
-    """What every request shares: settings, the encoder and its buffers, the upstream client."""
+    """What every request shares: settings, the encoder (and the stock path's builders), the upstream."""
 
     settings: Settings
     upstream: UpstreamClient
     served: frozenset[str] = frozenset()
-    buffers: BufferPool = field(default_factory=BufferPool)
     builders: BuilderPool = field(default_factory=BuilderPool)
 
     def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport) -> bytes:
         if self.settings.encoder == "stock":
             return encode_request_stock(self.builders, request, request_id, passport)
-        return encode_request(self.buffers, request, request_id, passport)
+        return encode_request(request, request_id, passport)
 
 
 def _prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[ChatCompletionRequest, bytes, dict[str, str]]:

@@ -26,7 +26,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_answer_bytes: int = 64 * 1024 * 1024
     max_frame_bytes: int = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
-    buffer_pool_size: int = 64
+    builder_pool_size: int = 64
     encoder: Literal["generated", "stock"] = "generated"  # stock: flatbuffers.Builder, for comparison
     log_level: str = "info"
 

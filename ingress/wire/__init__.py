@@ -20,32 +20,28 @@ from ingress.wire.decode import WireError, decode_chunk, decode_error, decode_re
 from ingress.wire.encode import encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
-from ingress.wire.pool import BufferPool, BuilderPool
+from ingress.wire.pool import BuilderPool
 from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
-
-_pool = BufferPool(size=8)
-
 
 def write_response(response: Response) -> bytes:
     """A CompletionResponse buffer, for a non-streamed answer (HTTP 200, Content-Type CONTENT_TYPE)."""
-    return encode_response(_pool, response)
+    return encode_response(response)
 
 
 def write_chunk(chunk: Chunk) -> bytes:
     """A size-prefixed CompletionChunk frame, for a streamed answer (Content-Type STREAM_CONTENT_TYPE)."""
-    return encode_chunk_frame(_pool, chunk)
+    return encode_chunk_frame(chunk)
 
 
 def write_error(error: ErrorInfo, *, framed: bool = False) -> bytes:
     """An Error buffer: alone, answered with HTTP status `error.status`, or `framed` inside a stream."""
-    return encode_error(_pool, error, framed=framed)
+    return encode_error(error, framed=framed)
 
 
 __all__ = [
     "COMPLETE_PATH",
     "CONTENT_TYPE",
     "STREAM_CONTENT_TYPE",
-    "BufferPool",
     "BuilderPool",
     "Choice",
     "Chunk",

@@ -1,4 +1,4 @@
-"""Bounded pools of reused encoding buffers; one grown too large is dropped, not kept."""
+"""A bounded pool of reused flatbuffers.Builders; one grown too large is dropped, not kept."""
 
 from __future__ import annotations
 
@@ -6,33 +6,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import flatbuffers
-
-
-class BufferPool:
-    """Reused bytearrays for the generated encoders. At most `size` are kept, none over `max_keep`."""
-
-    def __init__(self, size: int = 64, max_keep: int = 1024 * 1024) -> None:
-        self._free: list[bytearray] = []
-        self._size = size
-        self._max_keep = max_keep
-        self.created = 0
-
-    @contextmanager
-    def buffer(self) -> Iterator[bytearray]:
-        if self._free:
-            buf = self._free.pop()
-        else:
-            self.created += 1
-            buf = bytearray()
-        try:
-            yield buf
-        finally:
-            if len(self._free) < self._size and len(buf) <= self._max_keep:
-                buf.clear()
-                self._free.append(buf)
-
-    def __len__(self) -> int:
-        return len(self._free)
 
 
 class BuilderPool:

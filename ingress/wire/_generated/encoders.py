@@ -224,8 +224,7 @@ class ErrorData(msgspec.Struct, kw_only=True, gc=False):
 _ST_LogitBias = struct.Struct('<i4xd').pack
 
 
-_VT_ToolCall = struct.Struct('<7H').pack
-_TB_ToolCall = struct.Struct('<i4x4x4x4x?3x').pack
+_VT_TB_ToolCall = struct.Struct('<7Hi4x4x4x4x?3x').pack  # vtable, then the table inline
 
 
 def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
@@ -237,9 +236,8 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_ToolCall(14, 24, 4 if name is not None else 0, 8 if arguments_json is not None else 0, 12 if description is not None else 0, 16 if type is not None else 0, 20 if strict is not None else 0)
-    t = len(buf)
-    buf += _TB_ToolCall(14, strict if strict is not None else False)
+    t = len(buf) + 14
+    buf += _VT_TB_ToolCall(14, 24, 4 if name is not None else 0, 8 if arguments_json is not None else 0, 12 if description is not None else 0, 16 if type is not None else 0, 20 if strict is not None else 0, 14, strict if strict is not None else False)
     if name is not None:
         _ref(buf, t + 4, _string(buf, name))
     if arguments_json is not None:
@@ -251,8 +249,7 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
     return t
 
 
-_VT_ContentPart = struct.Struct('<5H').pack
-_TB_ContentPart = struct.Struct('<i4x4x4x').pack
+_VT_TB_ContentPart = struct.Struct('<5Hi4x4x4x').pack  # vtable, then the table inline
 
 
 def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
@@ -262,9 +259,8 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
     pad = -(len(buf) + 10) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_ContentPart(10, 16, 4 if type is not None else 0, 8 if text is not None else 0, 12 if payload_json is not None else 0)
-    t = len(buf)
-    buf += _TB_ContentPart(10)
+    t = len(buf) + 10
+    buf += _VT_TB_ContentPart(10, 16, 4 if type is not None else 0, 8 if text is not None else 0, 12 if payload_json is not None else 0, 10)
     if type is not None:
         _ref(buf, t + 4, _string(buf, type))
     if text is not None:
@@ -274,8 +270,7 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
     return t
 
 
-_VT_FunctionCall = struct.Struct('<6H').pack
-_TB_FunctionCall = struct.Struct('<i4x4x4x4x').pack
+_VT_TB_FunctionCall = struct.Struct('<6Hi4x4x4x4x').pack  # vtable, then the table inline
 
 
 def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
@@ -286,9 +281,8 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
     pad = -(len(buf) + 12) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_FunctionCall(12, 20, 4 if id is not None else 0, 8 if type is not None else 0, 12 if name is not None else 0, 16 if arguments is not None else 0)
-    t = len(buf)
-    buf += _TB_FunctionCall(12)
+    t = len(buf) + 12
+    buf += _VT_TB_FunctionCall(12, 20, 4 if id is not None else 0, 8 if type is not None else 0, 12 if name is not None else 0, 16 if arguments is not None else 0, 12)
     if id is not None:
         _ref(buf, t + 4, _string(buf, id))
     if type is not None:
@@ -300,8 +294,7 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
     return t
 
 
-_VT_Message = struct.Struct('<9H').pack
-_TB_Message = struct.Struct('<i4x4x4x4x4x4xb3x').pack
+_VT_TB_Message = struct.Struct('<9Hi4x4x4x4x4x4xb3x').pack  # vtable, then the table inline
 
 
 def _write_Message(buf: bytearray, o: MessageData) -> int:
@@ -314,9 +307,8 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     pad = -(len(buf) + 18) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_Message(18, 32, 28, 4 if content is not None else 0, 8 if parts is not None else 0, 12 if name is not None else 0, 16 if tool_calls is not None else 0, 20 if tool_call_id is not None else 0, 24 if refusal is not None else 0)
-    t = len(buf)
-    buf += _TB_Message(18, o.role)
+    t = len(buf) + 18
+    buf += _VT_TB_Message(18, 32, 28, 4 if content is not None else 0, 8 if parts is not None else 0, 12 if name is not None else 0, 16 if tool_calls is not None else 0, 20 if tool_call_id is not None else 0, 24 if refusal is not None else 0, 18, o.role)
     if content is not None:
         _ref(buf, t + 4, _string(buf, content))
     if parts is not None:
@@ -340,8 +332,7 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     return t
 
 
-_VT_KeyValue = struct.Struct('<4H').pack
-_TB_KeyValue = struct.Struct('<i4x4x').pack
+_VT_TB_KeyValue = struct.Struct('<4Hi4x4x').pack  # vtable, then the table inline
 
 
 def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
@@ -350,9 +341,8 @@ def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
     pad = -(len(buf) + 8) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_KeyValue(8, 12, 4 if key is not None else 0, 8 if value is not None else 0)
-    t = len(buf)
-    buf += _TB_KeyValue(8)
+    t = len(buf) + 8
+    buf += _VT_TB_KeyValue(8, 12, 4 if key is not None else 0, 8 if value is not None else 0, 8)
     if key is not None:
         _ref(buf, t + 4, _string(buf, key))
     if value is not None:
@@ -360,8 +350,7 @@ def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
     return t
 
 
-_VT_ResponseFormat = struct.Struct('<4H').pack
-_TB_ResponseFormat = struct.Struct('<i4x4x').pack
+_VT_TB_ResponseFormat = struct.Struct('<4Hi4x4x').pack  # vtable, then the table inline
 
 
 def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
@@ -370,9 +359,8 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
     pad = -(len(buf) + 8) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_ResponseFormat(8, 12, 4 if type is not None else 0, 8 if json_schema_json is not None else 0)
-    t = len(buf)
-    buf += _TB_ResponseFormat(8)
+    t = len(buf) + 8
+    buf += _VT_TB_ResponseFormat(8, 12, 4 if type is not None else 0, 8 if json_schema_json is not None else 0, 8)
     if type is not None:
         _ref(buf, t + 4, _string(buf, type))
     if json_schema_json is not None:
@@ -380,8 +368,7 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
     return t
 
 
-_VT_Passport = struct.Struct('<10H').pack
-_TB_Passport = struct.Struct('<i4xQq4x4xI4x4xb3x').pack
+_VT_TB_Passport = struct.Struct('<10Hi4xQq4x4xI4x4xb3x').pack  # vtable, then the table inline
 
 
 def _write_Passport(buf: bytearray, o: PassportData) -> int:
@@ -392,9 +379,8 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
     pad = -(len(buf) + 20) & 7
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_Passport(20, 48, 24 if tenant_id is not None else 0, 28 if key_id is not None else 0, 32, 8, 44, 16, 36 if traceparent is not None else 0, 40 if tracestate is not None else 0)
-    t = len(buf)
-    buf += _TB_Passport(20, o.prefix_hash, o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority)
+    t = len(buf) + 20
+    buf += _VT_TB_Passport(20, 48, 24 if tenant_id is not None else 0, 28 if key_id is not None else 0, 32, 8, 44, 16, 36 if traceparent is not None else 0, 40 if tracestate is not None else 0, 20, o.prefix_hash, o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority)
     if tenant_id is not None:
         _ref(buf, t + 24, _string(buf, tenant_id))
     if key_id is not None:
@@ -406,8 +392,7 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
     return t
 
 
-_VT_CompletionRequest = struct.Struct('<33H').pack
-_TB_CompletionRequest = struct.Struct('<i4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4xb??????1x').pack
+_VT_TB_CompletionRequest = struct.Struct('<33Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4xb??????1x').pack  # vtable, then the table inline
 
 
 def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
@@ -438,9 +423,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     pad = -(len(buf) + 66) & 7
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_CompletionRequest(66, 128, 40 if request_id is not None else 0, 120, 44 if model_name is not None else 0, 48 if system_prompt is not None else 0, 52 if user_prompt is not None else 0, 56, 60, 64 if tools is not None else 0, 68 if messages is not None else 0, 72 if tool_choice_json is not None else 0, 8 if top_p is not None else 0, 76 if n is not None else 0, 80 if stop is not None else 0, 16 if seed is not None else 0, 24 if presence_penalty is not None else 0, 32 if frequency_penalty is not None else 0, 84 if max_completion_tokens is not None else 0, 88 if response_format is not None else 0, 92 if logit_bias is not None else 0, 96 if user is not None else 0, 121, 122, 100 if metadata is not None else 0, 104 if passport is not None else 0, 123, 124, 125 if parallel_tool_calls is not None else 0, 126 if logprobs is not None else 0, 108 if top_logprobs is not None else 0, 112 if reasoning_effort is not None else 0, 116 if service_tier is not None else 0)
-    t = len(buf)
-    buf += _TB_CompletionRequest(66, top_p if top_p is not None else 0, seed if seed is not None else 0, presence_penalty if presence_penalty is not None else 0, frequency_penalty if frequency_penalty is not None else 0, o.max_tokens, o.temperature, n if n is not None else 0, max_completion_tokens if max_completion_tokens is not None else 0, top_logprobs if top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set, o.max_tokens_set, parallel_tool_calls if parallel_tool_calls is not None else False, logprobs if logprobs is not None else False)
+    t = len(buf) + 66
+    buf += _VT_TB_CompletionRequest(66, 128, 40 if request_id is not None else 0, 120, 44 if model_name is not None else 0, 48 if system_prompt is not None else 0, 52 if user_prompt is not None else 0, 56, 60, 64 if tools is not None else 0, 68 if messages is not None else 0, 72 if tool_choice_json is not None else 0, 8 if top_p is not None else 0, 76 if n is not None else 0, 80 if stop is not None else 0, 16 if seed is not None else 0, 24 if presence_penalty is not None else 0, 32 if frequency_penalty is not None else 0, 84 if max_completion_tokens is not None else 0, 88 if response_format is not None else 0, 92 if logit_bias is not None else 0, 96 if user is not None else 0, 121, 122, 100 if metadata is not None else 0, 104 if passport is not None else 0, 123, 124, 125 if parallel_tool_calls is not None else 0, 126 if logprobs is not None else 0, 108 if top_logprobs is not None else 0, 112 if reasoning_effort is not None else 0, 116 if service_tier is not None else 0, 66, top_p if top_p is not None else 0, seed if seed is not None else 0, presence_penalty if presence_penalty is not None else 0, frequency_penalty if frequency_penalty is not None else 0, o.max_tokens, o.temperature, n if n is not None else 0, max_completion_tokens if max_completion_tokens is not None else 0, top_logprobs if top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set, o.max_tokens_set, parallel_tool_calls if parallel_tool_calls is not None else False, logprobs if logprobs is not None else False)
     if request_id is not None:
         _ref(buf, t + 40, _string(buf, request_id))
     if model_name is not None:
@@ -489,22 +473,19 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     return t
 
 
-_VT_Usage = struct.Struct('<7H').pack
-_TB_Usage = struct.Struct('<iIIIII').pack
+_VT_TB_Usage = struct.Struct('<7HiIIIII').pack  # vtable, then the table inline
 
 
 def _write_Usage(buf: bytearray, o: UsageData) -> int:
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_Usage(14, 24, 4, 8, 12, 16, 20)
-    t = len(buf)
-    buf += _TB_Usage(14, o.prompt_tokens, o.completion_tokens, o.total_tokens, o.cached_tokens, o.reasoning_tokens)
+    t = len(buf) + 14
+    buf += _VT_TB_Usage(14, 24, 4, 8, 12, 16, 20, 14, o.prompt_tokens, o.completion_tokens, o.total_tokens, o.cached_tokens, o.reasoning_tokens)
     return t
 
 
-_VT_Choice = struct.Struct('<5H').pack
-_TB_Choice = struct.Struct('<iI4xb3x').pack
+_VT_TB_Choice = struct.Struct('<5HiI4xb3x').pack  # vtable, then the table inline
 
 
 def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
@@ -512,16 +493,14 @@ def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
     pad = -(len(buf) + 10) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_Choice(10, 16, 4, 8 if message is not None else 0, 12)
-    t = len(buf)
-    buf += _TB_Choice(10, o.index, o.finish_reason)
+    t = len(buf) + 10
+    buf += _VT_TB_Choice(10, 16, 4, 8 if message is not None else 0, 12, 10, o.index, o.finish_reason)
     if message is not None:
         _ref(buf, t + 8, _write_Message(buf, message))
     return t
 
 
-_VT_CompletionResponse = struct.Struct('<8H').pack
-_TB_CompletionResponse = struct.Struct('<i4xq4x4x4x4x4x4x').pack
+_VT_TB_CompletionResponse = struct.Struct('<8Hi4xq4x4x4x4x4x4x').pack  # vtable, then the table inline
 
 
 def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
@@ -533,9 +512,8 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
     pad = -(len(buf) + 16) & 7
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_CompletionResponse(16, 40, 16 if id is not None else 0, 20 if model is not None else 0, 8, 24 if choices is not None else 0, 28 if usage is not None else 0, 32 if system_fingerprint is not None else 0)
-    t = len(buf)
-    buf += _TB_CompletionResponse(16, o.created)
+    t = len(buf) + 16
+    buf += _VT_TB_CompletionResponse(16, 40, 16 if id is not None else 0, 20 if model is not None else 0, 8, 24 if choices is not None else 0, 28 if usage is not None else 0, 32 if system_fingerprint is not None else 0, 16, o.created)
     if id is not None:
         _ref(buf, t + 16, _string(buf, id))
     if model is not None:
@@ -553,8 +531,7 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
     return t
 
 
-_VT_ToolCallDelta = struct.Struct('<7H').pack
-_TB_ToolCallDelta = struct.Struct('<iI4x4x4x4x').pack
+_VT_TB_ToolCallDelta = struct.Struct('<7HiI4x4x4x4x').pack  # vtable, then the table inline
 
 
 def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
@@ -565,9 +542,8 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_ToolCallDelta(14, 24, 4, 8 if id is not None else 0, 12 if type is not None else 0, 16 if name is not None else 0, 20 if arguments is not None else 0)
-    t = len(buf)
-    buf += _TB_ToolCallDelta(14, o.index)
+    t = len(buf) + 14
+    buf += _VT_TB_ToolCallDelta(14, 24, 4, 8 if id is not None else 0, 12 if type is not None else 0, 16 if name is not None else 0, 20 if arguments is not None else 0, 14, o.index)
     if id is not None:
         _ref(buf, t + 8, _string(buf, id))
     if type is not None:
@@ -579,8 +555,7 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
     return t
 
 
-_VT_CompletionChunk = struct.Struct('<15H').pack
-_TB_CompletionChunk = struct.Struct('<i4xQq4x4xI4x4x4x4x4xbb?5x').pack
+_VT_TB_CompletionChunk = struct.Struct('<15Hi4xQq4x4xI4x4x4x4x4xbb?5x').pack  # vtable, then the table inline
 
 
 def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
@@ -595,9 +570,8 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     pad = -(len(buf) + 30) & 7
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_CompletionChunk(30, 64, 8, 24 if id is not None else 0, 28 if model is not None else 0, 16, 32, 56 if role is not None else 0, 36 if content is not None else 0, 40 if tool_calls is not None else 0, 57, 44 if usage is not None else 0, 48 if refusal is not None else 0, 52 if system_fingerprint is not None else 0, 58)
-    t = len(buf)
-    buf += _TB_CompletionChunk(30, o.sequence, o.created, o.choice_index, role if role is not None else 0, o.finish_reason, o.done)
+    t = len(buf) + 30
+    buf += _VT_TB_CompletionChunk(30, 64, 8, 24 if id is not None else 0, 28 if model is not None else 0, 16, 32, 56 if role is not None else 0, 36 if content is not None else 0, 40 if tool_calls is not None else 0, 57, 44 if usage is not None else 0, 48 if refusal is not None else 0, 52 if system_fingerprint is not None else 0, 58, 30, o.sequence, o.created, o.choice_index, role if role is not None else 0, o.finish_reason, o.done)
     if id is not None:
         _ref(buf, t + 24, _string(buf, id))
     if model is not None:
@@ -619,8 +593,7 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     return t
 
 
-_VT_Error = struct.Struct('<7H').pack
-_TB_Error = struct.Struct('<i4x4x4x4xH2x').pack
+_VT_TB_Error = struct.Struct('<7Hi4x4x4x4xH2x').pack  # vtable, then the table inline
 
 
 def _write_Error(buf: bytearray, o: ErrorData) -> int:
@@ -631,9 +604,8 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
-    buf += _VT_Error(14, 24, 20, 4 if type is not None else 0, 8 if code is not None else 0, 12 if message is not None else 0, 16 if param is not None else 0)
-    t = len(buf)
-    buf += _TB_Error(14, o.status)
+    t = len(buf) + 14
+    buf += _VT_TB_Error(14, 24, 20, 4 if type is not None else 0, 8 if code is not None else 0, 12 if message is not None else 0, 16 if param is not None else 0, 14, o.status)
     if type is not None:
         _ref(buf, t + 4, _string(buf, type))
     if code is not None:
