@@ -21,15 +21,18 @@ def _loop() -> asyncio.AbstractEventLoop:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ingress.app import create_app
+    from ingress.app import create_app, tune_gc
 
     settings = Settings(host=args.host, port=args.port, upstream=args.upstream, models=tuple(args.model or ()),
-                        log_level=args.log_level)
+                        log_level=args.log_level, encoder=args.encoder, gc_freeze=not args.no_gc_freeze,
+                        gc_threshold0=args.gc_threshold0)
     configure(settings.log_level)
     upstream = settings.upstream or "embedded demo service"
     get_logger("ingress").info("starting", listen=f"http://{settings.host}:{settings.port}", upstream=upstream,
                                models=list(settings.served_models()))
-    web.run_app(create_app(settings), host=settings.host, port=settings.port, loop=_loop(),
+    app = create_app(settings)
+    app.on_startup.append(tune_gc)  # after the cleanup contexts: everything built at start-up is frozen
+    web.run_app(app, host=settings.host, port=settings.port, loop=_loop(),
                 handler_cancellation=True, access_log=None, print=None)
     return 0
 
@@ -53,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--upstream", help="base URL of the internal service, e.g. http://10.0.0.5:9000")
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
     serve.add_argument("--log-level", default="info")
+    serve.add_argument("--encoder", choices=("generated", "stock"), default="generated",
+                       help="FlatBuffers encoder: the generated one, or the stock Builder (for comparison)")
+    serve.add_argument("--gc-threshold0", type=int, default=Settings().gc_threshold0,
+                       help="young-generation GC threshold")
+    serve.add_argument("--no-gc-freeze", action="store_true", help="do not gc.freeze() start-up objects")
     serve.set_defaults(run=_serve)
     demo = sub.add_parser("demo-upstream", help="run the demo internal service alone")
     demo.add_argument("--host", default="127.0.0.1")

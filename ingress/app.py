@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 from aiohttp import web
 
+from ingress import gctune
 from ingress.demo.service import create_demo_app
 from ingress.edge import handlers
 from ingress.edge.middleware import edge_middleware
@@ -56,6 +57,12 @@ async def _upstream_url(settings: Settings) -> AsyncIterator[str]:
         return
     async with serve_app(create_demo_app(), "127.0.0.1", 0) as url:
         yield url
+
+
+async def tune_gc(app: web.Application) -> None:
+    """An on_startup hook for a serving process (tests leave their own interpreter alone)."""
+    settings = app[SETTINGS]
+    gctune.tune(settings.gc_threshold0, freeze=settings.gc_freeze)
 
 
 def create_app(settings: Settings) -> web.Application:

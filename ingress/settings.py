@@ -29,6 +29,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     builder_pool_size: int = 64
     encoder: Literal["generated", "stock"] = "generated"  # stock: flatbuffers.Builder, for comparison
     log_level: str = "info"
+    gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
+    gc_threshold0: int = 10_000  # above the in-flight working set: bench/gc_pauses.py measured no collections
 
     def served_models(self) -> tuple[str, ...]:
         if self.models:
