@@ -77,7 +77,7 @@ def new_traceparent() -> str:
 
 
 def valid_traceparent(value: str | None) -> str | None:
-    return value if value is not None and _TRACEPARENT.match(value) else None
+    return value if value is not None and _TRACEPARENT.fullmatch(value) else None
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None) -> Passport:

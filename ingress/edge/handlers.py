@@ -29,7 +29,7 @@ def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> in
     raw = headers.headers.get(name)
     if raw is None:
         return 0
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
         raise InvalidRequest(f"Header '{name}' must be an integer from {low} to {high}.", param=name)
     return int(raw)
 

@@ -12,14 +12,15 @@ from ingress.oai.models import INT32_MAX, AssistantMessage, ChatCompletionReques
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 json_encoder = msgspec.json.Encoder()
 
-_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
 _FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
 
 
 def _param(path: str, detail: str) -> str | None:
     """msgspec's `$.messages[0].content` becomes OpenAI's `messages[0].content`."""
     field = _FIELD.search(detail)
-    param = path.lstrip(".")
+    # A dict's keys and values are reported as `key` in `$.x` and `$.x[...]`: name the dict.
+    param = path.lstrip(".").removesuffix("[...]")
     if field:
         param = f"{param}.{field['field']}" if param else field["field"]
     return param or None
@@ -66,5 +67,7 @@ def _check_semantics(request: ChatCompletionRequest) -> None:
             raise _invalid("an assistant message needs content or tool_calls", f"messages[{i}].content")
     if request.stream_options is not None and not request.stream:
         raise _invalid("stream_options is only allowed when stream is true", "stream_options")
-    if request.tool_choice is not None and not isinstance(request.tool_choice, str) and not request.tools:
-        raise _invalid("a named tool_choice needs tools", "tool_choice")
+    if request.tool_choice is not None and not isinstance(request.tool_choice, str):
+        offered = {tool.function.name for tool in request.tools or ()}
+        if request.tool_choice.function.name not in offered:
+            raise _invalid("tool_choice names a function that is not in tools", "tool_choice.function.name")

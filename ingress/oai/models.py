@@ -19,9 +19,10 @@ ChoiceCount = Annotated[int, Meta(ge=1, le=128)]
 Seed = Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)]
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
 ModelName = Annotated[str, Meta(min_length=1, max_length=256)]
-FunctionName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$")]
+# Patterns end in \Z: `$` would also match before a trailing newline.
+FunctionName = Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+\Z")]
 ShortText = Annotated[str, Meta(max_length=256)]
-TokenId = Annotated[str, Meta(pattern=r"^[0-9]{1,10}$")]
+TokenId = Annotated[str, Meta(pattern=r"^(?:0|[1-9][0-9]{0,9})\Z")]  # one spelling per token id
 Bias = Annotated[float, Meta(ge=-100.0, le=100.0)]
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=64)]
 MetadataValue = Annotated[str, Meta(max_length=512)]

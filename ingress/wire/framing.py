@@ -18,16 +18,24 @@ class FrameDecoder:
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()
         self._max = max_frame
+        self._error: FrameError | None = None
 
     def feed(self, data: bytes) -> list[bytes]:
+        """Frames completed so far. A bad size prefix raises, but only after the frames before it
+        have been returned, so nothing good is lost."""
+        if self._error is not None:
+            raise self._error
         self._buf += data
-        frames = []
+        frames: list[bytes] = []
         pos = 0
         buf = self._buf
         while len(buf) - pos >= PREFIX.size:
             (size,) = PREFIX.unpack_from(buf, pos)
             if size < 8 or size > self._max:
-                raise FrameError(f"frame size {size} is outside 8..{self._max}")
+                self._error = FrameError(f"frame size {size} is outside 8..{self._max}")
+                if frames:
+                    break
+                raise self._error
             end = pos + PREFIX.size + size
             if end > len(buf):
                 break
@@ -44,6 +52,8 @@ class FrameDecoder:
 
     def finish(self) -> None:
         """At end of stream: leftover bytes mean the stream was cut inside a frame."""
+        if self._error is not None:
+            raise self._error
         if self._buf:
             raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes left over)")
 

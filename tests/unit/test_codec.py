@@ -1,0 +1,207 @@
+"""decode_chat_request: every bad body is a 400 naming the field; every valid field is carried."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from ingress.errors import InvalidRequest
+from ingress.oai import models as oai
+from ingress.oai.codec import decode_chat_request
+from ingress.passport import Passport
+from ingress.wire import read_request
+from ingress.wire.encode import encode_request
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, TOOL, USER, Bad, body
+
+
+def refusal(raw: bytes) -> InvalidRequest:
+    with pytest.raises(InvalidRequest) as info:
+        decode_chat_request(raw)
+    return info.value
+
+
+@pytest.mark.parametrize("bad", BAD_REQUESTS)
+def test_bad_request_is_refused_with_its_param(bad: Bad) -> None:
+    exc = refusal(bad.body)
+    assert (exc.status, exc.type, exc.code, exc.param) == (400, "invalid_request_error", bad.code, bad.param)
+    if bad.param is not None:
+        assert f"'{bad.param}'" in exc.message
+    # Nothing internal (a RecursionError, msgspec's exception) travels along with the error.
+    assert exc.__cause__ is None and (exc.__context__ is None or exc.__suppress_context__)
+
+
+@pytest.mark.parametrize("raw", [pytest.param(row.values[0], id=row.id) for row in MISNAMED_PARAMS])
+def test_bad_dict_entry_is_refused(raw: bytes) -> None:
+    exc = refusal(raw)
+    assert (exc.status, exc.type, exc.code) == (400, "invalid_request_error", "invalid_request")
+
+
+@pytest.mark.parametrize(("raw", "params"), MISNAMED_PARAMS)
+def test_dict_key_and_value_errors_name_the_field(raw: bytes, params: set[str]) -> None:
+    assert refusal(raw).param in params
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(body(tools=[{"type": "function", "function": {"name": "get_weather\n"}}]), id="function-name"),
+        pytest.param(body(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "get_weather\n"}}),
+                     id="tool-choice-name"),
+        pytest.param(body(response_format={"type": "json_schema", "json_schema": {"name": "answer\n"}}),
+                     id="json-schema-name"),
+        pytest.param(body(logit_bias={"50256\n": 1}), id="logit-bias-token"),
+    ],
+)
+def test_name_with_trailing_newline_is_refused(raw: bytes) -> None:
+    assert refusal(raw).status == 400
+
+
+def test_logit_bias_token_spelled_twice_is_refused_or_merged() -> None:
+    raw = body(logit_bias={"50256": -100, "050256": 100})
+    try:
+        request = decode_chat_request(raw)
+    except InvalidRequest as exc:
+        assert exc.param is not None and exc.param.startswith("logit_bias")
+        return
+    view = read_request(encode_request(request, "req-1", Passport()))
+    tokens = [view.LogitBias(i).TokenId() for i in range(view.LogitBiasLength())]
+    assert len(tokens) == len(set(tokens))
+
+
+def test_error_renders_in_openai_shape() -> None:
+    exc = refusal(body(temperature=2.5))
+    assert exc.body() == {
+        "error": {
+            "message": "Invalid value for 'temperature': Expected `float` <= 2.0.",
+            "type": "invalid_request_error",
+            "param": "temperature",
+            "code": "invalid_request",
+        }
+    }
+
+
+# --- what is accepted ----------------------------------------------------------------------------
+
+PARAMETERS = {"type": "object", "properties": {"city": {"type": "string", "description": "Zürich, 東京"}},
+              "required": ["city"], "additionalProperties": False}
+
+MAXIMAL: dict[str, Any] = {
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "be brief", "name": "policy"},
+        {"role": "developer", "content": [{"type": "text", "text": "answer in French"}], "name": "dev"},
+        {
+            "role": "user",
+            "name": "ana",
+            "content": [
+                {"type": "text", "text": "what is in this image? 🚀"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+                {"type": "file", "file": {"file_data": "JVBERi0=", "file_id": "file-1", "filename": "a.pdf"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "name": "bot",
+            "content": [{"type": "text", "text": "let me check"}, {"type": "refusal", "refusal": "not that"}],
+            "refusal": "partly",
+            "tool_calls": [{"id": "call_1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"}}],
+        },
+        {"role": "tool", "content": [{"type": "text", "text": "14 °C"}], "tool_call_id": "call_1"},
+        {"role": "user", "content": "and tomorrow?"},
+    ],
+    "frequency_penalty": -2.0,
+    "logit_bias": {"0": -100.0, "50256": 100.0, "2147483647": 0.5},
+    "logprobs": True,
+    "top_logprobs": 20,
+    "max_tokens": 2**31 - 1,
+    "max_completion_tokens": 1,
+    "metadata": {**{f"key{i}": "v" for i in range(15)}, "k" * 64: "v" * 512},
+    "n": 128,
+    "parallel_tool_calls": False,
+    "presence_penalty": 2.0,
+    "reasoning_effort": "high",
+    "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "description": "d",
+                                                               "schema": PARAMETERS, "strict": True}},
+    "seed": -(2**63),
+    "service_tier": "default",
+    "stop": ["\n\n", "END", "终", ""],
+    "stream": True,
+    "stream_options": {"include_usage": True, "include_obfuscation": False},
+    "temperature": 2.0,
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Wetter",
+                                                "parameters": PARAMETERS, "strict": True}}],
+    "top_p": 1.0,
+    "user": "u" * 256,
+}
+
+
+def test_maximal_request_sets_every_field() -> None:
+    request = decode_chat_request(json.dumps(MAXIMAL).encode())
+    assert [f for f in request.__struct_fields__ if getattr(request, f) is None] == []
+    assert [type(m).__name__ for m in request.messages] == [
+        "SystemMessage", "DeveloperMessage", "UserMessage", "AssistantMessage", "ToolMessage", "UserMessage"]
+    user = request.messages[2]
+    assert isinstance(user, oai.UserMessage) and isinstance(user.content, list)
+    assert [type(p).__name__ for p in user.content] == ["TextPart", "ImagePart", "AudioPart", "FilePart"]
+    assert request.tools is not None and json.loads(bytes(request.tools[0].function.parameters)) == PARAMETERS
+    assert isinstance(request.tool_choice, oai.NamedToolChoice) and request.tool_choice.function.name == "get_weather"
+    assert request.stop == ["\n\n", "END", "终", ""]
+    assert (request.seed, request.max_tokens, request.n, request.temperature) == (-(2**63), 2**31 - 1, 128, 2.0)
+    # Decoding is idempotent: what the codec accepted, re-encoded, is accepted as the same request.
+    assert decode_chat_request(msgspec.json.encode(request)) == request
+
+
+@pytest.mark.parametrize(
+    ("fields", "attribute", "value"),
+    [
+        pytest.param({"temperature": 0}, "temperature", 0.0, id="temperature-0"),
+        pytest.param({"temperature": 1}, "temperature", 1.0, id="temperature-int"),
+        pytest.param({"top_p": 0.0}, "top_p", 0.0, id="top-p-0"),
+        pytest.param({"n": 1}, "n", 1, id="n-1"),
+        pytest.param({"max_tokens": 1}, "max_tokens", 1, id="max-tokens-1"),
+        pytest.param({"seed": 2**63 - 1}, "seed", 2**63 - 1, id="seed-int64-max"),
+        pytest.param({"top_logprobs": 0}, "top_logprobs", 0, id="top-logprobs-0"),
+        pytest.param({"presence_penalty": -2}, "presence_penalty", -2.0, id="presence-penalty--2"),
+        pytest.param({"logit_bias": {"1": -100}}, "logit_bias", {"1": -100.0}, id="logit-bias--100"),
+        pytest.param({"logit_bias": {}}, "logit_bias", {}, id="logit-bias-empty"),
+        pytest.param({"stop": "END"}, "stop", "END", id="stop-string"),
+        pytest.param({"stop": []}, "stop", [], id="stop-empty-list"),
+        pytest.param({"metadata": {}}, "metadata", {}, id="metadata-empty"),
+        pytest.param({"tool_choice": "required", "tools": [TOOL]}, "tool_choice", "required",
+                     id="tool-choice-required"),
+        pytest.param({"tool_choice": "none"}, "tool_choice", "none", id="tool-choice-none-without-tools"),
+        pytest.param({"stream": False}, "stream", False, id="stream-false"),
+        pytest.param({"response_format": {"type": "json_object"}}, "response_format", oai.JsonObjectFormat(),
+                     id="response-format-json-object"),
+        pytest.param({"messages": [USER, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c", "function": {"name": "f", "arguments": ""}}]}]}, "messages",
+            [oai.UserMessage(content="hi"), oai.AssistantMessage(tool_calls=[
+                oai.ToolCallIn(id="c", function=oai.FunctionCallIn(name="f", arguments=""))])],
+            id="assistant-null-content-with-tool-calls"),
+        pytest.param({"messages": [{"role": "user", "content": ""}]}, "messages", [oai.UserMessage(content="")],
+                     id="empty-content"),
+        pytest.param({"messages": [{"role": "user", "content": []}]}, "messages", [oai.UserMessage(content=[])],
+                     id="empty-parts"),
+    ],
+)
+def test_boundary_values_are_accepted(fields: dict[str, Any], attribute: str, value: Any) -> None:
+    assert getattr(decode_chat_request(body(**fields)), attribute) == value
+
+
+def test_tool_parameters_are_kept_verbatim() -> None:
+    raw = body()[:-1] + b',"tools":[{"type":"function","function":{"name":"f","parameters": { "a" : [1, 2.50] } }}]}'
+    request = decode_chat_request(raw)
+    assert request.tools is not None
+    assert bytes(request.tools[0].function.parameters) == b'{ "a" : [1, 2.50] }'
+
+
+def test_duplicate_keys_keep_the_last_value() -> None:
+    # As with Python's json module; OpenAI's own behaviour for duplicate keys is not documented.
+    raw = b'{"model": "a", "model": "b", "messages": [{"role": "user", "content": "hi"}]}'
+    assert decode_chat_request(raw).model == "b"

@@ -1,0 +1,206 @@
+"""The edge over HTTP: every refusal is OpenAI's error shape with the right status, never a 500."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ingress.app import create_app, serve_app
+from ingress.settings import DEMO_MODEL, Settings
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
+
+CHAT = "/v1/chat/completions"
+JSON_HEADERS = {"Content-Type": "application/json"}
+GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Any
+    doc: Any
+
+
+@dataclass
+class Edge:
+    url: str
+    session: aiohttp.ClientSession
+
+    async def call(self, method: str, path: str, data: Any = None, headers: dict[str, str] | None = None) -> Answer:
+        async with self.session.request(method, self.url + path, data=data, headers=headers) as response:
+            raw = await response.read()
+            return Answer(response.status, response.headers, json.loads(raw))
+
+    async def chat(self, raw: Any, **headers: str) -> Answer:
+        return await self.call("POST", CHAT, raw, {**JSON_HEADERS, **headers})
+
+
+@asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[Edge]:
+    """The edge on a free loopback port, with the demo service embedded, and a client for it."""
+    async with serve_app(create_app(settings), "127.0.0.1", 0) as url, aiohttp.ClientSession() as session:
+        yield Edge(url, session)
+
+
+@pytest.fixture
+async def edge() -> AsyncIterator[Edge]:
+    async with running(Settings()) as e:
+        yield e
+
+
+@pytest.fixture
+async def small_edge() -> AsyncIterator[Edge]:
+    async with running(Settings(max_body_bytes=1024)) as e:
+        yield e
+
+
+def assert_error(answer: Answer, status: int, *, param: str | None = None, code: str | None = None) -> None:
+    """OpenAI's error shape, exactly: {"error": {"message", "type", "param", "code"}}."""
+    assert answer.status == status
+    assert answer.headers["Content-Type"].startswith("application/json")
+    assert list(answer.doc) == ["error"]
+    error = answer.doc["error"]
+    assert sorted(error) == ["code", "message", "param", "type"]
+    assert isinstance(error["message"], str) and error["message"]
+    assert error["type"] == ("invalid_request_error" if status < 500 else "server_error")
+    assert error["param"] == param
+    if code is not None:
+        assert error["code"] == code
+    assert answer.headers["x-request-id"]
+
+
+def valid(**fields: Any) -> bytes:
+    return body(model=DEMO_MODEL, **fields)
+
+
+@pytest.mark.parametrize("bad", BAD_REQUESTS)
+async def test_bad_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
+    assert_error(await edge.chat(bad.body), 400, param=bad.param, code=bad.code)
+
+
+@pytest.mark.parametrize("raw", [pytest.param(row.values[0], id=row.id) for row in MISNAMED_PARAMS])
+async def test_bad_dict_entry_is_a_400(edge: Edge, raw: bytes) -> None:
+    # The param these are refused with is wrong (see test_codec); the status and shape are not.
+    answer = await edge.chat(raw)
+    assert answer.status == 400 and answer.doc["error"]["type"] == "invalid_request_error"
+
+
+async def test_valid_body_is_answered(edge: Edge) -> None:
+    answer = await edge.chat(valid())
+    assert answer.status == 200 and answer.doc["object"] == "chat.completion"
+    assert answer.doc["choices"][0]["message"]["content"] == "hi"
+
+
+async def test_flatbuffers_body_is_refused(edge: Edge) -> None:
+    answer = await edge.call("POST", CHAT, valid(), {"Content-Type": "application/x-flatbuffers"})
+    assert_error(answer, 400, code="unsupported_media_type")
+
+
+# --- body size -----------------------------------------------------------------------------------
+
+
+def padded(size: int) -> bytes:
+    """A valid request of exactly `size` bytes (JSON allows trailing whitespace)."""
+    raw = valid()
+    assert len(raw) <= size
+    return raw + b" " * (size - len(raw))
+
+
+async def test_body_at_the_limit_is_accepted(small_edge: Edge) -> None:
+    assert (await small_edge.chat(padded(1024))).status == 200
+
+
+async def test_body_over_the_limit_with_content_length_is_a_413(small_edge: Edge) -> None:
+    assert_error(await small_edge.chat(padded(1025)), 413, code="request_too_large")
+    assert_error(await small_edge.chat(padded(16 * 1024)), 413, code="request_too_large")
+
+
+async def test_body_over_the_limit_when_chunked_is_a_413(small_edge: Edge) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        raw = padded(4096)
+        for i in range(0, len(raw), 256):
+            yield raw[i : i + 256]
+
+    answer = await small_edge.chat(chunks())
+    assert_error(answer, 413, code="request_too_large")
+
+
+async def test_chunked_body_under_the_limit_is_accepted(small_edge: Edge) -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        raw = padded(1000)
+        for i in range(0, len(raw), 100):
+            yield raw[i : i + 100]
+
+    assert (await small_edge.chat(chunks())).status == 200
+
+
+# --- routes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/nope", "/v1/chat/completion", "/v1/completions", "/v2/chat/completions"])
+async def test_unknown_path_is_a_404(edge: Edge, path: str) -> None:
+    assert_error(await edge.call("POST", path, valid(), JSON_HEADERS), 404, code="unknown_url")
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
+async def test_wrong_method_is_a_405(edge: Edge, method: str) -> None:
+    assert_error(await edge.call(method, CHAT), 405, code="method_not_allowed")
+
+
+async def test_unknown_model_is_a_404(edge: Edge) -> None:
+    assert_error(await edge.chat(body(model="gpt-unknown")), 404, param="model", code="model_not_found")
+    assert_error(await edge.call("GET", "/v1/models/gpt-unknown"), 404, param="model", code="model_not_found")
+
+
+# --- headers -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", [valid(), b"{"], ids=["answered", "refused"])
+@pytest.mark.parametrize("request_id", ["abc-123", "A.b_c:d-9", "x" * 128])
+async def test_valid_request_id_is_echoed(edge: Edge, raw: bytes, request_id: str) -> None:
+    answer = await edge.chat(raw, **{"x-request-id": request_id})
+    assert answer.headers["x-request-id"] == request_id
+
+
+@pytest.mark.parametrize("raw", [valid(), b"{"], ids=["answered", "refused"])
+@pytest.mark.parametrize("request_id", ["x" * 129, "a" * 300, "has space", "semi;colon", "", "ünï"])
+async def test_invalid_request_id_is_replaced(edge: Edge, raw: bytes, request_id: str) -> None:
+    answer = await edge.chat(raw, **{"x-request-id": request_id})
+    assert GENERATED_ID.match(answer.headers["x-request-id"])
+
+
+async def test_request_id_is_generated_when_absent(edge: Edge) -> None:
+    first, second = await edge.chat(valid()), await edge.chat(valid())
+    assert GENERATED_ID.match(first.headers["x-request-id"])
+    assert first.headers["x-request-id"] != second.headers["x-request-id"]
+    assert first.doc["id"] == "chatcmpl-" + first.headers["x-request-id"]
+
+
+@pytest.mark.parametrize("value", ["high", "128", "-1", "1.5", "", "0x10", "99999999999999999999"])
+async def test_bad_priority_header_is_a_400(edge: Edge, value: str) -> None:
+    answer = await edge.chat(valid(), **{"x-ingress-priority": value})
+    assert_error(answer, 400, param="x-ingress-priority", code="invalid_request")
+
+
+@pytest.mark.parametrize("value", ["²", "⑦"])
+async def test_priority_header_with_non_decimal_digit_is_a_400(edge: Edge, value: str) -> None:
+    answer = await edge.chat(valid(), **{"x-ingress-priority": value})
+    assert_error(answer, 400, param="x-ingress-priority", code="invalid_request")
+
+
+@pytest.mark.parametrize("value", ["0", "127"])
+async def test_priority_header_in_range_is_accepted(edge: Edge, value: str) -> None:
+    assert (await edge.chat(valid(), **{"x-ingress-priority": value})).status == 200
+
+
+@pytest.mark.parametrize("value", ["0", "86400001", "soon"])
+async def test_bad_timeout_header_is_a_400(edge: Edge, value: str) -> None:
+    answer = await edge.chat(valid(), **{"x-ingress-timeout-ms": value})
+    assert_error(answer, 400, param="x-ingress-timeout-ms", code="invalid_request")
