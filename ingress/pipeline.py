@@ -95,10 +95,13 @@ class ChatStream:
                 for frame in self._decoder.feed(data):
                     for chunk in translator.feed_frame(frame):
                         yield self._sse.event(chunk)
+                    if translator.done:
+                        break  # complete: whatever follows the final frame is not read, however it arrived
                 if translator.done:
                     break
-            self._decoder.finish()
-            translator.finish()
+            else:
+                self._decoder.finish()
+                translator.finish()
         except FrameError as exc:
             yield self._fail(UpstreamProtocolError(f"The model service sent a malformed stream: {exc}."))
             return

@@ -20,9 +20,8 @@ _json = msgspec.json.Encoder()
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def _json_response(obj: object, request_id: str | None = None) -> web.Response:
-    headers = {REQUEST_ID: request_id} if request_id else None
-    return web.Response(body=_json.encode(obj), content_type="application/json", headers=headers)
+def _json_response(obj: object) -> web.Response:
+    return web.Response(body=_json.encode(obj), content_type="application/json")
 
 
 def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
@@ -66,7 +65,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await _read_body(request, gw.settings.max_body_bytes)
     result = await pipeline.chat(gw, body, request_meta(request), ex)
     if isinstance(result, out.ChatCompletion):
-        return _json_response(result, ex.request_id)
+        return _json_response(result)
     try:
         response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id})
         await response.prepare(request)

@@ -63,6 +63,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             raise _from_http(exc) from None
         status = response.status
         outcome = "stream_error" if ex.error is not None else "ok"
+        if not response.prepared:  # streams set theirs before the head is sent
+            response.headers.setdefault(REQUEST_ID, ex.request_id)
         return response
     except IngressError as exc:
         ex.error = exc
