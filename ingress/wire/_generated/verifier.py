@@ -23,19 +23,23 @@ With strict=False the verdicts are those of flatbuffers::Verifier (C++) with its
   are not checked for zero or sign: C++ does not, and reads them the same way).
 
 Not checked, as in C++: enum values (an unknown value reads as its integer; callers map it), bool
-bytes other than 0 and 1, deprecated fields, the table's inline size and a vtable's own fields beyond
-its size, the alignment of vector elements, and bytes no offset reaches.
+bytes other than 0 and 1, deprecated fields, vtable entries past the fields this schema knows (a
+newer writer's), and bytes no offset reaches. Nor, with strict=False: a vtable's two header entries
+(a shorter vtable reads every field as absent), the table's inline size, and the alignment of
+vector elements (C++ aligns only their length).
 
 Deliberate differences:
 1. strict=True (the default) adds checks C++ leaves out: strings are valid UTF-8; a vtable holds at
    least its two header entries; a table's inline size (vtable entry 1) is at least 4 and inside the
-   buffer; vector elements are aligned to their own alignment; and at most len(buf) // 4 offsets are
-   followed. A buffer written by any FlatBuffers builder passes these: every uoffset occupies four
-   bytes of its own and, with the memo below, is followed once, so the last rule only refuses crafted
-   overlapping vectors, whose verification is otherwise quadratic in the buffer size (in C++ too).
+   buffer; vector elements are aligned to their own alignment; at most len(buf) // 4 offsets are
+   followed and at most len(buf) string bytes decoded. A buffer written by any FlatBuffers builder
+   passes these: every uoffset occupies four bytes of its own and, with the memo below, is followed
+   once, and strings do not overlap; so the last two rules only refuse crafted overlapping vectors or
+   strings, whose verification is otherwise quadratic in the buffer size (for vectors, in C++ too).
    strict=False is for comparisons with the C++ Verifier.
-2. A size prefix must equal the byte count after it exactly; C++ only requires it not to exceed it.
-   A prefix that understates its frame would desynchronise a stream reader.
+2. A size prefix must equal the byte count after it exactly; C++ only requires it not to exceed it
+   (the tests' C++ oracle insists on equality too). A prefix that understates its frame would
+   desynchronise a stream reader.
 3. A table or vector reached again through another offset (a DAG, legal in FlatBuffers) is not
    walked again: its table count and depth are remembered and added again, so the limits and the
    verdicts stay those of C++, while the work stays proportional to the buffer instead of up to
@@ -69,11 +73,12 @@ class Verifier:
     """One buffer's verification: its options, and counters that stay readable afterwards.
 
     `tables` counts tables as flatbuffers::Verifier does (one reached twice counts twice); `walked`
-    counts the tables and vectors actually walked and `refs` the offsets followed.
+    counts the tables and vectors actually walked, `refs` the offsets followed and `decoded` the string
+    bytes checked for UTF-8.
     """
 
     __slots__ = ("buf", "size", "strict", "max_size", "max_depth", "max_tables", "depth", "peak", "tables",
-                 "refs", "walked", "seen", "_budget")
+                 "refs", "walked", "decoded", "seen", "_budget")
 
     def __init__(self, buf: bytes | bytearray | memoryview, *, strict: bool = True, max_size: int = MAX_SIZE,
                  max_depth: int = MAX_DEPTH, max_tables: int = MAX_TABLES) -> None:
@@ -83,14 +88,14 @@ class Verifier:
         self.max_size = min(max_size, MAX_SIZE)
         self.max_depth = max_depth
         self.max_tables = max_tables
-        self.depth = self.peak = self.tables = self.refs = self.walked = 0
+        self.depth = self.peak = self.tables = self.refs = self.walked = self.decoded = 0
         self.seen: dict[int, tuple[int, int]] = {}  # (position, kind) -> (tables, height) of a finished walk
         self._budget = _UNBOUNDED
 
     def verify(self, root: str, *, size_prefixed: bool = False) -> None:
         """Check the buffer as a `root` table (a key of ROOTS); raise VerifyError on the first failure."""
         identifier, table = ROOTS[root]
-        self.depth = self.peak = self.tables = self.refs = self.walked = 0
+        self.depth = self.peak = self.tables = self.refs = self.walked = self.decoded = 0
         self.seen = {}
         try:
             self._buffer(identifier, size_prefixed, table)
@@ -134,7 +139,9 @@ class Verifier:
             raise VerifyError(f"{what}: offset at {p} is {u}: zero or negative")
         if p + u > n - 1:
             raise VerifyError(f"{what}: offset at {p} points past the end")
-        self._follow(1, what)
+        self.refs += 1
+        if self.refs > self._budget:
+            self._follow(0, what)
         return p + u
 
     def _follow(self, count: int, what: str) -> None:
@@ -213,10 +220,15 @@ class Verifier:
         if self.strict:
             key = s * _KINDS + _STRING
             if key not in self.seen:
+                self.decoded += end - s - 4
+                if self.decoded > n:
+                    raise VerifyError(f"{what}: more string bytes than a {n}-byte buffer holds (strict)")
+                text = buf[s + 4 : end]
                 try:
-                    buf[s + 4 : end].decode()
+                    if not text.isascii():
+                        text.decode()
                 except UnicodeDecodeError as exc:
-                    raise VerifyError(f"{what}: string at {s} is not UTF-8 ({exc.reason}, byte {exc.start})") from None
+                    raise VerifyError(f"{what}: string at {s} is not UTF-8: {exc.reason} (strict)") from None
                 self.seen[key] = _DONE
 
     def _vector(self, x: int, size: int, align: int, what: str) -> int:
