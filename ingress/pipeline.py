@@ -126,12 +126,12 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
     if not request.stream:
         answer = await gw.upstream.complete(encoded, headers)
         ex.mark_first_byte()
-        response = decode_answer(answer)
+        response = decode_answer(answer, verify_answer=gw.settings.verify_answers)
         ex.usage = response.usage
         return translate_response(response)
     stack = AsyncExitStack()
     reads = await stack.enter_async_context(gw.upstream.stream(encoded, headers))
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                  include_usage=include_usage)
+                                  include_usage=include_usage, verify=gw.settings.verify_answers)
     return ChatStream(stack, reads, translator, FrameDecoder(gw.settings.max_frame_bytes), ex)

@@ -27,6 +27,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_frame_bytes: int = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
     builder_pool_size: int = 64
+    verify_answers: bool = True  # verify every upstream buffer before reading it
     encoder: Literal["generated", "stock"] = "generated"  # stock: flatbuffers.Builder, for comparison
     log_level: str = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)

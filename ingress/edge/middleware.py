@@ -97,5 +97,7 @@ def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str)
         fields.update(prompt_tokens=ex.usage.prompt_tokens, completion_tokens=ex.usage.completion_tokens)
     if ex.error is not None:
         fields.update(error_code=ex.error.code, error_type=ex.error.type)
+        if ex.error.__cause__ is not None:  # what went wrong inside, for operators only
+            fields["error_detail"] = f"{type(ex.error.__cause__).__name__}: {ex.error.__cause__}"[:300]
     level = ex.error.log_level if ex.error is not None else 20
     log.log(level, "request", **fields)

@@ -6,7 +6,7 @@ from msgspec import UNSET
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamProtocolError
 from ingress.oai import responses as out
-from ingress.wire import decode, identifiers
+from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
 
 
@@ -51,14 +51,18 @@ def error_from_upstream(info: wt.ErrorInfo) -> UpstreamAnswered:
     return UpstreamAnswered(info.status, info.type, info.code, info.message, info.param)
 
 
-def decode_answer(body: bytes) -> wt.Response:
+def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
     """A non-streamed answer body: a CompletionResponse, or an Error raised as UpstreamAnswered."""
     kind = identifiers.identifier_of(body)
     try:
         if kind == identifiers.ERROR:
+            if verify_answer:
+                verify.verify_error(body)
             raise error_from_upstream(decode.decode_error(body))
+        if verify_answer:
+            verify.verify_response(body)
         return decode.decode_response(body)
     except IngressError:
         raise
-    except Exception as exc:  # a malformed buffer can fail anywhere in the generated readers
+    except Exception as exc:  # unverified, a malformed buffer can fail anywhere in the generated readers
         raise UpstreamProtocolError("The model service sent an unreadable answer.") from exc

@@ -7,14 +7,14 @@ from msgspec import UNSET
 from ingress.errors import IngressError, UpstreamProtocolError
 from ingress.oai import responses as out
 from ingress.translate.completion import error_from_upstream, translate_usage
-from ingress.wire import decode, identifiers
+from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
 
 
 class StreamTranslator:
     """Per-request stream state: ids seen on the first chunk, sequence order, completion, usage."""
 
-    def __init__(self, *, id: str, model: str, created: int, include_usage: bool) -> None:
+    def __init__(self, *, id: str, model: str, created: int, include_usage: bool, verify: bool = True) -> None:
         self.id = id
         self.model = model
         self.created = created
@@ -23,17 +23,22 @@ class StreamTranslator:
         self.done = False
         self.system_fingerprint: str | None = None
         self._next_sequence = 0
+        self._verify = verify
 
     def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
-        """One frame (size prefix stripped): a chunk → zero or more OpenAI chunks; an Error → raised."""
-        kind = identifiers.identifier_of(frame)
+        """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised."""
+        kind = identifiers.identifier_of(frame, 4)
         try:
             if kind == identifiers.ERROR:
-                raise error_from_upstream(decode.decode_error(frame))
-            chunk = decode.decode_chunk(frame)
+                if self._verify:
+                    verify.verify_error(frame, size_prefixed=True)
+                raise error_from_upstream(decode.decode_error(frame[4:]))
+            if self._verify:
+                verify.verify_chunk(frame)
+            chunk = decode.decode_chunk(frame[4:])
         except IngressError:
             raise
-        except Exception as exc:  # a malformed buffer can fail anywhere in the generated readers
+        except Exception as exc:  # unverified, a malformed buffer can fail anywhere in the generated readers
             raise UpstreamProtocolError("The model service sent an unreadable stream frame.") from exc
         return self.feed(chunk)
 

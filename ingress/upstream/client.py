@@ -53,7 +53,7 @@ class UpstreamClient:
             finally:
                 response.release()
             if identifiers.identifier_of(answer) == identifiers.ERROR:
-                decode_answer(answer)  # raises UpstreamAnswered with the service's status and message
+                decode_answer(answer)  # verifies, then raises UpstreamAnswered with the service's status
             raise UpstreamProtocolError(f"The model service failed with status {response.status}.")
         return response
 

@@ -13,7 +13,8 @@ class FrameError(ValueError):
 
 
 class FrameDecoder:
-    """Feed bytes as they arrive; get back every frame completed so far (prefix stripped)."""
+    """Feed bytes as they arrive; get back every frame completed so far, size prefix included (a frame
+    is verified whole: its fields are aligned from the start of the prefix)."""
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()
@@ -39,7 +40,7 @@ class FrameDecoder:
             end = pos + PREFIX.size + size
             if end > len(buf):
                 break
-            frames.append(bytes(buf[pos + PREFIX.size : end]))
+            frames.append(bytes(buf[pos:end]))
             pos = end
         if pos:
             del buf[:pos]

@@ -352,8 +352,6 @@ async def test_data_after_the_done_frame_gets_the_same_answer_however_it_is_read
     assert endings[0] == endings[1]
 
 
-@pytest.mark.xfail(strict=True, reason="answers are read without a FlatBuffers verifier: a string whose length "
-                                       "runs past the end of the buffer is relayed with the bytes that follow it")
 async def test_a_string_running_past_the_end_of_the_answer_is_a_protocol_error(
     http: aiohttp.ClientSession, edge: str, fake_upstream: FakeUpstream,
 ) -> None:

@@ -33,10 +33,6 @@ def run(t: StreamTranslator, *chunks: Chunk) -> list[Any]:
     return as_json(out)
 
 
-def unframed(frame: bytes) -> bytes:
-    return frame[4:]
-
-
 STREAM = [
     Chunk(sequence=0, id="chatcmpl-up", model="served", created=2000, role="assistant", content="",
           system_fingerprint="fp_1"),
@@ -152,7 +148,7 @@ def test_frames_are_decoded_and_translated() -> None:
     t = translator(include_usage=True)
     out = []
     for chunk in STREAM:
-        out += t.feed_frame(unframed(wire.write_chunk(chunk)))
+        out += t.feed_frame(wire.write_chunk(chunk))
     assert as_json(out) == run(translator(include_usage=True), *STREAM)
     t.finish()
 
@@ -173,7 +169,7 @@ def test_error_frame_raises_with_its_status(error: ErrorInfo, status: int, type_
     t = translator()
     t.feed(Chunk(sequence=0, content="partial"))
     with pytest.raises(UpstreamAnswered) as info:
-        t.feed_frame(unframed(wire.write_error(error, framed=True)))
+        t.feed_frame(wire.write_error(error, framed=True))
     exc = info.value
     assert (exc.status, exc.type, exc.code, exc.param) == (status, type_, error.code, error.param)
     assert exc.message == (error.message or "The model service returned an error.")
