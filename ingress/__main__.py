@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import sys
 
+import msgspec
+
 from aiohttp import web
 
 from ingress.log import configure, get_logger
@@ -20,20 +22,54 @@ def _loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    """The config file if given, else defaults; command-line flags given explicitly override either."""
+    from ingress.config import ConfigError, load_config
+
+    try:
+        base = load_config(args.config) if args.config else Settings()
+    except ConfigError as exc:
+        raise SystemExit(f"ingress: {exc}") from None
+    overrides = {k: v for k, v in {
+        "host": args.host, "port": args.port, "unix": args.unix, "upstream": args.upstream,
+        "models": tuple(args.model) if args.model else None, "log_level": args.log_level, "encoder": args.encoder,
+        "gc_threshold0": args.gc_threshold0, "gc_freeze": False if args.no_gc_freeze else None,
+    }.items() if v is not None}
+    return msgspec.structs.replace(base, **overrides)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from ingress.app import create_app, tune_gc
+    from ingress.routing.table import RouteTable
 
-    settings = Settings(host=args.host, port=args.port, upstream=args.upstream, models=tuple(args.model or ()),
-                        log_level=args.log_level, encoder=args.encoder, gc_freeze=not args.no_gc_freeze,
-                        gc_threshold0=args.gc_threshold0)
+    settings = _settings(args)
     configure(settings.log_level)
-    upstream = settings.upstream or "embedded demo service"
-    get_logger("ingress").info("starting", listen=f"http://{settings.host}:{settings.port}", upstream=upstream,
-                               models=list(settings.served_models()))
+    groups, routes = settings.resolved()
+    listen = f"unix:{settings.unix}" if settings.unix else f"http://{settings.host}:{settings.port}"
+    get_logger("ingress").info("starting", listen=listen, groups={n: [e.url for e in g.endpoints]
+                               for n, g in groups.items()}, models=RouteTable(routes).listed_models())
     app = create_app(settings)
     app.on_startup.append(tune_gc)  # after the cleanup contexts: everything built at start-up is frozen
-    web.run_app(app, host=settings.host, port=settings.port, loop=_loop(),
-                handler_cancellation=True, access_log=None, print=None)
+    if settings.unix:
+        web.run_app(app, path=settings.unix, loop=_loop(), handler_cancellation=True, access_log=None, print=None)
+    else:
+        web.run_app(app, host=settings.host, port=settings.port, loop=_loop(),
+                    handler_cancellation=True, access_log=None, print=None)
+    return 0
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from ingress.config import ConfigError, load_config
+    from ingress.routing.table import RouteTable
+
+    try:
+        settings = load_config(args.file)
+    except ConfigError as exc:
+        print(f"ingress: {exc}", file=sys.stderr)
+        return 1
+    groups, routes = settings.resolved()
+    print(f"{args.file}: ok — {len(groups)} groups, {sum(len(g.endpoints) for g in groups.values())} endpoints, "
+          f"{len(routes)} routes; models: {', '.join(RouteTable(routes).listed_models()) or '(patterns only)'}")
     return 0
 
 
@@ -42,7 +78,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     configure(args.log_level)
     get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
-    web.run_app(create_demo_app(args.delay_ms / 1000), host=args.host, port=args.port, loop=_loop(),
+    where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
+    web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=_loop(),
                 handler_cancellation=True, access_log=None, print=None)
     return 0
 
@@ -51,20 +88,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ingress", description="Edge proxy for LLM traffic.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the edge (with the demo service embedded unless --upstream)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--upstream", help="base URL of the internal service, e.g. http://10.0.0.5:9000")
+    serve.add_argument("--config", help="a TOML configuration file (see README)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8080)")
+    serve.add_argument("--unix", help="listen on this Unix socket path instead (sidecar mode)")
+    serve.add_argument("--upstream", help="base URL of the internal service: http://host:port or unix:/path")
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
-    serve.add_argument("--log-level", default="info")
-    serve.add_argument("--encoder", choices=("generated", "stock"), default="generated",
-                       help="FlatBuffers encoder: the generated one, or the stock Builder (for comparison)")
-    serve.add_argument("--gc-threshold0", type=int, default=Settings().gc_threshold0,
-                       help="young-generation GC threshold")
+    serve.add_argument("--log-level")
+    serve.add_argument("--encoder", choices=("generated", "stock"),
+                       help="FlatBuffers encoder: the generated one (default), or the stock Builder")
+    serve.add_argument("--gc-threshold0", type=int, help="young-generation GC threshold (default 10000)")
     serve.add_argument("--no-gc-freeze", action="store_true", help="do not gc.freeze() start-up objects")
     serve.set_defaults(run=_serve)
+    check = sub.add_parser("check-config", help="validate a configuration file without serving")
+    check.add_argument("file")
+    check.set_defaults(run=_check_config)
     demo = sub.add_parser("demo-upstream", help="run the demo internal service alone")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=9000)
+    demo.add_argument("--unix", help="listen on this Unix socket path instead")
     demo.add_argument("--delay-ms", type=float, default=0.0, help="pause between streamed tokens")
     demo.add_argument("--log-level", default="info")
     demo.set_defaults(run=_demo)

@@ -1,9 +1,11 @@
-"""Build the edge application and own its lifecycle: the shared ClientSession, the embedded demo."""
+"""Build the edge application and own its lifecycle: the shared ClientSession, upstream groups,
+health checks, and the embedded demo service."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import aiohttp
 from aiohttp import web
@@ -13,19 +15,29 @@ from ingress.demo.service import create_demo_app
 from ingress.edge import handlers
 from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
-from ingress.settings import Settings
+from ingress.routing.budget import RetryBudget
+from ingress.routing.table import RouteTable
+from ingress.settings import EMBEDDED, Settings
+from ingress.tasks import BackgroundTasks
 from ingress.upstream.client import UpstreamClient
+from ingress.upstream.pool import GroupPool
 from ingress.wire.pool import BuilderPool
 
 SETTINGS = web.AppKey("settings", Settings)
+TASKS = web.AppKey("tasks", BackgroundTasks)
 
 
 @asynccontextmanager
-async def serve_app(app: web.Application, host: str, port: int) -> AsyncIterator[str]:
-    """Run `app` on host:port (0: any free port) until the block ends; yields its base URL."""
+async def serve_app(app: web.Application, host: str, port: int, unix: str | None = None) -> AsyncIterator[str]:
+    """Run `app` on host:port (0: any free port), or on a Unix socket, until the block ends; yields its
+    base URL (`unix:/path` for a socket)."""
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     try:
+        if unix is not None:
+            await web.UnixSite(runner, unix).start()
+            yield f"unix:{unix}"
+            return
         site = web.TCPSite(runner, host, port)
         await site.start()
         sock = site._server.sockets[0]  # type: ignore[union-attr]  # started sites have a server
@@ -37,26 +49,35 @@ async def serve_app(app: web.Application, host: str, port: int) -> AsyncIterator
 
 async def _gateway(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    async with _upstream_url(settings) as base_url:
+    groups_config, routes = settings.resolved()
+    tasks = app[TASKS] = BackgroundTasks()
+    async with AsyncExitStack() as stack:
+        demo_url = None
+        if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
+            demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "127.0.0.1", 0))
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60)
-        async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
-            app[handlers.GATEWAY] = Gateway(
-                settings=settings,
-                builders=BuilderPool(size=settings.builder_pool_size),
-                upstream=UpstreamClient(session, base_url, settings.timeouts, settings.max_answer_bytes),
-                served=frozenset(settings.served_models()),
-            )
-            yield
-
-
-@asynccontextmanager
-async def _upstream_url(settings: Settings) -> AsyncIterator[str]:
-    """The configured internal service, or the demo service started beside the edge on loopback."""
-    if settings.upstream is not None:
-        yield settings.upstream
-        return
-    async with serve_app(create_demo_app(), "127.0.0.1", 0) as url:
-        yield url
+        session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector, auto_decompress=False))
+        groups: dict[str, GroupPool] = {}
+        for name, config in groups_config.items():
+            clients = []
+            for endpoint in config.endpoints:
+                url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
+                clients.append(UpstreamClient(session, url, settings.timeouts, settings.max_answer_bytes))
+            pool = GroupPool(name, config, clients)
+            stack.push_async_callback(pool.close)
+            groups[name] = pool
+            if config.health_check is not None:
+                tasks.spawn(pool.check_health(session), f"health:{name}")
+        stack.push_async_callback(tasks.close)
+        app[handlers.GATEWAY] = Gateway(
+            settings=settings,
+            routes=RouteTable(routes),
+            groups=groups,
+            budget=RetryBudget(settings.retry.budget_ratio, settings.retry.budget_min_per_s,
+                               asyncio.get_running_loop().time()),
+            builders=BuilderPool(size=settings.builder_pool_size),
+        )
+        yield
 
 
 async def tune_gc(app: web.Application) -> None:

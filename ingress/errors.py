@@ -12,6 +12,7 @@ class IngressError(Exception):
     type: str = "server_error"
     code: str | None = "internal_error"
     log_level: int = logging.ERROR
+    retry_after: int | None = None  # seconds, sent as a Retry-After header
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -50,6 +51,19 @@ class UpstreamUnavailable(IngressError):
     status = 502
     code = "upstream_unavailable"
     log_level = logging.WARNING
+
+
+class UpstreamConnectFailed(UpstreamUnavailable):
+    """No connection could be made: nothing was sent, so another endpoint may be tried."""
+
+
+class Overloaded(IngressError):
+    """Every endpoint of the group is at its limit and the wait queue is full or timed out."""
+
+    status = 503
+    code = "overloaded"
+    log_level = logging.WARNING
+    retry_after: int | None = 1
 
 
 class UpstreamTimeout(IngressError):

@@ -1,26 +1,49 @@
-"""The whole request path on one screen: decode → encode → route → send → translate."""
+"""The whole request path on one screen: decode → route → encode → send → translate.
+
+    chat(): JSON body → msgspec (validated) → route → passport → FlatBuffers → upstream → JSON or SSE
+    relay(): FlatBuffers body → verify → route (fields read in place) → the same bytes → upstream → bytes
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from ingress.edge.sse import DONE, SseWriter
-from ingress.errors import IngressError, NotFound, UpstreamProtocolError
+import aiohttp
+
+from ingress.edge.sse import DONE, HEARTBEAT, SseWriter
+from ingress.errors import (
+    IngressError,
+    InvalidRequest,
+    NotFound,
+    UpstreamAnswered,
+    UpstreamConnectFailed,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from ingress.oai import responses as out
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.models import ChatCompletionRequest
 from ingress.passport import Passport, RequestMeta, compute_passport
-from ingress.settings import Settings
+from ingress.routing.budget import RetryBudget
+from ingress.routing.table import Match, RouteTable
+from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.stream import StreamTranslator
-from ingress.upstream.client import UpstreamClient
+from ingress.upstream.pool import GroupPool, Lease
+from ingress.wire import verify
+from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
 from ingress.wire.encode import encode_request, encode_request_stock
 from ingress.wire.framing import FrameDecoder, FrameError
 from ingress.wire.pool import BuilderPool
 from ingress.wire.types import Usage
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -32,6 +55,8 @@ class Exchange:
     model: str | None = None
     upstream: str | None = None
     stream: bool = False
+    binary: bool = False
+    attempts: int = 0
     first_byte: float | None = None
     usage: Usage | None = None
     error: IngressError | None = None
@@ -43,54 +68,174 @@ class Exchange:
 
 @dataclass
 class Gateway:
-    """What every request shares: settings, the encoder (and the stock path's builders), the upstream."""
+    """What every request shares: settings, routes, upstream groups, the retry budget, the encoder."""
 
     settings: Settings
-    upstream: UpstreamClient
-    served: frozenset[str] = frozenset()
+    routes: RouteTable
+    groups: dict[str, GroupPool]
+    budget: RetryBudget
     builders: BuilderPool = field(default_factory=BuilderPool)
 
-    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport) -> bytes:
+    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport, match: Match) -> bytes:
+        route = match.route
         if self.settings.encoder == "stock":
-            return encode_request_stock(self.builders, request, request_id, passport)
-        return encode_request(request, request_id, passport)
+            return encode_request_stock(self.builders, request, request_id, passport, route.provider,
+                                        match.upstream_model)
+        return encode_request(request, request_id, passport, route.provider, match.upstream_model)
+
+    def route(self, model: str) -> Match:
+        match = self.routes.match(model)
+        if match is None:
+            raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+        return match
+
+    def timeouts(self, match: Match) -> Timeouts:
+        return match.route.timeouts or self.settings.timeouts
 
 
-def _prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[ChatCompletionRequest, bytes, dict[str, str]]:
-    request = decode_chat_request(body)
-    ex.model, ex.stream, ex.upstream = request.model, bool(request.stream), gw.upstream.url
-    if gw.served and request.model not in gw.served:
-        raise NotFound(f"The model '{request.model}' does not exist.", param="model", code="model_not_found")
-    passport = compute_passport(request, meta)
-    encoded = gw.encode(request, ex.request_id, passport)
-    return request, encoded, _hop_headers(ex.request_id, passport)
-
-
-def _hop_headers(request_id: str, passport: Passport) -> dict[str, str]:
+def _hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:
     headers = {"x-request-id": request_id}
-    if passport.traceparent:
+    if passport is not None and passport.traceparent:
         headers["traceparent"] = passport.traceparent
-    if passport.tracestate:
-        headers["tracestate"] = passport.tracestate
+        if passport.tracestate:
+            headers["tracestate"] = passport.tracestate
     return headers
 
 
-class ChatStream:
-    """An opened upstream stream. `events()` yields SSE bytes; a failure after opening is in-band."""
+# --- sending: endpoint choice, retries, fallback -----------------------------------------------
 
-    def __init__(self, stack: AsyncExitStack, reads: AsyncIterator[bytes], translator: StreamTranslator,
-                 decoder: FrameDecoder, ex: Exchange) -> None:
+
+async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease], Awaitable[T]]) -> tuple[T, Lease]:
+    """Run `attempt` on an endpoint of the route's group, and on others when it is safe to.
+
+    Retried, within the retry budget: a connection that could not be made (nothing was sent).
+    Then the fallback group, if any: when the group is unavailable or fails before the first byte.
+    Never retried: timeouts, answers (even errors) and anything once a stream has started.
+    The lease comes back held: the caller releases it when the exchange ends.
+    """
+    loop = asyncio.get_running_loop()
+    gw.budget.deposit(loop.time())
+    groups = [match.route.group] + ([match.route.fallback] if match.route.fallback else [])
+    last: IngressError | None = None
+    for name in groups:
+        group = gw.groups[name]
+        tried: set[str] = set()
+        while group.has_candidates(frozenset(tried)):
+            if ex.attempts and not gw.budget.withdraw(loop.time()):
+                raise last or UpstreamUnavailable("The model service is unavailable.")
+            ex.attempts += 1
+            lease = await group.acquire(frozenset(tried))
+            tried.add(lease.state.url)
+            ex.upstream = lease.state.url
+            try:
+                return await attempt(lease), lease
+            except UpstreamConnectFailed as exc:
+                lease.release(False)
+                last = exc
+                if len(tried) > gw.settings.retry.attempts:
+                    break
+            except (UpstreamUnavailable, UpstreamProtocolError, UpstreamTimeout) as exc:
+                lease.release(False)
+                last = exc
+                if isinstance(exc, UpstreamTimeout):
+                    raise
+                break  # the endpoint took the request: no retry in this group; the fallback may serve it
+            except UpstreamAnswered as exc:
+                lease.release(exc.status < 500)
+                if exc.status < 500:
+                    raise
+                last = exc
+                break
+            except BaseException:
+                lease.release(None)
+                raise
+    assert last is not None
+    raise last
+
+
+# --- JSON: OpenAI chat completions ------------------------------------------------------------
+
+
+async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out.ChatCompletion | ChatStream:
+    """A chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
+    request = decode_chat_request(body)
+    ex.model, ex.stream = request.model, bool(request.stream)
+    match = gw.route(request.model)
+    passport = compute_passport(request, meta)
+    encoded = gw.encode(request, ex.request_id, passport, match)
+    headers, timeouts = _hop_headers(ex.request_id, passport), gw.timeouts(match)
+
+    if not request.stream:
+        async def complete(lease: Lease) -> bytes:
+            answer = await lease.client.complete(encoded, headers, timeouts)
+            decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises here
+            return answer
+
+        answer, lease = await send(gw, match, ex, complete)
+        lease.release(True)
+        ex.mark_first_byte()
+        response = decode_answer(answer, verify_answer=False)  # verified above
+        ex.usage = response.usage
+        return translate_response(response)
+
+    async def open_stream(lease: Lease) -> tuple[AsyncExitStack, AsyncIterator[bytes]]:
+        stack = AsyncExitStack()
+        try:
+            reads = await stack.enter_async_context(lease.client.stream(encoded, headers, timeouts))
+        except BaseException:
+            await stack.aclose()
+            raise
+        return stack, reads
+
+    (stack, reads), lease = await send(gw, match, ex, open_stream)
+    include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
+                                  include_usage=include_usage, verify=gw.settings.verify_answers)
+    return ChatStream(stack, reads, lease, translator, FrameDecoder(gw.settings.max_frame_bytes), ex,
+                      timeouts.heartbeat)
+
+
+class ChatStream:
+    """An opened upstream stream. `events()` yields SSE bytes; a failure after opening is in-band.
+
+    Until the first frame, an SSE comment is sent every `heartbeat` seconds so that load balancers
+    in front of the edge do not close a stream that is waiting for its first token.
+    """
+
+    def __init__(self, stack: AsyncExitStack, reads: AsyncIterator[bytes], lease: Lease,
+                 translator: StreamTranslator, decoder: FrameDecoder, ex: Exchange, heartbeat: float) -> None:
         self._stack = stack
         self._reads = reads
+        self._lease = lease
         self._translator = translator
         self._decoder = decoder
         self._ex = ex
+        self._heartbeat = heartbeat
         self._sse = SseWriter()
+        self._ok: bool | None = None
+
+    async def _first_read(self) -> AsyncIterator[bytes | None]:
+        """The upstream reads, with None for every heartbeat interval spent waiting for the first one."""
+        pending = asyncio.ensure_future(anext(self._reads))  # noqa: RUF006  # awaited or cancelled below
+        try:
+            while not (await asyncio.wait({pending}, timeout=self._heartbeat))[0]:
+                yield None
+            first = pending.result()
+        except StopAsyncIteration:
+            return
+        finally:
+            pending.cancel()
+        yield first
+        async for data in self._reads:
+            yield data
 
     async def events(self) -> AsyncIterator[bytes]:
         translator, ex = self._translator, self._ex
         try:
-            async for data in self._reads:
+            async for data in self._first_read():
+                if data is None:
+                    yield HEARTBEAT
+                    continue
                 ex.mark_first_byte()
                 for frame in self._decoder.feed(data):
                     for chunk in translator.feed_frame(frame):
@@ -110,28 +255,73 @@ class ChatStream:
             return
         finally:
             ex.usage = translator.usage
+        self._ok = True
         yield DONE
 
     def _fail(self, exc: IngressError) -> bytes:
         self._ex.error = exc
+        self._ok = not isinstance(exc, (UpstreamUnavailable, UpstreamProtocolError, UpstreamTimeout))
         return self._sse.event(exc.body())
 
     async def aclose(self) -> None:
-        await self._stack.aclose()
+        try:
+            await self._stack.aclose()
+        finally:
+            self._lease.release(self._ok)
 
 
-async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out.ChatCompletion | ChatStream:
-    """A chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
-    request, encoded, headers = _prepare(gw, body, meta, ex)
-    if not request.stream:
-        answer = await gw.upstream.complete(encoded, headers)
-        ex.mark_first_byte()
-        response = decode_answer(answer, verify_answer=gw.settings.verify_answers)
-        ex.usage = response.usage
-        return translate_response(response)
-    stack = AsyncExitStack()
-    reads = await stack.enter_async_context(gw.upstream.stream(encoded, headers))
-    include_usage = bool(request.stream_options and request.stream_options.include_usage)
-    translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                  include_usage=include_usage, verify=gw.settings.verify_answers)
-    return ChatStream(stack, reads, translator, FrameDecoder(gw.settings.max_frame_bytes), ex)
+# --- FlatBuffers: binary ingress for internal clients -----------------------------------------
+
+
+@dataclass
+class Relay:
+    """An upstream answer to relay unmodified: status, content type, and the body as it arrives."""
+
+    status: int
+    content_type: str
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+
+
+async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
+    """Verify a CompletionRequest, route on fields read in place, forward the exact bytes."""
+    ex.binary = True
+    try:
+        verify.verify_request(body, max_size=gw.settings.max_body_bytes)
+        view = read_request(body)
+        model = (view.ModelName() or b"").decode()
+        provider = view.Provider()
+        ex.model, ex.stream = model, view.Stream()
+    except WireError as exc:
+        raise InvalidRequest(f"The FlatBuffers request is invalid: {exc}.", code="invalid_flatbuffer") from None
+    if not model:
+        raise InvalidRequest("The FlatBuffers request names no model.", param="model_name")
+    if not 0 <= provider < len(PROVIDER_NAMES):
+        raise InvalidRequest(f"Unknown provider {provider}.", param="provider")
+    match = gw.route(model)
+    headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
+
+    async def forward(lease: Lease) -> aiohttp.ClientResponse:
+        response = await lease.client.relay(body, headers, timeouts)
+        if response.status >= 500:
+            await response.read()
+            response.release()
+            raise UpstreamAnswered(response.status, "", None, "The model service failed.", None)
+        return response
+
+    response, lease = await send(gw, match, ex, forward)
+    ex.mark_first_byte()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        while True:
+            async with asyncio.timeout(timeouts.idle):
+                data = await response.content.readany()
+            if not data:
+                return
+            yield data
+
+    async def close() -> None:
+        response.close()
+        lease.release(True)
+
+    return Relay(response.status, response.headers.get("Content-Type", ""), chunks(), close)

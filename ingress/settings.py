@@ -1,27 +1,101 @@
-"""Configuration, read once at start-up into frozen typed settings and passed down."""
+"""Configuration, read once at start-up into frozen typed settings and passed down.
+
+A TOML file (`serve --config FILE`, `check-config FILE`) decodes into `Settings`; the command-line
+shorthand (`--upstream URL --model NAME`) builds the same thing with one group and one route each.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 DEMO_MODEL = "ingress-demo"
+DEMO_GROUP = "demo"
+DEFAULT_GROUP = "default"
+EMBEDDED = "embedded:"  # the endpoint URL of the demo service started beside the edge
+
+Seconds = Annotated[float, Meta(gt=0, le=86_400)]
+Count = Annotated[int, Meta(ge=0, le=1_000_000)]
 
 
-class Timeouts(msgspec.Struct, frozen=True, kw_only=True):
-    """Upstream timeouts in seconds. There is no total timeout: long generations must not be cut."""
-
-    connect: float = 5.0
-    first_byte: float = 600.0  # until the response head; a non-streamed answer may take minutes
-    idle: float = 300.0  # between two reads of a streamed body
+class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Unknown keys are errors: a misspelt setting must not be silently ignored."""
 
 
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
+class Timeouts(_Config, frozen=True):
+    """Upstream timeouts in seconds. No total by default: long generations must not be cut."""
+
+    connect: Seconds = 5.0
+    first_byte: Seconds = 600.0  # until the response head; a non-streamed answer may take minutes
+    idle: Seconds = 300.0  # between two reads of a streamed body
+    total: Seconds | None = None
+    heartbeat: Seconds = 15.0  # SSE comment while a stream waits for its first token
+
+
+class Endpoint(_Config, frozen=True):
+    url: Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
+    weight: Annotated[int, Meta(ge=1, le=1000)] = 1
+    max_in_flight: Count = 0  # 0: no limit of its own
+
+
+class HealthCheck(_Config, frozen=True):
+    """Active checks: GET `path` on every endpoint each `interval`."""
+
+    path: str = "/healthz"
+    interval: Seconds = 5.0
+    timeout: Seconds = 1.0
+
+
+class Ejection(_Config, frozen=True):
+    """Passive health: `failures` in a row eject an endpoint for `base`, doubling up to `max`."""
+
+    failures: Annotated[int, Meta(ge=1, le=1000)] = 3
+    base: Seconds = 5.0
+    max: Seconds = 300.0
+
+
+class Group(_Config, frozen=True):
+    endpoints: Annotated[list[Endpoint], Meta(min_length=1)]
+    max_in_flight: Count = 0  # 0: no limit
+    max_queue: Count = 0  # requests waiting for a free slot; beyond it, 503 at once
+    queue_timeout: Seconds = 5.0
+    health_check: HealthCheck | None = None
+    ejection: Ejection = Ejection()
+
+
+class Route(_Config, frozen=True):
+    """One of `model` (exact), `prefix` or `glob` selects the requests; aliases are more exact names."""
+
+    group: str
+    model: str | None = None
+    prefix: str | None = None
+    glob: str | None = None
+    aliases: list[str] = []
+    upstream_model: str | None = None  # the name sent upstream (default: `model`, or the name asked for)
+    provider: Literal["openai", "anthropic", "self_hosted"] = "openai"
+    fallback: str | None = None  # a group tried when `group` is unavailable or fails before the first byte
+    timeouts: Timeouts | None = None
+
+
+class Retry(_Config, frozen=True):
+    """Retries of requests that never reached an endpoint, bounded by a budget (no retry storms)."""
+
+    attempts: Annotated[int, Meta(ge=0, le=5)] = 2
+    budget_ratio: Annotated[float, Meta(ge=0, le=1)] = 0.2  # retries at most this share of requests
+    budget_min_per_s: Annotated[float, Meta(ge=0, le=1000)] = 3.0  # plus this many a second
+
+
+class Settings(_Config, frozen=True):
     host: str = "127.0.0.1"
-    port: int = 8080
-    upstream: str | None = None  # None: start the embedded demo service and use it
-    models: tuple[str, ...] = ()  # served models; empty: any model name is forwarded
+    port: Annotated[int, Meta(ge=0, le=65535)] = 8080
+    unix: str | None = None  # listen on this Unix socket path instead of host:port
+    upstream: str | None = None  # shorthand: one group of one endpoint
+    models: tuple[str, ...] = ()  # shorthand: the served model names (empty: any)
+    groups: dict[str, Group] = {}
+    routes: tuple[Route, ...] = ()
+    retry: Retry = Retry()
     max_body_bytes: int = 8 * 1024 * 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     max_frame_bytes: int = 16 * 1024 * 1024
@@ -33,7 +107,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
     gc_threshold0: int = 10_000  # above the in-flight working set: bench/gc_pauses.py measured no collections
 
-    def served_models(self) -> tuple[str, ...]:
-        if self.models:
-            return self.models
-        return (DEMO_MODEL,) if self.upstream is None else ()
+    def resolved(self) -> tuple[dict[str, Group], tuple[Route, ...]]:
+        """The groups and routes to serve: the configured ones, or those the shorthand implies."""
+        if self.groups:
+            return self.groups, self.routes
+        if self.upstream is not None:
+            groups = {DEFAULT_GROUP: Group(endpoints=[Endpoint(url=self.upstream)])}
+            routes = tuple(Route(model=m, group=DEFAULT_GROUP) for m in self.models) or (
+                Route(glob="*", group=DEFAULT_GROUP),)
+            return groups, routes
+        groups = {DEMO_GROUP: Group(endpoints=[Endpoint(url=EMBEDDED)])}
+        names = self.models or (DEMO_MODEL,)
+        return groups, tuple(Route(model=m, group=DEMO_GROUP) for m in names)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+
+import aiohttp
 
 import msgspec
 from aiohttp import web
 
 from ingress import pipeline
 from ingress.edge.middleware import EXCHANGE, REQUEST_ID
-from ingress.errors import InvalidRequest, NotFound, PayloadTooLarge
+from ingress.edge.sse import HEARTBEAT, SseWriter
+from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge, UpstreamUnavailable
 from ingress.oai import responses as out
 from ingress.passport import RequestMeta, valid_traceparent
 from ingress.wire.identifiers import CONTENT_TYPE
@@ -48,9 +52,6 @@ def request_meta(request: web.BaseRequest) -> RequestMeta:
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_type == CONTENT_TYPE:
-        raise InvalidRequest("FlatBuffers request bodies are not accepted on this listener.",
-                             code="unsupported_media_type")
     if (request.content_length or 0) > limit:
         raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
     try:
@@ -63,12 +64,38 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     ex = request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
-    result = await pipeline.chat(gw, body, request_meta(request), ex)
+    if request.content_type == CONTENT_TYPE:
+        return await _relay(request, await pipeline.relay(gw, body, ex))
+    opening = asyncio.ensure_future(pipeline.chat(gw, body, request_meta(request), ex))
+    response: web.StreamResponse | None = None
+    try:
+        heartbeat = gw.settings.timeouts.heartbeat
+        while not (await asyncio.wait({opening}, timeout=heartbeat))[0]:
+            if not ex.stream:
+                continue
+            if response is None:  # a stream kept waiting: commit to SSE and keep the connection alive
+                response = await _start_sse(request, ex.request_id)
+            await response.write(HEARTBEAT)
+        try:
+            result = opening.result()
+        except IngressError as exc:
+            if response is None:
+                raise
+            ex.error = exc  # the head is sent: the failure goes in-band
+            await response.write(SseWriter().event(exc.body()))
+            await response.write_eof()
+            return response
+    finally:
+        if not opening.done():
+            opening.cancel()
+            result_or_error = await asyncio.gather(opening, return_exceptions=True)
+            if isinstance(result_or_error[0], pipeline.ChatStream):
+                await result_or_error[0].aclose()
     if isinstance(result, out.ChatCompletion):
         return _json_response(result)
     try:
-        response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id})
-        await response.prepare(request)
+        if response is None:
+            response = await _start_sse(request, ex.request_id)
         async for event in result.events():
             await response.write(event)
         await response.write_eof()
@@ -77,15 +104,43 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         await result.aclose()
 
 
+async def _start_sse(request: web.Request, request_id: str) -> web.StreamResponse:
+    response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: request_id})
+    await response.prepare(request)
+    return response
+
+
+async def _relay(request: web.Request, relay: pipeline.Relay) -> web.StreamResponse:
+    """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
+    client sees an incomplete body, never one that looks complete."""
+    try:
+        response = web.StreamResponse(status=relay.status, headers={
+            "Content-Type": relay.content_type or CONTENT_TYPE, REQUEST_ID: request[EXCHANGE].request_id})
+        await response.prepare(request)
+        try:
+            async for data in relay.chunks:
+                await response.write(data)
+        except (IngressError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            request[EXCHANGE].error = exc if isinstance(exc, IngressError) else UpstreamUnavailable(
+                "The model service connection broke.")
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+        return response
+    finally:
+        await relay.close()
+
+
 async def list_models(request: web.Request) -> web.Response:
     gw, created = request.app[GATEWAY], request.app[STARTED]
     return _json_response(out.ModelList(data=[out.ModelOut(id=m, created=created, owned_by="ingress")
-                                              for m in sorted(gw.served)]))
+                                              for m in gw.routes.listed_models()]))
 
 
 async def get_model(request: web.Request) -> web.Response:
     gw, model = request.app[GATEWAY], request.match_info["model"]
-    if model not in gw.served:
+    if model not in gw.routes.listed_models():
         raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
     return _json_response(out.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
 

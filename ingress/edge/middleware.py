@@ -31,10 +31,11 @@ def request_id_of(header: str | None) -> str:
 
 
 def error_response(exc: IngressError, request_id: str) -> web.Response:
-    return web.Response(
-        status=exc.status, body=_json.encode(exc.body()), content_type="application/json",
-        headers={REQUEST_ID: request_id},
-    )
+    headers = {REQUEST_ID: request_id}
+    if exc.retry_after is not None:
+        headers["Retry-After"] = str(exc.retry_after)
+    return web.Response(status=exc.status, body=_json.encode(exc.body()), content_type="application/json",
+                        headers=headers)
 
 
 def _from_http(exc: web.HTTPException) -> IngressError:

@@ -22,3 +22,4 @@ class SseWriter:
         _encoder.encode_into(obj, self._buf, len(_PREFIX))
         self._buf += b"\n\n"
         return bytes(self._buf)
+HEARTBEAT = b": ping\n\n"

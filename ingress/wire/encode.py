@@ -93,13 +93,15 @@ def user_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
 
 
 def request_data(
-    request: oai.ChatCompletionRequest, request_id: str, passport: Passport, provider: str = "openai"
+    request: oai.ChatCompletionRequest, request_id: str, passport: Passport, provider: str = "openai",
+    model_name: str | None = None,
 ) -> gen.CompletionRequestData:
+    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
     stop = request.stop
     return gen.CompletionRequestData(
         request_id=request_id,
         provider=PROVIDERS[provider],
-        model_name=request.model,
+        model_name=model_name or request.model,
         system_prompt=system_prompt_of(request),
         user_prompt=user_prompt_of(request),
         # The original prefix fields carry effective values, so readers of that schema see a usable request.
@@ -198,8 +200,8 @@ def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifie
 
 
 def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: Passport,
-                   provider: str = "openai") -> bytes:
-    return _fast(gen.encode_CompletionRequest, request_data(request, request_id, passport, provider))
+                   provider: str = "openai", model_name: str | None = None) -> bytes:
+    return _fast(gen.encode_CompletionRequest, request_data(request, request_id, passport, provider, model_name))
 
 
 def encode_response(response: wt.Response) -> bytes:
@@ -220,9 +222,9 @@ def encode_error(error: wt.ErrorInfo, *, framed: bool = False) -> bytes:
 # The stock flatbuffers.Builder path: the reference in tests and the baseline in benchmarks.
 
 def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
-                         passport: Passport, provider: str = "openai") -> bytes:
-    return _stock(pool, gen.build_CompletionRequest, request_data(request, request_id, passport, provider),
-                  identifiers.REQUEST)
+                         passport: Passport, provider: str = "openai", model_name: str | None = None) -> bytes:
+    return _stock(pool, gen.build_CompletionRequest,
+                  request_data(request, request_id, passport, provider, model_name), identifiers.REQUEST)
 
 
 def encode_response_stock(pool: BuilderPool, response: wt.Response) -> bytes:

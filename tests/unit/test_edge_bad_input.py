@@ -98,9 +98,9 @@ async def test_valid_body_is_answered(edge: Edge) -> None:
     assert answer.doc["choices"][0]["message"]["content"] == "hi"
 
 
-async def test_flatbuffers_body_is_refused(edge: Edge) -> None:
+async def test_json_sent_as_flatbuffers_is_refused_before_any_upstream(edge: Edge) -> None:
     answer = await edge.call("POST", CHAT, valid(), {"Content-Type": "application/x-flatbuffers"})
-    assert_error(answer, 400, code="unsupported_media_type")
+    assert_error(answer, 400, code="invalid_flatbuffer")
 
 
 # --- body size -----------------------------------------------------------------------------------

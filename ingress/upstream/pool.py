@@ -1,0 +1,137 @@
+"""Upstream groups at run time: endpoint leases with per-endpoint and per-group limits, a bounded wait
+queue, passive health from every outcome, and optional active health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import aiohttp
+
+from ingress.errors import Overloaded
+from ingress.log import get_logger
+from ingress.routing.health import EndpointState
+from ingress.routing.policy import choose
+from ingress.settings import Group
+from ingress.upstream.client import UpstreamClient
+
+log = get_logger("ingress.upstream")
+
+
+@dataclass
+class Lease:
+    """One request's hold on one endpoint; released exactly once with its outcome."""
+
+    group: GroupPool
+    state: EndpointState
+    client: UpstreamClient
+    released: bool = False
+
+    def release(self, ok: bool | None) -> None:
+        """ok: True success, False failure (counts toward ejection), None neither (e.g. a client error)."""
+        if self.released:
+            return
+        self.released = True
+        self.group.release(self, ok)
+
+
+class GroupPool:
+    def __init__(self, name: str, config: Group, clients: list[UpstreamClient],
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+        self.name = name
+        self.config = config
+        # clients[i] serves config.endpoints[i] (its URL resolved, e.g. the embedded demo's port).
+        self.states = [EndpointState(url=c.endpoint, weight=e.weight, max_in_flight=e.max_in_flight,
+                                     ejection=config.ejection) for e, c in zip(config.endpoints, clients, strict=True)]
+        self.clients = {c.endpoint: c for c in clients}
+        self.in_flight = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def _has_room(self) -> bool:
+        return self.config.max_in_flight == 0 or self.in_flight < self.config.max_in_flight
+
+    def _try(self, exclude: frozenset[str]) -> Lease | None:
+        if not self._has_room():
+            return None
+        state = choose(self.states, self._clock(), self._rng, exclude)
+        if state is None:
+            return None
+        state.in_flight += 1
+        self.in_flight += 1
+        return Lease(self, state, self.clients[state.url])
+
+    def has_candidates(self, exclude: frozenset[str]) -> bool:
+        return any(s.url not in exclude for s in self.states)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self, exclude: frozenset[str] = frozenset()) -> Lease:
+        """An endpoint lease, waiting in a bounded FIFO queue when every endpoint is at its limit."""
+        lease = self._try(exclude)
+        if lease is not None:
+            return lease
+        if len(self._waiters) >= self.config.max_queue:
+            raise Overloaded("The model service for this model is at capacity; retry shortly.")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.queue_timeout
+        while True:
+            woken = loop.create_future()
+            self._waiters.append(woken)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await woken
+            except TimeoutError:
+                raise Overloaded("The model service for this model is at capacity; retry shortly.") from None
+            except asyncio.CancelledError:
+                if woken.done() and not woken.cancelled():
+                    self._wake_one()  # pass on the wake-up this request will not use
+                raise
+            finally:
+                if woken in self._waiters:
+                    self._waiters.remove(woken)
+            lease = self._try(exclude)
+            if lease is not None:
+                return lease
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def release(self, lease: Lease, ok: bool | None) -> None:
+        state = lease.state
+        state.in_flight -= 1
+        self.in_flight -= 1
+        if ok is True:
+            state.record_success()
+        elif ok is False and state.record_failure(self._clock()):
+            log.warning("endpoint ejected", group=self.name, endpoint=state.url,
+                        seconds=round(state.ejected_until - self._clock(), 3))
+        self._wake_one()
+
+    async def check_health(self, session: aiohttp.ClientSession) -> None:
+        """Active checks, forever: GET the health path of every endpoint each interval."""
+        check = self.config.health_check
+        assert check is not None
+        while True:
+            for state in self.states:
+                client = self.clients[state.url]
+                ok = await client.probe(check.path, check.timeout)
+                if ok != state.active_healthy:
+                    log.warning("endpoint health changed", group=self.name, endpoint=state.url, healthy=ok)
+                state.active_healthy = ok
+            await asyncio.sleep(check.interval)
+
+    async def close(self) -> None:
+        for client in self.clients.values():
+            await client.close()
