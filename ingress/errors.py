@@ -66,6 +66,18 @@ class Overloaded(IngressError):
     retry_after: int | None = 1
 
 
+class ShuttingDown(IngressError):
+    """The drain deadline passed before this request finished."""
+
+    status = 503
+    code = "shutting_down"
+    log_level = logging.WARNING
+    retry_after: int | None = 1
+
+    def __init__(self, message: str = "The server is shutting down; retry the request.") -> None:
+        super().__init__(message)
+
+
 class UpstreamTimeout(IngressError):
     status = 504
     code = "upstream_timeout"

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import aiohttp
 
+from ingress import metrics
 from ingress.edge.sse import DONE, HEARTBEAT, SseWriter
 from ingress.errors import (
     IngressError,
@@ -53,10 +54,17 @@ class Exchange:
     request_id: str
     started: float = field(default_factory=time.perf_counter)
     model: str | None = None
+    metric_model: str = "other"  # a name some route serves, for bounded metric labels
+    group: str | None = None
     upstream: str | None = None
     stream: bool = False
     binary: bool = False
     attempts: int = 0
+    decoded: float | None = None  # perf_counter marks of the stages, for Server-Timing and metrics
+    encoded: float | None = None
+    upstream_sent: float | None = None
+    upstream_head: float | None = None
+    upstream_done: float | None = None
     first_byte: float | None = None
     usage: Usage | None = None
     error: IngressError | None = None
@@ -83,10 +91,13 @@ class Gateway:
                                         match.upstream_model)
         return encode_request(request, request_id, passport, route.provider, match.upstream_model)
 
-    def route(self, model: str) -> Match:
+    def route(self, model: str, ex: Exchange) -> Match:
         match = self.routes.match(model)
         if match is None:
             raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+        r = match.route
+        ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
+        ex.group = r.group
         return match
 
     def timeouts(self, match: Match) -> Timeouts:
@@ -123,12 +134,18 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
         while group.has_candidates(frozenset(tried)):
             if ex.attempts and not gw.budget.withdraw(loop.time()):
                 raise last or UpstreamUnavailable("The model service is unavailable.")
+            if ex.attempts:
+                metrics.RETRIES.labels(name).inc()
             ex.attempts += 1
+            ex.group = name
             lease = await group.acquire(frozenset(tried))
             tried.add(lease.state.url)
             ex.upstream = lease.state.url
+            ex.upstream_sent = time.perf_counter()
             try:
-                return await attempt(lease), lease
+                result = await attempt(lease)
+                ex.upstream_head = time.perf_counter()
+                return result, lease
             except UpstreamConnectFailed as exc:
                 lease.release(False)
                 last = exc
@@ -159,10 +176,12 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
 async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out.ChatCompletion | ChatStream:
     """A chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
     request = decode_chat_request(body)
+    ex.decoded = time.perf_counter()
     ex.model, ex.stream = request.model, bool(request.stream)
-    match = gw.route(request.model)
+    match = gw.route(request.model, ex)
     passport = compute_passport(request, meta)
     encoded = gw.encode(request, ex.request_id, passport, match)
+    ex.encoded = time.perf_counter()
     headers, timeouts = _hop_headers(ex.request_id, passport), gw.timeouts(match)
 
     if not request.stream:
@@ -173,6 +192,7 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
 
         answer, lease = await send(gw, match, ex, complete)
         lease.release(True)
+        ex.upstream_done = ex.upstream_head
         ex.mark_first_byte()
         response = decode_answer(answer, verify_answer=False)  # verified above
         ex.usage = response.usage
@@ -231,6 +251,8 @@ class ChatStream:
 
     async def events(self) -> AsyncIterator[bytes]:
         translator, ex = self._translator, self._ex
+        gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
+        last: float | None = None
         try:
             async for data in self._first_read():
                 if data is None:
@@ -239,6 +261,10 @@ class ChatStream:
                 ex.mark_first_byte()
                 for frame in self._decoder.feed(data):
                     for chunk in translator.feed_frame(frame):
+                        now = time.perf_counter()
+                        if last is not None:
+                            gaps.observe(now - last)
+                        last = now
                         yield self._sse.event(chunk)
                     if translator.done:
                         break  # complete: whatever follows the final frame is not read, however it arrived
@@ -255,6 +281,7 @@ class ChatStream:
             return
         finally:
             ex.usage = translator.usage
+            ex.upstream_done = time.perf_counter()
         self._ok = True
         yield DONE
 
@@ -298,7 +325,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
         raise InvalidRequest("The FlatBuffers request names no model.", param="model_name")
     if not 0 <= provider < len(PROVIDER_NAMES):
         raise InvalidRequest(f"Unknown provider {provider}.", param="provider")
-    match = gw.route(model)
+    match = gw.route(model, ex)
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
 
     async def forward(lease: Lease) -> aiohttp.ClientResponse:
@@ -321,6 +348,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
             yield data
 
     async def close() -> None:
+        ex.upstream_done = time.perf_counter()
         response.close()
         lease.release(True)
 

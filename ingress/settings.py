@@ -87,6 +87,14 @@ class Retry(_Config, frozen=True):
     budget_min_per_s: Annotated[float, Meta(ge=0, le=1000)] = 3.0  # plus this many a second
 
 
+class Drain(_Config, frozen=True):
+    """On SIGTERM: readiness turns false at once; after `delay` the listener closes; requests and
+    streams still running get until `deadline` more, then an error (in-band for streams)."""
+
+    delay: Annotated[float, Meta(ge=0, le=3600)] = 5.0
+    deadline: Seconds = 30.0
+
+
 class Settings(_Config, frozen=True):
     host: str = "127.0.0.1"
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
@@ -96,6 +104,8 @@ class Settings(_Config, frozen=True):
     groups: dict[str, Group] = {}
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
+    drain: Drain = Drain()
+    workers: Annotated[int, Meta(ge=0, le=512)] = 1  # processes sharing the listener; 0: one per CPU
     max_body_bytes: int = 8 * 1024 * 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     max_frame_bytes: int = 16 * 1024 * 1024

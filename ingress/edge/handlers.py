@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -11,9 +12,11 @@ import msgspec
 from aiohttp import web
 
 from ingress import pipeline
-from ingress.edge.middleware import EXCHANGE, REQUEST_ID
+from ingress import metrics
+from ingress.drain import DRAIN, Drain
+from ingress.edge.middleware import EXCHANGE, REQUEST_ID, server_timing
 from ingress.edge.sse import HEARTBEAT, SseWriter
-from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge, UpstreamUnavailable
+from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge, ShuttingDown, UpstreamUnavailable
 from ingress.oai import responses as out
 from ingress.passport import RequestMeta, valid_traceparent
 from ingress.wire.identifiers import CONTENT_TYPE
@@ -66,26 +69,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await _read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
         return await _relay(request, await pipeline.relay(gw, body, ex))
+    drain = request.app[DRAIN]
     opening = asyncio.ensure_future(pipeline.chat(gw, body, request_meta(request), ex))
+    expired = asyncio.ensure_future(drain.expired.wait())
     response: web.StreamResponse | None = None
     try:
         heartbeat = gw.settings.timeouts.heartbeat
-        while not (await asyncio.wait({opening}, timeout=heartbeat))[0]:
+        while not (await asyncio.wait({opening, expired}, timeout=heartbeat,
+                                      return_when=asyncio.FIRST_COMPLETED))[0]:
             if not ex.stream:
                 continue
             if response is None:  # a stream kept waiting: commit to SSE and keep the connection alive
-                response = await _start_sse(request, ex.request_id)
+                response = await _start_sse(request, ex)
             await response.write(HEARTBEAT)
         try:
+            if not opening.done():
+                raise ShuttingDown()
             result = opening.result()
         except IngressError as exc:
             if response is None:
                 raise
-            ex.error = exc  # the head is sent: the failure goes in-band
-            await response.write(SseWriter().event(exc.body()))
-            await response.write_eof()
-            return response
+            return await _end_in_band(response, ex, exc)
     finally:
+        expired.cancel()
         if not opening.done():
             opening.cancel()
             result_or_error = await asyncio.gather(opening, return_exceptions=True)
@@ -95,17 +101,49 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return _json_response(result)
     try:
         if response is None:
-            response = await _start_sse(request, ex.request_id)
-        async for event in result.events():
-            await response.write(event)
+            response = await _start_sse(request, ex)
+        if not await _pump(response, result.events(), drain):
+            return await _end_in_band(response, ex, ShuttingDown())
         await response.write_eof()
         return response
     finally:
         await result.aclose()
 
 
-async def _start_sse(request: web.Request, request_id: str) -> web.StreamResponse:
-    response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: request_id})
+async def _pump(response: web.StreamResponse, events: AsyncIterator[bytes], drain: Drain) -> bool:
+    """Write every event; False if the drain deadline came first (the stream was stopped)."""
+    async def write_all() -> None:
+        async for event in events:
+            await response.write(event)
+
+    writing = asyncio.ensure_future(write_all())
+    expired = asyncio.ensure_future(drain.expired.wait())
+    try:
+        await asyncio.wait({writing, expired}, return_when=asyncio.FIRST_COMPLETED)
+        if writing.done():
+            writing.result()  # re-raise what broke the writing, if anything
+            return True
+        return False
+    finally:
+        expired.cancel()
+        if not writing.done():
+            writing.cancel()
+            await asyncio.gather(writing, return_exceptions=True)
+
+
+async def _end_in_band(response: web.StreamResponse, ex: pipeline.Exchange, exc: IngressError) -> web.StreamResponse:
+    """The head is sent: the failure goes in the stream, then the stream ends (without [DONE])."""
+    ex.error = exc
+    await response.write(SseWriter().event(exc.body()))
+    await response.write_eof()
+    return response
+
+
+async def _start_sse(request: web.Request, ex: pipeline.Exchange) -> web.StreamResponse:
+    response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id,
+                                           "Server-Timing": server_timing(ex)})
+    if request.app[DRAIN].draining:
+        response.force_close()
     await response.prepare(request)
     return response
 
@@ -146,12 +184,40 @@ async def get_model(request: web.Request) -> web.Response:
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process serves requests."""
     return _json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: not draining, and some upstream endpoint may be chosen (not ejected, checks passing)."""
+    gw, drain = request.app[GATEWAY], request.app[DRAIN]
+    now = time.monotonic()
+    reachable = {name: sum(s.healthy(now) for s in g.states) for name, g in gw.groups.items()}
+    ready = not drain.draining and any(reachable.values())
+    body = {"status": "ready" if ready else "not ready", "draining": drain.draining, "healthy_endpoints": reachable}
+    response = _json_response(body)
+    response.set_status(200 if ready else 503)
+    return response
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    now = time.monotonic()
+    for name, group in gw.groups.items():
+        for state in group.states:
+            metrics.ENDPOINT_HEALTHY.labels(name, state.url).set(1 if state.healthy(now) else 0)
+    body, content_type = metrics.render()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = content_type
+    return response
 
 
 def add_routes(app: web.Application) -> None:
     app[STARTED] = int(time.time())
+    app[DRAIN] = Drain()
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)

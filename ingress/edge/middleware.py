@@ -12,7 +12,9 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge
+from ingress import metrics
+from ingress.drain import DRAIN
+from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.log import get_logger
 from ingress.pipeline import Exchange
 
@@ -49,12 +51,31 @@ def _from_http(exc: web.HTTPException) -> IngressError:
     return error
 
 
+def _draining(request: web.Request) -> bool:
+    """Whether a drain has started (while draining, every response closes its connection)."""
+    drain = request.app.get(DRAIN)
+    return drain is not None and drain.draining
+
+
+def server_timing(ex: Exchange, now: float | None = None) -> str:
+    """Server-Timing: the stages done so far, in milliseconds, and the request id."""
+    marks = [("decode", ex.started, ex.decoded), ("encode", ex.decoded, ex.encoded),
+             ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
+             ("translate", ex.upstream_done, now)]
+    parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
+             if start is not None and end is not None]
+    if now is not None:
+        parts.append(f"total;dur={(now - ex.started) * 1000:.3f}")
+    return ", ".join([*parts, f'request;desc="{ex.request_id}"'])
+
+
 @web.middleware
 async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     ex = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
     request[EXCHANGE] = ex
     structlog.contextvars.bind_contextvars(request_id=ex.request_id)
     status, outcome = 500, "error"
+    metrics.IN_FLIGHT.inc()
     try:
         try:
             response = await handler(request)
@@ -66,11 +87,18 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         outcome = "stream_error" if ex.error is not None else "ok"
         if not response.prepared:  # streams set theirs before the head is sent
             response.headers.setdefault(REQUEST_ID, ex.request_id)
+            if _draining(request):
+                response.force_close()
+            response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         return response
     except IngressError as exc:
         ex.error = exc
         status = exc.status
-        return error_response(exc, ex.request_id)
+        response = error_response(exc, ex.request_id)
+        response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
+        if _draining(request):
+            response.force_close()
+        return response
     except asyncio.CancelledError:
         status, outcome = 499, "client_closed"
         raise
@@ -80,12 +108,35 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.error = internal
         return error_response(internal, ex.request_id)
     finally:
+        metrics.IN_FLIGHT.dec()
         _log_exchange(request, ex, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
+def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None:
+    """The request's metrics, all from its Exchange."""
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    metrics.REQUESTS.labels(route, ex.metric_model, str(status)).inc()
+    total = now - ex.started
+    metrics.DURATION.labels(route).observe(total)
+    upstream = 0.0
+    if ex.upstream_sent is not None and (ex.upstream_done or ex.upstream_head) is not None:
+        upstream = (ex.upstream_done or ex.upstream_head or now) - ex.upstream_sent
+        metrics.UPSTREAM.labels(ex.group or "unknown").observe(upstream)
+    metrics.OVERHEAD_S.labels(route).observe(max(total - upstream, 0.0))
+    if ex.stream and ex.first_byte is not None:
+        metrics.TTFT.labels(ex.metric_model).observe(ex.first_byte - ex.started)
+    if ex.usage is not None:
+        metrics.TOKENS.labels(ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
+        metrics.TOKENS.labels(ex.metric_model, "completion").inc(ex.usage.completion_tokens)
+    if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
+        metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
+
+
 def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str) -> None:
     now = time.perf_counter()
+    _record(request, ex, status, now)
     fields: dict[str, object] = {
         "method": request.method, "path": request.path, "status": status, "outcome": outcome,
         "duration_ms": round((now - ex.started) * 1000, 3),

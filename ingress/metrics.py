@@ -1,0 +1,78 @@
+"""Prometheus metrics: defined once here, recorded from each request's Exchange in one place.
+
+With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor before any worker
+starts) makes every worker write its values to shared files, and /metrics aggregates them.
+Labels stay bounded: `model` is a name some route serves (or "other"), never an arbitrary string.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from importlib import metadata
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+CHUNK = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PAUSE = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+REQUESTS = Counter("ingress_requests", "Requests by route, model and status.", ["route", "model", "status"])
+DURATION = Histogram("ingress_request_duration_seconds", "Total request latency.", ["route"], buckets=LATENCY)
+OVERHEAD_S = Histogram("ingress_overhead_seconds", "Time spent in the proxy, excluding the upstream.", ["route"],
+                       buckets=OVERHEAD)
+UPSTREAM = Histogram("ingress_upstream_duration_seconds", "Upstream exchange time, send to last byte.", ["group"],
+                     buckets=LATENCY)
+TTFT = Histogram("ingress_time_to_first_token_seconds", "Request start to the first streamed byte.", ["model"],
+                 buckets=LATENCY)
+INTER_CHUNK = Histogram("ingress_inter_chunk_seconds", "Gap between two streamed chunks.", ["model"], buckets=CHUNK)
+IN_FLIGHT = Gauge("ingress_in_flight", "Requests in progress.", multiprocess_mode="livesum")
+TOKENS = Counter("ingress_tokens", "Tokens by model and kind (prompt, completion).", ["model", "kind"])
+ENDPOINT_HEALTHY = Gauge("ingress_upstream_endpoint_healthy", "1 when an endpoint may be chosen.",
+                         ["group", "endpoint"], multiprocess_mode="livemax")
+RETRIES = Counter("ingress_retries", "Requests sent again to another endpoint or the fallback group.", ["group"])
+REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
+GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])
+GC_PAUSE = Histogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
+BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", "flatbuffers"],
+              multiprocess_mode="max")
+
+
+def set_build_info() -> None:
+    from ingress import __version__
+
+    BUILD.labels(__version__, platform.python_version(), metadata.version("flatbuffers")).set(1)
+
+
+class GcRecorder:
+    """A gc.callbacks hook feeding the GC metrics."""
+
+    def __init__(self) -> None:
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        GC_PAUSE.observe(time.perf_counter() - self._started)
+        GC_COLLECTIONS.labels(str(info["generation"])).inc()
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition text: this process's metrics, or every worker's when running several."""
+    if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST
