@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 import msgspec
@@ -12,14 +11,6 @@ from aiohttp import web
 
 from ingress.log import configure, get_logger
 from ingress.settings import Settings
-
-
-def _loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # uvloop does not build on every platform; asyncio's loop still works
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -34,28 +25,23 @@ def _settings(args: argparse.Namespace) -> Settings:
         "host": args.host, "port": args.port, "unix": args.unix, "upstream": args.upstream,
         "models": tuple(args.model) if args.model else None, "log_level": args.log_level, "encoder": args.encoder,
         "gc_threshold0": args.gc_threshold0, "gc_freeze": False if args.no_gc_freeze else None,
+        "workers": args.workers,
     }.items() if v is not None}
     return msgspec.structs.replace(base, **overrides)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ingress.app import create_app, tune_gc
     from ingress.routing.table import RouteTable
+    from ingress.server import serve, workers_of
 
     settings = _settings(args)
     configure(settings.log_level)
     groups, routes = settings.resolved()
     listen = f"unix:{settings.unix}" if settings.unix else f"http://{settings.host}:{settings.port}"
-    get_logger("ingress").info("starting", listen=listen, groups={n: [e.url for e in g.endpoints]
-                               for n, g in groups.items()}, models=RouteTable(routes).listed_models())
-    app = create_app(settings)
-    app.on_startup.append(tune_gc)  # after the cleanup contexts: everything built at start-up is frozen
-    if settings.unix:
-        web.run_app(app, path=settings.unix, loop=_loop(), handler_cancellation=True, access_log=None, print=None)
-    else:
-        web.run_app(app, host=settings.host, port=settings.port, loop=_loop(),
-                    handler_cancellation=True, access_log=None, print=None)
-    return 0
+    get_logger("ingress").info("starting", listen=listen, workers=workers_of(settings),
+                               groups={n: [e.url for e in g.endpoints] for n, g in groups.items()},
+                               models=RouteTable(routes).listed_models())
+    return serve(settings)
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -75,11 +61,12 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from ingress.demo.service import create_demo_app
+    from ingress.server import event_loop
 
     configure(args.log_level)
     get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
-    web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=_loop(),
+    web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=event_loop(),
                 handler_cancellation=True, access_log=None, print=None)
     return 0
 
@@ -94,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--unix", help="listen on this Unix socket path instead (sidecar mode)")
     serve.add_argument("--upstream", help="base URL of the internal service: http://host:port or unix:/path")
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
+    serve.add_argument("--workers", type=int, help="worker processes sharing the listener (default: one per CPU)")
     serve.add_argument("--log-level")
     serve.add_argument("--encoder", choices=("generated", "stock"),
                        help="FlatBuffers encoder: the generated one (default), or the stock Builder")

@@ -28,7 +28,7 @@ def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool 
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(stream or sys.stdout),
+        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),  # one write per line: workers share stdout
         cache_logger_on_first_use=cache,
     )
 

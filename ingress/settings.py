@@ -105,7 +105,7 @@ class Settings(_Config, frozen=True):
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
     drain: Drain = Drain()
-    workers: Annotated[int, Meta(ge=0, le=512)] = 1  # processes sharing the listener; 0: one per CPU
+    workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
     max_body_bytes: int = 8 * 1024 * 1024
     max_answer_bytes: int = 64 * 1024 * 1024
     max_frame_bytes: int = 16 * 1024 * 1024
