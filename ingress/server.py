@@ -51,6 +51,8 @@ def bind(settings: Settings) -> socket.socket:
         family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):  # a new edge can bind the port while the old one drains
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((settings.host, settings.port))
     sock.listen(1024)
     sock.setblocking(False)
