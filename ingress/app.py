@@ -10,7 +10,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import aiohttp
 from aiohttp import web
 
-from ingress import gctune
+from ingress import gctune, metrics
 from ingress.demo.service import create_demo_app
 from ingress.edge import handlers
 from ingress.edge.middleware import edge_middleware
@@ -87,6 +87,7 @@ async def tune_gc(app: web.Application) -> None:
 
 
 def create_app(settings: Settings) -> web.Application:
+    metrics.set_build_info()
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app.cleanup_ctx.append(_gateway)

@@ -1,0 +1,246 @@
+"""deploy/: every check of deploy/validate.py as a test, the invariants the deployment rests on, and
+proof that each check fails on the mistake it is there to catch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+
+
+def _load_validator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("deploy_validate", DEPLOY / "validate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+validate = _load_validator()
+
+
+@pytest.mark.parametrize("name", list(validate.CHECKS))
+def test_check(name: str) -> None:
+    [result] = validate.run([name])
+    if result.skipped:
+        pytest.skip(result.skipped)
+    assert result.errors == []
+    assert result.checked, "the check examined nothing"
+
+
+def test_the_validator_exits_zero_and_prints_a_summary() -> None:
+    run = subprocess.run([sys.executable, str(DEPLOY / "validate.py")], capture_output=True, text=True,
+                         timeout=50, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split() == ["check", "status", "detail"]
+    assert {line.split()[0] for line in lines[2:2 + len(validate.CHECKS)]} == set(validate.CHECKS)
+    assert lines[-1].endswith(" 0 failed, 0 skipped") or lines[-1].endswith(" 0 failed, 1 skipped")
+
+
+# --- invariants -----------------------------------------------------------------------------------
+
+
+def _deployments() -> Iterator[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]:
+    """Every Deployment (plain manifests, and the chart's renderings when a renderer exists), with
+    the ConfigMaps deployed beside it."""
+    sets: dict[str, list[tuple[str, dict[str, Any]]]] = dict(validate.k8s_sets())
+    _, renderings = validate.helm_renderings()
+    for scenario, docs in renderings.items():
+        assert not isinstance(docs, str), f"helm[{scenario}] does not render: {docs}"
+        sets[f"helm[{scenario}]"] = docs
+    for where, docs in sets.items():
+        configmaps = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "ConfigMap"}
+        for _, doc in docs:
+            if doc["kind"] == "Deployment":
+                yield where, doc, configmaps
+
+
+def test_grace_period_exceeds_drain_delay_plus_deadline_everywhere() -> None:
+    seen = 0
+    for where, deployment, configmaps in _deployments():
+        pod = deployment["spec"]["template"]["spec"]
+        [edge] = [c for c in pod["containers"] if validate.is_edge(c)]
+        config = validate.edge_config_for(pod, edge, configmaps, where)
+        assert config.error is None, config.error
+        drain = config.settings.drain
+        assert config.drain_total == drain.delay + drain.deadline
+        assert pod["terminationGracePeriodSeconds"] > drain.delay + drain.deadline, where
+        seen += 1
+    assert seen >= 2  # sidecar and standalone at least
+
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    edge_config = validate.parse_edge_config((DEPLOY / "compose" / "ingress.toml").read_text(), {}, "compose")
+    grace = validate.seconds(compose["services"]["edge"]["stop_grace_period"])
+    assert grace > edge_config.drain_total
+
+    values = yaml.safe_load((DEPLOY / "helm" / "ingress" / "values.yaml").read_text())
+    assert values["terminationGracePeriodSeconds"] > validate.DRAIN_DELAY_S + validate.DRAIN_DEADLINE_S
+    # The sidecar's model server outlives the edge's drain, within the grace period.
+    assert validate.DRAIN_DELAY_S + validate.DRAIN_DEADLINE_S <= values["sidecar"]["preStopSleepSeconds"] \
+        < values["terminationGracePeriodSeconds"]
+
+
+def _image_user() -> str:
+    instructions = validate.dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
+    final = instructions[max(i for i, (word, _) in enumerate(instructions) if word == "FROM"):]
+    users = [rest for word, rest in final if word == "USER"]
+    assert users, "the final stage sets no USER"
+    return str(users[-1])
+
+
+def test_the_image_runs_as_a_numeric_non_root_user_that_the_manifests_name() -> None:
+    uid, _, gid = _image_user().partition(":")
+    assert uid.isdigit() and int(uid) != 0
+    assert gid.isdigit() and int(gid) != 0
+    values = yaml.safe_load((DEPLOY / "helm" / "ingress" / "values.yaml").read_text())
+    contexts = [values["podSecurityContext"]] + [
+        d["spec"]["template"]["spec"]["securityContext"] for _, d, _ in _deployments()]
+    for context in contexts:
+        assert context["runAsNonRoot"] is True
+        assert context["runAsUser"] == int(uid)
+        assert context["runAsGroup"] == context["fsGroup"] == int(gid)
+
+
+def test_every_values_key_has_a_comment_on_the_line_above() -> None:
+    path = DEPLOY / "helm" / "ingress" / "values.yaml"
+    lines = path.read_text().splitlines()
+    keys = 0
+
+    def walk(node: yaml.Node) -> None:
+        nonlocal keys
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                keys += 1
+                assert lines[key.start_mark.line - 1].lstrip().startswith("#"), f"values.yaml: {key.value}"
+                walk(value)
+
+    walk(yaml.compose(path.read_text()))
+    assert keys > 50
+    assert validate.values_comment_errors(path) == []
+
+
+def test_the_dashboard_queries_the_exported_metrics_only() -> None:
+    dashboard = json.loads((DEPLOY / "grafana" / "ingress-dashboard.json").read_text())
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets") or [])
+    for name, kind in validate.METRICS.items():
+        assert name in exprs, name
+        if kind == "histogram":
+            assert f"{name}_bucket" in exprs
+    exported = validate.exported_metrics()
+    assert exported is not None
+    assert {n: k for n, k in exported.items() if n in validate.METRICS} == validate.METRICS
+
+
+def test_kubernetes_validate_ships_the_versions_validated_against() -> None:
+    import kubernetes_validate.utils as kv
+
+    shipped = {".".join(v.split(".")[:2]) for v in kv.all_versions()}
+    assert set(validate.KUBERNETES_VERSIONS) <= shipped
+
+
+def test_the_validator_runs_offline() -> None:
+    with validate.offline():
+        with pytest.raises(OSError, match="offline"):
+            socket.create_connection(("127.0.0.1", 9), timeout=1)
+        with socket.socket(socket.AF_INET) as s, pytest.raises(OSError, match="offline"):
+            s.connect(("127.0.0.1", 9))
+        left, right = socket.socketpair()  # Unix sockets stay usable
+        left.close()
+        right.close()
+
+
+# --- each check catches its mistakes --------------------------------------------------------------
+
+
+@pytest.fixture
+def deploy_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of deploy/ that the validator reads instead of the real one."""
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(validate, "DEPLOY", copy)
+    return copy
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{path.name} no longer contains {old!r}: update the test"
+    path.write_text(text.replace(old, new, 1))
+
+
+Mutation = tuple[str, str, str, str, str]  # check, file, old text, new text, expected error
+MUTATIONS: dict[str, Mutation] = {
+    "grace-period": ("k8s-policy", "k8s/standalone/deployment.yaml", "terminationGracePeriodSeconds: 45",
+                     "terminationGracePeriodSeconds: 30", "does not exceed drain.delay + drain.deadline"),
+    "no-readiness-probe": ("k8s-policy", "k8s/sidecar/deployment.yaml", "readinessProbe:", "readinessProbeX:",
+                           "no readinessProbe"),
+    "capabilities-kept": ("k8s-policy", "k8s/standalone/deployment.yaml", "drop:\n                - ALL",
+                          "drop:\n                - NET_RAW", "capabilities.drop does not include ALL"),
+    "unknown-field": ("k8s-schema", "k8s/standalone/deployment.yaml", "readOnlyRootFilesystem: true",
+                      "readOnlyRootFileSystem: true", "'readOnlyRootFileSystem' was unexpected"),
+    "bad-config": ("k8s-policy", "k8s/standalone/configmap.yaml", "endpoints = [", "endpoint = [",
+                   "unknown field"),
+    "socket-mismatch": ("k8s-policy", "k8s/sidecar/deployment.yaml", "- --unix\n            - /sockets/model.sock",
+                        "- --unix\n            - /sockets/other.sock", "no other container serves"),
+    "hpa-target": ("k8s-policy", "k8s/standalone/hpa.yaml", "    name: ingress\n  minReplicas",
+                   "    name: ingres\n  minReplicas", "scaleTargetRef names no Deployment"),
+    "too-many-workers": ("k8s-policy", "k8s/standalone/deployment.yaml", '- --workers\n            - "2"',
+                         '- --workers\n            - "8"', "exceeds the CPU limit"),
+    "knative-tmp": ("knative", "knative/service.yaml", "mountPath: /run/ingress", "mountPath: /tmp",
+                    "reserved by Knative"),
+    "knative-timeout": ("knative", "knative/service.yaml", "timeoutSeconds: 3600", "timeoutSeconds: 600",
+                        "cuts streams"),
+    "compose-grace": ("compose", "compose.yaml", "stop_grace_period: 45s", "stop_grace_period: 30s",
+                      "does not exceed drain.delay + drain.deadline"),
+    "compose-upstream": ("compose", "compose/ingress.toml", "http://demo:9000", "http://model:9000",
+                         "is not a service of compose.yaml"),
+    "compose-schema": ("compose", "compose.yaml", "stop_grace_period:", "stop_grace_periods:",
+                       "'stop_grace_periods' was unexpected"),
+    "root-user": ("dockerfile", "Dockerfile", "USER 10001:10001", "USER root", "not a numeric non-root UID"),
+    "unpinned-base": ("dockerfile", "Dockerfile", "ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm",
+                      "ARG PYTHON_IMAGE=python:latest", "not a pinned python:3.11 slim tag"),
+    "uncommented-value": ("helm-chart", "helm/ingress/values.yaml",
+                          "  # Registry and repository.\n  repository: registry", "  repository: registry",
+                          "key 'repository' has no comment on the line above"),
+    "unknown-value": ("helm-chart", "helm/ingress/templates/service.yaml", ".Values.service.type",
+                      ".Values.service.typ", ".Values.service.typ is not a key"),
+    "unknown-metric": ("grafana", "grafana/ingress-dashboard.json", "ingress_retries_total",
+                       "ingress_retry_total", "ingress_retry_total is not a metric the edge exports"),
+    "yaml-style": ("yamllint", "k8s/standalone/service.yaml", "type: ClusterIP", "type: ClusterIP   ",
+                   "trailing spaces"),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_the_check_catches(mutation: str, deploy_copy: Path) -> None:
+    check, file, old, new, expected = MUTATIONS[mutation]
+    [before] = validate.run([check])
+    assert before.errors == []
+    _edit(deploy_copy / file, old, new)
+    [after] = validate.run([check])
+    assert any(expected in error for error in after.errors), after.errors
+
+
+def test_hadolint_reports_findings(deploy_copy: Path) -> None:
+    if validate.hadolint_binary() is None:
+        pytest.fail("hadolint is a dev dependency: pip install -e '.[dev]'")
+    _edit(deploy_copy / "Dockerfile", "WORKDIR /src\n", "WORKDIR src\nRUN cd /src && ls\n")
+    [result] = validate.run(["dockerfile"])
+    codes = " ".join(result.errors)
+    assert "DL3000" in codes  # relative WORKDIR
+    assert "DL3003" in codes  # cd instead of WORKDIR
+
