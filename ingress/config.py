@@ -43,15 +43,50 @@ def _interpolate(value: Any, environ: Mapping[str, str], key: str) -> Any:
     return value
 
 
+_HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+
+
+def _assigns(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|[\s{{,])\"?{re.escape(name)}\"?\s*=")
+
+
 def _line_of(text: str, key: str) -> str:
-    """' (line N)' when the key's last name appears on exactly one line of the file."""
-    name = re.split(r"[.\[]", key.rstrip("]"))[-1]
-    if not name or name.isdigit():
-        return ""
-    assignment = re.compile(rf"(?:^|[\s{{,])\"?{re.escape(name)}\"?\s*=")
-    header = re.compile(rf"^\s*\[\[?[^\]]*\b{re.escape(name)}\]")
-    lines = [i for i, line in enumerate(text.splitlines(), 1) if assignment.search(line) or header.match(line)]
-    return f" (line {lines[0]})" if len(lines) == 1 else ""
+    """' (line N)' for a key path such as `groups.main.endpoints[1].url` or `routes[2].group`, found
+    inside its own table (the N-th [[routes]], the endpoints' N-th inline table); '' when not found."""
+    lines = text.splitlines()
+    parts = re.findall(r"\[\d+\]|[^.\[\]]+", key)
+    headers = [(i, m["name"].replace('"', "")) for i, line in enumerate(lines) if (m := _HEADER.match(line))]
+    start, end, rest = 0, headers[0][0] if headers else len(lines), parts
+    for depth in (2, 1):  # the deepest table header the key starts with: [groups.main], [timeouts]...
+        name = ".".join(parts[:depth])
+        if len(parts) > depth and parts[depth].startswith("[") and depth == 1:  # an array of tables
+            wanted = int(parts[1][1:-1])
+            found = [i for i, h in headers if h == name]
+            if wanted < len(found):
+                start = found[wanted]
+                rest = parts[2:]
+                break
+        found = [i for i, h in headers if h == name]
+        if len(found) == 1:
+            start, rest = found[0], parts[depth:]
+            break
+    else:
+        start = -1
+    if start >= 0:
+        end = next((i for i, _ in headers if i > start), len(lines))
+    if not rest:
+        return f" (line {start + 1})" if start >= 0 else ""
+    section = range(start + 1, end)
+    names = [p for p in rest if not p.startswith("[")]
+    if len(rest) >= 3 and rest[1].startswith("["):  # endpoints[1].url: the N-th `url =` after `endpoints =`
+        first = next((i for i in section if _assigns(rest[0]).search(lines[i])), None)
+        if first is None:
+            return ""
+        hits = [i for i in range(first, end) if _assigns(rest[2]).search(lines[i])]
+        index = int(rest[1][1:-1])
+        return f" (line {hits[index] + 1})" if index < len(hits) else ""
+    hits = [i for i in section if _assigns(names[-1]).search(lines[i])] if names else []
+    return f" (line {hits[0] + 1})" if len(hits) == 1 else ""
 
 
 def _name_dict_keys(raw: Any, path: str) -> str:
@@ -77,8 +112,10 @@ def _check(settings: Settings) -> None:
     seen: dict[str, str] = {}
     for i, route in enumerate(routes):
         key = f"routes[{i}]"
-        if sum(x is not None for x in (route.model, route.prefix, route.glob)) != 1:
-            raise ConfigError(f"{key}: set exactly one of model, prefix or glob")
+        selectors = [name for name in ("model", "prefix", "glob") if getattr(route, name) is not None]
+        if len(selectors) != 1:
+            where = f"{key}.{selectors[1]}" if selectors else key
+            raise ConfigError(f"{where}: set exactly one of model, prefix or glob")
         if route.aliases and route.model is None:
             raise ConfigError(f"{key}.aliases: aliases need an exact model")
         for ref, target in (("group", route.group), ("fallback", route.fallback)):
@@ -120,7 +157,7 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
     try:
         _check(settings)
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(f"{source}: {exc}{_line_of(text, str(exc).split(':')[0])}") from None
     return settings
 
 

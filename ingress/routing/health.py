@@ -27,7 +27,7 @@ class EndpointState:
 
     def load(self) -> float:
         """Outstanding requests per unit of weight: what least-outstanding balancing compares."""
-        return (self.in_flight + 1) / self.weight
+        return self.in_flight / self.weight
 
     def record_success(self) -> None:
         self.failures = 0

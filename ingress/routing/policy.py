@@ -26,6 +26,6 @@ def choose(endpoints: Sequence[EndpointState], now: float, rng: random.Random,
         return healthy[0]
     weights = [e.weight for e in healthy]
     first, second = rng.choices(healthy, weights=weights, k=2)
-    if first is second:
-        return first
-    return first if first.load() <= second.load() else second
+    # Ties (always, when nothing is outstanding) keep the first pick, itself drawn by weight: the
+    # traffic split follows the weights at low concurrency and the loads at high concurrency.
+    return second if second.load() < first.load() else first

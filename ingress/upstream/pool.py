@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -49,7 +50,7 @@ class GroupPool:
                                      ejection=config.ejection) for e, c in zip(config.endpoints, clients, strict=True)]
         self.clients = {c.endpoint: c for c in clients}
         self.in_flight = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[tuple[asyncio.Future[None], frozenset[str]]] = deque()
         self._clock = clock
         self._rng = rng or random.Random()
 
@@ -73,39 +74,54 @@ class GroupPool:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def _could_serve(self, exclude: frozenset[str]) -> bool:
+        return self._has_room() and any(s.url not in exclude and s.has_room() for s in self.states)
+
     async def acquire(self, exclude: frozenset[str] = frozenset()) -> Lease:
-        """An endpoint lease, waiting in a bounded FIFO queue when every endpoint is at its limit."""
-        lease = self._try(exclude)
-        if lease is not None:
-            return lease
+        """An endpoint lease, waiting in a bounded FIFO queue when every endpoint is at its limit.
+
+        Arrivals never overtake waiters; a waiter woken for a slot it cannot use keeps its place;
+        a wake-up a waiter will not use (it timed out or was cancelled) is passed on.
+        """
+        if not self._waiters:
+            lease = self._try(exclude)
+            if lease is not None:
+                return lease
         if len(self._waiters) >= self.config.max_queue:
             raise Overloaded("The model service for this model is at capacity; retry shortly.")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.queue_timeout
+        front = False
         while True:
-            woken = loop.create_future()
-            self._waiters.append(woken)
+            woken: asyncio.Future[None] = loop.create_future()
+            entry = (woken, exclude)
+            if front:
+                self._waiters.appendleft(entry)
+            else:
+                self._waiters.append(entry)
             try:
                 async with asyncio.timeout_at(deadline):
                     await woken
-            except TimeoutError:
-                raise Overloaded("The model service for this model is at capacity; retry shortly.") from None
-            except asyncio.CancelledError:
+            except BaseException:
                 if woken.done() and not woken.cancelled():
                     self._wake_one()  # pass on the wake-up this request will not use
+                if isinstance(sys.exc_info()[1], TimeoutError):
+                    raise Overloaded("The model service for this model is at capacity; retry shortly.") from None
                 raise
             finally:
-                if woken in self._waiters:
-                    self._waiters.remove(woken)
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
             lease = self._try(exclude)
             if lease is not None:
+                self._wake_one()  # there may be room for the next waiter too
                 return lease
+            front = True  # keep its place at the head of the queue
 
     def _wake_one(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+        """Wake the first waiter that a free slot can serve (one excluding the freed endpoint cannot)."""
+        for woken, exclude in self._waiters:
+            if not woken.done() and self._could_serve(exclude):
+                woken.set_result(None)
                 return
 
     def release(self, lease: Lease, ok: bool | None) -> None:
