@@ -88,6 +88,7 @@ async def tune_gc(app: web.Application) -> None:
 
 def create_app(settings: Settings) -> web.Application:
     metrics.set_build_info()
+    metrics.record_gc()
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app.cleanup_ctx.append(_gateway)

@@ -13,6 +13,7 @@ class IngressError(Exception):
     code: str | None = "internal_error"
     log_level: int = logging.ERROR
     retry_after: int | None = None  # seconds, sent as a Retry-After header
+    after_head: bool = False  # an upstream failure after its answer began: never retried elsewhere
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)

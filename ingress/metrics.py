@@ -7,6 +7,7 @@ Labels stay bounded: `model` is a name some route serves (or "other"), never an 
 
 from __future__ import annotations
 
+import gc
 import os
 import platform
 import time
@@ -67,6 +68,17 @@ class GcRecorder:
             return
         GC_PAUSE.observe(time.perf_counter() - self._started)
         GC_COLLECTIONS.labels(str(info["generation"])).inc()
+
+
+_gc_recorder: GcRecorder | None = None
+
+
+def record_gc() -> None:
+    """Feed the GC metrics from this process's collections (once per process)."""
+    global _gc_recorder
+    if _gc_recorder is None:
+        _gc_recorder = GcRecorder()
+        gc.callbacks.append(_gc_recorder)
 
 
 def render() -> tuple[bytes, str]:

@@ -66,6 +66,7 @@ class Exchange:
     upstream_head: float | None = None
     upstream_done: float | None = None
     first_byte: float | None = None
+    heartbeat: float | None = None  # the route's, once routed
     usage: Usage | None = None
     error: IngressError | None = None
 
@@ -154,8 +155,8 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
             except (UpstreamUnavailable, UpstreamProtocolError, UpstreamTimeout) as exc:
                 lease.release(False)
                 last = exc
-                if isinstance(exc, UpstreamTimeout):
-                    raise
+                if isinstance(exc, UpstreamTimeout) or exc.after_head:
+                    raise  # the generation may have run: sending it elsewhere could run it twice
                 break  # the endpoint took the request: no retry in this group; the fallback may serve it
             except UpstreamAnswered as exc:
                 lease.release(exc.status < 500)
@@ -183,11 +184,16 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
     encoded = gw.encode(request, ex.request_id, passport, match)
     ex.encoded = time.perf_counter()
     headers, timeouts = _hop_headers(ex.request_id, passport), gw.timeouts(match)
+    ex.heartbeat = timeouts.heartbeat
 
     if not request.stream:
         async def complete(lease: Lease) -> bytes:
             answer = await lease.client.complete(encoded, headers, timeouts)
-            decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises here
+            try:
+                decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises here
+            except UpstreamProtocolError as exc:
+                exc.after_head = True
+                raise
             return answer
 
         answer, lease = await send(gw, match, ex, complete)
@@ -300,14 +306,18 @@ class ChatStream:
 # --- FlatBuffers: binary ingress for internal clients -----------------------------------------
 
 
+RELAYED_HEADERS = ("Content-Type", "Retry-After")
+
+
 @dataclass
 class Relay:
-    """An upstream answer to relay unmodified: status, content type, and the body as it arrives."""
+    """An upstream answer to relay unmodified: status, headers, and the body as it arrives.
+    `close(ok)` ends the exchange; ok=False counts a failure against the endpoint."""
 
     status: int
-    content_type: str
+    headers: dict[str, str]
     chunks: AsyncIterator[bytes]
-    close: Callable[[], Awaitable[None]]
+    close: Callable[[bool], Awaitable[None]]
 
 
 async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
@@ -347,9 +357,10 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
                 return
             yield data
 
-    async def close() -> None:
+    async def close(ok: bool) -> None:
         ex.upstream_done = time.perf_counter()
         response.close()
-        lease.release(True)
+        lease.release(ok)
 
-    return Relay(response.status, response.headers.get("Content-Type", ""), chunks(), close)
+    headers_out = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
+    return Relay(response.status, headers_out, chunks(), close)

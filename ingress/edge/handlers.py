@@ -74,8 +74,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     expired = asyncio.ensure_future(drain.expired.wait())
     response: web.StreamResponse | None = None
     try:
-        heartbeat = gw.settings.timeouts.heartbeat
-        while not (await asyncio.wait({opening, expired}, timeout=heartbeat,
+        await asyncio.sleep(0)  # the opening decodes and routes before it first waits: the route is known
+        while not (await asyncio.wait({opening, expired}, timeout=ex.heartbeat or gw.settings.timeouts.heartbeat,
                                       return_when=asyncio.FIRST_COMPLETED))[0]:
             if not ex.stream:
                 continue
@@ -151,9 +151,10 @@ async def _start_sse(request: web.Request, ex: pipeline.Exchange) -> web.StreamR
 async def _relay(request: web.Request, relay: pipeline.Relay) -> web.StreamResponse:
     """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
     client sees an incomplete body, never one that looks complete."""
+    ok = False
     try:
         response = web.StreamResponse(status=relay.status, headers={
-            "Content-Type": relay.content_type or CONTENT_TYPE, REQUEST_ID: request[EXCHANGE].request_id})
+            "Content-Type": CONTENT_TYPE, **relay.headers, REQUEST_ID: request[EXCHANGE].request_id})
         await response.prepare(request)
         try:
             async for data in relay.chunks:
@@ -165,9 +166,10 @@ async def _relay(request: web.Request, relay: pipeline.Relay) -> web.StreamRespo
                 request.transport.abort()
             return response
         await response.write_eof()
+        ok = True
         return response
     finally:
-        await relay.close()
+        await relay.close(ok)
 
 
 async def list_models(request: web.Request) -> web.Response:

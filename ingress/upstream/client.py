@@ -65,8 +65,9 @@ class UpstreamClient:
         hdrs = {**headers, "Content-Type": identifiers.CONTENT_TYPE}
         # No total timeout in aiohttp: connect and per-read limits only, so long generations are never cut.
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=None)
+        head_within = t.first_byte if t.total is None else min(t.first_byte, t.total)
         try:
-            async with asyncio.timeout(t.first_byte):
+            async with asyncio.timeout(head_within):
                 response = await self._session.post(self.url, data=body, headers=hdrs, timeout=timeout)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _wrap(exc, "answer") from exc
@@ -112,6 +113,9 @@ class UpstreamClient:
                 response = await self._send(body, headers, t)
                 try:
                     return await self._read_all(response, t)
+                except IngressError as exc:
+                    exc.after_head = True
+                    raise
                 finally:
                     response.close()
         except TimeoutError as exc:

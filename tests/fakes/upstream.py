@@ -377,3 +377,61 @@ def skip_sequence(at: int = 2) -> Behaviour:
 def size_prefix(size: int) -> bytes:
     """A frame's 4-byte little-endian size prefix, to build malformed streams by hand."""
     return PREFIX.pack(size)
+
+
+# --- additions: headers on error answers, a slow first frame, health checks, Unix sockets ---------
+
+
+def error_answer_with_headers(error: wire.ErrorInfo, headers: dict[str, str]) -> Behaviour:
+    """An Error buffer with HTTP status `error.status` and these extra response headers (e.g. Retry-After)."""
+
+    async def run(call: Call) -> web.StreamResponse:
+        return web.Response(status=error.status, body=wire.write_error(error), content_type=wire.CONTENT_TYPE,
+                            headers=headers)
+
+    return run
+
+
+def slow_first_frame(seconds: float) -> Behaviour:
+    """Send the head of a stream at once, then nothing for `seconds`, then every frame of a correct stream."""
+
+    async def run(call: Call) -> web.StreamResponse:
+        out = await call.open_stream()
+        await asyncio.sleep(seconds)
+        for frame in call.frames():
+            await call.send(out, frame)
+        await out.write_eof()
+        return out
+
+    return run
+
+
+class CheckedUpstream(FakeUpstream):
+    """A fake that also answers active health checks: `GET /healthz` is 200 while `healthy`, else 503."""
+
+    def __init__(self, default: Behaviour | None = None) -> None:
+        super().__init__(default)
+        self.healthy = True
+        self.health_checks = 0
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        self.health_checks += 1
+        return web.Response(status=200 if self.healthy else 503, text="ok" if self.healthy else "unhealthy")
+
+    def app(self) -> web.Application:
+        app = super().app()
+        app.router.add_get("/healthz", self._healthz)
+        return app
+
+
+@asynccontextmanager
+async def running_unix(fake: FakeUpstream, path: str) -> AsyncIterator[str]:
+    """Serve `fake` on a Unix socket at `path`; yields its endpoint URL (`unix:/path`)."""
+    async with serve_app(fake.app(), "", 0, unix=path) as url:
+        fake.url = url
+        try:
+            yield url
+        finally:
+            for task in fake._handlers:
+                task.cancel()
+            await asyncio.gather(*fake._handlers, return_exceptions=True)

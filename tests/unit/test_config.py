@@ -1,0 +1,304 @@
+"""Configuration files: a full example decodes into Settings; every mistake is named by key and line."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingress.config import ConfigError, load_config, parse_config
+from ingress.routing.table import RouteTable
+from ingress.settings import Ejection, Endpoint, HealthCheck, Timeouts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Two groups, three endpoints (one on a Unix socket), every kind of route. Keys that the error tests
+# below break appear once in the file, so their line can be named.
+EXAMPLE = """\
+port = 9090
+
+[timeouts]
+connect = 2.0
+heartbeat = 5.0
+
+[retry]
+attempts = 1
+budget_ratio = 0.1
+
+[groups.primary]
+endpoints = [
+  { url = "http://10.0.0.11:9000", weight = 3 },
+  { url = "${BACKUP_URL:-http://10.0.0.12:9000}", max_in_flight = 8 },
+]
+max_in_flight = 32
+max_queue = 16
+queue_timeout = 2.5
+health_check = { path = "/ready", interval = 2.0, timeout = 0.5 }
+ejection = { failures = 2, base = 1.0, max = 30.0 }
+
+[groups.local]
+endpoints = [{ url = "unix:/run/llm/model.sock" }]
+
+[[routes]]
+model = "gpt-4o"
+aliases = ["gpt-4o-latest", "4o"]
+group = "primary"
+fallback = "local"
+
+[[routes]]
+prefix = "llama-"
+group = "local"
+provider = "self_hosted"
+timeouts = { first_byte = 120.0, idle = 60.0, heartbeat = 1.0 }
+
+[[routes]]
+glob = "*-mini"
+upstream_model = "gpt-4o-mini"
+group = "primary"
+"""
+
+
+def _line(text: str, fragment: str) -> int:
+    """The 1-based line of the only line of `text` containing `fragment`."""
+    lines = [i for i, line in enumerate(text.splitlines(), 1) if fragment in line]
+    assert len(lines) == 1, (fragment, lines)
+    return lines[0]
+
+
+def _error(text: str, environ: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, environ={} if environ is None else environ, source="ingress.toml")
+    return str(caught.value)
+
+
+def _edit(old: str, new: str) -> str:
+    assert EXAMPLE.count(old) == 1, old
+    return EXAMPLE.replace(old, new)
+
+
+# --- the full example ---------------------------------------------------------------------------
+
+
+def test_the_full_example_decodes() -> None:
+    settings = parse_config(EXAMPLE, environ={})
+
+    assert settings.port == 9090
+    assert settings.timeouts == Timeouts(connect=2.0, heartbeat=5.0)
+    assert (settings.retry.attempts, settings.retry.budget_ratio, settings.retry.budget_min_per_s) == (1, 0.1, 3.0)
+    groups, routes = settings.resolved()
+    assert groups is settings.groups and routes is settings.routes
+    assert set(groups) == {"primary", "local"}
+    primary, local = groups["primary"], groups["local"]
+    assert primary.endpoints == [Endpoint(url="http://10.0.0.11:9000", weight=3),
+                                 Endpoint(url="http://10.0.0.12:9000", max_in_flight=8)]
+    assert (primary.max_in_flight, primary.max_queue, primary.queue_timeout) == (32, 16, 2.5)
+    assert primary.health_check == HealthCheck(path="/ready", interval=2.0, timeout=0.5)
+    assert primary.ejection == Ejection(failures=2, base=1.0, max=30.0)
+    assert local.endpoints == [Endpoint(url="unix:/run/llm/model.sock")]
+    assert local.health_check is None and local.ejection == Ejection()
+
+    exact, prefix, glob = routes
+    assert (exact.model, exact.aliases, exact.group, exact.fallback) == ("gpt-4o", ["gpt-4o-latest", "4o"],
+                                                                         "primary", "local")
+    assert (prefix.prefix, prefix.group, prefix.provider) == ("llama-", "local", "self_hosted")
+    assert prefix.timeouts == Timeouts(first_byte=120.0, idle=60.0, heartbeat=1.0)
+    assert (glob.glob, glob.upstream_model, glob.timeouts) == ("*-mini", "gpt-4o-mini", None)
+    assert RouteTable(routes).listed_models() == ["4o", "gpt-4o", "gpt-4o-latest"]
+
+
+def test_an_environment_variable_replaces_its_default() -> None:
+    settings = parse_config(EXAMPLE, environ={"BACKUP_URL": "unix:/run/backup.sock"})
+
+    assert settings.groups["primary"].endpoints[1].url == "unix:/run/backup.sock"
+
+
+def test_interpolation_reaches_every_string_and_only_strings() -> None:
+    text = _edit('path = "/ready"', 'path = "/${CHECK:-ready}/${SUFFIX}"')
+
+    settings = parse_config(text, environ={"SUFFIX": "now", "UNUSED": "x"})
+
+    check = settings.groups["primary"].health_check
+    assert check is not None and check.path == "/ready/now"
+
+
+def test_the_shipped_example_decodes() -> None:
+    settings = load_config(ROOT / "deploy" / "ingress.toml", environ={})
+
+    groups, routes = settings.resolved()
+    assert sum(len(g.endpoints) for g in groups.values()) == 3
+    assert {r.group for r in routes} <= set(groups)
+
+
+# --- errors name the key and, where it can be found, the line -----------------------------------
+
+def _route_header(text: str, index: int) -> int:
+    """The line of the `index`-th [[routes]] header."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if line == "[[routes]]"][index]
+
+
+KEYED_ERRORS = [  # the edit, the key, what is wrong, and a fragment of the line to name (int: the n-th route)
+    pytest.param("max_queue = 16", "max_queue = 16\nmax_qeue = 3", "groups.primary.max_qeue",
+                 "unknown field `max_qeue`", "max_qeue = 3", id="unknown-key"),
+    pytest.param("port = 9090", "port = 9090\nlisten = 1", "listen", "unknown field `listen`", "listen = 1",
+                 id="unknown-top-level-key"),
+    pytest.param("queue_timeout = 2.5", 'queue_timeout = "soon"', "groups.primary.queue_timeout",
+                 "Expected `float`, got `str`", "queue_timeout", id="wrong-type"),
+    pytest.param("failures = 2", "failures = 0", "groups.primary.ejection.failures", "Expected `int` >= 1",
+                 "failures = 0", id="out-of-range-in-inline-table"),
+    pytest.param("attempts = 1", "attempts = 9", "retry.attempts", "Expected `int` <= 5", "attempts = 9",
+                 id="out-of-range"),
+    pytest.param("weight = 3", 'weight = "3"', "groups.primary.endpoints[0].weight", "Expected `int`, got `str`",
+                 'weight = "3"', id="wrong-type-in-a-list"),
+    pytest.param('"unix:/run/llm/model.sock"', '"ftp://10.0.0.13"', "groups.local.endpoints[0].url",
+                 "Expected `str` matching regex", "ftp://10.0.0.13", id="bad-endpoint-url"),
+    pytest.param("${BACKUP_URL:-http://10.0.0.12:9000}", "${BACKUP_URL:-10.0.0.12:9000}",
+                 "groups.primary.endpoints[1].url", "Expected `str` matching regex", "-10.0.0.12:9000",
+                 id="bad-default-in-the-second-endpoint-url"),
+    pytest.param('"http://10.0.0.11:9000"', '"http://10.0.0.11:9000/v1"', "groups.primary.endpoints[0].url",
+                 "Expected `str` matching regex", "/v1", id="endpoint-url-with-a-path"),
+    pytest.param('idle = 60.0, heartbeat = 1.0', 'idle = 60.0, heartbeat = -1', "routes[1].timeouts.heartbeat",
+                 "Expected `float` > 0.0", "heartbeat = -1", id="a-routes-timeout"),
+    pytest.param('group = "local"\nprovider', 'group = "nowhere"\nprovider', "routes[1].group",
+                 "no group named 'nowhere'", '"nowhere"', id="route-to-a-missing-group"),
+    pytest.param('fallback = "local"', 'fallback = "elsewhere"', "routes[0].fallback",
+                 "no group named 'elsewhere'", '"elsewhere"', id="fallback-to-a-missing-group"),
+    pytest.param('prefix = "llama-"', 'prefix = "llama-"\nglob = "llama*"', "routes[1].glob",
+                 "set exactly one of model, prefix or glob", 'glob = "llama*"', id="two-selectors"),
+    pytest.param('glob = "*-mini"', 'provider = "openai"', "routes[2]",
+                 "set exactly one of model, prefix or glob", 2, id="no-selector"),
+    pytest.param('glob = "*-mini"', 'model = "4o"', "routes[2]", "model name '4o' is already served by routes[0]",
+                 2, id="duplicate-model-name"),
+    pytest.param('prefix = "llama-"', 'prefix = "llama-"\naliases = ["llama"]', "routes[1].aliases",
+                 "aliases need an exact model", 'aliases = ["llama"]', id="aliases-without-a-model"),
+    pytest.param("${BACKUP_URL:-http://10.0.0.12:9000}", "${BACKUP_URL}", "groups.primary.endpoints[1].url",
+                 "environment variable BACKUP_URL is not set", "${BACKUP_URL}", id="missing-environment-variable"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key", "detail", "line_of"), KEYED_ERRORS)
+def test_an_error_names_the_key_and_the_line(old: str, new: str, key: str, detail: str, line_of: str | int) -> None:
+    text = _edit(old, new)
+
+    message = _error(text)
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert detail in message
+    line = _route_header(text, line_of) if isinstance(line_of, int) else _line(text, line_of)
+    assert message.endswith(f" (line {line})"), message
+
+
+def test_a_toml_syntax_error_names_its_line() -> None:
+    text = _edit("max_queue = 16", "max_queue = = 16")
+
+    message = _error(text)
+
+    assert message.startswith("ingress.toml: ")
+    assert f"line {_line(text, 'max_queue = = 16')}" in message
+
+
+def test_a_line_is_found_inside_the_keys_own_table() -> None:
+    text = _edit('upstream_model = "gpt-4o-mini"', 'weight = 3\nupstream_model = "gpt-4o-mini"')  # weight twice
+
+    message = _error(text)
+
+    assert message.startswith("ingress.toml: routes[2].weight: ")
+    assert message.endswith(f" (line {_route_header(text, 2) + 2})"), message  # not the endpoint's weight
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    pytest.param('[groups.g]\nmax_queue = 1\n[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.endpoints",
+                 id="a-missing-table-key"),
+    pytest.param('[[routes]]\nmodel = "m"\n[groups.g]\nendpoints = [{ url = "http://a:1" }]\n', "routes[0].group",
+                 id="a-missing-route-key"),
+])
+def test_a_missing_key_names_no_line(text: str, key: str) -> None:
+    message = _error(text)
+
+    assert message.startswith(f"ingress.toml: {key}: Object missing required field"), message
+    assert "(line" not in message
+
+
+@pytest.mark.parametrize(("text", "key", "detail"), [
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\n', "routes", "groups need [[routes]]",
+                 id="groups-without-routes"),
+    pytest.param('[[routes]]\nmodel = "m"\ngroup = "g"\n', "routes", "routes need [groups.NAME]",
+                 id="routes-without-groups"),
+    pytest.param('upstream = "http://a:1"\n[groups.g]\nendpoints = [{ url = "http://a:1" }]\n'
+                 '[[routes]]\nmodel = "m"\ngroup = "g"\n', "upstream", "either upstream/models or groups/routes",
+                 id="shorthand-and-groups"),
+    pytest.param('[groups.g]\nendpoints = []\n[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.endpoints",
+                 "length >= 1", id="a-group-without-endpoints"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "embedded:" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
+                 "groups.g.endpoints[0].url", "only for the built-in demo", id="embedded-in-a-group"),
+    pytest.param('unix = "run/ingress.sock"\n', "unix", "must be absolute", id="relative-socket-path"),
+])
+def test_whole_file_mistakes_name_the_key(text: str, key: str, detail: str) -> None:
+    message = _error(text)
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert detail in message
+
+
+def test_load_config_names_a_file_it_cannot_read(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.toml"
+
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(missing))}: cannot read: "):
+        load_config(missing)
+
+
+def test_load_config_names_the_file_in_errors(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(_edit("max_queue = 16", "max_queue = -1"))
+
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: groups\.primary\.max_queue: .* \(line 17\)$"):
+        load_config(path, environ={})
+
+
+# --- `ingress check-config` ---------------------------------------------------------------------
+
+
+def _check_config(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ingress", "check-config", str(path)], capture_output=True,
+                          text=True, timeout=30, cwd=ROOT, env={"PATH": "/usr/bin:/bin", **env})
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(EXAMPLE)
+
+    done = _check_config(path, BACKUP_URL="http://10.0.0.99:9000")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (f"{path}: ok — 2 groups, 3 endpoints, 3 routes; models: 4o, gpt-4o, gpt-4o-latest\n")
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    pytest.param("max_queue = 16", "max_queue = 16\nmax_qeue = 3",
+                 r"groups\.primary\.max_qeue: Object contains unknown field `max_qeue` \(line 18\)", id="unknown-key"),
+    pytest.param('group = "local"\nprovider', 'group = "nowhere"\nprovider',
+                 r"routes\[1\]\.group: no group named 'nowhere'", id="missing-group"),
+    pytest.param("${BACKUP_URL:-http://10.0.0.12:9000}", "${BACKUP_URL_UNSET}",
+                 r"groups\.primary\.endpoints\[1\]\.url: environment variable BACKUP_URL_UNSET is not set",
+                 id="missing-environment-variable"),
+    pytest.param("[retry]", "[retry", r"line 7", id="toml-syntax"),
+])
+def test_check_config_refuses_a_bad_file(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(_edit(old, new))
+
+    done = _check_config(path)
+
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert re.fullmatch(rf"ingress: {re.escape(str(path))}: .*{expected}.*\n", done.stderr), done.stderr
+
+
+def test_check_config_refuses_a_missing_file(tmp_path: Path) -> None:
+    done = _check_config(tmp_path / "absent.toml")
+
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"ingress: {tmp_path / 'absent.toml'}: cannot read: ")

@@ -1,0 +1,273 @@
+"""GroupPool: per-endpoint and per-group limits, a bounded FIFO wait queue, and wake-ups never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ingress.errors import Overloaded
+from ingress.settings import Ejection, Endpoint, Group, Timeouts
+from ingress.upstream.client import UpstreamClient
+from ingress.upstream.pool import GroupPool, Lease
+
+URLS = [f"http://10.0.0.{i}:9000" for i in range(1, 4)]  # never connected to: leases only
+
+MakePool = Callable[..., GroupPool]
+
+
+@pytest.fixture
+async def make_pool() -> AsyncIterator[MakePool]:
+    """`make_pool(endpoints=..., **group_settings)`: a pool whose endpoints are never contacted."""
+    async with aiohttp.ClientSession() as session:
+
+        def make(endpoints: list[Endpoint] | None = None, **group: Any) -> GroupPool:
+            config = Group(endpoints=endpoints or [Endpoint(url=URLS[0])], **group)
+            clients = [UpstreamClient(session, e.url, Timeouts(), 1 << 20) for e in config.endpoints]
+            return GroupPool("g", config, clients)
+
+        yield make
+
+
+async def _settle() -> None:
+    """Let every task that is ready run until it blocks again."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def _queued(pool: GroupPool, n: int) -> list[asyncio.Task[Lease]]:
+    """`n` acquirers started one after the other, each waiting in the queue before the next comes."""
+    tasks = []
+    for i in range(n):
+        tasks.append(asyncio.create_task(pool.acquire(), name=f"waiter-{i}"))
+        await _settle()
+        assert pool.waiting == i + 1
+    return tasks
+
+
+# --- limits -------------------------------------------------------------------------------------
+
+
+async def test_each_endpoint_takes_at_most_its_max_in_flight(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=URLS[0], max_in_flight=1), Endpoint(url=URLS[1], max_in_flight=2)])
+
+    leases = [await pool.acquire() for _ in range(3)]
+
+    assert sorted(lease.state.url for lease in leases) == [URLS[0], URLS[1], URLS[1]]
+    with pytest.raises(Overloaded):
+        await pool.acquire()
+    leases[0].release(True)
+    assert (await pool.acquire()).state.url == leases[0].state.url
+
+
+async def test_the_group_takes_at_most_its_max_in_flight(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS], max_in_flight=2)
+
+    leases = [await pool.acquire(), await pool.acquire()]
+
+    assert pool.in_flight == 2
+    with pytest.raises(Overloaded) as caught:
+        await pool.acquire()
+    assert (caught.value.status, caught.value.code, caught.value.retry_after) == (503, "overloaded", 1)
+    for lease in leases:
+        lease.release(True)
+    assert (pool.in_flight, [s.in_flight for s in pool.states]) == (0, [0, 0, 0])
+
+
+async def test_a_lease_is_released_once(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1)
+    lease = await pool.acquire()
+
+    lease.release(False)
+    lease.release(False)
+    lease.release(True)
+
+    assert (pool.in_flight, pool.states[0].in_flight, pool.states[0].failures) == (0, 0, 1)
+
+
+async def test_outcomes_feed_passive_health(make_pool: MakePool) -> None:
+    pool = make_pool(ejection=Ejection(failures=2, base=30.0))
+    state = pool.states[0]
+
+    (await pool.acquire()).release(False)
+    (await pool.acquire()).release(None)  # neither: e.g. the client's own error
+    assert state.failures == 1
+    (await pool.acquire()).release(False)
+
+    assert state.ejections == 1 and not state.healthy(time.monotonic())
+    (await pool.acquire()).release(True)
+    assert (state.failures, state.ejections) == (0, 0)
+
+
+# --- the wait queue -----------------------------------------------------------------------------
+
+
+async def test_waiters_are_served_in_arrival_order(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=3)
+    held = await pool.acquire()
+    waiters = await _queued(pool, 3)
+    order: list[str] = []
+
+    for task in waiters:
+        task.add_done_callback(lambda t: order.append(t.get_name()))
+    lease = held
+    for task in waiters:
+        lease.release(True)
+        lease = await task
+
+    lease.release(True)
+    assert order == ["waiter-0", "waiter-1", "waiter-2"]
+    assert (pool.in_flight, pool.waiting) == (0, 0)
+
+
+async def test_a_full_queue_refuses_at_once(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=2, queue_timeout=30.0)
+    held = await pool.acquire()
+    waiters = await _queued(pool, 2)
+
+    started = time.perf_counter()
+    with pytest.raises(Overloaded):
+        await pool.acquire()
+    assert time.perf_counter() - started < 0.05
+    assert pool.waiting == 2
+
+    held.release(True)
+    (await waiters[0]).release(True)
+    (await waiters[1]).release(True)
+
+
+async def test_without_a_queue_a_full_group_refuses_at_once(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=0)
+    held = await pool.acquire()
+
+    with pytest.raises(Overloaded):
+        await pool.acquire()
+    assert pool.waiting == 0
+    held.release(True)
+
+
+async def test_a_waiter_gives_up_after_the_queue_timeout(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=4, queue_timeout=0.2)
+    held = await pool.acquire()
+
+    started = time.perf_counter()
+    with pytest.raises(Overloaded, match="at capacity"):
+        await pool.acquire()
+
+    assert 0.2 <= time.perf_counter() - started < 0.5
+    assert pool.waiting == 0
+    held.release(True)
+    (await pool.acquire()).release(True)
+
+
+async def test_a_cancelled_waiter_leaves_the_queue(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=2)
+    held = await pool.acquire()
+    first, second = await _queued(pool, 2)
+
+    first.cancel()
+    await _settle()
+
+    assert first.cancelled() and pool.waiting == 1
+    held.release(True)
+    (await second).release(True)
+    assert (pool.in_flight, pool.waiting) == (0, 0)
+
+
+async def test_a_waiter_cancelled_after_its_wake_up_passes_it_on(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=2, queue_timeout=1.0)
+    held = await pool.acquire()
+    first, second = await _queued(pool, 2)
+
+    held.release(True)  # wakes `first`...
+    first.cancel()  # ...which is cancelled before it runs
+
+    lease = await asyncio.wait_for(second, timeout=0.5)
+    assert first.cancelled()
+    lease.release(True)
+    assert (pool.in_flight, pool.waiting) == (0, 0)
+
+
+async def test_every_release_wakes_a_waiter_when_many_are_cancelled(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=2, max_queue=10, queue_timeout=2.0)
+    held = [await pool.acquire(), await pool.acquire()]
+    waiters = await _queued(pool, 10)
+
+    for lease in held:
+        lease.release(True)
+    for task in waiters[::2]:
+        task.cancel()  # half of them, including both that were just woken
+
+    served = 0
+    for task in waiters[1::2]:
+        lease = await asyncio.wait_for(task, timeout=1.0)
+        served += 1
+        lease.release(True)
+    assert served == 5
+    assert (pool.in_flight, pool.waiting) == (0, 0)
+
+
+async def test_a_newcomer_does_not_overtake_the_queue(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=3, queue_timeout=2.0)
+    held = await pool.acquire()
+    waiters = await _queued(pool, 2)
+    order: list[str] = []
+    for task in waiters:
+        task.add_done_callback(lambda t: order.append(t.get_name()))
+
+    newcomer = asyncio.create_task(pool.acquire(), name="newcomer")  # it runs just before the woken waiter
+    held.release(True)
+    newcomer.add_done_callback(lambda t: order.append(t.get_name()))
+    try:
+        for _ in range(3):
+            await asyncio.wait({newcomer, *waiters}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            for task in (newcomer, *waiters):
+                if task.done() and not task.cancelled() and not task.result().released:
+                    task.result().release(True)
+            await _settle()
+        assert order == ["waiter-0", "waiter-1", "newcomer"]
+    finally:
+        for task in (newcomer, *waiters):
+            task.cancel()
+        await asyncio.gather(newcomer, *waiters, return_exceptions=True)
+
+
+async def test_a_waiter_timing_out_as_it_is_woken_passes_the_wake_up_on(make_pool: MakePool) -> None:
+    pool = make_pool(max_in_flight=1, max_queue=2, queue_timeout=0.2)
+    held = await pool.acquire()
+    first = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0.1)
+    second = asyncio.create_task(pool.acquire())
+    await _settle()
+
+    time.sleep(0.12)  # `first`'s deadline passes while the loop is busy (second still has ~0.08 s)
+    await asyncio.sleep(0)  # the loop takes up the expired timer...
+    held.release(True)  # ...and this wake-up, in the same iteration
+
+    outcomes = await asyncio.gather(first, second, return_exceptions=True)
+    assert isinstance(outcomes[0], Overloaded)
+    assert isinstance(outcomes[1], Lease), outcomes[1]
+
+
+async def test_a_wake_up_reaches_a_waiter_that_can_use_the_freed_endpoint(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=URLS[0], max_in_flight=1), Endpoint(url=URLS[1], max_in_flight=1)],
+                     max_queue=2, queue_timeout=0.3)
+    first, second = await pool.acquire(), await pool.acquire()
+    retrying = asyncio.create_task(pool.acquire(exclude=frozenset({first.state.url})))
+    await _settle()
+    fresh = asyncio.create_task(pool.acquire())
+    await _settle()
+
+    first.release(True)
+
+    try:
+        lease = await fresh
+        assert lease.state.url == first.state.url
+        lease.release(True)
+    finally:
+        second.release(True)
+        await asyncio.gather(retrying, return_exceptions=True)

@@ -1,0 +1,304 @@
+"""Pure routing decisions: the route table, endpoint choice, passive health and the retry budget."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+
+import pytest
+
+from ingress.routing.budget import RetryBudget
+from ingress.routing.health import EndpointState
+from ingress.routing.policy import choose
+from ingress.routing.table import RouteTable
+from ingress.settings import Ejection, Route
+
+# --- the route table ----------------------------------------------------------------------------
+
+ROUTES = (
+    Route(glob="gpt-*", group="globbed"),
+    Route(prefix="gpt-4", group="short-prefix"),
+    Route(model="gpt-4o", aliases=["gpt-4o-latest", "four-oh"], group="exact", upstream_model="gpt-4o-2024-08-06"),
+    Route(prefix="gpt-4o-", group="long-prefix"),
+    Route(glob="*-mini", group="mini", upstream_model="small"),
+    Route(model="llama-3", group="exact-llama"),
+    Route(glob="*", group="anything"),
+)
+
+
+@pytest.mark.parametrize(("model", "group", "upstream_model"), [
+    pytest.param("gpt-4o", "exact", "gpt-4o-2024-08-06", id="exact-beats-everything"),
+    pytest.param("gpt-4o-latest", "exact", "gpt-4o-2024-08-06", id="alias-beats-prefix"),
+    pytest.param("four-oh", "exact", "gpt-4o-2024-08-06", id="alias"),
+    pytest.param("gpt-4o-mini", "long-prefix", "gpt-4o-mini", id="longest-prefix-beats-glob"),
+    pytest.param("gpt-4-turbo", "short-prefix", "gpt-4-turbo", id="prefix-beats-glob"),
+    pytest.param("gpt-3.5", "globbed", "gpt-3.5", id="globs-in-file-order"),
+    pytest.param("o1-mini", "mini", "small", id="glob-rewrites-the-name"),
+    pytest.param("llama-3", "exact-llama", "llama-3", id="exact-without-rewrite"),
+    pytest.param("mistral", "anything", "mistral", id="catch-all-glob"),
+])
+def test_routes_match_exact_then_alias_then_longest_prefix_then_glob(
+    model: str, group: str, upstream_model: str,
+) -> None:
+    match = RouteTable(ROUTES).match(model)
+
+    assert match is not None
+    assert (match.route.group, match.upstream_model) == (group, upstream_model)
+
+
+def test_an_unmatched_model_has_no_route() -> None:
+    table = RouteTable((Route(model="a", group="g"), Route(prefix="b-", group="g"), Route(glob="c?", group="g")))
+
+    assert [table.match(m) for m in ("b", "cc2", "A", "", "a ")] == [None] * 5
+    assert table.match("cx") is not None
+
+
+def test_a_glob_matches_the_whole_name() -> None:
+    table = RouteTable((Route(glob="*-mini", group="g"),))
+
+    assert table.match("o1-mini") is not None
+    assert table.match("o1-mini-2024") is None
+    assert table.match("o1-MINI") is None  # case matters, as in model names
+
+
+def test_the_prefix_rewrite_sends_the_configured_name() -> None:
+    table = RouteTable((Route(prefix="local-", group="g", upstream_model="llama-3-8b"),))
+
+    match = table.match("local-anything")
+
+    assert match is not None and match.upstream_model == "llama-3-8b"
+
+
+def test_listed_models_are_the_exact_names_and_aliases() -> None:
+    assert RouteTable(ROUTES).listed_models() == ["four-oh", "gpt-4o", "gpt-4o-latest", "llama-3"]
+    assert RouteTable((Route(glob="*", group="g"),)).listed_models() == []
+
+
+# --- choosing an endpoint -----------------------------------------------------------------------
+
+
+def _states(*weights: int, max_in_flight: int = 0) -> list[EndpointState]:
+    return [EndpointState(url=f"http://10.0.0.{i}:9000", weight=w, max_in_flight=max_in_flight)
+            for i, w in enumerate(weights, 1)]
+
+
+def _tally(states: list[EndpointState], n: int = 20_000, now: float = 100.0, seed: int = 7) -> Counter[str]:
+    rng = random.Random(seed)
+    counts: Counter[str] = Counter()
+    for _ in range(n):
+        chosen = choose(states, now, rng)
+        assert chosen is not None
+        counts[chosen.url] += 1
+    return counts
+
+
+def _tally_under_load(states: list[EndpointState], concurrency: int, n: int = 40_000) -> list[float]:
+    """Shares of `n` requests when `concurrency` of them are always outstanding, each as long as the others."""
+    rng = random.Random(11)
+    outstanding: deque[EndpointState] = deque()
+    counts: Counter[str] = Counter()
+    for _ in range(n):
+        if len(outstanding) >= concurrency:
+            outstanding.popleft().in_flight -= 1
+        chosen = choose(states, 0.0, rng)
+        assert chosen is not None
+        chosen.in_flight += 1
+        outstanding.append(chosen)
+        counts[chosen.url] += 1
+    return [counts[s.url] / n for s in states]
+
+
+def test_weights_are_respected_under_load() -> None:
+    shares = _tally_under_load(_states(6, 3, 1), concurrency=100)
+
+    assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.02)
+
+
+def test_weights_are_respected_at_low_concurrency() -> None:
+    shares = _tally_under_load(_states(6, 3, 1), concurrency=1)
+
+    assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.02)
+
+
+def test_the_endpoint_with_fewer_outstanding_requests_is_preferred() -> None:
+    busy, idle = _states(1, 1)
+    busy.in_flight = 5
+
+    counts = _tally([busy, idle])
+
+    # Two picks by weight, the less loaded kept: the busy one wins only when both picks are it.
+    assert counts[busy.url] / 20_000 == pytest.approx(0.25, abs=0.015)
+
+
+def test_outstanding_requests_are_compared_per_unit_of_weight() -> None:
+    heavy, light = _states(4, 1)
+    heavy.in_flight = 3  # 0.75 per unit of weight
+    light.in_flight = 1  # 1.0
+
+    counts = _tally([heavy, light])
+
+    assert counts[light.url] / 20_000 == pytest.approx(0.2 * 0.2, abs=0.01)  # only when both picks are light
+
+
+def test_a_lone_healthy_endpoint_is_always_chosen() -> None:
+    states = _states(1, 1, 1)
+    states[0].ejected_until = 130.0
+    states[2].active_healthy = False
+
+    assert set(_tally(states, n=2_000)) == {states[1].url}
+
+
+def test_ejected_endpoints_are_avoided_while_a_healthy_one_exists() -> None:
+    states = _states(1, 1, 1, 1)
+    states[0].ejected_until = 101.0
+    states[3].active_healthy = False
+
+    counts = _tally(states, now=100.0)
+
+    assert set(counts) == {states[1].url, states[2].url}
+    assert counts[states[1].url] / 20_000 == pytest.approx(0.5, abs=0.02)
+
+
+def test_an_ejection_ends_by_itself() -> None:
+    states = _states(1, 1)
+    states[0].ejected_until = 101.0
+
+    assert set(_tally(states, n=500, now=100.9)) == {states[1].url}
+    assert set(_tally(states, n=500, now=101.0)) == {states[0].url, states[1].url}
+
+
+def test_when_every_endpoint_is_ejected_the_soonest_to_recover_is_tried() -> None:
+    states = _states(1, 1, 1)
+    for state, until in zip(states, (130.0, 110.0, 120.0), strict=True):
+        state.ejected_until = until
+
+    assert set(_tally(states, n=200)) == {states[1].url}
+
+
+def test_endpoints_at_their_limit_are_skipped_and_none_is_chosen_when_all_are() -> None:
+    states = _states(1, 1, max_in_flight=2)
+    states[0].in_flight = 2
+    rng = random.Random(1)
+
+    assert all(choose(states, 0.0, rng) is states[1] for _ in range(100))
+    states[1].in_flight = 2
+    assert choose(states, 0.0, rng) is None
+    fresh = _states(1, 1)
+    assert choose(fresh, 0.0, rng, exclude=frozenset(s.url for s in fresh)) is None
+
+
+def test_excluded_endpoints_are_not_chosen() -> None:
+    states = _states(1, 1, 1)
+    rng = random.Random(3)
+
+    exclude = frozenset({states[0].url, states[2].url})
+
+    assert all(choose(states, 0.0, rng, exclude=exclude) is states[1] for _ in range(100))
+
+
+# --- passive health -----------------------------------------------------------------------------
+
+
+def test_an_endpoint_is_ejected_after_n_failures_in_a_row_for_a_doubling_time() -> None:
+    state = EndpointState(url="u", ejection=Ejection(failures=3, base=5.0, max=300.0))
+
+    assert [state.record_failure(0.0) for _ in range(3)] == [False, False, True]
+    assert state.ejected_until == 5.0
+    assert not state.healthy(4.99) and state.healthy(5.0)
+
+    ejections = []
+    now = 5.0
+    for _ in range(8):
+        assert [state.record_failure(now) for _ in range(3)] == [False, False, True]
+        ejections.append(state.ejected_until - now)
+        now = state.ejected_until
+    assert ejections == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]  # capped at max
+
+
+def test_a_success_resets_the_failure_count_and_the_backoff() -> None:
+    state = EndpointState(url="u", ejection=Ejection(failures=2, base=1.0, max=60.0))
+    for _ in range(6):
+        state.record_failure(0.0)  # three ejections: 1 s, 2 s, 4 s
+    assert state.ejected_until == 4.0
+
+    state.record_failure(10.0)
+    state.record_success()
+    assert not state.record_failure(10.0)  # the count started again
+    assert state.record_failure(10.0)
+    assert state.ejected_until == 11.0  # and the backoff is back to its base
+
+
+def test_failures_must_be_consecutive() -> None:
+    state = EndpointState(url="u", ejection=Ejection(failures=2, base=1.0))
+
+    for _ in range(10):
+        assert not state.record_failure(0.0)
+        state.record_success()
+
+    assert state.healthy(0.0)
+
+
+def test_load_is_outstanding_requests_per_unit_of_weight() -> None:
+    state = EndpointState(url="u", weight=2, max_in_flight=3)
+
+    assert state.load() == 0.0 and state.has_room()
+    state.in_flight = 3
+    assert state.load() == 1.5 and not state.has_room()
+
+
+# --- the retry budget ---------------------------------------------------------------------------
+
+
+def _retries_allowed(budget: RetryBudget, requests: int, seconds: float) -> int:
+    """Every request is followed by an attempt to retry it; requests are spread over `seconds`."""
+    allowed = 0
+    for i in range(requests):
+        now = seconds * i / requests
+        budget.deposit(now)
+        allowed += budget.withdraw(now)
+    return allowed
+
+
+def test_retries_stay_within_the_ratio_of_requests() -> None:
+    budget = RetryBudget(ratio=0.2, min_per_s=0.0, now=0.0)
+
+    allowed = _retries_allowed(budget, 1000, seconds=0.0)
+
+    initial = 10  # the balance a budget starts with
+    assert 200 <= allowed <= 200 + initial
+
+
+def test_the_minimum_trickles_in_over_time() -> None:
+    budget = RetryBudget(ratio=0.2, min_per_s=5.0, now=0.0)
+
+    allowed = _retries_allowed(budget, 1000, seconds=20.0)
+
+    assert 200 + 5 * 20 <= allowed <= 200 + 5 * 20 + 50  # ratio + trickle, plus at most the initial cap
+
+
+def test_without_requests_only_the_trickle_allows_retries() -> None:
+    budget = RetryBudget(ratio=0.2, min_per_s=2.0, now=0.0)
+    while budget.withdraw(0.0):
+        pass  # spend the initial balance
+
+    assert not budget.withdraw(0.25)
+    assert budget.withdraw(0.5)  # one retry after half a second at 2 a second
+    assert not budget.withdraw(0.5)
+    assert sum(budget.withdraw(0.5 + k / 4) for k in range(1, 41)) == 20  # 2 a second for 10 s
+
+
+def test_a_quiet_period_banks_a_bounded_balance() -> None:
+    budget = RetryBudget(ratio=0.2, min_per_s=1.0, now=0.0)
+
+    budget.deposit(3600.0)  # an hour with no traffic
+
+    assert sum(budget.withdraw(3600.0) for _ in range(100)) == 10
+
+
+def test_a_zero_budget_allows_no_retries_once_spent() -> None:
+    budget = RetryBudget(ratio=0.0, min_per_s=0.0, now=0.0)
+    initial = sum(budget.withdraw(0.0) for _ in range(100))
+
+    assert _retries_allowed(budget, 1000, seconds=100.0) == 0
+    assert initial == 10
+
