@@ -1,0 +1,44 @@
+"""Run the edge with a chosen FlatBuffers encoder, set up as `python -m ingress serve` sets it up.
+
+bench/e2e.py uses this only when the CLI has no `--encoder` flag; either way both edges of a comparison
+start the same way, so the encoder is the only difference between them.
+
+    python bench/edge_launcher.py --port 8081 --upstream http://127.0.0.1:9000 --model ingress-demo --encoder stock
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import uvloop
+from aiohttp import web
+
+from ingress import app as ingress_app
+from ingress.log import configure
+from ingress.settings import Settings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--model", action="append")
+    parser.add_argument("--encoder", choices=("generated", "stock"), default="stock")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args()
+    settings = Settings(host=args.host, port=args.port, upstream=args.upstream, models=tuple(args.model or ()),
+                        encoder=args.encoder, log_level=args.log_level)
+    configure(settings.log_level)
+    application = ingress_app.create_app(settings)
+    tune_gc = getattr(ingress_app, "tune_gc", None)  # the CLI's start-up GC tuning, where the product has it
+    if tune_gc is not None:
+        application.on_startup.append(tune_gc)
+    web.run_app(application, host=settings.host, port=settings.port, loop=uvloop.new_event_loop(),
+                handler_cancellation=True, access_log=None, print=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
