@@ -85,7 +85,7 @@ class Gateway:
     budget: RetryBudget
     builders: BuilderPool = field(default_factory=BuilderPool)
 
-    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport, match: Match) -> bytes:
+    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport, match: Match) -> bytes | bytearray:
         route = match.route
         if self.settings.encoder == "stock":
             return encode_request_stock(self.builders, request, request_id, passport, route.provider,
@@ -142,10 +142,13 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
             lease = await group.acquire(frozenset(tried))
             tried.add(lease.state.url)
             ex.upstream = lease.state.url
-            ex.upstream_sent = time.perf_counter()
+            if ex.upstream_sent is None:
+                ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
             try:
-                result = await attempt(lease)
-                ex.upstream_head = time.perf_counter()
+                try:
+                    result = await attempt(lease)
+                finally:
+                    ex.upstream_head = time.perf_counter()
                 return result, lease
             except UpstreamConnectFailed as exc:
                 lease.release(False)
@@ -198,7 +201,6 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
 
         answer, lease = await send(gw, match, ex, complete)
         lease.release(True)
-        ex.upstream_done = ex.upstream_head
         ex.mark_first_byte()
         response = decode_answer(answer, verify_answer=False)  # verified above
         ex.usage = response.usage

@@ -128,6 +128,10 @@ def _supervise(settings: Settings, sock: socket.socket) -> int:
     def on_signal(signum: int, _frame: Any) -> None:
         nonlocal stopping
         stopping = True
+        # The listening socket is shared: while this process holds it, it keeps listening after the
+        # workers stop accepting, and connections queue where nobody takes them (and, with
+        # SO_REUSEPORT, away from a new edge on the same port). No worker will be started again.
+        sock.close()
         for proc in procs.values():
             if proc.pid is not None and proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
@@ -157,7 +161,6 @@ def _supervise(settings: Settings, sock: socket.socket) -> int:
             log.error("worker did not stop in time; killing it", pid=proc.pid)
             proc.kill()
             proc.join()
-    sock.close()
     if settings.unix and os.path.exists(settings.unix):
         os.unlink(settings.unix)
     log.info("all workers stopped")

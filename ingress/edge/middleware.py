@@ -61,7 +61,7 @@ def server_timing(ex: Exchange, now: float | None = None) -> str:
     """Server-Timing: the stages done so far, in milliseconds, and the request id."""
     marks = [("decode", ex.started, ex.decoded), ("encode", ex.decoded, ex.encoded),
              ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
-             ("translate", ex.upstream_done, now)]
+             ("translate", ex.upstream_done or ex.upstream_head, now)]
     parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
              if start is not None and end is not None]
     if now is not None:

@@ -61,7 +61,7 @@ class UpstreamClient:
         if self._own_session is not None:
             await self._own_session.close()
 
-    async def _send(self, body: bytes, headers: Mapping[str, str], t: Timeouts) -> aiohttp.ClientResponse:
+    async def _send(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> aiohttp.ClientResponse:
         hdrs = {**headers, "Content-Type": identifiers.CONTENT_TYPE}
         # No total timeout in aiohttp: connect and per-read limits only, so long generations are never cut.
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=None)
@@ -105,7 +105,7 @@ class UpstreamClient:
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _wrap(exc, "finish its answer") from exc
 
-    async def complete(self, body: bytes, headers: Mapping[str, str], timeouts: Timeouts | None = None) -> bytes:
+    async def complete(self, body: bytes | bytearray, headers: Mapping[str, str], timeouts: Timeouts | None = None) -> bytes:
         """A non-streamed exchange: the whole answer body (a CompletionResponse or Error buffer)."""
         t = timeouts or self.timeouts
         try:
@@ -122,7 +122,7 @@ class UpstreamClient:
             raise UpstreamTimeout("The model service did not finish its answer in time.") from exc
 
     @asynccontextmanager
-    async def stream(self, body: bytes, headers: Mapping[str, str],
+    async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
                      timeouts: Timeouts | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
         """A streamed exchange: entering raises before the first byte; the body is read inside."""
         t = timeouts or self.timeouts

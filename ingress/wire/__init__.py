@@ -23,17 +23,17 @@ from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT
 from ingress.wire.pool import BuilderPool
 from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
 
-def write_response(response: Response) -> bytes:
+def write_response(response: Response) -> bytearray:
     """A CompletionResponse buffer, for a non-streamed answer (HTTP 200, Content-Type CONTENT_TYPE)."""
     return encode_response(response)
 
 
-def write_chunk(chunk: Chunk) -> bytes:
+def write_chunk(chunk: Chunk) -> bytearray:
     """A size-prefixed CompletionChunk frame, for a streamed answer (Content-Type STREAM_CONTENT_TYPE)."""
     return encode_chunk_frame(chunk)
 
 
-def write_error(error: ErrorInfo, *, framed: bool = False) -> bytes:
+def write_error(error: ErrorInfo, *, framed: bool = False) -> bytearray:
     """An Error buffer: alone, answered with HTTP status `error.status`, or `framed` inside a stream."""
     return encode_error(error, framed=framed)
 
