@@ -198,7 +198,17 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
         at = f"t + {offsets[f.name]}"
         lines.append(f"    if {f.name} is not None:")
         if f.kind == "string":
-            lines.append(f"        _ref(buf, {at}, _string(buf, {f.name}))")
+            # Inlined _string and _ref: strings are most of a request's fields.
+            lines += [
+                f"        d = {f.name}.encode()",
+                "        pad = -len(buf) & 3",
+                "        if pad:",
+                "            buf += _ZERO[pad]",
+                f"        _patch_u32(buf, {at}, len(buf) - ({at}))",
+                "        buf += _pack_u32(len(d))",
+                "        buf += d",
+                '        buf += b"\\0"',
+            ]
         elif f.kind == "table":
             lines.append(f"        _ref(buf, {at}, _write_{f.type}(buf, {f.name}))")
         elif f.element_kind == "string":
@@ -207,7 +217,8 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
             lines.append(f"        v = _vector_start(buf, len({f.name}))")
             lines.append(f"        buf += bytes(4 * len({f.name}))")
             lines.append(f"        for i, item in enumerate({f.name}):")
-            lines.append(f"            _ref(buf, v + 4 + 4 * i, _write_{f.type}(buf, item))")
+            lines.append("            at = v + 4 + 4 * i")
+            lines.append(f"            _patch_u32(buf, at, _write_{f.type}(buf, item) - at)")
             lines.append(f"        _ref(buf, {at}, v)")
         elif f.element_kind == "struct":
             struct_ = schema.structs[f.type]

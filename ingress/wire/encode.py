@@ -50,20 +50,28 @@ _ROLE_OF: dict[type, int] = {
 }
 
 
+_ASSISTANT, _TOOL = ROLES["assistant"], ROLES["tool"]
+
+
 def _message(m: oai.Message) -> gen.MessageData:
-    data = gen.MessageData(role=_ROLE_OF[type(m)], name=getattr(m, "name", None))
-    if isinstance(m.content, str):
-        data.content = m.content
-    elif m.content is not None:
-        data.parts = [_part(p) for p in m.content]
-    if isinstance(m, oai.ToolMessage):
-        data.tool_call_id = m.tool_call_id
-    elif isinstance(m, oai.AssistantMessage):
-        data.refusal = m.refusal
-        if m.tool_calls is not None:
-            data.tool_calls = [gen.FunctionCallData(id=c.id, type=c.type, name=c.function.name,
-                                                    arguments=c.function.arguments) for c in m.tool_calls]
-    return data
+    # Dispatch on the exact class, once: this runs for every message of every request.
+    cls = type(m)
+    content = m.content
+    text = parts = None
+    if isinstance(content, str):
+        text = content
+    elif content is not None:
+        parts = [_part(p) for p in content]
+    if cls is oai.AssistantMessage:
+        assert isinstance(m, oai.AssistantMessage)
+        calls = None if m.tool_calls is None else [
+            gen.FunctionCallData(id=c.id, type=c.type, name=c.function.name, arguments=c.function.arguments)
+            for c in m.tool_calls]
+        return gen.MessageData(role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls, refusal=m.refusal)
+    if cls is oai.ToolMessage:
+        assert isinstance(m, oai.ToolMessage)
+        return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
+    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]  # system, developer, user: all named
 
 
 def _tool(tool: oai.Tool) -> gen.ToolCallData:

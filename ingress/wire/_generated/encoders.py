@@ -239,13 +239,41 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
     t = len(buf) + 14
     buf += _VT_TB_ToolCall(14, 24, 4 if name is not None else 0, 8 if arguments_json is not None else 0, 12 if description is not None else 0, 16 if type is not None else 0, 20 if strict is not None else 0, 14, strict if strict is not None else False)
     if name is not None:
-        _ref(buf, t + 4, _string(buf, name))
+        d = name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if arguments_json is not None:
-        _ref(buf, t + 8, _string(buf, arguments_json))
+        d = arguments_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if description is not None:
-        _ref(buf, t + 12, _string(buf, description))
+        d = description.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if type is not None:
-        _ref(buf, t + 16, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 16, len(buf) - (t + 16))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -262,11 +290,32 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
     t = len(buf) + 10
     buf += _VT_TB_ContentPart(10, 16, 4 if type is not None else 0, 8 if text is not None else 0, 12 if payload_json is not None else 0, 10)
     if type is not None:
-        _ref(buf, t + 4, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if text is not None:
-        _ref(buf, t + 8, _string(buf, text))
+        d = text.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if payload_json is not None:
-        _ref(buf, t + 12, _string(buf, payload_json))
+        d = payload_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -284,13 +333,41 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
     t = len(buf) + 12
     buf += _VT_TB_FunctionCall(12, 20, 4 if id is not None else 0, 8 if type is not None else 0, 12 if name is not None else 0, 16 if arguments is not None else 0, 12)
     if id is not None:
-        _ref(buf, t + 4, _string(buf, id))
+        d = id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if type is not None:
-        _ref(buf, t + 8, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if name is not None:
-        _ref(buf, t + 12, _string(buf, name))
+        d = name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if arguments is not None:
-        _ref(buf, t + 16, _string(buf, arguments))
+        d = arguments.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 16, len(buf) - (t + 16))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -310,25 +387,55 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     t = len(buf) + 18
     buf += _VT_TB_Message(18, 32, 28, 4 if content is not None else 0, 8 if parts is not None else 0, 12 if name is not None else 0, 16 if tool_calls is not None else 0, 20 if tool_call_id is not None else 0, 24 if refusal is not None else 0, 18, o.role)
     if content is not None:
-        _ref(buf, t + 4, _string(buf, content))
+        d = content.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if parts is not None:
         v = _vector_start(buf, len(parts))
         buf += bytes(4 * len(parts))
         for i, item in enumerate(parts):
-            _ref(buf, v + 4 + 4 * i, _write_ContentPart(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_ContentPart(buf, item) - at)
         _ref(buf, t + 8, v)
     if name is not None:
-        _ref(buf, t + 12, _string(buf, name))
+        d = name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if tool_calls is not None:
         v = _vector_start(buf, len(tool_calls))
         buf += bytes(4 * len(tool_calls))
         for i, item in enumerate(tool_calls):
-            _ref(buf, v + 4 + 4 * i, _write_FunctionCall(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_FunctionCall(buf, item) - at)
         _ref(buf, t + 16, v)
     if tool_call_id is not None:
-        _ref(buf, t + 20, _string(buf, tool_call_id))
+        d = tool_call_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 20, len(buf) - (t + 20))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if refusal is not None:
-        _ref(buf, t + 24, _string(buf, refusal))
+        d = refusal.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 24, len(buf) - (t + 24))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -344,9 +451,23 @@ def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
     t = len(buf) + 8
     buf += _VT_TB_KeyValue(8, 12, 4 if key is not None else 0, 8 if value is not None else 0, 8)
     if key is not None:
-        _ref(buf, t + 4, _string(buf, key))
+        d = key.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if value is not None:
-        _ref(buf, t + 8, _string(buf, value))
+        d = value.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -362,9 +483,23 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
     t = len(buf) + 8
     buf += _VT_TB_ResponseFormat(8, 12, 4 if type is not None else 0, 8 if json_schema_json is not None else 0, 8)
     if type is not None:
-        _ref(buf, t + 4, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if json_schema_json is not None:
-        _ref(buf, t + 8, _string(buf, json_schema_json))
+        d = json_schema_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -382,13 +517,41 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
     t = len(buf) + 20
     buf += _VT_TB_Passport(20, 48, 24 if tenant_id is not None else 0, 28 if key_id is not None else 0, 32, 8, 44, 16, 36 if traceparent is not None else 0, 40 if tracestate is not None else 0, 20, o.prefix_hash, o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority)
     if tenant_id is not None:
-        _ref(buf, t + 24, _string(buf, tenant_id))
+        d = tenant_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 24, len(buf) - (t + 24))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if key_id is not None:
-        _ref(buf, t + 28, _string(buf, key_id))
+        d = key_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 28, len(buf) - (t + 28))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if traceparent is not None:
-        _ref(buf, t + 36, _string(buf, traceparent))
+        d = traceparent.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 36, len(buf) - (t + 36))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if tracestate is not None:
-        _ref(buf, t + 40, _string(buf, tracestate))
+        d = tracestate.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 40, len(buf) - (t + 40))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -426,27 +589,64 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     t = len(buf) + 66
     buf += _VT_TB_CompletionRequest(66, 128, 40 if request_id is not None else 0, 120, 44 if model_name is not None else 0, 48 if system_prompt is not None else 0, 52 if user_prompt is not None else 0, 56, 60, 64 if tools is not None else 0, 68 if messages is not None else 0, 72 if tool_choice_json is not None else 0, 8 if top_p is not None else 0, 76 if n is not None else 0, 80 if stop is not None else 0, 16 if seed is not None else 0, 24 if presence_penalty is not None else 0, 32 if frequency_penalty is not None else 0, 84 if max_completion_tokens is not None else 0, 88 if response_format is not None else 0, 92 if logit_bias is not None else 0, 96 if user is not None else 0, 121, 122, 100 if metadata is not None else 0, 104 if passport is not None else 0, 123, 124, 125 if parallel_tool_calls is not None else 0, 126 if logprobs is not None else 0, 108 if top_logprobs is not None else 0, 112 if reasoning_effort is not None else 0, 116 if service_tier is not None else 0, 66, top_p if top_p is not None else 0, seed if seed is not None else 0, presence_penalty if presence_penalty is not None else 0, frequency_penalty if frequency_penalty is not None else 0, o.max_tokens, o.temperature, n if n is not None else 0, max_completion_tokens if max_completion_tokens is not None else 0, top_logprobs if top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set, o.max_tokens_set, parallel_tool_calls if parallel_tool_calls is not None else False, logprobs if logprobs is not None else False)
     if request_id is not None:
-        _ref(buf, t + 40, _string(buf, request_id))
+        d = request_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 40, len(buf) - (t + 40))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if model_name is not None:
-        _ref(buf, t + 44, _string(buf, model_name))
+        d = model_name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 44, len(buf) - (t + 44))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if system_prompt is not None:
-        _ref(buf, t + 48, _string(buf, system_prompt))
+        d = system_prompt.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 48, len(buf) - (t + 48))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if user_prompt is not None:
-        _ref(buf, t + 52, _string(buf, user_prompt))
+        d = user_prompt.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 52, len(buf) - (t + 52))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if tools is not None:
         v = _vector_start(buf, len(tools))
         buf += bytes(4 * len(tools))
         for i, item in enumerate(tools):
-            _ref(buf, v + 4 + 4 * i, _write_ToolCall(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_ToolCall(buf, item) - at)
         _ref(buf, t + 64, v)
     if messages is not None:
         v = _vector_start(buf, len(messages))
         buf += bytes(4 * len(messages))
         for i, item in enumerate(messages):
-            _ref(buf, v + 4 + 4 * i, _write_Message(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_Message(buf, item) - at)
         _ref(buf, t + 68, v)
     if tool_choice_json is not None:
-        _ref(buf, t + 72, _string(buf, tool_choice_json))
+        d = tool_choice_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 72, len(buf) - (t + 72))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if stop is not None:
         _ref(buf, t + 80, _string_vector(buf, stop))
     if response_format is not None:
@@ -457,19 +657,41 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
             buf += _ST_LogitBias(*item)
         _ref(buf, t + 92, v)
     if user is not None:
-        _ref(buf, t + 96, _string(buf, user))
+        d = user.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 96, len(buf) - (t + 96))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if metadata is not None:
         v = _vector_start(buf, len(metadata))
         buf += bytes(4 * len(metadata))
         for i, item in enumerate(metadata):
-            _ref(buf, v + 4 + 4 * i, _write_KeyValue(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_KeyValue(buf, item) - at)
         _ref(buf, t + 100, v)
     if passport is not None:
         _ref(buf, t + 104, _write_Passport(buf, passport))
     if reasoning_effort is not None:
-        _ref(buf, t + 112, _string(buf, reasoning_effort))
+        d = reasoning_effort.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 112, len(buf) - (t + 112))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if service_tier is not None:
-        _ref(buf, t + 116, _string(buf, service_tier))
+        d = service_tier.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 116, len(buf) - (t + 116))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -515,19 +737,41 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
     t = len(buf) + 16
     buf += _VT_TB_CompletionResponse(16, 40, 16 if id is not None else 0, 20 if model is not None else 0, 8, 24 if choices is not None else 0, 28 if usage is not None else 0, 32 if system_fingerprint is not None else 0, 16, o.created)
     if id is not None:
-        _ref(buf, t + 16, _string(buf, id))
+        d = id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 16, len(buf) - (t + 16))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if model is not None:
-        _ref(buf, t + 20, _string(buf, model))
+        d = model.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 20, len(buf) - (t + 20))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if choices is not None:
         v = _vector_start(buf, len(choices))
         buf += bytes(4 * len(choices))
         for i, item in enumerate(choices):
-            _ref(buf, v + 4 + 4 * i, _write_Choice(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_Choice(buf, item) - at)
         _ref(buf, t + 24, v)
     if usage is not None:
         _ref(buf, t + 28, _write_Usage(buf, usage))
     if system_fingerprint is not None:
-        _ref(buf, t + 32, _string(buf, system_fingerprint))
+        d = system_fingerprint.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 32, len(buf) - (t + 32))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -545,13 +789,41 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
     t = len(buf) + 14
     buf += _VT_TB_ToolCallDelta(14, 24, 4, 8 if id is not None else 0, 12 if type is not None else 0, 16 if name is not None else 0, 20 if arguments is not None else 0, 14, o.index)
     if id is not None:
-        _ref(buf, t + 8, _string(buf, id))
+        d = id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if type is not None:
-        _ref(buf, t + 12, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if name is not None:
-        _ref(buf, t + 16, _string(buf, name))
+        d = name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 16, len(buf) - (t + 16))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if arguments is not None:
-        _ref(buf, t + 20, _string(buf, arguments))
+        d = arguments.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 20, len(buf) - (t + 20))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -573,23 +845,59 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     t = len(buf) + 30
     buf += _VT_TB_CompletionChunk(30, 64, 8, 24 if id is not None else 0, 28 if model is not None else 0, 16, 32, 56 if role is not None else 0, 36 if content is not None else 0, 40 if tool_calls is not None else 0, 57, 44 if usage is not None else 0, 48 if refusal is not None else 0, 52 if system_fingerprint is not None else 0, 58, 30, o.sequence, o.created, o.choice_index, role if role is not None else 0, o.finish_reason, o.done)
     if id is not None:
-        _ref(buf, t + 24, _string(buf, id))
+        d = id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 24, len(buf) - (t + 24))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if model is not None:
-        _ref(buf, t + 28, _string(buf, model))
+        d = model.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 28, len(buf) - (t + 28))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if content is not None:
-        _ref(buf, t + 36, _string(buf, content))
+        d = content.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 36, len(buf) - (t + 36))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if tool_calls is not None:
         v = _vector_start(buf, len(tool_calls))
         buf += bytes(4 * len(tool_calls))
         for i, item in enumerate(tool_calls):
-            _ref(buf, v + 4 + 4 * i, _write_ToolCallDelta(buf, item))
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_ToolCallDelta(buf, item) - at)
         _ref(buf, t + 40, v)
     if usage is not None:
         _ref(buf, t + 44, _write_Usage(buf, usage))
     if refusal is not None:
-        _ref(buf, t + 48, _string(buf, refusal))
+        d = refusal.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 48, len(buf) - (t + 48))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if system_fingerprint is not None:
-        _ref(buf, t + 52, _string(buf, system_fingerprint))
+        d = system_fingerprint.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 52, len(buf) - (t + 52))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -607,13 +915,41 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
     t = len(buf) + 14
     buf += _VT_TB_Error(14, 24, 20, 4 if type is not None else 0, 8 if code is not None else 0, 12 if message is not None else 0, 16 if param is not None else 0, 14, o.status)
     if type is not None:
-        _ref(buf, t + 4, _string(buf, type))
+        d = type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if code is not None:
-        _ref(buf, t + 8, _string(buf, code))
+        d = code.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if message is not None:
-        _ref(buf, t + 12, _string(buf, message))
+        d = message.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     if param is not None:
-        _ref(buf, t + 16, _string(buf, param))
+        d = param.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 16, len(buf) - (t + 16))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
