@@ -1,0 +1,223 @@
+"""CPU scaling: requests/s through `serve --workers 1` and `serve --workers 2`.
+
+Two set-ups, each with an edge of one worker and an edge of two (a supervisor and its workers):
+
+- `process`: both edges in front of one `demo-upstream` process, which takes its own share of the cores;
+- `embedded`: each edge with the demo service embedded (the default `serve`), so every worker carries
+  its own upstream and the edge processes do all the work but wrk's.
+
+Each set-up checks that both edges answer, warms them up, then runs wrk (one thread, `--connections`,
+`--seconds`) against the two edges in A B B A order for `--cycles`, so that drifting load from the rest
+of the machine lands on both alike. Every run records requests/s, latency percentiles, and from /proc
+the CPU time of each edge (its whole process tree), of the demo process and of wrk.
+
+With two cores, the edge shares them with wrk (and the demo process): the figures to read are the ratio
+of requests/s and the cores each edge actually used, beside how busy the machine was.
+
+    .venv/bin/python bench/cpu_scaling.py [--setup process|embedded|both] [--seconds 5] [--cycles 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from payloads import MODEL, SIZES, chat_request  # noqa: E402  # bench/ is not a package
+from procs import ROOT, Server, family, free_port  # noqa: E402
+from provenance import code_version, describe  # noqa: E402
+from wrk import SCRIPT as WRK_SCRIPT  # noqa: E402
+from wrk import Wrk, ensure_wrk  # noqa: E402
+
+PY = sys.executable
+JSON_TYPE = "application/json"
+CHAT = "/v1/chat/completions"
+MAX_TOKENS = 64  # the demo echoes at most this many words: answers stay small
+WORKERS = (1, 2)
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to other guests, machine-wide so far (/proc/stat `steal`)."""
+    return int(Path("/proc/stat").read_text().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def check(url: str, body: bytes) -> None:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": JSON_TYPE})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200 and b'"chat.completion"' in r.read(), url
+
+
+@contextlib.contextmanager
+def multiproc_dir(path: Path | None) -> Iterator[None]:
+    """PROMETHEUS_MULTIPROC_DIR for the processes started in the block (procs.Server inherits os.environ)."""
+    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    if path is not None:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        if saved is not None:
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
+
+
+def wait_for_workers(server: Server, workers: int) -> list[int]:
+    """Every process of the edge once its workers run (a supervisor also has a resource tracker)."""
+    expected = 1 if workers == 1 else workers + 2
+    deadline = time.monotonic() + 20
+    while len(pids := family(server.pid)) < expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{server.name}: {len(pids)} of {expected} processes running")
+        time.sleep(0.1)
+    return pids
+
+
+def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dict[str, Any]:
+    body = work / "body.json"
+    demo: Server | None = None
+    upstream: list[str] = []
+    if setup == "process":
+        port = free_port()
+        demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log")
+        upstream = ["--upstream", f"http://127.0.0.1:{port}", "--model", MODEL]
+    edges: dict[int, Server] = {}
+    for workers in WORKERS:
+        port = free_port()
+        edges[workers] = Server(f"{setup}-{workers}w", [
+            PY, "-m", "ingress", "serve", "--port", str(port), "--workers", str(workers),
+            "--config", str(work / "edge.toml"), *upstream], port, work / f"{setup}-{workers}w.log")
+    servers = ([demo] if demo else []) + list(edges.values())
+
+    runs: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKERS}
+    started: list[int] = []
+    with ExitStack() as stack:
+        supervised = {edges[w].name for w in WORKERS if w > 1}
+        for server in servers:
+            # A metrics directory of ours for each supervisor, removed with `work` (a supervisor leaves
+            # the one it makes itself behind).
+            metrics_dir = work / f"{server.name}-metrics" if server.name in supervised else None
+            if metrics_dir is not None:
+                metrics_dir.mkdir()
+            with multiproc_dir(metrics_dir):
+                server.start()
+            stack.callback(server.stop)
+        for server in servers:
+            server.wait_ready()
+        for workers, server in edges.items():
+            started += wait_for_workers(server, workers)
+            check(server.url + CHAT, body.read_bytes())
+            bench.run(server.url + CHAT, body, JSON_TYPE, args.connections, 1)  # warm-up, untimed
+        order = [1, 2, 2, 1] * args.cycles
+        for i, workers in enumerate(order, 1):
+            watch = {"edge": edges[workers].pid} | ({"demo": demo.pid} if demo else {})  # process trees
+            run = bench.run(edges[workers].url + CHAT, body, JSON_TYPE, args.connections, args.seconds, watch)
+            runs[workers].append(run)
+            print(f"  {setup} run {i}/{len(order)}: --workers {workers}: {run['rps']:,.0f} req/s"
+                  f"{'  errors ' + str(run['errors']) if run['errors'] else ''}", flush=True)
+    for pid in started:  # a worker its supervisor did not take down with it
+        with contextlib.suppress(OSError):
+            if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+
+    summary: dict[str, Any] = {}
+    for workers, rs in runs.items():
+        summary[str(workers)] = {
+            "rps_median": statistics.median(r["rps"] for r in rs),
+            "rps_all": [round(r["rps"], 1) for r in rs],
+            "p50_ms": statistics.median(r["p50_ms"] for r in rs),
+            "p99_ms": statistics.median(r["p99_ms"] for r in rs),
+            "edge_cores": statistics.median(r["cpu_percent"]["edge"] / 100 for r in rs),
+            "edge_cpu_us_per_request": statistics.median(r["cpu_us_per_request"]["edge"] for r in rs),
+            "demo_cores": statistics.median(r["cpu_percent"]["demo"] / 100 for r in rs) if demo else 0.0,
+            "wrk_cores": statistics.median(r["wrk_cpu_percent"] / 100 for r in rs),
+            "machine_busy_cores": statistics.median(r["machine_busy_percent"] / 100 for r in rs),
+            "others_cores": statistics.median(r["others_cpu_percent"] / 100 for r in rs),
+            "errors": [r["errors"] for r in rs if r["errors"]],
+        }
+    one, two = summary["1"], summary["2"]
+    return {
+        "upstream": "one demo-upstream process" if demo else "the demo embedded in every worker",
+        "workers": summary,
+        "scaling_ratio_rps": two["rps_median"] / one["rps_median"],
+        "scaling_ratio_edge_cores": two["edge_cores"] / one["edge_cores"],
+        "runs": {str(w): rs for w, rs in runs.items()},
+    }
+
+
+def print_table(setup: str, result: dict[str, Any]) -> None:
+    print(f"\n{setup}: {result['upstream']}")
+    head = ["workers", "req/s", "p50 ms", "p99 ms", "edge cores", "edge µs/req", "demo cores", "wrk cores",
+            "others", "machine"]
+    print("".join(f"{h:>12}" for h in head))
+    for workers, row in result["workers"].items():
+        cells = [workers, f"{row['rps_median']:,.0f}", f"{row['p50_ms']:.2f}", f"{row['p99_ms']:.2f}",
+                 f"{row['edge_cores']:.2f}", f"{row['edge_cpu_us_per_request']:.0f}", f"{row['demo_cores']:.2f}",
+                 f"{row['wrk_cores']:.2f}", f"{row['others_cores']:.2f}", f"{row['machine_busy_cores']:.2f}"]
+        print("".join(f"{c:>12}" for c in cells))
+    print(f"scaling: {result['scaling_ratio_rps']:.2f}x requests/s with 2 workers; "
+          f"the edge used {result['scaling_ratio_edge_cores']:.2f}x the cores")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--setup", choices=("process", "embedded", "both"), default="both")
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--cycles", type=int, default=2, help="A B B A cycles")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--size", choices=sorted(SIZES), default="1KB", help="chat request body size")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cpu_scaling.json"))
+    args = parser.parse_args()
+
+    version = code_version()
+    load_before = os.getloadavg()[0]
+    steal_before, wall_before = steal_seconds(), time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="ingress-scaling-"))
+    try:
+        (work / "body.json").write_bytes(chat_request(SIZES[args.size], max_tokens=MAX_TOKENS))
+        (work / "post.lua").write_text(WRK_SCRIPT)
+        (work / "edge.toml").write_text("[drain]\ndelay = 0\ndeadline = 2\n")  # SIGTERM stops at once
+        bench = Wrk(ensure_wrk(), work / "post.lua")
+        setups = ("process", "embedded") if args.setup == "both" else (args.setup,)
+        results = {setup: measure(setup, args, bench, work) for setup in setups}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    cores = os.cpu_count() or 1
+    steal = (steal_seconds() - steal_before) / (time.monotonic() - wall_before)  # cores taken by other guests
+    out = {
+        "what": f"wrk -t1 -c{args.connections} -d{args.seconds}s, POST {args.size} chat JSON; "
+                f"serve --workers 1 vs 2, A B B A x{args.cycles}; cores = CPU seconds per wall second",
+        "code": version,
+        "machine": {"cpus": cores, "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_1m_before": load_before,
+                    "steal_cores_during_run": round(steal, 3)},
+        "setups": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\nCPU scaling, {describe(version)}; {cores} CPUs, load average {load_before:.2f} before the run, "
+          f"{steal:.2f} cores stolen by the hypervisor during it")
+    print(f"wrk -t1 -c{args.connections}, {args.seconds} s runs, {args.size} chat requests, median of "
+          f"{2 * args.cycles} runs each; cores = CPU seconds per wall second")
+    for setup, result in results.items():
+        print_table(setup, result)
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""ingress.metrics: the build gauge, the GC hook, and the exposition of one process or of several.
+
+The multi-process case runs real processes: prometheus_client picks file-backed values at import
+time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+from unittest import mock
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+
+from ingress import __version__, metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_build_info_is_one_series_set_to_one() -> None:
+    metrics.set_build_info()
+    labels = {"version": __version__, "python": platform.python_version(),
+              "flatbuffers": metadata.version("flatbuffers")}
+    assert REGISTRY.get_sample_value("ingress_build_info", labels) == 1
+    series = [s for f in REGISTRY.collect() if f.name == "ingress_build_info" for s in f.samples]
+    assert len(series) == 1
+
+
+def test_gc_recorder_times_each_collection_by_generation() -> None:
+    def value(name: str, labels: dict[str, str] | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    # No collection between the readings: the process's own recorder (see record_gc) would count it.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        count, total = value("ingress_gc_pause_seconds_count"), value("ingress_gc_pause_seconds_sum")
+        fast = value("ingress_gc_pause_seconds_bucket", {"le": "0.005"})
+        gen1 = value("ingress_gc_collections_total", {"generation": "1"})
+        recorder = metrics.GcRecorder()
+        with mock.patch("time.perf_counter", side_effect=[10.0, 10.004]):
+            recorder("start", {"generation": 1})
+            recorder("stop", {"generation": 1, "collected": 0, "uncollectable": 0})
+        assert value("ingress_gc_pause_seconds_count") == count + 1
+        assert abs(value("ingress_gc_pause_seconds_sum") - total - 0.004) < 1e-9
+        assert value("ingress_gc_pause_seconds_bucket", {"le": "0.005"}) == fast + 1
+        assert value("ingress_gc_collections_total", {"generation": "1"}) == gen1 + 1
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_record_gc_installs_one_recorder_per_process() -> None:
+    metrics.record_gc()
+    metrics.record_gc()
+    assert sum(isinstance(cb, metrics.GcRecorder) for cb in gc.callbacks) == 1
+
+
+def test_render_one_process_is_the_default_registry() -> None:
+    metrics.REQUESTS.labels("/v1/test-render", "other", "200").inc()
+    body, content_type = metrics.render()
+    assert content_type == CONTENT_TYPE_LATEST
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert "python_gc_objects_collected" in families  # the default collectors are there
+    assert any(s.labels.get("route") == "/v1/test-render" for s in families["ingress_requests"].samples)
+
+
+_WORKER = """
+import sys
+from ingress import metrics
+served, health = int(sys.argv[1]), sys.argv[2:]
+metrics.REQUESTS.labels("/v1/chat/completions", "ingress-demo", "200").inc(served)
+metrics.TTFT.labels("ingress-demo").observe(0.02)
+metrics.IN_FLIGHT.inc()
+for endpoint, healthy in zip(health[::2], health[1::2]):
+    metrics.ENDPOINT_HEALTHY.labels("main", endpoint).set(int(healthy))
+metrics.set_build_info()
+print(__import__("os").getpid())
+"""
+
+_SCRAPER = """
+import sys
+from prometheus_client import multiprocess
+multiprocess.mark_process_dead(int(sys.argv[1]))
+from ingress import metrics
+sys.stdout.buffer.write(metrics.render()[0])
+"""
+
+
+def _run(code: str, env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_render_several_processes_sums_counters_and_keeps_gauges_per_edge(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    dead = int(_run(_WORKER, env, "3", "http://a:1", "1"))
+    _run(_WORKER, env, "4", "http://a:1", "0", "http://b:1", "1")
+    _run(_WORKER, env, "5", "http://a:1", "0", "http://b:1", "0")
+    text = _run(_SCRAPER, env, str(dead))  # the supervisor marks a worker dead when it replaces it
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+
+    def value(name: str, **labels: str) -> float | None:
+        return samples.get((name, frozenset(labels.items())))
+
+    # Counters and histograms keep a dead worker's share; live gauges drop it.
+    assert value("ingress_requests_total", route="/v1/chat/completions", model="ingress-demo", status="200") == 12
+    assert value("ingress_time_to_first_token_seconds_count", model="ingress-demo") == 3
+    assert value("ingress_in_flight") == 2
+    # An endpoint is healthy when some live worker may choose it.
+    assert value("ingress_upstream_endpoint_healthy", group="main", endpoint="http://a:1") == 0
+    assert value("ingress_upstream_endpoint_healthy", group="main", endpoint="http://b:1") == 1
+    assert value("ingress_build_info", version=__version__, python=platform.python_version(),
+                 flatbuffers=metadata.version("flatbuffers")) == 1
+    assert not [key for key in samples if "pid" in dict(key[1])], "one series per edge, not per worker"
