@@ -10,7 +10,9 @@ from aiohttp import web
 class Drain:
     def __init__(self) -> None:
         self.draining = False
+        self.active = 0  # requests being handled (the middleware counts them)
         self._expired: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
 
     @property
     def expired(self) -> asyncio.Event:
@@ -22,6 +24,26 @@ class Drain:
     def start(self) -> None:
         """Readiness turns false; responses ask clients to close their connections."""
         self.draining = True
+
+    def enter(self) -> None:
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def idle(self, timeout: float) -> bool:
+        """Wait until no request is being handled; False if `timeout` passed first."""
+        if self.active == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+            return True
+        except TimeoutError:
+            return self.active == 0
 
     def expire(self) -> None:
         self.draining = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -62,12 +63,13 @@ def bind(settings: Settings) -> socket.socket:
 async def _serve(settings: Settings, sock: socket.socket) -> None:
     app = create_app(settings)
     app.on_startup.append(tune_gc)  # after the cleanup contexts: everything built at start-up is frozen
-    # aiohttp waits this long for running handlers once the listener is closed; the drain deadline
-    # ends them first (with an in-band error), so this only bounds a handler that ignores it.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=settings.drain.deadline + 5)
+    # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
+    # cover handlers finishing their last write (and a connection accepted as the listener closed,
+    # which aiohttp would otherwise wait on for the whole timeout).
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    site = web.SockSite(runner, sock)
+    await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -78,11 +80,11 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     drain.start()
     log.info("draining", delay_s=settings.drain.delay, deadline_s=settings.drain.deadline)
     await asyncio.sleep(settings.drain.delay)
-    expire = loop.call_later(settings.drain.deadline, drain.expire)
-    try:
-        await runner.cleanup()  # closes the listener and idle connections, waits for running requests
-    finally:
-        expire.cancel()
+    await site.stop()  # no new connections; running requests go on
+    if not await drain.idle(settings.drain.deadline):
+        drain.expire()  # what still runs ends now: streams with an in-band error, the rest with a 503
+        await drain.idle(2.0)
+    await runner.cleanup()  # closes idle connections and the app
     log.info("stopped", pid=os.getpid())
 
 
@@ -109,20 +111,50 @@ def serve(settings: Settings) -> int:
     return _supervise(settings, sock)
 
 
+def _metrics_dir() -> tuple[str, bool]:
+    """The workers' shared metrics directory, emptied; and whether this process made it."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):  # counters must not carry over from an earlier run
+            if name.endswith(".db"):
+                os.unlink(os.path.join(given, name))
+        return given, False
+    made = tempfile.mkdtemp(prefix="ingress-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    return made, True
+
+
+FAST_CRASH_S = 5.0  # a worker dying this soon after starting is failing to start
+FAST_CRASHES = 5  # ...and this many such deaths in a row end the supervisor with an error
+
+
 def _supervise(settings: Settings, sock: socket.socket) -> int:
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="ingress-metrics-"))
+    metrics_dir, made = _metrics_dir()
+    try:
+        return _run_workers(settings, sock)
+    finally:
+        if made:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _run_workers(settings: Settings, sock: socket.socket) -> int:
     from prometheus_client import multiprocess
 
     context = multiprocessing.get_context("spawn")
     encoded = msgspec.json.encode(settings)
     procs: dict[int, BaseProcess] = {}
+    started: dict[int, float] = {}
     stopping = False
     crashes: list[float] = []
+    fast_crashes = 0
+    code = 0
 
     def start(slot: int) -> None:
         proc = context.Process(target=run_worker, args=(encoded, sock), name=f"ingress-worker-{slot}", daemon=False)
         proc.start()
         procs[slot] = proc
+        started[slot] = time.monotonic()
         log.info("worker started", slot=slot, pid=proc.pid)
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -147,6 +179,12 @@ def _supervise(settings: Settings, sock: socket.socket) -> int:
                 continue
             multiprocess.mark_process_dead(proc.pid)  # type: ignore[no-untyped-call]  # unannotated upstream
             now = time.monotonic()
+            fast_crashes = fast_crashes + 1 if now - started[slot] < FAST_CRASH_S else 0
+            if fast_crashes >= FAST_CRASHES:
+                log.error("workers keep failing to start; stopping", exitcode=proc.exitcode)
+                on_signal(signal.SIGTERM, None)
+                code = 1
+                break
             crashes[:] = [t for t in crashes if now - t < 60] + [now]
             backoff = min(0.5 * 2 ** (len(crashes) - 1), 30.0)
             log.error("worker died; replacing it", slot=slot, pid=proc.pid, exitcode=proc.exitcode,
@@ -164,5 +202,5 @@ def _supervise(settings: Settings, sock: socket.socket) -> int:
     if settings.unix and os.path.exists(settings.unix):
         os.unlink(settings.unix)
     log.info("all workers stopped")
-    return 0
+    return code
 

@@ -104,6 +104,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             response = await _start_sse(request, ex)
         if not await _pump(response, result.events(), drain):
             return await _end_in_band(response, ex, ShuttingDown())
+        if drain.draining:
+            response.force_close()  # no keep-alive connection left for a draining edge to race with
         await response.write_eof()
         return response
     finally:

@@ -76,6 +76,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     structlog.contextvars.bind_contextvars(request_id=ex.request_id)
     status, outcome = 500, "error"
     metrics.IN_FLIGHT.inc()
+    drain = request.app.get(DRAIN)
+    if drain is not None:
+        drain.enter()
     try:
         try:
             response = await handler(request)
@@ -109,6 +112,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return error_response(internal, ex.request_id)
     finally:
         metrics.IN_FLIGHT.dec()
+        if drain is not None:
+            drain.leave()
         _log_exchange(request, ex, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
 

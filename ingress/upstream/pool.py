@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from ingress import metrics
 from ingress.errors import Overloaded
 from ingress.log import get_logger
 from ingress.routing.health import EndpointState
@@ -133,6 +134,7 @@ class GroupPool:
         elif ok is False and state.record_failure(self._clock()):
             log.warning("endpoint ejected", group=self.name, endpoint=state.url,
                         seconds=round(state.ejected_until - self._clock(), 3))
+            metrics.ENDPOINT_HEALTHY.labels(self.name, state.url).set(0)
         self._wake_one()
 
     async def check_health(self, session: aiohttp.ClientSession) -> None:
@@ -146,6 +148,7 @@ class GroupPool:
                 if ok != state.active_healthy:
                     log.warning("endpoint health changed", group=self.name, endpoint=state.url, healthy=ok)
                 state.active_healthy = ok
+                metrics.ENDPOINT_HEALTHY.labels(self.name, state.url).set(1 if state.healthy(self._clock()) else 0)
             await asyncio.sleep(check.interval)
 
     async def close(self) -> None:

@@ -280,8 +280,6 @@ async def test_sigterm_to_the_supervisor_drains_and_stops_every_process(
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="the supervisor makes its PROMETHEUS_MULTIPROC_DIR with tempfile.mkdtemp "
-                                       "and never removes it: every start with --workers > 1 leaves one behind")
 async def test_the_supervisor_removes_the_metrics_directory_it_made(tmp_path: Path) -> None:
     config = tmp_path / "drain.toml"
     config.write_text("[drain]\ndelay = 0.1\ndeadline = 1.0\n")
