@@ -82,7 +82,7 @@ class Call:
         return [head, *body, finish, last]
 
     def frames(self, text: str | None = None) -> list[bytes]:
-        return [wire.write_chunk(c) for c in self.chunks(text)]
+        return [bytes(wire.write_chunk(c)) for c in self.chunks(text)]
 
     def response(self, text: str | None = None) -> bytes:
         """A complete non-streamed answer of `text` (default: the last user message)."""
@@ -90,8 +90,8 @@ class Call:
         words = len(_WORD.findall(content))
         usage = wire.Usage(prompt_tokens=len(_WORD.findall(self.received.user_text)), completion_tokens=words)
         choice = wire.Choice(index=0, content=content, finish_reason="stop")
-        return wire.write_response(wire.Response(id=self.answer_id, model=self.received.request.model,
-                                                 created=CREATED, choices=[choice], usage=usage))
+        return bytes(wire.write_response(wire.Response(id=self.answer_id, model=self.received.request.model,
+                                                       created=CREATED, choices=[choice], usage=usage)))
 
     async def open_stream(self) -> web.StreamResponse:
         """Send the head of a streamed answer (HTTP 200, frames content type)."""
@@ -357,7 +357,7 @@ def end_without_done(frames: int = 2) -> Behaviour:
 
 def error_frame(error: wire.ErrorInfo, *, after: int = 2) -> Behaviour:
     """Send the first `after` frames of a correct stream, then an Error frame, and end the body."""
-    return raw_stream(wire.write_error(error, framed=True), after=after)
+    return raw_stream(bytes(wire.write_error(error, framed=True)), after=after)
 
 
 def skip_sequence(at: int = 2) -> Behaviour:
@@ -367,7 +367,7 @@ def skip_sequence(at: int = 2) -> Behaviour:
         out = await call.open_stream()
         for chunk in call.chunks():
             if chunk.sequence != at:
-                await call.send(out, wire.write_chunk(chunk))
+                await call.send(out, bytes(wire.write_chunk(chunk)))
         await out.write_eof()
         return out
 

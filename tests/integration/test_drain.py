@@ -13,11 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,19 +22,12 @@ from typing import Any
 import aiohttp
 import openai
 
+from fakes.processes import CHAT, EdgeProcess, free_port
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 
-ROOT = Path(__file__).resolve().parents[2]
-CHAT = "/v1/chat/completions"
 MODEL = "ingress-demo"
 WORDS = [f"w{i}" for i in range(20)]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def drain_config(tmp_path: Path, *, delay: float, deadline: float) -> str:
@@ -48,72 +36,12 @@ def drain_config(tmp_path: Path, *, delay: float, deadline: float) -> str:
     return str(path)
 
 
-class Edge:
-    """`python -m ingress serve ...` in its own process group, its JSON log lines in a file."""
-
-    def __init__(self, tmp_path: Path, name: str, port: int, args: list[str], workers: int) -> None:
-        self.port = port
-        self.workers = workers
-        self.log = tmp_path / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-        if workers > 1:  # each edge its own metrics directory, removed with tmp_path
-            metrics_dir = tmp_path / f"{name}-metrics"
-            metrics_dir.mkdir()
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-        argv = [sys.executable, "-m", "ingress", "serve", "--port", str(port), "--workers", str(workers), *args]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def events(self, event: str | None = None) -> list[dict[str, Any]]:
-        lines = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                lines.append(json.loads(line))
-        return [e for e in lines if isinstance(e, dict) and (event is None or e.get("event") == event)]
-
-    def served(self, status: int = 200) -> int:
-        """Chat completions this edge logged with `status`."""
-        return sum(1 for e in self.events("request") if e.get("path") == CHAT and e.get("status") == status)
-
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    async def started(self, timeout: float = 20.0) -> None:
-        """Until every worker has logged "ready" (its SIGTERM handler is installed by then)."""
-        deadline = time.monotonic() + timeout
-        while len(self.events("ready")) < self.workers:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the edge exited with {self.proc.returncode}:\n{self._tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not start in {timeout} s:\n{self._tail()}")
-            await asyncio.sleep(0.05)
-
-    def terminate(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-
-    async def exit_code(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not exit in {timeout} s:\n{self._tail()}")
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):  # the whole group: workers too
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-
 @contextlib.contextmanager
 def edge_process(tmp_path: Path, *args: str, name: str = "edge", port: int | None = None,
-                 workers: int = 1) -> Iterator[Edge]:
-    edge = Edge(tmp_path, name, port or free_port(), list(args), workers)
+                 workers: int = 1) -> Iterator[EdgeProcess]:
+    # Each edge of several workers gets its own metrics directory, removed with tmp_path.
+    metrics_dir = tmp_path / f"{name}-metrics" if workers > 1 else None
+    edge = EdgeProcess(tmp_path, name, port or free_port(), list(args), workers, metrics_dir)
     try:
         yield edge
     finally:
@@ -306,7 +234,7 @@ async def _sdk_user(client: openai.AsyncOpenAI, user: int, stop: asyncio.Event, 
 
 
 async def test_a_new_edge_takes_over_the_port_under_load_with_no_failed_request(tmp_path: Path) -> None:
-    """Edge A (a supervisor and two workers) serves a steady load of openai SDK clients; edge B binds
+    """EdgeProcess A (a supervisor and two workers) serves a steady load of openai SDK clients; edge B binds
     the same port while A still listens; A gets SIGTERM and drains; not one request fails."""
     port = free_port()
     config = drain_config(tmp_path, delay=0.5, deadline=5.0)

@@ -13,35 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fakes.processes import EdgeProcess, free_port
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 
-ROOT = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
 MODEL = "ingress-demo"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:
@@ -53,34 +42,8 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-class Supervisor:
-    """`python -m ingress serve --workers N ...` in its own process group, its JSON log lines in a file."""
-
-    def __init__(self, tmp_path: Path, workers: int, args: list[str], metrics_dir: Path | None) -> None:
-        self.port = free_port()
-        self.workers = workers
-        self.log = tmp_path / "edge.log"
-        env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-        if metrics_dir is not None:
-            metrics_dir.mkdir()
-            env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
-        argv = [sys.executable, "-m", "ingress", "serve", "--port", str(self.port), "--workers", str(workers), *args]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def events(self, event: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict) and record.get("event") == event:
-                    found.append(record)
-        return found
+class Supervisor(EdgeProcess):
+    """An edge of several workers, and what /proc says about its processes."""
 
     def worker_pids(self) -> set[int]:
         """The supervisor's children that are workers (not multiprocessing's resource tracker)."""
@@ -113,38 +76,13 @@ class Supervisor:
                     pids.add(int(stat.parent.name))
         return pids
 
-    def _tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    async def started(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.events("ready")) < self.workers:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the edge exited with {self.proc.returncode}:\n{self._tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not start in {timeout} s:\n{self._tail()}")
-            await asyncio.sleep(0.05)
-
-    async def exit_code(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not exit in {timeout} s:\n{self._tail()}")
-            await asyncio.sleep(0.05)
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
 
 @contextlib.contextmanager
 def supervisor(tmp_path: Path, *args: str, workers: int = 2, own_metrics_dir: bool = True) -> Iterator[Supervisor]:
     """An edge of `workers` processes. With several, their metrics directory is made under tmp_path
     unless `own_metrics_dir=False` leaves it to the supervisor; a single process has none."""
     metrics_dir = tmp_path / "metrics" if own_metrics_dir and workers > 1 else None
-    edge = Supervisor(tmp_path, workers, list(args), metrics_dir)
+    edge = Supervisor(tmp_path, "edge", free_port(), list(args), workers, metrics_dir)
     try:
         yield edge
     finally:
