@@ -15,11 +15,10 @@ from typing import Any
 
 import msgspec
 
+from ingress.errors import validation_path
 from ingress.settings import Group, Settings
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
-_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
-_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
 
 
 class ConfigError(ValueError):
@@ -147,13 +146,9 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_line_of(text, str(exc).split(':')[0])}") from None
     except msgspec.ValidationError as exc:
-        m = _PATH.match(str(exc))
-        assert m is not None  # matches any string
-        key = _name_dict_keys(raw, (m["path"] or "").lstrip(".")).removesuffix("[...]")
-        field = _FIELD.search(m["detail"])
-        if field:
-            key = f"{key}.{field['field']}" if key else field["field"]
-        raise ConfigError(f"{source}: {key or '(top level)'}: {m['detail']}{_line_of(text, key)}") from None
+        detail, path = validation_path(exc)
+        key = _name_dict_keys(raw, path).removesuffix("[...]")
+        raise ConfigError(f"{source}: {key or '(top level)'}: {detail}{_line_of(text, key)}") from None
     try:
         _check(settings)
     except ConfigError as exc:

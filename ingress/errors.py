@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
+
+import msgspec
 
 
 class IngressError(Exception):
@@ -103,3 +106,20 @@ class UpstreamAnswered(IngressError):
         self.status = status if 400 <= status <= 599 else 502
         self.type = type_ or ("invalid_request_error" if self.status < 500 else "server_error")
         self.code = code
+
+
+_VALIDATION = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
+_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
+
+
+def validation_path(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's message split into (what is wrong, where): `Expected int - at $.a[0]` gives
+    ('Expected int', 'a[0]'); an unknown or missing field is named at the end of the path. A dict's
+    entries stay `[...]`, as msgspec reports them, for the caller to name."""
+    match = _VALIDATION.match(str(exc))
+    assert match is not None  # the pattern matches any string
+    detail, path = match["detail"], (match["path"] or "").lstrip(".")
+    field = _FIELD.search(detail)
+    if field:
+        path = f"{path}.{field['field']}" if path else field["field"]
+    return detail, path

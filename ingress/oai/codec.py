@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import msgspec
 
-from ingress.errors import InvalidRequest
+from ingress.errors import InvalidRequest, validation_path
 from ingress.oai.models import INT32_MAX, AssistantMessage, ChatCompletionRequest, JsonSchemaResponseFormat
 
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 json_encoder = msgspec.json.Encoder()
-
-_PATH = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
-_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
-
-
-def _param(path: str, detail: str) -> str | None:
-    """msgspec's `$.messages[0].content` becomes OpenAI's `messages[0].content`."""
-    field = _FIELD.search(detail)
-    # A dict's keys and values are reported as `key` in `$.x` and `$.x[...]`: name the dict.
-    param = path.lstrip(".").removesuffix("[...]")
-    if field:
-        param = f"{param}.{field['field']}" if param else field["field"]
-    return param or None
-
 
 def _invalid(detail: str, param: str | None) -> InvalidRequest:
     where = f" for '{param}'" if param else ""
@@ -36,9 +20,10 @@ def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        match = _PATH.match(str(exc))
-        assert match is not None  # the pattern matches any string
-        raise _invalid(match["detail"], _param(match["path"] or "", match["detail"])) from None
+        # msgspec's `$.messages[0].content` is OpenAI's `messages[0].content`; a bad key or value of a
+        # dict (logit_bias, metadata) names the dict.
+        detail, path = validation_path(exc)
+        raise _invalid(detail, path.removesuffix("[...]") or None) from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     except RecursionError:

@@ -61,16 +61,21 @@ class UpstreamClient:
         if self._own_session is not None:
             await self._own_session.close()
 
-    async def _send(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> aiohttp.ClientResponse:
+    async def _post(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> aiohttp.ClientResponse:
+        """Send, and wait for the response head within `first_byte` (and the total, if any)."""
         hdrs = {**headers, "Content-Type": identifiers.CONTENT_TYPE}
         # No total timeout in aiohttp: connect and per-read limits only, so long generations are never cut.
         timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=None)
         head_within = t.first_byte if t.total is None else min(t.first_byte, t.total)
         try:
             async with asyncio.timeout(head_within):
-                response = await self._session.post(self.url, data=body, headers=hdrs, timeout=timeout)
+                return await self._session.post(self.url, data=body, headers=hdrs, timeout=timeout)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise _wrap(exc, "answer") from exc
+
+    async def _send(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> aiohttp.ClientResponse:
+        """`_post`, and any status but 200 raised as the service's error."""
+        response = await self._post(body, headers, t)
         if response.status != 200:
             try:
                 answer = await self._read_all(response, t)
@@ -163,11 +168,4 @@ class UpstreamClient:
     async def relay(self, body: bytes, headers: Mapping[str, str],
                     timeouts: Timeouts | None = None) -> aiohttp.ClientResponse:
         """Binary ingress: send, and hand back the open response (any status) for relaying unmodified."""
-        t = timeouts or self.timeouts
-        timeout = aiohttp.ClientTimeout(total=None, connect=t.connect, sock_connect=t.connect, sock_read=None)
-        try:
-            async with asyncio.timeout(t.first_byte):
-                return await self._session.post(self.url, data=body, timeout=timeout,
-                                                headers={**headers, "Content-Type": identifiers.CONTENT_TYPE})
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise _wrap(exc, "answer") from exc
+        return await self._post(body, headers, timeouts or self.timeouts)
