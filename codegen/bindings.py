@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from codegen.emit import emit_encoders
+from codegen.emit_reader import emit_readers
 from codegen.emit_verifier import emit_verifier
 from codegen.flatc import check_versions, run_flatc
 from codegen.schema import parse
@@ -39,6 +40,7 @@ def _render(version: str) -> dict[str, str]:
     schema = parse(SCHEMA.read_text())
     roots = {t.name: t.identifier.encode() for t in schema.tables.values() if t.identifier is not None}
     files["encoders.py"] = HEADER.format(version=version) + emit_encoders(schema, PACKAGE, roots)
+    files["readers.py"] = HEADER.format(version=version) + emit_readers(schema, PACKAGE, roots)
     files["verifier.py"] = HEADER.format(version=version) + emit_verifier(schema, roots)
     return files
 

@@ -42,7 +42,7 @@ from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
 from ingress.wire.encode import encode_request, encode_request_stock
 from ingress.wire.framing import FrameDecoder, FrameError
 from ingress.wire.pool import BuilderPool
-from ingress.wire.types import Usage
+from ingress.wire.types import Response, Usage
 
 T = TypeVar("T")
 
@@ -190,19 +190,17 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
     ex.heartbeat = timeouts.heartbeat
 
     if not request.stream:
-        async def complete(lease: Lease) -> bytes:
+        async def complete(lease: Lease) -> Response:
             answer = await lease.client.complete(encoded, headers, timeouts)
             try:
-                decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises here
+                return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
             except UpstreamProtocolError as exc:
                 exc.after_head = True
                 raise
-            return answer
 
-        answer, lease = await send(gw, match, ex, complete)
+        response, lease = await send(gw, match, ex, complete)
         lease.release(True)
         ex.mark_first_byte()
-        response = decode_answer(answer, verify_answer=False)  # verified above
         ex.usage = response.usage
         return translate_response(response)
 

@@ -7,7 +7,8 @@
 - The last message is a tool result: "Tool <call id> returned: <content>".
 - Otherwise: the last user message, echoed.
 Tokens are whitespace-delimited words (with their leading space); a max_tokens limit cuts the echo
-and finishes with "length". Usage counts the same tokens over every message's text.
+and finishes with "length". Usage counts the same tokens over every message's text (`count_tokens`
+counts what `tokens` would return without building the list: it runs over every prompt byte).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
-from ingress.wire._generated.LLMGateway.Message import Message
+from ingress.wire._generated.encoders import CompletionRequestData, MessageData
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 ROLE_TOOL = 3
@@ -26,6 +26,11 @@ ROLE_USER = 1
 
 def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    """len(tokens(text)): one token per run of non-space, plus one for trailing space."""
+    return len(text.split()) + (1 if text[-1:].isspace() else 0)
 
 
 @dataclass
@@ -47,15 +52,16 @@ class Plan:
         return len(self.text_tokens) + (len(tokens(self.tool_call.arguments)) if self.tool_call else 0)
 
 
-def _text(m: Message) -> str:
-    if m.Content() is not None:
-        return str(m.Content().decode())
-    return "".join((m.Parts(i).Text() or b"").decode() for i in range(m.PartsLength()))
+def _text(m: MessageData) -> str:
+    content: str | None = m.content
+    if content is not None:
+        return content
+    return "".join(p.text or "" for p in m.parts or ())
 
 
-def _arguments(schema_json: bytes | None, user_text: str) -> str:
+def _arguments(schema_json: str | None, user_text: str) -> str:
     try:
-        schema = json.loads(schema_json or b"{}")
+        schema = json.loads(schema_json or "{}")
     except ValueError:
         schema = {}
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
@@ -64,11 +70,11 @@ def _arguments(schema_json: bytes | None, user_text: str) -> str:
     return json.dumps(args, separators=(",", ":"), ensure_ascii=False)
 
 
-def _chosen_tool(req: CompletionRequest, user_text: str) -> int | None:
-    if req.ToolsLength() == 0:
+def _chosen_tool(req: CompletionRequestData, user_text: str) -> int | None:
+    if not req.tools:
         return None
-    choice = json.loads(req.ToolChoiceJson() or b'"auto"')
-    names = [(req.Tools(i).Name() or b"").decode() for i in range(req.ToolsLength())]
+    choice = json.loads(req.tool_choice_json or '"auto"')
+    names = [t.name or "" for t in req.tools]
     if choice == "none":
         return None
     if isinstance(choice, dict):
@@ -80,21 +86,21 @@ def _chosen_tool(req: CompletionRequest, user_text: str) -> int | None:
     return 0 if choice == "required" else None
 
 
-def plan(req: CompletionRequest, request_id: str) -> Plan:
-    messages = [req.Messages(i) for i in range(req.MessagesLength())]
-    prompt_tokens = sum(len(tokens(_text(m))) for m in messages)
-    user_text = next((_text(m) for m in reversed(messages) if m.Role() == ROLE_USER), "")
+def plan(req: CompletionRequestData, request_id: str) -> Plan:
+    messages = req.messages or []
+    prompt_tokens = sum(count_tokens(_text(m)) for m in messages)
+    user_text = next((_text(m) for m in reversed(messages) if m.role == ROLE_USER), "")
     last = messages[-1] if messages else None
-    if last is not None and last.Role() == ROLE_TOOL:
-        reply = f"Tool {(last.ToolCallId() or b'').decode()} returned: {_text(last)}"
+    if last is not None and last.role == ROLE_TOOL:
+        reply = f"Tool {last.tool_call_id or ''} returned: {_text(last)}"
         return Plan(tokens(reply), None, "stop", prompt_tokens)
     tool = _chosen_tool(req, user_text)
     if tool is not None:
-        t = req.Tools(tool)
-        call = ToolCallPlan(f"call_{request_id[:24]}", (t.Name() or b"").decode(), _arguments(t.ArgumentsJson(), user_text))
+        t = (req.tools or [])[tool]
+        call = ToolCallPlan(f"call_{request_id[:24]}", t.name or "", _arguments(t.arguments_json, user_text))
         return Plan([], call, "tool_calls", prompt_tokens)
     words = tokens(user_text) or ["(empty)"]
-    limit = req.MaxTokens()
+    limit = req.max_tokens
     if limit and len(words) > limit:
         return Plan(words[:limit], None, "length", prompt_tokens)
     return Plan(words, None, "stop", prompt_tokens)

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from ingress import wire
 from ingress.demo.answer import Plan, plan
+from ingress.wire.decode import read_request_data
+from ingress.wire.verify import verify_request
 
 DELAY = web.AppKey("delay", float)
 
@@ -26,16 +28,16 @@ def _calls(p: Plan) -> list[wire.FunctionCall]:
 async def complete(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     try:
-        req = wire.read_request(body)
-        request_id = (req.RequestId() or b"").decode()
-        model = (req.ModelName() or b"").decode()
+        verify_request(body)
+        req = read_request_data(body)
+        request_id, model = req.request_id or "", req.model_name or ""
         p = plan(req, request_id)
     except Exception as exc:  # a buffer we cannot read is the caller's fault
         error = wire.ErrorInfo(status=400, type="invalid_request_error", code="bad_buffer", message=f"Unreadable request: {exc}")
         return web.Response(status=400, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
-    n = req.N() or 1
+    n = req.n or 1
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
-    if not req.Stream():
+    if not req.stream:
         text = "".join(p.text_tokens) if not p.tool_call else None
         choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason) for i in range(n)]
         response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n))

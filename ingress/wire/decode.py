@@ -10,13 +10,10 @@ import msgspec
 from ingress.oai import models as oai
 from ingress.wire import identifiers
 from ingress.wire import types as wt
-from ingress.wire._generated.LLMGateway.CompletionChunk import CompletionChunk
+from ingress.wire._generated import encoders as gen
+from ingress.wire._generated import readers
 from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
-from ingress.wire._generated.LLMGateway.CompletionResponse import CompletionResponse
-from ingress.wire._generated.LLMGateway.Error import Error
-from ingress.wire._generated.LLMGateway.FunctionCall import FunctionCall
 from ingress.wire._generated.LLMGateway.Message import Message
-from ingress.wire._generated.LLMGateway.Usage import Usage
 
 ROLE_NAMES = ("system", "user", "assistant", "tool", "developer")
 FINISH_NAMES = (None, "stop", "length", "tool_calls", "content_filter")
@@ -42,21 +39,21 @@ def read_request(buf: bytes) -> CompletionRequest:
     return CompletionRequest.GetRootAs(buf, 0)
 
 
-def _usage(u: Usage | None) -> wt.Usage | None:
+def read_request_data(buf: bytes) -> gen.CompletionRequestData:
+    """A verified CompletionRequest, every field read (for services that use the whole request)."""
+    _expect(buf, identifiers.REQUEST)
+    return readers.read_CompletionRequest(buf)
+
+
+def _usage(u: gen.UsageData | None) -> wt.Usage | None:
     if u is None:
         return None
-    return wt.Usage(
-        prompt_tokens=u.PromptTokens(),
-        completion_tokens=u.CompletionTokens(),
-        total_tokens=u.TotalTokens(),
-        cached_tokens=u.CachedTokens(),
-        reasoning_tokens=u.ReasoningTokens(),
-    )
+    return wt.Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens,
+                    cached_tokens=u.cached_tokens, reasoning_tokens=u.reasoning_tokens)
 
 
-def _call(c: FunctionCall) -> wt.FunctionCall:
-    return wt.FunctionCall(id=_s(c.Id()) or "", name=_s(c.Name()) or "", arguments=_s(c.Arguments()) or "",
-                           type=_s(c.Type()) or "function")
+def _call(c: gen.FunctionCallData) -> wt.FunctionCall:
+    return wt.FunctionCall(id=c.id or "", name=c.name or "", arguments=c.arguments or "", type=c.type or "function")
 
 
 def _bad(what: str, value: int) -> str:
@@ -67,50 +64,50 @@ def _enum(names: tuple[str | None, ...], value: int, what: str) -> str | None:
     return names[value] if 0 <= value < len(names) else _bad(what, value)
 
 
+def _choice(c: gen.ChoiceData) -> wt.Choice:
+    m = c.message
+    return wt.Choice(
+        index=c.index,
+        content=m.content if m else None,
+        tool_calls=[_call(t) for t in m.tool_calls] if m and m.tool_calls else [],
+        refusal=m.refusal if m else None,
+        finish_reason=_enum(FINISH_NAMES, c.finish_reason, "finish_reason"),
+    )
+
+
+# The answers are read with the generated readers (readers.py): a verified buffer's fields come out in
+# one struct call each, about ten times faster than through the flatbuffers runtime's accessors.
+
+
 def decode_response(buf: bytes) -> wt.Response:
+    """A verified CompletionResponse buffer."""
     _expect(buf, identifiers.RESPONSE)
-    r = CompletionResponse.GetRootAs(buf, 0)
-    choices = []
-    for i in range(r.ChoicesLength()):
-        c = r.Choices(i)
-        m: Message | None = c.Message()
-        choices.append(
-            wt.Choice(
-                index=c.Index(),
-                content=_s(m.Content()) if m else None,
-                tool_calls=[_call(m.ToolCalls(j)) for j in range(m.ToolCallsLength())] if m else [],
-                refusal=_s(m.Refusal()) if m else None,
-                finish_reason=_enum(FINISH_NAMES, c.FinishReason(), "finish_reason"),
-            )
-        )
-    return wt.Response(id=_s(r.Id()) or "", model=_s(r.Model()) or "", created=r.Created(), choices=choices,
-                       usage=_usage(r.Usage()), system_fingerprint=_s(r.SystemFingerprint()))
+    r = readers.read_CompletionResponse(buf)
+    return wt.Response(id=r.id or "", model=r.model or "", created=r.created,
+                       choices=[_choice(c) for c in r.choices] if r.choices else [],
+                       usage=_usage(r.usage), system_fingerprint=r.system_fingerprint)
 
 
 def decode_chunk(buf: bytes) -> wt.Chunk:
-    """A chunk frame's buffer (size prefix already stripped)."""
+    """A verified chunk frame's buffer (size prefix already stripped)."""
     _expect(buf, identifiers.CHUNK)
-    k = CompletionChunk.GetRootAs(buf, 0)
-    role = k.Role()
-    deltas = []
-    for i in range(k.ToolCallsLength()):
-        d = k.ToolCalls(i)
-        deltas.append(wt.ToolCallDelta(index=d.Index(), id=_s(d.Id()), type=_s(d.Type()), name=_s(d.Name()),
-                                       arguments=_s(d.Arguments())))
+    k = readers.read_CompletionChunk(buf)
+    role = k.role
     return wt.Chunk(
-        sequence=k.Sequence(), choice_index=k.ChoiceIndex(), id=_s(k.Id()), model=_s(k.Model()),
-        created=k.Created() or None, role=None if role is None else ROLE_NAMES[role] if 0 <= role < len(ROLE_NAMES) else _bad("role", role),
-        content=_s(k.Content()), tool_calls=deltas, refusal=_s(k.Refusal()),
-        finish_reason=_enum(FINISH_NAMES, k.FinishReason(), "finish_reason"), usage=_usage(k.Usage()),
-        system_fingerprint=_s(k.SystemFingerprint()), done=k.Done(),
+        sequence=k.sequence, choice_index=k.choice_index, id=k.id, model=k.model, created=k.created or None,
+        role=None if role is None else _enum(ROLE_NAMES, role, "role"), content=k.content,
+        tool_calls=[wt.ToolCallDelta(index=d.index, id=d.id, type=d.type, name=d.name, arguments=d.arguments)
+                    for d in k.tool_calls] if k.tool_calls else [],
+        refusal=k.refusal, finish_reason=_enum(FINISH_NAMES, k.finish_reason, "finish_reason"),
+        usage=_usage(k.usage), system_fingerprint=k.system_fingerprint, done=k.done,
     )
 
 
 def decode_error(buf: bytes) -> wt.ErrorInfo:
+    """A verified Error buffer (size prefix already stripped)."""
     _expect(buf, identifiers.ERROR)
-    e = Error.GetRootAs(buf, 0)
-    return wt.ErrorInfo(status=e.Status(), message=_s(e.Message()) or "", type=_s(e.Type()) or "",
-                        code=_s(e.Code()), param=_s(e.Param()))
+    e = readers.read_Error(buf)
+    return wt.ErrorInfo(status=e.status, message=e.message or "", type=e.type or "", code=e.code, param=e.param)
 
 
 # --- a request back to OpenAI's shape (for services that want it, and for round-trip tests) -------

@@ -2,7 +2,8 @@
 
 Mutations: bit flips, bytes set to 0x00/0xFF/0x7F/0x80 or anything, structural words (root offset,
 soffsets, vtable entries, uoffsets, lengths) set to boundary values, truncation, insertion, deletion.
-For every mutant: strict=False agrees with C++; strict=True accepts only what C++ accepts; no
+For every mutant: strict=False agrees with C++; strict=True accepts only what C++ accepts, and what it
+accepts the generated readers read exactly as flatc's accessors do; no
 exception but VerifyError escapes, none of them a wrapped internal error; and the work done stays
 within the bounds the buffer's size sets (counted, not timed).
 
@@ -28,6 +29,8 @@ if __name__ == "__main__":  # run as a script: make the test helpers importable 
     sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
 from cxx_oracle import CxxVerifier
+from flatc_reference import flatc_read
+from ingress.wire._generated import readers
 from ingress.wire._generated import verifier as gv
 from unit.test_verifier import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
 
@@ -212,6 +215,9 @@ def check(cxx: bool | None, kind: str, data: bytes, size_prefixed: bool, context
     assert tight.refs <= n // 2 and tight.decoded <= 2 * n, context
     if strict is None:
         assert tight.refs <= n // 4 and tight.decoded <= n, context
+        # What the verifier passes, the generated reader reads exactly as flatc's accessors do.
+        body = data[4:] if size_prefixed else data
+        assert getattr(readers, f"read_{ROOTS[kind]}")(body) == flatc_read(ROOTS[kind], body), context
     return compat, strict
 
 

@@ -13,6 +13,9 @@ sides before comparing:
 Logit-bias token ids are generated without leading zeros: "007" and "7" are the same token on the
 wire (see test_codec for what that means for a request that spells one token twice).
 
+Every buffer also reads back the same through the generated readers (readers.py) as through flatc's
+own accessors (tests/flatc_reference.py).
+
 Answers (Response, Chunk, ErrorInfo) come back field for field, except that a Chunk's `created` of 0
 reads back as None (0 is the schema default, so "unset" and 0 are one value) and a FunctionCall `type`
 of "" reads back as "function".
@@ -31,11 +34,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cxx_oracle import CxxVerifier
+from flatc_reference import flatc_read
 from ingress import wire
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import Passport
 from ingress.wire import decode, encode
+from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
 from ingress.wire.pool import BuilderPool
 
@@ -239,6 +244,7 @@ def test_request_round_trips_through_the_wire(
     assert cxx_verifier.verify("request", buf)
 
     assert canonical(decode.decode_request(buf)) == canonical(request)
+    assert readers.read_CompletionRequest(bytes(buf)) == flatc_read("CompletionRequest", bytes(buf))
     view = decode.read_request(buf)
     assert view.RequestId() == request_id.encode()
     p = view.Passport()
@@ -318,6 +324,7 @@ def test_response_round_trips(cxx_verifier: CxxVerifier, encoder: str, response:
     buf = ANSWER_ENCODERS[encoder][0](response)
     assert cxx_verifier.verify("response", buf)
     assert decode.decode_response(buf) == canonical_response(response)
+    assert readers.read_CompletionResponse(bytes(buf)) == flatc_read("CompletionResponse", bytes(buf))
 
 
 @pytest.mark.parametrize("encoder", list(ANSWER_ENCODERS))
@@ -328,6 +335,7 @@ def test_chunk_frame_round_trips(cxx_verifier: CxxVerifier, encoder: str, chunk:
     assert struct.unpack_from("<I", frame)[0] == len(frame) - 4
     assert cxx_verifier.verify("chunk", frame, size_prefixed=True)
     assert decode.decode_chunk(frame[4:]) == canonical_chunk(chunk)
+    assert readers.read_CompletionChunk(bytes(frame[4:])) == flatc_read("CompletionChunk", bytes(frame[4:]))
 
 
 @pytest.mark.parametrize("encoder", list(ANSWER_ENCODERS))
@@ -340,3 +348,4 @@ def test_error_round_trips(cxx_verifier: CxxVerifier, encoder: str, error: wire.
         assert struct.unpack_from("<I", buf)[0] == len(buf) - 4
         buf = buf[4:]
     assert decode.decode_error(buf) == error
+    assert readers.read_Error(bytes(buf)) == flatc_read("Error", bytes(buf))

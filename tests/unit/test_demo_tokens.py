@@ -1,0 +1,22 @@
+"""The demo counts prompt tokens without building them: the count is the length of the token list."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingress.demo.answer import count_tokens, tokens
+
+# Every character str.isspace() and the re module's \\s treat as whitespace, and some they do not.
+SPACES = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0", "\u1680",
+          "\u2000", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\u200b", "\ufeff", "\x00"]
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(st.lists(st.one_of(st.sampled_from(SPACES), st.text(max_size=5)), max_size=20).map("".join))
+def test_count_tokens_is_the_number_of_tokens(text: str) -> None:
+    assert count_tokens(text) == len(tokens(text))
+
+
+def test_count_tokens_by_example() -> None:
+    assert [count_tokens(t) for t in ["", " ", "a", " a", "a ", "a b", "  a  b  "]] == [0, 1, 1, 1, 2, 2, 3]
