@@ -1,4 +1,4 @@
-"""Build the edge application and own its lifecycle: the shared ClientSession, upstream groups,
+"""Build the edge application and own its lifecycle: upstream groups (each endpoint with its connection pool),
 health checks, and the embedded demo service."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-import aiohttp
 from aiohttp import web
 
 from ingress import gctune, metrics
@@ -55,19 +54,17 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         demo_url = None
         if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
             demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "127.0.0.1", 0))
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=60)
-        session = await stack.enter_async_context(aiohttp.ClientSession(connector=connector, auto_decompress=False))
         groups: dict[str, GroupPool] = {}
         for name, config in groups_config.items():
             clients = []
             for endpoint in config.endpoints:
                 url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
-                clients.append(UpstreamClient(session, url, settings.timeouts, settings.max_answer_bytes))
+                clients.append(UpstreamClient(url, settings.timeouts, settings.max_answer_bytes))
             pool = GroupPool(name, config, clients)
             stack.push_async_callback(pool.close)
             groups[name] = pool
             if config.health_check is not None:
-                tasks.spawn(pool.check_health(session), f"health:{name}")
+                tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
         app[handlers.GATEWAY] = Gateway(
             settings=settings,

@@ -15,6 +15,7 @@ PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
 
 _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}")
 
 
 class Passport(msgspec.Struct, kw_only=True, frozen=True):
@@ -78,6 +79,11 @@ def new_traceparent() -> str:
 
 def valid_traceparent(value: str | None) -> str | None:
     return value if value is not None and _TRACEPARENT.fullmatch(value) else None
+
+
+def valid_tracestate(value: str | None) -> str | None:
+    """W3C tracestate is at most 512 printable ASCII characters; anything else is not forwarded."""
+    return value if value is not None and _TRACESTATE.fullmatch(value) else None
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None) -> Passport:

@@ -13,8 +13,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import aiohttp
-
 from ingress import metrics
 from ingress.edge.sse import DONE, HEARTBEAT, SseWriter
 from ingress.errors import (
@@ -36,6 +34,7 @@ from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.stream import StreamTranslator
+from ingress.upstream import http1
 from ingress.upstream.pool import GroupPool, Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
@@ -338,11 +337,10 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
     match = gw.route(model, ex)
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
 
-    async def forward(lease: Lease) -> aiohttp.ClientResponse:
+    async def forward(lease: Lease) -> http1.Response:
         response = await lease.client.relay(body, headers, timeouts)
         if response.status >= 500:
-            await response.read()
-            response.release()
+            response.close()  # its connection is kept only if the whole error already arrived
             raise UpstreamAnswered(response.status, "", None, "The model service failed.", None)
         return response
 
@@ -350,11 +348,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
     ex.mark_first_byte()
 
     async def chunks() -> AsyncIterator[bytes]:
-        while True:
-            async with asyncio.timeout(timeouts.idle):
-                data = await response.content.readany()
-            if not data:
-                return
+        while data := await response.read(timeouts.idle):
             yield data
 
     async def close(ok: bool) -> None:
@@ -362,5 +356,5 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
         response.close()
         lease.release(ok)
 
-    headers_out = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
+    headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
     return Relay(response.status, headers_out, chunks(), close)

@@ -6,8 +6,6 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import aiohttp
-
 import msgspec
 from aiohttp import web
 
@@ -18,7 +16,7 @@ from ingress.edge.middleware import EXCHANGE, REQUEST_ID, server_timing
 from ingress.edge.sse import HEARTBEAT, SseWriter
 from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge, ShuttingDown, UpstreamUnavailable
 from ingress.oai import responses as out
-from ingress.passport import RequestMeta, valid_traceparent
+from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
 from ingress.wire.identifiers import CONTENT_TYPE
 
 GATEWAY = web.AppKey("gateway", pipeline.Gateway)
@@ -50,7 +48,7 @@ def request_meta(request: web.BaseRequest) -> RequestMeta:
         priority=_bounded_int(request, "x-ingress-priority", 0, 127),
         timeout_ms=_bounded_int(request, "x-ingress-timeout-ms", 1, 86_400_000),
         traceparent=valid_traceparent(h.get("traceparent")),
-        tracestate=h.get("tracestate") if valid_traceparent(h.get("traceparent")) else None,
+        tracestate=valid_tracestate(h.get("tracestate")) if valid_traceparent(h.get("traceparent")) else None,
     )
 
 
@@ -161,7 +159,7 @@ async def _relay(request: web.Request, relay: pipeline.Relay) -> web.StreamRespo
         try:
             async for data in relay.chunks:
                 await response.write(data)
-        except (IngressError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (IngressError, OSError, TimeoutError) as exc:
             request[EXCHANGE].error = exc if isinstance(exc, IngressError) else UpstreamUnavailable(
                 "The model service connection broke.")
             if request.transport is not None:

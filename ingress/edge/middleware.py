@@ -122,19 +122,20 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
     """The request's metrics, all from its Exchange."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
-    metrics.REQUESTS.labels(route, ex.metric_model, str(status)).inc()
+    child = metrics.child
+    child(metrics.REQUESTS, route, ex.metric_model, str(status)).inc()
     total = now - ex.started
-    metrics.DURATION.labels(route).observe(total)
+    child(metrics.DURATION, route).observe(total)
     upstream = 0.0
     if ex.upstream_sent is not None and (ex.upstream_done or ex.upstream_head) is not None:
         upstream = (ex.upstream_done or ex.upstream_head or now) - ex.upstream_sent
-        metrics.UPSTREAM.labels(ex.group or "unknown").observe(upstream)
-    metrics.OVERHEAD_S.labels(route).observe(max(total - upstream, 0.0))
+        child(metrics.UPSTREAM, ex.group or "unknown").observe(upstream)
+    child(metrics.OVERHEAD_S, route).observe(max(total - upstream, 0.0))
     if ex.stream and ex.first_byte is not None:
-        metrics.TTFT.labels(ex.metric_model).observe(ex.first_byte - ex.started)
+        child(metrics.TTFT, ex.metric_model).observe(ex.first_byte - ex.started)
     if ex.usage is not None:
-        metrics.TOKENS.labels(ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
-        metrics.TOKENS.labels(ex.metric_model, "completion").inc(ex.usage.completion_tokens)
+        child(metrics.TOKENS, ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
+        child(metrics.TOKENS, ex.metric_model, "completion").inc(ex.usage.completion_tokens)
     if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
 

@@ -11,8 +11,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
-
 from ingress import metrics
 from ingress.errors import Overloaded
 from ingress.log import get_logger
@@ -137,7 +135,7 @@ class GroupPool:
             metrics.ENDPOINT_HEALTHY.labels(self.name, state.url).set(0)
         self._wake_one()
 
-    async def check_health(self, session: aiohttp.ClientSession) -> None:
+    async def check_health(self) -> None:
         """Active checks, forever: GET the health path of every endpoint each interval."""
         check = self.config.health_check
         assert check is not None

@@ -7,7 +7,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
 from ingress.errors import Overloaded
@@ -23,14 +22,13 @@ MakePool = Callable[..., GroupPool]
 @pytest.fixture
 async def make_pool() -> AsyncIterator[MakePool]:
     """`make_pool(endpoints=..., **group_settings)`: a pool whose endpoints are never contacted."""
-    async with aiohttp.ClientSession() as session:
 
-        def make(endpoints: list[Endpoint] | None = None, **group: Any) -> GroupPool:
-            config = Group(endpoints=endpoints or [Endpoint(url=URLS[0])], **group)
-            clients = [UpstreamClient(session, e.url, Timeouts(), 1 << 20) for e in config.endpoints]
-            return GroupPool("g", config, clients)
+    def make(endpoints: list[Endpoint] | None = None, **group: Any) -> GroupPool:
+        config = Group(endpoints=endpoints or [Endpoint(url=URLS[0])], **group)
+        clients = [UpstreamClient(e.url, Timeouts(), 1 << 20) for e in config.endpoints]
+        return GroupPool("g", config, clients)
 
-        yield make
+    yield make
 
 
 async def _settle() -> None:

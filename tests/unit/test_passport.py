@@ -19,6 +19,7 @@ from ingress.passport import (
     message_text,
     new_traceparent,
     valid_traceparent,
+    valid_tracestate,
 )
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
@@ -171,3 +172,11 @@ def test_passport_travels_in_the_request_buffer() -> None:
 )
 def test_message_text(message: oai.Message, text: str) -> None:
     assert message_text(message) == text
+
+
+@pytest.mark.parametrize(("value", "kept"), [
+    ("vendor=a:b", True), ("a=1,b=2", True), ("x" * 512, True),
+    ("x" * 513, False), ("", False), ("v=é", False), ("v=1\r\nx: y", False), ("v=\x00", False), (None, False),
+])
+def test_only_a_well_formed_tracestate_is_forwarded(value: str | None, kept: bool) -> None:
+    assert valid_tracestate(value) == (value if kept else None)
