@@ -11,15 +11,19 @@ class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.active = 0  # requests being handled (the middleware counts them)
-        self._expired: asyncio.Event | None = None
+        self._expired = False
+        self._expiry: asyncio.Future[None] | None = None
         self._idle: asyncio.Event | None = None
 
     @property
-    def expired(self) -> asyncio.Event:
-        """Set when the drain deadline passes: whatever is still running must end now."""
-        if self._expired is None:
-            self._expired = asyncio.Event()
-        return self._expired
+    def expiry(self) -> asyncio.Future[None]:
+        """Done when the drain deadline passes: whatever is still running must end now. One future for
+        every request to race with asyncio.wait (a task per request waiting on an Event cost ~10 µs)."""
+        if self._expiry is None:
+            self._expiry = asyncio.get_running_loop().create_future()
+            if self._expired:
+                self._expiry.set_result(None)
+        return self._expiry
 
     def start(self) -> None:
         """Readiness turns false; responses ask clients to close their connections."""
@@ -47,7 +51,9 @@ class Drain:
 
     def expire(self) -> None:
         self.draining = True
-        self.expired.set()
+        self._expired = True
+        if self._expiry is not None and not self._expiry.done():
+            self._expiry.set_result(None)
 
 
 DRAIN = web.AppKey("drain", Drain)

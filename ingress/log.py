@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
 from typing import Any, TextIO
@@ -19,6 +20,8 @@ def _dumps(obj: Any, default: Any = None, **_: Any) -> str:
 
 def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool = True) -> None:
     """`cache=False` lets a later configure() reach loggers already used (tests reconfigure)."""
+    global _stream, _min_level
+    _stream, _min_level = stream or sys.stdout, logging.getLevelName(level.upper())
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -35,3 +38,22 @@ def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool 
 
 def get_logger(name: str) -> Any:
     return structlog.get_logger(name)
+
+
+_stream: TextIO = sys.stdout
+_min_level = logging.INFO
+_UTC = datetime.timezone.utc
+
+
+def access(level: int, fields: dict[str, Any], request_id: str) -> None:
+    """The one line each request writes, exactly as the structlog chain above renders it (its keys in
+    the same order; tests compare the two), without the chain: at ~10 Python calls a processor, it
+    cost the edge ~35 µs of CPU a request, more than decoding and routing the request together."""
+    if level < _min_level:
+        return
+    fields["event"] = "request"
+    fields["request_id"] = request_id
+    fields["level"] = logging.getLevelName(level).lower()
+    fields["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
+    _stream.write(_encoder.encode(fields).decode() + "\n")  # one write a line: workers share stdout
+    _stream.flush()

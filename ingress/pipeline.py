@@ -1,6 +1,7 @@
 """The whole request path on one screen: decode → route → encode → send → translate.
 
-    chat(): JSON body → msgspec (validated) → route → passport → FlatBuffers → upstream → JSON or SSE
+    prepare(): JSON body → msgspec (validated) → route → passport → FlatBuffers   (no I/O)
+    chat(): the prepared request → upstream → JSON or SSE
     relay(): FlatBuffers body → verify → route (fields read in place) → the same bytes → upstream → bytes
 """
 
@@ -176,8 +177,19 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
 # --- JSON: OpenAI chat completions ------------------------------------------------------------
 
 
-async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out.ChatCompletion | ChatStream:
-    """A chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
+@dataclass
+class Prepared:
+    """A chat request decoded, routed and encoded: everything the internal hop needs."""
+
+    request: ChatCompletionRequest
+    match: Match
+    encoded: bytes | bytearray
+    headers: dict[str, str]
+    timeouts: Timeouts
+
+
+def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
+    """The CPU-only half of a chat completion: decode, route, passport, encode. Bad input raises here."""
     request = decode_chat_request(body)
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = request.model, bool(request.stream)
@@ -185,8 +197,15 @@ async def chat(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> out
     passport = compute_passport(request, meta)
     encoded = gw.encode(request, ex.request_id, passport, match)
     ex.encoded = time.perf_counter()
-    headers, timeouts = _hop_headers(ex.request_id, passport), gw.timeouts(match)
+    timeouts = gw.timeouts(match)
     ex.heartbeat = timeouts.heartbeat
+    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), timeouts)
+
+
+async def chat(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion | ChatStream:
+    """A prepared chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
+    request, match, encoded = prepared.request, prepared.match, prepared.encoded
+    headers, timeouts = prepared.headers, prepared.timeouts
 
     if not request.stream:
         async def complete(lease: Lease) -> Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import msgspec
 from aiohttp import web
@@ -68,12 +69,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if request.content_type == CONTENT_TYPE:
         return await _relay(request, await pipeline.relay(gw, body, ex))
     drain = request.app[DRAIN]
-    opening = asyncio.ensure_future(pipeline.chat(gw, body, request_meta(request), ex))
-    expired = asyncio.ensure_future(drain.expired.wait())
+    prepared = pipeline.prepare(gw, body, request_meta(request), ex)
+    opening = asyncio.ensure_future(pipeline.chat(gw, prepared, ex))
+    racing: set[asyncio.Future[Any]] = {opening, drain.expiry}
     response: web.StreamResponse | None = None
     try:
-        await asyncio.sleep(0)  # the opening decodes and routes before it first waits: the route is known
-        while not (await asyncio.wait({opening, expired}, timeout=ex.heartbeat or gw.settings.timeouts.heartbeat,
+        while not (await asyncio.wait(racing, timeout=prepared.timeouts.heartbeat,
                                       return_when=asyncio.FIRST_COMPLETED))[0]:
             if not ex.stream:
                 continue
@@ -89,7 +90,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 raise
             return await _end_in_band(response, ex, exc)
     finally:
-        expired.cancel()
         if not opening.done():
             opening.cancel()
             result_or_error = await asyncio.gather(opening, return_exceptions=True)
@@ -117,15 +117,14 @@ async def _pump(response: web.StreamResponse, events: AsyncIterator[bytes], drai
             await response.write(event)
 
     writing = asyncio.ensure_future(write_all())
-    expired = asyncio.ensure_future(drain.expired.wait())
+    racing: set[asyncio.Future[Any]] = {writing, drain.expiry}
     try:
-        await asyncio.wait({writing, expired}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
         if writing.done():
             writing.result()  # re-raise what broke the writing, if anything
             return True
         return False
     finally:
-        expired.cancel()
         if not writing.done():
             writing.cancel()
             await asyncio.gather(writing, return_exceptions=True)

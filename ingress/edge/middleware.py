@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -15,7 +16,7 @@ from aiohttp import web
 from ingress import metrics
 from ingress.drain import DRAIN
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
-from ingress.log import get_logger
+from ingress.log import access, get_logger
 from ingress.pipeline import Exchange
 
 EXCHANGE = web.RequestKey("exchange", Exchange)
@@ -29,7 +30,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def request_id_of(header: str | None) -> str:
     """Keep a caller's well-formed request id; otherwise make one."""
-    return header if header is not None and _VALID_ID.match(header) else uuid.uuid4().hex
+    return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
 def error_response(exc: IngressError, request_id: str) -> web.Response:
@@ -157,5 +158,4 @@ def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str)
         fields.update(error_code=ex.error.code, error_type=ex.error.type)
         if ex.error.__cause__ is not None:  # what went wrong inside, for operators only
             fields["error_detail"] = f"{type(ex.error.__cause__).__name__}: {ex.error.__cause__}"[:300]
-    level = ex.error.log_level if ex.error is not None else 20
-    log.log(level, "request", **fields)
+    access(ex.error.log_level if ex.error is not None else logging.INFO, fields, ex.request_id)

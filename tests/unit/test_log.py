@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import re
 from collections.abc import Iterator
 
 import aiohttp
@@ -11,7 +13,7 @@ import pytest
 import structlog
 
 from ingress.app import create_app, serve_app
-from ingress.log import configure
+from ingress.log import access, configure
 from ingress.settings import Settings
 
 SECRET_PROMPT = "the launch code is swordfish-7731"
@@ -67,3 +69,31 @@ async def test_error_lines_carry_the_error_code(log_stream: io.StringIO) -> None
     assert line["status"] == 400
     assert line["error_code"] == "invalid_request"
     assert line["level"] == "info"
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.WARNING, logging.ERROR])
+def test_the_access_line_is_what_structlog_would_write(log_stream: io.StringIO, level: int) -> None:
+    fields = {"method": "POST", "path": "/v1/chat/completions", "status": 200, "outcome": "ok",
+              "duration_ms": 1.25, "model": "ingress-demo", "stream": False, "upstream": None,
+              "error_detail": 'KeyError: "é"'}
+    structlog.contextvars.bind_contextvars(request_id="req-1")
+    try:
+        structlog.get_logger("ingress.edge").log(level, "request", **fields)
+    finally:
+        structlog.contextvars.unbind_contextvars("request_id")
+    access(level, dict(fields), "req-1")
+    via_structlog, direct = (json.loads(line) for line in log_stream.getvalue().splitlines())
+    for line in (via_structlog, direct):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", str(line.pop("timestamp")))
+    assert list(direct.items()) == list(via_structlog.items())
+
+
+def test_the_access_line_follows_the_configured_level() -> None:
+    stream = io.StringIO()
+    configure("warning", stream, cache=False)
+    try:
+        access(logging.INFO, {"status": 200}, "r")
+        access(logging.WARNING, {"status": 503}, "r")
+    finally:
+        structlog.reset_defaults()
+    assert [json.loads(line)["status"] for line in stream.getvalue().splitlines()] == [503]
