@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from ingress.edge.sse import SseWriter
-from ingress.log import configure, get_logger
+from ingress.log import access, configure
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
 from ingress.translate.completion import decode_answer, translate_response
@@ -57,7 +57,6 @@ def _loop(fn: Callable[[], object], loops: int) -> float:
 def request_budget(body: bytes, answer: bytes, min_s: float = 0.03, repeats: int = 7) -> dict[str, float]:
     """µs per non-streamed request for each stage; `answer` is the service's CompletionResponse."""
     configure("info", stream=open(os.devnull, "w"), cache=False)  # noqa: SIM115  # lives as long as the process
-    log = get_logger("ingress.edge")
     request = decode_chat_request(body)
     passport = compute_passport(request, META)
     pool = BuilderPool()
@@ -74,7 +73,7 @@ def request_budget(body: bytes, answer: bytes, min_s: float = 0.03, repeats: int
         "encode_stock": lambda: encode_request_stock(pool, request, REQUEST_ID, passport),
         "answer_decode_translate": lambda: translate_response(decode_answer(answer)),  # verifies, as the edge does
         "answer_json_encode": lambda: json_encode(completion),
-        "log_line": lambda: log.log(20, "request", **fields),
+        "log_line": lambda: access(20, dict(fields), REQUEST_ID),  # as the middleware writes it
     }
     return {name: cpu_us(fn, min_s, repeats) for name, fn in stages.items()}
 
