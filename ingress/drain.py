@@ -14,6 +14,7 @@ class Drain:
         self._expired = False
         self._expiry: asyncio.Future[None] | None = None
         self._idle: asyncio.Event | None = None
+        self.held: set[asyncio.Task[object]] = set()  # requests to cancel when the deadline passes
 
     @property
     def expiry(self) -> asyncio.Future[None]:
@@ -54,6 +55,8 @@ class Drain:
         self._expired = True
         if self._expiry is not None and not self._expiry.done():
             self._expiry.set_result(None)
+        for task in list(self.held):
+            task.cancel()
 
 
 DRAIN = web.AppKey("drain", Drain)

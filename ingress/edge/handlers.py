@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -20,6 +20,7 @@ from ingress.oai import responses as out
 from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
 from ingress.wire.identifiers import CONTENT_TYPE
 
+T = TypeVar("T")
 GATEWAY = web.AppKey("gateway", pipeline.Gateway)
 STARTED = web.AppKey("started", int)
 _json = msgspec.json.Encoder()
@@ -70,14 +71,17 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return await _relay(request, await pipeline.relay(gw, body, ex))
     drain = request.app[DRAIN]
     prepared = pipeline.prepare(gw, body, request_meta(request), ex)
+    if not ex.stream:
+        completion = await _before_drain_deadline(drain, pipeline.chat(gw, prepared, ex))
+        assert isinstance(completion, out.ChatCompletion)
+        return _json_response(completion)
+    # A stream: its opening runs beside this task, which sends heartbeats while the service is silent.
     opening = asyncio.ensure_future(pipeline.chat(gw, prepared, ex))
     racing: set[asyncio.Future[Any]] = {opening, drain.expiry}
     response: web.StreamResponse | None = None
     try:
         while not (await asyncio.wait(racing, timeout=prepared.timeouts.heartbeat,
                                       return_when=asyncio.FIRST_COMPLETED))[0]:
-            if not ex.stream:
-                continue
             if response is None:  # a stream kept waiting: commit to SSE and keep the connection alive
                 response = await _start_sse(request, ex)
             await response.write(HEARTBEAT)
@@ -95,8 +99,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             result_or_error = await asyncio.gather(opening, return_exceptions=True)
             if isinstance(result_or_error[0], pipeline.ChatStream):
                 await result_or_error[0].aclose()
-    if isinstance(result, out.ChatCompletion):
-        return _json_response(result)
+    assert isinstance(result, pipeline.ChatStream)
     try:
         if response is None:
             response = await _start_sse(request, ex)
@@ -108,6 +111,26 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         return response
     finally:
         await result.aclose()
+
+
+async def _before_drain_deadline(drain: Drain, exchange: Awaitable[T]) -> T:
+    """Await `exchange` in this task; ShuttingDown (a 503) if the drain deadline passes first.
+
+    The drain cancels the tasks it holds when its deadline passes. A task and an asyncio.wait race
+    per request would do the same for ~100 µs more CPU a request (measured at concurrency 1)."""
+    if drain.expiry.done():
+        raise ShuttingDown()
+    task = asyncio.current_task()
+    assert task is not None
+    drain.held.add(task)
+    try:
+        return await exchange
+    except asyncio.CancelledError:
+        if drain.expiry.done() and task.uncancel() == 0:  # the drain's cancel, and nobody else's
+            raise ShuttingDown() from None
+        raise
+    finally:
+        drain.held.discard(task)
 
 
 async def _pump(response: web.StreamResponse, events: AsyncIterator[bytes], drain: Drain) -> bool:
