@@ -13,6 +13,7 @@ counts what `tokens` would return without building the list: it runs over every 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -24,13 +25,30 @@ ROLE_TOOL = 3
 ROLE_USER = 1
 
 
-def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
+def tokens(text: str, limit: int | None = None) -> list[str]:
+    """The tokens of `text`, or only its first `limit` (the rest is not scanned)."""
+    if limit is None:
+        return _TOKEN.findall(text)
+    return [m.group() for m in itertools.islice(_TOKEN.finditer(text), limit)]
+
+
+# ASCII whitespace as str.isspace() sees it (the re module's \s agrees) becomes a space, anything else "x".
+_SPACE_OR_X = bytes(32 if chr(b).isspace() else 120 for b in range(128)) + b"x" * 128
 
 
 def count_tokens(text: str) -> int:
-    """len(tokens(text)): one token per run of non-space, plus one for trailing space."""
-    return len(text.split()) + (1 if text[-1:].isspace() else 0)
+    """len(tokens(text)): one token per run of non-space, plus one for trailing space.
+
+    An ASCII text is counted in C without a string per word: every byte becomes a space or an "x",
+    and words are the " x" pairs (and a leading "x"): about 8x faster than len(text.split()) on prompts.
+    """
+    if not text:
+        return 0
+    if text.isascii():
+        marks = text.encode().translate(_SPACE_OR_X)
+        words = marks.count(b" x") + (marks[0] == 120)
+        return words + (marks[-1] == 32)
+    return len(text.split()) + (1 if text[-1].isspace() else 0)
 
 
 @dataclass
@@ -99,8 +117,8 @@ def plan(req: CompletionRequestData, request_id: str) -> Plan:
         t = (req.tools or [])[tool]
         call = ToolCallPlan(f"call_{request_id[:24]}", t.name or "", _arguments(t.arguments_json, user_text))
         return Plan([], call, "tool_calls", prompt_tokens)
-    words = tokens(user_text) or ["(empty)"]
     limit = req.max_tokens
+    words = tokens(user_text, limit + 1 if limit else None) or ["(empty)"]  # one more: is the echo cut?
     if limit and len(words) > limit:
         return Plan(words[:limit], None, "length", prompt_tokens)
     return Plan(words, None, "stop", prompt_tokens)

@@ -20,3 +20,17 @@ def test_count_tokens_is_the_number_of_tokens(text: str) -> None:
 
 def test_count_tokens_by_example() -> None:
     assert [count_tokens(t) for t in ["", " ", "a", " a", "a ", "a b", "  a  b  "]] == [0, 1, 1, 1, 2, 2, 3]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.one_of(st.sampled_from(SPACES), st.text(max_size=5)), max_size=20).map("".join),
+       st.integers(0, 12))
+def test_the_first_tokens_are_the_first_of_all_tokens(text: str, limit: int) -> None:
+    assert tokens(text, limit) == tokens(text)[:limit]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.text(alphabet=[chr(c) for c in range(128)], max_size=60))
+def test_ascii_texts_take_the_fast_count(text: str) -> None:
+    assert text.isascii()
+    assert count_tokens(text) == len(tokens(text))
