@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from codegen.schema import SCALARS, Field, Schema, Table
+from codegen.schema import Struct as FbStruct
 
 HEADER = '''"""Specialised FlatBuffers encoders for the {namespace} schema.
 
@@ -235,19 +236,22 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
     return lines
 
 
+def struct_format(schema: Schema, s: FbStruct) -> str:
+    """The `struct` module format of a FlatBuffers struct: its fields at their offsets, padding between."""
+    fmt, pos = "<", 0
+    for field_, off in zip(s.fields, s.offsets, strict=True):
+        if off > pos:
+            fmt += f"{off - pos}x"
+        ch, width = SCALARS[schema.scalar_of(field_.type)]
+        fmt += ch
+        pos = off + width
+    if s.size > pos:
+        fmt += f"{s.size - pos}x"
+    return fmt
+
+
 def _emit_struct_packers(schema: Schema) -> list[str]:
-    lines = []
-    for s in schema.structs.values():
-        fmt, pos = "<", 0
-        for field_, off in zip(s.fields, s.offsets, strict=True):
-            if off > pos:
-                fmt += f"{off - pos}x"
-            ch, width = SCALARS[schema.scalar_of(field_.type)]
-            fmt += ch
-            pos = off + width
-        if s.size > pos:
-            fmt += f"{s.size - pos}x"
-        lines.append(f"_ST_{s.name} = struct.Struct('{fmt}').pack")
+    lines = [f"_ST_{s.name} = struct.Struct('{struct_format(schema, s)}').pack" for s in schema.structs.values()]
     return lines + ["", ""]
 
 

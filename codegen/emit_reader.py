@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from codegen.emit import struct_format
 from codegen.schema import SCALARS, Field, Schema, Table
 
 DOC = '''"""Read {namespace} buffers into the data classes of `encoders.py`: the mirror of the encoders.
@@ -114,16 +115,7 @@ def _emit_scalar_readers(schema: Schema) -> list[str]:
                 used.add(SCALARS[schema.scalar_of(f.type)][0])
     lines = [f"_S_{ch.replace('?', 'bool')} = struct.Struct('<{ch}').unpack_from" for ch in sorted(used)]
     for s in schema.structs.values():
-        fmt, pos = "<", 0
-        for field_, off in zip(s.fields, s.offsets, strict=True):
-            if off > pos:
-                fmt += f"{off - pos}x"
-            ch, width = SCALARS[schema.scalar_of(field_.type)]
-            fmt += ch
-            pos = off + width
-        if s.size > pos:
-            fmt += f"{s.size - pos}x"
-        lines.append(f"_T_{s.name} = struct.Struct('{fmt}').unpack_from")
+        lines.append(f"_T_{s.name} = struct.Struct('{struct_format(schema, s)}').unpack_from")
     return lines + ["", ""]
 
 
