@@ -90,8 +90,11 @@ _FIELD = re.compile(
 
 
 def _default(raw: str | None, type_name: str, enums: dict[str, Enum]) -> float | int | bool | None:
-    if raw is None:
-        return False if type_name == "bool" else 0
+    if raw is None:  # FlatBuffers' implicit default: false, 0 or 0.0, as the type reads
+        if type_name == "bool":
+            return False
+        scalar = enums[type_name].underlying if type_name in enums else type_name
+        return 0.0 if SCALARS[scalar][0] in "fd" else 0
     if raw == "null":
         return None
     if type_name in enums:

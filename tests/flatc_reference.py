@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+import msgspec
+
 from codegen.bindings import SCHEMA
 from codegen.emit import _camel
 from codegen.schema import Field, parse
@@ -53,6 +55,12 @@ def _table(name: str, obj: Any) -> Any:
             count = getattr(obj, f"{_camel(f.name)}Length")()
             values[f.name] = [_element(f, accessor(i)) for i in range(count)]
     return getattr(gen, f"{name}Data")(**values)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal to the bit: == would take 0 for 0.0 and never take a NaN for itself (a mutant's float
+    can be any bit pattern); MessagePack keeps each value's type and a float's exact bits."""
+    return msgspec.msgpack.encode(a) == msgspec.msgpack.encode(b)
 
 
 def flatc_read(root: str, buf: bytes) -> Any:

@@ -139,7 +139,7 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     system_prompt: str | None = None
     user_prompt: str | None = None
     max_tokens: int = 0
-    temperature: float = 0
+    temperature: float = 0.0
     tools: list["ToolCallData"] | None = None
     messages: list["MessageData"] | None = None
     tool_choice_json: str | None = None

@@ -152,7 +152,7 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
     f_system_prompt = _str(buf, t + o3) if o3 else None
     f_user_prompt = _str(buf, t + o4) if o4 else None
     f_max_tokens = _S_i(buf, t + o5)[0] if o5 else 0
-    f_temperature = _S_f(buf, t + o6)[0] if o6 else 0
+    f_temperature = _S_f(buf, t + o6)[0] if o6 else 0.0
     f_tools = None
     if o7:
         at, n = _vector(buf, t + o7)
