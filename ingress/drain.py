@@ -11,7 +11,6 @@ class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.active = 0  # requests being handled (the middleware counts them)
-        self._expired = False
         self._expiry: asyncio.Future[None] | None = None
         self._idle: asyncio.Event | None = None
         self.held: set[asyncio.Task[object]] = set()  # requests to cancel when the deadline passes
@@ -22,8 +21,6 @@ class Drain:
         every request to race with asyncio.wait (a task per request waiting on an Event cost ~10 µs)."""
         if self._expiry is None:
             self._expiry = asyncio.get_running_loop().create_future()
-            if self._expired:
-                self._expiry.set_result(None)
         return self._expiry
 
     def start(self) -> None:
@@ -51,10 +48,10 @@ class Drain:
             return self.active == 0
 
     def expire(self) -> None:
+        """The deadline has passed (called in the loop): the expiry future is done, held requests cancelled."""
         self.draining = True
-        self._expired = True
-        if self._expiry is not None and not self._expiry.done():
-            self._expiry.set_result(None)
+        if not self.expiry.done():
+            self.expiry.set_result(None)
         for task in list(self.held):
             task.cancel()
 
