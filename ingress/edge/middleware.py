@@ -115,9 +115,12 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()
-        # Run once aiohttp has written the response (it does so before this task yields again): the
-        # metrics and the log line then add nothing to the request's latency.
-        asyncio.get_running_loop().call_soon(_log_exchange, request, ex, status, outcome)
+        # The metrics are counted before aiohttp writes the response: they live in memory-mapped
+        # files, so an answer a client has seen stays counted even if this worker is killed next.
+        # The log line goes to a buffered stream anyway; it is written once the response is out.
+        now = time.perf_counter()
+        _record(request, ex, status, now)
+        asyncio.get_running_loop().call_soon(_log_exchange, request, ex, status, outcome, now)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
@@ -143,9 +146,7 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
 
 
-def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str) -> None:
-    now = time.perf_counter()
-    _record(request, ex, status, now)
+def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str, now: float) -> None:
     fields: dict[str, object] = {
         "method": request.method, "path": request.path, "status": status, "outcome": outcome,
         "duration_ms": round((now - ex.started) * 1000, 3),
