@@ -1,6 +1,6 @@
 """The floor under the edge's latency: what a proxy made of the same parts and nothing else adds.
 
-    python bench/floor.py [--seconds 6] [--rounds 2]   -> results/floor.json
+    python bench/floor.py [--seconds 4] [--rounds 5]   -> results/floor.json
 
 Three paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat request), in turns:
 - direct: the request already encoded as FlatBuffers, POSTed to the demo;
@@ -8,16 +8,19 @@ Three paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat requ
   pre-encoded FlatBuffers body through `ingress.upstream.http1` and answers a fixed JSON body. No
   decoding, encoding, verification, routing, metrics or logging: aiohttp's server and our client;
 - edge: `python -m ingress serve`, the whole edge.
-Added latency is a path's minus direct's, at p50, p90 and p99; beside it each proxy's CPU per request.
+Added latency is a path's minus direct's in the same round, at p50, p90 and p99; the table shows medians
+over rounds and how far p99 moved between rounds (the host's noise), with each proxy's CPU per request.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "floor.json"
@@ -101,7 +104,7 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
         "floor": (f"{servers['floor'].url}/v1/chat/completions", work / "chat.json", "application/json", "floor"),
         "edge": (f"{servers['edge'].url}/v1/chat/completions", work / "chat.json", "application/json", "edge"),
     }
-    runs: dict[str, list[dict[str, object]]] = {name: [] for name in paths}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     try:
         for server in servers.values():
             server.start()
@@ -115,21 +118,34 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
         for server in servers.values():
             server.stop()
 
-    def pick(name: str, key: str) -> float:
-        return min(float(r[key]) for r in runs[name])  # type: ignore[arg-type]  # the quietest round
+    # A round runs the three paths back to back, so a path's added latency is taken against the
+    # direct run of its own round: the host's speed drifts between rounds more than the paths differ.
+    def added(name: str, q: str) -> list[float]:
+        return [float(r[f"{q}_ms"]) - float(d[f"{q}_ms"]) for r, d in zip(runs[name], runs["direct"])]
 
     print(describe(code_version()))
-    print(f"concurrency 1, 16 KB chat request, {rounds} rounds of {seconds} s per path; the best round's percentiles")
-    head = f"{'path':<8}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'added p50':>11}{'added p90':>11}{'added p99':>11}{'CPU µs/req':>12}"
+    print(f"concurrency 1, 16 KB chat request, {rounds} rounds of {seconds} s per path, in turns; "
+          "medians over rounds, and the range of p99 and of added p99")
+    head = (f"{'path':<8}{'p50 ms':>9}{'p99 ms':>9}{'p99 range':>15}{'added p50':>11}{'added p99':>11}"
+            f"{'added p99 range':>17}{'CPU µs/req':>12}")
     print(head + "\n" + "-" * len(head))
     table = {}
     for name, (_, _, _, proc) in paths.items():
-        row = {q: pick(name, f"{q}_ms") for q in ("p50", "p90", "p99")}
-        added = {q: row[q] - pick("direct", f"{q}_ms") for q in row}
-        cpu = min(float(r["cpu_us_per_request"][proc]) for r in runs[name])  # type: ignore[index]
-        table[name] = {**row, **{f"added_{q}": v for q, v in added.items()}, "cpu_us_per_request": cpu}
-        extra = "".join(f"{v:>11.3f}" for v in added.values()) if name != "direct" else " " * 33
-        print(f"{name:<8}" + "".join(f"{row[q]:>9.3f}" for q in row) + extra + f"{cpu:>12,.0f}")
+        p99s = [float(r["p99_ms"]) for r in runs[name]]
+        row: dict[str, float] = {q: statistics.median(float(r[f"{q}_ms"]) for r in runs[name]) for q in ("p50", "p90", "p99")}
+        row.update(p99_min=min(p99s), p99_max=max(p99s))
+        row["cpu_us_per_request"] = statistics.median(float(r["cpu_us_per_request"][proc]) for r in runs[name])
+        line = f"{name:<8}{row['p50']:>9.3f}{row['p99']:>9.3f}{f'{min(p99s):.2f}-{max(p99s):.2f}':>15}"
+        if name != "direct":
+            for q in ("p50", "p90", "p99"):
+                row[f"added_{q}"] = statistics.median(added(name, q))
+            row.update(added_p99_min=min(added(name, "p99")), added_p99_max=max(added(name, "p99")))
+            spread = f"{row['added_p99_min']:.2f}-{row['added_p99_max']:.2f}"
+            line += f"{row['added_p50']:>11.3f}{row['added_p99']:>11.3f}{spread:>17}"
+        else:
+            line += " " * 39
+        table[name] = row
+        print(line + f"{row['cpu_us_per_request']:>12,.0f}")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"code": code_version(), "seconds": seconds, "rounds": rounds, "table": table,
                                "runs": runs}, indent=2))
@@ -139,8 +155,8 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
 if __name__ == "__main__":
     sys.path[:0] = [str(HERE), str(HERE.parent)]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=int, default=6)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--serve", nargs=3, metavar=("PORT", "UPSTREAM", "BODY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
