@@ -115,12 +115,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()
-        # The metrics are counted before aiohttp writes the response: they live in memory-mapped
-        # files, so an answer a client has seen stays counted even if this worker is killed next.
-        # The log line goes to a buffered stream anyway; it is written once the response is out.
-        now = time.perf_counter()
-        _record(request, ex, status, now)
-        asyncio.get_running_loop().call_soon(_log_exchange, request, ex, status, outcome, now)
+        # Counted and logged before aiohttp writes the response: an answer a client has seen is in
+        # the metrics and the access log even if this worker is killed the moment after.
+        _log_exchange(request, ex, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
 
 
@@ -146,7 +143,9 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
 
 
-def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str, now: float) -> None:
+def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str) -> None:
+    now = time.perf_counter()
+    _record(request, ex, status, now)
     fields: dict[str, object] = {
         "method": request.method, "path": request.path, "status": status, "outcome": outcome,
         "duration_ms": round((now - ex.started) * 1000, 3),

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 import structlog
+from aiohttp import web
+from prometheus_client import REGISTRY
 
 from ingress.app import create_app, serve_app
 from ingress.log import access, configure
@@ -59,6 +61,29 @@ async def test_one_line_per_request_without_secrets(log_stream: io.StringIO, str
     assert 0 < line["ttfb_ms"] <= line["duration_ms"]  # type: ignore[operator]
     assert line["prompt_tokens"] == len(SECRET_PROMPT.split())
     assert line["completion_tokens"] == len(SECRET_PROMPT.split())
+
+
+async def test_a_request_is_counted_and_logged_before_its_answer_is_sent(log_stream: io.StringIO) -> None:
+    """So a worker killed the moment after answering leaves no answered request uncounted or unlogged."""
+    served = ("ingress_requests_total", {"route": "/v1/chat/completions", "model": "ingress-demo", "status": "200"})
+    at_send: list[tuple[float, list[str]]] = []
+
+    async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        logged = [str(line["request_id"]) for line in _lines(log_stream) if line["event"] == "request"]
+        at_send.append((REGISTRY.get_sample_value(*served) or 0.0, logged))
+
+    app = create_app(Settings())
+    app.on_response_prepare.append(on_prepare)
+    body = {"model": "ingress-demo", "messages": [{"role": "user", "content": "count me first"}]}
+    async with serve_app(app, "127.0.0.1", 0) as url, aiohttp.ClientSession() as http:
+        for n in range(2):
+            before = REGISTRY.get_sample_value(*served) or 0.0
+            async with http.post(f"{url}/v1/chat/completions", json=body, headers={"x-request-id": f"first-{n}"}) as r:
+                assert r.status == 200
+            counted, logged = at_send[-1]
+            assert counted == before + 1
+            assert logged[-1] == f"first-{n}"
+    assert len(at_send) == 2
 
 
 async def test_error_lines_carry_the_error_code(log_stream: io.StringIO) -> None:
