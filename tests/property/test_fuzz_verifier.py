@@ -9,6 +9,7 @@ within the bounds the buffer's size sets (counted, not timed).
 
 tests/fixtures/fuzz_corpus/ keeps mutants worth replaying, with their verdicts in MANIFEST.tsv; it was
 made, and can be remade after a deliberate change, with `python tests/property/test_fuzz_verifier.py`.
+A longer run than the tests make: `python tests/property/test_fuzz_verifier.py --campaign SECONDS --seed N`.
 """
 
 from __future__ import annotations
@@ -336,5 +337,46 @@ def regenerate(rounds: int = 40_000, rng_seed: int = 20260101) -> None:
     print(f"{len(entries)} buffers written to {CORPUS}")
 
 
+def campaign(seconds: float, rng_seed: int, keep: Path) -> int:
+    """Mutants for `seconds`, each checked as the tests check them against the C++ Verifier; a mutant
+    that breaks a property is written to `keep`. Also reports the slowest judgement (both modes)."""
+    import time
+
+    from cxx_oracle import build_oracle
+
+    rng = _Seeded(random.Random(rng_seed))
+    count, failures, slowest, end = 0, 0, 0.0, time.monotonic() + seconds
+    with CxxVerifier(build_oracle()) as cxx_verifier:
+        while time.monotonic() < end and failures < 10:
+            seed = rng.pick(SEEDS)
+            mutant, steps = mutate(seed, rng)
+            cxx = cxx_verifier.verify(seed.kind, mutant, seed.size_prefixed)
+            started = time.perf_counter()
+            for strict in (False, True):
+                judge(seed.kind, mutant, seed.size_prefixed, strict=strict)
+            slowest = max(slowest, time.perf_counter() - started)
+            count += 1
+            try:
+                check(cxx, seed.kind, mutant, seed.size_prefixed, (seed.name, steps))
+            except AssertionError as exc:
+                failures += 1
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"{seed.kind}-{rng_seed}-{count}.bin").write_bytes(mutant)
+                print(f"FAILED {seed.name} {steps}: {exc}"[:1000], flush=True)
+    print(f"seed {rng_seed}: {count:,} mutants in {seconds:.0f} s, {failures} failed; "
+          f"slowest judgement (both modes) {slowest * 1000:.2f} ms")
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
-    regenerate()
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rewrite the corpus, or run a fuzzing campaign.")
+    parser.add_argument("--campaign", type=float, metavar="SECONDS", help="fuzz for this long instead")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", type=Path, default=Path("fuzz-failures"), help="where failing mutants go")
+    args = parser.parse_args()
+    if args.campaign is None:
+        regenerate()
+    else:
+        sys.exit(campaign(args.campaign, args.seed, args.keep))
