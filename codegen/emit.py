@@ -362,5 +362,10 @@ def emit_encoders(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
             "",
             "",
         ]
-    text = "\n".join(out).rstrip() + "\n"
+    return module_text(out)
+
+
+def module_text(lines: list[str]) -> str:
+    """Generated lines as a module: one final newline, and two blank lines between top-level blocks."""
+    text = "\n".join(lines).rstrip() + "\n"
     return re.sub(r"\n{3,}(?=\S)", "\n\n\n", text)

@@ -8,9 +8,7 @@ corrupt buffer they raise (struct.error, IndexError, UnicodeDecodeError, Recursi
 
 from __future__ import annotations
 
-import re
-
-from codegen.emit import struct_format
+from codegen.emit import module_text, struct_format
 from codegen.schema import SCALARS, Field, Schema, Table
 
 DOC = '''"""Read {namespace} buffers into the data classes of `encoders.py`: the mirror of the encoders.
@@ -31,12 +29,7 @@ import struct
 from {package}.encoders import (
 {imports}
 )
-
-_i32 = struct.Struct("<i").unpack_from
-_u16 = struct.Struct("<H").unpack_from
-_u32 = struct.Struct("<I").unpack_from
-_ENTRIES = tuple(struct.Struct(f"<{{k}}H").unpack_from for k in range({entries}))
-_ABSENT = tuple((0,) * k for k in range({entries}))
+from {package}.verifier import _ABSENT, _ENTRIES, _i32, _u16, _u32  # one copy of the vtable tables
 
 
 def _vtable(buf: bytes, t: int, slots: int) -> tuple[int, ...]:
@@ -122,9 +115,8 @@ def _emit_scalar_readers(schema: Schema) -> list[str]:
 def emit_readers(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
     """The module text. `roots` maps each root table to its file identifier."""
     tables = list(schema.tables.values())
-    slots = max(max(f.slot for f in t.fields) + 1 for t in tables)
     names = sorted(f"{t.name}Data" for t in tables)
-    out = [DOC.format(namespace=schema.namespace, package=package, entries=slots + 1,
+    out = [DOC.format(namespace=schema.namespace, package=package,
                       imports="\n".join(f"    {n}," for n in names))]
     out += _emit_scalar_readers(schema)
     for table in tables:
@@ -137,5 +129,4 @@ def emit_readers(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
             "",
             "",
         ]
-    text = "\n".join(out).rstrip() + "\n"
-    return re.sub(r"\n{3,}(?=\S)", "\n\n\n", text)
+    return module_text(out)

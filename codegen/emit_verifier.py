@@ -7,8 +7,7 @@ module's docstring lists what is checked and every deliberate difference.
 
 from __future__ import annotations
 
-import re
-
+from codegen.emit import module_text
 from codegen.schema import SCALARS, Field, Schema, Table
 
 DOC = '''"""Verify {namespace} buffers before reading them: a FlatBuffers Verifier specialised per table.
@@ -410,5 +409,4 @@ def emit_verifier(schema: Schema, roots: dict[str, bytes]) -> str:
             "",
             "",
         ]
-    text = "\n".join(out).rstrip() + "\n"
-    return re.sub(r"\n{3,}(?=\S)", "\n\n\n", text)
+    return module_text(out)

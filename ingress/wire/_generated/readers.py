@@ -31,12 +31,7 @@ from ingress.wire._generated.encoders import (
     ToolCallDeltaData,
     UsageData,
 )
-
-_i32 = struct.Struct("<i").unpack_from
-_u16 = struct.Struct("<H").unpack_from
-_u32 = struct.Struct("<I").unpack_from
-_ENTRIES = tuple(struct.Struct(f"<{k}H").unpack_from for k in range(32))
-_ABSENT = tuple((0,) * k for k in range(32))
+from ingress.wire._generated.verifier import _ABSENT, _ENTRIES, _i32, _u16, _u32  # one copy of the vtable tables
 
 
 def _vtable(buf: bytes, t: int, slots: int) -> tuple[int, ...]:
