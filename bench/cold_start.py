@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import ROOT, free_port  # noqa: E402  # bench/ is not a package
-from provenance import code_version, describe  # noqa: E402
+from procs import ROOT, free_port  # bench/ is not a package
+from provenance import code_version, describe
 
 PY = sys.executable
 _IMPORTTIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")

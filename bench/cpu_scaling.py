@@ -37,11 +37,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from payloads import MODEL, SIZES, chat_request  # noqa: E402  # bench/ is not a package
-from procs import ROOT, Server, family, free_port  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from wrk import SCRIPT as WRK_SCRIPT  # noqa: E402
-from wrk import Wrk, ensure_wrk  # noqa: E402
+from payloads import MODEL, SIZES, chat_request  # bench/ is not a package
+from procs import ROOT, Server, family, free_port
+from provenance import code_version, describe
+from wrk import SCRIPT as WRK_SCRIPT
+from wrk import Wrk, ensure_wrk
 
 PY = sys.executable
 JSON_TYPE = "application/json"

@@ -41,14 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import uvloop
-
-from ingress.oai.codec import decode_chat_request
-from ingress.passport import RequestMeta, compute_passport
-from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
-from ingress.wire.encode import encode_request
-
 import e2e_report as report
+import uvloop
 from budget import chunk_budget, request_budget
 from payloads import MODEL, SIZES, chat_request, stream_request
 from procs import Server, Watch, free_port, listen_overflows, rss_kb
@@ -56,6 +50,11 @@ from provenance import code_version, describe
 from streams import analyze_streams, stream_level
 from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
+
+from ingress.oai.codec import decode_chat_request
+from ingress.passport import RequestMeta, compute_passport
+from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
+from ingress.wire.encode import encode_request
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

@@ -71,14 +71,15 @@ def serve(port: int, upstream: str, body_path: str) -> None:
 
 
 def measure(seconds: int, rounds: int, out: Path) -> None:
-    from ingress.oai.codec import decode_chat_request
-    from ingress.passport import RequestMeta, compute_passport
-    from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
-    from ingress.wire.encode import encode_request
     from payloads import MODEL, chat_request
     from procs import Server, free_port
     from provenance import code_version, describe
     from wrk import Wrk, ensure_wrk
+
+    from ingress.oai.codec import decode_chat_request
+    from ingress.passport import RequestMeta, compute_passport
+    from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
+    from ingress.wire.encode import encode_request
 
     work = Path(tempfile.mkdtemp(prefix="ingress-floor-"))
     json_body = chat_request(16 * 1024, max_tokens=64)

@@ -38,6 +38,8 @@ from typing import Any
 
 import flatbuffers
 import msgspec
+from payloads import SIZES, chat_request
+from provenance import code_version, describe
 
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
@@ -45,9 +47,6 @@ from ingress.wire import read_request
 from ingress.wire._generated.encoders import encode_CompletionRequest
 from ingress.wire.encode import encode_request, encode_request_stock, request_data
 from ingress.wire.pool import BuilderPool
-
-from payloads import SIZES, chat_request
-from provenance import code_version, describe
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

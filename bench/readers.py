@@ -30,6 +30,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
 from flatc_reference import flatc_read  # noqa: E402
+from payloads import chat_request  # noqa: E402
+from provenance import code_version, describe  # noqa: E402
+
 from ingress import wire  # noqa: E402
 from ingress.oai.codec import decode_chat_request  # noqa: E402
 from ingress.passport import RequestMeta, compute_passport  # noqa: E402
@@ -39,8 +42,6 @@ from ingress.wire._generated import readers  # noqa: E402
 from ingress.wire._generated.LLMGateway.CompletionChunk import CompletionChunk  # noqa: E402
 from ingress.wire._generated.LLMGateway.CompletionResponse import CompletionResponse  # noqa: E402
 from ingress.wire.encode import encode_request  # noqa: E402
-from payloads import chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
 
 RESULTS = HERE / "results" / "readers.json"
 

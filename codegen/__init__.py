@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from codegen.flatc import FlatcError, flatc_path, include_dir, run_flatc
 from codegen.bindings import GENERATED_DIR, SCHEMA, check, conform, generate
+from codegen.flatc import FlatcError, flatc_path, include_dir, run_flatc
 
 __all__ = [
     "GENERATED_DIR",

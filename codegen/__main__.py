@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from codegen.flatc import FlatcError
 from codegen.bindings import GENERATED_DIR, check, generate
+from codegen.flatc import FlatcError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -630,7 +629,7 @@ def check_compose() -> Result:
             if not (context / build.get("dockerfile", "Dockerfile")).is_file():
                 result.errors.append(f"{where}: build.dockerfile does not exist in the context")
         test = (service.get("healthcheck") or {}).get("test")
-        if not test or "/healthz" not in str(test) and "/readyz" not in str(test):
+        if not test or ("/healthz" not in str(test) and "/readyz" not in str(test)):
             result.errors.append(f"{where}: no healthcheck against /healthz or /readyz")
         if not service.get("command"):
             result.errors.append(f"{where}: no command")
@@ -966,6 +965,7 @@ def exported_metrics() -> dict[str, str] | None:
     """The metrics ingress/metrics.py defines, as exposed; None when it cannot be imported."""
     try:
         import prometheus_client
+
         from ingress import metrics as module
     except ImportError:
         return None

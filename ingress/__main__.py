@@ -6,7 +6,6 @@ import argparse
 import sys
 
 import msgspec
-
 from aiohttp import web
 
 from ingress.log import configure, get_logger

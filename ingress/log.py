@@ -42,7 +42,7 @@ def get_logger(name: str) -> Any:
 
 _stream: TextIO = sys.stdout
 _min_level = logging.INFO
-_UTC = datetime.timezone.utc
+_UTC = datetime.UTC
 
 
 def access(level: int, fields: dict[str, Any], request_id: str) -> None:

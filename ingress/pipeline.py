@@ -260,7 +260,7 @@ class ChatStream:
 
     async def _first_read(self) -> AsyncIterator[bytes | None]:
         """The upstream reads, with None for every heartbeat interval spent waiting for the first one."""
-        pending = asyncio.ensure_future(anext(self._reads))  # noqa: RUF006  # awaited or cancelled below
+        pending = asyncio.ensure_future(anext(self._reads))  # awaited or cancelled below
         try:
             while not (await asyncio.wait({pending}, timeout=self._heartbeat))[0]:
                 yield None

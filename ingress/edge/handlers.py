@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ingress import pipeline
-from ingress import metrics
+from ingress import metrics, pipeline
 from ingress.drain import DRAIN, Drain
 from ingress.edge.middleware import EXCHANGE, REQUEST_ID, server_timing
 from ingress.edge.sse import HEARTBEAT, SseWriter

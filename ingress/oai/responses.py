@@ -26,7 +26,7 @@ class ToolCallOut(_Out):
 class MessageOut(_Out, kw_only=True):
     role: str = "assistant"
     content: str | None
-    refusal: str | None | UnsetType = UNSET
+    refusal: str | UnsetType | None = UNSET
     tool_calls: list[ToolCallOut] | UnsetType = UNSET
 
 
@@ -96,7 +96,7 @@ class ChatCompletionChunk(_Out, kw_only=True):
     model: str
     choices: list[ChunkChoiceOut]
     system_fingerprint: str | UnsetType = UNSET
-    usage: UsageOut | None | UnsetType = UNSET
+    usage: UsageOut | UnsetType | None = UNSET
 
 
 class ModelOut(_Out, kw_only=True):

@@ -23,6 +23,7 @@ from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT
 from ingress.wire.pool import BuilderPool
 from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
 
+
 def write_response(response: Response) -> bytearray:
     """A CompletionResponse buffer, for a non-streamed answer (HTTP 200, Content-Type CONTENT_TYPE)."""
     return encode_response(response)

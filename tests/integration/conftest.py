@@ -9,8 +9,8 @@ from contextlib import AsyncExitStack
 
 import aiohttp
 import pytest
-
 from fakes.upstream import FakeUpstream
+
 from ingress.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 

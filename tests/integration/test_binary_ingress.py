@@ -16,9 +16,9 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+
 from ingress import wire
 from ingress.app import create_app, serve_app
 from ingress.edge.handlers import GATEWAY

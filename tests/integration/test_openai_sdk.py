@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
+from fakes.upstream import FakeUpstream
 from openai.types.chat import (
     ChatCompletionChunk,
     ChatCompletionFunctionToolParam,
@@ -19,8 +20,6 @@ from openai.types.chat import (
     ChatCompletionMessageFunctionToolCallParam,
     ChatCompletionMessageParam,
 )
-
-from fakes.upstream import FakeUpstream
 
 MODEL = "ingress-demo"
 PROMPT: list[ChatCompletionMessageParam] = [

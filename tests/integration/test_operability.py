@@ -15,10 +15,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from prometheus_client.parser import text_string_to_metric_families
+
 from ingress import __version__
 from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts
 

@@ -21,9 +21,9 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
-
 from fakes import upstream as fu
 from fakes.upstream import CheckedUpstream, FakeUpstream
+
 from ingress import wire
 from ingress.app import create_app, serve_app
 from ingress.edge.handlers import GATEWAY

@@ -22,10 +22,10 @@ import aiohttp
 import httpx2
 import openai
 import pytest
-from openai.types.chat import ChatCompletionMessageParam
-
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from openai.types.chat import ChatCompletionMessageParam
+
 from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
 from ingress.settings import Settings, Timeouts

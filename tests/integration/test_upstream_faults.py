@@ -21,9 +21,9 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
-
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+
 from ingress import wire
 from ingress.settings import Settings, Timeouts
 

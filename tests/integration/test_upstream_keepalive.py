@@ -11,9 +11,9 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-from fakes.processes import EdgeProcess, free_port
 from fakes import upstream as fu
+from fakes.processes import EdgeProcess, free_port
 from fakes.upstream import FakeUpstream
+from prometheus_client.parser import text_string_to_metric_families
 
 CHAT = "/v1/chat/completions"
 MODEL = "ingress-demo"

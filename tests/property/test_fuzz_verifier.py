@@ -31,9 +31,10 @@ if __name__ == "__main__":  # run as a script: make the test helpers importable 
 
 from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same
+from unit.test_verifier import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
+
 from ingress.wire._generated import readers
 from ingress.wire._generated import verifier as gv
-from unit.test_verifier import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "fuzz_corpus"
 MANIFEST = CORPUS / "MANIFEST.tsv"

@@ -30,11 +30,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from cxx_oracle import CxxVerifier
+from flatc_reference import flatc_read, same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cxx_oracle import CxxVerifier
-from flatc_reference import flatc_read, same
 from ingress import wire
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, TOOL, USER, Bad, body
 
 from ingress.errors import InvalidRequest
 from ingress.oai import models as oai
@@ -14,7 +15,6 @@ from ingress.oai.codec import decode_chat_request
 from ingress.passport import Passport
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, TOOL, USER, Bad, body
 
 
 def refusal(raw: bytes) -> InvalidRequest:

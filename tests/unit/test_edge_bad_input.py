@@ -11,10 +11,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
 
 from ingress.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
 
 CHAT = "/v1/chat/completions"
 JSON_HEADERS = {"Content-Type": "application/json"}

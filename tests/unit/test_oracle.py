@@ -10,9 +10,9 @@ from typing import Any
 
 import flatbuffers
 import pytest
+from cxx_oracle import CxxVerifier
 
 from codegen.flatc import run_flatc
-from cxx_oracle import CxxVerifier
 from ingress.wire._generated.LLMGateway import CompletionRequest as request_mod
 from ingress.wire._generated.LLMGateway import Error as error_mod
 from ingress.wire._generated.LLMGateway import LogitBias as logit_bias_mod

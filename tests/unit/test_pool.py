@@ -5,12 +5,12 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import pytest
+from unit.bad_requests import body
 
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import Passport
 from ingress.wire.encode import encode_request_stock
 from ingress.wire.pool import BuilderPool
-from unit.bad_requests import body
 
 
 def test_a_returned_builder_is_reused() -> None:

@@ -13,9 +13,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from cxx_oracle import SCHEMA, CxxVerifier
+from unit.test_oracle import CHUNK, CHUNK_BARE, ERROR, REQUEST, RESPONSE, flatc_binary, python_request, with_identifier
 
 from codegen.schema import parse
-from cxx_oracle import SCHEMA, CxxVerifier
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
@@ -23,7 +24,6 @@ from ingress.wire import encode
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
 from ingress.wire.pool import BuilderPool
-from unit.test_oracle import CHUNK, CHUNK_BARE, ERROR, REQUEST, RESPONSE, flatc_binary, python_request, with_identifier
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error"}
 IDENTIFIERS = {"request": b"LGRQ", "response": b"LGRS", "chunk": b"LGCK", "error": b"LGER"}
