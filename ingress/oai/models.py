@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Raw
@@ -75,9 +75,9 @@ class RefusalPart(_Part, tag="refusal"):
     refusal: str
 
 
-UserPart = Union[TextPart, ImagePart, AudioPart, FilePart]
-AssistantPart = Union[TextPart, RefusalPart]
-ContentPart = Union[TextPart, ImagePart, AudioPart, FilePart, RefusalPart]
+UserPart = TextPart | ImagePart | AudioPart | FilePart
+AssistantPart = TextPart | RefusalPart
+ContentPart = TextPart | ImagePart | AudioPart | FilePart | RefusalPart
 
 # --- messages -------------------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ class ToolMessage(_Message, tag="tool"):
     tool_call_id: Annotated[str, Meta(min_length=1)]
 
 
-Message = Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, ToolMessage]
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
 
 # --- tools and formats ----------------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class NamedToolChoice(_Strict):
     type: Literal["function"] = "function"
 
 
-ToolChoice = Union[Literal["none", "auto", "required"], NamedToolChoice]
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
 class JsonSchemaFormat(_Strict):
@@ -176,7 +176,7 @@ class JsonSchemaResponseFormat(_Format, tag="json_schema"):
     json_schema: JsonSchemaFormat
 
 
-ResponseFormat = Union[TextFormat, JsonObjectFormat, JsonSchemaResponseFormat]
+ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
 
 
 class StreamOptions(_Strict):
