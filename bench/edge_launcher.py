@@ -1,7 +1,8 @@
 """Run the edge with a chosen FlatBuffers encoder, set up as `python -m ingress serve` sets it up.
 
-bench/e2e.py uses this only when the CLI has no `--encoder` flag; either way both edges of a comparison
-start the same way, so the encoder is the only difference between them.
+The product has one encoder, the generated one; the stock `flatbuffers.Builder` (with a pool of
+builders) is kept for comparison, and this launcher puts it in the gateway's place. bench/e2e.py starts
+both edges of a comparison this way, so that the encoder is the only difference between them.
 
     python bench/edge_launcher.py --port 8081 --upstream http://127.0.0.1:9000 --model ingress-demo --encoder stock
 """
@@ -10,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 
 import uvloop
 from aiohttp import web
 
 from ingress import app as ingress_app
+from ingress.appkeys import GATEWAY
 from ingress.log import configure
 from ingress.settings import Settings
+from ingress.wire.encode import encode_request_stock
+from ingress.wire.pool import BuilderPool
 
 
 def main() -> int:
@@ -29,12 +34,16 @@ def main() -> int:
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args()
     settings = Settings(host=args.host, port=args.port, upstream=args.upstream, models=tuple(args.model or ()),
-                        encoder=args.encoder, log_level=args.log_level)
+                        log_level=args.log_level)
     configure(settings.log_level)
     application = ingress_app.create_app(settings)
-    tune_gc = getattr(ingress_app, "tune_gc", None)  # the CLI's start-up GC tuning, where the product has it
-    if tune_gc is not None:
-        application.on_startup.append(tune_gc)
+
+    async def use_stock_encoder(app: web.Application) -> None:  # after the gateway is built
+        app[GATEWAY].encode_request = partial(encode_request_stock, BuilderPool())
+
+    if args.encoder == "stock":
+        application.on_startup.append(use_stock_encoder)
+    application.on_startup.append(ingress_app.tune_gc)
     web.run_app(application, host=settings.host, port=settings.port, loop=uvloop.new_event_loop(),
                 handler_cancellation=True, access_log=None, print=None)
     return 0

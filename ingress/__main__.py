@@ -22,7 +22,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise SystemExit(f"ingress: {exc}") from None
     overrides = {k: v for k, v in {
         "host": args.host, "port": args.port, "unix": args.unix, "upstream": args.upstream,
-        "models": tuple(args.model) if args.model else None, "log_level": args.log_level, "encoder": args.encoder,
+        "models": tuple(args.model) if args.model else None, "log_level": args.log_level,
         "gc_threshold0": args.gc_threshold0, "gc_freeze": False if args.no_gc_freeze else None,
         "workers": args.workers,
     }.items() if v is not None}
@@ -82,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
     serve.add_argument("--workers", type=int, help="worker processes sharing the listener (default: one per CPU)")
     serve.add_argument("--log-level")
-    serve.add_argument("--encoder", choices=("generated", "stock"),
-                       help="FlatBuffers encoder: the generated one (default), or the stock Builder")
     serve.add_argument("--gc-threshold0", type=int, help="young-generation GC threshold (default 10000)")
     serve.add_argument("--no-gc-freeze", action="store_true", help="do not gc.freeze() start-up objects")
     serve.set_defaults(run=_serve)

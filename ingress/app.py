@@ -4,13 +4,16 @@ health checks, and the embedded demo service."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from aiohttp import web
 
 from ingress import gctune, metrics
+from ingress.appkeys import DRAIN, GATEWAY, SETTINGS, STARTED, TASKS
 from ingress.demo.service import create_demo_app
+from ingress.drain import Drain
 from ingress.edge import handlers
 from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
@@ -20,10 +23,6 @@ from ingress.settings import EMBEDDED, Settings
 from ingress.tasks import BackgroundTasks
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.pool import GroupPool
-from ingress.wire.pool import BuilderPool
-
-SETTINGS = web.AppKey("settings", Settings)
-TASKS = web.AppKey("tasks", BackgroundTasks)
 
 
 @asynccontextmanager
@@ -66,13 +65,12 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if config.health_check is not None:
                 tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
-        app[handlers.GATEWAY] = Gateway(
+        app[GATEWAY] = Gateway(
             settings=settings,
             routes=RouteTable(routes),
             groups=groups,
             budget=RetryBudget(settings.retry.budget_ratio, settings.retry.budget_min_per_s,
                                asyncio.get_running_loop().time()),
-            builders=BuilderPool(size=settings.builder_pool_size),
         )
         yield
 
@@ -88,6 +86,8 @@ def create_app(settings: Settings) -> web.Application:
     metrics.record_gc()
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
+    app[DRAIN] = Drain()
+    app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
     handlers.add_routes(app)
     return app

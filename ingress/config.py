@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.errors import validation_path
+from ingress.oai.codec import validation_path
 from ingress.settings import Group, Settings
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from aiohttp import web
+from ingress.errors import ShuttingDown
 
 
 class Drain:
+    """One process's drain: started by SIGTERM, then a deadline after which what still runs is stopped."""
+
     def __init__(self) -> None:
         self.draining = False
         self.active = 0  # requests being handled (the middleware counts them)
@@ -17,8 +21,7 @@ class Drain:
 
     @property
     def expiry(self) -> asyncio.Future[None]:
-        """Done when the drain deadline passes: whatever is still running must end now. One future for
-        every request to race with asyncio.wait (a task per request waiting on an Event cost ~10 µs)."""
+        """Done when the drain deadline passes: whatever is still running must end now."""
         if self._expiry is None:
             self._expiry = asyncio.get_running_loop().create_future()
         return self._expiry
@@ -55,5 +58,22 @@ class Drain:
         for task in list(self.held):
             task.cancel()
 
-
-DRAIN = web.AppKey("drain", Drain)
+    @contextmanager
+    def deadline(self) -> Iterator[None]:
+        """Run the block in this task until the drain deadline, which ends it with ShuttingDown (a 503,
+        or in-band once a stream has begun). At the deadline the drain cancels the tasks it holds: one
+        cancellation, and no task or asyncio.wait race per request (that cost ~50-100 µs of CPU a
+        request, measured at concurrency 1)."""
+        if self.expiry.done():
+            raise ShuttingDown()
+        task = asyncio.current_task()
+        assert task is not None
+        self.held.add(task)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self.expiry.done() and task.uncancel() == 0:  # the drain's cancel, and nobody else's
+                raise ShuttingDown() from None
+            raise
+        finally:
+            self.held.discard(task)

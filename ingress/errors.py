@@ -1,16 +1,36 @@
-"""The one error tree: each class carries its HTTP status, OpenAI error type/code and log level."""
+"""The one error tree: each class carries its HTTP status, OpenAI error type/code and log level.
+
+    IngressError                    500 server_error / internal_error   (a bug: logged with its traceback)
+     ├── InvalidRequest             400 invalid_request_error           the client's request, as sent
+     │    ├── PayloadTooLarge       413 request_too_large
+     │    └── NotFound              404 not_found / model_not_found
+     ├── Overloaded                 503 overloaded       + Retry-After  every endpoint and the queue full
+     ├── ShuttingDown               503 shutting_down    + Retry-After  the drain deadline passed
+     └── UpstreamError              the internal hop; `after_head` decides whether another endpoint may try
+          ├── UpstreamUnavailable   502 upstream_unavailable            refused, reset, or broke mid-answer
+          │    └── UpstreamConnectFailed                                 no connection: nothing was sent
+          ├── UpstreamTimeout       504 upstream_timeout                never retried: it may be generating
+          ├── UpstreamProtocolError 502 upstream_protocol_error         not an answer of our contract
+          └── UpstreamAnswered      the service's status, type, code    an `Error` buffer, relayed
+
+Every field is fixed when the error is made, and an error cannot be changed afterwards: whether a
+failure may be retried elsewhere (`after_head`) is decided where it happened, by the layer that knows,
+never flipped by a layer above it. A caller that knows more raises a new error `from` the old one.
+"""
 
 from __future__ import annotations
 
 import logging
-import re
+from typing import Any
 
-import msgspec
+_FROZEN = frozenset({"message", "param", "status", "type", "code", "retry_after", "after_head"})
 
 
 class IngressError(Exception):
-    """Base of every error the edge renders as OpenAI's `{"error": {...}}`."""
+    """Base of every error the edge renders as OpenAI's `{"error": {...}}`; on its own, an internal error."""
 
+    message: str
+    param: str | None
     status: int = 500
     type: str = "server_error"
     code: str | None = "internal_error"
@@ -18,12 +38,25 @@ class IngressError(Exception):
     retry_after: int | None = None  # seconds, sent as a Retry-After header
     after_head: bool = False  # an upstream failure after its answer began: never retried elsewhere
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
+                 status: int | None = None, retry_after: int | None = None, after_head: bool = False) -> None:
         super().__init__(message)
-        self.message = message
-        self.param = param
+        fields: dict[str, Any] = {"message": message, "param": param}
         if code is not None:
-            self.code = code
+            fields["code"] = code
+        if status is not None:
+            fields["status"] = status
+        if retry_after is not None:
+            fields["retry_after"] = retry_after
+        if after_head:
+            fields["after_head"] = True
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _FROZEN:
+            raise AttributeError(f"{type(self).__name__}.{name} is fixed when the error is made")
+        super().__setattr__(name, value)
 
     def body(self) -> dict[str, dict[str, str | None]]:
         """OpenAI's error shape."""
@@ -31,7 +64,7 @@ class IngressError(Exception):
 
 
 class InvalidRequest(IngressError):
-    """The client's request cannot be accepted as sent."""
+    """The client's request cannot be accepted as sent; `param` names the field when there is one."""
 
     status = 400
     type = "invalid_request_error"
@@ -40,25 +73,17 @@ class InvalidRequest(IngressError):
 
 
 class PayloadTooLarge(InvalidRequest):
+    """The request body is larger than the edge accepts (`max_body_bytes`)."""
+
     status = 413
     code = "request_too_large"
 
 
 class NotFound(InvalidRequest):
+    """An unknown URL, or a model no route serves."""
+
     status = 404
     code = "not_found"
-
-
-class UpstreamUnavailable(IngressError):
-    """The internal service refused the connection or could not be reached."""
-
-    status = 502
-    code = "upstream_unavailable"
-    log_level = logging.WARNING
-
-
-class UpstreamConnectFailed(UpstreamUnavailable):
-    """No connection could be made: nothing was sent, so another endpoint may be tried."""
 
 
 class Overloaded(IngressError):
@@ -82,44 +107,49 @@ class ShuttingDown(IngressError):
         super().__init__(message)
 
 
-class UpstreamTimeout(IngressError):
-    status = 504
-    code = "upstream_timeout"
+class UpstreamError(IngressError):
+    """A failure of the internal hop. `after_head`: the service had begun its answer, so the generation
+    may have run; such a failure is never sent to another endpoint, which could run it twice."""
+
+    status = 502
     log_level = logging.WARNING
 
 
-class UpstreamProtocolError(IngressError):
+class UpstreamUnavailable(UpstreamError):
+    """The internal service refused the connection, could not be reached, or broke it mid-answer."""
+
+    code = "upstream_unavailable"
+
+
+class UpstreamConnectFailed(UpstreamUnavailable):
+    """No connection could be made: nothing was sent, so another endpoint may be tried."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The internal service did not answer, or stopped answering, in time. Never retried: it may still
+    be generating."""
+
+    status = 504
+    code = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
     """The internal service answered something that is not a valid answer of our contract."""
 
-    status = 502
     code = "upstream_protocol_error"
+    log_level = logging.ERROR
 
 
-class UpstreamAnswered(IngressError):
+class UpstreamAnswered(UpstreamError):
     """The internal service answered with an `Error` buffer: relay its status, type and code."""
 
     log_level = logging.INFO
 
-    def __init__(self, status: int, type_: str, code: str | None, message: str, param: str | None) -> None:
-        super().__init__(message or "The model service returned an error.", param=param)
+    def __init__(self, status: int, type_: str, code: str | None, message: str, param: str | None,
+                 *, retry_after: int | None = None) -> None:
         # Only client and server error statuses are relayed; anything else means the service broke.
-        self.status = status if 400 <= status <= 599 else 502
-        self.type = type_ or ("invalid_request_error" if self.status < 500 else "server_error")
-        self.code = code
-
-
-_VALIDATION = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
-_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
-
-
-def validation_path(exc: msgspec.ValidationError) -> tuple[str, str]:
-    """msgspec's message split into (what is wrong, where): `Expected int - at $.a[0]` gives
-    ('Expected int', 'a[0]'); an unknown or missing field is named at the end of the path. A dict's
-    entries stay `[...]`, as msgspec reports them, for the caller to name."""
-    match = _VALIDATION.match(str(exc))
-    assert match is not None  # the pattern matches any string
-    detail, path = match["detail"], (match["path"] or "").lstrip(".")
-    field = _FIELD.search(detail)
-    if field:
-        path = f"{path}.{field['field']}" if path else field["field"]
-    return detail, path
+        relayed = status if 400 <= status <= 599 else 502
+        super().__init__(message or "The model service returned an error.", param=param, status=relayed,
+                         retry_after=retry_after)
+        object.__setattr__(self, "type", type_ or ("invalid_request_error" if relayed < 500 else "server_error"))
+        object.__setattr__(self, "code", code)

@@ -1,31 +1,37 @@
-"""The whole request path on one screen: decode → route → encode → send → translate.
+"""The whole request path on one screen, as named stages.
 
-    prepare(): JSON body → msgspec (validated) → route → passport → FlatBuffers   (no I/O)
-    chat(): the prepared request → upstream → JSON or SSE
-    relay(): FlatBuffers body → verify → route (fields read in place) → the same bytes → upstream → bytes
+    JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
+             complete  send → translate                                    one chat.completion
+             stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
+    binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
+    always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go
+
+The policy stages the gateway grows go in the two marked places: before the send, `admit` (a key,
+its limits, guardrails) at the end of `prepare`; after the end, in `settle` (usage reconciled). Only
+the edge renders bytes for the client: this module yields typed events, and raises IngressErrors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
-from ingress import metrics
-from ingress.edge.sse import DONE, HEARTBEAT, SseWriter
+from ingress import metrics, tasks
 from ingress.errors import (
     IngressError,
     InvalidRequest,
     NotFound,
     UpstreamAnswered,
     UpstreamConnectFailed,
+    UpstreamError,
     UpstreamProtocolError,
     UpstreamTimeout,
-    UpstreamUnavailable,
 )
+from ingress.exchange import Exchange
 from ingress.oai import responses as out
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.models import ChatCompletionRequest
@@ -39,40 +45,12 @@ from ingress.upstream import http1
 from ingress.upstream.pool import GroupPool, Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
-from ingress.wire.encode import encode_request, encode_request_stock
+from ingress.wire.encode import encode_request
 from ingress.wire.framing import FrameDecoder, FrameError
-from ingress.wire.pool import BuilderPool
-from ingress.wire.types import Response, Usage
+from ingress.wire.types import Response
 
 T = TypeVar("T")
-
-
-@dataclass
-class Exchange:
-    """What one request did, for its log line; filled in as the request moves along."""
-
-    request_id: str
-    started: float = field(default_factory=time.perf_counter)
-    model: str | None = None
-    metric_model: str = "other"  # a name some route serves, for bounded metric labels
-    group: str | None = None
-    upstream: str | None = None
-    stream: bool = False
-    binary: bool = False
-    attempts: int = 0
-    decoded: float | None = None  # perf_counter marks of the stages, for Server-Timing and metrics
-    encoded: float | None = None
-    upstream_sent: float | None = None
-    upstream_head: float | None = None
-    upstream_done: float | None = None
-    first_byte: float | None = None
-    heartbeat: float | None = None  # the route's, once routed
-    usage: Usage | None = None
-    error: IngressError | None = None
-
-    def mark_first_byte(self) -> None:
-        if self.first_byte is None:
-            self.first_byte = time.perf_counter()
+EncodeRequest = Callable[[ChatCompletionRequest, str, Passport, str, str | None], bytes | bytearray]
 
 
 @dataclass
@@ -83,14 +61,7 @@ class Gateway:
     routes: RouteTable
     groups: dict[str, GroupPool]
     budget: RetryBudget
-    builders: BuilderPool = field(default_factory=BuilderPool)
-
-    def encode(self, request: ChatCompletionRequest, request_id: str, passport: Passport, match: Match) -> bytes | bytearray:
-        route = match.route
-        if self.settings.encoder == "stock":
-            return encode_request_stock(self.builders, request, request_id, passport, route.provider,
-                                        match.upstream_model)
-        return encode_request(request, request_id, passport, route.provider, match.upstream_model)
+    encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
 
     def route(self, model: str, ex: Exchange) -> Match:
         match = self.routes.match(model)
@@ -114,67 +85,7 @@ def _hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:
     return headers
 
 
-# --- sending: endpoint choice, retries, fallback -----------------------------------------------
-
-
-async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease], Awaitable[T]]) -> tuple[T, Lease]:
-    """Run `attempt` on an endpoint of the route's group, and on others when it is safe to.
-
-    Retried, within the retry budget: a connection that could not be made (nothing was sent).
-    Then the fallback group, if any: when the group is unavailable or fails before the first byte.
-    Never retried: timeouts, answers (even errors) and anything once a stream has started.
-    The lease comes back held: the caller releases it when the exchange ends.
-    """
-    loop = asyncio.get_running_loop()
-    gw.budget.deposit(loop.time())
-    groups = [match.route.group] + ([match.route.fallback] if match.route.fallback else [])
-    last: IngressError | None = None
-    for name in groups:
-        group = gw.groups[name]
-        tried: set[str] = set()
-        while group.has_candidates(frozenset(tried)):
-            if ex.attempts and not gw.budget.withdraw(loop.time()):
-                raise last or UpstreamUnavailable("The model service is unavailable.")
-            if ex.attempts:
-                metrics.RETRIES.labels(name).inc()
-            ex.attempts += 1
-            ex.group = name
-            lease = await group.acquire(frozenset(tried))
-            tried.add(lease.state.url)
-            ex.upstream = lease.state.url
-            if ex.upstream_sent is None:
-                ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
-            try:
-                try:
-                    result = await attempt(lease)
-                finally:
-                    ex.upstream_head = time.perf_counter()
-                return result, lease
-            except UpstreamConnectFailed as exc:
-                lease.release(False)
-                last = exc
-                if len(tried) > gw.settings.retry.attempts:
-                    break
-            except (UpstreamUnavailable, UpstreamProtocolError, UpstreamTimeout) as exc:
-                lease.release(False)
-                last = exc
-                if isinstance(exc, UpstreamTimeout) or exc.after_head:
-                    raise  # the generation may have run: sending it elsewhere could run it twice
-                break  # the endpoint took the request: no retry in this group; the fallback may serve it
-            except UpstreamAnswered as exc:
-                lease.release(exc.status < 500)
-                if exc.status < 500:
-                    raise
-                last = exc
-                break
-            except BaseException:
-                lease.release(None)
-                raise
-    assert last is not None
-    raise last
-
-
-# --- JSON: OpenAI chat completions ------------------------------------------------------------
+# --- prepare: the CPU-only stages ---------------------------------------------------------------
 
 
 @dataclass
@@ -189,139 +100,230 @@ class Prepared:
 
 
 def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
-    """The CPU-only half of a chat completion: decode, route, passport, encode. Bad input raises here."""
+    """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request = decode_chat_request(body)
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = request.model, bool(request.stream)
     match = gw.route(request.model, ex)
+    # admit: authentication, limits and guardrails decide here, on the decoded request and its route.
     passport = compute_passport(request, meta)
-    encoded = gw.encode(request, ex.request_id, passport, match)
+    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
     ex.encoded = time.perf_counter()
-    timeouts = gw.timeouts(match)
-    ex.heartbeat = timeouts.heartbeat
-    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), timeouts)
+    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
 
 
-async def chat(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion | ChatStream:
-    """A prepared chat completion: the whole answer, or an opened stream. Errors before the first byte raise."""
-    request, match, encoded = prepared.request, prepared.match, prepared.encoded
-    headers, timeouts = prepared.headers, prepared.timeouts
+# --- send: endpoint choice, retries, fallback ---------------------------------------------------
 
-    if not request.stream:
-        async def complete(lease: Lease) -> Response:
-            answer = await lease.client.complete(encoded, headers, timeouts)
+
+async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease], Awaitable[T]]) -> T:
+    """Run `attempt` on an endpoint of the route's group, and on others when it is safe to.
+
+    Retried, within the retry budget: a connection that could not be made (nothing was sent).
+    Then the fallback group, if any: when the group is unavailable or fails before the first byte.
+    Never retried: timeouts, answers (even errors) and anything once the answer had begun.
+    The successful attempt's lease is left on the exchange, held until it settles.
+    """
+    loop = asyncio.get_running_loop()
+    gw.budget.deposit(loop.time())
+    groups = [match.route.group] + ([match.route.fallback] if match.route.fallback else [])
+    last: IngressError | None = None
+    for name in groups:
+        group = gw.groups[name]
+        tried: set[str] = set()
+        while group.has_candidates(frozenset(tried)):
+            if ex.attempts and not gw.budget.withdraw(loop.time()):
+                raise last or UpstreamConnectFailed("The model service is unavailable.")
+            if ex.attempts:
+                metrics.RETRIES.labels(name).inc()
+            ex.attempts += 1
+            ex.group = name
+            lease = await group.acquire(frozenset(tried))
+            tried.add(lease.state.url)
+            ex.upstream = lease.state.url
+            if ex.upstream_sent is None:
+                ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
             try:
-                return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
-            except UpstreamProtocolError as exc:
-                exc.after_head = True
+                try:
+                    result = await attempt(lease)
+                finally:
+                    ex.upstream_head = time.perf_counter()
+            except UpstreamAnswered as exc:
+                lease.release(exc.status < 500)
+                if exc.status < 500:
+                    raise
+                last = exc
+                break
+            except UpstreamConnectFailed as exc:
+                lease.release(False)
+                last = exc
+                if len(tried) > gw.settings.retry.attempts:
+                    break
+                continue
+            except UpstreamError as exc:
+                lease.release(False)
+                last = exc
+                if isinstance(exc, UpstreamTimeout) or exc.after_head:
+                    raise  # the generation may have run: sending it elsewhere could run it twice
+                break  # the endpoint took the request: no retry in this group; the fallback may serve it
+            except BaseException:
+                lease.release(None)
                 raise
+            ex.lease = lease
+            return result
+    assert last is not None
+    raise last
 
-        response, lease = await send(gw, match, ex, complete)
-        lease.release(True)
-        ex.mark_first_byte()
-        ex.usage = response.usage
-        return translate_response(response)
 
-    async def open_stream(lease: Lease) -> tuple[AsyncExitStack, AsyncIterator[bytes]]:
+# --- complete: one answer -----------------------------------------------------------------------
+
+
+async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion:
+    """A non-streamed chat completion. Any failure raises, before the client was sent anything."""
+
+    async def attempt(lease: Lease) -> Response:
+        answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)
+        try:
+            return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
+        except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
+            raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
+
+    response = await send(gw, prepared.match, ex, attempt)
+    ex.upstream_ok = True
+    ex.mark_first_byte()
+    ex.usage = response.usage
+    return translate_response(response)
+
+
+# --- stream: events -----------------------------------------------------------------------------
+
+
+class Signal:
+    """An event with no data; compared by identity."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+OPENED: Final = Signal("OPENED")  # the service accepted the stream: the client's response may begin
+HEARTBEAT: Final = Signal("HEARTBEAT")  # the service is still silent: keep the client's connection alive
+DONE: Final = Signal("DONE")  # the stream is complete
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The stream failed after its first event: the error goes to the client in-band, and it ends."""
+
+    error: IngressError
+
+
+StreamEvent = out.ChatCompletionChunk | Signal | Failed
+
+
+async def stream(gw: Gateway, prepared: Prepared, ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+    """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
+    loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
+    at a time, then DONE or Failed. A failure before the first event raises instead, so that the edge
+    can answer it with its status. The upstream stream is closed when the generator is."""
+    head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    yielded = False
+    async with AsyncExitStack() as upstream:
+        async with tasks.scoped(_open(gw, prepared, ex, upstream, head), "stream-open") as opening:
+            waiting: set[asyncio.Future[object]] = {opening, head}  # type: ignore[arg-type]  # only awaited
+            while opening in waiting:
+                done, _ = await asyncio.wait(waiting, timeout=prepared.timeouts.heartbeat,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    yielded = True
+                    yield HEARTBEAT
+                if head in done:
+                    waiting.discard(head)
+                    yielded = True
+                    yield OPENED
+                if opening in done:
+                    waiting.discard(opening)
+            try:
+                reads, data = opening.result()
+            except IngressError as exc:
+                if not yielded:
+                    raise
+                yield _failed(ex, exc)
+                return
+        async for event in _translate(gw, prepared, ex, reads, data):
+            yield event
+
+
+async def _open(gw: Gateway, prepared: Prepared, ex: Exchange, upstream: AsyncExitStack,
+                head: asyncio.Future[None]) -> tuple[AsyncIterator[bytes], bytes]:
+    """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
+
+    async def attempt(lease: Lease) -> tuple[AsyncExitStack, AsyncIterator[bytes]]:
         stack = AsyncExitStack()
         try:
-            reads = await stack.enter_async_context(lease.client.stream(encoded, headers, timeouts))
+            reads = await stack.enter_async_context(
+                lease.client.stream(prepared.encoded, prepared.headers, prepared.timeouts))
         except BaseException:
             await stack.aclose()
             raise
         return stack, reads
 
-    (stack, reads), lease = await send(gw, match, ex, open_stream)
+    stack, reads = await send(gw, prepared.match, ex, attempt)
+    upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
+    head.set_result(None)
+    return reads, await anext(reads, b"")
+
+
+async def _translate(gw: Gateway, prepared: Prepared, ex: Exchange, reads: AsyncIterator[bytes],
+                     data: bytes) -> AsyncIterator[StreamEvent]:
+    """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
+    request = prepared.request
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
                                   include_usage=include_usage, verify=gw.settings.verify_answers)
-    return ChatStream(stack, reads, lease, translator, FrameDecoder(gw.settings.max_frame_bytes), ex,
-                      timeouts.heartbeat)
-
-
-class ChatStream:
-    """An opened upstream stream. `events()` yields SSE bytes; a failure after opening is in-band.
-
-    Until the first frame, an SSE comment is sent every `heartbeat` seconds so that load balancers
-    in front of the edge do not close a stream that is waiting for its first token.
-    """
-
-    def __init__(self, stack: AsyncExitStack, reads: AsyncIterator[bytes], lease: Lease,
-                 translator: StreamTranslator, decoder: FrameDecoder, ex: Exchange, heartbeat: float) -> None:
-        self._stack = stack
-        self._reads = reads
-        self._lease = lease
-        self._translator = translator
-        self._decoder = decoder
-        self._ex = ex
-        self._heartbeat = heartbeat
-        self._sse = SseWriter()
-        self._ok: bool | None = None
-
-    async def _first_read(self) -> AsyncIterator[bytes | None]:
-        """The upstream reads, with None for every heartbeat interval spent waiting for the first one."""
-        pending = asyncio.ensure_future(anext(self._reads))  # awaited or cancelled below
-        try:
-            while not (await asyncio.wait({pending}, timeout=self._heartbeat))[0]:
-                yield None
-            first = pending.result()
-        except StopAsyncIteration:
-            return
-        finally:
-            pending.cancel()
-        yield first
-        async for data in self._reads:
-            yield data
-
-    async def events(self) -> AsyncIterator[bytes]:
-        translator, ex = self._translator, self._ex
-        gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
-        last: float | None = None
-        try:
-            async for data in self._first_read():
-                if data is None:
-                    yield HEARTBEAT
-                    continue
-                ex.mark_first_byte()
-                for frame in self._decoder.feed(data):
-                    for chunk in translator.feed_frame(frame):
-                        now = time.perf_counter()
-                        if last is not None:
-                            gaps.observe(now - last)
-                        last = now
-                        yield self._sse.event(chunk)
-                    if translator.done:
-                        break  # complete: whatever follows the final frame is not read, however it arrived
+    decoder = FrameDecoder(gw.settings.max_frame_bytes)
+    gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
+    last: float | None = None
+    try:
+        while data:
+            ex.mark_first_byte()
+            for frame in decoder.feed(data):
+                for chunk in translator.feed_frame(frame):
+                    now = time.perf_counter()
+                    if last is not None:
+                        gaps.observe(now - last)
+                    last = now
+                    yield chunk
                 if translator.done:
-                    break
-            else:
-                self._decoder.finish()
-                translator.finish()
-        except FrameError as exc:
-            yield self._fail(UpstreamProtocolError(f"The model service sent a malformed stream: {exc}."))
-            return
-        except IngressError as exc:
-            yield self._fail(exc)
-            return
-        finally:
-            ex.usage = translator.usage
-            ex.upstream_done = time.perf_counter()
-        self._ok = True
-        yield DONE
-
-    def _fail(self, exc: IngressError) -> bytes:
-        self._ex.error = exc
-        self._ok = not isinstance(exc, (UpstreamUnavailable, UpstreamProtocolError, UpstreamTimeout))
-        return self._sse.event(exc.body())
-
-    async def aclose(self) -> None:
-        try:
-            await self._stack.aclose()
-        finally:
-            self._lease.release(self._ok)
+                    break  # complete: whatever follows the final frame is not read, however it arrived
+            if translator.done:
+                break
+            data = await anext(reads, b"")
+        else:
+            decoder.finish()
+            translator.finish()
+    except FrameError as exc:
+        yield _failed(ex, UpstreamProtocolError(f"The model service sent a malformed stream: {exc}."))
+        return
+    except IngressError as exc:
+        yield _failed(ex, exc)
+        return
+    finally:
+        ex.usage = translator.usage
+        ex.upstream_done = time.perf_counter()
+    ex.upstream_ok = True
+    yield DONE
 
 
-# --- FlatBuffers: binary ingress for internal clients -----------------------------------------
+def _failed(ex: Exchange, exc: IngressError) -> Failed:
+    ex.error = exc
+    # The service's own Error frame is an answer; a broken, unreadable or silent stream is its failure.
+    ex.upstream_ok = isinstance(exc, UpstreamAnswered) or not isinstance(exc, UpstreamError)
+    return Failed(exc)
+
+
+# --- relay: FlatBuffers in, the service's bytes out ---------------------------------------------
 
 
 RELAYED_HEADERS = ("Content-Type", "Retry-After")
@@ -329,13 +331,14 @@ RELAYED_HEADERS = ("Content-Type", "Retry-After")
 
 @dataclass
 class Relay:
-    """An upstream answer to relay unmodified: status, headers, and the body as it arrives.
-    `close(ok)` ends the exchange; ok=False counts a failure against the endpoint."""
+    """An upstream answer to relay unmodified: status, headers, and the body as it arrives. Reading
+    `chunks` raises an IngressError if the answer breaks, stalls or overruns its deadline; `close()`
+    ends the upstream response."""
 
     status: int
     headers: dict[str, str]
     chunks: AsyncIterator[bytes]
-    close: Callable[[bool], Awaitable[None]]
+    close: Callable[[], None]
 
 
 async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
@@ -356,24 +359,34 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
     match = gw.route(model, ex)
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
 
-    async def forward(lease: Lease) -> http1.Response:
-        response = await lease.client.relay(body, headers, timeouts)
-        if response.status >= 500:
-            response.close()  # its connection is kept only if the whole error already arrived
-            raise UpstreamAnswered(response.status, "", None, "The model service failed.", None)
-        return response
+    async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
+        return await lease.client.relay(body, headers, timeouts)
 
-    response, lease = await send(gw, match, ex, forward)
+    response, reads = await send(gw, match, ex, forward)
     ex.mark_first_byte()
+    headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
 
     async def chunks() -> AsyncIterator[bytes]:
-        while data := await response.read(timeouts.idle):
-            yield data
+        try:
+            async for data in reads:
+                yield data
+        except IngressError as exc:
+            ex.upstream_ok = False
+            ex.error = exc
+            raise
+        finally:
+            ex.upstream_done = time.perf_counter()
+        ex.upstream_ok = True
 
-    async def close(ok: bool) -> None:
-        ex.upstream_done = time.perf_counter()
-        response.close()
-        lease.release(ok)
+    return Relay(response.status, headers_out, chunks(), response.close)
 
-    headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
-    return Relay(response.status, headers_out, chunks(), close)
+
+# --- settle: after every end --------------------------------------------------------------------
+
+
+def settle(ex: Exchange) -> None:
+    """The exchange has ended, however it ended (the edge calls this once, last): whatever it still
+    holds is let go. Usage is final here; the policy stage reconciles its limits here."""
+    lease, ex.lease = ex.lease, None
+    if lease is not None:
+        lease.release(ex.upstream_ok)

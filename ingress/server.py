@@ -26,7 +26,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.app import create_app, tune_gc
-from ingress.drain import DRAIN
+from ingress.appkeys import DRAIN
 from ingress.log import configure, get_logger
 from ingress.settings import Settings
 

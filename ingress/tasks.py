@@ -1,17 +1,35 @@
-"""The one place background tasks are spawned: references kept, failures logged, all drained on close."""
+"""The one place tasks are spawned: background ones (references kept, failures logged, all drained on
+close) and ones that live only inside a block (`scoped`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
 from ingress.log import get_logger
 
 log = get_logger("ingress.tasks")
+T = TypeVar("T")
+
+
+@asynccontextmanager
+async def scoped(coro: Coroutine[Any, Any, T], name: str) -> AsyncIterator[asyncio.Task[T]]:
+    """Run `coro` beside the block, in a task that cannot outlive it: when the block ends, however it
+    ends, the task is cancelled if it still runs and awaited. Its result or error is the block's to take."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    try:
+        yield task
+    finally:
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 class BackgroundTasks:
+    """Tasks that run beside the app for its whole life (health checks); closed with it."""
+
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
 

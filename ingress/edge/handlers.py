@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 
 import msgspec
 from aiohttp import web
 
 from ingress import metrics, pipeline
-from ingress.drain import DRAIN, Drain
-from ingress.edge.middleware import EXCHANGE, REQUEST_ID, server_timing
-from ingress.edge.sse import HEARTBEAT, SseWriter
-from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge, ShuttingDown, UpstreamUnavailable
+from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge.middleware import REQUEST_ID, server_timing
+from ingress.edge.sse import SseWriter
+from ingress.errors import IngressError, InvalidRequest, NotFound, PayloadTooLarge
+from ingress.exchange import Exchange
 from ingress.oai import responses as out
 from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
 from ingress.wire.identifiers import CONTENT_TYPE
 
-T = TypeVar("T")
-GATEWAY = web.AppKey("gateway", pipeline.Gateway)
-STARTED = web.AppKey("started", int)
 _json = msgspec.json.Encoder()
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -63,104 +60,46 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gw = request.app[GATEWAY]
-    ex = request[EXCHANGE]
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
-        return await _relay(request, await pipeline.relay(gw, body, ex))
-    drain = request.app[DRAIN]
+        return await _relay(request, ex, await pipeline.relay(gw, body, ex))
     prepared = pipeline.prepare(gw, body, request_meta(request), ex)
-    if not ex.stream:
-        completion = await _before_drain_deadline(drain, pipeline.chat(gw, prepared, ex))
-        assert isinstance(completion, out.ChatCompletion)
+    if not prepared.request.stream:
+        with drain.deadline():
+            completion = await pipeline.complete(gw, prepared, ex)
         return _json_response(completion)
-    # A stream: its opening runs beside this task, which sends heartbeats while the service is silent.
-    opening = asyncio.ensure_future(pipeline.chat(gw, prepared, ex))
-    racing: set[asyncio.Future[Any]] = {opening, drain.expiry}
+    return await _stream(request, ex, pipeline.stream(gw, prepared, ex))
+
+
+async def _stream(request: web.Request, ex: Exchange,
+                  events: AsyncGenerator[pipeline.StreamEvent, None]) -> web.StreamResponse:
+    """Write the events as SSE. The response begins with the first event; a failure before it is
+    answered with its status (by the middleware), after it in-band, and the stream ends without [DONE]."""
+    drain = request.app[DRAIN]
+    sse = SseWriter()
     response: web.StreamResponse | None = None
-    try:
-        while not (await asyncio.wait(racing, timeout=prepared.timeouts.heartbeat,
-                                      return_when=asyncio.FIRST_COMPLETED))[0]:
-            if response is None:  # a stream kept waiting: commit to SSE and keep the connection alive
-                response = await _start_sse(request, ex)
-            await response.write(HEARTBEAT)
+    async with aclosing(events):
         try:
-            if not opening.done():
-                raise ShuttingDown()
-            result = opening.result()
-        except IngressError as exc:
+            with drain.deadline():
+                async for event in events:
+                    if response is None:
+                        response = await _start_sse(request, ex)
+                    if data := sse.render(event):
+                        await response.write(data)
+        except IngressError as exc:  # the drain's deadline, at any point of the stream
             if response is None:
                 raise
-            return await _end_in_band(response, ex, exc)
-    finally:
-        if not opening.done():
-            opening.cancel()
-            result_or_error = await asyncio.gather(opening, return_exceptions=True)
-            if isinstance(result_or_error[0], pipeline.ChatStream):
-                await result_or_error[0].aclose()
-    assert isinstance(result, pipeline.ChatStream)
-    try:
-        if response is None:
-            response = await _start_sse(request, ex)
-        if not await _pump(response, result.events(), drain):
-            return await _end_in_band(response, ex, ShuttingDown())
-        if drain.draining:
-            response.force_close()  # no keep-alive connection left for a draining edge to race with
-        await response.write_eof()
-        return response
-    finally:
-        await result.aclose()
-
-
-async def _before_drain_deadline(drain: Drain, exchange: Awaitable[T]) -> T:
-    """Await `exchange` in this task; ShuttingDown (a 503) if the drain deadline passes first.
-
-    The drain cancels the tasks it holds when its deadline passes. A task and an asyncio.wait race
-    per request would do the same for ~50-100 µs more CPU a request (measured at concurrency 1)."""
-    if drain.expiry.done():
-        raise ShuttingDown()
-    task = asyncio.current_task()
-    assert task is not None
-    drain.held.add(task)
-    try:
-        return await exchange
-    except asyncio.CancelledError:
-        if drain.expiry.done() and task.uncancel() == 0:  # the drain's cancel, and nobody else's
-            raise ShuttingDown() from None
-        raise
-    finally:
-        drain.held.discard(task)
-
-
-async def _pump(response: web.StreamResponse, events: AsyncIterator[bytes], drain: Drain) -> bool:
-    """Write every event; False if the drain deadline came first (the stream was stopped)."""
-    async def write_all() -> None:
-        async for event in events:
-            await response.write(event)
-
-    writing = asyncio.ensure_future(write_all())
-    racing: set[asyncio.Future[Any]] = {writing, drain.expiry}
-    try:
-        await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-        if writing.done():
-            writing.result()  # re-raise what broke the writing, if anything
-            return True
-        return False
-    finally:
-        if not writing.done():
-            writing.cancel()
-            await asyncio.gather(writing, return_exceptions=True)
-
-
-async def _end_in_band(response: web.StreamResponse, ex: pipeline.Exchange, exc: IngressError) -> web.StreamResponse:
-    """The head is sent: the failure goes in the stream, then the stream ends (without [DONE])."""
-    ex.error = exc
-    await response.write(SseWriter().event(exc.body()))
+            ex.error = exc
+            await response.write(sse.error(exc))
+    assert response is not None  # a stream yields until DONE or Failed
+    if drain.draining:
+        response.force_close()  # no keep-alive connection left for a draining edge to race with
     await response.write_eof()
     return response
 
 
-async def _start_sse(request: web.Request, ex: pipeline.Exchange) -> web.StreamResponse:
+async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
     response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id,
                                            "Server-Timing": server_timing(ex)})
     if request.app[DRAIN].draining:
@@ -169,28 +108,24 @@ async def _start_sse(request: web.Request, ex: pipeline.Exchange) -> web.StreamR
     return response
 
 
-async def _relay(request: web.Request, relay: pipeline.Relay) -> web.StreamResponse:
+async def _relay(request: web.Request, ex: Exchange, relay: pipeline.Relay) -> web.StreamResponse:
     """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
     client sees an incomplete body, never one that looks complete."""
-    ok = False
     try:
         response = web.StreamResponse(status=relay.status, headers={
-            "Content-Type": CONTENT_TYPE, **relay.headers, REQUEST_ID: request[EXCHANGE].request_id})
+            "Content-Type": CONTENT_TYPE, **relay.headers, REQUEST_ID: ex.request_id})
         await response.prepare(request)
         try:
             async for data in relay.chunks:
                 await response.write(data)
-        except (IngressError, OSError, TimeoutError) as exc:
-            request[EXCHANGE].error = exc if isinstance(exc, IngressError) else UpstreamUnavailable(
-                "The model service connection broke.")
+        except IngressError:  # the pipeline has recorded it on the exchange
             if request.transport is not None:
                 request.transport.abort()
             return response
         await response.write_eof()
-        ok = True
         return response
     finally:
-        await relay.close(ok)
+        relay.close()
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -236,8 +171,6 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app[STARTED] = int(time.time())
-    app[DRAIN] = Drain()
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)

@@ -13,13 +13,15 @@ import msgspec
 import structlog
 from aiohttp import web
 
-from ingress import metrics
-from ingress.drain import DRAIN
+from ingress import metrics, pipeline
+from ingress.appkeys import DRAIN, EXCHANGE
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
+from ingress.exchange import Exchange
 from ingress.log import access, get_logger
-from ingress.pipeline import Exchange
+from ingress.wire import encode
+from ingress.wire.identifiers import CONTENT_TYPE
+from ingress.wire.types import ErrorInfo
 
-EXCHANGE = web.RequestKey("exchange", Exchange)
 REQUEST_ID = "x-request-id"
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
@@ -33,10 +35,16 @@ def request_id_of(header: str | None) -> str:
     return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
-def error_response(exc: IngressError, request_id: str) -> web.Response:
+def error_response(exc: IngressError, request_id: str, *, binary: bool = False) -> web.Response:
+    """OpenAI's error JSON; for a FlatBuffers request the service failed (not the edge's refusal of the
+    request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
     headers = {REQUEST_ID: request_id}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
+    if binary and not isinstance(exc, InvalidRequest):
+        info = ErrorInfo(status=exc.status, type=exc.type, code=exc.code, message=exc.message, param=exc.param)
+        return web.Response(status=exc.status, body=bytes(encode.encode_error(info)), content_type=CONTENT_TYPE,
+                            headers=headers)
     return web.Response(status=exc.status, body=_json.encode(exc.body()), content_type="application/json",
                         headers=headers)
 
@@ -47,9 +55,7 @@ def _from_http(exc: web.HTTPException) -> IngressError:
         return PayloadTooLarge("The request body is too large.")
     if exc.status == 404:
         return NotFound("Unknown request URL. Please check the URL and method.", code="unknown_url")
-    error = InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"))
-    error.status = exc.status
-    return error
+    return InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"), status=exc.status)
 
 
 def _draining(request: web.Request) -> bool:
@@ -98,7 +104,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except IngressError as exc:
         ex.error = exc
         status = exc.status
-        response = error_response(exc, ex.request_id)
+        response = error_response(exc, ex.request_id, binary=ex.binary)
         response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         if _draining(request):
             response.force_close()
@@ -112,6 +118,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.error = internal
         return error_response(internal, ex.request_id)
     finally:
+        pipeline.settle(ex)
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()

@@ -1,4 +1,6 @@
-"""Server-sent events: OpenAI chunks and in-band errors as `data: ...\\n\\n` lines, in a reused buffer."""
+"""Server-sent events: the pipeline's stream events as `data: ...\\n\\n` lines, in a reused buffer.
+
+The only place SSE bytes are made."""
 
 from __future__ import annotations
 
@@ -6,7 +8,12 @@ from typing import Any
 
 import msgspec
 
+from ingress import pipeline
+from ingress.errors import IngressError
+from ingress.oai.responses import ChatCompletionChunk
+
 DONE = b"data: [DONE]\n\n"
+HEARTBEAT = b": ping\n\n"  # a comment: clients ignore it, proxies see traffic
 _PREFIX = b"data: "
 
 _encoder = msgspec.json.Encoder()
@@ -22,4 +29,20 @@ class SseWriter:
         _encoder.encode_into(obj, self._buf, len(_PREFIX))
         self._buf += b"\n\n"
         return bytes(self._buf)
-HEARTBEAT = b": ping\n\n"
+
+    def error(self, exc: IngressError) -> bytes:
+        """A failure once the stream has begun: OpenAI's error shape as a data line (the SDKs raise it)."""
+        return self.event(exc.body())
+
+    def render(self, event: pipeline.StreamEvent) -> bytes:
+        """One event's bytes (b"" for OPENED, which only commits the response)."""
+        if type(event) is ChatCompletionChunk:
+            return self.event(event)
+        if event is pipeline.HEARTBEAT:
+            return HEARTBEAT
+        if event is pipeline.DONE:
+            return DONE
+        if isinstance(event, pipeline.Failed):
+            return self.error(event.error)
+        assert event is pipeline.OPENED, event
+        return b""

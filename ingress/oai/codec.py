@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 
-from ingress.errors import InvalidRequest, validation_path
+from ingress.errors import InvalidRequest
 from ingress.oai.models import INT32_MAX, AssistantMessage, ChatCompletionRequest, JsonSchemaResponseFormat
 
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 json_encoder = msgspec.json.Encoder()
+
+_VALIDATION = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
+_FIELD = re.compile(r"(?:unknown|required) field `(?P<field>[^`]+)`")
+
+
+def validation_path(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's message split into (what is wrong, where): `Expected int - at $.a[0]` gives
+    ('Expected int', 'a[0]'); an unknown or missing field is named at the end of the path. A dict's
+    entries stay `[...]`, as msgspec reports them, for the caller to name."""
+    match = _VALIDATION.match(str(exc))
+    assert match is not None  # the pattern matches any string
+    detail, path = match["detail"], (match["path"] or "").lstrip(".")
+    field = _FIELD.search(detail)
+    if field:
+        path = f"{path}.{field['field']}" if path else field["field"]
+    return detail, path
+
 
 def _invalid(detail: str, param: str | None) -> InvalidRequest:
     where = f" for '{param}'" if param else ""

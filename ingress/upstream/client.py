@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from ingress.errors import IngressError, UpstreamProtocolError, UpstreamTimeout
+from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
 from ingress.translate.completion import decode_answer
 from ingress.upstream.http1 import Pool, Response
@@ -16,8 +16,8 @@ from ingress.wire import identifiers
 TOO_LARGE = "The model service answer is too large."
 
 
-def _timeout(waiting_for: str) -> UpstreamTimeout:
-    return UpstreamTimeout(f"The model service did not {waiting_for} in time.")
+def _timeout(waiting_for: str, *, after_head: bool = False) -> UpstreamTimeout:
+    return UpstreamTimeout(f"The model service did not {waiting_for} in time.", after_head=after_head)
 
 
 class UpstreamClient:
@@ -46,38 +46,53 @@ class UpstreamClient:
         """`_post`, and any status but 200 raised as the service's error."""
         response = await self._post(body, headers, t)
         if response.status != 200:
-            try:
-                answer = await self._read_all(response, t)
-            finally:
-                response.close()
-            retry_after = response.headers.get("retry-after", "")
-            try:
-                if identifiers.identifier_of(answer) == identifiers.ERROR:
-                    decode_answer(answer)  # verifies, then raises UpstreamAnswered with the service's status
-                raise UpstreamProtocolError(f"The model service failed with status {response.status}.")
-            except IngressError as exc:
-                if retry_after.isascii() and retry_after.isdigit():
-                    exc.retry_after = min(int(retry_after), 3600)
-                raise
+            raise await self._refusal(response, t)
         return response
 
-    async def _read_all(self, response: Response, t: Timeouts) -> bytes:
+    async def _refusal(self, response: Response, t: Timeouts) -> UpstreamError:
+        """The error an answer of a failure status stands for: the service's `Error` buffer, with its
+        Retry-After, or a protocol error if it sent anything else. Reads and closes the response."""
+        try:
+            answer = await self._read_all(response, t)
+        finally:
+            response.close()
+        raw = response.headers.get("retry-after", "")
+        retry_after = min(int(raw), 3600) if raw.isascii() and raw.isdigit() else None
+        if identifiers.identifier_of(answer) == identifiers.ERROR:
+            try:
+                decode_answer(answer)  # verifies, then raises UpstreamAnswered with the service's status
+            except UpstreamAnswered as exc:
+                return UpstreamAnswered(exc.status, exc.type, exc.code, exc.message, exc.param,
+                                        retry_after=retry_after)
+            except UpstreamProtocolError as exc:  # an Error buffer that does not verify
+                return UpstreamProtocolError(exc.message, retry_after=retry_after)
+        return UpstreamProtocolError(f"The model service failed with status {response.status}.",
+                                     retry_after=retry_after)
+
+    async def _read_all(self, response: Response, t: Timeouts, *, after_head: bool = False) -> bytes:
+        """The whole body; `after_head`: it is the answer itself (not an error status's body), so a
+        failure reading it may come after the generation ran."""
         length = response.headers.get("content-length")
         if length is not None and int(length) > self._max_answer:
-            raise UpstreamProtocolError(TOO_LARGE)
+            raise UpstreamProtocolError(TOO_LARGE, after_head=after_head)
         parts: list[bytes] = []
         size = 0
         try:
             while data := await response.read(t.idle):
                 size += len(data)
                 if size > self._max_answer:
-                    raise UpstreamProtocolError(TOO_LARGE)
+                    raise UpstreamProtocolError(TOO_LARGE, after_head=after_head)
                 parts.append(data)
         except TimeoutError as exc:
-            raise _timeout("finish its answer") from exc
+            raise _timeout("finish its answer", after_head=after_head) from exc
+        except UpstreamError as exc:  # the connection broke mid-body (http1 cannot know what the body was)
+            if not after_head or exc.after_head:
+                raise
+            raise type(exc)(exc.message, param=exc.param, code=exc.code, after_head=True) from exc.__cause__
         return b"".join(parts)
 
-    async def complete(self, body: bytes | bytearray, headers: Mapping[str, str], timeouts: Timeouts | None = None) -> bytes:
+    async def complete(self, body: bytes | bytearray, headers: Mapping[str, str],
+                       timeouts: Timeouts | None = None) -> bytes:
         """A non-streamed exchange: the whole answer body (a CompletionResponse or Error buffer)."""
         t = timeouts or self.timeouts
         if t.total is None:
@@ -91,10 +106,7 @@ class UpstreamClient:
     async def _complete(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> bytes:
         response = await self._send(body, headers, t)
         try:
-            return await self._read_all(response, t)
-        except IngressError as exc:
-            exc.after_head = True
-            raise
+            return await self._read_all(response, t, after_head=True)
         finally:
             response.close()
 
@@ -135,7 +147,14 @@ class UpstreamClient:
         response.close()
         return 200 <= response.status < 300
 
-    async def relay(self, body: bytes, headers: Mapping[str, str], timeouts: Timeouts | None = None) -> Response:
-        """Binary ingress: send, and hand back the open response (any status) for relaying unmodified.
-        The caller reads it, and closes it."""
-        return await self._post(body, headers, timeouts or self.timeouts)
+    async def relay(self, body: bytes, headers: Mapping[str, str],
+                    timeouts: Timeouts | None = None) -> tuple[Response, AsyncIterator[bytes]]:
+        """Binary ingress: send, and hand back the open response of any status below 500 with its reads
+        (idle and total deadlines applied), for relaying unmodified; the caller closes it. A 5xx is raised
+        as the service's error, before anything is relayed, so that a fallback may serve the request."""
+        t = timeouts or self.timeouts
+        deadline = None if t.total is None else asyncio.get_running_loop().time() + t.total
+        response = await self._post(body, headers, t)
+        if response.status >= 500:
+            raise await self._refusal(response, t)
+        return response, self._reads(response, t, deadline)

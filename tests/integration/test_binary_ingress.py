@@ -21,7 +21,7 @@ from fakes.upstream import FakeUpstream
 
 from ingress import wire
 from ingress.app import create_app, serve_app
-from ingress.edge.handlers import GATEWAY
+from ingress.appkeys import GATEWAY
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts

@@ -26,9 +26,9 @@ from fakes.upstream import CheckedUpstream, FakeUpstream
 
 from ingress import wire
 from ingress.app import create_app, serve_app
-from ingress.edge.handlers import GATEWAY
-from ingress.edge.middleware import EXCHANGE
-from ingress.pipeline import Exchange, Gateway
+from ingress.appkeys import EXCHANGE, GATEWAY
+from ingress.exchange import Exchange
+from ingress.pipeline import Gateway
 from ingress.routing.health import EndpointState
 from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Retry, Route, Settings, Timeouts
 

@@ -1,19 +1,25 @@
-"""A non-streamed exchange ends with ShuttingDown (a 503) when the drain deadline passes, and only then."""
+"""Drain.deadline(): what runs in it ends with ShuttingDown when the drain deadline passes, and only then."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
 from ingress.drain import Drain
-from ingress.edge.handlers import _before_drain_deadline
 from ingress.errors import ShuttingDown
 
 
 async def _forever() -> str:
     await asyncio.Event().wait()
     return "never"
+
+
+async def _before_drain_deadline(drain: Drain, exchange: Coroutine[Any, Any, str]) -> str:
+    with drain.deadline():
+        return await exchange
 
 
 async def test_the_exchange_result_comes_back_and_the_task_is_let_go() -> None:

@@ -1,0 +1,18 @@
+"""Every typed key the edge's aiohttp application and requests carry, in one place."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from ingress.drain import Drain
+from ingress.exchange import Exchange
+from ingress.pipeline import Gateway
+from ingress.settings import Settings
+from ingress.tasks import BackgroundTasks
+
+SETTINGS = web.AppKey("settings", Settings)
+TASKS = web.AppKey("tasks", BackgroundTasks)
+GATEWAY = web.AppKey("gateway", Gateway)  # built at start-up, in the app's cleanup context
+DRAIN = web.AppKey("drain", Drain)
+STARTED = web.AppKey("started", int)  # the Unix time the app was made: the models' `created`
+EXCHANGE = web.RequestKey("exchange", Exchange)
