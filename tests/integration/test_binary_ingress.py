@@ -16,12 +16,15 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 
 from ingress import wire
 from ingress.app import create_app, serve_app
-from ingress.appkeys import GATEWAY
+from ingress.appkeys import EXCHANGE, GATEWAY
+from ingress.errors import UpstreamTimeout
+from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts
@@ -262,6 +265,65 @@ async def test_a_server_error_before_the_answer_falls_back_with_the_same_bytes(
         assert "".join(c.content or "" for c in chunks) == TEXT
     else:
         assert wire.decode_response(body).choices[0].content == TEXT
+
+
+@pytest.mark.parametrize(("behaviour", "status", "code"), [
+    pytest.param(fu.error_answer(wire.ErrorInfo(status=503, type="server_error", code="busy", message="busy")),
+                 503, "busy", id="an-error-buffer"),
+    pytest.param(fu.plain_status(500, "Internal Server Error"), 502, "upstream_protocol_error", id="a-bare-500"),
+])
+async def test_a_service_failure_reaches_a_binary_client_as_a_flatbuffers_error(
+    http: aiohttp.ClientSession, edge: str, fake: FakeUpstream, spare: FakeUpstream, behaviour: fu.Behaviour,
+    status: int, code: str,
+) -> None:
+    fake.play(behaviour)
+    spare.play(behaviour)  # the fallback fails the same way
+
+    response, body = await _post(http, edge, binary_request(stream=False))
+
+    assert response.status == status
+    assert response.headers["Content-Type"] == wire.CONTENT_TYPE
+    error = wire.decode_error(body)
+    assert (error.status, error.code) == (status, code)
+    assert len(fake.received) == 1 and len(spare.received) == 1
+
+
+async def _relay_recorded(stack: AsyncExitStack, fake: FakeUpstream,
+                          timeouts: Timeouts) -> tuple[str, list[Exchange]]:
+    """An edge on `fake` alone, and each request's Exchange, recorded as its response starts."""
+    settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=fake.url)])},
+                        routes=(Route(model="chat", group="main"),), timeouts=timeouts)
+    app = create_app(settings)
+    exchanges: list[Exchange] = []
+
+    async def record(request: web.Request, response: web.StreamResponse) -> None:
+        exchanges.append(request[EXCHANGE])
+
+    app.on_response_prepare.append(record)
+    edge: str = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
+    return edge, exchanges
+
+
+@pytest.mark.parametrize(("timeouts", "stream"), [
+    pytest.param(Timeouts(connect=1.0, first_byte=5.0, idle=0.3), True, id="idle-stream"),
+    pytest.param(Timeouts(connect=1.0, first_byte=5.0, idle=0.3), False, id="idle-whole"),
+    pytest.param(Timeouts(connect=1.0, first_byte=30.0, idle=30.0, total=0.5), True, id="total-stream"),
+])
+async def test_a_relay_that_stalls_ends_as_a_timeout_within_the_routes_deadlines(
+    http: aiohttp.ClientSession, stack: AsyncExitStack, fake: FakeUpstream, timeouts: Timeouts, stream: bool,
+) -> None:
+    edge, exchanges = await _relay_recorded(stack, fake, timeouts)
+    fake.play(fu.stall_mid_stream(frames=2) if stream else fu.stall_mid_body())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async with http.post(f"{edge}/v1/chat/completions", data=binary_request(stream=stream),
+                         headers=FLATBUFFERS) as response:
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+
+    assert loop.time() - started < 10.0  # the idle or total deadline ended it, not the 30 s ones
+    assert isinstance(exchanges[0].error, UpstreamTimeout)
 
 
 # --- a failure mid-answer aborts the connection -------------------------------------------------
