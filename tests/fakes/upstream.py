@@ -25,6 +25,7 @@ from typing import NoReturn
 
 from aiohttp import web
 from multidict import CIMultiDict
+from waiting import eventually
 
 from ingress import wire
 from ingress.app import serve_app
@@ -155,9 +156,7 @@ class FakeUpstream:
 
     async def wait_idle(self, timeout: float = 2.0) -> None:
         """Until no handler runs; fails the test if one is still running after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            while self._handlers:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not self._handlers, "no fake handler running", timeout=timeout, interval=0.01)
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 from ingress import wire
 from ingress.app import create_app, serve_app
@@ -312,9 +313,8 @@ async def test_a_service_breaking_mid_answer_counts_against_its_endpoint(
             await response.read()
 
     state = app[GATEWAY].groups["main"].states[0]
-    async with asyncio.timeout(1.0):  # the edge releases the endpoint just after aborting the connection
-        while state.ejections == 0:
-            await asyncio.sleep(0.02)
+    # The edge releases the endpoint just after aborting the connection.
+    await eventually(lambda: state.ejections, "the endpoint ejected", timeout=3.0)
 
 
 # --- nothing left behind ------------------------------------------------------------------------
@@ -345,7 +345,5 @@ async def test_relays_leave_no_tasks_or_sockets_behind(edge: str, fake: FakeUpst
         await exchange(b"garbage")
     await fake.wait_idle()
 
-    async with asyncio.timeout(3.0):
-        while len(asyncio.all_tasks()) > tasks or _open_fds() > fds:
-            await asyncio.sleep(0.02)
+    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds, "tasks and fds back to the baseline")
     assert fake.outcomes.count("failed") == 0

@@ -24,6 +24,7 @@ import openai
 from fakes import upstream as fu
 from fakes.processes import CHAT, EdgeProcess, free_port
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 MODEL = "ingress-demo"
 WORDS = [f"w{i}" for i in range(20)]
@@ -67,30 +68,33 @@ async def _read_events(response: aiohttp.ClientResponse, limit: int | None = Non
 
 
 async def test_readiness_turns_false_as_soon_as_a_drain_starts(tmp_path: Path) -> None:
-    with edge_process(tmp_path, "--config", drain_config(tmp_path, delay=1.0, deadline=2.0)) as edge:
+    delay = 1.5
+    with edge_process(tmp_path, "--config", drain_config(tmp_path, delay=delay, deadline=2.0)) as edge:
         await edge.started()
         async with aiohttp.ClientSession() as http:
             async with http.get(edge.url + "/readyz") as r:
                 assert r.status == 200
             signalled = time.monotonic()
             edge.terminate()
-            while True:
+
+            async def not_ready() -> bool:
                 async with http.get(edge.url + "/readyz") as r:
-                    if r.status == 503:
-                        assert await r.json() == {"status": "not ready", "draining": True,
-                                                  "healthy_endpoints": {"demo": 1}}
-                        assert r.headers["Connection"] == "close"
-                        break
-                    assert r.status == 200
-                assert time.monotonic() - signalled < 0.5, "readiness still true 0.5 s after SIGTERM"
-                await asyncio.sleep(0.02)
+                    if r.status == 200:
+                        return False
+                    assert r.status == 503
+                    assert await r.json() == {"status": "not ready", "draining": True, "healthy_endpoints": {"demo": 1}}
+                    assert r.headers["Connection"] == "close"
+                    return True
+
+            await eventually(not_ready, "/readyz answering 503")
+            assert time.monotonic() - signalled < delay, "readiness still true when the drain delay ended"
             async with http.get(edge.url + "/healthz") as r:
                 assert r.status == 200  # alive while it drains: liveness must not restart it
             async with http.post(edge.url + CHAT, json=_chat("still served")) as r:
                 assert r.status == 200  # load balancers may not have noticed yet
                 assert r.headers["Connection"] == "close"
         assert await edge.exit_code(timeout=10) == 0
-        assert time.monotonic() - signalled >= 1.0
+        assert time.monotonic() - signalled >= delay
 
 
 # --- requests running when the drain starts -------------------------------------------------------
@@ -145,8 +149,7 @@ async def test_an_answer_still_awaited_at_the_deadline_is_a_503(tmp_path: Path, 
         async with aiohttp.ClientSession() as http:
 
             async def terminate_once_received() -> None:
-                while not fake_upstream.received:
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: fake_upstream.received, "the request at the fake", interval=0.01)
                 edge.terminate()
 
             async with asyncio.TaskGroup() as tasks:
@@ -284,12 +287,12 @@ async def test_new_connections_do_not_wait_for_a_draining_edge(tmp_path: Path, f
                         started = time.monotonic()
                         async with aiohttp.ClientSession() as fresh:  # a new connection each
                             try:
-                                async with fresh.get(b.url + "/healthz", timeout=aiohttp.ClientTimeout(total=1.5)) as r:
+                                async with fresh.get(b.url + "/healthz", timeout=aiohttp.ClientTimeout(total=3.5)) as r:
                                     assert r.status == 200
                             except TimeoutError:
                                 return float("inf")
                         return time.monotonic() - started
 
                     waits = await asyncio.gather(*(probe() for _ in range(16)))
-        assert max(waits) < 1.0, f"new connections waited {sorted(round(w, 2) for w in waits)} s"
+        assert max(waits) < 3.0, f"new connections waited {sorted(round(w, 2) for w in waits)} s"
 

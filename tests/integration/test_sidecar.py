@@ -25,6 +25,7 @@ import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
+from waiting import eventually
 
 from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
@@ -178,26 +179,24 @@ class Process:
 
     async def wait_for_socket(self, path: str, timeout: float = 20.0) -> None:
         """Until `path` answers GET /healthz."""
-        async with asyncio.timeout(timeout):
-            while True:
-                assert self.popen.poll() is None, f"exited with {self.popen.returncode}:\n{self.log.read_text()}"
-                if os.path.exists(path):
-                    try:
-                        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http:
-                            async with http.get("http://localhost/healthz") as response:
-                                if response.status == 200:
-                                    return
-                    except aiohttp.ClientConnectionError:
-                        pass
-                await asyncio.sleep(0.05)
+        async def answering() -> bool:
+            assert self.popen.poll() is None, f"exited with {self.popen.returncode}:\n{self.log.read_text()}"
+            if not os.path.exists(path):
+                return False
+            try:
+                async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http, \
+                        http.get("http://localhost/healthz") as response:
+                    return response.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await eventually(answering, f"{path} answering GET /healthz", timeout=timeout, interval=0.05)
 
     async def stop(self) -> int:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
         try:
-            async with asyncio.timeout(15.0):
-                while self.popen.poll() is None:
-                    await asyncio.sleep(0.05)
+            await eventually(lambda: self.popen.poll() is not None, "the process exited", timeout=15.0, interval=0.05)
         finally:
             if self.popen.poll() is None:
                 self.popen.kill()
