@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
-async def eventually(condition: Callable[[], T | Awaitable[T]], what: str, *, timeout: float = 5.0,
-                     interval: float = 0.02) -> T:
+@overload
+async def eventually(condition: Callable[[], Awaitable[T]], what: str, *, timeout: float = ...,
+                     interval: float = ...) -> T: ...
+@overload
+async def eventually(condition: Callable[[], T], what: str, *, timeout: float = ..., interval: float = ...) -> T: ...
+async def eventually(condition: Callable[[], Any], what: str, *, timeout: float = 5.0, interval: float = 0.02) -> Any:
     """Call `condition` (a function, or an async one) until it returns something true, and return that.
 
     Fails the test with `what` and the last value seen once `timeout` seconds pass. The timeout only
@@ -24,7 +28,7 @@ async def eventually(condition: Callable[[], T | Awaitable[T]], what: str, *, ti
         async with asyncio.timeout(timeout):
             while True:
                 value = condition()
-                result = cast(T, await value) if inspect.isawaitable(value) else cast(T, value)
+                result = await value if inspect.isawaitable(value) else value
                 if result:
                     return result
                 last = result

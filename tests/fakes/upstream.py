@@ -107,7 +107,7 @@ class Call:
         await body.prepare(self.http)
         return body
 
-    async def send(self, out: web.StreamResponse, data: bytes) -> None:
+    async def send(self, out: web.StreamResponse, data: bytes | bytearray) -> None:
         """Write part of a body; with a `pace`, pause after it so the edge reads each write on its own."""
         await out.write(data)
         if self.pace:
@@ -271,7 +271,7 @@ def plain_status(status: int, text: str) -> Behaviour:
     return run
 
 
-def raw_answer(body: bytes, *, content_type: str = wire.CONTENT_TYPE, status: int = 200) -> Behaviour:
+def raw_answer(body: bytes | bytearray, *, content_type: str = wire.CONTENT_TYPE, status: int = 200) -> Behaviour:
     """Exactly these bytes as a whole answer."""
 
     async def run(call: Call) -> web.StreamResponse:
@@ -334,7 +334,7 @@ def drop_mid_stream(frames: int = 2) -> Behaviour:
     return run
 
 
-def raw_stream(tail: bytes, *, after: int = 0) -> Behaviour:
+def raw_stream(tail: bytes | bytearray, *, after: int = 0) -> Behaviour:
     """Send the first `after` frames of a correct stream, then `tail`, then end the body cleanly."""
 
     async def run(call: Call) -> web.StreamResponse:

@@ -10,7 +10,7 @@ import asyncio
 import os
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from typing import Any
 
 import aiohttp
@@ -51,8 +51,7 @@ def binary_request(*, stream: bool, model: str = "chat", text: str = TEXT, reque
     """A CompletionRequest as an internal client builds it: the OpenAI request, a passport, FlatBuffers."""
     body = msgspec.json.encode({"model": model, "messages": [{"role": "user", "content": text}], "stream": stream})
     request = decode_chat_request(body)
-    encoded: bytes = encode_request(request, request_id, compute_passport(request, RequestMeta(tenant_id="team-a")))
-    return encoded
+    return bytes(encode_request(request, request_id, compute_passport(request, RequestMeta(tenant_id="team-a"))))
 
 
 StartEdge = Callable[..., Awaitable[str]]
@@ -242,7 +241,7 @@ async def test_an_error_answer_keeps_its_retry_after(
 
     response, body = await _post(http, edge, binary_request(stream=False))
 
-    assert (response.status, body) == (429, wire.write_error(RATE_LIMITED))
+    assert (response.status, body) == (429, bytes(wire.write_error(RATE_LIMITED)))
     assert response.headers.get("Retry-After") == "7"
 
 
@@ -326,12 +325,12 @@ def _open_fds() -> int:
 
 async def test_relays_leave_no_tasks_or_sockets_behind(edge: str, fake: FakeUpstream) -> None:
     async def exchange(body: bytes) -> None:
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{edge}/v1/chat/completions", data=body, headers=FLATBUFFERS) as response:
-                try:
-                    await response.read()
-                except aiohttp.ClientPayloadError:
-                    pass
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{edge}/v1/chat/completions", data=body, headers=FLATBUFFERS) as response,
+        ):
+            with suppress(aiohttp.ClientPayloadError):
+                await response.read()
 
     await exchange(binary_request(stream=False))
     await asyncio.sleep(0.1)
@@ -345,5 +344,6 @@ async def test_relays_leave_no_tasks_or_sockets_behind(edge: str, fake: FakeUpst
         await exchange(b"garbage")
     await fake.wait_idle()
 
-    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds, "tasks and fds back to the baseline")
+    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds,
+                     "tasks and fds back to the baseline")
     assert fake.outcomes.count("failed") == 0

@@ -47,7 +47,7 @@ _SOME_ANSWER = wire.write_response(wire.Response(
 _SOME_FRAME = wire.write_chunk(wire.Chunk(sequence=2, content=" more"))
 
 
-def _overrun(buf: bytes, text: bytes) -> bytes:
+def _overrun(buf: bytes | bytearray, text: bytes) -> bytes:
     """`buf` with the length of its string `text` pointing past the end of the buffer."""
     out = bytearray(buf)
     at = out.index(text)
@@ -511,9 +511,11 @@ def _open_fds() -> int:
 
 
 async def _exchange(edge: str, *, stream: bool) -> None:
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)) as response:
-            await response.read()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)) as response,
+    ):
+        await response.read()
 
 
 async def test_faults_leave_no_tasks_or_sockets_behind(edge: str, fake_upstream: FakeUpstream) -> None:
@@ -535,5 +537,6 @@ async def test_faults_leave_no_tasks_or_sockets_behind(edge: str, fake_upstream:
         await _assert_serves_normally(http, edge)
     await fake_upstream.wait_idle()
 
-    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds, "tasks and fds back to the baseline")
+    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds,
+                     "tasks and fds back to the baseline")
     assert fake_upstream.outcomes.count("failed") == 0

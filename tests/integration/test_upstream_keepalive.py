@@ -41,8 +41,7 @@ def _recording(connections: list[object], behaviour: fu.Behaviour) -> fu.Behavio
 
 def _binary_request(*, stream: bool) -> bytes:
     request = decode_chat_request(msgspec.json.encode(_chat(stream=stream)))
-    encoded: bytes = encode_request(request, "keepalive-1", compute_passport(request, RequestMeta()))
-    return encoded
+    return bytes(encode_request(request, "keepalive-1", compute_passport(request, RequestMeta())))
 
 
 async def test_exchanges_one_after_the_other_share_one_upstream_connection(

@@ -111,7 +111,8 @@ async def _scrape(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, froz
 
 
 def _served(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
-    return metrics.get(("ingress_requests_total", frozenset({"route": CHAT, "model": MODEL, "status": "200"}.items())), 0)
+    labels = frozenset({"route": CHAT, "model": MODEL, "status": "200"}.items())
+    return metrics.get(("ingress_requests_total", labels), 0)
 
 
 async def _scrapes_agree(http: aiohttp.ClientSession, url: str, expected: int) -> None:
@@ -159,7 +160,8 @@ async def test_metrics_count_the_requests_of_every_worker(tmp_path: Path, fresh:
 # --- a worker that dies ---------------------------------------------------------------------------
 
 
-async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(tmp_path: Path, fresh: aiohttp.ClientSession) -> None:
+async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(
+        tmp_path: Path, fresh: aiohttp.ClientSession) -> None:
     with supervisor(tmp_path) as edge:
         await edge.started()
         before = edge.worker_pids()
@@ -170,12 +172,12 @@ async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(tmp_path: Pat
             sent += 1
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        async def replaced() -> set[int] | None:  # requests keep succeeding while the worker is replaced
+        async def replaced() -> set[int]:  # requests keep succeeding while the worker is replaced
             nonlocal sent
             await _chat(fresh, edge.url, f"request {sent}")
             sent += 1
             now = edge.worker_pids()
-            return now if len(now) == 2 and victim not in now and len(edge.events("ready")) == 3 else None
+            return now if len(now) == 2 and victim not in now and len(edge.events("ready")) == 3 else set()
 
         now = await eventually(replaced, "the killed worker replaced", timeout=15)
         replacement = (now - before).pop()

@@ -477,7 +477,7 @@ async def test_a_connection_ending_mid_body_is_a_protocol_error(
 async def test_a_refused_connection_is_a_connect_failure(pools: list[Pool]) -> None:
     with socket.socket() as held:  # bound, never listening: connections are refused
         held.bind(("127.0.0.1", 0))
-        with pytest.raises(UpstreamConnectFailed, match="The model service is unavailable."):
+        with pytest.raises(UpstreamConnectFailed, match=r"The model service is unavailable\."):
             await _request(_pool(pools, f"http://127.0.0.1:{held.getsockname()[1]}"))
 
 
@@ -509,8 +509,8 @@ async def test_an_oversized_head_is_refused(start_server: StartServer, pools: li
 
 @pytest.mark.parametrize("answer", [
     pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"a" * 2000, id="announced"),
-    pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + (b"100\r\n" + b"a" * 256 + b"\r\n") * 8 + b"0\r\n\r\n",
-                 id="chunked"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                 + (b"100\r\n" + b"a" * 256 + b"\r\n") * 8 + b"0\r\n\r\n", id="chunked"),
 ])
 async def test_an_oversized_answer_is_refused(start_server: StartServer, answer: bytes) -> None:
     server = await start_server(answering(answer))

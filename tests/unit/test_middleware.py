@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import io
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -40,7 +40,7 @@ def _payload(body: bytes | AsyncIterator[bytes]) -> io.BytesIO | AsyncIterator[b
     return io.BytesIO(body) if isinstance(body, bytes) else body  # a stream: aiohttp warns of large bytes
 
 
-REQUESTS = {
+REQUESTS: dict[str, tuple[Callable[[], bytes | AsyncIterator[bytes]], int]] = {
     "invalid JSON": (lambda: padded(b'{"model":"' + DEMO_MODEL.encode() + b'","messages":['), 400),
     "unknown model": (lambda: _valid("gpt-unknown"), 404),
     "invalid field": (lambda: padded(b'{"model":"' + DEMO_MODEL.encode() + b'","messages":[],"n":-1}'), 400),
