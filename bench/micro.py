@@ -4,10 +4,10 @@ Every candidate is timed timeit-style (a calibrated loop, GC off inside it); the
 are interleaved in a fresh random order each round, so noise from other processes lands on all of them
 alike, and the reported figure is the median over rounds. The clock is the thread's CPU time: on a
 shared machine, wall time also counts the slices other processes took (it is kept in the JSON). Ratios
-are also taken per round, between figures measured side by side, and their median reported. Allocations are measured afterwards, apart
-from the timing: allocator calls and bytes per op with a small allocator hook (bench/_allocs.c), the
-peak and the retained memory of one op with tracemalloc (which sees only live blocks, so it cannot
-count what an op allocated and freed again).
+are also taken per round, between figures measured side by side, and their median reported. Allocations
+are measured afterwards, apart from the timing: allocator calls and bytes per op with a small allocator
+hook (bench/_allocs.c), the peak and the retained memory of one op with tracemalloc (which sees only
+live blocks, so it cannot count what an op allocated and freed again).
 
     .venv/bin/python bench/micro.py [--quick] [--no-plot]
 """
