@@ -93,7 +93,8 @@ def chunk_budget(stream: bytes, model: str, min_s: float = 0.03, repeats: int = 
     reads = split_frames(stream)
 
     def one_stream() -> None:
-        frames, translator, sse = FrameDecoder(), StreamTranslator(id="x", model=model, created=0, include_usage=False), SseWriter()
+        frames, sse = FrameDecoder(), SseWriter()
+        translator = StreamTranslator(id="x", model=model, created=0, include_usage=False)
         for data in reads:
             for frame in frames.feed(data):
                 for chunk in translator.feed_frame(frame):

@@ -167,12 +167,13 @@ def main() -> int:
     print(f"cold start, {describe(version)}; {cores} CPUs, load average {load_before:.2f} before the run, "
           f"{steal:.2f} cores stolen by the hypervisor during it; {args.runs} runs")
     print(f"{'':34}{'median':>9}{'p90':>9}{'min':>9}{'max':>9}")
-    for w, v in ready.items():
+    for w, _v in ready.items():
         row = result["start_to_ready_ms"][str(w)]
         print(f"{f'start -> /readyz 200, --workers {w}':34}"
               + "".join(f"{row[k]:>7.0f}ms" for k in ("median", "p90", "min", "max")))
     row = result["import_ingress_app_ms"]
-    print(f"{'import ingress.app (-X importtime)':34}{row['median']:>7.0f}ms{'':9}{row['min']:>7.0f}ms{row['max']:>7.0f}ms")
+    print(f"{'import ingress.app (-X importtime)':34}{row['median']:>7.0f}ms{'':9}"
+          f"{row['min']:>7.0f}ms{row['max']:>7.0f}ms")
     print(f"{'python -c pass (wall)':34}{interpreter * 1000:>7.0f}ms")
     label = 'python -c "import ingress.app"'
     print(f"{label:34}{import_wall * 1000:>7.0f}ms")

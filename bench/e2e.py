@@ -80,7 +80,8 @@ class Profile:
 
 QUICK = Profile(latency_sizes=("16KB",), latency_seconds=2, latency_reps=1,
                 saturation=(("16KB", 32),), saturation_seconds=2, saturation_cycles=2,
-                stream_levels=(1, 50, 200), stream_rounds=1, stream_rounds_single=1, budget_min_s=0.01, budget_repeats=5)
+                stream_levels=(1, 50, 200), stream_rounds=1, stream_rounds_single=1, budget_min_s=0.01,
+                budget_repeats=5)
 FULL = Profile(latency_sizes=("1KB", "16KB"), latency_seconds=4, latency_reps=2,
                saturation=(("16KB", 8), ("16KB", 32), ("16KB", 128), ("1KB", 32), ("128KB", 32)),
                saturation_seconds=2, saturation_cycles=2, stream_levels=(1, 50, 100, 150, 200), stream_rounds=3,
@@ -149,16 +150,17 @@ class Rig:
         # One worker process per edge (the CLI defaults to one per CPU): CPU per request is then one
         # process's, and the two edges compare like for like.
         serve = [PY, "-m", "ingress", "serve", "--model", MODEL] + (["--workers", "1"] if "--workers" in flags else [])
-        stock = serve + ["--encoder", "stock"] if self.stock_via_cli else [
+        stock = [*serve, "--encoder", "stock"] if self.stock_via_cli else [
             PY, str(HERE / "edge_launcher.py"), "--model", MODEL, "--encoder", "stock"]
         ports = {name: free_port() for name in ("demo", "paced", "edge", "stock", "edge_paced")}
         demo, paced = f"http://127.0.0.1:{ports['demo']}", f"http://127.0.0.1:{ports['paced']}"
         argv = {
             "demo": [PY, "-m", "ingress", "demo-upstream", "--port", str(ports["demo"])],
-            "paced": [PY, "-m", "ingress", "demo-upstream", "--port", str(ports["paced"]), "--delay-ms", str(self.pacing_ms)],
-            "edge": serve + ["--port", str(ports["edge"]), "--upstream", demo],
-            "stock": stock + ["--port", str(ports["stock"]), "--upstream", demo],
-            "edge_paced": serve + ["--port", str(ports["edge_paced"]), "--upstream", paced],
+            "paced": [PY, "-m", "ingress", "demo-upstream", "--port", str(ports["paced"]),
+                      "--delay-ms", str(self.pacing_ms)],
+            "edge": [*serve, "--port", str(ports["edge"]), "--upstream", demo],
+            "stock": [*stock, "--port", str(ports["stock"]), "--upstream", demo],
+            "edge_paced": [*serve, "--port", str(ports["edge_paced"]), "--upstream", paced],
         }
         self.servers = {name: Server(name, cmd, ports[name], self.work / f"{name}.log") for name, cmd in argv.items()}
 
@@ -249,8 +251,8 @@ def measure_saturation(rig: Rig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             "p99_ms_generated": _median(gen, "p99_ms"), "p99_ms_stock": _median(stock, "p99_ms"),
             "errors": [r["errors"] for r in gen + stock if r["errors"]],
             # Ratios between runs made back to back (A B, then B A), their median reported.
-            "rps_ratio": statistics.median(a["rps"] / b["rps"] for a, b in zip(gen, stock)),
-            "cpu_ratio": statistics.median(cpu(b, "stock") / cpu(a, "edge") for a, b in zip(gen, stock)),
+            "rps_ratio": statistics.median(a["rps"] / b["rps"] for a, b in zip(gen, stock, strict=False)),
+            "cpu_ratio": statistics.median(cpu(b, "stock") / cpu(a, "edge") for a, b in zip(gen, stock, strict=False)),
         })
     label, conns = profile.saturation[0]
     direct = rig.bench.run(rig.url("demo"), rig.bodies[label][1], CONTENT_TYPE, conns, profile.saturation_seconds,
@@ -262,7 +264,8 @@ def measure_streaming(rig: Rig, loop: asyncio.AbstractEventLoop) -> list[dict[st
     """Each level against the paced demo directly, then through the edge in front of it."""
     profile, pacing_s, levels = rig.profile, rig.pacing_ms / 1000, []
     watch = {"edge": rig.pid("edge_paced"), "demo": rig.pid("paced")}
-    paths = (("direct", "paced", rig.stream_fb, CONTENT_TYPE, False), ("edge", "edge_paced", rig.stream_json, JSON_TYPE, True))
+    paths = (("direct", "paced", rig.stream_fb, CONTENT_TYPE, False),
+             ("edge", "edge_paced", rig.stream_json, JSON_TYPE, True))
     for level in profile.stream_levels:
         rounds = profile.stream_rounds_single if level == 1 else profile.stream_rounds
         point: dict[str, Any] = {"concurrency": level}
@@ -270,7 +273,8 @@ def measure_streaming(rig: Rig, loop: asyncio.AbstractEventLoop) -> list[dict[st
             w = Watch(watch)
             overflows = listen_overflows()
             with w.during():
-                results, wall = loop.run_until_complete(stream_level(rig.url(server), body, ctype, sse, level, rounds, pacing_s))
+                results, wall = loop.run_until_complete(
+                    stream_level(rig.url(server), body, ctype, sse, level, rounds, pacing_s))
             stats = analyze_streams(results, wall, pacing_s, STREAM_WORDS)
             events = max(1, stats["events"])
             point[which] = {**stats, **w.summary(), "listen_overflows": listen_overflows() - overflows,
@@ -293,16 +297,20 @@ def cpu_budget(rig: Rig, saturation: list[dict[str, Any]], streaming: list[dict[
             continue
         stages = request_budget(rig.bodies[label][0].read_bytes(), rig.answers[label], profile.budget_min_s,
                                 profile.budget_repeats)
-        shared = sum(stages[k] for k in ("decode", "passport", "answer_decode_translate", "answer_json_encode", "log_line"))
+        shared = sum(stages[k] for k in
+                     ("decode", "passport", "answer_decode_translate", "answer_json_encode", "log_line"))
         kernel = point["system_cpu_us_per_req_generated"]
         requests[label] = {"stages_us": stages, "edge_cpu_us_per_request_generated": point["cpu_us_per_req_generated"],
-                           "edge_cpu_us_per_request_stock": point["cpu_us_per_req_stock"], "kernel_us_generated": kernel,
-                           "rest_us_generated": point["cpu_us_per_req_generated"] - shared - stages["encode_generated"] - kernel}
+                           "edge_cpu_us_per_request_stock": point["cpu_us_per_req_stock"],
+                           "kernel_us_generated": kernel,
+                           "rest_us_generated": (point["cpu_us_per_req_generated"] - shared
+                                                 - stages["encode_generated"] - kernel)}
     busiest = max(streaming, key=lambda p: p["concurrency"])
     chunks = chunk_budget(rig.stream_frames, MODEL, profile.budget_min_s, profile.budget_repeats)
     return {"requests": requests, "streaming": {**chunks, "concurrency": busiest["concurrency"],
                                                 "edge_cpu_us_per_event": busiest["edge"]["edge_cpu_us_per_event"],
-                                                "edge_system_cpu_us_per_event": busiest["edge"]["edge_system_cpu_us_per_event"]}}
+                                                "edge_system_cpu_us_per_event":
+                                                    busiest["edge"]["edge_system_cpu_us_per_event"]}}
 
 
 def verdict(result: dict[str, Any]) -> dict[str, Any]:
@@ -337,7 +345,8 @@ def run(profile: Profile, pacing_ms: float, out_path: Path) -> dict[str, Any]:
         result["rss_at_rest_kb"] = rest = {name: rss_kb(rig.pid(name)) for name in edges}
         print(describe(result["meta"]["code"]))
         print(f"servers up in {time.perf_counter() - started:.1f} s; edge RSS at rest {rest['edge'] / 1024:.1f} MiB"
-              f" (stock edge {rest['stock'] / 1024:.1f} MiB); stock edge via {result['meta']['stock_edge_started_by']}", flush=True)
+              f" (stock edge {rest['stock'] / 1024:.1f} MiB); stock edge via {result['meta']['stock_edge_started_by']}",
+              flush=True)
 
         result["latency_c1"] = measure_latency(rig)
         report.print_latency(result["latency_c1"])

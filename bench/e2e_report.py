@@ -8,10 +8,11 @@ from typing import Any
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=False)]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
 
@@ -38,19 +39,23 @@ def print_latency(latency: dict[str, Any]) -> None:
 def print_saturation(points: list[dict[str, Any]], direct: dict[str, Any], cycles: int, seconds: int) -> None:
     print(f"\n== Requests/s at saturation: generated vs stock edge ({cycles} x A B B A runs of {seconds} s;"
           f" medians, ratios of back-to-back runs; wrk -t1) ==")
-    rows = [[p["body"], str(p["connections"]), f"{p['rps_generated']:,.0f}", f"{p['rps_stock']:,.0f}", f"{p['rps_ratio']:.2f}x",
+    rows = [[p["body"], str(p["connections"]), f"{p['rps_generated']:,.0f}", f"{p['rps_stock']:,.0f}",
+             f"{p['rps_ratio']:.2f}x",
              f"{p['cpu_us_per_req_generated']:,.0f}", f"{p['cpu_us_per_req_stock']:,.0f}", f"{p['cpu_ratio']:.2f}x",
              f"{1e6 / p['cpu_us_per_req_generated']:,.0f}/{1e6 / p['cpu_us_per_req_stock']:,.0f}",
              f"{p['edge_cpu_percent_generated']:.0f}/{p['edge_cpu_percent_stock']:.0f}", f"{p['demo_cpu_percent']:.0f}",
              f"{p['p99_ms_generated']:.1f}/{p['p99_ms_stock']:.1f}", f"{p['others_cpu_percent']:.0f}",
              "none" if not p["errors"] else json.dumps(p["errors"])] for p in points]
     print(table(rows, ["body", "conns", "gen req/s", "stock req/s", "ratio", "gen CPU µs/req", "stock CPU µs/req",
-                       "CPU ratio", "req/s per core g/s", "edge CPU % g/s", "demo CPU %", "p99 ms g/s", "others %", "errors"]))
+                       "CPU ratio", "req/s per core g/s", "edge CPU % g/s", "demo CPU %", "p99 ms g/s", "others %",
+                       "errors"]))
     print("req/s per core = 1e6 / edge CPU µs per request: what one edge process could serve with a core to itself")
     best = max(points, key=lambda p: p["rps_generated"])
-    print(f"max requests/s through the generated edge: {best['rps_generated']:,.0f} ({best['body']}, {best['connections']} connections)")
+    print(f"max requests/s through the generated edge: {best['rps_generated']:,.0f}"
+          f" ({best['body']}, {best['connections']} connections)")
     print(f"demo alone ({direct['body']} FlatBuffers body, {direct['connections']} conns): {direct['rps']:,.0f} req/s,"
-          f" demo CPU {direct['cpu_percent']['demo']:.0f}%, {direct['cpu_us_per_request']['demo']:,.0f} µs/req", flush=True)
+          f" demo CPU {direct['cpu_percent']['demo']:.0f}%, {direct['cpu_us_per_request']['demo']:,.0f} µs/req",
+          flush=True)
 
 
 def print_streaming(levels: list[dict[str, Any]], words: int, pacing_ms: float, held_level: int) -> None:
@@ -64,9 +69,11 @@ def print_streaming(levels: list[dict[str, Any]], words: int, pacing_ms: float, 
                          f"{s['held']}", f"{s['ttft_p50_ms']:.1f}", f"{s['ttft_p99_ms']:.1f}",
                          f"{s['lateness_p50_ms']:.1f}", f"{s['lateness_p99_ms']:.1f}", f"{s['gap_p50_ms']:.1f}",
                          f"{s['gap_p99_ms']:.1f}", f"{s['gap_max_ms']:.1f}", f"{s['chunks_per_s']:,.0f}",
-                         f"{s['cpu_percent']['edge']:.0f}" if edge else "-", f"{s['edge_cpu_us_per_event']:.0f}" if edge else "-",
+                         f"{s['cpu_percent']['edge']:.0f}" if edge else "-",
+                         f"{s['edge_cpu_us_per_event']:.0f}" if edge else "-",
                          f"{s['cpu_percent']['demo']:.0f}", f"{s['bench_client_cpu_percent']:.0f}",
-                         f"{s['others_cpu_percent']:.0f}", str(s["listen_overflows"] + s["errors"] + s["warmup_errors"])])
+                         f"{s['others_cpu_percent']:.0f}",
+                         str(s["listen_overflows"] + s["errors"] + s["warmup_errors"])])
     print(table(rows, ["streams", "path", "complete", "held", "TTFT p50 ms", "p99", "late p50 ms", "p99",
                        "gap p50 ms", "p99", "max", "chunks/s", "edge CPU %", "edge µs/chunk", "demo CPU %",
                        "client CPU %", "others %", "drops+errors"]))
@@ -85,18 +92,20 @@ STAGES = [("decode", "msgspec decode + validate"), ("passport", "passport"), ("e
 
 def print_budget(budget: dict[str, Any]) -> None:
     requests, streaming = budget["requests"], budget["streaming"]
-    print("\n== Where the edge's CPU goes, µs per request (stages timed in-process; edge total from /proc at saturation) ==")
+    print("\n== Where the edge's CPU goes, µs per request"
+          " (stages timed in-process; edge total from /proc at saturation) ==")
     rows = [[title, *(f"{requests[b]['stages_us'][key]:,.1f}" for b in requests)] for key, title in STAGES]
     rows.append(["kernel (system time charged to the edge; loopback softirq work is not)",
                  *(f"{requests[b]['kernel_us_generated']:,.0f}" for b in requests)])
     rows.append(["aiohttp server + client, event loop (the rest of user time)",
                  *(f"{requests[b]['rest_us_generated']:,.0f}" for b in requests)])
     rows.append(["edge CPU per request, generated / stock",
-                 *(f"{requests[b]['edge_cpu_us_per_request_generated']:,.0f} / {requests[b]['edge_cpu_us_per_request_stock']:,.0f}"
-                   for b in requests)])
+                 *(f"{requests[b]['edge_cpu_us_per_request_generated']:,.0f}"
+                   f" / {requests[b]['edge_cpu_us_per_request_stock']:,.0f}" for b in requests)])
     print(table(rows, ["stage", *requests]))
     print(f"streaming, per chunk: frame split + verify + FlatBuffers read + translate + SSE encode"
-          f" {streaming['per_chunk']:.1f} µs; the edge spent {streaming['edge_cpu_us_per_event']:.0f} µs of CPU per event"
+          f" {streaming['per_chunk']:.1f} µs; the edge spent {streaming['edge_cpu_us_per_event']:.0f} µs of CPU"
+          f" per event"
           f" delivered ({streaming['edge_system_cpu_us_per_event']:.0f} µs of it in the kernel) at"
           f" {streaming['concurrency']} streams")
 
@@ -117,7 +126,8 @@ def print_rss(rest: dict[str, int], loaded: dict[str, int], after: dict[str, int
 def print_verdict(verdict: dict[str, Any]) -> None:
     label = verdict["body"]
     if "c1_added_p50_ms_stock_minus_generated" in verdict:
-        print(f"\nat concurrency 1, {label}: the stock-Builder edge adds {verdict['c1_added_p50_ms_stock_minus_generated']:+.3f} ms"
+        print(f"\nat concurrency 1, {label}: the stock-Builder edge adds"
+              f" {verdict['c1_added_p50_ms_stock_minus_generated']:+.3f} ms"
               f" at p50 over the generated edge and uses {verdict['c1_cpu_ratio']:.2f}x its CPU per request")
     print(f"generated vs stock edge at saturation, {label} (median over {verdict['connections']} connections):"
           f" {verdict['value']:.2f}x requests/s (target >= 1.5x: {'met' if verdict['met'] else 'NOT met'});"

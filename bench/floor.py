@@ -122,7 +122,7 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
     # A round runs the three paths back to back, so a path's added latency is taken against the
     # direct run of its own round: the host's speed drifts between rounds more than the paths differ.
     def added(name: str, q: str) -> list[float]:
-        return [float(r[f"{q}_ms"]) - float(d[f"{q}_ms"]) for r, d in zip(runs[name], runs["direct"])]
+        return [float(r[f"{q}_ms"]) - float(d[f"{q}_ms"]) for r, d in zip(runs[name], runs["direct"], strict=False)]
 
     print(describe(code_version()))
     print(f"concurrency 1, 16 KB chat request, {rounds} rounds of {seconds} s per path, in turns; "
@@ -133,7 +133,8 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
     table = {}
     for name, (_, _, _, proc) in paths.items():
         p99s = [float(r["p99_ms"]) for r in runs[name]]
-        row: dict[str, float] = {q: statistics.median(float(r[f"{q}_ms"]) for r in runs[name]) for q in ("p50", "p90", "p99")}
+        row: dict[str, float] = {q: statistics.median(float(r[f"{q}_ms"]) for r in runs[name])
+                                 for q in ("p50", "p90", "p99")}
         row.update(p99_min=min(p99s), p99_max=max(p99s))
         row["cpu_us_per_request"] = statistics.median(float(r["cpu_us_per_request"][proc]) for r in runs[name])
         line = f"{name:<8}{row['p50']:>9.3f}{row['p99']:>9.3f}{f'{min(p99s):.2f}-{max(p99s):.2f}':>15}"

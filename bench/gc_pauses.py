@@ -95,7 +95,8 @@ async def main() -> None:
     results = {}
     for name, threshold0, freeze in CONFIGS:
         results[name] = await _run(threshold0, freeze, args.requests, args.concurrency)
-    head = f"{'configuration':<26}{'req/s':>8}{'gen0':>7}{'gen1':>6}{'gen2':>6}{'GC ms':>9}{'p99 ms':>9}{'max ms':>9}{'GC %':>7}"
+    head = (f"{'configuration':<26}{'req/s':>8}{'gen0':>7}{'gen1':>6}{'gen2':>6}"
+            f"{'GC ms':>9}{'p99 ms':>9}{'max ms':>9}{'GC %':>7}")
     print(f"GC in the edge process, {args.requests} requests (16 KB, 11 messages), concurrency {args.concurrency}")
     print(head)
     print("-" * len(head))

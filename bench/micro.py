@@ -3,11 +3,11 @@
 Every candidate is timed timeit-style (a calibrated loop, GC off inside it); the candidates of all sizes
 are interleaved in a fresh random order each round, so noise from other processes lands on all of them
 alike, and the reported figure is the median over rounds. The clock is the thread's CPU time: on a
-shared machine, wall time also counts the slices other processes took (it is kept in the JSON). Ratios are also taken per round, between
-figures measured side by side, and their median reported. Allocations are measured afterwards, apart
-from the timing: allocator calls and bytes per op with a small allocator hook (bench/_allocs.c), the
-peak and the retained memory of one op with tracemalloc (which sees only live blocks, so it cannot
-count what an op allocated and freed again).
+shared machine, wall time also counts the slices other processes took (it is kept in the JSON). Ratios
+are also taken per round, between figures measured side by side, and their median reported. Allocations
+are measured afterwards, apart from the timing: allocator calls and bytes per op with a small allocator
+hook (bench/_allocs.c), the peak and the retained memory of one op with tracemalloc (which sees only
+live blocks, so it cannot count what an op allocated and freed again).
 
     .venv/bin/python bench/micro.py [--quick] [--no-plot]
 """
@@ -198,7 +198,8 @@ def load_alloc_counter() -> ctypes.PyDLL | None:
         return None
     with tempfile.TemporaryDirectory(prefix="ingress-bench-") as tmp:
         out = Path(tmp) / "_allocs.so"
-        cmd = [gcc, "-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(HERE / "_allocs.c"), "-o", str(out)]
+        cmd = [gcc, "-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(HERE / "_allocs.c"),
+               "-o", str(out)]
         built = subprocess.run(cmd, capture_output=True, text=True)
         if built.returncode != 0:
             print(f"note: could not build the allocation counter, skipped:\n{built.stderr}")
@@ -222,7 +223,7 @@ def count_allocs(tasks: list[Task], lib: ctypes.PyDLL | None) -> None:
                     task.fn()
                 after = [lib.allocs_calls(), lib.allocs_bytes(), lib.allocs_reallocs(), lib.allocs_realloc_bytes()]
                 for key, a, b in zip(("allocs_per_op", "alloc_bytes_per_op", "reallocs_per_op",
-                                      "realloc_bytes_per_op"), before, after):
+                                      "realloc_bytes_per_op"), before, after, strict=False):
                     task.allocs[key] = (b - a) / n
                 gc.enable()
         finally:
@@ -232,7 +233,7 @@ def count_allocs(tasks: list[Task], lib: ctypes.PyDLL | None) -> None:
         gc.collect()
         tracemalloc.start()
         result = task.fn()
-        current, peak = tracemalloc.get_traced_memory()
+        _current, peak = tracemalloc.get_traced_memory()
         snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, own)])
         tracemalloc.stop()
         kept = snapshot.statistics("filename")
@@ -271,7 +272,7 @@ def ratios(tasks: list[Task]) -> list[dict[str, Any]]:
         a, b = by.get(num), by.get(den)
         if a is None or b is None:
             continue
-        paired = [x / y for x, y in zip(a.samples, b.samples)]
+        paired = [x / y for x, y in zip(a.samples, b.samples, strict=False)]
         value = statistics.median(paired)
         ok = value >= bound if op == ">=" else value <= bound
         out.append({"name": name, "what": what, "value": value, "target": f"{op} {bound}", "met": ok,
@@ -359,7 +360,8 @@ def main() -> int:
     rats = ratios(tasks)
     print(f"python {platform.python_version()}, msgspec {msgspec.__version__}, flatbuffers {flatbuffers.__version__},"
           f" {os.cpu_count()} CPUs, load average {load_before[0]:.2f} -> {os.getloadavg()[0]:.2f};"
-          f" {rounds} rounds x ~{target_s * 1000:.0f} ms per candidate, {timing_s:.0f} s of timing\n{describe(version)}\n")
+          f" {rounds} rounds x ~{target_s * 1000:.0f} ms per candidate, {timing_s:.0f} s of timing"
+          f"\n{describe(version)}\n")
     print_report(tasks, info, rats)
 
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,12 @@ MODEL = "ingress-demo"
 SIZES = {"1KB": 1024, "16KB": 16 * 1024, "128KB": 128 * 1024, "1MB": 1024 * 1024}
 
 # ASCII only, so a character is a byte and JSON needs no escapes: the body is exactly `size` bytes.
-_VOCABULARY = ["the", "model", "service", "reads", "fields", "it", "needs", "in", "place", "without", "parsing", "json", "or", "allocating", "per", "field", "while", "the", "edge", "validates", "every", "request", "once", "and", "encodes", "it", "into", "a", "flatbuffer", "for", "the", "internal", "hop", "latency", "throughput", "stream", "token", "prompt", "tenant", "routing", "cache", "prefix", "passport", "schema", "builder", "buffer", "answer", "question", "summary", "report", "weather", "city", "river", "mountain", "engine", "signal", "network", "packet", "frame"]
+_VOCABULARY = ["the", "model", "service", "reads", "fields", "it", "needs", "in", "place", "without", "parsing", "json",
+               "or", "allocating", "per", "field", "while", "the", "edge", "validates", "every", "request", "once",
+               "and", "encodes", "it", "into", "a", "flatbuffer", "for", "the", "internal", "hop", "latency",
+               "throughput", "stream", "token", "prompt", "tenant", "routing", "cache", "prefix", "passport", "schema",
+               "builder", "buffer", "answer", "question", "summary", "report", "weather", "city", "river", "mountain",
+               "engine", "signal", "network", "packet", "frame"]
 
 TOOL: dict[str, Any] = {
     "type": "function",

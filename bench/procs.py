@@ -121,7 +121,7 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
 def listen_overflows() -> int:
     """The kernel's count of connections dropped because a listen backlog was full (TcpExt)."""
     lines = [ln.split() for ln in Path("/proc/net/netstat").read_text().splitlines() if ln.startswith("TcpExt:")]
-    return int(dict(zip(lines[0], lines[1])).get("ListenOverflows", 0)) if len(lines) >= 2 else 0
+    return int(dict(zip(lines[0], lines[1], strict=False)).get("ListenOverflows", 0)) if len(lines) >= 2 else 0
 
 
 def machine_busy() -> tuple[float, float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,7 @@ def analyze_streams(every: list[StreamResult], wall: float, pacing_s: float, wor
         content = r.times[1:words + 1]
         ttft.append(content[0] - r.started)
         lateness += [t - r.started - (k + 1) * pacing_s for k, t in enumerate(content)]
-        g = [b - a for a, b in zip(content, content[1:])]
+        g = [b - a for a, b in itertools.pairwise(content)]
         gaps += g
         max_gaps.append(max(g))
     held = sum(1 for m in max_gaps if m <= 2 * pacing_s)

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import aiohttp
 import httptools
@@ -40,7 +40,8 @@ ANSWER = b"a" * 600
 FRAMES = [b"f" * 40] * 16
 WORKERS = 16
 TIMEOUTS = Timeouts(connect=5.0, first_byte=30.0, idle=30.0)
-HEADERS = {stream: {"x-request-id": "bench-0001", "x-answer": "stream" if stream else "whole"} for stream in (False, True)}
+HEADERS = {stream: {"x-request-id": "bench-0001", "x-answer": "stream" if stream else "whole"}
+           for stream in (False, True)}
 
 
 def serve(port: int) -> None:
@@ -130,12 +131,12 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
         for name, size, stream in cells:
             exchange, body = candidates[name], bodies[size]
 
-            async def worker(n: int) -> None:
+            async def worker(n: int, exchange: Any, body: bytes, stream: bool) -> None:
                 for _ in range(n):
                     assert await exchange(body, stream) == expected[stream]
 
             wall, proc, thread = time.perf_counter(), time.process_time(), time.thread_time()
-            await asyncio.gather(*(worker(args.exchanges // WORKERS) for _ in range(WORKERS)))
+            await asyncio.gather(*(worker(args.exchanges // WORKERS, exchange, body, stream) for _ in range(WORKERS)))
             done = args.exchanges // WORKERS * WORKERS
             if round_:
                 f = figures[(name, size, stream)]

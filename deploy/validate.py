@@ -1017,7 +1017,7 @@ def check_grafana() -> Result:
         targets = panel.get("targets") or []
         if not targets:
             result.errors.append(f"{rel(path)}: panel {title!r} has no query")
-        for target in [panel] + targets:
+        for target in [panel, *targets]:
             uid = (target.get("datasource") or {}).get("uid")
             if uid != "${datasource}":
                 result.errors.append(f"{rel(path)}: panel {title!r}: datasource {uid!r} is not ${{datasource}}")

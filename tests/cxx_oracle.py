@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -74,7 +75,7 @@ class CxxVerifier:
         )
         self._reported = False
 
-    def verify(self, kind: str, data: bytes, size_prefixed: bool = False) -> bool:
+    def verify(self, kind: str, data: bytes | bytearray, size_prefixed: bool = False) -> bool:
         """Whether flatbuffers::Verifier accepts `data` as the root table `kind`, identifier included."""
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}, expected one of {sorted(KINDS)}")
@@ -98,10 +99,8 @@ class CxxVerifier:
     def close(self) -> None:
         """End the process at EOF on its stdin and release the pipes."""
         if self._proc.stdin is not None and not self._proc.stdin.closed:
-            try:
+            with contextlib.suppress(BrokenPipeError):
                 self._proc.stdin.close()
-            except BrokenPipeError:
-                pass
         try:
             status = self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

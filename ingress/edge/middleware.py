@@ -126,6 +126,24 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         # the metrics and the access log even if this worker is killed the moment after.
         _log_exchange(request, ex, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
+        _drop_tracebacks(ex.error)
+
+
+def _drop_tracebacks(error: BaseException | None) -> None:
+    """Forget the frames an error (and every error it was raised from or during) passed through.
+
+    The Exchange keeps its error for the log line, and the error's traceback keeps the frames it was
+    raised through, which hold the Exchange again and the request body: a reference cycle that only
+    the cyclic collector frees, rarely under gctune's thresholds. Refused large bodies piled up."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        exc = pending.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        exc.__traceback__ = None
+        pending += (exc.__cause__, exc.__context__)
 
 
 def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None:

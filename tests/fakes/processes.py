@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -10,9 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT = "/v1/chat/completions"
@@ -62,23 +62,24 @@ class EdgeProcess:
 
     async def started(self, timeout: float = 20.0) -> None:
         """Until every worker has logged "ready" (its SIGTERM handler is installed by then)."""
-        deadline = time.monotonic() + timeout
-        while len(self.events("ready")) < self.workers:
+        def ready() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"the edge exited with {self.proc.returncode}:\n{self.tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not start in {timeout} s:\n{self.tail()}")
-            await asyncio.sleep(0.05)
+                raise AssertionError(f"the edge exited with {self.proc.returncode}")
+            return len(self.events("ready")) >= self.workers
+
+        try:
+            await eventually(ready, f"{self.workers} workers ready", timeout=timeout, interval=0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.tail()}") from None
 
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
 
     async def exit_code(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the edge did not exit in {timeout} s:\n{self.tail()}")
-            await asyncio.sleep(0.05)
+        try:
+            await eventually(lambda: self.proc.poll() is not None, "the edge exited", timeout=timeout, interval=0.05)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.tail()}") from None
         return self.proc.returncode
 
     def kill(self) -> None:

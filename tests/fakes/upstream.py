@@ -25,6 +25,7 @@ from typing import NoReturn
 
 from aiohttp import web
 from multidict import CIMultiDict
+from waiting import eventually
 
 from ingress import wire
 from ingress.app import serve_app
@@ -106,7 +107,7 @@ class Call:
         await body.prepare(self.http)
         return body
 
-    async def send(self, out: web.StreamResponse, data: bytes) -> None:
+    async def send(self, out: web.StreamResponse, data: bytes | bytearray) -> None:
         """Write part of a body; with a `pace`, pause after it so the edge reads each write on its own."""
         await out.write(data)
         if self.pace:
@@ -155,9 +156,7 @@ class FakeUpstream:
 
     async def wait_idle(self, timeout: float = 2.0) -> None:
         """Until no handler runs; fails the test if one is still running after `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            while self._handlers:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not self._handlers, "no fake handler running", timeout=timeout, interval=0.01)
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -272,7 +271,7 @@ def plain_status(status: int, text: str) -> Behaviour:
     return run
 
 
-def raw_answer(body: bytes, *, content_type: str = wire.CONTENT_TYPE, status: int = 200) -> Behaviour:
+def raw_answer(body: bytes | bytearray, *, content_type: str = wire.CONTENT_TYPE, status: int = 200) -> Behaviour:
     """Exactly these bytes as a whole answer."""
 
     async def run(call: Call) -> web.StreamResponse:
@@ -335,7 +334,7 @@ def drop_mid_stream(frames: int = 2) -> Behaviour:
     return run
 
 
-def raw_stream(tail: bytes, *, after: int = 0) -> Behaviour:
+def raw_stream(tail: bytes | bytearray, *, after: int = 0) -> Behaviour:
     """Send the first `after` frames of a correct stream, then `tail`, then end the body cleanly."""
 
     async def run(call: Call) -> web.StreamResponse:

@@ -10,7 +10,7 @@ import asyncio
 import os
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, suppress
 from typing import Any
 
 import aiohttp
@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 from ingress import wire
 from ingress.app import create_app, serve_app
@@ -53,8 +54,7 @@ def binary_request(*, stream: bool, model: str = "chat", text: str = TEXT, reque
     """A CompletionRequest as an internal client builds it: the OpenAI request, a passport, FlatBuffers."""
     body = msgspec.json.encode({"model": model, "messages": [{"role": "user", "content": text}], "stream": stream})
     request = decode_chat_request(body)
-    encoded: bytes = encode_request(request, request_id, compute_passport(request, RequestMeta(tenant_id="team-a")))
-    return encoded
+    return bytes(encode_request(request, request_id, compute_passport(request, RequestMeta(tenant_id="team-a"))))
 
 
 StartEdge = Callable[..., Awaitable[str]]
@@ -244,7 +244,7 @@ async def test_an_error_answer_keeps_its_retry_after(
 
     response, body = await _post(http, edge, binary_request(stream=False))
 
-    assert (response.status, body) == (429, wire.write_error(RATE_LIMITED))
+    assert (response.status, body) == (429, bytes(wire.write_error(RATE_LIMITED)))
     assert response.headers.get("Retry-After") == "7"
 
 
@@ -374,9 +374,8 @@ async def test_a_service_breaking_mid_answer_counts_against_its_endpoint(
             await response.read()
 
     state = app[GATEWAY].groups["main"].states[0]
-    async with asyncio.timeout(1.0):  # the edge releases the endpoint just after aborting the connection
-        while state.ejections == 0:
-            await asyncio.sleep(0.02)
+    # The edge releases the endpoint just after aborting the connection.
+    await eventually(lambda: state.ejections, "the endpoint ejected", timeout=3.0)
 
 
 # --- nothing left behind ------------------------------------------------------------------------
@@ -388,12 +387,12 @@ def _open_fds() -> int:
 
 async def test_relays_leave_no_tasks_or_sockets_behind(edge: str, fake: FakeUpstream) -> None:
     async def exchange(body: bytes) -> None:
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{edge}/v1/chat/completions", data=body, headers=FLATBUFFERS) as response:
-                try:
-                    await response.read()
-                except aiohttp.ClientPayloadError:
-                    pass
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{edge}/v1/chat/completions", data=body, headers=FLATBUFFERS) as response,
+        ):
+            with suppress(aiohttp.ClientPayloadError):
+                await response.read()
 
     await exchange(binary_request(stream=False))
     await asyncio.sleep(0.1)
@@ -407,7 +406,6 @@ async def test_relays_leave_no_tasks_or_sockets_behind(edge: str, fake: FakeUpst
         await exchange(b"garbage")
     await fake.wait_idle()
 
-    async with asyncio.timeout(3.0):
-        while len(asyncio.all_tasks()) > tasks or _open_fds() > fds:
-            await asyncio.sleep(0.02)
+    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds,
+                     "tasks and fds back to the baseline")
     assert fake.outcomes.count("failed") == 0

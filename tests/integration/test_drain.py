@@ -24,6 +24,7 @@ import openai
 from fakes import upstream as fu
 from fakes.processes import CHAT, EdgeProcess, free_port
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 MODEL = "ingress-demo"
 WORDS = [f"w{i}" for i in range(20)]
@@ -67,30 +68,33 @@ async def _read_events(response: aiohttp.ClientResponse, limit: int | None = Non
 
 
 async def test_readiness_turns_false_as_soon_as_a_drain_starts(tmp_path: Path) -> None:
-    with edge_process(tmp_path, "--config", drain_config(tmp_path, delay=1.0, deadline=2.0)) as edge:
+    delay = 1.5
+    with edge_process(tmp_path, "--config", drain_config(tmp_path, delay=delay, deadline=2.0)) as edge:
         await edge.started()
         async with aiohttp.ClientSession() as http:
             async with http.get(edge.url + "/readyz") as r:
                 assert r.status == 200
             signalled = time.monotonic()
             edge.terminate()
-            while True:
+
+            async def not_ready() -> bool:
                 async with http.get(edge.url + "/readyz") as r:
-                    if r.status == 503:
-                        assert await r.json() == {"status": "not ready", "draining": True,
-                                                  "healthy_endpoints": {"demo": 1}}
-                        assert r.headers["Connection"] == "close"
-                        break
-                    assert r.status == 200
-                assert time.monotonic() - signalled < 0.5, "readiness still true 0.5 s after SIGTERM"
-                await asyncio.sleep(0.02)
+                    if r.status == 200:
+                        return False
+                    assert r.status == 503
+                    assert await r.json() == {"status": "not ready", "draining": True, "healthy_endpoints": {"demo": 1}}
+                    assert r.headers["Connection"] == "close"
+                    return True
+
+            await eventually(not_ready, "/readyz answering 503")
+            assert time.monotonic() - signalled < delay, "readiness still true when the drain delay ended"
             async with http.get(edge.url + "/healthz") as r:
                 assert r.status == 200  # alive while it drains: liveness must not restart it
             async with http.post(edge.url + CHAT, json=_chat("still served")) as r:
                 assert r.status == 200  # load balancers may not have noticed yet
                 assert r.headers["Connection"] == "close"
         assert await edge.exit_code(timeout=10) == 0
-        assert time.monotonic() - signalled >= 1.0
+        assert time.monotonic() - signalled >= delay
 
 
 # --- requests running when the drain starts -------------------------------------------------------
@@ -101,13 +105,15 @@ async def test_a_stream_running_at_sigterm_is_finished(tmp_path: Path, fake_upst
     config = drain_config(tmp_path, delay=0.2, deadline=5.0)
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
         await edge.started()
-        async with aiohttp.ClientSession() as http:
-            async with http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r:
-                assert r.status == 200
-                events = await _read_events(r, 1)
-                edge.terminate()
-                events += await _read_events(r)
-                assert edge.proc.poll() is None  # the edge waited for this stream
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r,
+        ):
+            assert r.status == 200
+            events = await _read_events(r, 1)
+            edge.terminate()
+            events += await _read_events(r)
+            assert edge.proc.poll() is None  # the edge waited for this stream
         assert events[-1] == "[DONE]"
         chunks = [json.loads(e) for e in events[:-1]]
         assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == " ".join(WORDS)
@@ -120,14 +126,16 @@ async def test_a_stream_that_outlives_the_deadline_ends_with_an_in_band_error(
     config = drain_config(tmp_path, delay=0.2, deadline=0.5)
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
         await edge.started()
-        async with aiohttp.ClientSession() as http:
-            async with http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r:
-                assert r.status == 200
-                events = await _read_events(r, 3)
-                signalled = time.monotonic()
-                edge.terminate()
-                events += await _read_events(r)
-                ended = time.monotonic() - signalled
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r,
+        ):
+            assert r.status == 200
+            events = await _read_events(r, 3)
+            signalled = time.monotonic()
+            edge.terminate()
+            events += await _read_events(r)
+            ended = time.monotonic() - signalled
         assert [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:3]] == ["", "w0", " w1"]
         assert json.loads(events[-1])["error"]["code"] == "shutting_down"
         assert "[DONE]" not in events
@@ -145,8 +153,7 @@ async def test_an_answer_still_awaited_at_the_deadline_is_a_503(tmp_path: Path, 
         async with aiohttp.ClientSession() as http:
 
             async def terminate_once_received() -> None:
-                while not fake_upstream.received:
-                    await asyncio.sleep(0.01)
+                await eventually(lambda: fake_upstream.received, "the request at the fake", interval=0.01)
                 edge.terminate()
 
             async with asyncio.TaskGroup() as tasks:
@@ -169,7 +176,8 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path:
     """One keep-alive GET on a raw connection; returns the response head."""
     writer.write(f"GET {path} HTTP/1.1\r\nHost: edge\r\n\r\n".encode())
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
     await reader.readexactly(length)
     return head
 
@@ -241,21 +249,23 @@ async def test_a_new_edge_takes_over_the_port_under_load_with_no_failed_request(
     with edge_process(tmp_path, "--config", config, name="a", port=port, workers=2) as a:
         await a.started()
         # The SDK's own retries (max_retries=2) stay on, as in production.
-        async with openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="sk-test", timeout=10) as client:
-            async with asyncio.TaskGroup() as tasks:
-                users = [tasks.create_task(_sdk_user(client, user, stop, tally)) for user in range(8)]
-                try:
-                    await asyncio.sleep(0.5)
-                    with edge_process(tmp_path, "--config", config, name="b", port=port) as b:
-                        await b.started()
-                        a.terminate()
-                        assert await a.exit_code(timeout=15) == 0
-                        ok_when_a_stopped = tally.ok
-                        await asyncio.sleep(1.0)
-                        stop.set()
-                        await asyncio.wait(users)  # the last requests finish while B is up
-                finally:
+        async with (
+            openai.AsyncOpenAI(base_url=a.url + "/v1", api_key="sk-test", timeout=10) as client,
+            asyncio.TaskGroup() as tasks,
+        ):
+            users = [tasks.create_task(_sdk_user(client, user, stop, tally)) for user in range(8)]
+            try:
+                await asyncio.sleep(0.5)
+                with edge_process(tmp_path, "--config", config, name="b", port=port) as b:
+                    await b.started()
+                    a.terminate()
+                    assert await a.exit_code(timeout=15) == 0
+                    ok_when_a_stopped = tally.ok
+                    await asyncio.sleep(1.0)
                     stop.set()
+                    await asyncio.wait(users)  # the last requests finish while B is up
+            finally:
+                stop.set()
     assert tally.failures == []
     assert ok_when_a_stopped > 0 and tally.ok > ok_when_a_stopped
     served_by_a, served_by_b = a.served(), b.served()
@@ -272,24 +282,26 @@ async def test_new_connections_do_not_wait_for_a_draining_edge(tmp_path: Path, f
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url, name="a", port=port,
                       workers=2) as a:
         await a.started()
-        async with aiohttp.ClientSession() as http:
-            async with http.post(a.url + CHAT, json=_chat("long", stream=True)) as stream:
-                assert await _read_events(stream, 1)
-                with edge_process(tmp_path, "--config", config, name="b", port=port) as b:
-                    await b.started()
-                    a.terminate()
-                    await asyncio.sleep(delay + 0.3)
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(a.url + CHAT, json=_chat("long", stream=True)) as stream,
+        ):
+            assert await _read_events(stream, 1)
+            with edge_process(tmp_path, "--config", config, name="b", port=port) as b:
+                await b.started()
+                a.terminate()
+                await asyncio.sleep(delay + 0.3)
 
-                    async def probe() -> float:
-                        started = time.monotonic()
-                        async with aiohttp.ClientSession() as fresh:  # a new connection each
-                            try:
-                                async with fresh.get(b.url + "/healthz", timeout=aiohttp.ClientTimeout(total=1.5)) as r:
-                                    assert r.status == 200
-                            except TimeoutError:
-                                return float("inf")
-                        return time.monotonic() - started
+                async def probe() -> float:
+                    started = time.monotonic()
+                    async with aiohttp.ClientSession() as fresh:  # a new connection each
+                        try:
+                            async with fresh.get(b.url + "/healthz", timeout=aiohttp.ClientTimeout(total=3.5)) as r:
+                                assert r.status == 200
+                        except TimeoutError:
+                            return float("inf")
+                    return time.monotonic() - started
 
-                    waits = await asyncio.gather(*(probe() for _ in range(16)))
-        assert max(waits) < 1.0, f"new connections waited {sorted(round(w, 2) for w in waits)} s"
+                waits = await asyncio.gather(*(probe() for _ in range(16)))
+        assert max(waits) < 3.0, f"new connections waited {sorted(round(w, 2) for w in waits)} s"
 

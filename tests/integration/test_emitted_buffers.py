@@ -17,8 +17,9 @@ from ingress.settings import Settings
 
 pytestmark = pytest.mark.cxx
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather by city",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
+TOOLS = [{"type": "function",
+          "function": {"name": "get_weather", "description": "Weather by city", "parameters": CITY}}]
 REQUESTS: list[dict[str, object]] = [
     {"messages": [{"role": "user", "content": "hello"}]},
     {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "héllo ✓ 🌍"}],
@@ -26,13 +27,15 @@ REQUESTS: list[dict[str, object]] = [
      "presence_penalty": -1.5, "frequency_penalty": 2.0, "logit_bias": {"50256": -100}, "user": "u-1",
      "metadata": {"team": "search"}, "response_format": {"type": "json_object"}},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
-                                               {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}}]}],
+                                               {"type": "image_url",
+                                                "image_url": {"url": "https://x/y.png", "detail": "low"}}]}],
      "max_completion_tokens": 100},
     {"messages": [{"role": "user", "content": "call get_weather for Paris"}], "tools": TOOLS, "tool_choice": "auto",
      "parallel_tool_calls": False},
     {"messages": [{"role": "user", "content": "weather?"},
                   {"role": "assistant", "content": None, "tool_calls": [
-                      {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                      {"id": "call_1", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]},
                   {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
      "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
     {"messages": [{"role": "developer", "content": "json only"}, {"role": "user", "content": "x"}],
@@ -46,15 +49,18 @@ async def recorded() -> AsyncIterator[tuple[str, list[bytes]]]:
     bodies: list[bytes] = []
 
     @web.middleware
-    async def record(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    async def record(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         bodies.append(await request.read())
         return await handler(request)
 
     demo = create_demo_app()
     demo.middlewares.append(record)
-    async with serve_app(demo, "127.0.0.1", 0) as upstream:
-        async with serve_app(create_app(Settings(upstream=upstream)), "127.0.0.1", 0) as edge:
-            yield edge, bodies
+    async with (
+        serve_app(demo, "127.0.0.1", 0) as upstream,
+        serve_app(create_app(Settings(upstream=upstream)), "127.0.0.1", 0) as edge,
+    ):
+        yield edge, bodies
 
 
 @pytest.mark.parametrize("stream", [False, True])

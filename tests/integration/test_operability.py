@@ -150,7 +150,7 @@ async def test_a_failed_upstream_call_is_timed_as_upstream_not_as_overhead(
     overhead = (after.value("ingress_overhead_seconds_sum", route=CHAT)
                 - before.value("ingress_overhead_seconds_sum", route=CHAT))
     assert timing["total"] >= 500
-    assert overhead < 0.1, f"{overhead:.3f} s of a 0.5 s upstream timeout counted as proxy overhead"
+    assert overhead < 0.25, f"{overhead:.3f} s of a 0.5 s upstream timeout counted as proxy overhead"
     assert timing.get("upstream", 0) >= 500
 
 

@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import CheckedUpstream, FakeUpstream
+from waiting import eventually
 
 from ingress import wire
 from ingress.app import create_app, serve_app
@@ -130,12 +131,6 @@ def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 0
 
 
-async def _eventually(condition: Callable[[], bool], timeout: float = 3.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
-
-
 async def _baseline() -> tuple[int, int]:
     await asyncio.sleep(0.1)  # let finished connections' tasks end
     return len(asyncio.all_tasks()), _open_fds()
@@ -150,10 +145,10 @@ async def _back_to(baseline: tuple[int, int], pooled: int) -> None:
         return len(asyncio.all_tasks()) <= tasks + pooled and _open_fds() <= fds + 2 * pooled
 
     try:
-        await _eventually(settled)
-    except TimeoutError:
-        raise AssertionError(f"tasks {len(asyncio.all_tasks())} (baseline {tasks}), "
-                             f"fds {_open_fds()} (baseline {fds}), pooled {pooled}") from None
+        await eventually(settled, f"tasks and fds back to the baseline, {pooled} pooled connections apart")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; tasks {len(asyncio.all_tasks())} (baseline {tasks}), "
+                             f"fds {_open_fds()} (baseline {fds})") from None
 
 
 # --- many requests, an endpoint down: no client ever sees it ------------------------------------
@@ -287,7 +282,7 @@ async def test_a_stream_broken_mid_answer_counts_against_its_endpoint(
 
     assert response.status == 200 and "[DONE]" not in events
     state = edge.states("main")[fake.url]
-    await _eventually(lambda: state.ejections == 1)
+    await eventually(lambda: state.ejections == 1, "the endpoint ejected")
     assert not state.healthy(time.monotonic())
 
 
@@ -440,11 +435,13 @@ async def test_requests_beyond_the_limit_and_the_queue_are_refused_at_once(
     refused = [o for o in outcomes if o[0] == 503]
     served = [o for o in outcomes if o[0] == 200]
     assert (len(served), len(refused)) == (4, 3), timings  # two in flight, two queued
-    for _, elapsed, response, body in refused:
-        assert elapsed < SLOW_HEAD, timings  # at once: neither after a free slot nor after the queue timeout
+    # At once: every refusal came before any request was served, so before a slot was free (and before
+    # the queue timeout, which is longer than a turn).
+    assert max(o[1] for o in refused) < min(o[1] for o in served), timings
+    for _, _, response, body in refused:
         assert response.headers["Retry-After"] == "1"
         assert body["error"]["code"] == "overloaded" and body["error"]["type"] == "server_error"
-    assert sorted(round(o[1] / SLOW_HEAD) for o in served) == [1, 1, 2, 2], timings  # the queued waited a turn
+    assert sorted(int(o[1] // SLOW_HEAD) for o in served) == [1, 1, 2, 2], timings  # the queued waited one turn
     assert (pool.in_flight, pool.waiting) == (0, 0)
     assert [s.in_flight for s in pool.states] == [0]
     await _back_to(baseline, pooled=2)
@@ -453,18 +450,19 @@ async def test_requests_beyond_the_limit_and_the_queue_are_refused_at_once(
 async def test_a_queued_request_gets_overloaded_after_the_queue_timeout(
     http: aiohttp.ClientSession, start_edge: StartEdge, start_fake: StartFake,
 ) -> None:
-    fake = await start_fake(fu.slow_head(1.0))
+    fake = await start_fake(fu.slow_head(2.0))
     edge = await start_edge(_settings(
         {"main": _group(fake.url, max_in_flight=1, max_queue=5, queue_timeout=0.3)},
         [Route(glob="*", group="main")],
     ))
     holding = asyncio.ensure_future(_post(http, edge, stream=False))
-    await _eventually(lambda: fake.active == 1)
+    await eventually(lambda: fake.active == 1, "the holding request at the fake")
 
     started = time.perf_counter()
     response, body = await _post(http, edge, stream=True)
 
-    assert 0.3 <= time.perf_counter() - started < 0.8
+    assert time.perf_counter() - started >= 0.3
+    assert not holding.done()  # refused at the queue timeout, not once the held slot was free
     assert (response.status, body["error"]["code"], response.headers["Retry-After"]) == (503, "overloaded", "1")
     assert (await holding)[0].status == 200
 
@@ -581,7 +579,7 @@ async def test_a_routes_idle_timeout_ends_a_stalled_stream_in_band(
     started = time.perf_counter()
     response, events = await _post(http, edge, stream=True, model="quick")
 
-    assert 0.3 <= time.perf_counter() - started < 1.0
+    assert 0.3 <= time.perf_counter() - started < 3.0  # the route's idle timeout, not the default's 30 s
     assert response.status == 200 and "[DONE]" not in events
     error = json.loads(events[-1])["error"]
     assert (error["code"], error["message"]) == (
@@ -600,7 +598,7 @@ async def test_a_total_timeout_cuts_a_whole_answer(
     started = time.perf_counter()
     response, body = await _post(http, edge, stream=False)
 
-    assert 0.4 <= time.perf_counter() - started < 1.0
+    assert 0.4 <= time.perf_counter() - started < 3.0  # the total, not the head at 3 s or first_byte's 10 s
     assert (response.status, body["error"]["code"]) == (504, "upstream_timeout")
     await fake.wait_idle()
     assert fake.outcomes == ["cancelled"]
@@ -617,7 +615,7 @@ async def test_a_total_timeout_cuts_a_long_stream_in_band(
     started = time.perf_counter()
     response, events = await _post(http, edge, stream=True, text="one two three four five six seven eight nine")
 
-    assert 0.5 <= time.perf_counter() - started < 1.0
+    assert 0.5 <= time.perf_counter() - started < 3.0  # the total, not the idle or first-byte 10 s
     assert response.status == 200 and "[DONE]" not in events
     assert json.loads(events[-1])["error"]["code"] == "upstream_timeout"
     assert 2 <= len(events) - 1 <= 6  # what arrived in time was relayed
@@ -635,7 +633,7 @@ async def test_a_total_timeout_bounds_a_streams_wait_for_its_head(
     started = time.perf_counter()
     response, body = await _post(http, edge, stream=True)
 
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 3.0  # the total: the head comes at 2 s (a 200), first_byte at 10 s
     assert (response.status, body["error"]["code"]) == (504, "upstream_timeout")
 
 
@@ -653,10 +651,10 @@ async def test_active_health_checks_take_an_endpoint_out_and_back(
         [Route(glob="*", group="main")],
     ))
     state = edge.states("main")[sick.url]
-    await _eventually(lambda: sick.health_checks >= 1 and well.health_checks >= 1)
+    await eventually(lambda: sick.health_checks >= 1 and well.health_checks >= 1, "a health check of each endpoint")
 
     sick.healthy = False
-    await _eventually(lambda: not state.active_healthy)
+    await eventually(lambda: not state.active_healthy, "the sick endpoint marked unhealthy")
     before = len(sick.received)
     for i in range(20):
         response, _ = await _post(http, edge, stream=i % 2 == 0)
@@ -664,7 +662,7 @@ async def test_active_health_checks_take_an_endpoint_out_and_back(
     assert len(sick.received) == before
 
     sick.healthy = True
-    await _eventually(lambda: state.active_healthy)
+    await eventually(lambda: state.active_healthy, "the endpoint healthy again")
     for i in range(20):
         response, _ = await _post(http, edge, stream=i % 2 == 0)
         assert response.status == 200
@@ -684,7 +682,7 @@ async def test_an_unreachable_endpoint_fails_its_health_check(
         retry=Retry(attempts=0),
     ))
 
-    await _eventually(lambda: not edge.states("main")[down].active_healthy)
+    await eventually(lambda: not edge.states("main")[down].active_healthy, "the down endpoint marked unhealthy")
 
     for _ in range(10):
         response, _ = await _post(http, edge, stream=False)

@@ -25,6 +25,7 @@ import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
+from waiting import eventually
 
 from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
@@ -124,10 +125,12 @@ async def test_a_fault_on_the_unix_upstream_is_reported_like_any_other(
 ) -> None:
     fake_on_socket.play(fu.drop_mid_stream(frames=2), pace=0.05)
 
-    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(edge_socket)) as http:
-        async with http.post("http://localhost/v1/chat/completions",
-                             json={"model": "m", "messages": _messages(), "stream": True}) as response:
-            lines = [line async for line in response.content if line.startswith(b"data: ")]
+    async with (
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(edge_socket)) as http,
+        http.post("http://localhost/v1/chat/completions",
+                  json={"model": "m", "messages": _messages(), "stream": True}) as response,
+    ):
+        lines = [line async for line in response.content if line.startswith(b"data: ")]
 
     assert json.loads(lines[-1][6:])["error"]["code"] == "upstream_protocol_error"
     assert b"/tmp" not in b"".join(lines)  # the socket path is an internal address too
@@ -137,11 +140,12 @@ async def test_a_missing_upstream_socket_is_upstream_unavailable(sockets: Path) 
     settings = Settings(upstream=f"unix:{sockets / 'absent.sock'}")
     path = str(sockets / "edge.sock")
 
-    async with serve_app(create_app(settings), "", 0, unix=path):
-        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http:
-            async with http.post("http://localhost/v1/chat/completions",
-                                 json={"model": "m", "messages": _messages()}) as response:
-                body = await response.json()
+    async with (
+        serve_app(create_app(settings), "", 0, unix=path),
+        aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http,
+        http.post("http://localhost/v1/chat/completions", json={"model": "m", "messages": _messages()}) as response,
+    ):
+        body = await response.json()
 
     assert response.status == 502
     assert body["error"] == {"message": "The model service is unavailable.", "type": "server_error",
@@ -151,15 +155,16 @@ async def test_a_missing_upstream_socket_is_upstream_unavailable(sockets: Path) 
 async def test_the_edge_forwards_to_the_demo_service_on_a_socket(sockets: Path) -> None:
     service, edge = str(sockets / "demo.sock"), str(sockets / "edge.sock")
 
-    async with serve_app(create_demo_app(), "", 0, unix=service):
-        async with serve_app(create_app(Settings(upstream=f"unix:{service}", models=("ingress-demo",))), "", 0,
-                             unix=edge):
-            http_client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=edge))
-            async with openai.AsyncOpenAI(base_url="http://localhost/v1", api_key="sk-test",
-                                          http_client=http_client, max_retries=0) as client:
-                completion = await client.chat.completions.create(model="ingress-demo", messages=_messages())
-                with pytest.raises(openai.NotFoundError):
-                    await client.chat.completions.create(model="other", messages=_messages())
+    async with (
+        serve_app(create_demo_app(), "", 0, unix=service),
+        serve_app(create_app(Settings(upstream=f"unix:{service}", models=("ingress-demo",))), "", 0, unix=edge),
+    ):
+        http_client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=edge))
+        async with openai.AsyncOpenAI(base_url="http://localhost/v1", api_key="sk-test",
+                                      http_client=http_client, max_retries=0) as client:
+            completion = await client.chat.completions.create(model="ingress-demo", messages=_messages())
+            with pytest.raises(openai.NotFoundError):
+                await client.chat.completions.create(model="other", messages=_messages())
 
     assert completion.choices[0].message.content == TEXT
 
@@ -178,26 +183,24 @@ class Process:
 
     async def wait_for_socket(self, path: str, timeout: float = 20.0) -> None:
         """Until `path` answers GET /healthz."""
-        async with asyncio.timeout(timeout):
-            while True:
-                assert self.popen.poll() is None, f"exited with {self.popen.returncode}:\n{self.log.read_text()}"
-                if os.path.exists(path):
-                    try:
-                        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http:
-                            async with http.get("http://localhost/healthz") as response:
-                                if response.status == 200:
-                                    return
-                    except aiohttp.ClientConnectionError:
-                        pass
-                await asyncio.sleep(0.05)
+        async def answering() -> bool:
+            assert self.popen.poll() is None, f"exited with {self.popen.returncode}:\n{self.log.read_text()}"
+            if not os.path.exists(path):
+                return False
+            try:
+                async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path)) as http, \
+                        http.get("http://localhost/healthz") as response:
+                    return response.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await eventually(answering, f"{path} answering GET /healthz", timeout=timeout, interval=0.05)
 
     async def stop(self) -> int:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
         try:
-            async with asyncio.timeout(15.0):
-                while self.popen.poll() is None:
-                    await asyncio.sleep(0.05)
+            await eventually(lambda: self.popen.poll() is not None, "the process exited", timeout=15.0, interval=0.05)
         finally:
             if self.popen.poll() is None:
                 self.popen.kill()

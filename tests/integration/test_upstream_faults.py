@@ -23,6 +23,7 @@ import pytest
 from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 from ingress import wire
 from ingress.settings import Settings, Timeouts
@@ -46,7 +47,7 @@ _SOME_ANSWER = wire.write_response(wire.Response(
 _SOME_FRAME = wire.write_chunk(wire.Chunk(sequence=2, content=" more"))
 
 
-def _overrun(buf: bytes, text: bytes) -> bytes:
+def _overrun(buf: bytes | bytearray, text: bytes) -> bytes:
     """`buf` with the length of its string `text` pointing past the end of the buffer."""
     out = bytearray(buf)
     at = out.index(text)
@@ -93,12 +94,6 @@ async def _assert_serves_normally(http: aiohttp.ClientSession, edge: str) -> Non
         events = await _sse_data(response)
     assert events[-1] == "[DONE]"
     assert "".join(json.loads(e)["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "still here"
-
-
-async def _eventually(condition: Any, timeout: float = 2.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.02)
 
 
 # --- before the first byte: an HTTP error -------------------------------------------------------
@@ -480,7 +475,7 @@ async def test_a_client_hanging_up_before_the_answer_cancels_the_upstream_call(
 
     async with aiohttp.ClientSession() as http:
         request = asyncio.ensure_future(http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)))
-        await _eventually(lambda: fake_upstream.active == 1)
+        await eventually(lambda: fake_upstream.active == 1, "the request at the fake")
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request
@@ -516,9 +511,11 @@ def _open_fds() -> int:
 
 
 async def _exchange(edge: str, *, stream: bool) -> None:
-    async with aiohttp.ClientSession() as http:
-        async with http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)) as response:
-            await response.read()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)) as response,
+    ):
+        await response.read()
 
 
 async def test_faults_leave_no_tasks_or_sockets_behind(edge: str, fake_upstream: FakeUpstream) -> None:
@@ -540,5 +537,6 @@ async def test_faults_leave_no_tasks_or_sockets_behind(edge: str, fake_upstream:
         await _assert_serves_normally(http, edge)
     await fake_upstream.wait_idle()
 
-    await _eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds)
+    await eventually(lambda: len(asyncio.all_tasks()) <= tasks and _open_fds() <= fds,
+                     "tasks and fds back to the baseline")
     assert fake_upstream.outcomes.count("failed") == 0

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from waiting import eventually
 
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
@@ -40,8 +41,7 @@ def _recording(connections: list[object], behaviour: fu.Behaviour) -> fu.Behavio
 
 def _binary_request(*, stream: bool) -> bytes:
     request = decode_chat_request(msgspec.json.encode(_chat(stream=stream)))
-    encoded: bytes = encode_request(request, "keepalive-1", compute_passport(request, RequestMeta()))
-    return encoded
+    return bytes(encode_request(request, "keepalive-1", compute_passport(request, RequestMeta())))
 
 
 async def test_exchanges_one_after_the_other_share_one_upstream_connection(
@@ -104,9 +104,7 @@ async def test_a_connection_the_edge_gave_up_on_is_not_reused(
 
     async with aiohttp.ClientSession() as http:
         request = asyncio.ensure_future(http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)))
-        async with asyncio.timeout(2.0):
-            while fake_upstream.active == 0:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: fake_upstream.active, "the request at the fake")
         await asyncio.sleep(0.05)
         if request.done():
             request.result().close()  # the client hangs up mid-stream

@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from fakes import upstream as fu
 from fakes.processes import EdgeProcess, free_port
 from fakes.upstream import FakeUpstream
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import eventually
 
 CHAT = "/v1/chat/completions"
 MODEL = "ingress-demo"
@@ -111,15 +111,16 @@ async def _scrape(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, froz
 
 
 def _served(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
-    return metrics.get(("ingress_requests_total", frozenset({"route": CHAT, "model": MODEL, "status": "200"}.items())), 0)
+    labels = frozenset({"route": CHAT, "model": MODEL, "status": "200"}.items())
+    return metrics.get(("ingress_requests_total", labels), 0)
 
 
 async def _scrapes_agree(http: aiohttp.ClientSession, url: str, expected: int) -> None:
     """Every worker's /metrics shows `expected` chat requests (scrapes land on any worker)."""
-    deadline = time.monotonic() + 5
-    while (got := _served(await _scrape(http, url))) != expected:
-        assert time.monotonic() < deadline, f"/metrics counts {got} chat requests, not {expected}"
-        await asyncio.sleep(0.1)
+    async def agreed() -> bool:
+        return _served(await _scrape(http, url)) == expected
+
+    await eventually(agreed, f"/metrics counting {expected} chat requests", interval=0.1)
     for _ in range(6):
         assert _served(await _scrape(http, url)) == expected
 
@@ -159,7 +160,8 @@ async def test_metrics_count_the_requests_of_every_worker(tmp_path: Path, fresh:
 # --- a worker that dies ---------------------------------------------------------------------------
 
 
-async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(tmp_path: Path, fresh: aiohttp.ClientSession) -> None:
+async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(
+        tmp_path: Path, fresh: aiohttp.ClientSession) -> None:
     with supervisor(tmp_path) as edge:
         await edge.started()
         before = edge.worker_pids()
@@ -170,15 +172,14 @@ async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(tmp_path: Pat
             sent += 1
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 15
-        while True:  # requests keep succeeding while the worker is replaced
+        async def replaced() -> set[int]:  # requests keep succeeding while the worker is replaced
+            nonlocal sent
             await _chat(fresh, edge.url, f"request {sent}")
             sent += 1
             now = edge.worker_pids()
-            if len(now) == 2 and victim not in now and len(edge.events("ready")) == 3:
-                break
-            assert time.monotonic() < deadline, f"workers {now} {edge.events('worker died; replacing it')}"
-            await asyncio.sleep(0.02)
+            return now if len(now) == 2 and victim not in now and len(edge.events("ready")) == 3 else set()
+
+        now = await eventually(replaced, "the killed worker replaced", timeout=15)
         replacement = (now - before).pop()
         for _ in range(10):
             await _chat(fresh, edge.url, f"request {sent}")
@@ -211,10 +212,8 @@ async def test_sigterm_to_the_supervisor_drains_and_stops_every_process(
         assert rest.rstrip().endswith("data: [DONE]")  # the stream in flight was finished
         assert await edge.exit_code(timeout=15) == 0
         assert edge.events("all workers stopped")
-        deadline = time.monotonic() + 5
-        while alive := {pid for pid in processes if _alive(pid)}:
-            assert time.monotonic() < deadline, f"still running after the supervisor exited: {alive}"
-            await asyncio.sleep(0.05)
+        await eventually(lambda: not {pid for pid in processes if _alive(pid)}, "every process gone",
+                         interval=0.05)
 
 
 async def test_the_supervisor_removes_the_metrics_directory_it_made(tmp_path: Path) -> None:

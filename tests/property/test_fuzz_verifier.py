@@ -199,7 +199,8 @@ def judge(kind: str, data: bytes, size_prefixed: bool, *, strict: bool) -> tuple
     return None, verifier
 
 
-def check(cxx: bool | None, kind: str, data: bytes, size_prefixed: bool, context: object) -> tuple[str | None, str | None]:
+def check(cxx: bool | None, kind: str, data: bytes, size_prefixed: bool,
+          context: object) -> tuple[str | None, str | None]:
     """Every property a mutant must keep; `cxx` is the C++ verdict (None when it is not known)."""
     compat, loose = judge(kind, data, size_prefixed, strict=False)
     strict, tight = judge(kind, data, size_prefixed, strict=True)
@@ -259,7 +260,8 @@ def test_the_corpus_is_all_there() -> None:
     assert sorted(p.name for p in CORPUS.glob("*.bin")) == sorted(row[0] for row in CORPUS_ROWS)
 
 
-@pytest.mark.parametrize(("name", "kind", "size_prefixed", "cxx", "strict"), CORPUS_ROWS, ids=[r[0] for r in CORPUS_ROWS])
+@pytest.mark.parametrize(("name", "kind", "size_prefixed", "cxx", "strict"), CORPUS_ROWS,
+                         ids=[r[0] for r in CORPUS_ROWS])
 def test_corpus_verdicts_hold(name: str, kind: str, size_prefixed: bool, cxx: bool, strict: bool) -> None:
     """The recorded C++ verdicts, without the oracle: the corpus also guards machines without g++."""
     data = (CORPUS / name).read_bytes()
@@ -281,7 +283,7 @@ def _shape(message: str | None) -> str:
     return " ".join(re.sub(r"b(['\"]).*?\1|\d+", " ", check).split())
 
 
-def _crafted() -> dict[str, tuple[str, bytes, bool]]:
+def _crafted() -> dict[str, tuple[str, bytes | bytearray, bool]]:
     """Shapes no mutation of a builder's buffer reaches: DAGs at the table limit, short vtables,
     overlapping strings, misaligned struct elements, a frame whose prefix was stripped."""
     from unit import test_verifier as tv
@@ -322,7 +324,8 @@ def regenerate(rounds: int = 40_000, rng_seed: int = 20260101) -> None:
         entries = [(f"{kind}-{'prefixed' if prefixed else 'plain'}-{number:03d}", kind, data, prefixed)
                    for number, (kind, data, prefixed) in enumerate(m for _, found in sorted(chosen.items())
                                                                      for m in found)]
-        entries += [(f"crafted-{name}", kind, data, prefixed) for name, (kind, data, prefixed) in _crafted().items()]
+        entries += [(f"crafted-{name}", kind, bytes(data), prefixed)
+                    for name, (kind, data, prefixed) in _crafted().items()]
         for old in CORPUS.glob("*.bin"):
             old.unlink()
         CORPUS.mkdir(parents=True, exist_ok=True)

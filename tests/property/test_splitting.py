@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +24,7 @@ text = st.one_of(st.text(max_size=20), st.sampled_from(["", "é", "日本", "�
 def split(data: bytes, cuts: list[int]) -> list[bytes]:
     """`data` cut at every position in `cuts` (empty pieces included: feeding b"" must be harmless)."""
     points = [0, *sorted(cuts), len(data)]
-    return [data[a:b] for a, b in zip(points, points[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 def cuts_of(data: st.DataObject, size: int) -> list[int]:

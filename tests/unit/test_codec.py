@@ -66,7 +66,7 @@ def test_logit_bias_token_spelled_twice_is_refused_or_merged() -> None:
     except InvalidRequest as exc:
         assert exc.param is not None and exc.param.startswith("logit_bias")
         return
-    view = read_request(encode_request(request, "req-1", Passport()))
+    view = read_request(bytes(encode_request(request, "req-1", Passport())))
     tokens = [view.LogitBias(i).TokenId() for i in range(view.LogitBiasLength())]
     assert len(tokens) == len(set(tokens))
 

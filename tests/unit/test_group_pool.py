@@ -127,10 +127,9 @@ async def test_a_full_queue_refuses_at_once(make_pool: MakePool) -> None:
     held = await pool.acquire()
     waiters = await _queued(pool, 2)
 
-    started = time.perf_counter()
+    refusal = pool.acquire()
     with pytest.raises(Overloaded):
-        await pool.acquire()
-    assert time.perf_counter() - started < 0.05
+        refusal.send(None)  # raised in the coroutine's first step: it never waited at all
     assert pool.waiting == 2
 
     held.release(True)
@@ -156,7 +155,7 @@ async def test_a_waiter_gives_up_after_the_queue_timeout(make_pool: MakePool) ->
     with pytest.raises(Overloaded, match="at capacity"):
         await pool.acquire()
 
-    assert 0.2 <= time.perf_counter() - started < 0.5
+    assert 0.2 <= time.perf_counter() - started < 1.5  # the timeout, with headroom for a loaded machine
     assert pool.waiting == 0
     held.release(True)
     (await pool.acquire()).release(True)

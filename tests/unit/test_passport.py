@@ -41,7 +41,7 @@ def user(text: str | list[dict[str, Any]]) -> dict[str, Any]:
 def test_api_key_never_reaches_the_buffer() -> None:
     request = chat({"role": "system", "content": "be brief"}, user("hello"))
     passport = compute_passport(request, RequestMeta(api_key=API_KEY, tenant_id="proj-1"))
-    buf = encode_request(request, "req-1", passport)
+    buf = bytes(encode_request(request, "req-1", passport))
     for form in (API_KEY, API_KEY[3:], API_KEY[-16:], API_KEY.encode().hex()):
         assert form.encode() not in buf
     assert passport.key_id == hashlib.blake2b(API_KEY.encode(), digest_size=8).hexdigest()
@@ -152,7 +152,7 @@ def test_header_facts_pass_through() -> None:
 def test_passport_travels_in_the_request_buffer() -> None:
     passport = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=2**32 - 1, prefix_hash=2**64 - 1,
                         priority=127, deadline_unix_ms=2**63 - 1, traceparent=TRACEPARENT, tracestate="s=1")
-    view = read_request(encode_request(chat(user("hi")), "req-1", passport)).Passport()
+    view = read_request(bytes(encode_request(chat(user("hi")), "req-1", passport))).Passport()
     assert (view.TenantId(), view.KeyId(), view.Traceparent(), view.Tracestate()) == (
         b"t", b"k", TRACEPARENT.encode(), b"s=1")
     assert (view.PromptTokensEstimate(), view.PrefixHash(), view.Priority(), view.DeadlineUnixMs()) == (

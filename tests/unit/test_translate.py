@@ -148,7 +148,7 @@ def test_frames_are_decoded_and_translated() -> None:
     t = translator(include_usage=True)
     out = []
     for chunk in STREAM:
-        out += t.feed_frame(wire.write_chunk(chunk))
+        out += t.feed_frame(bytes(wire.write_chunk(chunk)))
     assert as_json(out) == run(translator(include_usage=True), *STREAM)
     t.finish()
 
@@ -169,7 +169,7 @@ def test_error_frame_raises_with_its_status(error: ErrorInfo, status: int, type_
     t = translator()
     t.feed(Chunk(sequence=0, content="partial"))
     with pytest.raises(UpstreamAnswered) as info:
-        t.feed_frame(wire.write_error(error, framed=True))
+        t.feed_frame(bytes(wire.write_error(error, framed=True)))
     exc = info.value
     assert (exc.status, exc.type, exc.code, exc.param) == (status, type_, error.code, error.param)
     assert exc.message == (error.message or "The model service returned an error.")
@@ -201,7 +201,7 @@ def test_response_is_translated() -> None:
                              finish_reason="tool_calls")],
         usage=Usage(prompt_tokens=2, completion_tokens=3),
     )
-    doc = as_json([translate_response(decode_answer(wire.write_response(response)))])[0]
+    doc = as_json([translate_response(decode_answer(bytes(wire.write_response(response))))])[0]
     assert doc["choices"][0]["message"] == {"role": "assistant", "content": "hi", "refusal": None}
     assert doc["choices"][1]["message"]["tool_calls"] == [
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
@@ -210,8 +210,9 @@ def test_response_is_translated() -> None:
 
 
 def test_error_answer_raises() -> None:
+    error = ErrorInfo(status=404, type="invalid_request_error", message="no such model")
     with pytest.raises(UpstreamAnswered) as info:
-        decode_answer(wire.write_error(ErrorInfo(status=404, type="invalid_request_error", message="no such model")))
+        decode_answer(bytes(wire.write_error(error)))
     assert info.value.status == 404
 
 
