@@ -128,6 +128,7 @@ MAX_DEPTH = 64
 MAX_TABLES = 1_000_000
 _MIN_SIZE = 12  # FLATBUFFERS_MIN_BUFFER_SIZE: root offset, soffset and a 4-byte vtable
 _UNBOUNDED = 1 << 62
+_DONE = (0, 0)
 
 
 class VerifyError(ValueError):
@@ -186,14 +187,16 @@ class Verifier:
 
     `tables` counts tables as flatbuffers::Verifier does (one reached twice counts twice); `walked`
     counts the tables and vectors actually walked, `refs` the offsets followed and `decoded` the string
-    bytes checked for UTF-8. `seen` memoises the walks of tables and vectors of tables: the generated
-    code keys it by position * its number of kinds + the kind (the table's type), since crafted
-    buffers can reach one position as two types; `texts` and `text_vectors` hold the positions of the
-    strings and vectors of strings checked.
+    bytes checked for UTF-8. `seen` memoises what was checked: tables and vectors of tables under a key
+    the generated code computes, position * its number of kinds + the kind (the table's type: crafted
+    buffers can reach one position as two types), never negative; strings under ~position and
+    vectors of strings under ~(position + 2) (both positions are 4-aligned, so the keys never meet).
     """
 
     __slots__ = ("_budget", "buf", "decoded", "depth", "max_depth", "max_size", "max_tables", "peak", "refs",
-                 "seen", "size", "source", "strict", "tables", "text_vectors", "texts", "walked")
+                 "seen", "size", "source", "strict", "tables", "walked")
+
+    seen: dict[int, tuple[int, int]]  # memo key -> (tables, height) of a finished walk; set by verify()
 
     def __init__(self, buf: Buffer, *, strict: bool = True, max_size: int = MAX_SIZE,
                  max_depth: int = MAX_DEPTH, max_tables: int = MAX_TABLES) -> None:
@@ -205,9 +208,6 @@ class Verifier:
         self.max_depth = max_depth
         self.max_tables = max_tables
         self.depth = self.peak = self.tables = self.refs = self.walked = self.decoded = 0
-        self.seen: dict[int, tuple[int, int]] = {}  # memo key -> (tables, height) of a finished walk
-        self.texts: set[int] = set()
-        self.text_vectors: set[int] = set()
         self._budget = _UNBOUNDED
 
     def verify(self, identifier: bytes, table: TableCheck, *, size_prefixed: bool = False) -> None:
@@ -215,8 +215,6 @@ class Verifier:
         failure."""
         self.depth = self.peak = self.tables = self.refs = self.walked = self.decoded = 0
         self.seen = {}
-        self.texts = set()
-        self.text_vectors = set()
         try:
             self._buffer(identifier, size_prefixed, table)
         except VerifyError:
@@ -339,7 +337,7 @@ class Verifier:
             raise VerifyError(f"{what}: string at {s} runs past the end")
         if buf[end]:
             raise VerifyError(f"{what}: string at {s} lacks its NUL terminator")
-        if self.strict and s not in self.texts:
+        if self.strict and ~s not in self.seen:
             self.decoded += end - s - 4
             if self.decoded > n:
                 raise VerifyError(f"{what}: more string bytes than a {n}-byte buffer holds (strict)")
@@ -349,7 +347,7 @@ class Verifier:
                     text.decode()
             except UnicodeDecodeError as exc:
                 raise VerifyError(f"{what}: string at {s} is not UTF-8: {exc.reason} (strict)") from None
-            self.texts.add(s)
+            self.seen[~s] = _DONE
 
     def vector(self, x: int, size: int, align: int, what: str) -> int:
         """Verifier::VerifyVectorOrString: an aligned length, then its elements inside the buffer.
@@ -371,7 +369,8 @@ class Verifier:
 
     def strings(self, x: int, what: str) -> None:
         """A vector of strings at `x` (Verifier::VerifyVectorOfStrings), once per position."""
-        if x in self.text_vectors:
+        key = ~(x + 2)
+        if key in self.seen:
             return
         count = self.vector(x, 4, 4, what)
         self._follow(count, what)
@@ -379,7 +378,7 @@ class Verifier:
         first = x + 4
         for i, u in enumerate(struct.unpack_from(f"<{count}I", self.buf, first)):
             self.string(first + 4 * i + u, what)
-        self.text_vectors.add(x)
+        self.seen[key] = _DONE
 
     def table_vector(self, x: int, table: TableCheck, key: int, what: str) -> None:
         """A vector of tables at `x` (Verifier::VerifyVectorOfTables), walked once per memo `key`."""
