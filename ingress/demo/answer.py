@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ingress.wire._generated.encoders import CompletionRequestData, MessageData
+from ingress.wire import CompletionRequestData, MessageData
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 ROLE_TOOL = 3

@@ -1,8 +1,12 @@
-"""Plain-data forms of the answer tables, for internal services that write them and for tests."""
+"""Plain-data forms of the answer tables, for internal services that write them and for tests; and the
+generated data classes a service reads a whole request into."""
 
 from __future__ import annotations
 
 import msgspec
+
+from ingress.wire._generated.encoders import CompletionRequestData as CompletionRequestData
+from ingress.wire._generated.encoders import MessageData as MessageData
 
 STOP, LENGTH, TOOL_CALLS, CONTENT_FILTER = "stop", "length", "tool_calls", "content_filter"
 
