@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from importlib import metadata
 from pathlib import Path
 
@@ -63,3 +64,28 @@ def test_incompatible_changes_are_refused(tmp_path: Path, old: str, new: str) ->
         text = text.replace("  user_prompt: string;", "", 1)
     with pytest.raises(FlatcError):
         _conform(tmp_path, text.replace(old, new, 1))
+
+
+# --- our emitters' output reads like hand-written code -----------------------------------------------
+
+OURS = ("encoders.py", "readers.py", "verifier.py")
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_generated_lines_fit_the_line_length(name: str) -> None:
+    lines = (gen.GENERATED_DIR / name).read_text().splitlines()
+    assert [i for i, line in enumerate(lines, 1) if len(line) > 120] == []
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_no_generated_comment_reads_as_a_type_comment(name: str) -> None:
+    # A field called `type` once made `o = e[3]  # type: string`, which mypy reads as an annotation.
+    assert [line for line in (gen.GENERATED_DIR / name).read_text().splitlines() if "# type:" in line] == []
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_generated_modules_import_no_other_modules_privates(name: str) -> None:
+    tree = ast.parse((gen.GENERATED_DIR / name).read_text())
+    privates = [f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names if alias.name.startswith("_")]
+    assert privates == []
