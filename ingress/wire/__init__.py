@@ -27,7 +27,7 @@ from ingress.wire.decode import (
     read_request,
     read_request_data,
 )
-from ingress.wire.encode import encode_chunk_frame, encode_error, encode_response
+from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
 from ingress.wire.pool import BuilderPool
@@ -63,6 +63,9 @@ def write_error(error: ErrorInfo, *, framed: bool = False) -> bytearray:
 __all__ = [
     "COMPLETE_PATH",
     "CONTENT_TYPE",
+    "FINISH_REASONS",
+    "PROVIDERS",
+    "ROLES",
     "STREAM_CONTENT_TYPE",
     "BuilderPool",
     "Choice",
