@@ -134,7 +134,7 @@ def _emit_data(schema: Schema, table: Table) -> list[str]:
     for f in table.fields:
         if not f.deprecated:
             lines.append(f"    {f.name}: {_py_type(schema, f)} = {_default_literal(f)}")
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def _emit_fast(schema: Schema, table: Table) -> list[str]:
@@ -245,7 +245,7 @@ def struct_format(schema: Schema, s: FbStruct) -> str:
 
 def _emit_struct_packers(schema: Schema) -> list[str]:
     lines = [f"_ST_{s.name} = struct.Struct('{struct_format(schema, s)}').pack" for s in schema.structs.values()]
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def _emit_stock(schema: Schema, table: Table, module: str) -> list[str]:

@@ -61,7 +61,7 @@ def _field_expr(schema: Schema, f: Field) -> list[str]:
         size = schema.structs[f.type].size
         lines.append(f"        {v} = [_T_{f.type}(buf, at + {size} * i) for i in range(n)]")
     else:
-        ch, width = SCALARS[schema.scalar_of(f.type)]
+        ch = SCALARS[schema.scalar_of(f.type)][0]
         lines.append(f"        {v} = list(struct.unpack_from(f'<{{n}}{ch}', buf, at))")
     return lines
 
@@ -100,7 +100,7 @@ def _emit_scalar_readers(schema: Schema) -> list[str]:
     lines = [f"_S_{ch.replace('?', 'bool')} = struct.Struct('<{ch}').unpack_from" for ch in sorted(used)]
     for s in schema.structs.values():
         lines.append(f"_T_{s.name} = struct.Struct('{struct_format(schema, s)}').unpack_from")
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def emit_readers(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
