@@ -337,7 +337,7 @@ class Verifier:
             raise VerifyError(f"{what}: string at {s} runs past the end")
         if buf[end]:
             raise VerifyError(f"{what}: string at {s} lacks its NUL terminator")
-        if self.strict and ~s not in self.seen:
+        if self.strict and (key := ~s) not in self.seen:
             self.decoded += end - s - 4
             if self.decoded > n:
                 raise VerifyError(f"{what}: more string bytes than a {n}-byte buffer holds (strict)")
@@ -347,7 +347,7 @@ class Verifier:
                     text.decode()
             except UnicodeDecodeError as exc:
                 raise VerifyError(f"{what}: string at {s} is not UTF-8: {exc.reason} (strict)") from None
-            self.seen[~s] = _DONE
+            self.seen[key] = _DONE
 
     def vector(self, x: int, size: int, align: int, what: str) -> int:
         """Verifier::VerifyVectorOrString: an aligned length, then its elements inside the buffer.
