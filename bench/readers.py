@@ -10,6 +10,8 @@ Three readers of each buffer:
   which finds the accessors by name (getattr) and so costs more than the hand-written calls;
 - "generated": ingress.wire.decode as the edge reads now (generated reader, then the wire types);
   for the request, the generated reader alone.
+Beside them, "verify": the generated verifier (strict, as the edge runs it before reading) on the same
+buffer as it arrives (the chunk with its size prefix).
 Candidates run in a fresh random order every round; the clock is the thread's CPU time, and the
 figure is the median over rounds of µs per read. The answers are what the demo service writes.
 """
@@ -36,7 +38,7 @@ from provenance import code_version, describe  # noqa: E402
 from ingress import wire  # noqa: E402
 from ingress.oai.codec import decode_chat_request  # noqa: E402
 from ingress.passport import RequestMeta, compute_passport  # noqa: E402
-from ingress.wire import decode  # noqa: E402
+from ingress.wire import decode, verify  # noqa: E402
 from ingress.wire import types as wt  # noqa: E402
 from ingress.wire._generated import readers  # noqa: E402
 from ingress.wire._generated.LLMGateway.CompletionChunk import CompletionChunk  # noqa: E402
@@ -90,22 +92,27 @@ def chunk_by_hand(buf: bytes) -> wt.Chunk:
 BY_HAND = {"CompletionResponse": response_by_hand, "CompletionChunk": chunk_by_hand}
 GENERATED = {"CompletionResponse": decode.decode_response, "CompletionChunk": decode.decode_chunk,
              "CompletionRequest": readers.read_CompletionRequest}
-READERS = ("flatc, by hand", "flatc, from schema", "generated")
+VERIFY: dict[str, Callable[[bytes], None]] = {
+    "CompletionResponse": verify.verify_response, "CompletionChunk": lambda frame: verify.verify_chunk(frame),
+    "CompletionRequest": verify.verify_request}
+READERS = ("flatc, by hand", "flatc, from schema", "generated", "verify")
 
 
-def buffers() -> dict[str, tuple[str, bytes]]:
-    """name -> (root table, buffer)."""
+def buffers() -> dict[str, tuple[str, bytes, bytes]]:
+    """name -> (root table, buffer, the buffer as it arrives: a chunk with its size prefix)."""
     request = decode_chat_request(chat_request(16 * 1024))
     words = " ".join(["word"] * 64)
     response = wire.Response(id="chatcmpl-1", model="ingress-demo", created=1, usage=wire.Usage(
         prompt_tokens=3000, completion_tokens=64, total_tokens=3064), choices=[
         wire.Choice(index=0, content=words, finish_reason="length")])
     chunk = wire.Chunk(sequence=7, choice_index=0, content=" word")
+    answer = bytes(wire.write_response(response))
+    frame = bytes(wire.write_chunk(chunk))
+    body = bytes(encode_request(request, "req-1", compute_passport(request, RequestMeta())))
     return {
-        "CompletionResponse (64 words, usage)": ("CompletionResponse", bytes(wire.write_response(response))),
-        "CompletionChunk (one delta)": ("CompletionChunk", bytes(wire.write_chunk(chunk))[4:]),
-        "CompletionRequest (16 KB chat)": ("CompletionRequest", bytes(encode_request(
-            request, "req-1", compute_passport(request, RequestMeta())))),
+        "CompletionResponse (64 words, usage)": ("CompletionResponse", answer, answer),
+        "CompletionChunk (one delta)": ("CompletionChunk", frame[4:], frame),
+        "CompletionRequest (16 KB chat)": ("CompletionRequest", body, body),
     }
 
 
@@ -122,11 +129,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     candidates: dict[tuple[str, str], tuple[Callable[[], object], int]] = {}
-    for name, (root, buf) in buffers().items():
+    for name, (root, buf, arrived) in buffers().items():
         # The same data from every reader, or the timing means nothing.
         assert getattr(readers, f"read_{root}")(buf) == flatc_read(root, buf), name
         fns: dict[str, Callable[[], object]] = {"flatc, from schema": lambda r=root, b=buf: flatc_read(r, b),
-                                                "generated": lambda g=GENERATED[root], b=buf: g(b)}
+                                                "generated": lambda g=GENERATED[root], b=buf: g(b),
+                                                "verify": lambda v=VERIFY[root], b=arrived: v(b)}
         if root in BY_HAND:
             assert BY_HAND[root](buf) == GENERATED[root](buf), name
             fns["flatc, by hand"] = lambda h=BY_HAND[root], b=buf: h(b)

@@ -11,7 +11,8 @@ from codegen.flatc import FlatcError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="fail if generated code is stale or the schema breaks the baseline")
+    parser.add_argument("--check", action="store_true",
+                        help="fail if generated code is stale or the schema breaks the baseline")
     args = parser.parse_args(argv)
     try:
         if args.check:

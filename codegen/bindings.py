@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from codegen.emit import emit_encoders
+from codegen.emit_enums import emit_enums
 from codegen.emit_reader import emit_readers
 from codegen.emit_verifier import emit_verifier
 from codegen.flatc import check_versions, run_flatc
@@ -39,6 +40,7 @@ def _render(version: str) -> dict[str, str]:
     files["__init__.py"] = HEADER.format(version=version) + '"""flatc output; reach it through ingress.wire."""\n'
     schema = parse(SCHEMA.read_text())
     roots = {t.name: t.identifier.encode() for t in schema.tables.values() if t.identifier is not None}
+    files["enums.py"] = HEADER.format(version=version) + emit_enums(schema)
     files["encoders.py"] = HEADER.format(version=version) + emit_encoders(schema, PACKAGE, roots)
     files["readers.py"] = HEADER.format(version=version) + emit_readers(schema, PACKAGE, roots)
     files["verifier.py"] = HEADER.format(version=version) + emit_verifier(schema, roots)

@@ -16,6 +16,7 @@ from codegen.schema import Struct as FbStruct
 HEADER = '''"""Specialised FlatBuffers encoders for the {namespace} schema.
 
 Data classes mirror the tables field for field (enums as ints, struct vectors as tuples, absent as None).
+The schema-independent helpers are in `ingress.wire.runtime`.
 """
 
 from __future__ import annotations
@@ -28,58 +29,39 @@ from flatbuffers import Builder
 '''
 
 PRELUDE = '''
-_ZERO = tuple(bytes(n) for n in range(8))
-_U32 = struct.Struct("<I")
-_pack_u32 = _U32.pack
-_patch_u32 = _U32.pack_into
-
-
-def _string(buf: bytearray, value: str) -> int:
-    """Append a string (u32 length, UTF-8 bytes, NUL) 4-byte aligned; return its position."""
-    data = value.encode()
-    pad = -len(buf) & 3
-    if pad:
-        buf += _ZERO[pad]
-    pos = len(buf)
-    buf += _pack_u32(len(data))
-    buf += data
-    buf += b"\\0"
-    return pos
-
-
-def _ref(buf: bytearray, at: int, target: int) -> None:
-    """Point the uoffset at `at` forward to `target`."""
-    _patch_u32(buf, at, target - at)
-
-
-def _vector_start(buf: bytearray, count: int, elem_align: int = 4) -> int:
-    """Append a vector's length so that its elements start `elem_align`-aligned; return its position."""
-    pad = -(len(buf) + 4) & (elem_align - 1)
-    if pad:
-        buf += _ZERO[pad]
-    pos = len(buf)
-    buf += _pack_u32(count)
-    return pos
-
-
-def _string_vector(buf: bytearray, values: list[str]) -> int:
-    pos = _vector_start(buf, len(values))
-    buf += bytes(4 * len(values))
-    for i, value in enumerate(values):
-        _ref(buf, pos + 4 + 4 * i, _string(buf, value))
-    return pos
-
-
-def _finish(buf: bytearray, write: "object", data: object, identifier: bytes, size_prefixed: bool) -> None:
-    """Root offset (after an optional size prefix) and file identifier, then the root table."""
-    start = 4 if size_prefixed else 0
-    buf += bytes(start + 8)
-    buf[start + 4 : start + 8] = identifier
-    root = write(buf, data)  # type: ignore[operator]
-    _patch_u32(buf, start, root - start)
-    if size_prefixed:
-        _patch_u32(buf, 0, len(buf) - 4)
+_ZERO, _pack_u32, _patch_u32, _ref = _rt.ZERO, _rt.pack_u32, _rt.patch_u32, _rt.ref
+_vector_start, _string_vector, _finish = _rt.vector_start, _rt.string_vector, _rt.finish
 '''
+
+WIDTH = 120  # the generated modules' line length, as pyproject's [tool.ruff]
+
+
+def call(indent: int, head: str, args: list[str], tail: str = ")") -> list[str]:
+    """`head` (ending in an opening bracket), the arguments and `tail`: one line if it fits in WIDTH, else
+    the arguments packed onto continuation lines indented one level deeper, with a trailing comma."""
+    pad = " " * indent
+    one = f"{pad}{head}{', '.join(args)}{tail}"
+    if len(one) <= WIDTH:
+        return [one]
+    lines, line = [f"{pad}{head}"], ""
+    inner = pad + "    "
+    for arg in args:
+        piece = f"{arg},"
+        if line and len(inner) + len(line) + 1 + len(piece) > WIDTH:
+            lines.append(inner + line)
+            line = ""
+        line = f"{line} {piece}" if line else piece
+    lines.append(inner + line)
+    lines.append(pad + tail)
+    return lines
+
+
+def import_lines(module: str, names: list[str] | tuple[str, ...]) -> list[str]:
+    """`from module import names` as isort writes it: one line if it fits, else one name a line."""
+    one = f"from {module} import {', '.join(names)}"
+    if len(one) <= WIDTH:
+        return [one]
+    return [f"from {module} import (", *(f"    {name}," for name in names), ")"]
 
 
 def _camel(name: str) -> str:
@@ -94,8 +76,8 @@ def _py_type(schema: Schema, f: Field) -> str:
     if f.kind == "string":
         return "str | None"
     if f.kind == "table":
-        return f'"{f.type}Data | None"'
-    element = {"string": "str", "table": f'"{f.type}Data"', "struct": "tuple[object, ...]"}.get(
+        return f"{f.type}Data | None"
+    element = {"string": "str", "table": f"{f.type}Data", "struct": "tuple[object, ...]"}.get(
         f.element_kind or "", "int")
     if f.element_kind == "scalar":
         scalar = schema.scalar_of(f.type)
@@ -152,7 +134,7 @@ def _emit_data(schema: Schema, table: Table) -> list[str]:
     for f in table.fields:
         if not f.deprecated:
             lines.append(f"    {f.name}: {_py_type(schema, f)} = {_default_literal(f)}")
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def _emit_fast(schema: Schema, table: Table) -> list[str]:
@@ -162,7 +144,8 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
     fmt, scalars = _table_format(schema, table, offsets, size)
     name = table.name
     lines = [
-        f"_VT_TB_{name} = struct.Struct('<{2 + slots}H{fmt[1:]}').pack  # vtable, then the table inline",
+        "# The vtable, then the table inline.",
+        *_packer(f"_VT_TB_{name}", f"<{2 + slots}H{fmt[1:]}"),
         "",
         "",
         f"def _write_{name}(buf: bytearray, o: {name}Data) -> int:",
@@ -170,7 +153,7 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
     live = [f for f in table.fields if not f.deprecated]
     for f in live:
         if f.kind != "scalar" or f.optional:
-            lines.append(f"    {f.name} = o.{f.name}")
+            lines.append(f"    f_{f.name} = o.{f.name}")  # f_: never a local's name (`t`, `pad`, `buf`)
     lines.append(f"    pad = -(len(buf) + {vt_size}) & {align - 1}")
     lines.append("    if pad:")
     lines.append("        buf += _ZERO[pad]")
@@ -183,25 +166,26 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
         elif at_slot.kind == "scalar" and not at_slot.optional:
             vt_args.append(str(offsets[at_slot.name]))
         else:
-            vt_args.append(f"{offsets[at_slot.name]} if {at_slot.name} is not None else 0")
+            vt_args.append(f"{offsets[at_slot.name]} if f_{at_slot.name} is not None else 0")
     lines.append(f"    t = len(buf) + {vt_size}")
     tb_args = [str(vt_size)]
     for f in scalars:
         if f.optional:
             zero = "False" if schema.scalar_of(f.type) == "bool" else "0"
-            tb_args.append(f"{f.name} if {f.name} is not None else {zero}")
+            tb_args.append(f"f_{f.name} if f_{f.name} is not None else {zero}")
         else:
             tb_args.append(f"o.{f.name}")
-    lines.append(f"    buf += _VT_TB_{name}({vt_size}, {size}, " + ", ".join(vt_args + tb_args) + ")")
+    lines += call(4, f"buf += _VT_TB_{name}(", [str(vt_size), str(size), *vt_args, *tb_args])
     for f in live:
         if f.kind == "scalar":
             continue
         at = f"t + {offsets[f.name]}"
-        lines.append(f"    if {f.name} is not None:")
+        local = f"f_{f.name}"
+        lines.append(f"    if {local} is not None:")
         if f.kind == "string":
-            # Inlined _string and _ref: strings are most of a request's fields.
+            # Inlined write_string and ref: strings are most of a request's fields.
             lines += [
-                f"        d = {f.name}.encode()",
+                f"        d = {local}.encode()",
                 "        pad = -len(buf) & 3",
                 "        if pad:",
                 "            buf += _ZERO[pad]",
@@ -211,29 +195,38 @@ def _emit_fast(schema: Schema, table: Table) -> list[str]:
                 '        buf += b"\\0"',
             ]
         elif f.kind == "table":
-            lines.append(f"        _ref(buf, {at}, _write_{f.type}(buf, {f.name}))")
+            lines.append(f"        _ref(buf, {at}, _write_{f.type}(buf, {local}))")
         elif f.element_kind == "string":
-            lines.append(f"        _ref(buf, {at}, _string_vector(buf, {f.name}))")
+            lines.append(f"        _ref(buf, {at}, _string_vector(buf, {local}))")
         elif f.element_kind == "table":
-            lines.append(f"        v = _vector_start(buf, len({f.name}))")
-            lines.append(f"        buf += bytes(4 * len({f.name}))")
-            lines.append(f"        for i, item in enumerate({f.name}):")
+            lines.append(f"        v = _vector_start(buf, len({local}))")
+            lines.append(f"        buf += bytes(4 * len({local}))")
+            lines.append(f"        for i, e_{f.name} in enumerate({local}):")  # one name per loop: types differ
             lines.append("            at = v + 4 + 4 * i")
-            lines.append(f"            _patch_u32(buf, at, _write_{f.type}(buf, item) - at)")
+            lines.append(f"            _patch_u32(buf, at, _write_{f.type}(buf, e_{f.name}) - at)")
             lines.append(f"        _ref(buf, {at}, v)")
         elif f.element_kind == "struct":
             struct_ = schema.structs[f.type]
-            lines.append(f"        v = _vector_start(buf, len({f.name}), {struct_.align})")
-            lines.append(f"        for item in {f.name}:")
-            lines.append(f"            buf += _ST_{f.type}(*item)")
+            lines.append(f"        v = _vector_start(buf, len({local}), {struct_.align})")
+            lines.append(f"        for e_{f.name} in {local}:")
+            lines.append(f"            buf += _ST_{f.type}(*e_{f.name})")
             lines.append(f"        _ref(buf, {at}, v)")
         else:  # vector of scalars
             ch, width = SCALARS[schema.scalar_of(f.type)]
-            lines.append(f"        v = _vector_start(buf, len({f.name}), {max(width, 1)})")
-            lines.append(f"        buf += struct.pack(f'<{{len({f.name})}}{ch}', *{f.name})")
+            lines.append(f"        v = _vector_start(buf, len({local}), {max(width, 1)})")
+            lines.append(f"        buf += struct.pack(f'<{{len({local})}}{ch}', *{local})")
             lines.append(f"        _ref(buf, {at}, v)")
     lines += ["    return t", "", ""]
     return lines
+
+
+def _packer(name: str, fmt: str) -> list[str]:
+    """`name = struct.Struct(fmt).pack`, the format split into literals that fit WIDTH when it is long."""
+    one = f"{name} = struct.Struct('{fmt}').pack"
+    if len(one) <= WIDTH:
+        return [one]
+    step = WIDTH - 8
+    return [f"{name} = struct.Struct(", *(f"    '{fmt[i:i + step]}'" for i in range(0, len(fmt), step)), ").pack"]
 
 
 def struct_format(schema: Schema, s: FbStruct) -> str:
@@ -252,7 +245,7 @@ def struct_format(schema: Schema, s: FbStruct) -> str:
 
 def _emit_struct_packers(schema: Schema) -> list[str]:
     lines = [f"_ST_{s.name} = struct.Struct('{struct_format(schema, s)}').pack" for s in schema.structs.values()]
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def _emit_stock(schema: Schema, table: Table, module: str) -> list[str]:
@@ -282,15 +275,15 @@ def _emit_stock(schema: Schema, table: Table, module: str) -> list[str]:
             lines.append(f"        {var} = b.EndVector()")
         elif f.element_kind == "struct":
             lines.append(f"        {mod}.Start{_camel(f.name)}Vector(b, len(o.{f.name}))")
-            lines.append(f"        for item in reversed(o.{f.name}):")
-            lines.append(f"            _fb_{f.type}.Create{f.type}(b, *item)")
+            lines.append(f"        for e_{f.name} in reversed(o.{f.name}):")
+            lines.append(f"            _fb_{f.type}.Create{f.type}(b, *e_{f.name})")
             lines.append(f"        {var} = b.EndVector()")
         else:
             scalar = schema.scalar_of(f.type)
             prepend = "PrependBool" if scalar == "bool" else f"Prepend{_prepend_name(scalar)}"
             lines.append(f"        {mod}.Start{_camel(f.name)}Vector(b, len(o.{f.name}))")
-            lines.append(f"        for item in reversed(o.{f.name}):")
-            lines.append(f"            b.{prepend}(item)")
+            lines.append(f"        for e_{f.name} in reversed(o.{f.name}):")
+            lines.append(f"            b.{prepend}(e_{f.name})")
             lines.append(f"        {var} = b.EndVector()")
     lines.append(f"    {mod}.Start(b)")
     for f in live:
@@ -340,11 +333,10 @@ def _order(schema: Schema) -> list[Table]:
 def emit_encoders(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
     """The module text. `roots` maps each root table to its file identifier."""
     tables = _order(schema)
-    out = [HEADER.format(namespace=schema.namespace).rstrip("\n")]
-    for table in tables:
-        out.append(f"from {package}.{schema.namespace} import {table.name} as _fb_{table.name}")
-    for s in schema.structs:
-        out.append(f"from {package}.{schema.namespace} import {s} as _fb_{s}")
+    out = [HEADER.format(namespace=schema.namespace).rstrip("\n"), ""]
+    out.append("from ingress.wire import runtime as _rt")
+    flatc = [*(t.name for t in tables), *schema.structs]
+    out += [f"from {package}.{schema.namespace} import {name} as _fb_{name}" for name in sorted(flatc)]
     out.append(PRELUDE)
     out.append("")
     for table in tables:

@@ -8,7 +8,7 @@ corrupt buffer they raise (struct.error, IndexError, UnicodeDecodeError, Recursi
 
 from __future__ import annotations
 
-from codegen.emit import module_text, struct_format
+from codegen.emit import WIDTH, call, import_lines, module_text, struct_format
 from codegen.schema import SCALARS, Field, Schema, Table
 
 DOC = '''"""Read {namespace} buffers into the data classes of `encoders.py`: the mirror of the encoders.
@@ -26,32 +26,11 @@ from __future__ import annotations
 
 import struct
 
-from {package}.encoders import (
+from ingress.wire import runtime as _rt
 {imports}
-)
-from {package}.verifier import _ABSENT, _ENTRIES, _i32, _u16, _u32  # one copy of the vtable tables
 
-
-def _vtable(buf: bytes, t: int, slots: int) -> tuple[int, ...]:
-    """The field offsets of the table at `t`, one per slot (0: absent), however long its vtable."""
-    vt = t - _i32(buf, t)[0]
-    have = (_u16(buf, vt)[0] - 4) >> 1
-    if have >= slots:
-        return _ENTRIES[slots](buf, vt + 4)
-    return _ENTRIES[have](buf, vt + 4) + _ABSENT[slots - have]
-
-
-def _str(buf: bytes, at: int) -> str:
-    """The string whose uoffset is at `at`."""
-    at += _u32(buf, at)[0]
-    return str(buf[at + 4:at + 4 + _u32(buf, at)[0]], "utf-8")
-
-
-def _vector(buf: bytes, at: int) -> tuple[int, int]:
-    """(start of the elements, count) of the vector whose uoffset is at `at`."""
-    at += _u32(buf, at)[0]
-    return at + 4, _u32(buf, at)[0]
-
+_rt.reserve_slots({slots})  # vtable unpackers for the widest table
+_u32, _vtable, _str, _vector = _rt.u32, _rt.vtable, _rt.read_string, _rt.vector
 '''
 
 
@@ -70,33 +49,45 @@ def _field_expr(schema: Schema, f: Field) -> list[str]:
     if f.kind == "string":
         return [f"    {v} = _str(buf, t + {o}) if {o} else None"]
     if f.kind == "table":
-        return [f"    {v} = _read_{f.type}(buf, t + {o} + _u32(buf, t + {o})[0]) if {o} else None"]
+        read = f"_read_{f.type}(buf, t + {o} + _u32(buf, t + {o})[0]) if {o} else None"
+        return _wrap(4, f"{v} = {read}", f"{v} = (", [read], ")")
     lines = [f"    {v} = None", f"    if {o}:", f"        at, n = _vector(buf, t + {o})"]
     if f.element_kind == "string":
         lines.append(f"        {v} = [_str(buf, at + 4 * i) for i in range(n)]")
     elif f.element_kind == "table":
-        lines.append(f"        {v} = [_read_{f.type}(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]")
+        read = f"_read_{f.type}(buf, at + 4 * i + _u32(buf, at + 4 * i)[0])"
+        lines += _wrap(8, f"{v} = [{read} for i in range(n)]", f"{v} = [", [read, "for i in range(n)"], "]")
     elif f.element_kind == "struct":
         size = schema.structs[f.type].size
         lines.append(f"        {v} = [_T_{f.type}(buf, at + {size} * i) for i in range(n)]")
     else:
-        ch, width = SCALARS[schema.scalar_of(f.type)]
+        ch = SCALARS[schema.scalar_of(f.type)][0]
         lines.append(f"        {v} = list(struct.unpack_from(f'<{{n}}{ch}', buf, at))")
     return lines
+
+
+def _wrap(indent: int, one: str, head: str, parts: list[str], tail: str) -> list[str]:
+    """`one` on a line if it fits, else `head`, the parts one a line a level deeper, and `tail`."""
+    pad = " " * indent
+    if len(pad) + len(one) <= WIDTH:
+        return [pad + one]
+    return [pad + head, *(f"{pad}    {part}" for part in parts), pad + tail]
 
 
 def _emit_table(schema: Schema, table: Table) -> list[str]:
     live = [f for f in table.fields if not f.deprecated]
     slots = max(f.slot for f in table.fields) + 1
     offsets = ", ".join(f"o{s}" if any(f.slot == s for f in live) else "_" for s in range(slots))
-    lines = [
-        f"def _read_{table.name}(buf: bytes, t: int) -> {table.name}Data:",
-        f"    {offsets}{',' if slots == 1 else ''} = _vtable(buf, t, {slots})",
-    ]
+    lines = [f"def _read_{table.name}(buf: bytes, t: int) -> {table.name}Data:"]
+    one = f"    {offsets}{',' if slots == 1 else ''} = _vtable(buf, t, {slots})"
+    if len(one) <= WIDTH:
+        lines.append(one)
+    else:
+        lines += call(4, "(", offsets.split(", "), f") = _vtable(buf, t, {slots})")
     for f in live:
         lines += _field_expr(schema, f)
-    args = ", ".join(f"{f.name}=f_{f.name}" for f in live)
-    lines += [f"    return {table.name}Data({args})", "", ""]
+    lines += call(4, f"return {table.name}Data(", [f"{f.name}=f_{f.name}" for f in live])
+    lines += ["", ""]
     return lines
 
 
@@ -109,15 +100,16 @@ def _emit_scalar_readers(schema: Schema) -> list[str]:
     lines = [f"_S_{ch.replace('?', 'bool')} = struct.Struct('<{ch}').unpack_from" for ch in sorted(used)]
     for s in schema.structs.values():
         lines.append(f"_T_{s.name} = struct.Struct('{struct_format(schema, s)}').unpack_from")
-    return lines + ["", ""]
+    return [*lines, "", ""]
 
 
 def emit_readers(schema: Schema, package: str, roots: dict[str, bytes]) -> str:
     """The module text. `roots` maps each root table to its file identifier."""
     tables = list(schema.tables.values())
     names = sorted(f"{t.name}Data" for t in tables)
-    out = [DOC.format(namespace=schema.namespace, package=package,
-                      imports="\n".join(f"    {n}," for n in names))]
+    slots = max((f.slot + 1 for t in tables for f in t.fields), default=0)
+    imports = "\n".join(import_lines(f"{package}.encoders", names))
+    out = [DOC.format(namespace=schema.namespace, imports=imports, slots=slots)]
     out += _emit_scalar_readers(schema)
     for table in tables:
         out += _emit_table(schema, table)

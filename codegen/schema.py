@@ -82,7 +82,9 @@ class Schema:
 
 
 _COMMENT = re.compile(r"//[^\n]*")
-_DECL = re.compile(r"(namespace|attribute|enum|struct|table|root_type|file_identifier)\b(.*?)(?:;|\{(.*?)\})", re.DOTALL)
+_DECL = re.compile(
+    r"(namespace|attribute|enum|struct|table|root_type|file_identifier)\b(.*?)(?:;|\{(.*?)\})", re.DOTALL
+)
 _TABLE_HEAD = re.compile(r'^(?P<name>\w+)\s*(?:\(\s*identifier\s*:\s*"(?P<identifier>[^"]{4})"\s*\))?$')
 _FIELD = re.compile(
     r"^(?P<name>\w+)\s*:\s*(?P<type>\[?\s*\w+\s*\]?)\s*(?:=\s*(?P<default>[^()\s;]+))?\s*(?:\((?P<attrs>[^)]*)\))?$"

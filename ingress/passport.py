@@ -9,7 +9,9 @@ import time
 
 import msgspec
 
-from ingress.oai.models import ChatCompletionRequest, Message
+from ingress.oai.models import ChatCompletionRequest
+from ingress.wire.encode import message_text as message_text
+from ingress.wire.types import PassportData
 
 PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, first 64 bits) covers
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
@@ -18,15 +20,8 @@ _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9
 _TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}")
 
 
-class Passport(msgspec.Struct, kw_only=True, frozen=True):
-    tenant_id: str | None = None
-    key_id: str | None = None
-    prompt_tokens_estimate: int = 0
-    prefix_hash: int = 0
-    priority: int = 0
-    deadline_unix_ms: int = 0
-    traceparent: str | None = None
-    tracestate: str | None = None
+# The schema's Passport table as plain data, generated from it: a field added there is carried here.
+Passport = PassportData
 
 
 class RequestMeta(msgspec.Struct, kw_only=True, frozen=True):
@@ -38,16 +33,6 @@ class RequestMeta(msgspec.Struct, kw_only=True, frozen=True):
     timeout_ms: int = 0
     traceparent: str | None = None
     tracestate: str | None = None
-
-
-def message_text(message: Message) -> str:
-    """The text of a message: its string content, or its text parts joined."""
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(getattr(part, "text", "") for part in content)
 
 
 def _prompt_facts(request: ChatCompletionRequest) -> tuple[bytes, int]:

@@ -18,11 +18,11 @@ import json
 import re
 from dataclasses import dataclass
 
-from ingress.wire._generated.encoders import CompletionRequestData, MessageData
+from ingress.wire import ROLES, CompletionRequestData, MessageData
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
-ROLE_TOOL = 3
-ROLE_USER = 1
+ROLE_TOOL = ROLES["tool"]
+ROLE_USER = ROLES["user"]
 
 
 def tokens(text: str, limit: int | None = None) -> list[str]:

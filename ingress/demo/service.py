@@ -9,8 +9,6 @@ from aiohttp import web
 
 from ingress import wire
 from ingress.demo.answer import Plan, plan
-from ingress.wire.decode import read_request_data
-from ingress.wire.verify import verify_request
 
 DELAY = web.AppKey("delay", float)
 
@@ -22,24 +20,27 @@ def _usage(p: Plan, n: int) -> wire.Usage:
 
 
 def _calls(p: Plan) -> list[wire.FunctionCall]:
-    return [wire.FunctionCall(id=p.tool_call.id, name=p.tool_call.name, arguments=p.tool_call.arguments)] if p.tool_call else []
+    call = p.tool_call
+    return [wire.FunctionCall(id=call.id, name=call.name, arguments=call.arguments)] if call else []
 
 
 async def complete(request: web.Request) -> web.StreamResponse:
     body = await request.read()
     try:
-        verify_request(body)
-        req = read_request_data(body)
+        wire.verify_request(body)
+        req = wire.read_request_data(body)
         request_id, model = req.request_id or "", req.model_name or ""
         p = plan(req, request_id)
     except Exception as exc:  # a buffer we cannot read is the caller's fault
-        error = wire.ErrorInfo(status=400, type="invalid_request_error", code="bad_buffer", message=f"Unreadable request: {exc}")
+        error = wire.ErrorInfo(status=400, type="invalid_request_error", code="bad_buffer",
+                               message=f"Unreadable request: {exc}")
         return web.Response(status=400, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
     n = req.n or 1
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not req.stream:
         text = "".join(p.text_tokens) if not p.tool_call else None
-        choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason) for i in range(n)]
+        choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason)
+                   for i in range(n)]
         response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n))
         return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
 
@@ -62,7 +63,8 @@ async def complete(request: web.Request) -> web.StreamResponse:
     if p.tool_call:
         call = p.tool_call
         for i in range(n):
-            await send(choice_index=i, tool_calls=[wire.ToolCallDelta(index=0, id=call.id, type="function", name=call.name, arguments="")])
+            head = wire.ToolCallDelta(index=0, id=call.id, type="function", name=call.name, arguments="")
+            await send(choice_index=i, tool_calls=[head])
             await send(choice_index=i, tool_calls=[wire.ToolCallDelta(index=0, arguments=call.arguments)])
     for i in range(n):
         await send(choice_index=i, finish_reason=p.finish_reason)

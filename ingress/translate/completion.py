@@ -1,13 +1,15 @@
-"""Translate a CompletionResponse (or an Error) into OpenAI's chat.completion."""
+"""Translate a decoded CompletionResponse into OpenAI's chat.completion (sans-I/O).
+
+Verifying and decoding the answer, and raising its Error, is wire work: `ingress.wire.answer`.
+"""
 
 from __future__ import annotations
 
 from msgspec import UNSET
 
-from ingress.errors import IngressError, UpstreamAnswered, UpstreamProtocolError
 from ingress.oai import responses as out
-from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
+from ingress.wire.answer import decode_answer as decode_answer  # moved to wire/; pipeline.py imports it here
 
 
 def translate_usage(u: wt.Usage) -> out.UsageOut:
@@ -21,7 +23,8 @@ def translate_usage(u: wt.Usage) -> out.UsageOut:
 
 
 def translate_tool_call(call: wt.FunctionCall) -> out.ToolCallOut:
-    return out.ToolCallOut(id=call.id, type=call.type, function=out.FunctionOut(name=call.name, arguments=call.arguments))
+    function = out.FunctionOut(name=call.name, arguments=call.arguments)
+    return out.ToolCallOut(id=call.id, type=call.type, function=function)
 
 
 def translate_response(r: wt.Response) -> out.ChatCompletion:
@@ -45,24 +48,3 @@ def translate_response(r: wt.Response) -> out.ChatCompletion:
         usage=translate_usage(r.usage) if r.usage is not None else UNSET,
         system_fingerprint=r.system_fingerprint if r.system_fingerprint is not None else UNSET,
     )
-
-
-def error_from_upstream(info: wt.ErrorInfo) -> UpstreamAnswered:
-    return UpstreamAnswered(info.status, info.type, info.code, info.message, info.param)
-
-
-def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
-    """A non-streamed answer body: a CompletionResponse, or an Error raised as UpstreamAnswered."""
-    kind = identifiers.identifier_of(body)
-    try:
-        if kind == identifiers.ERROR:
-            if verify_answer:
-                verify.verify_error(body)
-            raise error_from_upstream(decode.decode_error(body))
-        if verify_answer:
-            verify.verify_response(body)
-        return decode.decode_response(body)
-    except IngressError:
-        raise
-    except Exception as exc:  # unverified, a malformed buffer can fail anywhere in the generated readers
-        raise UpstreamProtocolError("The model service sent an unreadable answer.") from exc

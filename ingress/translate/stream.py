@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from ingress.errors import IngressError, UpstreamProtocolError
+from ingress.errors import UpstreamProtocolError
 from ingress.oai import responses as out
-from ingress.translate.completion import error_from_upstream, translate_usage
-from ingress.wire import decode, identifiers, verify
+from ingress.translate.completion import translate_usage
 from ingress.wire import types as wt
+from ingress.wire.answer import decode_frame
 
 
 class StreamTranslator:
@@ -26,21 +26,9 @@ class StreamTranslator:
         self._verify = verify
 
     def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
-        """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised."""
-        kind = identifiers.identifier_of(frame, 4)
-        try:
-            if kind == identifiers.ERROR:
-                if self._verify:
-                    verify.verify_error(frame, size_prefixed=True)
-                raise error_from_upstream(decode.decode_error(frame[4:]))
-            if self._verify:
-                verify.verify_chunk(frame)
-            chunk = decode.decode_chunk(frame[4:])
-        except IngressError:
-            raise
-        except Exception as exc:  # unverified, a malformed buffer can fail anywhere in the generated readers
-            raise UpstreamProtocolError("The model service sent an unreadable stream frame.") from exc
-        return self.feed(chunk)
+        """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
+        Verifying and decoding the frame is `ingress.wire.answer.decode_frame`'s."""
+        return self.feed(decode_frame(frame, verify_frame=self._verify))
 
     def feed(self, chunk: wt.Chunk) -> list[out.ChatCompletionChunk]:
         if self.done:

@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
-from ingress.translate.completion import decode_answer
 from ingress.upstream.http1 import Pool, Response
 from ingress.wire import identifiers
+from ingress.wire.answer import decode_answer
 
 TOO_LARGE = "The model service answer is too large."
 

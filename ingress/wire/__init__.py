@@ -5,8 +5,10 @@ stream of size-prefixed chunk frames::
 
     from ingress import wire
 
+    wire.verify_request(body)                   # first: a buffer from outside is checked whole
     request = wire.read_request(body)           # zero-copy view over `body`
     request.ModelName(), request.Stream(), request.MessagesLength()
+    wire.read_request_data(body)                # or every field, as a CompletionRequestData
     wire.decode_request(body)                   # or everything, in OpenAI's request shape
 
     wire.write_response(wire.Response(...))     # one CompletionResponse buffer
@@ -16,12 +18,31 @@ stream of size-prefixed chunk frames::
 
 from __future__ import annotations
 
-from ingress.wire.decode import WireError, decode_chunk, decode_error, decode_request, decode_response, read_request
-from ingress.wire.encode import encode_chunk_frame, encode_error, encode_response
+from ingress.wire.decode import (
+    WireError,
+    decode_chunk,
+    decode_error,
+    decode_request,
+    decode_response,
+    read_request,
+    read_request_data,
+)
+from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
 from ingress.wire.pool import BuilderPool
-from ingress.wire.types import Choice, Chunk, ErrorInfo, FunctionCall, Response, ToolCallDelta, Usage
+from ingress.wire.types import (
+    Choice,
+    Chunk,
+    CompletionRequestData,
+    ErrorInfo,
+    FunctionCall,
+    MessageData,
+    Response,
+    ToolCallDelta,
+    Usage,
+)
+from ingress.wire.verify import verify_request
 
 
 def write_response(response: Response) -> bytearray:
@@ -42,14 +63,19 @@ def write_error(error: ErrorInfo, *, framed: bool = False) -> bytearray:
 __all__ = [
     "COMPLETE_PATH",
     "CONTENT_TYPE",
+    "FINISH_REASONS",
+    "PROVIDERS",
+    "ROLES",
     "STREAM_CONTENT_TYPE",
     "BuilderPool",
     "Choice",
     "Chunk",
+    "CompletionRequestData",
     "ErrorInfo",
     "FrameDecoder",
     "FrameError",
     "FunctionCall",
+    "MessageData",
     "Response",
     "ToolCallDelta",
     "Usage",
@@ -60,6 +86,8 @@ __all__ = [
     "decode_response",
     "frame",
     "read_request",
+    "read_request_data",
+    "verify_request",
     "write_chunk",
     "write_error",
     "write_response",

@@ -11,13 +11,13 @@ from ingress.oai import models as oai
 from ingress.wire import identifiers
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
-from ingress.wire._generated import readers
+from ingress.wire._generated import enums, readers
 from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
 from ingress.wire._generated.LLMGateway.Message import Message
 
-ROLE_NAMES = ("system", "user", "assistant", "tool", "developer")
-FINISH_NAMES = (None, "stop", "length", "tool_calls", "content_filter")
-PROVIDER_NAMES = ("openai", "anthropic", "self_hosted")
+ROLE_NAMES = enums.ROLE_NAMES
+FINISH_NAMES = enums.FINISH_REASON_NAMES
+PROVIDER_NAMES = enums.MODEL_PROVIDER_NAMES
 
 
 class WireError(ValueError):
@@ -43,13 +43,6 @@ def read_request_data(buf: bytes) -> gen.CompletionRequestData:
     """A verified CompletionRequest, every field read (for services that use the whole request)."""
     _expect(buf, identifiers.REQUEST)
     return readers.read_CompletionRequest(buf)
-
-
-def _usage(u: gen.UsageData | None) -> wt.Usage | None:
-    if u is None:
-        return None
-    return wt.Usage(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens,
-                    cached_tokens=u.cached_tokens, reasoning_tokens=u.reasoning_tokens)
 
 
 def _call(c: gen.FunctionCallData) -> wt.FunctionCall:
@@ -85,7 +78,7 @@ def decode_response(buf: bytes) -> wt.Response:
     r = readers.read_CompletionResponse(buf)
     return wt.Response(id=r.id or "", model=r.model or "", created=r.created,
                        choices=[_choice(c) for c in r.choices] if r.choices else [],
-                       usage=_usage(r.usage), system_fingerprint=r.system_fingerprint)
+                       usage=r.usage, system_fingerprint=r.system_fingerprint)
 
 
 def decode_chunk(buf: bytes) -> wt.Chunk:
@@ -96,10 +89,9 @@ def decode_chunk(buf: bytes) -> wt.Chunk:
     return wt.Chunk(
         sequence=k.sequence, choice_index=k.choice_index, id=k.id, model=k.model, created=k.created or None,
         role=None if role is None else _enum(ROLE_NAMES, role, "role"), content=k.content,
-        tool_calls=[wt.ToolCallDelta(index=d.index, id=d.id, type=d.type, name=d.name, arguments=d.arguments)
-                    for d in k.tool_calls] if k.tool_calls else [],
+        tool_calls=k.tool_calls or [],
         refusal=k.refusal, finish_reason=_enum(FINISH_NAMES, k.finish_reason, "finish_reason"),
-        usage=_usage(k.usage), system_fingerprint=k.system_fingerprint, done=k.done,
+        usage=k.usage, system_fingerprint=k.system_fingerprint, done=k.done,
     )
 
 

@@ -12,15 +12,15 @@ from typing import Any, TypeVar
 import msgspec
 
 from ingress.oai import models as oai
-from ingress.passport import Passport, message_text
 from ingress.wire import identifiers
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
+from ingress.wire._generated import enums
 from ingress.wire.pool import BuilderPool
 
-PROVIDERS = {"openai": 0, "anthropic": 1, "self_hosted": 2}
-ROLES = {"system": 0, "user": 1, "assistant": 2, "tool": 3, "developer": 4}
-FINISH_REASONS = {None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4}
+PROVIDERS = enums.MODEL_PROVIDER_VALUES
+ROLES = enums.ROLE_VALUES
+FINISH_REASONS = enums.FINISH_REASON_VALUES
 DEFAULT_TEMPERATURE = 1.0
 
 D = TypeVar("D")
@@ -67,11 +67,13 @@ def _message(m: oai.Message) -> gen.MessageData:
         calls = None if m.tool_calls is None else [
             gen.FunctionCallData(id=c.id, type=c.type, name=c.function.name, arguments=c.function.arguments)
             for c in m.tool_calls]
-        return gen.MessageData(role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls, refusal=m.refusal)
+        return gen.MessageData(role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls,
+                               refusal=m.refusal)
     if cls is oai.ToolMessage:
         assert isinstance(m, oai.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
-    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]  # system, developer, user: all named
+    # system, developer, user: all named
+    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]
 
 
 def _tool(tool: oai.Tool) -> gen.ToolCallData:
@@ -83,6 +85,16 @@ def _tool(tool: oai.Tool) -> gen.ToolCallData:
 def _response_format(rf: oai.ResponseFormat) -> gen.ResponseFormatData:
     schema = _json.encode(rf.json_schema).decode() if isinstance(rf, oai.JsonSchemaResponseFormat) else None
     return gen.ResponseFormatData(type=str(rf.__struct_config__.tag), json_schema_json=schema)
+
+
+def message_text(message: oai.Message) -> str:
+    """The text of a message: its string content, or its text parts joined."""
+    content = message.content
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(getattr(part, "text", "") for part in content)
 
 
 def system_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
@@ -101,7 +113,7 @@ def user_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
 
 
 def request_data(
-    request: oai.ChatCompletionRequest, request_id: str, passport: Passport, provider: str = "openai",
+    request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
     model_name: str | None = None,
 ) -> gen.CompletionRequestData:
     """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
@@ -132,12 +144,7 @@ def request_data(
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
         metadata=[gen.KeyValueData(key=k, value=v) for k, v in request.metadata.items()]
         if request.metadata is not None else None,
-        passport=gen.PassportData(
-            tenant_id=passport.tenant_id, key_id=passport.key_id,
-            prompt_tokens_estimate=passport.prompt_tokens_estimate, prefix_hash=passport.prefix_hash,
-            priority=passport.priority, deadline_unix_ms=passport.deadline_unix_ms,
-            traceparent=passport.traceparent, tracestate=passport.tracestate,
-        ),
+        passport=passport,
         temperature_set=request.temperature is not None,
         max_tokens_set=request.max_tokens is not None,
         parallel_tool_calls=request.parallel_tool_calls,
@@ -151,14 +158,6 @@ def request_data(
 # --- wire types → answer data ---------------------------------------------------------------------
 
 
-def _usage(u: wt.Usage | None) -> gen.UsageData | None:
-    if u is None:
-        return None
-    return gen.UsageData(prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
-                         total_tokens=u.total_tokens, cached_tokens=u.cached_tokens,
-                         reasoning_tokens=u.reasoning_tokens)
-
-
 def _calls(calls: list[wt.FunctionCall]) -> list[gen.FunctionCallData] | None:
     return [gen.FunctionCallData(id=c.id, type=c.type, name=c.name, arguments=c.arguments) for c in calls] or None
 
@@ -170,16 +169,15 @@ def response_data(r: wt.Response) -> gen.CompletionResponseData:
         for c in r.choices
     ]
     return gen.CompletionResponseData(id=r.id, model=r.model, created=r.created, choices=choices,
-                                      usage=_usage(r.usage), system_fingerprint=r.system_fingerprint)
+                                      usage=r.usage, system_fingerprint=r.system_fingerprint)
 
 
 def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
-    deltas = [gen.ToolCallDeltaData(index=d.index, id=d.id, type=d.type, name=d.name, arguments=d.arguments)
-              for d in c.tool_calls] or None
+    deltas = c.tool_calls or None
     return gen.CompletionChunkData(
         sequence=c.sequence, id=c.id, model=c.model, created=c.created or 0, choice_index=c.choice_index,
         role=ROLES[c.role] if c.role is not None else None, content=c.content, tool_calls=deltas,
-        finish_reason=FINISH_REASONS[c.finish_reason], usage=_usage(c.usage), refusal=c.refusal,
+        finish_reason=FINISH_REASONS[c.finish_reason], usage=c.usage, refusal=c.refusal,
         system_fingerprint=c.system_fingerprint, done=c.done,
     )
 
@@ -208,7 +206,7 @@ def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifie
         return bytes(b.Output())
 
 
-def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: Passport,
+def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData,
                    provider: str = "openai", model_name: str | None = None) -> bytearray:
     return _fast(gen.encode_CompletionRequest, request_data(request, request_id, passport, provider, model_name))
 
@@ -231,7 +229,7 @@ def encode_error(error: wt.ErrorInfo, *, framed: bool = False) -> bytearray:
 # The stock flatbuffers.Builder path: the reference in tests and the baseline in benchmarks.
 
 def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
-                         passport: Passport, provider: str = "openai", model_name: str | None = None) -> bytes:
+                         passport: gen.PassportData, provider: str = "openai", model_name: str | None = None) -> bytes:
     return _stock(pool, gen.build_CompletionRequest,
                   request_data(request, request_id, passport, provider, model_name), identifiers.REQUEST)
 

@@ -1,18 +1,23 @@
-"""Plain-data forms of the answer tables, for internal services that write them and for tests."""
+"""Plain-data forms of the answer tables, for internal services that write them and for tests; and the
+generated data classes a service reads a whole request into.
+
+Where a table's service-facing form is the table itself, it is the generated data class (one
+definition: the schema): `Usage`, `ToolCallDelta`, `PassportData`. The others differ on purpose:
+enums as their OpenAI names ("assistant", "stop") instead of numbers, a choice's message flattened
+into it, and the fields a service must send required (see `ingress.wire.decode`, `encode`).
+"""
 
 from __future__ import annotations
 
 import msgspec
 
-STOP, LENGTH, TOOL_CALLS, CONTENT_FILTER = "stop", "length", "tool_calls", "content_filter"
+from ingress.wire._generated.encoders import CompletionRequestData as CompletionRequestData
+from ingress.wire._generated.encoders import MessageData as MessageData
+from ingress.wire._generated.encoders import PassportData as PassportData
+from ingress.wire._generated.encoders import ToolCallDeltaData, UsageData
 
-
-class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
+Usage = UsageData
+ToolCallDelta = ToolCallDeltaData
 
 
 class FunctionCall(msgspec.Struct, kw_only=True):
@@ -37,14 +42,6 @@ class Response(msgspec.Struct, kw_only=True):
     choices: list[Choice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
-
-
-class ToolCallDelta(msgspec.Struct, kw_only=True):
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str | None = None
-    type: str | None = None
 
 
 class Chunk(msgspec.Struct, kw_only=True):

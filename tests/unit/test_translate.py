@@ -9,9 +9,10 @@ import pytest
 
 from ingress import wire
 from ingress.errors import UpstreamAnswered, UpstreamProtocolError
-from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.completion import translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.wire import Chunk, ErrorInfo, ToolCallDelta, Usage
+from ingress.wire.answer import decode_answer
 
 USAGE = Usage(prompt_tokens=7, completion_tokens=3, total_tokens=10, cached_tokens=4, reasoning_tokens=1)
 USAGE_OUT = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,

@@ -3,6 +3,7 @@
 """Specialised FlatBuffers encoders for the LLMGateway schema.
 
 Data classes mirror the tables field for field (enums as ints, struct vectors as tuples, absent as None).
+The schema-independent helpers are in `ingress.wire.runtime`.
 """
 
 from __future__ import annotations
@@ -11,73 +12,26 @@ import struct
 
 import msgspec
 from flatbuffers import Builder
-from ingress.wire._generated.LLMGateway import ToolCall as _fb_ToolCall
-from ingress.wire._generated.LLMGateway import ContentPart as _fb_ContentPart
-from ingress.wire._generated.LLMGateway import FunctionCall as _fb_FunctionCall
-from ingress.wire._generated.LLMGateway import Message as _fb_Message
-from ingress.wire._generated.LLMGateway import KeyValue as _fb_KeyValue
-from ingress.wire._generated.LLMGateway import ResponseFormat as _fb_ResponseFormat
-from ingress.wire._generated.LLMGateway import Passport as _fb_Passport
-from ingress.wire._generated.LLMGateway import CompletionRequest as _fb_CompletionRequest
-from ingress.wire._generated.LLMGateway import Usage as _fb_Usage
+
+from ingress.wire import runtime as _rt
 from ingress.wire._generated.LLMGateway import Choice as _fb_Choice
-from ingress.wire._generated.LLMGateway import CompletionResponse as _fb_CompletionResponse
-from ingress.wire._generated.LLMGateway import ToolCallDelta as _fb_ToolCallDelta
 from ingress.wire._generated.LLMGateway import CompletionChunk as _fb_CompletionChunk
+from ingress.wire._generated.LLMGateway import CompletionRequest as _fb_CompletionRequest
+from ingress.wire._generated.LLMGateway import CompletionResponse as _fb_CompletionResponse
+from ingress.wire._generated.LLMGateway import ContentPart as _fb_ContentPart
 from ingress.wire._generated.LLMGateway import Error as _fb_Error
+from ingress.wire._generated.LLMGateway import FunctionCall as _fb_FunctionCall
+from ingress.wire._generated.LLMGateway import KeyValue as _fb_KeyValue
 from ingress.wire._generated.LLMGateway import LogitBias as _fb_LogitBias
+from ingress.wire._generated.LLMGateway import Message as _fb_Message
+from ingress.wire._generated.LLMGateway import Passport as _fb_Passport
+from ingress.wire._generated.LLMGateway import ResponseFormat as _fb_ResponseFormat
+from ingress.wire._generated.LLMGateway import ToolCall as _fb_ToolCall
+from ingress.wire._generated.LLMGateway import ToolCallDelta as _fb_ToolCallDelta
+from ingress.wire._generated.LLMGateway import Usage as _fb_Usage
 
-_ZERO = tuple(bytes(n) for n in range(8))
-_U32 = struct.Struct("<I")
-_pack_u32 = _U32.pack
-_patch_u32 = _U32.pack_into
-
-
-def _string(buf: bytearray, value: str) -> int:
-    """Append a string (u32 length, UTF-8 bytes, NUL) 4-byte aligned; return its position."""
-    data = value.encode()
-    pad = -len(buf) & 3
-    if pad:
-        buf += _ZERO[pad]
-    pos = len(buf)
-    buf += _pack_u32(len(data))
-    buf += data
-    buf += b"\0"
-    return pos
-
-
-def _ref(buf: bytearray, at: int, target: int) -> None:
-    """Point the uoffset at `at` forward to `target`."""
-    _patch_u32(buf, at, target - at)
-
-
-def _vector_start(buf: bytearray, count: int, elem_align: int = 4) -> int:
-    """Append a vector's length so that its elements start `elem_align`-aligned; return its position."""
-    pad = -(len(buf) + 4) & (elem_align - 1)
-    if pad:
-        buf += _ZERO[pad]
-    pos = len(buf)
-    buf += _pack_u32(count)
-    return pos
-
-
-def _string_vector(buf: bytearray, values: list[str]) -> int:
-    pos = _vector_start(buf, len(values))
-    buf += bytes(4 * len(values))
-    for i, value in enumerate(values):
-        _ref(buf, pos + 4 + 4 * i, _string(buf, value))
-    return pos
-
-
-def _finish(buf: bytearray, write: "object", data: object, identifier: bytes, size_prefixed: bool) -> None:
-    """Root offset (after an optional size prefix) and file identifier, then the root table."""
-    start = 4 if size_prefixed else 0
-    buf += bytes(start + 8)
-    buf[start + 4 : start + 8] = identifier
-    root = write(buf, data)  # type: ignore[operator]
-    _patch_u32(buf, start, root - start)
-    if size_prefixed:
-        _patch_u32(buf, 0, len(buf) - 4)
+_ZERO, _pack_u32, _patch_u32, _ref = _rt.ZERO, _rt.pack_u32, _rt.patch_u32, _rt.ref
+_vector_start, _string_vector, _finish = _rt.vector_start, _rt.string_vector, _rt.finish
 
 
 class ToolCallData(msgspec.Struct, kw_only=True, gc=False):
@@ -104,9 +58,9 @@ class FunctionCallData(msgspec.Struct, kw_only=True, gc=False):
 class MessageData(msgspec.Struct, kw_only=True, gc=False):
     role: int = 0
     content: str | None = None
-    parts: list["ContentPartData"] | None = None
+    parts: list[ContentPartData] | None = None
     name: str | None = None
-    tool_calls: list["FunctionCallData"] | None = None
+    tool_calls: list[FunctionCallData] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None
 
@@ -140,8 +94,8 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     user_prompt: str | None = None
     max_tokens: int = 0
     temperature: float = 0.0
-    tools: list["ToolCallData"] | None = None
-    messages: list["MessageData"] | None = None
+    tools: list[ToolCallData] | None = None
+    messages: list[MessageData] | None = None
     tool_choice_json: str | None = None
     top_p: float | None = None
     n: int | None = None
@@ -150,13 +104,13 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     max_completion_tokens: int | None = None
-    response_format: "ResponseFormatData | None" = None
+    response_format: ResponseFormatData | None = None
     logit_bias: list[tuple[object, ...]] | None = None
     user: str | None = None
     stream: bool = False
     include_usage: bool = False
-    metadata: list["KeyValueData"] | None = None
-    passport: "PassportData | None" = None
+    metadata: list[KeyValueData] | None = None
+    passport: PassportData | None = None
     temperature_set: bool = False
     max_tokens_set: bool = False
     parallel_tool_calls: bool | None = None
@@ -176,7 +130,7 @@ class UsageData(msgspec.Struct, kw_only=True, gc=False):
 
 class ChoiceData(msgspec.Struct, kw_only=True, gc=False):
     index: int = 0
-    message: "MessageData | None" = None
+    message: MessageData | None = None
     finish_reason: int = 0
 
 
@@ -184,8 +138,8 @@ class CompletionResponseData(msgspec.Struct, kw_only=True, gc=False):
     id: str | None = None
     model: str | None = None
     created: int = 0
-    choices: list["ChoiceData"] | None = None
-    usage: "UsageData | None" = None
+    choices: list[ChoiceData] | None = None
+    usage: UsageData | None = None
     system_fingerprint: str | None = None
 
 
@@ -205,9 +159,9 @@ class CompletionChunkData(msgspec.Struct, kw_only=True, gc=False):
     choice_index: int = 0
     role: int | None = None
     content: str | None = None
-    tool_calls: list["ToolCallDeltaData"] | None = None
+    tool_calls: list[ToolCallDeltaData] | None = None
     finish_reason: int = 0
-    usage: "UsageData | None" = None
+    usage: UsageData | None = None
     refusal: str | None = None
     system_fingerprint: str | None = None
     done: bool = False
@@ -224,22 +178,27 @@ class ErrorData(msgspec.Struct, kw_only=True, gc=False):
 _ST_LogitBias = struct.Struct('<i4xd').pack
 
 
-_VT_TB_ToolCall = struct.Struct('<7Hi4x4x4x4x?3x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_ToolCall = struct.Struct('<7Hi4x4x4x4x?3x').pack
 
 
 def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
-    name = o.name
-    arguments_json = o.arguments_json
-    description = o.description
-    type = o.type
-    strict = o.strict
+    f_name = o.name
+    f_arguments_json = o.arguments_json
+    f_description = o.description
+    f_type = o.type
+    f_strict = o.strict
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 14
-    buf += _VT_TB_ToolCall(14, 24, 4 if name is not None else 0, 8 if arguments_json is not None else 0, 12 if description is not None else 0, 16 if type is not None else 0, 20 if strict is not None else 0, 14, strict if strict is not None else False)
-    if name is not None:
-        d = name.encode()
+    buf += _VT_TB_ToolCall(
+        14, 24, 4 if f_name is not None else 0, 8 if f_arguments_json is not None else 0,
+        12 if f_description is not None else 0, 16 if f_type is not None else 0, 20 if f_strict is not None else 0, 14,
+        f_strict if f_strict is not None else False,
+    )
+    if f_name is not None:
+        d = f_name.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -247,8 +206,8 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if arguments_json is not None:
-        d = arguments_json.encode()
+    if f_arguments_json is not None:
+        d = f_arguments_json.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -256,8 +215,8 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if description is not None:
-        d = description.encode()
+    if f_description is not None:
+        d = f_description.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -265,8 +224,8 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if type is not None:
-        d = type.encode()
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -277,20 +236,24 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
     return t
 
 
-_VT_TB_ContentPart = struct.Struct('<5Hi4x4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_ContentPart = struct.Struct('<5Hi4x4x4x').pack
 
 
 def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
-    type = o.type
-    text = o.text
-    payload_json = o.payload_json
+    f_type = o.type
+    f_text = o.text
+    f_payload_json = o.payload_json
     pad = -(len(buf) + 10) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 10
-    buf += _VT_TB_ContentPart(10, 16, 4 if type is not None else 0, 8 if text is not None else 0, 12 if payload_json is not None else 0, 10)
-    if type is not None:
-        d = type.encode()
+    buf += _VT_TB_ContentPart(
+        10, 16, 4 if f_type is not None else 0, 8 if f_text is not None else 0, 12 if f_payload_json is not None else 0,
+        10,
+    )
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -298,8 +261,8 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if text is not None:
-        d = text.encode()
+    if f_text is not None:
+        d = f_text.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -307,8 +270,8 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if payload_json is not None:
-        d = payload_json.encode()
+    if f_payload_json is not None:
+        d = f_payload_json.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -319,21 +282,25 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
     return t
 
 
-_VT_TB_FunctionCall = struct.Struct('<6Hi4x4x4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_FunctionCall = struct.Struct('<6Hi4x4x4x4x').pack
 
 
 def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
-    id = o.id
-    type = o.type
-    name = o.name
-    arguments = o.arguments
+    f_id = o.id
+    f_type = o.type
+    f_name = o.name
+    f_arguments = o.arguments
     pad = -(len(buf) + 12) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 12
-    buf += _VT_TB_FunctionCall(12, 20, 4 if id is not None else 0, 8 if type is not None else 0, 12 if name is not None else 0, 16 if arguments is not None else 0, 12)
-    if id is not None:
-        d = id.encode()
+    buf += _VT_TB_FunctionCall(
+        12, 20, 4 if f_id is not None else 0, 8 if f_type is not None else 0, 12 if f_name is not None else 0,
+        16 if f_arguments is not None else 0, 12,
+    )
+    if f_id is not None:
+        d = f_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -341,8 +308,8 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if type is not None:
-        d = type.encode()
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -350,8 +317,8 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if name is not None:
-        d = name.encode()
+    if f_name is not None:
+        d = f_name.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -359,8 +326,8 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if arguments is not None:
-        d = arguments.encode()
+    if f_arguments is not None:
+        d = f_arguments.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -371,23 +338,28 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
     return t
 
 
-_VT_TB_Message = struct.Struct('<9Hi4x4x4x4x4x4xb3x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_Message = struct.Struct('<9Hi4x4x4x4x4x4xb3x').pack
 
 
 def _write_Message(buf: bytearray, o: MessageData) -> int:
-    content = o.content
-    parts = o.parts
-    name = o.name
-    tool_calls = o.tool_calls
-    tool_call_id = o.tool_call_id
-    refusal = o.refusal
+    f_content = o.content
+    f_parts = o.parts
+    f_name = o.name
+    f_tool_calls = o.tool_calls
+    f_tool_call_id = o.tool_call_id
+    f_refusal = o.refusal
     pad = -(len(buf) + 18) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 18
-    buf += _VT_TB_Message(18, 32, 28, 4 if content is not None else 0, 8 if parts is not None else 0, 12 if name is not None else 0, 16 if tool_calls is not None else 0, 20 if tool_call_id is not None else 0, 24 if refusal is not None else 0, 18, o.role)
-    if content is not None:
-        d = content.encode()
+    buf += _VT_TB_Message(
+        18, 32, 28, 4 if f_content is not None else 0, 8 if f_parts is not None else 0, 12 if f_name is not None else 0,
+        16 if f_tool_calls is not None else 0, 20 if f_tool_call_id is not None else 0,
+        24 if f_refusal is not None else 0, 18, o.role,
+    )
+    if f_content is not None:
+        d = f_content.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -395,15 +367,15 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if parts is not None:
-        v = _vector_start(buf, len(parts))
-        buf += bytes(4 * len(parts))
-        for i, item in enumerate(parts):
+    if f_parts is not None:
+        v = _vector_start(buf, len(f_parts))
+        buf += bytes(4 * len(f_parts))
+        for i, e_parts in enumerate(f_parts):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_ContentPart(buf, item) - at)
+            _patch_u32(buf, at, _write_ContentPart(buf, e_parts) - at)
         _ref(buf, t + 8, v)
-    if name is not None:
-        d = name.encode()
+    if f_name is not None:
+        d = f_name.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -411,15 +383,15 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if tool_calls is not None:
-        v = _vector_start(buf, len(tool_calls))
-        buf += bytes(4 * len(tool_calls))
-        for i, item in enumerate(tool_calls):
+    if f_tool_calls is not None:
+        v = _vector_start(buf, len(f_tool_calls))
+        buf += bytes(4 * len(f_tool_calls))
+        for i, e_tool_calls in enumerate(f_tool_calls):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_FunctionCall(buf, item) - at)
+            _patch_u32(buf, at, _write_FunctionCall(buf, e_tool_calls) - at)
         _ref(buf, t + 16, v)
-    if tool_call_id is not None:
-        d = tool_call_id.encode()
+    if f_tool_call_id is not None:
+        d = f_tool_call_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -427,8 +399,8 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if refusal is not None:
-        d = refusal.encode()
+    if f_refusal is not None:
+        d = f_refusal.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -439,19 +411,20 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     return t
 
 
-_VT_TB_KeyValue = struct.Struct('<4Hi4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_KeyValue = struct.Struct('<4Hi4x4x').pack
 
 
 def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
-    key = o.key
-    value = o.value
+    f_key = o.key
+    f_value = o.value
     pad = -(len(buf) + 8) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 8
-    buf += _VT_TB_KeyValue(8, 12, 4 if key is not None else 0, 8 if value is not None else 0, 8)
-    if key is not None:
-        d = key.encode()
+    buf += _VT_TB_KeyValue(8, 12, 4 if f_key is not None else 0, 8 if f_value is not None else 0, 8)
+    if f_key is not None:
+        d = f_key.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -459,8 +432,8 @@ def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if value is not None:
-        d = value.encode()
+    if f_value is not None:
+        d = f_value.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -471,19 +444,20 @@ def _write_KeyValue(buf: bytearray, o: KeyValueData) -> int:
     return t
 
 
-_VT_TB_ResponseFormat = struct.Struct('<4Hi4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_ResponseFormat = struct.Struct('<4Hi4x4x').pack
 
 
 def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
-    type = o.type
-    json_schema_json = o.json_schema_json
+    f_type = o.type
+    f_json_schema_json = o.json_schema_json
     pad = -(len(buf) + 8) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 8
-    buf += _VT_TB_ResponseFormat(8, 12, 4 if type is not None else 0, 8 if json_schema_json is not None else 0, 8)
-    if type is not None:
-        d = type.encode()
+    buf += _VT_TB_ResponseFormat(8, 12, 4 if f_type is not None else 0, 8 if f_json_schema_json is not None else 0, 8)
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -491,8 +465,8 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if json_schema_json is not None:
-        d = json_schema_json.encode()
+    if f_json_schema_json is not None:
+        d = f_json_schema_json.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -503,21 +477,26 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
     return t
 
 
-_VT_TB_Passport = struct.Struct('<10Hi4xQq4x4xI4x4xb3x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_Passport = struct.Struct('<10Hi4xQq4x4xI4x4xb3x').pack
 
 
 def _write_Passport(buf: bytearray, o: PassportData) -> int:
-    tenant_id = o.tenant_id
-    key_id = o.key_id
-    traceparent = o.traceparent
-    tracestate = o.tracestate
+    f_tenant_id = o.tenant_id
+    f_key_id = o.key_id
+    f_traceparent = o.traceparent
+    f_tracestate = o.tracestate
     pad = -(len(buf) + 20) & 7
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 20
-    buf += _VT_TB_Passport(20, 48, 24 if tenant_id is not None else 0, 28 if key_id is not None else 0, 32, 8, 44, 16, 36 if traceparent is not None else 0, 40 if tracestate is not None else 0, 20, o.prefix_hash, o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority)
-    if tenant_id is not None:
-        d = tenant_id.encode()
+    buf += _VT_TB_Passport(
+        20, 48, 24 if f_tenant_id is not None else 0, 28 if f_key_id is not None else 0, 32, 8, 44, 16,
+        36 if f_traceparent is not None else 0, 40 if f_tracestate is not None else 0, 20, o.prefix_hash,
+        o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority,
+    )
+    if f_tenant_id is not None:
+        d = f_tenant_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -525,8 +504,8 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if key_id is not None:
-        d = key_id.encode()
+    if f_key_id is not None:
+        d = f_key_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -534,8 +513,8 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if traceparent is not None:
-        d = traceparent.encode()
+    if f_traceparent is not None:
+        d = f_traceparent.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -543,8 +522,8 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if tracestate is not None:
-        d = tracestate.encode()
+    if f_tracestate is not None:
+        d = f_tracestate.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -555,41 +534,61 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
     return t
 
 
-_VT_TB_CompletionRequest = struct.Struct('<33Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4xb??????1x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_CompletionRequest = struct.Struct('<33Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4xb??????1x').pack
 
 
 def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
-    request_id = o.request_id
-    model_name = o.model_name
-    system_prompt = o.system_prompt
-    user_prompt = o.user_prompt
-    tools = o.tools
-    messages = o.messages
-    tool_choice_json = o.tool_choice_json
-    top_p = o.top_p
-    n = o.n
-    stop = o.stop
-    seed = o.seed
-    presence_penalty = o.presence_penalty
-    frequency_penalty = o.frequency_penalty
-    max_completion_tokens = o.max_completion_tokens
-    response_format = o.response_format
-    logit_bias = o.logit_bias
-    user = o.user
-    metadata = o.metadata
-    passport = o.passport
-    parallel_tool_calls = o.parallel_tool_calls
-    logprobs = o.logprobs
-    top_logprobs = o.top_logprobs
-    reasoning_effort = o.reasoning_effort
-    service_tier = o.service_tier
+    f_request_id = o.request_id
+    f_model_name = o.model_name
+    f_system_prompt = o.system_prompt
+    f_user_prompt = o.user_prompt
+    f_tools = o.tools
+    f_messages = o.messages
+    f_tool_choice_json = o.tool_choice_json
+    f_top_p = o.top_p
+    f_n = o.n
+    f_stop = o.stop
+    f_seed = o.seed
+    f_presence_penalty = o.presence_penalty
+    f_frequency_penalty = o.frequency_penalty
+    f_max_completion_tokens = o.max_completion_tokens
+    f_response_format = o.response_format
+    f_logit_bias = o.logit_bias
+    f_user = o.user
+    f_metadata = o.metadata
+    f_passport = o.passport
+    f_parallel_tool_calls = o.parallel_tool_calls
+    f_logprobs = o.logprobs
+    f_top_logprobs = o.top_logprobs
+    f_reasoning_effort = o.reasoning_effort
+    f_service_tier = o.service_tier
     pad = -(len(buf) + 66) & 7
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 66
-    buf += _VT_TB_CompletionRequest(66, 128, 40 if request_id is not None else 0, 120, 44 if model_name is not None else 0, 48 if system_prompt is not None else 0, 52 if user_prompt is not None else 0, 56, 60, 64 if tools is not None else 0, 68 if messages is not None else 0, 72 if tool_choice_json is not None else 0, 8 if top_p is not None else 0, 76 if n is not None else 0, 80 if stop is not None else 0, 16 if seed is not None else 0, 24 if presence_penalty is not None else 0, 32 if frequency_penalty is not None else 0, 84 if max_completion_tokens is not None else 0, 88 if response_format is not None else 0, 92 if logit_bias is not None else 0, 96 if user is not None else 0, 121, 122, 100 if metadata is not None else 0, 104 if passport is not None else 0, 123, 124, 125 if parallel_tool_calls is not None else 0, 126 if logprobs is not None else 0, 108 if top_logprobs is not None else 0, 112 if reasoning_effort is not None else 0, 116 if service_tier is not None else 0, 66, top_p if top_p is not None else 0, seed if seed is not None else 0, presence_penalty if presence_penalty is not None else 0, frequency_penalty if frequency_penalty is not None else 0, o.max_tokens, o.temperature, n if n is not None else 0, max_completion_tokens if max_completion_tokens is not None else 0, top_logprobs if top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set, o.max_tokens_set, parallel_tool_calls if parallel_tool_calls is not None else False, logprobs if logprobs is not None else False)
-    if request_id is not None:
-        d = request_id.encode()
+    buf += _VT_TB_CompletionRequest(
+        66, 128, 40 if f_request_id is not None else 0, 120, 44 if f_model_name is not None else 0,
+        48 if f_system_prompt is not None else 0, 52 if f_user_prompt is not None else 0, 56, 60,
+        64 if f_tools is not None else 0, 68 if f_messages is not None else 0,
+        72 if f_tool_choice_json is not None else 0, 8 if f_top_p is not None else 0, 76 if f_n is not None else 0,
+        80 if f_stop is not None else 0, 16 if f_seed is not None else 0, 24 if f_presence_penalty is not None else 0,
+        32 if f_frequency_penalty is not None else 0, 84 if f_max_completion_tokens is not None else 0,
+        88 if f_response_format is not None else 0, 92 if f_logit_bias is not None else 0,
+        96 if f_user is not None else 0, 121, 122, 100 if f_metadata is not None else 0,
+        104 if f_passport is not None else 0, 123, 124, 125 if f_parallel_tool_calls is not None else 0,
+        126 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
+        112 if f_reasoning_effort is not None else 0, 116 if f_service_tier is not None else 0, 66,
+        f_top_p if f_top_p is not None else 0, f_seed if f_seed is not None else 0,
+        f_presence_penalty if f_presence_penalty is not None else 0,
+        f_frequency_penalty if f_frequency_penalty is not None else 0, o.max_tokens, o.temperature,
+        f_n if f_n is not None else 0, f_max_completion_tokens if f_max_completion_tokens is not None else 0,
+        f_top_logprobs if f_top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set,
+        o.max_tokens_set, f_parallel_tool_calls if f_parallel_tool_calls is not None else False,
+        f_logprobs if f_logprobs is not None else False,
+    )
+    if f_request_id is not None:
+        d = f_request_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -597,8 +596,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if model_name is not None:
-        d = model_name.encode()
+    if f_model_name is not None:
+        d = f_model_name.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -606,8 +605,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if system_prompt is not None:
-        d = system_prompt.encode()
+    if f_system_prompt is not None:
+        d = f_system_prompt.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -615,8 +614,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if user_prompt is not None:
-        d = user_prompt.encode()
+    if f_user_prompt is not None:
+        d = f_user_prompt.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -624,22 +623,22 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if tools is not None:
-        v = _vector_start(buf, len(tools))
-        buf += bytes(4 * len(tools))
-        for i, item in enumerate(tools):
+    if f_tools is not None:
+        v = _vector_start(buf, len(f_tools))
+        buf += bytes(4 * len(f_tools))
+        for i, e_tools in enumerate(f_tools):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_ToolCall(buf, item) - at)
+            _patch_u32(buf, at, _write_ToolCall(buf, e_tools) - at)
         _ref(buf, t + 64, v)
-    if messages is not None:
-        v = _vector_start(buf, len(messages))
-        buf += bytes(4 * len(messages))
-        for i, item in enumerate(messages):
+    if f_messages is not None:
+        v = _vector_start(buf, len(f_messages))
+        buf += bytes(4 * len(f_messages))
+        for i, e_messages in enumerate(f_messages):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_Message(buf, item) - at)
+            _patch_u32(buf, at, _write_Message(buf, e_messages) - at)
         _ref(buf, t + 68, v)
-    if tool_choice_json is not None:
-        d = tool_choice_json.encode()
+    if f_tool_choice_json is not None:
+        d = f_tool_choice_json.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -647,17 +646,17 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if stop is not None:
-        _ref(buf, t + 80, _string_vector(buf, stop))
-    if response_format is not None:
-        _ref(buf, t + 88, _write_ResponseFormat(buf, response_format))
-    if logit_bias is not None:
-        v = _vector_start(buf, len(logit_bias), 8)
-        for item in logit_bias:
-            buf += _ST_LogitBias(*item)
+    if f_stop is not None:
+        _ref(buf, t + 80, _string_vector(buf, f_stop))
+    if f_response_format is not None:
+        _ref(buf, t + 88, _write_ResponseFormat(buf, f_response_format))
+    if f_logit_bias is not None:
+        v = _vector_start(buf, len(f_logit_bias), 8)
+        for e_logit_bias in f_logit_bias:
+            buf += _ST_LogitBias(*e_logit_bias)
         _ref(buf, t + 92, v)
-    if user is not None:
-        d = user.encode()
+    if f_user is not None:
+        d = f_user.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -665,17 +664,17 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if metadata is not None:
-        v = _vector_start(buf, len(metadata))
-        buf += bytes(4 * len(metadata))
-        for i, item in enumerate(metadata):
+    if f_metadata is not None:
+        v = _vector_start(buf, len(f_metadata))
+        buf += bytes(4 * len(f_metadata))
+        for i, e_metadata in enumerate(f_metadata):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_KeyValue(buf, item) - at)
+            _patch_u32(buf, at, _write_KeyValue(buf, e_metadata) - at)
         _ref(buf, t + 100, v)
-    if passport is not None:
-        _ref(buf, t + 104, _write_Passport(buf, passport))
-    if reasoning_effort is not None:
-        d = reasoning_effort.encode()
+    if f_passport is not None:
+        _ref(buf, t + 104, _write_Passport(buf, f_passport))
+    if f_reasoning_effort is not None:
+        d = f_reasoning_effort.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -683,8 +682,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if service_tier is not None:
-        d = service_tier.encode()
+    if f_service_tier is not None:
+        d = f_service_tier.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -695,7 +694,8 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     return t
 
 
-_VT_TB_Usage = struct.Struct('<7HiIIIII').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_Usage = struct.Struct('<7HiIIIII').pack
 
 
 def _write_Usage(buf: bytearray, o: UsageData) -> int:
@@ -703,41 +703,49 @@ def _write_Usage(buf: bytearray, o: UsageData) -> int:
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 14
-    buf += _VT_TB_Usage(14, 24, 4, 8, 12, 16, 20, 14, o.prompt_tokens, o.completion_tokens, o.total_tokens, o.cached_tokens, o.reasoning_tokens)
+    buf += _VT_TB_Usage(
+        14, 24, 4, 8, 12, 16, 20, 14, o.prompt_tokens, o.completion_tokens, o.total_tokens, o.cached_tokens,
+        o.reasoning_tokens,
+    )
     return t
 
 
-_VT_TB_Choice = struct.Struct('<5HiI4xb3x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_Choice = struct.Struct('<5HiI4xb3x').pack
 
 
 def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
-    message = o.message
+    f_message = o.message
     pad = -(len(buf) + 10) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 10
-    buf += _VT_TB_Choice(10, 16, 4, 8 if message is not None else 0, 12, 10, o.index, o.finish_reason)
-    if message is not None:
-        _ref(buf, t + 8, _write_Message(buf, message))
+    buf += _VT_TB_Choice(10, 16, 4, 8 if f_message is not None else 0, 12, 10, o.index, o.finish_reason)
+    if f_message is not None:
+        _ref(buf, t + 8, _write_Message(buf, f_message))
     return t
 
 
-_VT_TB_CompletionResponse = struct.Struct('<8Hi4xq4x4x4x4x4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_CompletionResponse = struct.Struct('<8Hi4xq4x4x4x4x4x4x').pack
 
 
 def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
-    id = o.id
-    model = o.model
-    choices = o.choices
-    usage = o.usage
-    system_fingerprint = o.system_fingerprint
+    f_id = o.id
+    f_model = o.model
+    f_choices = o.choices
+    f_usage = o.usage
+    f_system_fingerprint = o.system_fingerprint
     pad = -(len(buf) + 16) & 7
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 16
-    buf += _VT_TB_CompletionResponse(16, 40, 16 if id is not None else 0, 20 if model is not None else 0, 8, 24 if choices is not None else 0, 28 if usage is not None else 0, 32 if system_fingerprint is not None else 0, 16, o.created)
-    if id is not None:
-        d = id.encode()
+    buf += _VT_TB_CompletionResponse(
+        16, 40, 16 if f_id is not None else 0, 20 if f_model is not None else 0, 8, 24 if f_choices is not None else 0,
+        28 if f_usage is not None else 0, 32 if f_system_fingerprint is not None else 0, 16, o.created,
+    )
+    if f_id is not None:
+        d = f_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -745,8 +753,8 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if model is not None:
-        d = model.encode()
+    if f_model is not None:
+        d = f_model.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -754,17 +762,17 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if choices is not None:
-        v = _vector_start(buf, len(choices))
-        buf += bytes(4 * len(choices))
-        for i, item in enumerate(choices):
+    if f_choices is not None:
+        v = _vector_start(buf, len(f_choices))
+        buf += bytes(4 * len(f_choices))
+        for i, e_choices in enumerate(f_choices):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_Choice(buf, item) - at)
+            _patch_u32(buf, at, _write_Choice(buf, e_choices) - at)
         _ref(buf, t + 24, v)
-    if usage is not None:
-        _ref(buf, t + 28, _write_Usage(buf, usage))
-    if system_fingerprint is not None:
-        d = system_fingerprint.encode()
+    if f_usage is not None:
+        _ref(buf, t + 28, _write_Usage(buf, f_usage))
+    if f_system_fingerprint is not None:
+        d = f_system_fingerprint.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -775,21 +783,25 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
     return t
 
 
-_VT_TB_ToolCallDelta = struct.Struct('<7HiI4x4x4x4x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_ToolCallDelta = struct.Struct('<7HiI4x4x4x4x').pack
 
 
 def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
-    id = o.id
-    type = o.type
-    name = o.name
-    arguments = o.arguments
+    f_id = o.id
+    f_type = o.type
+    f_name = o.name
+    f_arguments = o.arguments
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 14
-    buf += _VT_TB_ToolCallDelta(14, 24, 4, 8 if id is not None else 0, 12 if type is not None else 0, 16 if name is not None else 0, 20 if arguments is not None else 0, 14, o.index)
-    if id is not None:
-        d = id.encode()
+    buf += _VT_TB_ToolCallDelta(
+        14, 24, 4, 8 if f_id is not None else 0, 12 if f_type is not None else 0, 16 if f_name is not None else 0,
+        20 if f_arguments is not None else 0, 14, o.index,
+    )
+    if f_id is not None:
+        d = f_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -797,8 +809,8 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if type is not None:
-        d = type.encode()
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -806,8 +818,8 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if name is not None:
-        d = name.encode()
+    if f_name is not None:
+        d = f_name.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -815,8 +827,8 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if arguments is not None:
-        d = arguments.encode()
+    if f_arguments is not None:
+        d = f_arguments.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -827,25 +839,32 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
     return t
 
 
-_VT_TB_CompletionChunk = struct.Struct('<15Hi4xQq4x4xI4x4x4x4x4xbb?5x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_CompletionChunk = struct.Struct('<15Hi4xQq4x4xI4x4x4x4x4xbb?5x').pack
 
 
 def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
-    id = o.id
-    model = o.model
-    role = o.role
-    content = o.content
-    tool_calls = o.tool_calls
-    usage = o.usage
-    refusal = o.refusal
-    system_fingerprint = o.system_fingerprint
+    f_id = o.id
+    f_model = o.model
+    f_role = o.role
+    f_content = o.content
+    f_tool_calls = o.tool_calls
+    f_usage = o.usage
+    f_refusal = o.refusal
+    f_system_fingerprint = o.system_fingerprint
     pad = -(len(buf) + 30) & 7
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 30
-    buf += _VT_TB_CompletionChunk(30, 64, 8, 24 if id is not None else 0, 28 if model is not None else 0, 16, 32, 56 if role is not None else 0, 36 if content is not None else 0, 40 if tool_calls is not None else 0, 57, 44 if usage is not None else 0, 48 if refusal is not None else 0, 52 if system_fingerprint is not None else 0, 58, 30, o.sequence, o.created, o.choice_index, role if role is not None else 0, o.finish_reason, o.done)
-    if id is not None:
-        d = id.encode()
+    buf += _VT_TB_CompletionChunk(
+        30, 64, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
+        56 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 57,
+        44 if f_usage is not None else 0, 48 if f_refusal is not None else 0,
+        52 if f_system_fingerprint is not None else 0, 58, 30, o.sequence, o.created, o.choice_index,
+        f_role if f_role is not None else 0, o.finish_reason, o.done,
+    )
+    if f_id is not None:
+        d = f_id.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -853,8 +872,8 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if model is not None:
-        d = model.encode()
+    if f_model is not None:
+        d = f_model.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -862,8 +881,8 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if content is not None:
-        d = content.encode()
+    if f_content is not None:
+        d = f_content.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -871,17 +890,17 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if tool_calls is not None:
-        v = _vector_start(buf, len(tool_calls))
-        buf += bytes(4 * len(tool_calls))
-        for i, item in enumerate(tool_calls):
+    if f_tool_calls is not None:
+        v = _vector_start(buf, len(f_tool_calls))
+        buf += bytes(4 * len(f_tool_calls))
+        for i, e_tool_calls in enumerate(f_tool_calls):
             at = v + 4 + 4 * i
-            _patch_u32(buf, at, _write_ToolCallDelta(buf, item) - at)
+            _patch_u32(buf, at, _write_ToolCallDelta(buf, e_tool_calls) - at)
         _ref(buf, t + 40, v)
-    if usage is not None:
-        _ref(buf, t + 44, _write_Usage(buf, usage))
-    if refusal is not None:
-        d = refusal.encode()
+    if f_usage is not None:
+        _ref(buf, t + 44, _write_Usage(buf, f_usage))
+    if f_refusal is not None:
+        d = f_refusal.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -889,8 +908,8 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if system_fingerprint is not None:
-        d = system_fingerprint.encode()
+    if f_system_fingerprint is not None:
+        d = f_system_fingerprint.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -901,21 +920,25 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     return t
 
 
-_VT_TB_Error = struct.Struct('<7Hi4x4x4x4xH2x').pack  # vtable, then the table inline
+# The vtable, then the table inline.
+_VT_TB_Error = struct.Struct('<7Hi4x4x4x4xH2x').pack
 
 
 def _write_Error(buf: bytearray, o: ErrorData) -> int:
-    type = o.type
-    code = o.code
-    message = o.message
-    param = o.param
+    f_type = o.type
+    f_code = o.code
+    f_message = o.message
+    f_param = o.param
     pad = -(len(buf) + 14) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 14
-    buf += _VT_TB_Error(14, 24, 20, 4 if type is not None else 0, 8 if code is not None else 0, 12 if message is not None else 0, 16 if param is not None else 0, 14, o.status)
-    if type is not None:
-        d = type.encode()
+    buf += _VT_TB_Error(
+        14, 24, 20, 4 if f_type is not None else 0, 8 if f_code is not None else 0, 12 if f_message is not None else 0,
+        16 if f_param is not None else 0, 14, o.status,
+    )
+    if f_type is not None:
+        d = f_type.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -923,8 +946,8 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if code is not None:
-        d = code.encode()
+    if f_code is not None:
+        d = f_code.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -932,8 +955,8 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if message is not None:
-        d = message.encode()
+    if f_message is not None:
+        d = f_message.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -941,8 +964,8 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
-    if param is not None:
-        d = param.encode()
+    if f_param is not None:
+        d = f_param.encode()
         pad = -len(buf) & 3
         if pad:
             buf += _ZERO[pad]
@@ -1171,8 +1194,8 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     logit_bias_off = 0
     if o.logit_bias is not None:
         _fb_CompletionRequest.StartLogitBiasVector(b, len(o.logit_bias))
-        for item in reversed(o.logit_bias):
-            _fb_LogitBias.CreateLogitBias(b, *item)
+        for e_logit_bias in reversed(o.logit_bias):
+            _fb_LogitBias.CreateLogitBias(b, *e_logit_bias)
         logit_bias_off = b.EndVector()
     user_off = 0
     if o.user is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from ingress.wire import runtime as _rt
 from ingress.wire._generated.encoders import (
     ChoiceData,
     CompletionChunkData,
@@ -31,29 +32,9 @@ from ingress.wire._generated.encoders import (
     ToolCallDeltaData,
     UsageData,
 )
-from ingress.wire._generated.verifier import _ABSENT, _ENTRIES, _i32, _u16, _u32  # one copy of the vtable tables
 
-
-def _vtable(buf: bytes, t: int, slots: int) -> tuple[int, ...]:
-    """The field offsets of the table at `t`, one per slot (0: absent), however long its vtable."""
-    vt = t - _i32(buf, t)[0]
-    have = (_u16(buf, vt)[0] - 4) >> 1
-    if have >= slots:
-        return _ENTRIES[slots](buf, vt + 4)
-    return _ENTRIES[have](buf, vt + 4) + _ABSENT[slots - have]
-
-
-def _str(buf: bytes, at: int) -> str:
-    """The string whose uoffset is at `at`."""
-    at += _u32(buf, at)[0]
-    return str(buf[at + 4:at + 4 + _u32(buf, at)[0]], "utf-8")
-
-
-def _vector(buf: bytes, at: int) -> tuple[int, int]:
-    """(start of the elements, count) of the vector whose uoffset is at `at`."""
-    at += _u32(buf, at)[0]
-    return at + 4, _u32(buf, at)[0]
-
+_rt.reserve_slots(31)  # vtable unpackers for the widest table
+_u32, _vtable, _str, _vector = _rt.u32, _rt.vtable, _rt.read_string, _rt.vector
 
 _S_bool = struct.Struct('<?').unpack_from
 _S_H = struct.Struct('<H').unpack_from
@@ -74,7 +55,9 @@ def _read_ToolCall(buf: bytes, t: int) -> ToolCallData:
     f_description = _str(buf, t + o2) if o2 else None
     f_type = _str(buf, t + o3) if o3 else None
     f_strict = _S_bool(buf, t + o4)[0] if o4 else None
-    return ToolCallData(name=f_name, arguments_json=f_arguments_json, description=f_description, type=f_type, strict=f_strict)
+    return ToolCallData(
+        name=f_name, arguments_json=f_arguments_json, description=f_description, type=f_type, strict=f_strict,
+    )
 
 
 def _read_ContentPart(buf: bytes, t: int) -> ContentPartData:
@@ -109,7 +92,10 @@ def _read_Message(buf: bytes, t: int) -> MessageData:
         f_tool_calls = [_read_FunctionCall(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_tool_call_id = _str(buf, t + o5) if o5 else None
     f_refusal = _str(buf, t + o6) if o6 else None
-    return MessageData(role=f_role, content=f_content, parts=f_parts, name=f_name, tool_calls=f_tool_calls, tool_call_id=f_tool_call_id, refusal=f_refusal)
+    return MessageData(
+        role=f_role, content=f_content, parts=f_parts, name=f_name, tool_calls=f_tool_calls,
+        tool_call_id=f_tool_call_id, refusal=f_refusal,
+    )
 
 
 def _read_KeyValue(buf: bytes, t: int) -> KeyValueData:
@@ -136,11 +122,18 @@ def _read_Passport(buf: bytes, t: int) -> PassportData:
     f_deadline_unix_ms = _S_q(buf, t + o5)[0] if o5 else 0
     f_traceparent = _str(buf, t + o6) if o6 else None
     f_tracestate = _str(buf, t + o7) if o7 else None
-    return PassportData(tenant_id=f_tenant_id, key_id=f_key_id, prompt_tokens_estimate=f_prompt_tokens_estimate, prefix_hash=f_prefix_hash, priority=f_priority, deadline_unix_ms=f_deadline_unix_ms, traceparent=f_traceparent, tracestate=f_tracestate)
+    return PassportData(
+        tenant_id=f_tenant_id, key_id=f_key_id, prompt_tokens_estimate=f_prompt_tokens_estimate,
+        prefix_hash=f_prefix_hash, priority=f_priority, deadline_unix_ms=f_deadline_unix_ms, traceparent=f_traceparent,
+        tracestate=f_tracestate,
+    )
 
 
 def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16, o17, o18, o19, o20, o21, o22, o23, o24, o25, o26, o27, o28, o29, o30 = _vtable(buf, t, 31)
+    (
+        o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16, o17, o18, o19, o20, o21, o22, o23,
+        o24, o25, o26, o27, o28, o29, o30,
+    ) = _vtable(buf, t, 31)
     f_request_id = _str(buf, t + o0) if o0 else None
     f_provider = _S_b(buf, t + o1)[0] if o1 else 0
     f_model_name = _str(buf, t + o2) if o2 else None
@@ -187,7 +180,17 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
     f_top_logprobs = _S_i(buf, t + o28)[0] if o28 else None
     f_reasoning_effort = _str(buf, t + o29) if o29 else None
     f_service_tier = _str(buf, t + o30) if o30 else None
-    return CompletionRequestData(request_id=f_request_id, provider=f_provider, model_name=f_model_name, system_prompt=f_system_prompt, user_prompt=f_user_prompt, max_tokens=f_max_tokens, temperature=f_temperature, tools=f_tools, messages=f_messages, tool_choice_json=f_tool_choice_json, top_p=f_top_p, n=f_n, stop=f_stop, seed=f_seed, presence_penalty=f_presence_penalty, frequency_penalty=f_frequency_penalty, max_completion_tokens=f_max_completion_tokens, response_format=f_response_format, logit_bias=f_logit_bias, user=f_user, stream=f_stream, include_usage=f_include_usage, metadata=f_metadata, passport=f_passport, temperature_set=f_temperature_set, max_tokens_set=f_max_tokens_set, parallel_tool_calls=f_parallel_tool_calls, logprobs=f_logprobs, top_logprobs=f_top_logprobs, reasoning_effort=f_reasoning_effort, service_tier=f_service_tier)
+    return CompletionRequestData(
+        request_id=f_request_id, provider=f_provider, model_name=f_model_name, system_prompt=f_system_prompt,
+        user_prompt=f_user_prompt, max_tokens=f_max_tokens, temperature=f_temperature, tools=f_tools,
+        messages=f_messages, tool_choice_json=f_tool_choice_json, top_p=f_top_p, n=f_n, stop=f_stop, seed=f_seed,
+        presence_penalty=f_presence_penalty, frequency_penalty=f_frequency_penalty,
+        max_completion_tokens=f_max_completion_tokens, response_format=f_response_format, logit_bias=f_logit_bias,
+        user=f_user, stream=f_stream, include_usage=f_include_usage, metadata=f_metadata, passport=f_passport,
+        temperature_set=f_temperature_set, max_tokens_set=f_max_tokens_set, parallel_tool_calls=f_parallel_tool_calls,
+        logprobs=f_logprobs, top_logprobs=f_top_logprobs, reasoning_effort=f_reasoning_effort,
+        service_tier=f_service_tier,
+    )
 
 
 def _read_Usage(buf: bytes, t: int) -> UsageData:
@@ -197,7 +200,10 @@ def _read_Usage(buf: bytes, t: int) -> UsageData:
     f_total_tokens = _S_I(buf, t + o2)[0] if o2 else 0
     f_cached_tokens = _S_I(buf, t + o3)[0] if o3 else 0
     f_reasoning_tokens = _S_I(buf, t + o4)[0] if o4 else 0
-    return UsageData(prompt_tokens=f_prompt_tokens, completion_tokens=f_completion_tokens, total_tokens=f_total_tokens, cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens)
+    return UsageData(
+        prompt_tokens=f_prompt_tokens, completion_tokens=f_completion_tokens, total_tokens=f_total_tokens,
+        cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens,
+    )
 
 
 def _read_Choice(buf: bytes, t: int) -> ChoiceData:
@@ -219,7 +225,10 @@ def _read_CompletionResponse(buf: bytes, t: int) -> CompletionResponseData:
         f_choices = [_read_Choice(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_usage = _read_Usage(buf, t + o4 + _u32(buf, t + o4)[0]) if o4 else None
     f_system_fingerprint = _str(buf, t + o5) if o5 else None
-    return CompletionResponseData(id=f_id, model=f_model, created=f_created, choices=f_choices, usage=f_usage, system_fingerprint=f_system_fingerprint)
+    return CompletionResponseData(
+        id=f_id, model=f_model, created=f_created, choices=f_choices, usage=f_usage,
+        system_fingerprint=f_system_fingerprint,
+    )
 
 
 def _read_ToolCallDelta(buf: bytes, t: int) -> ToolCallDeltaData:
@@ -250,7 +259,11 @@ def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
     f_refusal = _str(buf, t + o10) if o10 else None
     f_system_fingerprint = _str(buf, t + o11) if o11 else None
     f_done = _S_bool(buf, t + o12)[0] if o12 else False
-    return CompletionChunkData(sequence=f_sequence, id=f_id, model=f_model, created=f_created, choice_index=f_choice_index, role=f_role, content=f_content, tool_calls=f_tool_calls, finish_reason=f_finish_reason, usage=f_usage, refusal=f_refusal, system_fingerprint=f_system_fingerprint, done=f_done)
+    return CompletionChunkData(
+        sequence=f_sequence, id=f_id, model=f_model, created=f_created, choice_index=f_choice_index, role=f_role,
+        content=f_content, tool_calls=f_tool_calls, finish_reason=f_finish_reason, usage=f_usage, refusal=f_refusal,
+        system_fingerprint=f_system_fingerprint, done=f_done,
+    )
 
 
 def _read_Error(buf: bytes, t: int) -> ErrorData:
