@@ -13,9 +13,10 @@ NOT_A_MODULE = {
     "test_article_schema.py": "the original LLMGateway schema's readers (tests/fixtures/) read our requests",
     "test_deploy.py": "deploy/: the manifests, the chart and the Dockerfile",
     "test_docs.py": "the README's and deploy/ingress.toml's examples",
-    "test_drain_deadline.py": "drain.py with edge/handlers.py's drain deadline (test_drain.py: integration)",
+    "test_drain_deadline.py": "drain.py's Drain.deadline() (test_drain.py is the integration test's name)",
     "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",
     "test_golden_buffers.py": "the released schema versions (schema/baseline/): their buffers, read through wire/",
+    "test_layers.py": "the import graph of ingress/'s packages, and which of them may be async",
     "test_group_pool.py": "upstream/pool.py; test_pool.py is wire/pool.py's while both modules are called pool",
     "test_oracle.py": "tests/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }

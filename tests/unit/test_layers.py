@@ -1,47 +1,109 @@
-"""The folders' one-way promises, read from the imports: `upstream → wire ← translate`, and generated
-code reached only through `wire/`."""
+"""The folders' promise, checked: data flows one way between ingress's packages, and only the layers
+that do I/O are async. Read from the source with `ast`, so a new import that breaks it fails here."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "ingress"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "ingress"
+GENERATED = ROOT / "wire" / "_generated"
+
+# The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
+SYNC = ("oai", "wire", "translate", "routing", "passport", "exchange", "errors", "settings", "config",
+        "metrics", "log", "gctune", "appkeys")
+# What each package may import from the others (top-level modules are their own "package").
+FORBIDDEN = {
+    "upstream": {"translate", "edge", "pipeline", "oai"},  # upstream → wire ← translate
+    "translate": {"upstream", "edge", "pipeline"},
+    "wire": {"upstream", "translate", "edge", "pipeline", "routing"},
+    "oai": {"wire", "upstream", "translate", "edge", "pipeline"},
+    "routing": {"upstream", "translate", "edge", "pipeline", "wire", "oai"},
+    "pipeline": {"edge", "app", "server"},
+    "demo": {"edge", "pipeline", "upstream", "translate", "app"},
+}
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module a file imports, absolute (`from x import y` counts as x and x.y)."""
-    found: set[str] = set()
+def _modules() -> list[Path]:
+    return [p for p in ROOT.rglob("*.py") if GENERATED not in p.parents]
+
+
+def _unit(path: Path) -> str:
+    """The package a module belongs to: `edge` for ingress/edge/handlers.py, `pipeline` for pipeline.py."""
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> set[str]:
+    """The ingress modules `path` imports, as dotted names below `ingress.`."""
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {n.removeprefix("ingress.") for n in names if n.startswith("ingress.")}
 
 
-def modules_under(folder: str) -> dict[str, set[str]]:
-    return {str(p.relative_to(PACKAGE.parent)): imports_of(p) for p in sorted((PACKAGE / folder).rglob("*.py"))}
+def _imported_units(path: Path) -> set[str]:
+    units = set()
+    for name in _imports(path):
+        first = name.split(".")[0]
+        if (ROOT / first).is_dir() or (ROOT / f"{first}.py").exists():
+            units.add(first)
+    return units - {_unit(path)}
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in _modules():
+        graph.setdefault(_unit(path), set()).update(_imported_units(path))
+    return graph
+
+
+def test_no_import_cycle_among_the_packages() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+
+    def walk(unit: str, path: list[str]) -> None:
+        state[unit] = 1
+        for nxt in sorted(graph.get(unit, ())):
+            if state.get(nxt) == 1:
+                pytest.fail("import cycle: " + " → ".join([*path[path.index(nxt):], nxt]))
+            if nxt not in state:
+                walk(nxt, [*path, nxt])
+        state[unit] = 2
+
+    for unit in sorted(graph):
+        if unit not in state:
+            walk(unit, [unit])
+
+
+@pytest.mark.parametrize("unit", sorted(FORBIDDEN))
+def test_data_flows_one_way(unit: str) -> None:
+    assert _graph().get(unit, set()) & FORBIDDEN[unit] == set()
+
+
+def test_only_the_edge_imports_the_edge() -> None:
+    importers = {u for u, deps in _graph().items() if "edge" in deps}
+    assert importers <= {"app"}
 
 
 def test_generated_code_is_reached_only_through_wire() -> None:
-    outside = {
-        name: sorted(m for m in imports if m.startswith("ingress.wire._generated"))
-        for name, imports in modules_under(".").items()
-        if not name.startswith("ingress/wire/")
-    }
-    assert {name: found for name, found in outside.items() if found} == {}
+    outside = [str(p.relative_to(ROOT)) for p in _modules()
+               if _unit(p) != "wire" and any(n.startswith("wire._generated") for n in _imports(p))]
+    assert outside == []
 
 
-def test_upstream_does_not_reach_into_translate() -> None:
-    # Answers are verified and decoded in wire/; upstream hands bytes to it, translate reads what it decodes.
-    offenders = {name: sorted(m for m in imports if m.startswith("ingress.translate"))
-                 for name, imports in modules_under("upstream").items()}
-    assert {name: found for name, found in offenders.items() if found} == {}
+@pytest.mark.parametrize("path", [p for p in _modules() if _unit(p) in SYNC], ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_stages_without_io_are_not_async(path: Path) -> None:
+    tree = ast.parse(path.read_text(), str(path))
+    assert not [n.name for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef)]
 
 
-def test_wire_does_not_import_translate_or_upstream() -> None:
-    offenders = {name: sorted(m for m in imports if m.startswith(("ingress.translate", "ingress.upstream")))
-                 for name, imports in modules_under("wire").items()}
-    assert {name: found for name, found in offenders.items() if found} == {}
+def test_sse_bytes_are_made_only_in_the_edge() -> None:
+    makers = [str(p.relative_to(ROOT)) for p in _modules() if b'b"data: ' in p.read_bytes()]
+    assert makers == ["edge/sse.py"]
