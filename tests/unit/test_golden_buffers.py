@@ -55,10 +55,9 @@ def test_the_latest_golden_version_is_the_released_schema() -> None:
 def test_todays_readers_read_every_released_buffer(version: Path, kind: str) -> None:
     data = (version / f"{kind}.bin").read_bytes()
     expected = json.loads((version / f"{kind}.json").read_text())
-    if version == LATEST:
-        assert golden.read(kind, data) == expected
-    else:
-        _reads_as(expected, golden.read(kind, data))
+    # Unset fields may read as absent or as their default, as the Python types choose (Usage is the
+    # schema's own data class, which spells its zeros out); the latest bytes are pinned exactly below.
+    _reads_as(expected, golden.read(kind, data))
 
 
 @pytest.mark.parametrize("kind", KINDS)
