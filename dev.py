@@ -40,7 +40,7 @@ def _run(*args: str | Path) -> int:
 
 
 def test(extra: list[str]) -> int:
-    for step in (("-m", "codegen", "--check"), ("-m", "mypy")):
+    for step in (("-m", "codegen", "--check"), ("-m", "ruff", "check", "--quiet", "."), ("-m", "mypy")):
         if code := _run(PYTHON, *step):
             return code
     code = _run(PYTHON, "-m", "pytest", *extra)
