@@ -20,8 +20,7 @@ from ingress import app as ingress_app
 from ingress.appkeys import GATEWAY
 from ingress.log import configure
 from ingress.settings import Settings
-from ingress.wire.encode import encode_request_stock
-from ingress.wire.pool import BuilderPool
+from ingress.wire.stock import BuilderPool, encode_request_stock
 
 
 def main() -> int:

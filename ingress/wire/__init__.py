@@ -30,7 +30,7 @@ from ingress.wire.decode import (
 from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
-from ingress.wire.pool import BuilderPool
+from ingress.wire.stock import BuilderPool
 from ingress.wire.types import (
     Choice,
     Chunk,

@@ -1,29 +1,26 @@
 """Encode a validated OpenAI request, and the answer tables, into FlatBuffers.
 
-One mapping (OpenAI structs / wire types → the schema's data classes), two generated encoders: the
-fast forward encoder used on the hot path, and the stock flatbuffers.Builder kept as the reference.
+One mapping (OpenAI structs / wire types → the schema's data classes), then the generated forward
+encoder. The stock flatbuffers.Builder path, kept as the reference, is in `stock.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from ingress.oai import models as oai
-from ingress.wire import identifiers
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import enums
-from ingress.wire.pool import BuilderPool
 
 PROVIDERS = enums.MODEL_PROVIDER_VALUES
 ROLES = enums.ROLE_VALUES
 FINISH_REASONS = enums.FINISH_REASON_VALUES
 DEFAULT_TEMPERATURE = 1.0
 
-D = TypeVar("D")
 _json = msgspec.json.Encoder()
 
 
@@ -186,7 +183,7 @@ def error_data(e: wt.ErrorInfo) -> gen.ErrorData:
     return gen.ErrorData(status=e.status, type=e.type, code=e.code, message=e.message, param=e.param)
 
 
-# --- the two encoders -----------------------------------------------------------------------------
+# --- the encoder ----------------------------------------------------------------------------------
 
 
 def _fast(encode: Callable[..., None], data: Any, size_prefixed: bool = False) -> bytearray:
@@ -196,14 +193,6 @@ def _fast(encode: Callable[..., None], data: Any, size_prefixed: bool = False) -
     buf = bytearray()
     encode(buf, data, size_prefixed=size_prefixed)
     return buf
-
-
-def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifier: bytes,
-           size_prefixed: bool = False) -> bytes:
-    with pool.builder() as b:
-        root = build(b, data)
-        (b.FinishSizePrefixed if size_prefixed else b.Finish)(root, file_identifier=identifier)
-        return bytes(b.Output())
 
 
 def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData,
@@ -224,23 +213,3 @@ def encode_chunk_frame(chunk: wt.Chunk) -> bytearray:
 def encode_error(error: wt.ErrorInfo, *, framed: bool = False) -> bytearray:
     """An Error buffer, alone or as a size-prefixed stream frame."""
     return _fast(gen.encode_Error, error_data(error), size_prefixed=framed)
-
-
-# The stock flatbuffers.Builder path: the reference in tests and the baseline in benchmarks.
-
-def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
-                         passport: gen.PassportData, provider: str = "openai", model_name: str | None = None) -> bytes:
-    return _stock(pool, gen.build_CompletionRequest,
-                  request_data(request, request_id, passport, provider, model_name), identifiers.REQUEST)
-
-
-def encode_response_stock(pool: BuilderPool, response: wt.Response) -> bytes:
-    return _stock(pool, gen.build_CompletionResponse, response_data(response), identifiers.RESPONSE)
-
-
-def encode_chunk_frame_stock(pool: BuilderPool, chunk: wt.Chunk) -> bytes:
-    return _stock(pool, gen.build_CompletionChunk, chunk_data(chunk), identifiers.CHUNK, size_prefixed=True)
-
-
-def encode_error_stock(pool: BuilderPool, error: wt.ErrorInfo, *, framed: bool = False) -> bytes:
-    return _stock(pool, gen.build_Error, error_data(error), identifiers.ERROR, size_prefixed=framed)

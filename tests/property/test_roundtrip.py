@@ -39,10 +39,10 @@ from ingress import wire
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import Passport
-from ingress.wire import decode, encode
+from ingress.wire import decode, encode, stock
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
-from ingress.wire.pool import BuilderPool
+from ingress.wire.stock import BuilderPool
 
 pytestmark = pytest.mark.cxx
 
@@ -227,7 +227,7 @@ _builders = BuilderPool(size=2)  # reused across examples on purpose
 
 REQUEST_ENCODERS = [
     pytest.param(encode.encode_request, id="generated"),
-    pytest.param(lambda request, rid, passport: encode.encode_request_stock(_builders, request, rid, passport),
+    pytest.param(lambda request, rid, passport: stock.encode_request_stock(_builders, request, rid, passport),
                  id="stock"),
 ]
 
@@ -264,8 +264,8 @@ def _s(value: bytes | None) -> str | None:
 def test_both_encoders_write_the_same_request(doc: dict[str, Any], request_id: str, passport: Passport) -> None:
     request = decode_chat_request(json.dumps(doc).encode())
     generated = bytes(encode.encode_request(request, request_id, passport))
-    stock = encode.encode_request_stock(BuilderPool(), request, request_id, passport)
-    assert msgspec.json.encode(decode.decode_request(generated)) == msgspec.json.encode(decode.decode_request(stock))
+    built = stock.encode_request_stock(BuilderPool(), request, request_id, passport)
+    assert msgspec.json.encode(decode.decode_request(generated)) == msgspec.json.encode(decode.decode_request(built))
 
 
 # --- answers -------------------------------------------------------------------------------------
@@ -304,15 +304,15 @@ def canonical_chunk(c: wire.Chunk) -> wire.Chunk:
 
 
 def _error_stock(error: wire.ErrorInfo, *, framed: bool = False) -> bytes:
-    return encode.encode_error_stock(_builders, error, framed=framed)
+    return stock.encode_error_stock(_builders, error, framed=framed)
 
 
 ANSWER_ENCODERS: dict[str, tuple[Callable[..., bytes | bytearray], Callable[..., bytes | bytearray],
                               Callable[..., bytes | bytearray]]] = {
     "generated": (wire.write_response, wire.write_chunk, wire.write_error),
     "stock": (
-        lambda r: encode.encode_response_stock(_builders, r),
-        lambda c: encode.encode_chunk_frame_stock(_builders, c),
+        lambda r: stock.encode_response_stock(_builders, r),
+        lambda c: stock.encode_chunk_frame_stock(_builders, c),
         _error_stock,
     ),
 }

@@ -20,11 +20,11 @@ from codegen.schema import parse
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
-from ingress.wire import encode
+from ingress.wire import encode, stock
 from ingress.wire import runtime as rt
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
-from ingress.wire.pool import BuilderPool
+from ingress.wire.stock import BuilderPool
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error"}
 IDENTIFIERS = {"request": b"LGRQ", "response": b"LGRS", "chunk": b"LGCK", "error": b"LGER"}
@@ -110,21 +110,21 @@ def valid_buffers() -> tuple[Valid, ...]:
     for i, (request, passport) in enumerate(_requests()):
         out.append(Valid(f"request-fast-{i}", "request", encode.encode_request(request, f"req-{i}", passport)))
         out.append(Valid(f"request-stock-{i}", "request",
-                         encode.encode_request_stock(pool, request, f"req-{i}", passport)))
+                         stock.encode_request_stock(pool, request, f"req-{i}", passport)))
     out.append(Valid("request-python-builder", "request", python_request()))
     out.append(Valid("request-python-builder-prefixed", "request", python_request(size_prefixed=True), True))
     for i, response in enumerate(RESPONSES):
         out.append(Valid(f"response-fast-{i}", "response", wire.write_response(response)))
-        out.append(Valid(f"response-stock-{i}", "response", encode.encode_response_stock(pool, response)))
+        out.append(Valid(f"response-stock-{i}", "response", stock.encode_response_stock(pool, response)))
     for i, chunk in enumerate(CHUNKS):
         out.append(Valid(f"chunk-fast-{i}", "chunk", wire.write_chunk(chunk), True))
-        out.append(Valid(f"chunk-stock-{i}", "chunk", encode.encode_chunk_frame_stock(pool, chunk), True))
+        out.append(Valid(f"chunk-stock-{i}", "chunk", stock.encode_chunk_frame_stock(pool, chunk), True))
     for i, error in enumerate(ERRORS):
         for framed in (False, True):
             tag = "framed" if framed else "plain"
             out.append(Valid(f"error-fast-{tag}-{i}", "error", wire.write_error(error, framed=framed), framed))
             out.append(Valid(f"error-stock-{tag}-{i}", "error",
-                             encode.encode_error_stock(pool, error, framed=framed), framed))
+                             stock.encode_error_stock(pool, error, framed=framed), framed))
     with tempfile.TemporaryDirectory() as scratch:
         for kind, documents in DOCUMENTS.items():
             for i, document in enumerate(documents):

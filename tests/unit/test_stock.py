@@ -9,8 +9,7 @@ from unit.bad_requests import body
 
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import Passport
-from ingress.wire.encode import encode_request_stock
-from ingress.wire.pool import BuilderPool
+from ingress.wire.stock import BuilderPool, encode_request_stock
 
 
 def test_a_returned_builder_is_reused() -> None:
