@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -101,7 +101,7 @@ async def _post(http: aiohttp.ClientSession, edge: str, body: bytes,
         return r, await r.read()
 
 
-def _chunks(frames: list[bytes]) -> list[wire.Chunk]:
+def _chunks(frames: Iterable[bytes]) -> list[wire.Chunk]:
     return [wire.decode_chunk(f[4:]) for f in frames]  # a frame keeps its 4-byte size prefix
 
 
