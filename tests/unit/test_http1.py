@@ -552,12 +552,12 @@ def test_a_pooled_connection_closed_before_the_loop_saw_it_never_carries_the_req
     server = ThreadServer(_answer_then_close_on_go, _answer_all)
 
     async def exchanges() -> None:
-        pool = Pool(server.url)
+        pool = Pool(server.url, keepalive=2.0)  # polled once idle for 0.5 s
         try:
             assert await _read_all(await _request(pool)) == b"hello world"
             server.go.set()
-            assert server.closed.wait(5.0)  # blocking: the loop does not run, so it has not seen the close...
-            time.sleep(0.05)  # ...which has reached this end's socket by now (loopback delivers at once)
+            assert server.closed.wait(5.0)  # blocking: the loop does not run, so it has not seen the close
+            time.sleep(0.6)  # idle long enough to be polled, and not to expire
             assert await _read_all(await _request(pool)) == b"hello world"
         finally:
             await pool.close()
