@@ -24,7 +24,7 @@ from ingress.app import create_app, serve_app
 from ingress.edge.handlers import GATEWAY
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
-from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts
+from ingress.settings import Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
 
 TEXT = "Tell me a story about frames"
@@ -84,8 +84,10 @@ async def edge(stack: AsyncExitStack, fake: FakeUpstream, spare: FakeUpstream) -
         groups={"main": Group(endpoints=[Endpoint(url=fake.url)]), "spare": Group(endpoints=[Endpoint(url=spare.url)])},
         routes=(Route(model="chat", group="main", fallback="spare"),),
         timeouts=QUICK,
+        retry=Retry(budget_min_per_s=1000.0),  # falling back draws on the retry budget, which starts empty...
     )
     url: str = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+    await asyncio.sleep(0.02)  # ...and earns 20 here: more than any test below falls back
     return url
 
 
