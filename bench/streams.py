@@ -41,7 +41,7 @@ async def _one_stream(session: aiohttp.ClientSession, url: str, body: bytes, cty
                 frames = FrameDecoder()
                 async for data in resp.content.iter_any():
                     now = time.perf_counter()
-                    times.extend([now] * len(frames.feed(data)))
+                    times.extend(now for _ in frames.feed(data))
     except (TimeoutError, aiohttp.ClientError) as exc:
         result.error = type(exc).__name__
     return result

@@ -58,7 +58,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             clients = []
             for endpoint in config.endpoints:
                 url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
-                clients.append(UpstreamClient(url, settings.timeouts, settings.max_answer_bytes))
+                clients.append(UpstreamClient(url, settings.timeouts, settings.max_answer_bytes, endpoint.keepalive))
             pool = GroupPool(name, config, clients)
             stack.push_async_callback(pool.close)
             groups[name] = pool

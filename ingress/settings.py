@@ -38,6 +38,7 @@ class Endpoint(_Config, frozen=True):
     url: Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
     weight: Annotated[int, Meta(ge=1, le=1000)] = 1
     max_in_flight: Count = 0  # 0: no limit of its own
+    keepalive: Seconds = 4.0  # an idle connection to it is closed after this: keep it below the service's own
 
 
 class HealthCheck(_Config, frozen=True):

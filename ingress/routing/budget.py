@@ -6,13 +6,15 @@ from __future__ import annotations
 
 class RetryBudget:
     """Each request deposits `ratio` of a retry; each retry withdraws one; `min_per_s` trickle in over
-    time so that light traffic can still retry. The balance is capped, so a quiet period banks little."""
+    time so that light traffic can still retry. The balance is capped, so a quiet period banks little,
+    and starts empty: a cold edge earns its retries like a warm one (the trickle accrues from `now`),
+    rather than retrying the whole of a first burst that meets a failing service."""
 
     def __init__(self, ratio: float, min_per_s: float, now: float, cap_s: float = 10.0) -> None:
         self._ratio = ratio
         self._min_per_s = min_per_s
         self._cap = max(10.0, min_per_s * cap_s)
-        self._balance = self._cap
+        self._balance = 0.0
         self._last = now
 
     def _refill(self, now: float) -> None:

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
-from ingress.upstream.http1 import Pool, Response
+from ingress.upstream.http1 import KEEPALIVE, Pool, Response
 from ingress.wire import identifiers
 from ingress.wire.answer import decode_answer
 
@@ -23,11 +23,11 @@ def _timeout(waiting_for: str, *, after_head: bool = False) -> UpstreamTimeout:
 class UpstreamClient:
     """One internal service endpoint, with its own pool of kept-alive connections."""
 
-    def __init__(self, url: str, timeouts: Timeouts, max_answer_bytes: int) -> None:
+    def __init__(self, url: str, timeouts: Timeouts, max_answer_bytes: int, keepalive: float = KEEPALIVE) -> None:
         self.endpoint = url
         self.timeouts = timeouts
         self._max_answer = max_answer_bytes
-        self._pool = Pool(url)
+        self._pool = Pool(url, keepalive)
 
     async def close(self) -> None:
         await self._pool.close()

@@ -136,13 +136,21 @@ class GroupPool:
         self._wake_one()
 
     async def check_health(self) -> None:
-        """Active checks, forever: GET the health path of every endpoint each interval."""
+        """Active checks, forever: GET the health path of every endpoint each interval.
+
+        A probe that raises (a bug: its own failures are verdicts) is logged and counts as a failed
+        check; the loop goes on, or every endpoint of the group would keep its last verdict for the
+        process's life."""
         check = self.config.health_check
         assert check is not None
         while True:
             for state in self.states:
                 client = self.clients[state.url]
-                ok = await client.probe(check.path, check.timeout)
+                try:
+                    ok = await client.probe(check.path, check.timeout)
+                except Exception:
+                    log.exception("health check raised", group=self.name, endpoint=state.url)
+                    ok = False
                 if ok != state.active_healthy:
                     log.warning("endpoint health changed", group=self.name, endpoint=state.url, healthy=ok)
                 state.active_healthy = ok

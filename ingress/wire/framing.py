@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 PREFIX = struct.Struct("<I")
 MAX_FRAME = 16 * 1024 * 1024
@@ -21,9 +22,13 @@ class FrameDecoder:
         self._max = max_frame
         self._error: FrameError | None = None
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Frames completed so far. A bad size prefix raises, but only after the frames before it
-        have been returned, so nothing good is lost."""
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The frames completed so far, in order; a bad size prefix raises FrameError right after the
+        frames before it (at once when there are none), so nothing good is lost and the outcome does
+        not depend on how the bytes were split. Every later feed() or finish() raises it again.
+
+        The bytes are parsed here, eagerly; the iterator only hands out what was found. A caller that
+        loops over it gets the good frames, then the error, in the one loop."""
         if self._error is not None:
             raise self._error
         self._buf += data
@@ -34,9 +39,7 @@ class FrameDecoder:
             (size,) = PREFIX.unpack_from(buf, pos)
             if size < 8 or size > self._max:
                 self._error = FrameError(f"frame size {size} is outside 8..{self._max}")
-                if frames:
-                    break
-                raise self._error
+                break
             end = pos + PREFIX.size + size
             if end > len(buf):
                 break
@@ -44,7 +47,11 @@ class FrameDecoder:
             pos = end
         if pos:
             del buf[:pos]
-        return frames
+        if self._error is None:
+            return iter(frames)
+        if not frames:
+            raise self._error
+        return _then_raise(frames, self._error)
 
     @property
     def pending(self) -> int:
@@ -57,6 +64,11 @@ class FrameDecoder:
             raise self._error
         if self._buf:
             raise FrameError(f"stream ended inside a frame ({len(self._buf)} bytes left over)")
+
+
+def _then_raise(frames: list[bytes], error: FrameError) -> Iterator[bytes]:
+    yield from frames
+    raise error
 
 
 def frame(buf: bytes) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AsyncExitStack, suppress
 from typing import Any
 
@@ -28,7 +28,7 @@ from ingress.errors import UpstreamTimeout
 from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
-from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts
+from ingress.settings import Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
 
 TEXT = "Tell me a story about frames"
@@ -87,8 +87,10 @@ async def edge(stack: AsyncExitStack, fake: FakeUpstream, spare: FakeUpstream) -
         groups={"main": Group(endpoints=[Endpoint(url=fake.url)]), "spare": Group(endpoints=[Endpoint(url=spare.url)])},
         routes=(Route(model="chat", group="main", fallback="spare"),),
         timeouts=QUICK,
+        retry=Retry(budget_min_per_s=1000.0),  # falling back draws on the retry budget, which starts empty...
     )
     url: str = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+    await asyncio.sleep(0.02)  # ...and earns 20 here: more than any test below falls back
     return url
 
 
@@ -104,7 +106,7 @@ async def _post(http: aiohttp.ClientSession, edge: str, body: bytes,
         return r, await r.read()
 
 
-def _chunks(frames: list[bytes]) -> list[wire.Chunk]:
+def _chunks(frames: Iterable[bytes]) -> list[wire.Chunk]:
     return [wire.decode_chunk(f[4:]) for f in frames]  # a frame keeps its 4-byte size prefix
 
 

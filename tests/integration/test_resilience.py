@@ -153,6 +153,8 @@ async def _back_to(baseline: tuple[int, int], pooled: int) -> None:
 
 # --- many requests, an endpoint down: no client ever sees it ------------------------------------
 
+WARM_UP = 50  # requests served first: 10 retries earned at the default ratio of 0.2
+
 
 async def test_a_mixed_load_sees_no_errors_while_an_endpoint_refuses_connections(
     start_edge: StartEdge, start_fake: StartFake, refusing: Callable[[], str],
@@ -170,6 +172,9 @@ async def test_a_mixed_load_sees_no_errors_while_an_endpoint_refuses_connections
     limit = asyncio.Semaphore(10)
     answers: list[str] = []
 
+    async with openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key="sk-test", max_retries=0) as client:
+        for i in range(WARM_UP):  # an edge that has served: a budget starts empty and is earned by traffic
+            await client.chat.completions.create(model="other-model", messages=[{"role": "user", "content": f"{i}"}])
     baseline = await _baseline()
     async with openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key="sk-test", max_retries=0) as client:
 
@@ -190,8 +195,8 @@ async def test_a_mixed_load_sees_no_errors_while_an_endpoint_refuses_connections
         await asyncio.gather(*(one(i, stream, model) for i, (stream, model) in enumerate(plan)))
 
     assert len(answers) == 100
-    assert len(main_fake.received) + len(spare_fake.received) == 100
-    assert len(spare_fake.received) >= sum(model == "other-model" for _, model in plan)
+    assert len(main_fake.received) + len(spare_fake.received) == WARM_UP + 100
+    assert len(spare_fake.received) >= WARM_UP + sum(model == "other-model" for _, model in plan)
     down_state = edge.states("main")[down]
     assert down_state.ejections >= 1 and not down_state.healthy(time.monotonic())
     assert edge.states("main")[main_fake.url].healthy(time.monotonic())
@@ -310,12 +315,16 @@ async def test_the_retry_budget_stops_an_outage_from_multiplying_attempts(
 
     assert set(statuses) == {502}
     attempts = sum(ex.attempts for ex in edge.exchanges)
-    initial_balance = 10  # a budget starts with this many retries banked
-    assert 100 < attempts <= 100 * (1 + ratio) + initial_balance  # without a budget: 300
+    assert 100 < attempts <= 100 * (1 + ratio)  # a budget starts empty; without one: 300
     assert {ex.attempts for ex in edge.exchanges} <= {1, 2, 3}  # retry.attempts=2: three endpoints at most
 
 
 # --- fallback groups ----------------------------------------------------------------------------
+
+# Falling back is a retry, within the budget, and a budget starts empty: for tests of what falls back
+# (not of the budget), one that earns 1,000 retries a second, given time to earn at least 20.
+AMPLE = Retry(attempts=2, budget_min_per_s=1000.0)
+AMPLE_ACCRUES = 0.02
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -329,7 +338,8 @@ async def test_the_fallback_group_serves_when_the_group_fails_before_the_first_b
 ) -> None:
     main, spare = await start_fake(fault), await start_fake()
     edge = await start_edge(_settings({"main": _group(main.url), "spare": _group(spare.url)},
-                                      [Route(model="chat", group="main", fallback="spare")]))
+                                      [Route(model="chat", group="main", fallback="spare")], retry=AMPLE))
+    await asyncio.sleep(AMPLE_ACCRUES)
 
     response, body = await _post(http, edge, stream=stream)
 
@@ -347,7 +357,8 @@ async def test_the_fallback_group_serves_when_every_endpoint_is_unreachable(
 ) -> None:
     spare = await start_fake()
     edge = await start_edge(_settings({"main": _group(refusing(), refusing()), "spare": _group(spare.url)},
-                                      [Route(model="chat", group="main", fallback="spare")]))
+                                      [Route(model="chat", group="main", fallback="spare")], retry=AMPLE))
+    await asyncio.sleep(AMPLE_ACCRUES)
 
     for _ in range(3):
         response, body = await _post(http, edge, stream=stream)

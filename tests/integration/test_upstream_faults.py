@@ -305,6 +305,37 @@ async def test_good_frames_read_together_with_a_bad_prefix_are_still_relayed(
     assert [e["choices"][0]["delta"].get("content") for e in events[:-1]] == ["", WORDS[0]]
 
 
+async def test_a_bad_prefix_read_with_good_frames_fails_the_stream_at_once(
+    start_edge: StartEdge, fake_upstream: FakeUpstream,
+) -> None:
+    # The service then says nothing more and keeps the connection open: the error must come from the
+    # read that held the bad prefix, not from the idle timeout (30 s here) as upstream_timeout.
+    edge = await start_edge(Settings(upstream=fake_upstream.url, timeouts=SLOW))
+
+    async def good_frames_and_a_bad_prefix_then_silence(call: fu.Call) -> Any:
+        out = await call.open_stream()
+        await out.write(b"".join(call.frames()[:2]) + fu.size_prefix(3))
+        await call.hang()
+
+    fake_upstream.play(good_frames_and_a_bad_prefix_then_silence)
+    received: list[str] = []
+
+    async with asyncio.timeout(10.0), openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test",
+                                                          max_retries=0) as client:
+        stream = await client.chat.completions.create(model="any-model", stream=True,
+                                                      messages=[{"role": "user", "content": TEXT}])
+        with pytest.raises(openai.APIError) as caught:
+            async for chunk in stream:
+                received.append(chunk.choices[0].delta.content or "")
+
+    assert not isinstance(caught.value, openai.APIStatusError)  # in-band
+    assert caught.value.code == "upstream_protocol_error", caught.value.message
+    assert "frame size 3 is outside" in caught.value.message
+    assert received == ["", WORDS[0]]
+    await fake_upstream.wait_idle()
+    assert fake_upstream.outcomes == ["cancelled"]  # the edge gave up on the call at once
+
+
 async def test_a_stream_that_stalls_after_its_done_frame_completes_at_once(
     http: aiohttp.ClientSession, start_edge: StartEdge, fake_upstream: FakeUpstream,
 ) -> None:

@@ -18,7 +18,7 @@ from waiting import eventually
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
-from ingress.settings import Settings, Timeouts
+from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
 
 TEXT = "Tell me a story about frames"
@@ -121,3 +121,26 @@ async def test_a_connection_the_edge_gave_up_on_is_not_reused(
 
     assert len(connections) == 3
     assert connections[1] is not connections[0] and connections[2] is connections[1]
+
+
+async def test_a_connection_idle_past_its_endpoints_keepalive_is_closed_by_the_edge(
+    start_edge: Callable[[Settings], Awaitable[str]], fake_upstream: FakeUpstream,
+) -> None:
+    # The service (aiohttp: 75 s) keeps idle connections longer than the endpoint's keepalive, as it
+    # should be configured: the edge closes its own first, with no request to come, and the next
+    # request goes out on a new connection.
+    group = Group(endpoints=[Endpoint(url=fake_upstream.url, keepalive=0.2)])
+    edge = await start_edge(Settings(groups={"g": group}, routes=(Route(glob="*", group="g"),), timeouts=SLOW))
+    connections: list[Any] = []
+    fake_upstream.default = _recording(connections, fu.answer())
+
+    async with aiohttp.ClientSession() as http:
+        for stream in (False, True):
+            async with http.post(f"{edge}/v1/chat/completions", json=_chat(stream=stream)) as response:
+                assert response.status == 200
+                assert TEXT.split()[-1].encode() in await response.read()
+            async with asyncio.timeout(3.0):
+                while not connections[-1].is_closing():
+                    await asyncio.sleep(0.02)
+
+    assert len(connections) == 2 and connections[0] is not connections[1]

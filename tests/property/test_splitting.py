@@ -73,22 +73,61 @@ def test_stream_cut_inside_a_frame_fails_at_finish(payloads: list[bytes], data: 
         decoder.finish()
 
 
+bad_sizes = st.one_of(st.integers(0, 7), st.integers(1025, 2**32 - 1))  # outside 8..1024
+
+
 @SETTINGS
-@given(size=st.one_of(st.integers(0, 7), st.integers(1025, 2**32 - 1)), valid=st.lists(st.binary(min_size=8,
-       max_size=50), max_size=2), data=st.data())
-def test_bad_size_prefix_is_refused(size: int, valid: list[bytes], data: st.DataObject) -> None:
-    # Every frame before the bad prefix is returned; the bad prefix fails the stream no later than
-    # finish(), and every call after it fails too, whatever follows and however the bytes are split.
-    stream = b"".join(frame(p) for p in valid) + PREFIX.pack(size) + data.draw(st.binary(max_size=16))
+@given(size=bad_sizes, valid=st.lists(st.binary(min_size=8, max_size=50), max_size=3), data=st.data())
+def test_a_bad_size_prefix_fails_as_soon_as_it_is_read(size: int, valid: list[bytes], data: st.DataObject) -> None:
+    # However the bytes are split: the frames before the bad prefix, then the error, raised by the
+    # feed() whose piece completed the prefix (never later: nothing may ever feed the decoder again),
+    # and by every call after it, whatever follows.
+    good = b"".join(frame(p) for p in valid)
+    stream = good + PREFIX.pack(size) + data.draw(st.binary(max_size=16), label="tail")
+    pieces = split(stream, cuts_of(data, len(stream)))
     decoder = FrameDecoder(1024)
     frames: list[bytes] = []
-    with pytest.raises(FrameError, match=f"frame size {size} is outside 8..1024"):
-        for piece in split(stream, cuts_of(data, len(stream))):
-            frames += decoder.feed(piece)
-        decoder.finish()
+    read = 0
+    with pytest.raises(FrameError) as caught:
+        for piece in pieces:
+            read += len(piece)
+            for f in decoder.feed(piece):
+                frames.append(f)
+    assert str(caught.value) == f"frame size {size} is outside 8..1024"
     assert frames == [frame(p) for p in valid]
-    with pytest.raises(FrameError):
+    assert read - len(piece) < len(good) + PREFIX.size <= read  # the piece that completed the prefix
+    with pytest.raises(FrameError, match=f"frame size {size} "):
         decoder.feed(b"")
+    with pytest.raises(FrameError, match=f"frame size {size} "):
+        decoder.finish()
+
+
+@SETTINGS
+@given(size=bad_sizes, valid=st.lists(st.binary(min_size=8, max_size=50), max_size=3),
+       first=st.integers(0, 3), data=st.data())
+def test_frames_and_error_are_the_same_for_every_split(size: int, valid: list[bytes], first: int,
+                                                       data: st.DataObject) -> None:
+    # What the feeds give (frames, then the error; finish() never called: a caller loops over feed()
+    # only) is the same for the stream fed in one piece, with its first `first` frames fed on their
+    # own, or split anywhere.
+    stream = b"".join(frame(p) for p in valid) + PREFIX.pack(size) + bytes(8)
+
+    def outcome(pieces: list[bytes]) -> tuple[list[bytes], str]:
+        decoder = FrameDecoder(1024)
+        frames: list[bytes] = []
+        try:
+            for piece in pieces:
+                for f in decoder.feed(piece):
+                    frames.append(f)
+        except FrameError as exc:
+            return frames, str(exc)
+        return frames, ""
+
+    alone = b"".join(frame(p) for p in valid[:first])
+    expected = outcome([stream])
+    assert expected == ([frame(p) for p in valid], f"frame size {size} is outside 8..1024")
+    assert outcome([alone, stream[len(alone):]]) == expected
+    assert outcome(split(stream, cuts_of(data, len(stream)))) == expected
 
 
 @pytest.mark.parametrize("size", [8, 1024])
@@ -101,7 +140,7 @@ def test_size_prefix_at_the_bounds_is_accepted(size: int) -> None:
 def test_bad_prefix_fed_a_byte_at_a_time() -> None:
     decoder = FrameDecoder(1024)
     for byte in PREFIX.pack(3)[:3]:
-        assert decoder.feed(bytes([byte])) == []
+        assert list(decoder.feed(bytes([byte]))) == []
     with pytest.raises(FrameError):
         decoder.feed(PREFIX.pack(3)[3:])
 

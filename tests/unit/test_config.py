@@ -30,7 +30,7 @@ budget_ratio = 0.1
 
 [groups.primary]
 endpoints = [
-  { url = "http://10.0.0.11:9000", weight = 3 },
+  { url = "http://10.0.0.11:9000", weight = 3, keepalive = 1.5 },
   { url = "${BACKUP_URL:-http://10.0.0.12:9000}", max_in_flight = 8 },
 ]
 max_in_flight = 32
@@ -92,8 +92,9 @@ def test_the_full_example_decodes() -> None:
     assert groups is settings.groups and routes is settings.routes
     assert set(groups) == {"primary", "local"}
     primary, local = groups["primary"], groups["local"]
-    assert primary.endpoints == [Endpoint(url="http://10.0.0.11:9000", weight=3),
+    assert primary.endpoints == [Endpoint(url="http://10.0.0.11:9000", weight=3, keepalive=1.5),
                                  Endpoint(url="http://10.0.0.12:9000", max_in_flight=8)]
+    assert primary.endpoints[1].keepalive == 4.0  # below the 5 s after which common servers close idle connections
     assert (primary.max_in_flight, primary.max_queue, primary.queue_timeout) == (32, 16, 2.5)
     assert primary.health_check == HealthCheck(path="/ready", interval=2.0, timeout=0.5)
     assert primary.ejection == Ejection(failures=2, base=1.0, max=30.0)
@@ -152,6 +153,8 @@ KEYED_ERRORS = [  # the edit, the key, what is wrong, and a fragment of the line
                  id="out-of-range"),
     pytest.param("weight = 3", 'weight = "3"', "groups.primary.endpoints[0].weight", "Expected `int`, got `str`",
                  'weight = "3"', id="wrong-type-in-a-list"),
+    pytest.param("keepalive = 1.5", "keepalive = 0", "groups.primary.endpoints[0].keepalive", "Expected `float` > 0",
+                 "keepalive = 0", id="out-of-range-in-a-list"),
     pytest.param('"unix:/run/llm/model.sock"', '"ftp://10.0.0.13"', "groups.local.endpoints[0].url",
                  "Expected `str` matching regex", "ftp://10.0.0.13", id="bad-endpoint-url"),
     pytest.param("${BACKUP_URL:-http://10.0.0.12:9000}", "${BACKUP_URL:-10.0.0.12:9000}",

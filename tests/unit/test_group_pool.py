@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+import structlog
 
+from ingress import log
 from ingress.errors import Overloaded
-from ingress.settings import Ejection, Endpoint, Group, Timeouts
+from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Timeouts
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.pool import GroupPool, Lease
 
@@ -268,3 +272,64 @@ async def test_a_wake_up_reaches_a_waiter_that_can_use_the_freed_endpoint(make_p
     finally:
         second.release(True)
         await asyncio.gather(retrying, return_exceptions=True)
+
+
+# --- active health checks -----------------------------------------------------------------------
+
+
+class _Prober(UpstreamClient):
+    """An endpoint client whose probes give `verdicts` in turn (the last one repeated); an exception
+    among them is raised, as a bug in the probe would."""
+
+    def __init__(self, url: str, verdicts: list[bool | Exception]) -> None:
+        super().__init__(url, Timeouts(), 1 << 20)
+        self.verdicts = verdicts
+        self.probes = 0
+        self.all_given = asyncio.Event()
+
+    async def probe(self, path: str, timeout: float) -> bool:
+        verdict = self.verdicts[min(self.probes, len(self.verdicts) - 1)]
+        self.probes += 1
+        if self.probes >= len(self.verdicts):
+            self.all_given.set()
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    log.configure("info", stream, cache=False)
+    try:
+        yield stream
+    finally:
+        structlog.reset_defaults()
+
+
+async def test_the_health_check_loop_survives_an_unexpected_exception(log_stream: io.StringIO) -> None:
+    config = Group(endpoints=[Endpoint(url=URLS[0]), Endpoint(url=URLS[1])],
+                   health_check=HealthCheck(interval=0.01, timeout=0.5))
+    broken = _Prober(URLS[0], [RuntimeError("a bug in the probe"), True, False, True])
+    well = _Prober(URLS[1], [True])
+    pool = GroupPool("g", config, [broken, well])
+    checks = asyncio.create_task(pool.check_health())
+    try:
+        reached = asyncio.create_task(broken.all_given.wait())
+        await asyncio.wait({checks, reached}, timeout=10.0, return_when=asyncio.FIRST_COMPLETED)
+        assert not checks.done(), checks.exception()  # still checking after the exception
+        assert reached.done()
+    finally:
+        checks.cancel()
+        await asyncio.gather(checks, return_exceptions=True)
+
+    # The raise counted as a failed check; later ones decided again, for both endpoints.
+    assert pool.states[0].active_healthy and pool.states[1].active_healthy
+    assert well.probes >= 4
+    lines = [json.loads(line) for line in log_stream.getvalue().splitlines()]
+    [raised] = [line for line in lines if line["event"] == "health check raised"]
+    assert (raised["level"], raised["group"], raised["endpoint"]) == ("error", "g", URLS[0])
+    assert "RuntimeError: a bug in the probe" in raised["exception"]
+    changes = [line["healthy"] for line in lines if line["event"] == "endpoint health changed"
+               and line["endpoint"] == URLS[0]]
+    assert changes[:4] == [False, True, False, True]  # the raise, then the verdicts True, False, True

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
+import re
 import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,12 +20,21 @@ from pathlib import Path
 
 import httptools
 import pytest
+import uvloop
 from waiting import eventually
 
 from ingress.errors import UpstreamConnectFailed, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.http1 import HEAD_LIMIT, HEAD_TOO_LARGE, HIGH_WATER, Pool, Response, ResponseDecoder
+from ingress.upstream.http1 import (
+    HEAD_LIMIT,
+    HEAD_TOO_LARGE,
+    HIGH_WATER,
+    KEEPALIVE,
+    Pool,
+    Response,
+    ResponseDecoder,
+)
 from ingress.wire import identifiers
 
 # --- the decoder, without I/O -------------------------------------------------------------------
@@ -274,8 +286,8 @@ async def pools() -> AsyncIterator[list[Pool]]:
         await pool.close()
 
 
-def _pool(pools: list[Pool], url: str) -> Pool:
-    pools.append(Pool(url))
+def _pool(pools: list[Pool], url: str, keepalive: float = KEEPALIVE) -> Pool:
+    pools.append(Pool(url, keepalive))
     return pools[-1]
 
 
@@ -395,6 +407,219 @@ async def test_a_pooled_connection_its_peer_closed_is_not_reused(start_server: S
     assert server.connections == 2
 
 
+# --- stale connections: expiry, the check before reuse, the one retry ---------------------------
+
+
+def closing_idle_after(seconds: float) -> Handler:
+    """Answer each request with OK; close a connection idle for `seconds`, as servers do (5 s is
+    common). `hangups` counts the connections the client closed first."""
+
+    async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(seconds):
+                    request = await server.read_request(reader)
+            except TimeoutError:
+                return  # the server's own expiry: not a hang-up
+            if request is None:
+                server.hangups += 1
+                return
+            writer.write(OK)
+
+    return handler
+
+
+async def test_an_idle_connection_is_closed_at_its_keepalive_before_the_server_closes_it(
+    start_server: StartServer, pools: list[Pool],
+) -> None:
+    server = await start_server(closing_idle_after(3.0))
+    pool = _pool(pools, server.url, keepalive=0.2)
+
+    assert await _read_all(await _request(pool)) == b"hello world"
+    await eventually(lambda: server.hangups == 1, "the pool closed the idle connection")  # no request to come
+    assert await _read_all(await _request(pool)) == b"hello world"
+
+    assert server.connections == 2
+
+
+async def test_idle_connections_past_their_keepalive_are_closed_while_another_is_in_use(
+    start_server: StartServer, pools: list[Pool],
+) -> None:
+    # Reused most recently used first, the other connection is never taken again: it is closed all
+    # the same when its keepalive passes.
+    server = await start_server(closing_idle_after(30.0))
+    pool = _pool(pools, server.url, keepalive=0.3)
+    first, second = await asyncio.gather(_request(pool), _request(pool))
+    for response in (first, second):
+        assert await _read_all(response) == b"hello world"
+    assert server.connections == 2
+
+    async with asyncio.timeout(5.0):
+        while server.hangups == 0:
+            assert await _read_all(await _request(pool)) == b"hello world"
+            await asyncio.sleep(0.02)
+
+
+class ThreadServer:
+    """A loopback server on threads of its own, with blocking sockets: what it does happens while the
+    test's event loop is not running, so a close it makes can reach the client's socket before that
+    loop has seen it. The n-th connection runs the n-th script, on a thread of its own;
+    `requests[n]` counts the requests it read."""
+
+    def __init__(self, *scripts: Callable[[ThreadServer, socket.socket], None]) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(10.0)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.requests: list[int] = []
+        self.go, self.closed = threading.Event(), threading.Event()
+        self._scripts = scripts
+        self._index: dict[socket.socket, int] = {}  # each connection's place in `requests`
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        with self._listener:
+            for script in self._scripts:
+                try:
+                    conn, _ = self._listener.accept()
+                except TimeoutError:
+                    return
+                self.requests.append(0)
+                thread = threading.Thread(target=self._serve, args=(script, conn, len(self.requests) - 1),
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def _serve(self, script: Callable[[ThreadServer, socket.socket], None], conn: socket.socket, n: int) -> None:
+        with conn:
+            conn.settimeout(10.0)
+            self._index[conn] = n
+            script(self, conn)
+
+    def read_request(self, conn: socket.socket) -> bool:
+        """One request (head and Content-Length body); False at the end of the connection."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            piece = conn.recv(65536)
+            if not piece:
+                return False
+            data += piece
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+        while length and len(body) < int(length[1]):
+            body += conn.recv(65536)
+        self.requests[self._index[conn]] += 1
+        return True
+
+    def join(self) -> None:
+        for thread in list(self._threads):
+            thread.join(10.0)
+            assert not thread.is_alive()
+
+
+def _answer_then_close_on_go(server: ThreadServer, conn: socket.socket) -> None:
+    server.read_request(conn)
+    conn.sendall(OK)
+    server.go.wait(10.0)
+    conn.close()
+    server.closed.set()
+
+
+def _answer_then_hold(server: ThreadServer, conn: socket.socket) -> None:
+    """Answer, then neither read nor close until told to."""
+    server.read_request(conn)
+    conn.sendall(OK)
+    server.go.wait(10.0)
+
+
+def _answer_all(server: ThreadServer, conn: socket.socket) -> None:
+    while server.read_request(conn):
+        conn.sendall(OK)
+
+
+LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"), pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+@pytest.mark.parametrize("new_loop", LOOPS)
+def test_a_pooled_connection_closed_before_the_loop_saw_it_never_carries_the_request(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    server = ThreadServer(_answer_then_close_on_go, _answer_all)
+
+    async def exchanges() -> None:
+        pool = Pool(server.url, keepalive=2.0)  # polled once idle for 0.5 s
+        try:
+            assert await _read_all(await _request(pool)) == b"hello world"
+            server.go.set()
+            assert server.closed.wait(5.0)  # blocking: the loop does not run, so it has not seen the close
+            time.sleep(0.6)  # idle long enough to be polled, and not to expire
+            assert await _read_all(await _request(pool)) == b"hello world"
+        finally:
+            await pool.close()
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(exchanges())
+    server.join()
+    assert server.requests == [1, 1]  # the second request went out on a new connection, and only there
+
+
+@pytest.mark.parametrize("new_loop", LOOPS)
+def test_a_request_whose_write_fails_at_once_goes_out_on_a_new_connection(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    server = ThreadServer(_answer_then_hold, _answer_all)
+
+    async def exchanges() -> None:
+        pool = Pool(server.url)
+        try:
+            assert await _read_all(await _request(pool)) == b"hello world"
+            # This end of the pooled connection shut for writing: the check before reuse sees nothing,
+            # and the write fails at once. It stands in for a reset arriving between that check and
+            # the write, which no test can time; either way nothing of the request was sent.
+            [conn] = pool._idle
+            with socket.socket(fileno=os.dup(conn.transport.get_extra_info("socket").fileno())) as sock:
+                sock.shutdown(socket.SHUT_WR)
+            assert await _read_all(await _request(pool)) == b"hello world"
+        finally:
+            server.go.set()
+            await pool.close()
+
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(exchanges())
+    server.join()
+    assert server.requests == [1, 1]
+
+
+async def test_a_request_the_service_may_have_taken_is_never_sent_again(
+    start_server: StartServer, pools: list[Pool],
+) -> None:
+    async def answer_then_die_on_the_next(server: RawServer, reader: asyncio.StreamReader,
+                                          writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(OK)
+        await server.read_request(reader)  # took the second request, and died with it
+
+    server = await start_server(answer_then_die_on_the_next)
+    pool = _pool(pools, server.url)
+    assert await _read_all(await _request(pool)) == b"hello world"
+
+    with pytest.raises(UpstreamUnavailable) as caught:
+        await _request(pool)
+
+    assert not isinstance(caught.value, UpstreamConnectFailed)  # the request was sent: not to be retried
+    assert (server.connections, len(server.requests)) == (1, 2)
+
+
+async def test_head_is_refused_before_anything_is_sent(start_server: StartServer, pools: list[Pool]) -> None:
+    server = await start_server(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n"))  # as for a HEAD
+    pool = _pool(pools, server.url)
+
+    with pytest.raises(ValueError, match="HEAD"):
+        await pool.request("HEAD", "/healthz", {}, None, 1.0, asyncio.get_running_loop().time() + 2.0)
+
+    assert server.connections == 0
+
+
 async def test_an_answer_closed_before_its_end_closes_its_connection(
     start_server: StartServer, pools: list[Pool],
 ) -> None:
@@ -454,6 +679,8 @@ async def test_a_connection_ending_before_the_head_is_unavailable(
     with pytest.raises(UpstreamUnavailable, match="unavailable") as caught:
         await _request(_pool(pools, server.url))
     assert not isinstance(caught.value, UpstreamConnectFailed)  # the request was sent: not to be retried
+    if reset:
+        assert isinstance(caught.value.__cause__, ConnectionResetError)  # what the connection ended with
 
 
 @pytest.mark.parametrize("reset", [False, True], ids=["eof", "reset"])
@@ -469,9 +696,11 @@ async def test_a_connection_ending_mid_body_is_a_protocol_error(
     response = await _request(_pool(pools, server.url))
 
     assert await response.read(1.0) == b"0123456789"  # what came before the break is read first
-    with pytest.raises(UpstreamProtocolError, match="connection broke"):
+    with pytest.raises(UpstreamProtocolError, match="connection broke") as caught:
         await response.read(1.0)
     response.close()
+    if reset:
+        assert isinstance(caught.value.__cause__, ConnectionResetError)  # what the connection ended with
 
 
 async def test_a_refused_connection_is_a_connect_failure(pools: list[Pool]) -> None:

@@ -264,8 +264,7 @@ def test_retries_stay_within_the_ratio_of_requests() -> None:
 
     allowed = _retries_allowed(budget, 1000, seconds=0.0)
 
-    initial = 10  # the balance a budget starts with
-    assert 200 <= allowed <= 200 + initial
+    assert allowed == 200  # a budget starts empty: nothing banked beyond the ratio
 
 
 def test_the_minimum_trickles_in_over_time() -> None:
@@ -273,14 +272,12 @@ def test_the_minimum_trickles_in_over_time() -> None:
 
     allowed = _retries_allowed(budget, 1000, seconds=20.0)
 
-    assert 200 + 5 * 20 <= allowed <= 200 + 5 * 20 + 50  # ratio + trickle, plus at most the initial cap
+    assert 200 + 5 * 20 - 1 <= allowed <= 200 + 5 * 20  # ratio + trickle over the 19.98 s the requests span
 
 
 def test_without_requests_only_the_trickle_allows_retries() -> None:
     budget = RetryBudget(ratio=0.2, min_per_s=2.0, now=0.0)
-    while budget.withdraw(0.0):
-        pass  # spend the initial balance
-
+    assert not budget.withdraw(0.0)  # nothing banked at the start
     assert not budget.withdraw(0.25)
     assert budget.withdraw(0.5)  # one retry after half a second at 2 a second
     assert not budget.withdraw(0.5)
@@ -300,5 +297,24 @@ def test_a_zero_budget_allows_no_retries_once_spent() -> None:
     initial = sum(budget.withdraw(0.0) for _ in range(100))
 
     assert _retries_allowed(budget, 1000, seconds=100.0) == 0
-    assert initial == 10
+    assert initial == 0  # nothing banked at the start
 
+
+
+def test_a_cold_budget_does_not_retry_a_whole_first_burst() -> None:
+    # An edge just started: a burst of 100 failing requests at once may retry only the ratio's share
+    # of them; the minimum accrues from the start, not banked in advance.
+    budget = RetryBudget(ratio=0.2, min_per_s=3.0, now=100.0)
+
+    assert not budget.withdraw(100.0)
+    assert _retries_allowed_at(budget, 100, now=100.0) == 20
+    assert not budget.withdraw(100.0)
+    assert sum(budget.withdraw(101.0) for _ in range(10)) == 3  # one second later: min_per_s of them
+
+
+def _retries_allowed_at(budget: RetryBudget, requests: int, now: float) -> int:
+    allowed = 0
+    for _ in range(requests):
+        budget.deposit(now)
+        allowed += budget.withdraw(now)
+    return allowed
