@@ -35,11 +35,11 @@ def serve(port: int, upstream: str, body_path: str) -> None:
     import uvloop
     from aiohttp import web
 
-    from ingress.upstream.http1 import Pool
+    from ingress.upstream.http1 import ConnectionPool
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     body = Path(body_path).read_bytes()
-    pool = Pool(upstream)
+    pool = ConnectionPool(upstream)
     headers = {"x-request-id": "floor", "Content-Type": CONTENT_TYPE}
 
     async def handler(request: web.Request) -> web.Response:

@@ -22,7 +22,7 @@ from ingress.routing.table import RouteTable
 from ingress.settings import EMBEDDED, Settings
 from ingress.tasks import BackgroundTasks
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.pool import GroupPool
+from ingress.upstream.group import EndpointGroup
 
 
 @asynccontextmanager
@@ -53,13 +53,13 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         demo_url = None
         if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
             demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "127.0.0.1", 0))
-        groups: dict[str, GroupPool] = {}
+        groups: dict[str, EndpointGroup] = {}
         for name, config in groups_config.items():
             clients = []
             for endpoint in config.endpoints:
                 url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
                 clients.append(UpstreamClient(url, settings.timeouts, settings.max_answer_bytes, endpoint.keepalive))
-            pool = GroupPool(name, config, clients)
+            pool = EndpointGroup(name, config, clients)
             stack.push_async_callback(pool.close)
             groups[name] = pool
             if config.health_check is not None:

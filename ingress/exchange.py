@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ingress.errors import IngressError
-    from ingress.upstream.pool import Lease
+    from ingress.upstream.group import Lease
     from ingress.wire.types import Usage
 
 

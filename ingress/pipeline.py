@@ -42,7 +42,7 @@ from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.upstream import http1
-from ingress.upstream.pool import GroupPool, Lease
+from ingress.upstream.group import EndpointGroup, Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
 from ingress.wire.encode import encode_request
@@ -59,7 +59,7 @@ class Gateway:
 
     settings: Settings
     routes: RouteTable
-    groups: dict[str, GroupPool]
+    groups: dict[str, EndpointGroup]
     budget: RetryBudget
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
 
@@ -330,7 +330,7 @@ RELAYED_HEADERS = ("Content-Type", "Retry-After")
 
 
 @dataclass
-class Relay:
+class RelayedAnswer:
     """An upstream answer to relay unmodified: status, headers, and the body as it arrives. Reading
     `chunks` raises an IngressError if the answer breaks, stalls or overruns its deadline; `close()`
     ends the upstream response."""
@@ -341,7 +341,7 @@ class Relay:
     close: Callable[[], None]
 
 
-async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
+async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     """Verify a CompletionRequest, route on fields read in place, forward the exact bytes."""
     ex.binary = True
     try:
@@ -360,7 +360,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
 
     async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
-        return await lease.client.relay(body, headers, timeouts)
+        return await lease.client.forward(body, headers, timeouts)
 
     response, reads = await send(gw, match, ex, forward)
     ex.mark_first_byte()
@@ -378,7 +378,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> Relay:
             ex.upstream_done = time.perf_counter()
         ex.upstream_ok = True
 
-    return Relay(response.status, headers_out, chunks(), response.close)
+    return RelayedAnswer(response.status, headers_out, chunks(), response.close)
 
 
 # --- settle: after every end --------------------------------------------------------------------

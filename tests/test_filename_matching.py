@@ -17,7 +17,6 @@ NOT_A_MODULE = {
     "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",
     "test_golden_buffers.py": "the released schema versions (schema/baseline/): their buffers, read through wire/",
     "test_layers.py": "the import graph of ingress/'s packages, and which of them may be async",
-    "test_group_pool.py": "upstream/pool.py (test_pool.py would name no single module while two are called pool)",
     "test_oracle.py": "tests/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }
 

@@ -63,7 +63,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
-        return await _relay(request, ex, await pipeline.relay(gw, body, ex))
+        return await _write_relayed(request, ex, await pipeline.relay(gw, body, ex))
     prepared = pipeline.prepare(gw, body, request_meta(request), ex)
     if not prepared.request.stream:
         with drain.deadline():
@@ -108,7 +108,7 @@ async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
     return response
 
 
-async def _relay(request: web.Request, ex: Exchange, relay: pipeline.Relay) -> web.StreamResponse:
+async def _write_relayed(request: web.Request, ex: Exchange, relay: pipeline.RelayedAnswer) -> web.StreamResponse:
     """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
     client sees an incomplete body, never one that looks complete."""
     try:

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
-from ingress.upstream.http1 import KEEPALIVE, Pool, Response
+from ingress.upstream.http1 import KEEPALIVE, ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.answer import decode_answer
 
@@ -27,7 +27,7 @@ class UpstreamClient:
         self.endpoint = url
         self.timeouts = timeouts
         self._max_answer = max_answer_bytes
-        self._pool = Pool(url, keepalive)
+        self._pool = ConnectionPool(url, keepalive)
 
     async def close(self) -> None:
         await self._pool.close()
@@ -147,7 +147,7 @@ class UpstreamClient:
         response.close()
         return 200 <= response.status < 300
 
-    async def relay(self, body: bytes, headers: Mapping[str, str],
+    async def forward(self, body: bytes, headers: Mapping[str, str],
                     timeouts: Timeouts | None = None) -> tuple[Response, AsyncIterator[bytes]]:
         """Binary ingress: send, and hand back the open response of any status below 500 with its reads
         (idle and total deadlines applied), for relaying unmodified; the caller closes it. A 5xx is raised

@@ -4,10 +4,10 @@ connections kept per endpoint.
 It does only what the hop needs, for a fraction of the CPU aiohttp's ClientSession took per exchange
 (~30 µs against ~140 µs for a whole answer; bench/upstream_client.py compares the two):
 
-- `Pool(url, keepalive)` holds the connections to one endpoint (`http://host:port`, `https://...`,
-  `unix:/path`). Idle ones are reused most recently used first, with no limit of their own (GroupPool
+- `ConnectionPool(url, keepalive)` holds the connections to one endpoint (`http://host:port`, `https://...`,
+  `unix:/path`). Idle ones are reused most recently used first, with no limit of their own (EndpointGroup
   limits requests).
-- `Pool.request()` writes the head and the body with one `writelines` (uvloop sends both with one
+- `ConnectionPool.request()` writes the head and the body with one `writelines` (uvloop sends both with one
   writev, no copy of the body) and waits for the response head; 1xx responses are skipped.
 - `Response.read()` gives the body as it arrives, delimited by Content-Length, chunked coding or the
   end of the connection. Past `HIGH_WATER` unread bytes, reading from the socket pauses until the
@@ -157,7 +157,7 @@ class ResponseDecoder:
 
 
 class Response:
-    """An answer as it arrives: `status` and `headers` (names lower-cased) once `Pool.request` returns
+    """An answer as it arrives: `status` and `headers` (names lower-cased) once `ConnectionPool.request` returns
     it, the body through `read()`. `close()` ends the exchange; call it in every case."""
 
     def __init__(self, conn: Connection) -> None:
@@ -207,7 +207,7 @@ class Connection(asyncio.Protocol):
 
     transport: asyncio.Transport
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self.loop = asyncio.get_running_loop()
         self.decoder = ResponseDecoder()
@@ -322,7 +322,7 @@ class Connection(asyncio.Protocol):
             self.pool.put(self)
 
 
-class Pool:
+class ConnectionPool:
     """The connections to one endpoint; the idle ones kept for reuse, the most recently used first,
     for `keepalive` seconds."""
 

@@ -1,7 +1,7 @@
 """Resilience under faults: groups of endpoints, ejection, retries within a budget, fallback groups,
 backpressure, heartbeats, timeouts and active health checks, with real servers on loopback.
 
-Each edge here is built from a Settings with `groups` and `routes`, so the GroupPools are reachable from
+Each edge here is built from a Settings with `groups` and `routes`, so the EndpointGroups are reachable from
 the app (`app[GATEWAY].groups`) and the test can see what the edge decided, not only what it answered.
 """
 

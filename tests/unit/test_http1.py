@@ -31,7 +31,7 @@ from ingress.upstream.http1 import (
     HEAD_TOO_LARGE,
     HIGH_WATER,
     KEEPALIVE,
-    Pool,
+    ConnectionPool,
     Response,
     ResponseDecoder,
 )
@@ -278,20 +278,20 @@ async def start_server(tmp_path: Path) -> AsyncIterator[StartServer]:
 
 
 @pytest.fixture
-async def pools() -> AsyncIterator[list[Pool]]:
+async def pools() -> AsyncIterator[list[ConnectionPool]]:
     """Pools to close when the test ends."""
-    made: list[Pool] = []
+    made: list[ConnectionPool] = []
     yield made
     for pool in made:
         await pool.close()
 
 
-def _pool(pools: list[Pool], url: str, keepalive: float = KEEPALIVE) -> Pool:
-    pools.append(Pool(url, keepalive))
+def _pool(pools: list[ConnectionPool], url: str, keepalive: float = KEEPALIVE) -> ConnectionPool:
+    pools.append(ConnectionPool(url, keepalive))
     return pools[-1]
 
 
-async def _request(pool: Pool, body: bytes | None = b"ping", within: float = 2.0) -> Response:
+async def _request(pool: ConnectionPool, body: bytes | None = b"ping", within: float = 2.0) -> Response:
     deadline = asyncio.get_running_loop().time() + within
     return await pool.request("POST" if body is not None else "GET", "/v1/complete", {"x-request-id": "r-1"},
                               body, 1.0, deadline)
@@ -311,7 +311,7 @@ async def _read_all(response: Response) -> bytes:
 
 
 async def test_a_request_goes_out_as_written_and_its_answer_comes_back(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(answering(OK))
     pool = _pool(pools, server.url)
@@ -329,7 +329,8 @@ async def test_a_request_goes_out_as_written_and_its_answer_comes_back(
                                "traceparent": "00-ab-cd-01", "Content-Length": str(len(body))}
 
 
-async def test_a_chunked_answer_written_a_byte_at_a_time(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_a_chunked_answer_written_a_byte_at_a_time(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     async def trickle(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.read_request(reader)
         for i in range(len(CHUNKED)):
@@ -344,7 +345,8 @@ async def test_a_chunked_answer_written_a_byte_at_a_time(start_server: StartServ
     assert await _read_all(response) == b"hello world"
 
 
-async def test_informational_responses_are_skipped(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_informational_responses_are_skipped(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     server = await start_server(answering(INFORMATIONAL))
     response = await _request(_pool(pools, server.url))
 
@@ -352,7 +354,8 @@ async def test_informational_responses_are_skipped(start_server: StartServer, po
     assert await _read_all(response) == b"hello world"
 
 
-async def test_a_body_ending_with_the_connection_is_read_whole(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_a_body_ending_with_the_connection_is_read_whole(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     server = await start_server(answering(b"HTTP/1.1 200 OK\r\n\r\nuntil the end", close=True))
     pool = _pool(pools, server.url)
 
@@ -365,7 +368,7 @@ async def test_a_body_ending_with_the_connection_is_read_whole(start_server: Sta
 
 
 async def test_answers_read_to_their_end_leave_the_connection_for_the_next_request(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(answering(OK, CHUNKED, b"HTTP/1.1 204 No Content\r\n\r\n"))
     pool = _pool(pools, server.url)
@@ -385,7 +388,7 @@ async def test_answers_read_to_their_end_leave_the_connection_for_the_next_reque
     pytest.param(OK + b"HTTP/1.1 200 OK\r\n", id="bytes-after-the-answer"),
 ])
 async def test_a_connection_that_may_not_carry_another_request_is_not_reused(
-    start_server: StartServer, pools: list[Pool], answer: bytes,
+    start_server: StartServer, pools: list[ConnectionPool], answer: bytes,
 ) -> None:
     server = await start_server(answering(answer))
     pool = _pool(pools, server.url)
@@ -396,7 +399,8 @@ async def test_a_connection_that_may_not_carry_another_request_is_not_reused(
     assert server.connections == 2
 
 
-async def test_a_pooled_connection_its_peer_closed_is_not_reused(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_a_pooled_connection_its_peer_closed_is_not_reused(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     server = await start_server(answering(OK, close=True))  # no Connection: close, yet it closes
     pool = _pool(pools, server.url)
 
@@ -430,7 +434,7 @@ def closing_idle_after(seconds: float) -> Handler:
 
 
 async def test_an_idle_connection_is_closed_at_its_keepalive_before_the_server_closes_it(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(closing_idle_after(3.0))
     pool = _pool(pools, server.url, keepalive=0.2)
@@ -443,7 +447,7 @@ async def test_an_idle_connection_is_closed_at_its_keepalive_before_the_server_c
 
 
 async def test_idle_connections_past_their_keepalive_are_closed_while_another_is_in_use(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     # Reused most recently used first, the other connection is never taken again: it is closed all
     # the same when its keepalive passes.
@@ -547,7 +551,7 @@ def test_a_pooled_connection_closed_before_the_loop_saw_it_never_carries_the_req
     server = ThreadServer(_answer_then_close_on_go, _answer_all)
 
     async def exchanges() -> None:
-        pool = Pool(server.url, keepalive=2.0)  # polled once idle for 0.5 s
+        pool = ConnectionPool(server.url, keepalive=2.0)  # polled once idle for 0.5 s
         try:
             assert await _read_all(await _request(pool)) == b"hello world"
             server.go.set()
@@ -570,7 +574,7 @@ def test_a_request_whose_write_fails_at_once_goes_out_on_a_new_connection(
     server = ThreadServer(_answer_then_hold, _answer_all)
 
     async def exchanges() -> None:
-        pool = Pool(server.url)
+        pool = ConnectionPool(server.url)
         try:
             assert await _read_all(await _request(pool)) == b"hello world"
             # This end of the pooled connection shut for writing: the check before reuse sees nothing,
@@ -591,7 +595,7 @@ def test_a_request_whose_write_fails_at_once_goes_out_on_a_new_connection(
 
 
 async def test_a_request_the_service_may_have_taken_is_never_sent_again(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     async def answer_then_die_on_the_next(server: RawServer, reader: asyncio.StreamReader,
                                           writer: asyncio.StreamWriter) -> None:
@@ -610,7 +614,8 @@ async def test_a_request_the_service_may_have_taken_is_never_sent_again(
     assert (server.connections, len(server.requests)) == (1, 2)
 
 
-async def test_head_is_refused_before_anything_is_sent(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_head_is_refused_before_anything_is_sent(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     server = await start_server(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n"))  # as for a HEAD
     pool = _pool(pools, server.url)
 
@@ -621,7 +626,7 @@ async def test_head_is_refused_before_anything_is_sent(start_server: StartServer
 
 
 async def test_an_answer_closed_before_its_end_closes_its_connection(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(then_hang(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789"))
     pool = _pool(pools, server.url)
@@ -640,7 +645,7 @@ async def test_closing_the_pool_closes_its_idle_connections(start_server: StartS
         await server.wait_for_hangup(reader)
 
     server = await start_server(answer_then_wait)
-    pool = Pool(server.url)
+    pool = ConnectionPool(server.url)
     await _read_all(await _request(pool))
 
     await pool.close()
@@ -672,7 +677,7 @@ def cut(*parts: bytes, reset: bool) -> Handler:
 
 @pytest.mark.parametrize("reset", [False, True], ids=["eof", "reset"])
 async def test_a_connection_ending_before_the_head_is_unavailable(
-    start_server: StartServer, pools: list[Pool], reset: bool,
+    start_server: StartServer, pools: list[ConnectionPool], reset: bool,
 ) -> None:
     server = await start_server(cut(b"HTTP/1.1 200", reset=reset))
 
@@ -689,7 +694,7 @@ async def test_a_connection_ending_before_the_head_is_unavailable(
     pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", id="chunked"),
 ])
 async def test_a_connection_ending_mid_body_is_a_protocol_error(
-    start_server: StartServer, pools: list[Pool], head: bytes, reset: bool,
+    start_server: StartServer, pools: list[ConnectionPool], head: bytes, reset: bool,
 ) -> None:
     first = b"a\r\n0123456789\r\n" if b"chunked" in head else b"0123456789"
     server = await start_server(cut(head + first, reset=reset))
@@ -703,19 +708,21 @@ async def test_a_connection_ending_mid_body_is_a_protocol_error(
         assert isinstance(caught.value.__cause__, ConnectionResetError)  # what the connection ended with
 
 
-async def test_a_refused_connection_is_a_connect_failure(pools: list[Pool]) -> None:
+async def test_a_refused_connection_is_a_connect_failure(pools: list[ConnectionPool],
+) -> None:
     with socket.socket() as held:  # bound, never listening: connections are refused
         held.bind(("127.0.0.1", 0))
         with pytest.raises(UpstreamConnectFailed, match=r"The model service is unavailable\."):
             await _request(_pool(pools, f"http://127.0.0.1:{held.getsockname()[1]}"))
 
 
-async def test_an_unknown_host_is_a_connect_failure(pools: list[Pool]) -> None:
+async def test_an_unknown_host_is_a_connect_failure(pools: list[ConnectionPool],
+) -> None:
     with pytest.raises(UpstreamConnectFailed):
         await _request(_pool(pools, "http://no-such-host.invalid:80"))
 
 
-async def test_a_unix_socket_endpoint(start_server: StartServer, pools: list[Pool], tmp_path: Path) -> None:
+async def test_a_unix_socket_endpoint(start_server: StartServer, pools: list[ConnectionPool], tmp_path: Path) -> None:
     server = await start_server(answering(OK), unix=True)
     pool = _pool(pools, server.url)
 
@@ -728,7 +735,8 @@ async def test_a_unix_socket_endpoint(start_server: StartServer, pools: list[Poo
         await _request(_pool(pools, f"unix:{tmp_path / 'absent.sock'}"))
 
 
-async def test_an_oversized_head_is_refused(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_an_oversized_head_is_refused(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     big = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (HEAD_LIMIT + 1) + b"\r\nContent-Length: 0\r\n\r\n"
     server = await start_server(answering(big))
 
@@ -752,7 +760,8 @@ async def test_an_oversized_answer_is_refused(start_server: StartServer, answer:
         await client.close()
 
 
-async def test_a_header_or_path_with_cr_lf_or_nul_is_never_sent(start_server: StartServer, pools: list[Pool]) -> None:
+async def test_a_header_or_path_with_cr_lf_or_nul_is_never_sent(start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
     server = await start_server(answering(OK))
     pool = _pool(pools, server.url)
     deadline = asyncio.get_running_loop().time() + 1.0
@@ -768,7 +777,7 @@ async def test_a_header_or_path_with_cr_lf_or_nul_is_never_sent(start_server: St
 
 @pytest.mark.parametrize("sent", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n01234"], ids=["head", "body"])
 async def test_cancelling_a_request_closes_its_connection_at_once(
-    start_server: StartServer, pools: list[Pool], sent: bytes,
+    start_server: StartServer, pools: list[ConnectionPool], sent: bytes,
 ) -> None:
     server = await start_server(then_hang(sent))
     pool = _pool(pools, server.url)
@@ -789,7 +798,7 @@ async def test_cancelling_a_request_closes_its_connection_at_once(
 
 
 async def test_a_slow_reader_pauses_the_socket_rather_than_buffering(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     pattern = bytes(range(256)) * 4096  # 1 MiB
     copies = 32
@@ -846,7 +855,7 @@ def answering_after(*delays: float) -> Handler:
 
 
 async def test_an_earlier_deadline_on_a_kept_alive_connection_does_not_cut_a_later_one(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(answering_after(0.0, 0.3))
     pool = _pool(pools, server.url)
@@ -857,7 +866,7 @@ async def test_an_earlier_deadline_on_a_kept_alive_connection_does_not_cut_a_lat
 
 
 async def test_a_later_deadline_on_a_kept_alive_connection_does_not_delay_an_earlier_one(
-    start_server: StartServer, pools: list[Pool],
+    start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
     server = await start_server(answering_after(0.0, 30.0))
     pool = _pool(pools, server.url)
@@ -953,7 +962,8 @@ class _AnswerEveryRequest(asyncio.Protocol):
         self.transport.write(CHUNKED if self.answers % 2 else OK)  # type: ignore[attr-defined]  # a TCP transport
 
 
-async def test_exchanges_leave_no_reference_cycles_behind(pools: list[Pool]) -> None:
+async def test_exchanges_leave_no_reference_cycles_behind(pools: list[ConnectionPool],
+) -> None:
     server = await asyncio.get_running_loop().create_server(_AnswerEveryRequest, "127.0.0.1", 0)
     try:
         pool = _pool(pools, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
@@ -976,7 +986,7 @@ async def test_exchanges_leave_no_reference_cycles_behind(pools: list[Pool]) -> 
 # --- TLS ------------------------------------------------------------------------------------------
 
 
-async def test_an_https_endpoint(start_server: StartServer, pools: list[Pool], tmp_path: Path,
+async def test_an_https_endpoint(start_server: StartServer, pools: list[ConnectionPool], tmp_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     try:

@@ -7,9 +7,9 @@ from collections import Counter, deque
 
 import pytest
 
+from ingress.routing.balance import choose
 from ingress.routing.budget import RetryBudget
 from ingress.routing.health import EndpointState
-from ingress.routing.policy import choose
 from ingress.routing.table import RouteTable
 from ingress.settings import Ejection, Route
 

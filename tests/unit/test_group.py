@@ -1,4 +1,4 @@
-"""GroupPool: per-endpoint and per-group limits, a bounded FIFO wait queue, and wake-ups never lost."""
+"""EndpointGroup: per-endpoint and per-group limits, a bounded FIFO wait queue, and wake-ups never lost."""
 
 from __future__ import annotations
 
@@ -16,21 +16,21 @@ from ingress import log
 from ingress.errors import Overloaded
 from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.pool import GroupPool, Lease
+from ingress.upstream.group import EndpointGroup, Lease
 
 URLS = [f"http://10.0.0.{i}:9000" for i in range(1, 4)]  # never connected to: leases only
 
-MakePool = Callable[..., GroupPool]
+MakePool = Callable[..., EndpointGroup]
 
 
 @pytest.fixture
 async def make_pool() -> AsyncIterator[MakePool]:
     """`make_pool(endpoints=..., **group_settings)`: a pool whose endpoints are never contacted."""
 
-    def make(endpoints: list[Endpoint] | None = None, **group: Any) -> GroupPool:
+    def make(endpoints: list[Endpoint] | None = None, **group: Any) -> EndpointGroup:
         config = Group(endpoints=endpoints or [Endpoint(url=URLS[0])], **group)
         clients = [UpstreamClient(e.url, Timeouts(), 1 << 20) for e in config.endpoints]
-        return GroupPool("g", config, clients)
+        return EndpointGroup("g", config, clients)
 
     yield make
 
@@ -41,7 +41,7 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
-async def _queued(pool: GroupPool, n: int) -> list[asyncio.Task[Lease]]:
+async def _queued(pool: EndpointGroup, n: int) -> list[asyncio.Task[Lease]]:
     """`n` acquirers started one after the other, each waiting in the queue before the next comes."""
     tasks = []
     for i in range(n):
@@ -312,7 +312,7 @@ async def test_the_health_check_loop_survives_an_unexpected_exception(log_stream
                    health_check=HealthCheck(interval=0.01, timeout=0.5))
     broken = _Prober(URLS[0], [RuntimeError("a bug in the probe"), True, False, True])
     well = _Prober(URLS[1], [True])
-    pool = GroupPool("g", config, [broken, well])
+    pool = EndpointGroup("g", config, [broken, well])
     checks = asyncio.create_task(pool.check_health())
     try:
         reached = asyncio.create_task(broken.all_given.wait())

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from ingress import metrics
 from ingress.errors import Overloaded
 from ingress.log import get_logger
+from ingress.routing.balance import choose
 from ingress.routing.health import EndpointState
-from ingress.routing.policy import choose
 from ingress.settings import Group
 from ingress.upstream.client import UpstreamClient
 
@@ -26,7 +26,7 @@ log = get_logger("ingress.upstream")
 class Lease:
     """One request's hold on one endpoint; released exactly once with its outcome."""
 
-    group: GroupPool
+    group: EndpointGroup
     state: EndpointState
     client: UpstreamClient
     released: bool = False
@@ -39,7 +39,7 @@ class Lease:
         self.group.release(self, ok)
 
 
-class GroupPool:
+class EndpointGroup:
     def __init__(self, name: str, config: Group, clients: list[UpstreamClient],
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.name = name
