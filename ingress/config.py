@@ -156,6 +156,21 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
     return settings
 
 
+def override(settings: Settings, changes: Mapping[str, Any], source: str = "command line") -> Settings:
+    """`settings` with `changes` (command-line flags) applied, checked exactly as a file's keys are."""
+    raw = {**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}
+    try:
+        changed = msgspec.convert(raw, Settings)
+    except msgspec.ValidationError as exc:
+        detail, path = validation_path(exc)
+        raise ConfigError(f"{source}: {path or '(top level)'}: {detail}") from None
+    try:
+        _check(changed)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return changed
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Settings:
     path = Path(path)
     try:

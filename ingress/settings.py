@@ -18,6 +18,12 @@ EMBEDDED = "embedded:"  # the endpoint URL of the demo service started beside th
 
 Seconds = Annotated[float, Meta(gt=0, le=86_400)]
 Count = Annotated[int, Meta(ge=0, le=1_000_000)]
+# A FlatBuffers buffer is smaller than 2 GiB; a request is encoded from a body of about its size, and
+# the decoded body is held beside it, so a body is held to half that.
+BufferBytes = Annotated[int, Meta(ge=1024, le=2**31 - 1)]
+BodyBytes = Annotated[int, Meta(ge=1024, le=2**30)]
+EndpointUrl = Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,7 +41,7 @@ class Timeouts(_Config, frozen=True):
 
 
 class Endpoint(_Config, frozen=True):
-    url: Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
+    url: EndpointUrl
     weight: Annotated[int, Meta(ge=1, le=1000)] = 1
     max_in_flight: Count = 0  # 0: no limit of its own
 
@@ -43,7 +49,7 @@ class Endpoint(_Config, frozen=True):
 class HealthCheck(_Config, frozen=True):
     """Active checks: GET `path` on every endpoint each `interval`."""
 
-    path: str = "/healthz"
+    path: Annotated[str, Meta(pattern=r"^/[!-~]*\Z")] = "/healthz"  # printable ASCII: it goes in a request line
     interval: Seconds = 5.0
     timeout: Seconds = 1.0
 
@@ -96,26 +102,27 @@ class Drain(_Config, frozen=True):
 
 
 class Settings(_Config, frozen=True):
-    host: str = "127.0.0.1"
+    host: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:%-]{1,253}\Z")] = "127.0.0.1"  # a name or an address
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     unix: str | None = None  # listen on this Unix socket path instead of host:port
-    upstream: str | None = None  # shorthand: one group of one endpoint
+    upstream: EndpointUrl | None = None  # shorthand: one group of one endpoint
     models: tuple[str, ...] = ()  # shorthand: the served model names (empty: any)
     groups: dict[str, Group] = {}
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
     drain: Drain = Drain()
     workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_answer_bytes: int = 64 * 1024 * 1024
-    max_frame_bytes: int = 16 * 1024 * 1024
+    max_body_bytes: BodyBytes = 8 * 1024 * 1024
+    max_answer_bytes: BufferBytes = 64 * 1024 * 1024
+    max_frame_bytes: BufferBytes = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
     builder_pool_size: int = 64
     verify_answers: bool = True  # verify every upstream buffer before reading it
     encoder: Literal["generated", "stock"] = "generated"  # stock: flatbuffers.Builder, for comparison
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
-    gc_threshold0: int = 10_000  # above the in-flight working set: bench/gc_pauses.py measured no collections
+    # Above the in-flight working set (bench/gc_pauses.py measured no collections); 0 turns collection off.
+    gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
 
     def resolved(self) -> tuple[dict[str, Group], tuple[Route, ...]]:
         """The groups and routes to serve: the configured ones, or those the shorthand implies."""
