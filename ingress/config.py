@@ -42,6 +42,8 @@ def _interpolate(value: Any, environ: Mapping[str, str], key: str) -> Any:
     return value
 
 
+_USERINFO = re.compile(r"^https?://[^/]*@")
+
 _HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 
 
@@ -128,8 +130,12 @@ def _check(settings: Settings) -> None:
             seen[name] = key
     for name, group in groups.items():
         for j, endpoint in enumerate(group.endpoints):
+            key = f"groups.{name}.endpoints[{j}].url" if settings.groups else "upstream"
             if endpoint.url.startswith("embedded:") and settings.groups:
-                raise ConfigError(f"groups.{name}.endpoints[{j}].url: 'embedded:' is only for the built-in demo")
+                raise ConfigError(f"{key}: 'embedded:' is only for the built-in demo")
+            if _USERINFO.match(endpoint.url):  # the message must not repeat the URL: it holds a secret
+                raise ConfigError(f"{key}: credentials (user:password@) are not allowed in an endpoint URL; "
+                                  "they would be sent in the Host header and shown in logs and metrics")
     if settings.unix is not None and not settings.unix.startswith("/"):
         raise ConfigError("unix: the socket path must be absolute")
 

@@ -395,3 +395,48 @@ def test_serve_refuses_an_unknown_log_level_flag(capsys: pytest.CaptureFixture[s
 
     assert stopped.value.code == 2  # argparse's usage error, before anything starts
     assert "invalid choice: 'verbose'" in capsys.readouterr().err
+
+
+# --- credentials never sit in an endpoint URL (they would reach the Host header, logs and metrics) --
+
+PASSWORD = "hunter2-pass-0451"
+
+
+@pytest.mark.parametrize(("text", "environ", "key"), [
+    pytest.param(_edit("http://10.0.0.11:9000", f"http://admin:{PASSWORD}@10.0.0.11:9000"), {},
+                 "groups.primary.endpoints[0].url", id="user-and-password"),
+    pytest.param(_edit("http://10.0.0.11:9000", f"https://{PASSWORD}@10.0.0.11"), {},
+                 "groups.primary.endpoints[0].url", id="a-token-as-the-user"),
+    pytest.param(EXAMPLE, {"BACKUP_URL": f"http://admin:{PASSWORD}@10.0.0.12:9000"},
+                 "groups.primary.endpoints[1].url", id="from-the-environment"),
+    pytest.param(f'upstream = "http://admin:{PASSWORD}@10.0.0.1:9000"\n', {}, "upstream", id="the-shorthand"),
+])
+def test_an_endpoint_url_with_credentials_is_refused_without_echoing_them(
+        text: str, environ: dict[str, str], key: str) -> None:
+    message = _error(text, environ)
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert "credentials" in message
+    assert PASSWORD not in message and "admin" not in message
+
+
+def test_a_unix_socket_path_may_hold_an_at_sign() -> None:
+    settings = parse_config(_edit("unix:/run/llm/model.sock", "unix:/run/llm/model@1.sock"), environ={})
+
+    assert settings.groups["local"].endpoints[0].url == "unix:/run/llm/model@1.sock"
+
+
+def test_check_config_and_serve_refuse_credentials_without_echoing_them(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(EXAMPLE)
+    secret_url = f"http://admin:{PASSWORD}@10.0.0.12:9000"
+
+    checked = _check_config(path, BACKUP_URL=secret_url)
+    served = subprocess.run([sys.executable, "-m", "ingress", "serve", "--port", "0", "--workers", "1",
+                             "--upstream", secret_url],
+                            capture_output=True, text=True, timeout=30, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
+
+    assert checked.returncode == 1 and "groups.primary.endpoints[1].url: " in checked.stderr, checked.stderr
+    assert served.returncode == 1 and "command line: upstream: " in served.stderr, served.stderr
+    for done in (checked, served):
+        assert PASSWORD not in done.stdout + done.stderr
