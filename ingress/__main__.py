@@ -8,7 +8,7 @@ import typing
 
 from aiohttp import web
 
-from ingress.log import configure, get_logger
+from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import LogLevel, Settings
 
 
@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     configure(settings.log_level)
+    capture_uncaught()
     groups, routes = settings.resolved()
     listen = f"unix:{settings.unix}" if settings.unix else f"http://{settings.host}:{settings.port}"
     get_logger("ingress").info("starting", listen=listen, workers=workers_of(settings),
@@ -63,6 +64,7 @@ def _demo(args: argparse.Namespace) -> int:
     from ingress.server import event_loop
 
     configure(args.log_level)
+    capture_uncaught()
     get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
     web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=event_loop(),

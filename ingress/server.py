@@ -27,7 +27,7 @@ from aiohttp import web
 
 from ingress.app import create_app, tune_gc
 from ingress.drain import DRAIN
-from ingress.log import configure, get_logger
+from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
 
 log = get_logger("ingress.server")
@@ -92,6 +92,7 @@ def run_worker(settings_json: bytes, sock: socket.socket) -> None:
     """One serving process (also the whole server when there is a single worker)."""
     settings = msgspec.json.decode(settings_json, type=Settings)
     configure(settings.log_level)
+    capture_uncaught()
     loop = event_loop()
     try:
         loop.run_until_complete(_serve(settings, sock))
