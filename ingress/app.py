@@ -30,7 +30,7 @@ TASKS = web.AppKey("tasks", BackgroundTasks)
 async def serve_app(app: web.Application, host: str, port: int, unix: str | None = None) -> AsyncIterator[str]:
     """Run `app` on host:port (0: any free port), or on a Unix socket, until the block ends; yields its
     base URL (`unix:/path` for a socket)."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, auto_decompress=False)
     await runner.setup()
     try:
         if unix is not None:

@@ -49,6 +49,13 @@ class NotFound(InvalidRequest):
     code = "not_found"
 
 
+class UnsupportedEncoding(InvalidRequest):
+    """A request body in a Content-Encoding the edge does not decode."""
+
+    status = 415
+    code = "unsupported_encoding"
+
+
 class UpstreamUnavailable(IngressError):
     """The internal service refused the connection or could not be reached."""
 

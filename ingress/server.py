@@ -66,7 +66,8 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
     # cover handlers finishing their last write (and a connection accepted as the listener closed,
     # which aiohttp would otherwise wait on for the whole timeout).
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, auto_decompress=False,
+                           shutdown_timeout=2.0)
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()
