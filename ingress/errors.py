@@ -49,6 +49,13 @@ class NotFound(InvalidRequest):
     code = "not_found"
 
 
+class RequestTimeout(InvalidRequest):
+    """The client stopped sending its request body; the connection is closed after the answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
 class UnsupportedEncoding(InvalidRequest):
     """A request body in a Content-Encoding the edge does not decode."""
 

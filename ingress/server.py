@@ -26,6 +26,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.app import create_app, tune_gc
+from ingress.connections import EdgeSite
 from ingress.drain import DRAIN
 from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
@@ -66,10 +67,9 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
     # cover handlers finishing their last write (and a connection accepted as the listener closed,
     # which aiohttp would otherwise wait on for the whole timeout).
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, auto_decompress=False,
-                           shutdown_timeout=2.0)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = EdgeSite(runner, sock, settings.client)  # the connections' deadlines and cap
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -101,6 +101,21 @@ class Drain(_Config, frozen=True):
     deadline: Seconds = 30.0
 
 
+class Client(_Config, frozen=True):
+    """Client connections: deadlines for reading a request, and how many connections a worker holds.
+
+    nginx's defaults are the anchors (client_header_timeout and client_body_timeout 60 s,
+    keepalive_timeout 75 s: longer than the 60 s idle timeout of the common load balancers, so the
+    balancer, which knows, is the one to close an idle connection). Beyond `max_connections` a worker
+    stops accepting: new connections wait in the shared listen backlog, where another worker with
+    room takes them, rather than being accepted only to be closed."""
+
+    header_timeout: Seconds = 60.0  # from a request's first byte until its whole head has arrived
+    body_timeout: Seconds = 60.0  # between two reads of a request body; then 408 request_timeout
+    keepalive_timeout: Seconds = 75.0  # a connection with no request in progress is closed after this
+    max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
+
+
 class Settings(_Config, frozen=True):
     host: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:%-]{1,253}\Z")] = "127.0.0.1"  # a name or an address
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
@@ -111,6 +126,7 @@ class Settings(_Config, frozen=True):
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
     drain: Drain = Drain()
+    client: Client = Client()
     workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
     max_body_bytes: BodyBytes = 8 * 1024 * 1024
     max_answer_bytes: BufferBytes = 64 * 1024 * 1024

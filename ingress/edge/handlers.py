@@ -20,6 +20,7 @@ from ingress.errors import (
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    RequestTimeout,
     ShuttingDown,
     UnsupportedEncoding,
     UpstreamUnavailable,
@@ -67,11 +68,11 @@ _CODINGS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": _ZLIB}
 _GZIP_MEMBERS = 16  # concatenated members are valid gzip; thousands of them are only work for us
 
 
-def _decode_body(body: bytes, encoding: str, limit: int) -> bytes:
+def _decode_body(body: bytes | bytearray, encoding: str, limit: int) -> bytes:
     """`body` decoded from its Content-Encoding, never past `limit` bytes (a bomb is a 413, not memory)."""
     codings = [c.strip().lower() for c in encoding.split(",") if c.strip().lower() not in ("", "identity")]
     if not codings:
-        return body
+        return bytes(body)
     if len(codings) > 1 or codings[0] not in _CODINGS:
         plain = encoding.isascii() and len(encoding) <= 40 and all(c.isalnum() or c in " ,._-" for c in encoding)
         named = f"'{encoding}'" if plain else "this encoding"
@@ -101,17 +102,26 @@ def _decode_body(body: bytes, encoding: str, limit: int) -> bytes:
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The body, decoded from its Content-Encoding (aiohttp's own decoding is off: its errors are 500s and
-    its refusals plain text)."""
+    its refusals plain text); a 408 if the client stops sending it for `client.body_timeout`."""
     if (request.content_length or 0) > limit:
         raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    idle = request.app[GATEWAY].settings.client.body_timeout
+    body = bytearray()
     try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.") from None
+        while True:
+            async with asyncio.timeout(idle):
+                chunk = await request.content.readany()
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > limit:
+                raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    except TimeoutError:
+        raise RequestTimeout(f"No part of the request body arrived for {idle:g} s.") from None
     except web.RequestPayloadError:  # a bad chunk size, a body cut short: not the server's error
         raise InvalidRequest("The request body could not be read as sent.", code="invalid_body") from None
     encoding = request.headers.get("Content-Encoding")
-    return body if encoding is None else _decode_body(body, encoding, limit)
+    return bytes(body) if encoding is None else _decode_body(body, encoding, limit)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:

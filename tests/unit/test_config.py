@@ -330,6 +330,8 @@ BAD_VALUES = [  # a top-level line added to a minimal file, the key named, what 
     pytest.param('encoder = "fast"', "encoder", "Invalid enum value 'fast'", id="unknown-encoder"),
     pytest.param("port = 65536", "port", "<= 65535", id="port-out-of-range"),
     pytest.param("workers = -1", "workers", ">= 0", id="negative-workers"),
+    pytest.param("client = { header_timeout = 0 }", "client.header_timeout", "> 0.0", id="no-time-for-a-head"),
+    pytest.param("client = { max_connections = 0 }", "client.max_connections", ">= 1", id="no-connection-at-all"),
 ]
 
 
