@@ -4,29 +4,29 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 
-import msgspec
 from aiohttp import web
 
-from ingress.log import configure, get_logger
-from ingress.settings import Settings
+from ingress.log import capture_uncaught, configure, get_logger
+from ingress.settings import LogLevel, Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     """The config file if given, else defaults; command-line flags given explicitly override either."""
-    from ingress.config import ConfigError, load_config
+    from ingress.config import ConfigError, load_config, override
 
-    try:
-        base = load_config(args.config) if args.config else Settings()
-    except ConfigError as exc:
-        raise SystemExit(f"ingress: {exc}") from None
     overrides = {k: v for k, v in {
         "host": args.host, "port": args.port, "unix": args.unix, "upstream": args.upstream,
         "models": tuple(args.model) if args.model else None, "log_level": args.log_level,
         "gc_threshold0": args.gc_threshold0, "gc_freeze": False if args.no_gc_freeze else None,
         "workers": args.workers,
     }.items() if v is not None}
-    return msgspec.structs.replace(base, **overrides)
+    try:
+        base = load_config(args.config) if args.config else Settings()
+        return override(base, overrides) if overrides else base
+    except ConfigError as exc:
+        raise SystemExit(f"ingress: {exc}") from None
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -35,6 +35,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     configure(settings.log_level)
+    capture_uncaught()
     groups, routes = settings.resolved()
     listen = f"unix:{settings.unix}" if settings.unix else f"http://{settings.host}:{settings.port}"
     get_logger("ingress").info("starting", listen=listen, workers=workers_of(settings),
@@ -63,6 +64,7 @@ def _demo(args: argparse.Namespace) -> int:
     from ingress.server import event_loop
 
     configure(args.log_level)
+    capture_uncaught()
     get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
     web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=event_loop(),
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--upstream", help="base URL of the internal service: http://host:port or unix:/path")
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
     serve.add_argument("--workers", type=int, help="worker processes sharing the listener (default: one per CPU)")
-    serve.add_argument("--log-level")
+    serve.add_argument("--log-level", choices=typing.get_args(LogLevel))
     serve.add_argument("--gc-threshold0", type=int, help="young-generation GC threshold (default 10000)")
     serve.add_argument("--no-gc-freeze", action="store_true", help="do not gc.freeze() start-up objects")
     serve.set_defaults(run=_serve)
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--port", type=int, default=9000)
     demo.add_argument("--unix", help="listen on this Unix socket path instead")
     demo.add_argument("--delay-ms", type=float, default=0.0, help="pause between streamed tokens")
-    demo.add_argument("--log-level", default="info")
+    demo.add_argument("--log-level", default="info", choices=typing.get_args(LogLevel))
     demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)
     return int(args.run(args))

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from ingress import gctune, metrics
 from ingress.appkeys import DRAIN, GATEWAY, SETTINGS, STARTED, TASKS
+from ingress.connections import EdgeSite, listening_socket
 from ingress.demo.service import create_demo_app
 from ingress.drain import Drain
 from ingress.edge import handlers
@@ -19,7 +20,7 @@ from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
-from ingress.settings import EMBEDDED, Settings
+from ingress.settings import EMBEDDED, Client, Settings
 from ingress.tasks import BackgroundTasks
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup
@@ -28,21 +29,21 @@ from ingress.upstream.group import EndpointGroup
 @asynccontextmanager
 async def serve_app(app: web.Application, host: str, port: int, unix: str | None = None) -> AsyncIterator[str]:
     """Run `app` on host:port (0: any free port), or on a Unix socket, until the block ends; yields its
-    base URL (`unix:/path` for a socket)."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-    await runner.setup()
+    base URL (`unix:/path` for a socket). Its connections keep the app's `client` settings."""
+    settings = app.get(SETTINGS)
+    sock = listening_socket(host, port, unix)
+    runner = web.AppRunner(app, handler_cancellation=True)
     try:
+        await runner.setup()
+        await EdgeSite(runner, sock, settings.client if settings is not None else Client()).start()
         if unix is not None:
-            await web.UnixSite(runner, unix).start()
             yield f"unix:{unix}"
-            return
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        sock = site._server.sockets[0]  # type: ignore[union-attr]  # started sites have a server
-        bound_host, bound_port = sock.getsockname()[:2]
-        yield f"http://{bound_host}:{bound_port}"
+        else:
+            bound_host, bound_port = sock.getsockname()[:2]
+            yield f"http://{bound_host}:{bound_port}"
     finally:
         await runner.cleanup()
+        sock.close()
 
 
 async def _gateway(app: web.Application) -> AsyncIterator[None]:

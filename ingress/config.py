@@ -42,6 +42,8 @@ def _interpolate(value: Any, environ: Mapping[str, str], key: str) -> Any:
     return value
 
 
+_USERINFO = re.compile(r"^https?://[^/]*@")
+
 _HEADER = re.compile(r"^\s*\[\[?\s*(?P<name>[^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 
 
@@ -128,8 +130,12 @@ def _check(settings: Settings) -> None:
             seen[name] = key
     for name, group in groups.items():
         for j, endpoint in enumerate(group.endpoints):
+            key = f"groups.{name}.endpoints[{j}].url" if settings.groups else "upstream"
             if endpoint.url.startswith("embedded:") and settings.groups:
-                raise ConfigError(f"groups.{name}.endpoints[{j}].url: 'embedded:' is only for the built-in demo")
+                raise ConfigError(f"{key}: 'embedded:' is only for the built-in demo")
+            if _USERINFO.match(endpoint.url):  # the message must not repeat the URL: it holds a secret
+                raise ConfigError(f"{key}: credentials (user:password@) are not allowed in an endpoint URL; "
+                                  "they would be sent in the Host header and shown in logs and metrics")
     if settings.unix is not None and not settings.unix.startswith("/"):
         raise ConfigError("unix: the socket path must be absolute")
 
@@ -154,6 +160,21 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_line_of(text, str(exc).split(':')[0])}") from None
     return settings
+
+
+def override(settings: Settings, changes: Mapping[str, Any], source: str = "command line") -> Settings:
+    """`settings` with `changes` (command-line flags) applied, checked exactly as a file's keys are."""
+    raw = {**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}
+    try:
+        changed = msgspec.convert(raw, Settings)
+    except msgspec.ValidationError as exc:
+        detail, path = validation_path(exc)
+        raise ConfigError(f"{source}: {path or '(top level)'}: {detail}") from None
+    try:
+        _check(changed)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return changed
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Settings:

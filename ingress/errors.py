@@ -86,6 +86,20 @@ class NotFound(InvalidRequest):
     code = "not_found"
 
 
+class RequestTimeout(InvalidRequest):
+    """The client stopped sending its request body; the connection is closed after the answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
+class UnsupportedEncoding(InvalidRequest):
+    """A request body in a Content-Encoding the edge does not decode."""
+
+    status = 415
+    code = "unsupported_encoding"
+
+
 class Overloaded(IngressError):
     """Every endpoint of the group is at its limit and the wait queue is full or timed out."""
 

@@ -1,16 +1,30 @@
-"""structlog, configured once: JSON lines on stdout, per-request context in contextvars."""
+"""structlog, configured once: JSON lines on stdout, per-request context in contextvars.
+
+Every line the process writes is one JSON object on that one stream: the standard library's loggers
+(aiohttp's, asyncio's, warnings) are rendered by the same chain. No line ever quotes what a client
+sent: exceptions are logged as their type and frames, never their message (aiohttp's parser errors
+quote the raw request, keys and prompts included), and another library's message is cut where a
+`repr` would begin.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
+import re
 import sys
+import threading
+import traceback
+from types import TracebackType
 from typing import Any, TextIO
 
 import msgspec
 import structlog
+from structlog.typing import EventDict, WrappedLogger
 
 _encoder = msgspec.json.Encoder()
+_FRAMES = 12  # the innermost frames of a logged exception
 
 
 def _dumps(obj: Any, default: Any = None, **_: Any) -> str:
@@ -18,22 +32,124 @@ def _dumps(obj: Any, default: Any = None, **_: Any) -> str:
     return _encoder.encode(obj).decode() if default is None else msgspec.json.encode(obj, enc_hook=default).decode()
 
 
+def _exception_of(exc_info: Any) -> BaseException | None:
+    if isinstance(exc_info, BaseException):
+        return exc_info
+    if isinstance(exc_info, tuple):
+        return exc_info[1] if len(exc_info) == 3 else None
+    return sys.exc_info()[1] if exc_info else None
+
+
+def describe_exception(exc: BaseException) -> dict[str, Any]:
+    """An exception for a log line: its type and where it was raised, never its message (which may
+    quote request bytes); its cause's type too."""
+    frames = traceback.extract_tb(exc.__traceback__)[-_FRAMES:]
+    fields: dict[str, Any] = {
+        "exc_type": f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
+        "exc_frames": [f"{f.filename.rsplit('/site-packages/', 1)[-1]}:{f.lineno} {f.name}" for f in frames],
+    }
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None:
+        fields["exc_cause"] = type(cause).__qualname__
+    return fields
+
+
+def _safe_exc_info(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """In place of structlog's format_exc_info: the exception without its message."""
+    exc = _exception_of(event_dict.pop("exc_info", None))
+    if exc is not None:
+        event_dict.update(describe_exception(exc))
+    event_dict.pop("stack_info", None)
+    return event_dict
+
+
+_REPR = re.compile(r"[\n<(\[{'\"]")
+
+
+def _foreign(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """A standard-library record: its logger's name, and its message up to the first `repr`, which
+    may hold request bytes (asyncio's "Exception in callback ...(b'POST ...')", a future's repr)."""
+    record = event_dict.get("_record")
+    if record is not None:
+        event_dict["logger"] = record.name
+    event = str(event_dict.get("event", ""))
+    event_dict["event"] = _REPR.split(event, 1)[0].strip()[:200] or "(message withheld)"
+    return event_dict
+
+
+def _chain() -> list[Any]:
+    return [structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _safe_exc_info]
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]  # generic only in typeshed
+    """One write a line (workers share stdout); a record that cannot be rendered is dropped with a
+    line saying so, not a traceback on stderr as logging.Handler.handleError would print."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        line = {"event": "a log record could not be rendered", "logger": record.name, "level": "error"}
+        with contextlib.suppress(Exception):  # nowhere left to report it
+            self.stream.write(_dumps(line) + "\n")
+            self.flush()
+
+
+_handler: _Handler | None = None
+
+
+def _route_stdlib(stream: TextIO, level: int) -> None:
+    """The standard library's loggers through the same renderer, onto the same stream."""
+    global _handler
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    _handler = _Handler(stream)
+    _handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[_foreign, *_chain()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.JSONRenderer(serializer=_dumps)]))
+    root.addHandler(_handler)
+    root.setLevel(level)
+    logging.getLogger("aiohttp.access").disabled = True  # it quotes request lines (query strings hold keys)
+    logging.captureWarnings(True)
+
+
 def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool = True) -> None:
     """`cache=False` lets a later configure() reach loggers already used (tests reconfigure)."""
     global _stream, _min_level
-    _stream, _min_level = stream or sys.stdout, logging.getLevelName(level.upper())
+    _stream, _min_level = stream or sys.stdout, logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
+            *_chain(),
             structlog.processors.JSONRenderer(serializer=_dumps),
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.WriteLoggerFactory(stream or sys.stdout),  # one write per line: workers share stdout
+        wrapper_class=structlog.make_filtering_bound_logger(_min_level),
+        logger_factory=structlog.WriteLoggerFactory(_stream),  # one write per line: workers share stdout
         cache_logger_on_first_use=cache,
     )
+    _route_stdlib(_stream, _min_level)
+
+
+def capture_uncaught() -> None:
+    """A serving process's last resorts write JSON lines too: an uncaught exception in the main
+    thread or another, and an exception Python could not raise ("Exception ignored in ...")."""
+    crash = get_logger("ingress.crash")
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        crash.critical("uncaught exception", **describe_exception(exc.with_traceback(tb)))
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            crash.error("uncaught exception in a thread", thread=getattr(args.thread, "name", None),
+                        **describe_exception(args.exc_value))
+
+    def unraisable_hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        crash.error("exception ignored", **(describe_exception(exc) if exc is not None else {}))
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_hook
+    sys.unraisablehook = unraisable_hook
 
 
 def get_logger(name: str) -> Any:

@@ -12,7 +12,9 @@ to the supervisor is passed to every worker, and the supervisor exits 0 once the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -27,7 +29,8 @@ from aiohttp import web
 
 from ingress.app import create_app, tune_gc
 from ingress.appkeys import DRAIN
-from ingress.log import configure, get_logger
+from ingress.connections import EdgeSite
+from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
 
 log = get_logger("ingress.server")
@@ -66,9 +69,9 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
     # cover handlers finishing their last write (and a connection accepted as the listener closed,
     # which aiohttp would otherwise wait on for the whole timeout).
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = EdgeSite(runner, sock, settings.client)  # the connections' deadlines and cap
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -92,6 +95,7 @@ def run_worker(settings_json: bytes, sock: socket.socket) -> None:
     """One serving process (also the whole server when there is a single worker)."""
     settings = msgspec.json.decode(settings_json, type=Settings)
     configure(settings.log_level)
+    capture_uncaught()
     loop = event_loop()
     try:
         loop.run_until_complete(_serve(settings, sock))
@@ -139,16 +143,22 @@ def _supervise(settings: Settings, sock: socket.socket) -> int:
 
 
 def _run_workers(settings: Settings, sock: socket.socket) -> int:
+    """Start the workers, then wait on their sentinels (and a signal's wakeup): a worker that dies is
+    seen at once, and replaced after its backoff, while the others are still watched and a SIGTERM
+    during a backoff is acted on at once."""
     from prometheus_client import multiprocess
 
     context = multiprocessing.get_context("spawn")
     encoded = msgspec.json.encode(settings)
     procs: dict[int, BaseProcess] = {}
     started: dict[int, float] = {}
+    restart_at: dict[int, float] = {}  # slots whose worker died, and when to start its replacement
     stopping = False
     crashes: list[float] = []
     fast_crashes = 0
     code = 0
+    wakeup, wake = socket.socketpair()  # a signal's handler writes to `wake`: the wait below returns
+    wake.setblocking(False)
 
     def start(slot: int) -> None:
         proc = context.Process(target=run_worker, args=(encoded, sock), name=f"ingress-worker-{slot}", daemon=False)
@@ -167,18 +177,24 @@ def _run_workers(settings: Settings, sock: socket.socket) -> int:
         for proc in procs.values():
             if proc.pid is not None and proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(OSError):  # full: a wakeup is already pending
+            wake.send(b"\0")
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     for slot in range(workers_of(settings)):
         start(slot)
     while not stopping:
-        time.sleep(0.2)
+        timeout = max(0.0, min(restart_at.values()) - time.monotonic()) if restart_at else None
+        watched = [proc.sentinel for slot, proc in procs.items() if slot not in restart_at]
+        multiprocessing.connection.wait([*watched, wakeup], timeout)
+        if stopping:
+            break
+        now = time.monotonic()
         for slot, proc in list(procs.items()):
-            if proc.is_alive() or stopping:
+            if slot in restart_at or proc.is_alive():
                 continue
             multiprocess.mark_process_dead(proc.pid)  # type: ignore[no-untyped-call]  # unannotated upstream
-            now = time.monotonic()
             fast_crashes = fast_crashes + 1 if now - started[slot] < FAST_CRASH_S else 0
             if fast_crashes >= FAST_CRASHES:
                 log.error("workers keep failing to start; stopping", exitcode=proc.exitcode)
@@ -189,9 +205,13 @@ def _run_workers(settings: Settings, sock: socket.socket) -> int:
             backoff = min(0.5 * 2 ** (len(crashes) - 1), 30.0)
             log.error("worker died; replacing it", slot=slot, pid=proc.pid, exitcode=proc.exitcode,
                       backoff_s=backoff)
-            time.sleep(backoff)
-            if not stopping:
+            restart_at[slot] = now + backoff
+        for slot, at in sorted(restart_at.items(), key=lambda item: item[1]):
+            if at <= time.monotonic() and not stopping:
+                del restart_at[slot]
                 start(slot)
+    wakeup.close()
+    wake.close()
     limit = time.monotonic() + settings.drain.delay + settings.drain.deadline + 10
     for proc in procs.values():
         proc.join(max(0.0, limit - time.monotonic()))

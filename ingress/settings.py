@@ -18,6 +18,12 @@ EMBEDDED = "embedded:"  # the endpoint URL of the demo service started beside th
 
 Seconds = Annotated[float, Meta(gt=0, le=86_400)]
 Count = Annotated[int, Meta(ge=0, le=1_000_000)]
+# A FlatBuffers buffer is smaller than 2 GiB; a request is encoded from a body of about its size, and
+# the decoded body is held beside it, so a body is held to half that.
+BufferBytes = Annotated[int, Meta(ge=1024, le=2**31 - 1)]
+BodyBytes = Annotated[int, Meta(ge=1024, le=2**30)]
+EndpointUrl = Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -35,7 +41,7 @@ class Timeouts(_Config, frozen=True):
 
 
 class Endpoint(_Config, frozen=True):
-    url: Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
+    url: EndpointUrl
     weight: Annotated[int, Meta(ge=1, le=1000)] = 1
     max_in_flight: Count = 0  # 0: no limit of its own
     keepalive: Seconds = 4.0  # an idle connection to it is closed after this: keep it below the service's own
@@ -44,7 +50,7 @@ class Endpoint(_Config, frozen=True):
 class HealthCheck(_Config, frozen=True):
     """Active checks: GET `path` on every endpoint each `interval`."""
 
-    path: str = "/healthz"
+    path: Annotated[str, Meta(pattern=r"^/[!-~]*\Z")] = "/healthz"  # printable ASCII: it goes in a request line
     interval: Seconds = 5.0
     timeout: Seconds = 1.0
 
@@ -96,25 +102,42 @@ class Drain(_Config, frozen=True):
     deadline: Seconds = 30.0
 
 
+class Client(_Config, frozen=True):
+    """Client connections: deadlines for reading a request, and how many connections a worker holds.
+
+    nginx's defaults are the anchors (client_header_timeout and client_body_timeout 60 s,
+    keepalive_timeout 75 s: longer than the 60 s idle timeout of the common load balancers, so the
+    balancer, which knows, is the one to close an idle connection). Beyond `max_connections` a worker
+    stops accepting: new connections wait in the shared listen backlog, where another worker with
+    room takes them, rather than being accepted only to be closed."""
+
+    header_timeout: Seconds = 60.0  # from a request's first byte until its whole head has arrived
+    body_timeout: Seconds = 60.0  # between two reads of a request body; then 408 request_timeout
+    keepalive_timeout: Seconds = 75.0  # a connection with no request in progress is closed after this
+    max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
+
+
 class Settings(_Config, frozen=True):
-    host: str = "127.0.0.1"
+    host: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:%-]{1,253}\Z")] = "127.0.0.1"  # a name or an address
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
     unix: str | None = None  # listen on this Unix socket path instead of host:port
-    upstream: str | None = None  # shorthand: one group of one endpoint
+    upstream: EndpointUrl | None = None  # shorthand: one group of one endpoint
     models: tuple[str, ...] = ()  # shorthand: the served model names (empty: any)
     groups: dict[str, Group] = {}
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
     drain: Drain = Drain()
+    client: Client = Client()
     workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_answer_bytes: int = 64 * 1024 * 1024
-    max_frame_bytes: int = 16 * 1024 * 1024
+    max_body_bytes: BodyBytes = 8 * 1024 * 1024
+    max_answer_bytes: BufferBytes = 64 * 1024 * 1024
+    max_frame_bytes: BufferBytes = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
     verify_answers: bool = True  # verify every upstream buffer before reading it
-    log_level: str = "info"
+    log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
-    gc_threshold0: int = 10_000  # above the in-flight working set: bench/gc_pauses.py measured no collections
+    # Above the in-flight working set (bench/gc_pauses.py measured no collections); 0 turns collection off.
+    gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
 
     def resolved(self) -> tuple[dict[str, Group], tuple[Route, ...]]:
         """The groups and routes to serve: the configured ones, or those the shorthand implies."""

@@ -26,21 +26,23 @@ def free_port() -> int:
 
 class EdgeProcess:
     """The edge in its own process group, its JSON log lines in a file. With several workers, their
-    metrics directory is `metrics_dir` (left to the supervisor when None)."""
+    metrics directory is `metrics_dir` (left to the supervisor when None). With `stderr_apart`, what
+    the edge writes to stderr goes to a file of its own, `err`, instead of the log."""
 
     def __init__(self, tmp_path: Path, name: str, port: int, args: list[str], workers: int,
-                 metrics_dir: Path | None) -> None:
+                 metrics_dir: Path | None, *, stderr_apart: bool = False) -> None:
         self.port = port
         self.workers = workers
         self.log = tmp_path / f"{name}.log"
+        self.err = tmp_path / f"{name}.stderr" if stderr_apart else self.log
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
         if metrics_dir is not None:
             metrics_dir.mkdir()
             env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
         argv = [sys.executable, "-m", "ingress", "serve", "--port", str(port), "--workers", str(workers), *args]
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+        with self.log.open("wb") as out, self.err.open("ab") as err:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out,
+                                         stderr=err if stderr_apart else subprocess.STDOUT, start_new_session=True)
 
     @property
     def url(self) -> str:

@@ -19,6 +19,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -188,6 +189,39 @@ async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(
         assert [(e["pid"], e["exitcode"]) for e in died] == [(victim, -signal.SIGKILL)]
         assert [e["pid"] for e in edge.events("worker started")][-1] == replacement
         await _scrapes_agree(fresh, edge.url, sent)  # the dead worker's requests still count
+
+
+async def _until(edge: Supervisor, what: str, condition: Any) -> None:
+    try:
+        await eventually(condition, what, timeout=20)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{edge.tail()}") from None
+
+
+async def test_a_worker_dying_during_another_s_backoff_is_seen_at_once(tmp_path: Path) -> None:
+    """The supervisor waits on its workers' sentinels: it does not sleep through a restart backoff."""
+    with supervisor(tmp_path) as edge:
+        await edge.started()
+
+        def pid_of(slot: int) -> int:
+            return int([e["pid"] for e in edge.events("worker started") if e["slot"] == slot][-1])
+
+        def died() -> list[dict[str, Any]]:
+            return edge.events("worker died; replacing it")
+
+        for n in range(2):  # each death of slot 0 doubles the next backoff: 0.5 s, 1 s, then 2 s
+            os.kill(pid_of(0), signal.SIGKILL)
+            await _until(edge, f"replacement {n + 1}", lambda n=n: len(edge.events("ready")) == 3 + n)
+        os.kill(pid_of(0), signal.SIGKILL)
+        await _until(edge, "the third death", lambda: len(died()) == 3)
+        assert died()[-1]["backoff_s"] == 2.0
+        os.kill(pid_of(1), signal.SIGKILL)  # during slot 0's backoff
+        await _until(edge, "both replacements", lambda: len(edge.events("ready")) == 6)
+
+    order = [(e["event"], e.get("slot")) for e in edge.events() if e.get("event") in
+             ("worker started", "worker died; replacing it")]
+    last_start_of_0 = len(order) - 1 - order[::-1].index(("worker started", 0))
+    assert order.index(("worker died; replacing it", 1)) < last_start_of_0, order  # seen during slot 0's backoff
 
 
 # --- stopping -------------------------------------------------------------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
+from ingress.__main__ import main
 from ingress.config import ConfigError, load_config, parse_config
+from ingress.log import configure
 from ingress.routing.table import RouteTable
 from ingress.settings import Ejection, Endpoint, HealthCheck, Timeouts
 
@@ -305,3 +309,138 @@ def test_check_config_refuses_a_missing_file(tmp_path: Path) -> None:
 
     assert done.returncode == 1
     assert done.stderr.startswith(f"ingress: {tmp_path / 'absent.toml'}: cannot read: ")
+
+
+# --- every setting is bounded where it is read: check-config accepts exactly what serve runs ------
+
+MINIMAL = '[groups.g]\nendpoints = [{ url = "http://10.0.0.1:9000" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n'
+
+BAD_VALUES = [  # a top-level line added to a minimal file, the key named, what is wrong
+    pytest.param('log_level = "verbose"', "log_level", "Invalid enum value 'verbose'", id="unknown-log-level"),
+    pytest.param('log_level = "INFO"', "log_level", "Invalid enum value 'INFO'", id="log-level-in-capitals"),
+    pytest.param("max_body_bytes = 0", "max_body_bytes", ">= 1024", id="no-body-at-all"),
+    pytest.param("max_body_bytes = -1", "max_body_bytes", ">= 1024", id="negative-body-limit"),
+    pytest.param("max_body_bytes = 4294967296", "max_body_bytes", "<= 1073741824", id="body-limit-beyond-flatbuffers"),
+    pytest.param("max_answer_bytes = 0", "max_answer_bytes", ">= 1024", id="no-answer-at-all"),
+    pytest.param("max_answer_bytes = 4294967296", "max_answer_bytes", "<= 2147483647", id="answer-beyond-flatbuffers"),
+    pytest.param("max_frame_bytes = -5", "max_frame_bytes", ">= 1024", id="negative-frame-limit"),
+    pytest.param("max_frame_bytes = 8589934592", "max_frame_bytes", "<= 2147483647", id="frame-beyond-its-prefix"),
+    pytest.param("gc_threshold0 = 0", "gc_threshold0", ">= 1", id="gc-threshold-0-turns-collection-off"),
+    pytest.param("gc_threshold0 = -100", "gc_threshold0", ">= 1", id="negative-gc-threshold"),
+    pytest.param("gc_threshold0 = 10000000000", "gc_threshold0", "<= 1000000", id="gc-threshold-beyond-a-c-int"),
+    pytest.param('host = ""', "host", "matching regex", id="empty-host"),
+    pytest.param('host = "local host"', "host", "matching regex", id="host-with-a-space"),
+    pytest.param("port = 65536", "port", "<= 65535", id="port-out-of-range"),
+    pytest.param("workers = -1", "workers", ">= 0", id="negative-workers"),
+    pytest.param("client = { header_timeout = 0 }", "client.header_timeout", "> 0.0", id="no-time-for-a-head"),
+    pytest.param("client = { max_connections = 0 }", "client.max_connections", ">= 1", id="no-connection-at-all"),
+]
+
+
+@pytest.mark.parametrize(("line", "key", "detail"), BAD_VALUES)
+def test_check_config_refuses_every_bad_value_naming_its_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, key: str, detail: str) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(f"{line}\n{MINIMAL}")
+
+    code = main(["check-config", str(path)])
+
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.startswith(f"ingress: {path}: {key}: "), err
+    assert detail in err and err.endswith(" (line 1)\n"), err
+
+
+@pytest.mark.parametrize(("old", "new", "key", "detail"), [
+    pytest.param('path = "/ready"', 'path = "ready"', "groups.primary.health_check.path", "matching regex",
+                 id="health-path-without-a-slash"),
+    pytest.param('path = "/ready"', 'path = "/ready now"', "groups.primary.health_check.path", "matching regex",
+                 id="health-path-that-breaks-the-request-line"),
+])
+def test_nested_bad_values_are_refused_naming_their_key(old: str, new: str, key: str, detail: str) -> None:
+    message = _error(_edit(old, new))
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert detail in message
+
+
+def test_the_shorthand_upstream_is_checked_as_an_endpoint_url_is() -> None:
+    message = _error('upstream = "ftp://10.0.0.1"\n')
+
+    assert message.startswith("ingress.toml: upstream: Expected `str` matching regex"), message
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error", "critical"])
+def test_every_log_level_check_config_accepts_can_be_served(level: str) -> None:
+    settings = parse_config(f'log_level = "{level}"\n{MINIMAL}')
+    try:
+        configure(settings.log_level, io.StringIO(), cache=False)  # serve's first step with the setting
+    finally:
+        structlog.reset_defaults()
+
+
+@pytest.mark.timeout(10)  # a value let through would start serving
+@pytest.mark.parametrize(("flags", "key"), [
+    (["--gc-threshold0", "0"], "gc_threshold0"),
+    (["--workers", "-1"], "workers"),
+    (["--upstream", "ftp://10.0.0.1"], "upstream"),
+    (["--port", "70000"], "port"),
+])
+def test_serve_refuses_a_bad_flag_as_check_config_would(flags: list[str], key: str) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--host", "127.0.0.1", "--port", "0", *flags])
+
+    assert str(stopped.value).startswith(f"ingress: command line: {key}: "), stopped.value
+
+
+def test_serve_refuses_an_unknown_log_level_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["serve", "--log-level", "verbose"])
+
+    assert stopped.value.code == 2  # argparse's usage error, before anything starts
+    assert "invalid choice: 'verbose'" in capsys.readouterr().err
+
+
+# --- credentials never sit in an endpoint URL (they would reach the Host header, logs and metrics) --
+
+PASSWORD = "hunter2-pass-0451"
+
+
+@pytest.mark.parametrize(("text", "environ", "key"), [
+    pytest.param(_edit("http://10.0.0.11:9000", f"http://admin:{PASSWORD}@10.0.0.11:9000"), {},
+                 "groups.primary.endpoints[0].url", id="user-and-password"),
+    pytest.param(_edit("http://10.0.0.11:9000", f"https://{PASSWORD}@10.0.0.11"), {},
+                 "groups.primary.endpoints[0].url", id="a-token-as-the-user"),
+    pytest.param(EXAMPLE, {"BACKUP_URL": f"http://admin:{PASSWORD}@10.0.0.12:9000"},
+                 "groups.primary.endpoints[1].url", id="from-the-environment"),
+    pytest.param(f'upstream = "http://admin:{PASSWORD}@10.0.0.1:9000"\n', {}, "upstream", id="the-shorthand"),
+])
+def test_an_endpoint_url_with_credentials_is_refused_without_echoing_them(
+        text: str, environ: dict[str, str], key: str) -> None:
+    message = _error(text, environ)
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert "credentials" in message
+    assert PASSWORD not in message and "admin" not in message
+
+
+def test_a_unix_socket_path_may_hold_an_at_sign() -> None:
+    settings = parse_config(_edit("unix:/run/llm/model.sock", "unix:/run/llm/model@1.sock"), environ={})
+
+    assert settings.groups["local"].endpoints[0].url == "unix:/run/llm/model@1.sock"
+
+
+def test_check_config_and_serve_refuse_credentials_without_echoing_them(tmp_path: Path) -> None:
+    path = tmp_path / "ingress.toml"
+    path.write_text(EXAMPLE)
+    secret_url = f"http://admin:{PASSWORD}@10.0.0.12:9000"
+
+    checked = _check_config(path, BACKUP_URL=secret_url)
+    served = subprocess.run([sys.executable, "-m", "ingress", "serve", "--port", "0", "--workers", "1",
+                             "--upstream", secret_url],
+                            capture_output=True, text=True, timeout=30, cwd=ROOT, env={"PATH": "/usr/bin:/bin"})
+
+    assert checked.returncode == 1 and "groups.primary.endpoints[1].url: " in checked.stderr, checked.stderr
+    assert served.returncode == 1 and "command line: upstream: " in served.stderr, served.stderr
+    for done in (checked, served):
+        assert PASSWORD not in done.stdout + done.stderr

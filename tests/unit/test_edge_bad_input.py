@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -204,3 +206,91 @@ async def test_priority_header_in_range_is_accepted(edge: Edge, value: str) -> N
 async def test_bad_timeout_header_is_a_400(edge: Edge, value: str) -> None:
     answer = await edge.chat(valid(), **{"x-ingress-timeout-ms": value})
     assert_error(answer, 400, param="x-ingress-timeout-ms", code="invalid_request")
+
+
+# --- Content-Encoding: gzip and deflate decoded within the body limit, anything else a 415 -------
+
+
+def gzipped(raw: bytes) -> bytes:
+    return gzip.compress(raw, mtime=0)
+
+
+def deflated(raw: bytes, wbits: int = zlib.MAX_WBITS) -> bytes:
+    packer = zlib.compressobj(wbits=wbits)
+    return packer.compress(raw) + packer.flush()
+
+
+@pytest.mark.parametrize(("encoding", "encode"), [
+    pytest.param("gzip", gzipped, id="gzip"),
+    pytest.param("x-gzip", gzipped, id="x-gzip"),
+    pytest.param("GZip", gzipped, id="any-case"),
+    pytest.param("deflate", deflated, id="deflate-zlib-wrapped"),
+    pytest.param("deflate", lambda raw: deflated(raw, -zlib.MAX_WBITS), id="deflate-raw"),
+    pytest.param("identity", lambda raw: raw, id="identity"),
+    pytest.param("gzip, identity", gzipped, id="gzip-then-identity"),
+])
+async def test_an_encoded_body_is_decoded(edge: Edge, encoding: str, encode: Any) -> None:
+    answer = await edge.chat(encode(valid()), **{"Content-Encoding": encoding})
+
+    assert answer.status == 200, answer.doc
+    assert answer.doc["choices"][0]["message"]["content"] == "hi"
+
+
+async def test_two_gzip_members_are_one_body(edge: Edge) -> None:
+    raw = valid()
+
+    answer = await edge.chat(gzipped(raw[:10]) + gzipped(raw[10:]), **{"Content-Encoding": "gzip"})
+
+    assert answer.status == 200, answer.doc
+
+
+MALFORMED_ENCODINGS = [
+    pytest.param("gzip", b"{\"model\": \"not gzip at all\"}", id="plain-bytes-as-gzip"),
+    pytest.param("deflate", b"{\"model\": \"not deflate at all\"}", id="plain-bytes-as-deflate"),
+    pytest.param("gzip", gzipped(b"{" * 4000)[:-12], id="truncated-gzip"),
+    pytest.param("deflate", deflated(b"{" * 4000)[:20], id="truncated-deflate"),
+    pytest.param("gzip", gzipped(b"{}") + b"trailing garbage", id="garbage-after-the-member"),
+    pytest.param("deflate", deflated(b"{}") + b"trailing garbage", id="garbage-after-deflate"),
+    pytest.param("gzip", gzipped(b"") * 10_000, id="ten-thousand-empty-members"),
+    pytest.param("gzip", bytes(gzipped(b"{}")[:-8]) + b"\0\0\0\0\2\0\0\0", id="bad-checksum"),
+]
+
+
+@pytest.mark.parametrize(("encoding", "raw"), MALFORMED_ENCODINGS)
+async def test_a_malformed_encoded_body_is_a_400(edge: Edge, encoding: str, raw: bytes) -> None:
+    answer = await edge.chat(raw, **{"Content-Encoding": encoding})
+
+    assert_error(answer, 400, code="invalid_encoding")
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+async def test_a_bomb_is_refused_at_the_body_limit(small_edge: Edge, encoding: str) -> None:
+    bomb = (gzipped if encoding == "gzip" else deflated)(padded(64 * 1024 * 1024))
+    assert len(bomb) < 1024 * 1024
+
+    answer = await small_edge.chat(bomb, **{"Content-Encoding": encoding})
+
+    assert_error(answer, 413, code="request_too_large")
+
+
+async def test_an_encoded_body_at_the_limit_once_decoded_is_accepted(small_edge: Edge) -> None:
+    answer = await small_edge.chat(gzipped(padded(1024)), **{"Content-Encoding": "gzip"})
+
+    assert answer.status == 200, answer.doc
+
+
+@pytest.mark.parametrize(("encoding", "named"), [
+    pytest.param("br", "'br'", id="brotli"),
+    pytest.param("zstd", "'zstd'", id="zstandard"),
+    pytest.param("compress", "'compress'", id="lzw"),
+    pytest.param("gzip, gzip", "'gzip, gzip'", id="gzip-twice"),
+    pytest.param("deflate, br", "'deflate, br'", id="two-encodings"),
+    pytest.param("x-" + "q" * 200, "this encoding", id="a-long-name-is-not-echoed"),
+])
+async def test_an_unsupported_encoding_is_a_415_naming_it(edge: Edge, encoding: str, named: str) -> None:
+    answer = await edge.chat(valid(), **{"Content-Encoding": encoding})
+
+    assert_error(answer, 415, code="unsupported_encoding")
+    message = answer.doc["error"]["message"]
+    assert named in message and "gzip" in message, message
+

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -14,6 +15,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import REGISTRY
 
+from ingress import log
 from ingress.app import create_app, serve_app
 from ingress.log import access, configure
 from ingress.settings import Settings
@@ -124,3 +126,56 @@ def test_the_access_line_follows_the_configured_level() -> None:
     finally:
         structlog.reset_defaults()
     assert [json.loads(line)["status"] for line in stream.getvalue().splitlines()] == [503]
+
+
+# --- every line is JSON, and none quotes what a client sent -------------------------------------
+
+
+def test_a_library_logging_an_exception_gets_its_type_not_its_message(log_stream: io.StringIO) -> None:
+    try:
+        raise ValueError(f"Bad status line: b'Authorization: Bearer {API_KEY}'")
+    except ValueError:
+        logging.getLogger("aiohttp.server").exception("Error handling request from %s", "127.0.0.1")
+
+    (line,) = _lines(log_stream)
+    assert API_KEY not in log_stream.getvalue()
+    assert line["event"] == "Error handling request from 127.0.0.1"
+    assert (line["logger"], line["level"], line["exc_type"]) == ("aiohttp.server", "error", "ValueError")
+    assert str(line["exc_frames"][-1]).endswith("test_a_library_logging_an_exception_gets_its_type_not_its_message")  # type: ignore[index]
+
+
+async def test_asyncio_s_reprs_of_callbacks_and_their_arguments_are_cut(log_stream: io.StringIO) -> None:
+    def data_received(data: bytes) -> None:
+        raise ValueError(data)
+
+    asyncio.get_running_loop().call_soon(data_received, f"POST / HTTP/1.1\r\nAuthorization: {API_KEY}".encode())
+    await asyncio.sleep(0)
+
+    raw = log_stream.getvalue()
+    assert API_KEY not in raw and "Authorization" not in raw
+    (line,) = _lines(log_stream)
+    assert line["logger"] == "asyncio" and line["exc_type"] == "ValueError"
+    assert str(line["event"]).startswith("Exception in callback"), line
+
+
+def test_our_own_exception_lines_carry_no_message_either(log_stream: io.StringIO) -> None:
+    try:
+        raise KeyError(SECRET_PROMPT)
+    except KeyError:
+        structlog.get_logger("ingress.edge").exception("unhandled", path="/v1/chat/completions")
+
+    (line,) = _lines(log_stream)
+    assert "swordfish" not in log_stream.getvalue()
+    assert (line["event"], line["exc_type"], line["path"]) == ("unhandled", "KeyError", "/v1/chat/completions")
+
+
+def test_a_record_that_cannot_be_formatted_is_a_json_line_too(log_stream: io.StringIO,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    record = logging.makeLogRecord({"name": "somewhere", "msg": "%d items", "args": ("not a number",),
+                                    "levelno": logging.ERROR, "levelname": "ERROR"})
+    assert log._handler is not None
+    log._handler.handle(record)  # the handler alone: pytest's own capture raises on such a record
+
+    assert capsys.readouterr().err == ""
+    (line,) = _lines(log_stream)
+    assert line == {"event": "a log record could not be rendered", "logger": "somewhere", "level": "error"}
