@@ -12,10 +12,10 @@ from aiohttp import web
 
 from ingress import gctune, metrics
 from ingress.appkeys import DRAIN, GATEWAY, SETTINGS, STARTED, TASKS
-from ingress.connections import EdgeSite, listening_socket
 from ingress.demo.service import create_demo_app
 from ingress.drain import Drain
 from ingress.edge import handlers
+from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget

@@ -3,7 +3,10 @@
     IngressError                    500 server_error / internal_error   (a bug: logged with its traceback)
      ├── InvalidRequest             400 invalid_request_error           the client's request, as sent
      │    ├── PayloadTooLarge       413 request_too_large
-     │    └── NotFound              404 not_found / model_not_found
+     │    ├── NotFound              404 not_found / model_not_found
+     │    ├── RequestTimeout        408 request_timeout                 the body stopped coming
+     │    ├── WriteTimeout          408 write_timeout   (logged only)   the client stopped reading
+     │    └── UnsupportedEncoding   415 unsupported_encoding
      ├── Overloaded                 503 overloaded       + Retry-After  every endpoint and the queue full
      ├── ShuttingDown               503 shutting_down    + Retry-After  the drain deadline passed
      └── UpstreamError              the internal hop; `after_head` decides whether another endpoint may try
@@ -91,6 +94,14 @@ class RequestTimeout(InvalidRequest):
 
     status = 408
     code = "request_timeout"
+
+
+class WriteTimeout(InvalidRequest):
+    """The client stopped reading its answer for longer than `client.write_timeout`: the connection is
+    aborted and the upstream call ends. Logged, never sent (the client is not reading)."""
+
+    status = 408
+    code = "write_timeout"
 
 
 class UnsupportedEncoding(InvalidRequest):

@@ -337,7 +337,7 @@ class RelayedAnswer:
 
     status: int
     headers: dict[str, str]
-    chunks: AsyncIterator[bytes]
+    chunks: AsyncGenerator[bytes, None]
     close: Callable[[], None]
 
 
@@ -366,7 +366,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     ex.mark_first_byte()
     headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
 
-    async def chunks() -> AsyncIterator[bytes]:
+    async def chunks() -> AsyncGenerator[bytes, None]:
         try:
             async for data in reads:
                 yield data

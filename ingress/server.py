@@ -29,7 +29,7 @@ from aiohttp import web
 
 from ingress.app import create_app, tune_gc
 from ingress.appkeys import DRAIN
-from ingress.connections import EdgeSite
+from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
 

@@ -107,13 +107,16 @@ class Client(_Config, frozen=True):
 
     nginx's defaults are the anchors (client_header_timeout and client_body_timeout 60 s,
     keepalive_timeout 75 s: longer than the 60 s idle timeout of the common load balancers, so the
-    balancer, which knows, is the one to close an idle connection). Beyond `max_connections` a worker
+    balancer, which knows, is the one to close an idle connection); and send_timeout 60 s for a client
+    that stops reading a stream, which would otherwise hold its generation and its endpoint's slot for
+    ever. Beyond `max_connections` a worker
     stops accepting: new connections wait in the shared listen backlog, where another worker with
     room takes them, rather than being accepted only to be closed."""
 
     header_timeout: Seconds = 60.0  # from a request's first byte until its whole head has arrived
     body_timeout: Seconds = 60.0  # between two reads of a request body; then 408 request_timeout
     keepalive_timeout: Seconds = 75.0  # a connection with no request in progress is closed after this
+    write_timeout: Seconds = 60.0  # how long one write of an answer may wait for a client that stopped reading
     max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
 
 

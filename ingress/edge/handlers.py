@@ -22,6 +22,7 @@ from ingress.errors import (
     PayloadTooLarge,
     RequestTimeout,
     UnsupportedEncoding,
+    WriteTimeout,
 )
 from ingress.exchange import Exchange
 from ingress.oai import responses as out
@@ -137,7 +138,7 @@ async def _stream(request: web.Request, ex: Exchange,
                   events: AsyncGenerator[pipeline.StreamEvent, None]) -> web.StreamResponse:
     """Write the events as SSE. The response begins with the first event; a failure before it is
     answered with its status (by the middleware), after it in-band, and the stream ends without [DONE]."""
-    drain = request.app[DRAIN]
+    drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
     sse = SseWriter()
     response: web.StreamResponse | None = None
     async with aclosing(events):
@@ -147,7 +148,12 @@ async def _stream(request: web.Request, ex: Exchange,
                     if response is None:
                         response = await _start_sse(request, ex)
                     if data := sse.render(event):
-                        await response.write(data)
+                        await _write(request, response, data, stall)
+        except WriteTimeout as exc:  # the client stopped reading: nothing more can reach it
+            ex.error = exc
+            _abort(request)
+            assert response is not None
+            return response
         except IngressError as exc:  # the drain's deadline, at any point of the stream
             if response is None:
                 raise
@@ -158,6 +164,29 @@ async def _stream(request: web.Request, ex: Exchange,
         response.force_close()  # no keep-alive connection left for a draining edge to race with
     await response.write_eof()
     return response
+
+
+_SMALL_WRITE = 16 * 1024  # below the transports' 64 KiB high-water mark: into an empty buffer, it cannot wait
+
+
+async def _write(request: web.Request, response: web.StreamResponse, data: bytes, stall: float) -> None:
+    """One write of an answer. A client that stops reading makes writes wait (backpressure); after
+    `stall` seconds of that, WriteTimeout. A timer only where a write could wait: most go straight
+    into an empty socket buffer, and a timer each would cost more than the write."""
+    transport = request.transport
+    if transport is None or (not transport.get_write_buffer_size() and len(data) < _SMALL_WRITE):
+        await response.write(data)
+        return
+    try:
+        async with asyncio.timeout(stall):
+            await response.write(data)
+    except TimeoutError:
+        raise WriteTimeout(f"The client read nothing of its answer for {stall:g} s.") from None
+
+
+def _abort(request: web.Request) -> None:
+    if request.transport is not None:
+        request.transport.abort()
 
 
 async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
@@ -172,16 +201,19 @@ async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
 async def _write_relayed(request: web.Request, ex: Exchange, relay: pipeline.RelayedAnswer) -> web.StreamResponse:
     """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
     client sees an incomplete body, never one that looks complete."""
+    stall = request.app[GATEWAY].settings.client.write_timeout
     try:
         response = web.StreamResponse(status=relay.status, headers={
             "Content-Type": CONTENT_TYPE, **relay.headers, REQUEST_ID: ex.request_id})
         await response.prepare(request)
         try:
-            async for data in relay.chunks:
-                await response.write(data)
-        except IngressError:  # the pipeline has recorded it on the exchange
-            if request.transport is not None:
-                request.transport.abort()
+            async with aclosing(relay.chunks):
+                async for data in relay.chunks:
+                    await _write(request, response, data, stall)
+        except IngressError as exc:  # the pipeline has recorded the upstream's failures on the exchange
+            if isinstance(exc, WriteTimeout):
+                ex.error = exc
+            _abort(request)
             return response
         await response.write_eof()
         return response
