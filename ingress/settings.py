@@ -94,7 +94,7 @@ class Retry(_Config, frozen=True):
     budget_min_per_s: Annotated[float, Meta(ge=0, le=1000)] = 3.0  # plus this many a second
 
 
-class Drain(_Config, frozen=True):
+class DrainTiming(_Config, frozen=True):
     """On SIGTERM: readiness turns false at once; after `delay` the listener closes; requests and
     streams still running get until `deadline` more, then an error (in-band for streams)."""
 
@@ -129,7 +129,7 @@ class Settings(_Config, frozen=True):
     groups: dict[str, Group] = {}
     routes: tuple[Route, ...] = ()
     retry: Retry = Retry()
-    drain: Drain = Drain()
+    drain: DrainTiming = DrainTiming()
     client: Client = Client()
     workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
     max_body_bytes: BodyBytes = 8 * 1024 * 1024
