@@ -1,0 +1,121 @@
+"""Two checkouts' edges side by side: the same load, rounds interleaved, CPU per request and requests/s.
+
+    python bench/commits.py --before /tmp/snap-old --after /tmp/snap-new [--rounds 6] [--seconds 4]
+        -> results/commits.json
+
+A checkout is a directory holding a copy of the project (`git archive <commit> | tar -x -C DIR`). Each
+edge runs from its own directory (PYTHONPATH) with one worker, in front of one demo service of the
+`--after` checkout; wrk sends the 16 KB, 11-message chat request on kept-alive connections (and, with
+`--close`, a new connection each request). Rounds alternate the order of the two edges, so a drift
+of the host is shared; the table gives medians over rounds and the after/before ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from payloads import chat_request  # noqa: E402  # bench/ is not a package
+from procs import Server, free_port  # noqa: E402
+from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+
+MODEL = "ingress-demo"
+
+
+def _python_in(checkout: Path) -> list[str]:
+    return ["env", f"PYTHONPATH={checkout}", sys.executable]
+
+
+def _commit_of(checkout: Path) -> str:
+    stamp = checkout / "COMMIT"
+    return stamp.read_text().strip() if stamp.exists() else str(checkout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", type=Path, required=True)
+    parser.add_argument("--after", type=Path, required=True)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--close", action="store_true", help="also a run with a new connection each request")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="ingress-commits-"))
+    body = work / "16KB.json"
+    body.write_bytes(chat_request(16 * 1024))
+    demo_port = free_port()
+    demo = Server("demo", [*_python_in(args.after), "-m", "ingress", "demo-upstream", "--port", str(demo_port)],
+                  demo_port, work / "demo.log")
+    edges = {}
+    for name, checkout in (("before", args.before), ("after", args.after)):
+        port = free_port()
+        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--workers", "1", "--model", MODEL,
+                                    "--port", str(port), "--upstream", demo.url], port, work / f"{name}.log")
+    wrk = Wrk(ensure_wrk(), work / "bench.lua")
+    wrk.script.write_text(SCRIPT)
+    ctype = 'wrk.headers["Content-Type"]'
+    closing = SCRIPT.replace(ctype, f'wrk.headers["Connection"] = "close"\n{ctype}')
+    cells = [(c, False) for c in args.connections] + ([(args.connections[-1], True)] if args.close else [])
+    runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
+                                             for n in edges for c, close in cells}
+    try:
+        for server in (demo, *edges.values()):
+            server.start()
+        for server in (demo, *edges.values()):
+            server.wait_ready()
+        for r in range(args.rounds):
+            order = ("before", "after") if r % 2 == 0 else ("after", "before")
+            for connections, close in cells:
+                for name in order:
+                    url = f"{edges[name].url}/v1/chat/completions"
+                    wrk.script.write_text(closing if close else SCRIPT)
+                    result = wrk.run(url, body, "application/json", connections, args.seconds,
+                                     watch={name: edges[name].pid})
+                    if result["errors"]:
+                        raise SystemExit(f"{name}: errors {result['errors']}")
+                    runs[f"{name}/{connections}{'/close' if close else ''}"].append(
+                        {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+                         "cpu_us": result["cpu_us_per_request"][name]})
+            print(f"round {r + 1}/{args.rounds} done", flush=True)
+    finally:
+        for server in (*edges.values(), demo):
+            server.stop()
+
+    before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
+    print(f"\nbefore = {before_id}, after = {after_id}; "
+          f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
+    header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
+    print(header)
+    print("-" * len(header))
+    table = []
+    for connections, close in cells:
+        key = f"{connections}{'/close' if close else ''}"
+        metrics = ("rps", "p50_ms", "p99_ms", "cpu_us")
+        med = {n: {m: statistics.median(x[m] for x in runs[f"{n}/{key}"]) for m in metrics} for n in edges}
+        for n in edges:
+            label = f"c={connections}" + (", new conn" if close else "")
+            print(f"{label:<16}{n:<8}{med[n]['rps']:>9.0f}{med[n]['p50_ms']:>9.3f}{med[n]['p99_ms']:>9.3f}"
+                  f"{med[n]['cpu_us']:>12.0f}")
+        ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[f"after/{key}"], runs[f"before/{key}"], strict=True)]
+        print(f"{'':<16}{'ratio':<8}{med['after']['rps'] / med['before']['rps']:>9.3f}{'':>18}"
+              f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios)")
+        table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios)})
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "rounds": args.rounds,
+                                    "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
