@@ -17,7 +17,7 @@ import sys
 import threading
 import traceback
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import msgspec
 import structlog
@@ -152,8 +152,9 @@ def capture_uncaught() -> None:
     sys.unraisablehook = unraisable_hook
 
 
-def get_logger(name: str) -> Any:
-    return structlog.get_logger(name)
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger of the chain `configure` sets up (structlog's filtering bound logger)."""
+    return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(name))
 
 
 _stream: TextIO = sys.stdout

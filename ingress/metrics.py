@@ -12,7 +12,7 @@ import os
 import platform
 import time
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,6 +23,7 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
@@ -50,17 +51,20 @@ BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", 
               multiprocess_mode="max")
 
 
-def child(metric: Any, *labels: str) -> Any:
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+def child(metric: M, *labels: str) -> M:
     """`metric.labels(*labels)`, memoised: prometheus-client's labels() takes a lock and builds a
     tuple each call (~2 µs), and the request path records half a dozen. Label values are bounded."""
     key = (metric, labels)
     found = _children.get(key)
     if found is None:
         found = _children[key] = metric.labels(*labels)
-    return found
+    return cast(M, found)
 
 
-_children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
 
 
 def set_build_info() -> None:
