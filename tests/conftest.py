@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -18,6 +19,14 @@ for _path in (str(_TESTS.parent), str(_TESTS)):
         sys.path.insert(0, _path)
 
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
+from logcapture import captured_logs  # noqa: E402
+
+
+@pytest.fixture
+def log_stream() -> Iterator[io.StringIO]:
+    """The log lines a test makes the process write (see logcapture.lines)."""
+    with captured_logs() as stream:
+        yield stream
 
 
 @pytest.fixture(scope="session")

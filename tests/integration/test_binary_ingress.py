@@ -16,16 +16,15 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from recording import recording_edge
 from waiting import eventually
 
 from ingress import wire
 from ingress.app import create_app, serve_app
-from ingress.appkeys import EXCHANGE, GATEWAY
+from ingress.appkeys import GATEWAY
 from ingress.errors import UpstreamTimeout
-from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
@@ -290,22 +289,6 @@ async def test_a_service_failure_reaches_a_binary_client_as_a_flatbuffers_error(
     assert len(fake.received) == 1 and len(spare.received) == 1
 
 
-async def _relay_recorded(stack: AsyncExitStack, fake: FakeUpstream,
-                          timeouts: Timeouts) -> tuple[str, list[Exchange]]:
-    """An edge on `fake` alone, and each request's Exchange, recorded as its response starts."""
-    settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=fake.url)])},
-                        routes=(Route(model="chat", group="main"),), timeouts=timeouts)
-    app = create_app(settings)
-    exchanges: list[Exchange] = []
-
-    async def record(request: web.Request, response: web.StreamResponse) -> None:
-        exchanges.append(request[EXCHANGE])
-
-    app.on_response_prepare.append(record)
-    edge: str = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
-    return edge, exchanges
-
-
 @pytest.mark.parametrize(("timeouts", "stream"), [
     pytest.param(Timeouts(connect=1.0, first_byte=5.0, idle=0.3), True, id="idle-stream"),
     pytest.param(Timeouts(connect=1.0, first_byte=5.0, idle=0.3), False, id="idle-whole"),
@@ -314,7 +297,9 @@ async def _relay_recorded(stack: AsyncExitStack, fake: FakeUpstream,
 async def test_a_relay_that_stalls_ends_as_a_timeout_within_the_routes_deadlines(
     http: aiohttp.ClientSession, stack: AsyncExitStack, fake: FakeUpstream, timeouts: Timeouts, stream: bool,
 ) -> None:
-    edge, exchanges = await _relay_recorded(stack, fake, timeouts)
+    edge, _, exchanges = await recording_edge(stack, Settings(
+        groups={"main": Group(endpoints=[Endpoint(url=fake.url)])}, routes=(Route(model="chat", group="main"),),
+        timeouts=timeouts))
     fake.play(fu.stall_mid_stream(frames=2) if stream else fu.stall_mid_body())
     loop = asyncio.get_running_loop()
     started = loop.time()

@@ -23,11 +23,11 @@ import pytest
 from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import CheckedUpstream, FakeUpstream
+from recording import recording_edge
 from waiting import eventually
 
 from ingress import wire
-from ingress.app import create_app, serve_app
-from ingress.appkeys import EXCHANGE, GATEWAY
+from ingress.appkeys import GATEWAY
 from ingress.exchange import Exchange
 from ingress.pipeline import Gateway
 from ingress.routing.health import EndpointState
@@ -64,14 +64,7 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 @pytest.fixture
 def start_edge(stack: AsyncExitStack) -> StartEdge:
     async def start(settings: Settings) -> Edge:
-        app = create_app(settings)
-        exchanges: list[Exchange] = []
-
-        async def record(request: web.Request, response: web.StreamResponse) -> None:
-            exchanges.append(request[EXCHANGE])
-
-        app.on_response_prepare.append(record)
-        url = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
+        url, app, exchanges = await recording_edge(stack, settings)
         return Edge(url, app[GATEWAY], exchanges)
 
     return start

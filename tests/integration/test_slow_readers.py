@@ -14,11 +14,11 @@ import msgspec
 import pytest
 from aiohttp import web
 from fakes.upstream import Call, FakeUpstream
+from recording import recording_edge
 from waiting import eventually
 
 from ingress import wire
-from ingress.app import create_app, serve_app
-from ingress.appkeys import EXCHANGE, GATEWAY
+from ingress.appkeys import GATEWAY
 from ingress.errors import WriteTimeout
 from ingress.exchange import Exchange
 from ingress.settings import Client, Endpoint, Group, Route, Settings, Timeouts
@@ -44,17 +44,9 @@ async def stack() -> AsyncIterator[AsyncExitStack]:
 
 
 async def _edge(stack: AsyncExitStack, fake: FakeUpstream, client: Client) -> tuple[str, EndpointGroup, list[Exchange]]:
-    settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=fake.url)])},
-                        routes=(Route(model="chat", group="main"),),
-                        timeouts=Timeouts(connect=1.0, first_byte=5.0, idle=30.0), client=client)
-    app = create_app(settings)
-    exchanges: list[Exchange] = []
-
-    async def record(request: web.Request, response: web.StreamResponse) -> None:
-        exchanges.append(request[EXCHANGE])
-
-    app.on_response_prepare.append(record)
-    url: str = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
+    url, app, exchanges = await recording_edge(stack, Settings(
+        groups={"main": Group(endpoints=[Endpoint(url=fake.url)])}, routes=(Route(model="chat", group="main"),),
+        timeouts=Timeouts(connect=1.0, first_byte=5.0, idle=30.0), client=client))
     return url, app[GATEWAY].groups["main"], exchanges
 
 

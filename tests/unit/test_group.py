@@ -6,13 +6,11 @@ import asyncio
 import io
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-import structlog
 
-from ingress import log
 from ingress.errors import Overloaded
 from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Timeouts
 from ingress.upstream.client import UpstreamClient
@@ -295,16 +293,6 @@ class _Prober(UpstreamClient):
         if isinstance(verdict, Exception):
             raise verdict
         return verdict
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    log.configure("info", stream, cache=False)
-    try:
-        yield stream
-    finally:
-        structlog.reset_defaults()
 
 
 async def test_the_health_check_loop_survives_an_unexpected_exception(log_stream: io.StringIO) -> None:

@@ -7,12 +7,12 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
 import structlog
 from aiohttp import web
+from logcapture import lines
 from prometheus_client import REGISTRY
 
 from ingress import log
@@ -22,20 +22,6 @@ from ingress.settings import Settings
 
 SECRET_PROMPT = "the launch code is swordfish-7731"
 API_KEY = "sk-live-0123456789abcdef"
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    configure("info", stream, cache=False)
-    try:
-        yield stream
-    finally:
-        structlog.reset_defaults()
-
-
-def _lines(stream: io.StringIO) -> list[dict[str, object]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -51,7 +37,7 @@ async def test_one_line_per_request_without_secrets(log_stream: io.StringIO, str
     raw = log_stream.getvalue()
     assert "swordfish" not in raw
     assert API_KEY not in raw
-    requests = [line for line in _lines(log_stream) if line["event"] == "request"]
+    requests = [line for line in lines(log_stream) if line["event"] == "request"]
     assert len(requests) == 1
     line = requests[0]
     assert line["request_id"] == "req-log-1"
@@ -71,7 +57,7 @@ async def test_a_request_is_counted_and_logged_before_its_answer_is_sent(log_str
     at_send: list[tuple[float, list[str]]] = []
 
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
-        logged = [str(line["request_id"]) for line in _lines(log_stream) if line["event"] == "request"]
+        logged = [str(line["request_id"]) for line in lines(log_stream) if line["event"] == "request"]
         at_send.append((REGISTRY.get_sample_value(*served) or 0.0, logged))
 
     app = create_app(Settings())
@@ -94,7 +80,7 @@ async def test_error_lines_carry_the_error_code(log_stream: io.StringIO) -> None
         http.post(f"{url}/v1/chat/completions", data=b'{"model": 1}') as response,
     ):
         assert response.status == 400
-    (line,) = [line for line in _lines(log_stream) if line["event"] == "request"]
+    (line,) = [line for line in lines(log_stream) if line["event"] == "request"]
     assert line["status"] == 400
     assert line["error_code"] == "invalid_request"
     assert line["level"] == "info"
@@ -137,11 +123,11 @@ def test_a_library_logging_an_exception_gets_its_type_not_its_message(log_stream
     except ValueError:
         logging.getLogger("aiohttp.server").exception("Error handling request from %s", "127.0.0.1")
 
-    (line,) = _lines(log_stream)
+    (line,) = lines(log_stream)
     assert API_KEY not in log_stream.getvalue()
     assert line["event"] == "Error handling request from 127.0.0.1"
     assert (line["logger"], line["level"], line["exc_type"]) == ("aiohttp.server", "error", "ValueError")
-    assert str(line["exc_frames"][-1]).endswith("test_a_library_logging_an_exception_gets_its_type_not_its_message")  # type: ignore[index]
+    assert str(line["exc_frames"][-1]).endswith("test_a_library_logging_an_exception_gets_its_type_not_its_message")
 
 
 async def test_asyncio_s_reprs_of_callbacks_and_their_arguments_are_cut(log_stream: io.StringIO) -> None:
@@ -153,7 +139,7 @@ async def test_asyncio_s_reprs_of_callbacks_and_their_arguments_are_cut(log_stre
 
     raw = log_stream.getvalue()
     assert API_KEY not in raw and "Authorization" not in raw
-    (line,) = _lines(log_stream)
+    (line,) = lines(log_stream)
     assert line["logger"] == "asyncio" and line["exc_type"] == "ValueError"
     assert str(line["event"]).startswith("Exception in callback"), line
 
@@ -164,7 +150,7 @@ def test_our_own_exception_lines_carry_no_message_either(log_stream: io.StringIO
     except KeyError:
         structlog.get_logger("ingress.edge").exception("unhandled", path="/v1/chat/completions")
 
-    (line,) = _lines(log_stream)
+    (line,) = lines(log_stream)
     assert "swordfish" not in log_stream.getvalue()
     assert (line["event"], line["exc_type"], line["path"]) == ("unhandled", "KeyError", "/v1/chat/completions")
 
@@ -177,5 +163,5 @@ def test_a_record_that_cannot_be_formatted_is_a_json_line_too(log_stream: io.Str
     log._handler.handle(record)  # the handler alone: pytest's own capture raises on such a record
 
     assert capsys.readouterr().err == ""
-    (line,) = _lines(log_stream)
+    (line,) = lines(log_stream)
     assert line == {"event": "a log record could not be rendered", "logger": "somewhere", "level": "error"}

@@ -5,30 +5,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import io
-import json
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import structlog
+from logcapture import lines
 
-from ingress.log import configure
 from ingress.tasks import BackgroundTasks
-
-
-@pytest.fixture
-def log_stream() -> Iterator[io.StringIO]:
-    stream = io.StringIO()
-    configure("info", stream, cache=False)
-    try:
-        yield stream
-    finally:
-        structlog.reset_defaults()
-
-
-def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
 async def test_a_spawned_task_is_kept_while_nothing_else_references_it() -> None:
@@ -76,7 +59,7 @@ async def test_a_failed_task_is_logged_by_name_and_its_exception_retrieved(log_s
     finally:
         loop.set_exception_handler(None)
     assert len(tasks) == 0
-    (line,) = [line for line in _lines(log_stream) if line["event"] == "background task failed"]
+    (line,) = [line for line in lines(log_stream) if line["event"] == "background task failed"]
     assert (line["task"], line["level"]) == ("health:primary", "error")
     assert line["error"] == "ValueError('health check broke')"
     assert unretrieved == []
@@ -91,7 +74,7 @@ async def test_a_cancelled_task_is_not_a_failure(log_stream: io.StringIO) -> Non
         await task
     await asyncio.sleep(0)
     assert len(tasks) == 0
-    assert [line for line in _lines(log_stream) if line["event"] == "background task failed"] == []
+    assert [line for line in lines(log_stream) if line["event"] == "background task failed"] == []
 
 
 async def test_close_cancels_every_task_and_waits_for_their_cleanup() -> None:
