@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fnmatch import translate
 from pathlib import Path
 from typing import Any
@@ -148,33 +148,30 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
         raise ConfigError(f"{source}: {exc}") from None
     try:
         raw = _interpolate(raw, environ, "")
-        settings = msgspec.convert(raw, Settings)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}{_line_of(text, str(exc).split(':')[0])}") from None
-    except msgspec.ValidationError as exc:
-        detail, path = validation_path(exc)
-        key = _name_dict_keys(raw, path).removesuffix("[...]")
-        raise ConfigError(f"{source}: {key or '(top level)'}: {detail}{_line_of(text, key)}") from None
-    try:
-        _check(settings)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}{_line_of(text, str(exc).split(':')[0])}") from None
-    return settings
+    return _settings_of(raw, source, lambda key: _line_of(text, key))
 
 
 def override(settings: Settings, changes: Mapping[str, Any], source: str = "command line") -> Settings:
     """`settings` with `changes` (command-line flags) applied, checked exactly as a file's keys are."""
-    raw = {**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}
+    return _settings_of({**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}, source)
+
+
+def _settings_of(raw: Any, source: str, line_of: Callable[[str], str] = lambda key: "") -> Settings:
+    """`raw` decoded into Settings and cross-checked; an error names the source, the key and, for a
+    file, the line where the key is."""
     try:
-        changed = msgspec.convert(raw, Settings)
+        settings = msgspec.convert(raw, Settings)
     except msgspec.ValidationError as exc:
         detail, path = validation_path(exc)
-        raise ConfigError(f"{source}: {path or '(top level)'}: {detail}") from None
+        key = _name_dict_keys(raw, path).removesuffix("[...]")
+        raise ConfigError(f"{source}: {key or '(top level)'}: {detail}{line_of(key)}") from None
     try:
-        _check(changed)
+        _check(settings)
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    return changed
+        raise ConfigError(f"{source}: {exc}{line_of(str(exc).split(':')[0])}") from None
+    return settings
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> Settings:
