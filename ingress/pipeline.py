@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -251,8 +251,9 @@ async def stream(gw: Gateway, prepared: Prepared, ex: Exchange) -> AsyncGenerato
                     raise
                 yield _failed(ex, exc)
                 return
-        async for event in _translate(gw, prepared, ex, reads, data):
-            yield event
+        async with aclosing(_translate(gw, prepared, ex, reads, data)) as events:  # its usage, however it ends
+            async for event in events:
+                yield event
 
 
 async def _open(gw: Gateway, prepared: Prepared, ex: Exchange, upstream: AsyncExitStack,
@@ -276,7 +277,7 @@ async def _open(gw: Gateway, prepared: Prepared, ex: Exchange, upstream: AsyncEx
 
 
 async def _translate(gw: Gateway, prepared: Prepared, ex: Exchange, reads: AsyncIterator[bytes],
-                     data: bytes) -> AsyncIterator[StreamEvent]:
+                     data: bytes) -> AsyncGenerator[StreamEvent, None]:
     """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
     request = prepared.request
     include_usage = bool(request.stream_options and request.stream_options.include_usage)

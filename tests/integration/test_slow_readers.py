@@ -133,3 +133,17 @@ async def test_a_stalled_reader_that_hangs_up_leaves_no_unretrieved_exception(st
     gc.collect()  # an unretrieved task exception is reported when its task is collected
     await asyncio.sleep(0)
     assert [c.get("message") for c in reported] == []
+
+
+async def test_a_client_hanging_up_mid_stream_still_ends_its_exchange(stack: AsyncExitStack) -> None:
+    """A hang-up mid-stream ends the upstream call, releases the endpoint's slot and records the end."""
+    fake = FakeUpstream(default=endless)
+    await stack.enter_async_context(fake.running())
+    url, group, exchanges = await _edge(stack, fake, Client())
+
+    sock = await _stop_reading(url)
+    await eventually(lambda: fake.active == 1, "the upstream call running")
+    sock.close()
+
+    await eventually(lambda: group.states[0].in_flight == 0, "the endpoint's slot released")
+    assert exchanges[0].upstream_done is not None and exchanges[0].lease is None
