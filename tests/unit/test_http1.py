@@ -26,15 +26,8 @@ from waiting import eventually
 from ingress.errors import UpstreamConnectFailed, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.http1 import (
-    HEAD_LIMIT,
-    HEAD_TOO_LARGE,
-    HIGH_WATER,
-    KEEPALIVE,
-    ConnectionPool,
-    Response,
-    ResponseDecoder,
-)
+from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response
+from ingress.upstream.http1_decoder import HEAD_LIMIT, HEAD_TOO_LARGE, ResponseDecoder
 from ingress.wire import identifiers
 
 # --- the decoder, without I/O -------------------------------------------------------------------
