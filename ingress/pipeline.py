@@ -2,6 +2,7 @@
 
     JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
              complete  send → translate                                    one chat.completion
+             embed     decode → route → (admit) → passport → encode → send → translate   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
     always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go
@@ -34,17 +35,20 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import responses as out
 from ingress.oai.codec import decode_chat_request
+from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request
 from ingress.oai.models import ChatCompletionRequest
-from ingress.passport import Passport, RequestMeta, compute_passport
+from ingress.passport import Passport, RequestMeta, compute_embedding_passport, compute_passport
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.stream import StreamTranslator
 from ingress.upstream import http1
 from ingress.upstream.group import EndpointGroup, Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
+from ingress.wire.embeddings import Embeddings, decode_embeddings_answer, encode_embedding_request
 from ingress.wire.encode import encode_request
 from ingress.wire.framing import FrameDecoder, FrameError
 from ingress.wire.types import Response
@@ -192,6 +196,55 @@ async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCom
     ex.mark_first_byte()
     ex.usage = response.usage
     return translate_response(response)
+
+
+# --- embed: one embeddings answer ---------------------------------------------------------------
+
+
+@dataclass
+class PreparedEmbeddings:
+    """An embeddings request decoded, routed and encoded."""
+
+    request: EmbeddingRequest
+    match: Match
+    encoded: bytes | bytearray
+    headers: dict[str, str]
+    timeouts: Timeouts
+
+
+def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> PreparedEmbeddings:
+    """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
+    request = decode_embedding_request(body)
+    ex.decoded = time.perf_counter()
+    ex.model = request.model
+    match = gw.route(request.model, ex)
+    # admit: as for chat, on the decoded request and its route.
+    passport = compute_embedding_passport(request, meta)
+    encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
+    ex.encoded = time.perf_counter()
+    return PreparedEmbeddings(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+
+
+async def embed(gw: Gateway, prepared: PreparedEmbeddings, ex: Exchange) -> EmbeddingList:
+    """One embeddings answer, sent as `complete` sends (retries, fallback); any failure raises."""
+    inputs = len(prepared.request.inputs)
+
+    async def attempt(lease: Lease) -> Embeddings:
+        answer = await lease.client.embed(prepared.encoded, prepared.headers, prepared.timeouts)
+        try:
+            embeddings = decode_embeddings_answer(answer, verify_answer=gw.settings.verify_answers)
+        except UpstreamProtocolError as exc:  # a whole answer arrived: the service ran
+            raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
+        if len(embeddings.vectors) != inputs:
+            raise UpstreamProtocolError(f"The model service answered {len(embeddings.vectors)} embeddings "
+                                        f"for {inputs} inputs.", after_head=True)
+        return embeddings
+
+    embeddings = await send(gw, prepared.match, ex, attempt)
+    ex.upstream_ok = True
+    ex.mark_first_byte()
+    ex.usage = embeddings.usage
+    return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
 
 
 # --- stream: events -----------------------------------------------------------------------------

@@ -19,7 +19,8 @@ SCHEMA = REPO / "schema" / "llm_gateway.fbs"
 SOURCE = Path(__file__).resolve().parent / "oracle" / "verify.cpp"
 CACHE = REPO / "build" / "oracle"
 
-KINDS = {"request": b"Q", "response": b"R", "chunk": b"C", "error": b"E"}
+KINDS = {"request": b"Q", "response": b"R", "chunk": b"C", "error": b"E",
+         "embedding_request": b"M", "embedding_response": b"V"}
 
 
 class OracleError(RuntimeError):

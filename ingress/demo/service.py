@@ -1,4 +1,4 @@
-"""The demo internal service over HTTP: takes a CompletionRequest, answers in FlatBuffers."""
+"""The demo internal service over HTTP: takes a CompletionRequest or an EmbeddingRequest, answers in FlatBuffers."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import time
 from aiohttp import web
 
 from ingress import wire
+from ingress.demo import embed as embedding
 from ingress.demo.answer import Plan, plan
 
 DELAY = web.AppKey("delay", float)
@@ -73,6 +74,25 @@ async def complete(request: web.Request) -> web.StreamResponse:
     return stream
 
 
+def _error(status: int, message: str, code: str, param: str | None = None) -> web.Response:
+    error = wire.ErrorInfo(status=status, type="invalid_request_error", code=code, message=message, param=param)
+    return web.Response(status=status, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
+
+
+async def embed(request: web.Request) -> web.Response:
+    try:
+        req = wire.read_embedding_request(await request.read())
+    except Exception as exc:  # a buffer we cannot read is the caller's fault
+        return _error(400, f"Unreadable request: {exc}", "bad_buffer")
+    try:
+        answer = embedding.embed(req)
+    except embedding.Refused as exc:
+        return _error(400, str(exc), "invalid_request", exc.param)
+    usage = wire.Usage(prompt_tokens=answer.prompt_tokens, total_tokens=answer.prompt_tokens)
+    body = wire.write_embeddings(wire.Embeddings(model=req.model_name or "", vectors=answer.vectors, usage=usage))
+    return web.Response(body=body, content_type=wire.CONTENT_TYPE)
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -81,5 +101,6 @@ def create_demo_app(delay_s: float = 0.0) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[DELAY] = delay_s
     app.router.add_post(wire.COMPLETE_PATH, complete)
+    app.router.add_post(wire.EMBED_PATH, embed)
     app.router.add_get("/healthz", healthz)
     return app

@@ -134,6 +134,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return await _stream(request, ex, pipeline.stream(gw, prepared, ex))
 
 
+async def embeddings(request: web.Request) -> web.Response:
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    body = await _read_body(request, gw.settings.max_body_bytes)
+    prepared = pipeline.prepare_embeddings(gw, body, request_meta(request), ex)
+    with drain.deadline():
+        answer = await pipeline.embed(gw, prepared, ex)
+    return _json_response(answer)
+
+
 async def _stream(request: web.Request, ex: Exchange,
                   events: AsyncGenerator[pipeline.StreamEvent, None]) -> web.StreamResponse:
     """Write the events as SSE. The response begins with the first event; a failure before it is
@@ -265,6 +274,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/healthz", healthz)

@@ -1,5 +1,5 @@
-"""POST a CompletionRequest to an internal service and read its answer; timeouts, oversized answers and
-error statuses become IngressErrors here (transport failures already are: see http1)."""
+"""POST a CompletionRequest (or an EmbeddingRequest) to an internal service and read its answer; timeouts,
+oversized answers and error statuses become IngressErrors here (transport failures already are: see http1)."""
 
 from __future__ import annotations
 
@@ -32,19 +32,21 @@ class UpstreamClient:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def _post(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> Response:
+    async def _post(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts,
+                    path: str = identifiers.COMPLETE_PATH) -> Response:
         """Send, and wait for the response head within `first_byte` (and the total, if any)."""
         head_within = t.first_byte if t.total is None else min(t.first_byte, t.total)
         deadline = asyncio.get_running_loop().time() + head_within
         hdrs = {**headers, "Content-Type": identifiers.CONTENT_TYPE}
         try:
-            return await self._pool.request("POST", identifiers.COMPLETE_PATH, hdrs, body, t.connect, deadline)
+            return await self._pool.request("POST", path, hdrs, body, t.connect, deadline)
         except TimeoutError as exc:
             raise _timeout("answer") from exc
 
-    async def _send(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> Response:
+    async def _send(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts,
+                    path: str = identifiers.COMPLETE_PATH) -> Response:
         """`_post`, and any status but 200 raised as the service's error."""
-        response = await self._post(body, headers, t)
+        response = await self._post(body, headers, t, path)
         if response.status != 200:
             raise await self._refusal(response, t)
         return response
@@ -92,19 +94,25 @@ class UpstreamClient:
         return b"".join(parts)
 
     async def complete(self, body: bytes | bytearray, headers: Mapping[str, str],
-                       timeouts: Timeouts | None = None) -> bytes:
+                       timeouts: Timeouts | None = None, *, path: str = identifiers.COMPLETE_PATH) -> bytes:
         """A non-streamed exchange: the whole answer body (a CompletionResponse or Error buffer)."""
         t = timeouts or self.timeouts
         if t.total is None:
-            return await self._complete(body, headers, t)
+            return await self._complete(body, headers, t, path)
         try:
             async with asyncio.timeout(t.total):
-                return await self._complete(body, headers, t)
+                return await self._complete(body, headers, t, path)
         except TimeoutError as exc:
             raise _timeout("finish its answer") from exc
 
-    async def _complete(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts) -> bytes:
-        response = await self._send(body, headers, t)
+    async def embed(self, body: bytes | bytearray, headers: Mapping[str, str],
+                    timeouts: Timeouts | None = None) -> bytes:
+        """An embeddings exchange, on the service's EMBED_PATH: the whole answer body (an
+        EmbeddingResponse or Error buffer), with the same deadlines and errors as `complete`."""
+        return await self.complete(body, headers, timeouts, path=identifiers.EMBED_PATH)
+
+    async def _complete(self, body: bytes | bytearray, headers: Mapping[str, str], t: Timeouts, path: str) -> bytes:
+        response = await self._send(body, headers, t, path)
         try:
             return await self._read_all(response, t, after_head=True)
         finally:

@@ -14,6 +14,10 @@ stream of size-prefixed chunk frames::
     wire.write_response(wire.Response(...))     # one CompletionResponse buffer
     wire.write_chunk(wire.Chunk(sequence=0, ...))  # one stream frame; the last one has done=True
     wire.write_error(wire.ErrorInfo(status=429, message="..."), framed=False)
+
+Embeddings (`POST EMBED_PATH`): `wire.read_embedding_request(body)` verifies and reads an
+EmbeddingRequest; `wire.write_embeddings(wire.Embeddings(model=..., vectors=[[...], ...], usage=...))`
+answers it, one vector per input.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from ingress.wire.decode import (
     read_request,
     read_request_data,
 )
+from ingress.wire.embeddings import Embeddings, encode_embeddings, read_embedding_request
 from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
-from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
+from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, EMBED_PATH, STREAM_CONTENT_TYPE
 from ingress.wire.stock import BuilderPool
 from ingress.wire.types import (
     Choice,
@@ -60,9 +65,15 @@ def write_error(error: ErrorInfo, *, framed: bool = False) -> bytearray:
     return encode_error(error, framed=framed)
 
 
+def write_embeddings(embeddings: Embeddings) -> bytearray:
+    """An EmbeddingResponse buffer, the answer to an EmbeddingRequest (HTTP 200, Content-Type CONTENT_TYPE)."""
+    return encode_embeddings(embeddings)
+
+
 __all__ = [
     "COMPLETE_PATH",
     "CONTENT_TYPE",
+    "EMBED_PATH",
     "FINISH_REASONS",
     "PROVIDERS",
     "ROLES",
@@ -71,6 +82,7 @@ __all__ = [
     "Choice",
     "Chunk",
     "CompletionRequestData",
+    "Embeddings",
     "ErrorInfo",
     "FrameDecoder",
     "FrameError",
@@ -85,10 +97,12 @@ __all__ = [
     "decode_request",
     "decode_response",
     "frame",
+    "read_embedding_request",
     "read_request",
     "read_request_data",
     "verify_request",
     "write_chunk",
+    "write_embeddings",
     "write_error",
     "write_response",
 ]

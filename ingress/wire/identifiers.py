@@ -1,4 +1,4 @@
-"""File identifiers of the four root tables (bytes 4..8 of a buffer, after the root offset)."""
+"""File identifiers of the root tables (bytes 4..8 of a buffer, after the root offset), and the service paths."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ REQUEST = b"LGRQ"
 RESPONSE = b"LGRS"
 CHUNK = b"LGCK"
 ERROR = b"LGER"
+EMBEDDING_REQUEST = b"LGEQ"
+EMBEDDING_RESPONSE = b"LGES"
 
 CONTENT_TYPE = "application/x-flatbuffers"
 STREAM_CONTENT_TYPE = "application/x-flatbuffers-frames"
 COMPLETE_PATH = "/v1/complete"  # where internal services take a CompletionRequest
+EMBED_PATH = "/v1/embed"  # where they take an EmbeddingRequest
 
 
 def identifier_of(buf: bytes | bytearray | memoryview, offset: int = 0) -> bytes:

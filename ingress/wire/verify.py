@@ -43,3 +43,13 @@ def verify_chunk(frame: Buffer, size_prefixed: bool = True, *, max_size: int = M
 def verify_error(buf: Buffer, *, size_prefixed: bool = False, max_size: int = MAX_SIZE) -> None:
     """Raise WireError unless `buf` is an Error buffer: alone, or a whole frame when `size_prefixed`."""
     _verify(_gen.verify_Error, buf, size_prefixed, max_size)
+
+
+def verify_embedding_request(buf: Buffer, *, max_size: int = MAX_SIZE) -> None:
+    """Raise WireError unless `buf` is a whole EmbeddingRequest buffer, shorter than `max_size`."""
+    _verify(_gen.verify_EmbeddingRequest, buf, False, max_size)
+
+
+def verify_embedding_response(buf: Buffer, *, max_size: int = MAX_SIZE) -> None:
+    """Raise WireError unless `buf` is a whole EmbeddingResponse buffer."""
+    _verify(_gen.verify_EmbeddingResponse, buf, False, max_size)

@@ -1,7 +1,8 @@
 // FlatBuffers C++ Verifier oracle: checks each buffer it is sent against schema/llm_gateway.fbs.
 //
 // stdin carries records, back to back:
-//   kind    1 byte   'Q' CompletionRequest, 'R' CompletionResponse, 'C' CompletionChunk, 'E' Error
+//   kind    1 byte   'Q' CompletionRequest, 'R' CompletionResponse, 'C' CompletionChunk, 'E' Error,
+//                    'M' EmbeddingRequest, 'V' EmbeddingResponse
 //   flags   1 byte   bit 0: the buffer is size-prefixed
 //   length  4 bytes  little-endian, the byte count that follows
 //   data    length bytes
@@ -25,6 +26,8 @@ namespace {
 constexpr const char* kResponseIdentifier = "LGRS";
 constexpr const char* kChunkIdentifier = "LGCK";
 constexpr const char* kErrorIdentifier = "LGER";
+constexpr const char* kEmbeddingRequestIdentifier = "LGEQ";
+constexpr const char* kEmbeddingResponseIdentifier = "LGES";
 
 template <typename T>
 bool Verify(const uint8_t* buf, size_t len, const char* identifier, bool size_prefixed) {
@@ -80,6 +83,12 @@ int main() {
         break;
       case 'E':
         ok = Verify<LLMGateway::Error>(buf, len, kErrorIdentifier, size_prefixed);
+        break;
+      case 'M':
+        ok = Verify<LLMGateway::EmbeddingRequest>(buf, len, kEmbeddingRequestIdentifier, size_prefixed);
+        break;
+      case 'V':
+        ok = Verify<LLMGateway::EmbeddingResponse>(buf, len, kEmbeddingResponseIdentifier, size_prefixed);
         break;
       default:
         std::fprintf(stderr, "verify: unknown record kind 0x%02x\n", header[0]);

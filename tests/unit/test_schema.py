@@ -13,6 +13,7 @@ import pytest
 
 from codegen import bindings
 from codegen.schema import SCALARS, Field, Table, parse
+from ingress.wire import identifiers
 
 SCHEMA = parse(bindings.SCHEMA.read_text())
 GENERATED = bindings.GENERATED_DIR / bindings.NAMESPACE
@@ -94,7 +95,9 @@ def test_enum_values_agree_with_flatc(name: str) -> None:
 def test_roots_and_identifiers() -> None:
     roots = {t.name: t.identifier for t in SCHEMA.tables.values() if t.identifier}
     assert roots == {"CompletionRequest": "LGRQ", "CompletionResponse": "LGRS", "CompletionChunk": "LGCK",
-                     "Error": "LGER"}
+                     "Error": "LGER", "EmbeddingRequest": "LGEQ", "EmbeddingResponse": "LGES"}
+    assert {identifiers.REQUEST, identifiers.RESPONSE, identifiers.CHUNK, identifiers.ERROR,
+            identifiers.EMBEDDING_REQUEST, identifiers.EMBEDDING_RESPONSE} == {i.encode() for i in roots.values()}
     assert SCHEMA.root_type == "CompletionRequest" and SCHEMA.file_identifier == "LGRQ"
 
 

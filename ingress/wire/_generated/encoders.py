@@ -19,6 +19,10 @@ from ingress.wire._generated.LLMGateway import CompletionChunk as _fb_Completion
 from ingress.wire._generated.LLMGateway import CompletionRequest as _fb_CompletionRequest
 from ingress.wire._generated.LLMGateway import CompletionResponse as _fb_CompletionResponse
 from ingress.wire._generated.LLMGateway import ContentPart as _fb_ContentPart
+from ingress.wire._generated.LLMGateway import Embedding as _fb_Embedding
+from ingress.wire._generated.LLMGateway import EmbeddingInput as _fb_EmbeddingInput
+from ingress.wire._generated.LLMGateway import EmbeddingRequest as _fb_EmbeddingRequest
+from ingress.wire._generated.LLMGateway import EmbeddingResponse as _fb_EmbeddingResponse
 from ingress.wire._generated.LLMGateway import Error as _fb_Error
 from ingress.wire._generated.LLMGateway import FunctionCall as _fb_FunctionCall
 from ingress.wire._generated.LLMGateway import KeyValue as _fb_KeyValue
@@ -173,6 +177,32 @@ class ErrorData(msgspec.Struct, kw_only=True, gc=False):
     code: str | None = None
     message: str | None = None
     param: str | None = None
+
+
+class EmbeddingInputData(msgspec.Struct, kw_only=True, gc=False):
+    text: str | None = None
+    tokens: list[int] | None = None
+
+
+class EmbeddingRequestData(msgspec.Struct, kw_only=True, gc=False):
+    request_id: str | None = None
+    provider: int = 0
+    model_name: str | None = None
+    inputs: list[EmbeddingInputData] | None = None
+    dimensions: int | None = None
+    base64: bool = False
+    user: str | None = None
+    passport: PassportData | None = None
+
+
+class EmbeddingData(msgspec.Struct, kw_only=True, gc=False):
+    vector: list[float] | None = None
+
+
+class EmbeddingResponseData(msgspec.Struct, kw_only=True, gc=False):
+    model: str | None = None
+    data: list[EmbeddingData] | None = None
+    usage: UsageData | None = None
 
 
 _ST_LogitBias = struct.Struct('<i4xd').pack
@@ -976,6 +1006,147 @@ def _write_Error(buf: bytearray, o: ErrorData) -> int:
     return t
 
 
+# The vtable, then the table inline.
+_VT_TB_EmbeddingInput = struct.Struct('<4Hi4x4x').pack
+
+
+def _write_EmbeddingInput(buf: bytearray, o: EmbeddingInputData) -> int:
+    f_text = o.text
+    f_tokens = o.tokens
+    pad = -(len(buf) + 8) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 8
+    buf += _VT_TB_EmbeddingInput(8, 12, 4 if f_text is not None else 0, 8 if f_tokens is not None else 0, 8)
+    if f_text is not None:
+        d = f_text.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_tokens is not None:
+        v = _vector_start(buf, len(f_tokens), 4)
+        buf += struct.pack(f'<{len(f_tokens)}i', *f_tokens)
+        _ref(buf, t + 8, v)
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_EmbeddingRequest = struct.Struct('<10Hi4x4x4xi4x4xb?2x').pack
+
+
+def _write_EmbeddingRequest(buf: bytearray, o: EmbeddingRequestData) -> int:
+    f_request_id = o.request_id
+    f_model_name = o.model_name
+    f_inputs = o.inputs
+    f_dimensions = o.dimensions
+    f_user = o.user
+    f_passport = o.passport
+    pad = -(len(buf) + 20) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 20
+    buf += _VT_TB_EmbeddingRequest(
+        20, 32, 4 if f_request_id is not None else 0, 28, 8 if f_model_name is not None else 0,
+        12 if f_inputs is not None else 0, 16 if f_dimensions is not None else 0, 29, 20 if f_user is not None else 0,
+        24 if f_passport is not None else 0, 20, f_dimensions if f_dimensions is not None else 0, o.provider, o.base64,
+    )
+    if f_request_id is not None:
+        d = f_request_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_model_name is not None:
+        d = f_model_name.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_inputs is not None:
+        v = _vector_start(buf, len(f_inputs))
+        buf += bytes(4 * len(f_inputs))
+        for i, e_inputs in enumerate(f_inputs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_EmbeddingInput(buf, e_inputs) - at)
+        _ref(buf, t + 12, v)
+    if f_user is not None:
+        d = f_user.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 20, len(buf) - (t + 20))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_passport is not None:
+        _ref(buf, t + 24, _write_Passport(buf, f_passport))
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_Embedding = struct.Struct('<3Hi4x').pack
+
+
+def _write_Embedding(buf: bytearray, o: EmbeddingData) -> int:
+    f_vector = o.vector
+    pad = -(len(buf) + 6) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 6
+    buf += _VT_TB_Embedding(6, 8, 4 if f_vector is not None else 0, 6)
+    if f_vector is not None:
+        v = _vector_start(buf, len(f_vector), 4)
+        buf += struct.pack(f'<{len(f_vector)}f', *f_vector)
+        _ref(buf, t + 4, v)
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_EmbeddingResponse = struct.Struct('<5Hi4x4x4x').pack
+
+
+def _write_EmbeddingResponse(buf: bytearray, o: EmbeddingResponseData) -> int:
+    f_model = o.model
+    f_data = o.data
+    f_usage = o.usage
+    pad = -(len(buf) + 10) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 10
+    buf += _VT_TB_EmbeddingResponse(
+        10, 16, 4 if f_model is not None else 0, 8 if f_data is not None else 0, 12 if f_usage is not None else 0, 10,
+    )
+    if f_model is not None:
+        d = f_model.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_data is not None:
+        v = _vector_start(buf, len(f_data))
+        buf += bytes(4 * len(f_data))
+        for i, e_data in enumerate(f_data):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_Embedding(buf, e_data) - at)
+        _ref(buf, t + 8, v)
+    if f_usage is not None:
+        _ref(buf, t + 12, _write_Usage(buf, f_usage))
+    return t
+
+
 def build_ToolCall(b: Builder, o: ToolCallData) -> int:
     name_off = 0
     if o.name is not None:
@@ -1435,6 +1606,99 @@ def build_Error(b: Builder, o: ErrorData) -> int:
     return int(_fb_Error.End(b))
 
 
+def build_EmbeddingInput(b: Builder, o: EmbeddingInputData) -> int:
+    text_off = 0
+    if o.text is not None:
+        text_off = b.CreateString(o.text)
+    tokens_off = 0
+    if o.tokens is not None:
+        _fb_EmbeddingInput.StartTokensVector(b, len(o.tokens))
+        for e_tokens in reversed(o.tokens):
+            b.PrependInt32(e_tokens)
+        tokens_off = b.EndVector()
+    _fb_EmbeddingInput.Start(b)
+    if text_off:
+        _fb_EmbeddingInput.AddText(b, text_off)
+    if tokens_off:
+        _fb_EmbeddingInput.AddTokens(b, tokens_off)
+    return int(_fb_EmbeddingInput.End(b))
+
+
+def build_EmbeddingRequest(b: Builder, o: EmbeddingRequestData) -> int:
+    request_id_off = 0
+    if o.request_id is not None:
+        request_id_off = b.CreateString(o.request_id)
+    model_name_off = 0
+    if o.model_name is not None:
+        model_name_off = b.CreateString(o.model_name)
+    inputs_off = 0
+    if o.inputs is not None:
+        items = [build_EmbeddingInput(b, x) for x in o.inputs]
+        _fb_EmbeddingRequest.StartInputsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        inputs_off = b.EndVector()
+    user_off = 0
+    if o.user is not None:
+        user_off = b.CreateString(o.user)
+    passport_off = 0
+    if o.passport is not None:
+        passport_off = build_Passport(b, o.passport)
+    _fb_EmbeddingRequest.Start(b)
+    if request_id_off:
+        _fb_EmbeddingRequest.AddRequestId(b, request_id_off)
+    _fb_EmbeddingRequest.AddProvider(b, o.provider)
+    if model_name_off:
+        _fb_EmbeddingRequest.AddModelName(b, model_name_off)
+    if inputs_off:
+        _fb_EmbeddingRequest.AddInputs(b, inputs_off)
+    if o.dimensions is not None:
+        _fb_EmbeddingRequest.AddDimensions(b, o.dimensions)
+    _fb_EmbeddingRequest.AddBase64(b, o.base64)
+    if user_off:
+        _fb_EmbeddingRequest.AddUser(b, user_off)
+    if passport_off:
+        _fb_EmbeddingRequest.AddPassport(b, passport_off)
+    return int(_fb_EmbeddingRequest.End(b))
+
+
+def build_Embedding(b: Builder, o: EmbeddingData) -> int:
+    vector_off = 0
+    if o.vector is not None:
+        _fb_Embedding.StartVectorVector(b, len(o.vector))
+        for e_vector in reversed(o.vector):
+            b.PrependFloat32(e_vector)
+        vector_off = b.EndVector()
+    _fb_Embedding.Start(b)
+    if vector_off:
+        _fb_Embedding.AddVector(b, vector_off)
+    return int(_fb_Embedding.End(b))
+
+
+def build_EmbeddingResponse(b: Builder, o: EmbeddingResponseData) -> int:
+    model_off = 0
+    if o.model is not None:
+        model_off = b.CreateString(o.model)
+    data_off = 0
+    if o.data is not None:
+        items = [build_Embedding(b, x) for x in o.data]
+        _fb_EmbeddingResponse.StartDataVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        data_off = b.EndVector()
+    usage_off = 0
+    if o.usage is not None:
+        usage_off = build_Usage(b, o.usage)
+    _fb_EmbeddingResponse.Start(b)
+    if model_off:
+        _fb_EmbeddingResponse.AddModel(b, model_off)
+    if data_off:
+        _fb_EmbeddingResponse.AddData(b, data_off)
+    if usage_off:
+        _fb_EmbeddingResponse.AddUsage(b, usage_off)
+    return int(_fb_EmbeddingResponse.End(b))
+
+
 def encode_CompletionRequest(buf: bytearray, data: CompletionRequestData, *, size_prefixed: bool = False) -> None:
     """Append a finished CompletionRequest buffer (identifier LGRQ) to an empty `buf`."""
     _finish(buf, _write_CompletionRequest, data, b'LGRQ', size_prefixed)
@@ -1453,3 +1717,13 @@ def encode_CompletionChunk(buf: bytearray, data: CompletionChunkData, *, size_pr
 def encode_Error(buf: bytearray, data: ErrorData, *, size_prefixed: bool = False) -> None:
     """Append a finished Error buffer (identifier LGER) to an empty `buf`."""
     _finish(buf, _write_Error, data, b'LGER', size_prefixed)
+
+
+def encode_EmbeddingRequest(buf: bytearray, data: EmbeddingRequestData, *, size_prefixed: bool = False) -> None:
+    """Append a finished EmbeddingRequest buffer (identifier LGEQ) to an empty `buf`."""
+    _finish(buf, _write_EmbeddingRequest, data, b'LGEQ', size_prefixed)
+
+
+def encode_EmbeddingResponse(buf: bytearray, data: EmbeddingResponseData, *, size_prefixed: bool = False) -> None:
+    """Append a finished EmbeddingResponse buffer (identifier LGES) to an empty `buf`."""
+    _finish(buf, _write_EmbeddingResponse, data, b'LGES', size_prefixed)

@@ -22,6 +22,10 @@ from ingress.wire._generated.encoders import (
     CompletionRequestData,
     CompletionResponseData,
     ContentPartData,
+    EmbeddingData,
+    EmbeddingInputData,
+    EmbeddingRequestData,
+    EmbeddingResponseData,
     ErrorData,
     FunctionCallData,
     KeyValueData,
@@ -276,6 +280,55 @@ def _read_Error(buf: bytes, t: int) -> ErrorData:
     return ErrorData(status=f_status, type=f_type, code=f_code, message=f_message, param=f_param)
 
 
+def _read_EmbeddingInput(buf: bytes, t: int) -> EmbeddingInputData:
+    o0, o1 = _vtable(buf, t, 2)
+    f_text = _str(buf, t + o0) if o0 else None
+    f_tokens = None
+    if o1:
+        at, n = _vector(buf, t + o1)
+        f_tokens = list(struct.unpack_from(f'<{n}i', buf, at))
+    return EmbeddingInputData(text=f_text, tokens=f_tokens)
+
+
+def _read_EmbeddingRequest(buf: bytes, t: int) -> EmbeddingRequestData:
+    o0, o1, o2, o3, o4, o5, o6, o7 = _vtable(buf, t, 8)
+    f_request_id = _str(buf, t + o0) if o0 else None
+    f_provider = _S_b(buf, t + o1)[0] if o1 else 0
+    f_model_name = _str(buf, t + o2) if o2 else None
+    f_inputs = None
+    if o3:
+        at, n = _vector(buf, t + o3)
+        f_inputs = [_read_EmbeddingInput(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_dimensions = _S_i(buf, t + o4)[0] if o4 else None
+    f_base64 = _S_bool(buf, t + o5)[0] if o5 else False
+    f_user = _str(buf, t + o6) if o6 else None
+    f_passport = _read_Passport(buf, t + o7 + _u32(buf, t + o7)[0]) if o7 else None
+    return EmbeddingRequestData(
+        request_id=f_request_id, provider=f_provider, model_name=f_model_name, inputs=f_inputs, dimensions=f_dimensions,
+        base64=f_base64, user=f_user, passport=f_passport,
+    )
+
+
+def _read_Embedding(buf: bytes, t: int) -> EmbeddingData:
+    o0, = _vtable(buf, t, 1)
+    f_vector = None
+    if o0:
+        at, n = _vector(buf, t + o0)
+        f_vector = list(struct.unpack_from(f'<{n}f', buf, at))
+    return EmbeddingData(vector=f_vector)
+
+
+def _read_EmbeddingResponse(buf: bytes, t: int) -> EmbeddingResponseData:
+    o0, o1, o2 = _vtable(buf, t, 3)
+    f_model = _str(buf, t + o0) if o0 else None
+    f_data = None
+    if o1:
+        at, n = _vector(buf, t + o1)
+        f_data = [_read_Embedding(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_usage = _read_Usage(buf, t + o2 + _u32(buf, t + o2)[0]) if o2 else None
+    return EmbeddingResponseData(model=f_model, data=f_data, usage=f_usage)
+
+
 def read_CompletionRequest(buf: bytes) -> CompletionRequestData:
     """A whole, verified CompletionRequest buffer."""
     return _read_CompletionRequest(buf, _u32(buf, 0)[0])
@@ -294,3 +347,13 @@ def read_CompletionChunk(buf: bytes) -> CompletionChunkData:
 def read_Error(buf: bytes) -> ErrorData:
     """A whole, verified Error buffer."""
     return _read_Error(buf, _u32(buf, 0)[0])
+
+
+def read_EmbeddingRequest(buf: bytes) -> EmbeddingRequestData:
+    """A whole, verified EmbeddingRequest buffer."""
+    return _read_EmbeddingRequest(buf, _u32(buf, 0)[0])
+
+
+def read_EmbeddingResponse(buf: bytes) -> EmbeddingResponseData:
+    """A whole, verified EmbeddingResponse buffer."""
+    return _read_EmbeddingResponse(buf, _u32(buf, 0)[0])

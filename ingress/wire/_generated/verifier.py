@@ -25,7 +25,7 @@ reserve_slots(31)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
-_KINDS = 28
+_KINDS = 36
 
 
 def _table_ToolCall(v: Verifier, t: int) -> None:
@@ -116,14 +116,14 @@ def _table_Message(v: Verifier, t: int) -> None:
     o = e[2]  # field parts: [ContentPart]
     if o:
         x = v.offset(t + o, "Message.parts")
-        v.table_vector(x, _table_ContentPart, x * _KINDS + 15, "Message.parts")
+        v.table_vector(x, _table_ContentPart, x * _KINDS + 19, "Message.parts")
     o = e[3]  # field name: string
     if o:
         v.string(v.offset(t + o, "Message.name"), "Message.name")
     o = e[4]  # field tool_calls: [FunctionCall]
     if o:
         x = v.offset(t + o, "Message.tool_calls")
-        v.table_vector(x, _table_FunctionCall, x * _KINDS + 16, "Message.tool_calls")
+        v.table_vector(x, _table_FunctionCall, x * _KINDS + 20, "Message.tool_calls")
     o = e[5]  # field tool_call_id: string
     if o:
         v.string(v.offset(t + o, "Message.tool_call_id"), "Message.tool_call_id")
@@ -236,11 +236,11 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[7]  # field tools: [ToolCall]
     if o:
         x = v.offset(t + o, "CompletionRequest.tools")
-        v.table_vector(x, _table_ToolCall, x * _KINDS + 14, "CompletionRequest.tools")
+        v.table_vector(x, _table_ToolCall, x * _KINDS + 18, "CompletionRequest.tools")
     o = e[8]  # field messages: [Message]
     if o:
         x = v.offset(t + o, "CompletionRequest.messages")
-        v.table_vector(x, _table_Message, x * _KINDS + 17, "CompletionRequest.messages")
+        v.table_vector(x, _table_Message, x * _KINDS + 21, "CompletionRequest.messages")
     o = e[9]  # field tool_choice_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.tool_choice_json"), "CompletionRequest.tool_choice_json")
@@ -283,7 +283,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[22]  # field metadata: [KeyValue]
     if o:
         x = v.offset(t + o, "CompletionRequest.metadata")
-        v.table_vector(x, _table_KeyValue, x * _KINDS + 18, "CompletionRequest.metadata")
+        v.table_vector(x, _table_KeyValue, x * _KINDS + 22, "CompletionRequest.metadata")
     o = e[23]  # field passport: Passport
     if o:
         _table_Passport(v, v.offset(t + o, "CompletionRequest.passport"))
@@ -380,7 +380,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
     o = e[3]  # field choices: [Choice]
     if o:
         x = v.offset(t + o, "CompletionResponse.choices")
-        v.table_vector(x, _table_Choice, x * _KINDS + 23, "CompletionResponse.choices")
+        v.table_vector(x, _table_Choice, x * _KINDS + 27, "CompletionResponse.choices")
     o = e[4]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "CompletionResponse.usage"))
@@ -450,7 +450,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[7]  # field tool_calls: [ToolCallDelta]
     if o:
         x = v.offset(t + o, "CompletionChunk.tool_calls")
-        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 25, "CompletionChunk.tool_calls")
+        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 29, "CompletionChunk.tool_calls")
     o = e[8]  # field finish_reason: FinishReason (byte)
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionChunk.finish_reason")
@@ -496,11 +496,102 @@ def _table_Error(v: Verifier, t: int) -> None:
     v.table_end(key, tables, peak)
 
 
+def _table_EmbeddingInput(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 14
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "EmbeddingInput")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 2, "EmbeddingInput")
+    o = e[0]  # field text: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingInput.text"), "EmbeddingInput.text")
+    o = e[1]  # field tokens: [int32]
+    if o:
+        v.vector(v.offset(t + o, "EmbeddingInput.tokens"), 4, 4, "EmbeddingInput.tokens")
+    v.table_end(key, tables, peak)
+
+
+def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 15
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "EmbeddingRequest")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 8, "EmbeddingRequest")
+    n = v.size
+    o = e[0]  # field request_id: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingRequest.request_id"), "EmbeddingRequest.request_id")
+    o = e[1]  # field provider: ModelProvider (byte)
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "EmbeddingRequest.provider")
+    o = e[2]  # field model_name: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingRequest.model_name"), "EmbeddingRequest.model_name")
+    o = e[3]  # field inputs: [EmbeddingInput]
+    if o:
+        x = v.offset(t + o, "EmbeddingRequest.inputs")
+        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 32, "EmbeddingRequest.inputs")
+    o = e[4]  # field dimensions: int32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "EmbeddingRequest.dimensions")
+    o = e[5]  # field base64: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "EmbeddingRequest.base64")
+    o = e[6]  # field user: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingRequest.user"), "EmbeddingRequest.user")
+    o = e[7]  # field passport: Passport
+    if o:
+        _table_Passport(v, v.offset(t + o, "EmbeddingRequest.passport"))
+    v.table_end(key, tables, peak)
+
+
+def _table_Embedding(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 16
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "Embedding")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 1, "Embedding")
+    o = e[0]  # field vector: [float]
+    if o:
+        v.vector(v.offset(t + o, "Embedding.vector"), 4, 4, "Embedding.vector")
+    v.table_end(key, tables, peak)
+
+
+def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 17
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "EmbeddingResponse")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 3, "EmbeddingResponse")
+    o = e[0]  # field model: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingResponse.model"), "EmbeddingResponse.model")
+    o = e[1]  # field data: [Embedding]
+    if o:
+        x = v.offset(t + o, "EmbeddingResponse.data")
+        v.table_vector(x, _table_Embedding, x * _KINDS + 34, "EmbeddingResponse.data")
+    o = e[2]  # field usage: Usage
+    if o:
+        _table_Usage(v, v.offset(t + o, "EmbeddingResponse.usage"))
+    v.table_end(key, tables, peak)
+
+
 ROOTS: dict[str, tuple[bytes, TableCheck]] = {
     "CompletionRequest": (b'LGRQ', _table_CompletionRequest),
     "CompletionResponse": (b'LGRS', _table_CompletionResponse),
     "CompletionChunk": (b'LGCK', _table_CompletionChunk),
     "Error": (b'LGER', _table_Error),
+    "EmbeddingRequest": (b'LGEQ', _table_EmbeddingRequest),
+    "EmbeddingResponse": (b'LGES', _table_EmbeddingResponse),
 }
 
 
@@ -538,3 +629,21 @@ def verify_Error(
     """Raise VerifyError unless `buf` is a valid Error buffer (file identifier LGER)."""
     v = Verifier(buf, strict=strict, max_size=max_size, max_depth=max_depth, max_tables=max_tables)
     v.verify(b'LGER', _table_Error, size_prefixed=size_prefixed)
+
+
+def verify_EmbeddingRequest(
+    buf: Buffer, *, size_prefixed: bool = False, strict: bool = True, max_size: int = MAX_SIZE,
+    max_depth: int = MAX_DEPTH, max_tables: int = MAX_TABLES,
+) -> None:
+    """Raise VerifyError unless `buf` is a valid EmbeddingRequest buffer (file identifier LGEQ)."""
+    v = Verifier(buf, strict=strict, max_size=max_size, max_depth=max_depth, max_tables=max_tables)
+    v.verify(b'LGEQ', _table_EmbeddingRequest, size_prefixed=size_prefixed)
+
+
+def verify_EmbeddingResponse(
+    buf: Buffer, *, size_prefixed: bool = False, strict: bool = True, max_size: int = MAX_SIZE,
+    max_depth: int = MAX_DEPTH, max_tables: int = MAX_TABLES,
+) -> None:
+    """Raise VerifyError unless `buf` is a valid EmbeddingResponse buffer (file identifier LGES)."""
+    v = Verifier(buf, strict=strict, max_size=max_size, max_depth=max_depth, max_tables=max_tables)
+    v.verify(b'LGES', _table_EmbeddingResponse, size_prefixed=size_prefixed)

@@ -1,0 +1,105 @@
+"""Embeddings on the wire: an OpenAI embeddings request → EmbeddingRequest, and the answers both ways.
+
+The edge encodes the request (`encode_embedding_request`) and decodes the service's answer
+(`decode_embeddings_answer`: an EmbeddingResponse, or its Error raised); a Python service reads the
+request (`read_embedding_request`) and writes its answer (`encode_embeddings`). Vectors travel as
+FlatBuffers `[float]` vectors: float32, little-endian, never JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from ingress.errors import IngressError, UpstreamProtocolError
+from ingress.oai.embeddings import EmbeddingRequest
+from ingress.wire import decode, identifiers, verify
+from ingress.wire import types as wt
+from ingress.wire._generated import encoders as gen
+from ingress.wire._generated import readers
+from ingress.wire.answer import error_from_upstream
+from ingress.wire.encode import PROVIDERS
+
+EmbeddingRequestData = gen.EmbeddingRequestData
+EmbeddingInputData = gen.EmbeddingInputData
+
+
+class Embeddings(msgspec.Struct, kw_only=True):
+    """An EmbeddingResponse as plain data: one vector per input, in the inputs' order."""
+
+    model: str
+    vectors: list[list[float]]
+    usage: wt.Usage | None = None
+
+
+def _input(value: str | list[int]) -> gen.EmbeddingInputData:
+    return gen.EmbeddingInputData(text=value) if isinstance(value, str) else gen.EmbeddingInputData(tokens=value)
+
+
+def embedding_request_data(request: EmbeddingRequest, request_id: str, passport: gen.PassportData,
+                           provider: str = "openai", model_name: str | None = None) -> gen.EmbeddingRequestData:
+    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
+    return gen.EmbeddingRequestData(
+        request_id=request_id,
+        provider=PROVIDERS[provider],
+        model_name=model_name or request.model,
+        inputs=[_input(value) for value in request.inputs],
+        dimensions=request.dimensions,
+        base64=request.encoding_format == "base64",
+        user=request.user,
+        passport=passport,
+    )
+
+
+def _fresh(encode: Callable[..., None], data: object) -> bytearray:
+    buf = bytearray()
+    encode(buf, data)
+    return buf
+
+
+def encode_embedding_request(request: EmbeddingRequest, request_id: str, passport: gen.PassportData,
+                             provider: str = "openai", model_name: str | None = None) -> bytearray:
+    """One EmbeddingRequest buffer (identifier LGEQ)."""
+    data = embedding_request_data(request, request_id, passport, provider, model_name)
+    return _fresh(gen.encode_EmbeddingRequest, data)
+
+
+def read_embedding_request(buf: bytes) -> gen.EmbeddingRequestData:
+    """An EmbeddingRequest from outside, verified, every field read (for services)."""
+    verify.verify_embedding_request(buf)
+    return readers.read_EmbeddingRequest(buf)
+
+
+def embeddings_data(e: Embeddings) -> gen.EmbeddingResponseData:
+    return gen.EmbeddingResponseData(model=e.model, data=[gen.EmbeddingData(vector=v) for v in e.vectors],
+                                     usage=e.usage)
+
+
+def encode_embeddings(e: Embeddings) -> bytearray:
+    """One EmbeddingResponse buffer (identifier LGES), for a service's answer."""
+    return _fresh(gen.encode_EmbeddingResponse, embeddings_data(e))
+
+
+def decode_embeddings(buf: bytes) -> Embeddings:
+    """A verified EmbeddingResponse buffer."""
+    if identifiers.identifier_of(buf) != identifiers.EMBEDDING_RESPONSE:
+        raise decode.WireError(f"expected an LGES buffer, got {identifiers.identifier_of(buf)!r}")
+    r = readers.read_EmbeddingResponse(buf)
+    return Embeddings(model=r.model or "", vectors=[e.vector or [] for e in r.data or ()], usage=r.usage)
+
+
+def decode_embeddings_answer(body: bytes, *, verify_answer: bool = True) -> Embeddings:
+    """A service's answer to an EmbeddingRequest: its vectors, or its Error raised as UpstreamAnswered."""
+    try:
+        if identifiers.identifier_of(body) == identifiers.ERROR:
+            if verify_answer:
+                verify.verify_error(body)
+            raise error_from_upstream(decode.decode_error(body))
+        if verify_answer:
+            verify.verify_embedding_response(body)
+        return decode_embeddings(body)
+    except IngressError:
+        raise
+    except Exception as exc:  # unverified, a malformed buffer can fail anywhere in the generated readers
+        raise UpstreamProtocolError("The model service sent an unreadable answer.") from exc
