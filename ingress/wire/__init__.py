@@ -31,7 +31,13 @@ from ingress.wire.decode import (
     read_request,
     read_request_data,
 )
-from ingress.wire.embeddings import Embeddings, encode_embeddings, read_embedding_request
+from ingress.wire.embeddings import (
+    EmbeddingInputData,
+    EmbeddingRequestData,
+    Embeddings,
+    encode_embeddings,
+    read_embedding_request,
+)
 from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, EMBED_PATH, STREAM_CONTENT_TYPE
@@ -82,6 +88,8 @@ __all__ = [
     "Choice",
     "Chunk",
     "CompletionRequestData",
+    "EmbeddingInputData",
+    "EmbeddingRequestData",
     "Embeddings",
     "ErrorInfo",
     "FrameDecoder",

@@ -9,6 +9,9 @@ ended, so a test can tell that an upstream call was cut when the edge gave up on
     ...                                            # the edge times out and closes the connection
     await fake.wait_idle()
     assert fake.outcomes == ["cancelled"]
+
+Embeddings (`POST wire.EMBED_PATH`) have their own script (`play_embed`) of `EmbedBehaviour`s, and
+their own record (`embeddings_received`); their outcomes join the same `outcomes`.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ PREFIX = struct.Struct("<I")
 _WORD = re.compile(r"\s*\S+")
 
 Behaviour = Callable[["Call"], Awaitable[web.StreamResponse]]
+EmbedBehaviour = Callable[[web.Request, "ReceivedEmbedding"], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,15 @@ class Received:
     def user_text(self) -> str:
         users = [m for m in self.request.messages if isinstance(m, UserMessage)]
         return message_text(users[-1]) if users else ""
+
+
+@dataclass(frozen=True)
+class ReceivedEmbedding:
+    """One embeddings request as the fake read it."""
+
+    headers: CIMultiDict[str]
+    body: bytes
+    request: wire.EmbeddingRequestData
 
 
 class Call:
@@ -136,6 +149,8 @@ class FakeUpstream:
         self.url = ""
         self._script: deque[tuple[Behaviour, float]] = deque()
         self._handlers: set[asyncio.Task[object]] = set()
+        self.embeddings_received: list[ReceivedEmbedding] = []
+        self._embed_script: deque[EmbedBehaviour] = deque()
 
     def play(self, *behaviours: Behaviour, pace: float = 0.0) -> None:
         """Answer the next requests with these behaviours, in order; then with the default.
@@ -144,6 +159,10 @@ class FakeUpstream:
         own and what it relays before a fault does not depend on how the bytes were split.
         """
         self._script.extend((b, pace) for b in behaviours)
+
+    def play_embed(self, *behaviours: EmbedBehaviour) -> None:
+        """Answer the next embeddings requests with these behaviours, in order; then with `vectors()`."""
+        self._embed_script.extend(behaviours)
 
     @property
     def active(self) -> int:
@@ -181,9 +200,28 @@ class FakeUpstream:
         self.outcomes.append("answered")
         return response
 
+    async def _embed(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        received = ReceivedEmbedding(CIMultiDict(request.headers), body, wire.read_embedding_request(body))
+        self.embeddings_received.append(received)
+        behaviour = self._embed_script.popleft() if self._embed_script else vectors()
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            response = await behaviour(request, received)
+        except asyncio.CancelledError:
+            self.outcomes.append("cancelled")
+            raise
+        finally:
+            self._handlers.discard(task)
+        self.outcomes.append("answered")
+        return response
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post(wire.COMPLETE_PATH, self._complete)
+        app.router.add_post(wire.EMBED_PATH, self._embed)
         return app
 
     @asynccontextmanager
@@ -376,6 +414,59 @@ def skip_sequence(at: int = 2) -> Behaviour:
 def size_prefix(size: int) -> bytes:
     """A frame's 4-byte little-endian size prefix, to build malformed streams by hand."""
     return PREFIX.pack(size)
+
+
+# --- embeddings behaviours ------------------------------------------------------------------------
+
+
+def fake_vector(index: int, dimensions: int | None) -> list[float]:
+    """The fake's vector for input `index`: exact float32 values, [index, 0.5, -0.25, 0, 0, ...]."""
+    return ([float(index), 0.5, -0.25] + [0.0] * max((dimensions or 3) - 3, 0))[: dimensions or 3]
+
+
+def vectors(*, count: int | None = None, model: str = "fake-embedder",
+            usage: wire.Usage | None = None) -> EmbedBehaviour:
+    """A correct answer: `fake_vector(i, dimensions)` for each input (or for `count` inputs, to break
+    the contract), usage one token per input unless given."""
+
+    async def run(http: web.Request, received: ReceivedEmbedding) -> web.StreamResponse:
+        inputs = len(received.request.inputs or ()) if count is None else count
+        answer = wire.Embeddings(model=model, vectors=[fake_vector(i, received.request.dimensions)
+                                                       for i in range(inputs)],
+                                 usage=usage or wire.Usage(prompt_tokens=inputs, total_tokens=inputs))
+        return web.Response(body=wire.write_embeddings(answer), content_type=wire.CONTENT_TYPE)
+
+    return run
+
+
+def embed_error(error: wire.ErrorInfo) -> EmbedBehaviour:
+    """An Error buffer with HTTP status `error.status`."""
+
+    async def run(http: web.Request, received: ReceivedEmbedding) -> web.StreamResponse:
+        return web.Response(status=error.status, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
+
+    return run
+
+
+def embed_raw(body: bytes | bytearray, *, status: int = 200, content_type: str = wire.CONTENT_TYPE) -> EmbedBehaviour:
+    """Exactly these bytes as the answer."""
+
+    async def run(http: web.Request, received: ReceivedEmbedding) -> web.StreamResponse:
+        return web.Response(status=status, body=body, content_type=content_type)
+
+    return run
+
+
+def embed_drop() -> EmbedBehaviour:
+    """Read the request, then abort the connection without a word."""
+
+    async def run(http: web.Request, received: ReceivedEmbedding) -> web.StreamResponse:
+        assert http.transport is not None
+        http.transport.close()
+        await asyncio.Event().wait()  # losing the connection cancels this handler
+        raise AssertionError("unreachable")
+
+    return run
 
 
 # --- additions: headers on error answers, a slow first frame, health checks, Unix sockets ---------
