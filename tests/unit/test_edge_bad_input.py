@@ -13,12 +13,14 @@ from typing import Any
 
 import aiohttp
 import pytest
+from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
 
 from ingress.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
 
 CHAT = "/v1/chat/completions"
+EMBEDDINGS = "/v1/embeddings"
 JSON_HEADERS = {"Content-Type": "application/json"}
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -42,6 +44,9 @@ class Edge:
 
     async def chat(self, raw: Any, **headers: str) -> Answer:
         return await self.call("POST", CHAT, raw, {**JSON_HEADERS, **headers})
+
+    async def embed(self, raw: Any, **headers: str) -> Answer:
+        return await self.call("POST", EMBEDDINGS, raw, {**JSON_HEADERS, **headers})
 
 
 @asynccontextmanager
@@ -94,6 +99,23 @@ async def test_bad_dict_entry_is_a_400(edge: Edge, raw: bytes) -> None:
     assert answer.status == 400 and answer.doc["error"]["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("bad", BAD_EMBEDDINGS)
+async def test_bad_embeddings_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
+    assert_error(await edge.embed(bad.body), 400, param=bad.param, code=bad.code)
+
+
+async def test_valid_embeddings_body_is_answered(edge: Edge) -> None:
+    answer = await edge.embed(embeddings_body(input=["a", "b"]))
+    assert answer.status == 200 and answer.doc["object"] == "list"
+    assert [item["index"] for item in answer.doc["data"]] == [0, 1]
+
+
+async def test_embeddings_the_demo_cannot_make_are_its_400(edge: Edge) -> None:
+    # Valid for the edge (dimensions >= 1), refused by the service with an Error buffer naming the field.
+    assert_error(await edge.embed(embeddings_body(dimensions=100_000)), 400, param="dimensions")
+    assert_error(await edge.embed(embeddings_body(input="w " * 9000)), 400, param="input[0]")
+
+
 async def test_valid_body_is_answered(edge: Edge) -> None:
     answer = await edge.chat(valid())
     assert answer.status == 200 and answer.doc["object"] == "chat.completion"
@@ -124,6 +146,10 @@ async def test_body_over_the_limit_with_content_length_is_a_413(small_edge: Edge
     assert_error(await small_edge.chat(padded(16 * 1024)), 413, code="request_too_large")
 
 
+async def test_embeddings_body_over_the_limit_is_a_413(small_edge: Edge) -> None:
+    assert_error(await small_edge.embed(embeddings_body(input=["word"] * 300)), 413, code="request_too_large")
+
+
 async def test_body_over_the_limit_when_chunked_is_a_413(small_edge: Edge) -> None:
     async def chunks() -> AsyncIterator[bytes]:
         raw = padded(4096)
@@ -146,18 +172,21 @@ async def test_chunked_body_under_the_limit_is_accepted(small_edge: Edge) -> Non
 # --- routes --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/nope", "/v1/chat/completion", "/v1/completions", "/v2/chat/completions"])
+@pytest.mark.parametrize("path", ["/nope", "/v1/chat/completion", "/v1/completions", "/v2/chat/completions",
+                                  "/v1/embedding", "/v1/embed"])
 async def test_unknown_path_is_a_404(edge: Edge, path: str) -> None:
     assert_error(await edge.call("POST", path, valid(), JSON_HEADERS), 404, code="unknown_url")
 
 
+@pytest.mark.parametrize("path", [CHAT, EMBEDDINGS])
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
-async def test_wrong_method_is_a_405(edge: Edge, method: str) -> None:
-    assert_error(await edge.call(method, CHAT), 405, code="method_not_allowed")
+async def test_wrong_method_is_a_405(edge: Edge, method: str, path: str) -> None:
+    assert_error(await edge.call(method, path), 405, code="method_not_allowed")
 
 
 async def test_unknown_model_is_a_404(edge: Edge) -> None:
     assert_error(await edge.chat(body(model="gpt-unknown")), 404, param="model", code="model_not_found")
+    assert_error(await edge.embed(embeddings_body(model="gpt-unknown")), 404, param="model", code="model_not_found")
     assert_error(await edge.call("GET", "/v1/models/gpt-unknown"), 404, param="model", code="model_not_found")
 
 
