@@ -11,9 +11,11 @@ from typing import Any, TypeVar
 import flatbuffers
 
 from ingress.oai import models as oai
+from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import identifiers
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
+from ingress.wire.embeddings import Embeddings, embedding_request_data, embeddings_data
 from ingress.wire.encode import chunk_data, error_data, request_data, response_data
 
 D = TypeVar("D")
@@ -71,3 +73,14 @@ def encode_chunk_frame_stock(pool: BuilderPool, chunk: wt.Chunk) -> bytes:
 
 def encode_error_stock(pool: BuilderPool, error: wt.ErrorInfo, *, framed: bool = False) -> bytes:
     return _stock(pool, gen.build_Error, error_data(error), identifiers.ERROR, size_prefixed=framed)
+
+
+def encode_embedding_request_stock(pool: BuilderPool, request: EmbeddingRequest, request_id: str,
+                                   passport: gen.PassportData, provider: str = "openai",
+                                   model_name: str | None = None) -> bytes:
+    data = embedding_request_data(request, request_id, passport, provider, model_name)
+    return _stock(pool, gen.build_EmbeddingRequest, data, identifiers.EMBEDDING_REQUEST)
+
+
+def encode_embeddings_stock(pool: BuilderPool, embeddings: Embeddings) -> bytes:
+    return _stock(pool, gen.build_EmbeddingResponse, embeddings_data(embeddings), identifiers.EMBEDDING_RESPONSE)

@@ -14,20 +14,35 @@ from typing import Any
 import msgspec
 import pytest
 from cxx_oracle import SCHEMA, CxxVerifier
-from unit.test_oracle import CHUNK, CHUNK_BARE, ERROR, REQUEST, RESPONSE, flatc_binary, python_request, with_identifier
+from unit.test_oracle import (
+    CHUNK,
+    CHUNK_BARE,
+    EMBEDDING_REQUEST,
+    EMBEDDING_RESPONSE,
+    ERROR,
+    REQUEST,
+    RESPONSE,
+    flatc_binary,
+    python_request,
+    with_identifier,
+)
 
 from codegen.schema import parse
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
+from ingress.oai.embeddings import decode_embedding_request
 from ingress.passport import RequestMeta, compute_passport
 from ingress.wire import encode, stock
 from ingress.wire import runtime as rt
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
+from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.stock import BuilderPool
 
-ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error"}
-IDENTIFIERS = {"request": b"LGRQ", "response": b"LGRS", "chunk": b"LGCK", "error": b"LGER"}
+ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
+         "embedding_request": "EmbeddingRequest", "embedding_response": "EmbeddingResponse"}
+IDENTIFIERS = {"request": b"LGRQ", "response": b"LGRS", "chunk": b"LGCK", "error": b"LGER",
+               "embedding_request": b"LGEQ", "embedding_response": b"LGES"}
 TABLES = parse(SCHEMA.read_text()).tables
 
 
@@ -81,7 +96,17 @@ CHUNKS = [
 ERRORS = [wire.ErrorInfo(status=429, message="Too many requests — réessayez", type="rate_limit_exceeded",
                          code="rate_limit", param="model"),
           wire.ErrorInfo(status=500, message="")]
-DOCUMENTS = {"request": [REQUEST], "response": [RESPONSE], "chunk": [CHUNK, CHUNK_BARE], "error": [ERROR]}
+EMBEDDING_REQUESTS: list[dict[str, Any]] = [
+    {"input": "héllo ✓ 🌍"},
+    {"input": ["a", "b c"], "dimensions": 3, "encoding_format": "base64", "user": "u-1"},
+    {"input": [[0, 2**31 - 1], [7]]},
+    {"input": [1, 2]},
+]
+EMBEDDINGS = [wire.Embeddings(model="m", vectors=[[0.5, -0.25], [], [2.0**-149, -(2.0**127)]],
+                              usage=wire.Usage(prompt_tokens=3, total_tokens=3)),
+              wire.Embeddings(model="", vectors=[])]
+DOCUMENTS = {"request": [REQUEST], "response": [RESPONSE], "chunk": [CHUNK, CHUNK_BARE], "error": [ERROR],
+             "embedding_request": [EMBEDDING_REQUEST], "embedding_response": [EMBEDDING_RESPONSE]}
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,17 @@ def valid_buffers() -> tuple[Valid, ...]:
             out.append(Valid(f"error-fast-{tag}-{i}", "error", wire.write_error(error, framed=framed), framed))
             out.append(Valid(f"error-stock-{tag}-{i}", "error",
                              stock.encode_error_stock(pool, error, framed=framed), framed))
+    passport = _requests()[1][1]
+    for i, doc in enumerate(EMBEDDING_REQUESTS):
+        request = decode_embedding_request(msgspec.json.encode({"model": "text-embedding-3-small", **doc}))
+        out.append(Valid(f"embedding-request-fast-{i}", "embedding_request",
+                         encode_embedding_request(request, f"req-{i}", passport)))
+        out.append(Valid(f"embedding-request-stock-{i}", "embedding_request",
+                         stock.encode_embedding_request_stock(pool, request, f"req-{i}", passport)))
+    for i, embeddings in enumerate(EMBEDDINGS):
+        out.append(Valid(f"embedding-response-fast-{i}", "embedding_response", wire.write_embeddings(embeddings)))
+        out.append(Valid(f"embedding-response-stock-{i}", "embedding_response",
+                         stock.encode_embeddings_stock(pool, embeddings)))
     with tempfile.TemporaryDirectory() as scratch:
         for kind, documents in DOCUMENTS.items():
             for i, document in enumerate(documents):
@@ -579,6 +615,8 @@ def test_public_face_raises_wire_errors() -> None:
     public.verify_chunk(CHUNK_FRAME)
     public.verify_error(ERROR_FRAME, size_prefixed=True)
     public.verify_error(wire.write_error(ERRORS[0]))
+    public.verify_embedding_response(wire.write_embeddings(EMBEDDINGS[0]))
+    public.verify_embedding_request(next(v.data for v in valid_buffers() if v.kind == "embedding_request"))
     bad_utf8 = damaged((_user_prompt() + 4, 1, 0xFF))
     cases: list[tuple[Callable[[], None], str]] = [
         (lambda: public.verify_request(bad_utf8), "is not UTF-8"),
@@ -587,6 +625,8 @@ def test_public_face_raises_wire_errors() -> None:
         (lambda: public.verify_chunk(CHUNK_FRAME[4:]), "size prefix"),
         (lambda: public.verify_chunk(CHUNK_FRAME[4:], size_prefixed=False), "misaligned"),
         (lambda: public.verify_error(ERROR_FRAME), "file identifier"),
+        (lambda: public.verify_embedding_request(REQUEST_BUF), "file identifier"),
+        (lambda: public.verify_embedding_response(wire.write_response(RESPONSES[0])), "file identifier"),
     ]
     for call, message in cases:
         with pytest.raises(wire.WireError, match=message) as info:
