@@ -2,7 +2,7 @@
 
     JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
              complete  send → translate                                    one chat.completion
-             embed     decode → route → (admit) → passport → encode → send → translate   one embeddings list
+             embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
     always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go

@@ -457,6 +457,16 @@ def embed_raw(body: bytes | bytearray, *, status: int = 200, content_type: str =
     return run
 
 
+def embed_hang() -> EmbedBehaviour:
+    """Read the request, then say nothing until the peer gives up."""
+
+    async def run(http: web.Request, received: ReceivedEmbedding) -> web.StreamResponse:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    return run
+
+
 def embed_drop() -> EmbedBehaviour:
     """Read the request, then abort the connection without a word."""
 

@@ -186,6 +186,16 @@ async def test_a_failing_service_is_answered_in_openais_shape(
     assert doc["error"]["code"] == code and doc["error"]["type"] == "server_error"
 
 
+async def test_a_silent_service_is_a_504_and_its_call_is_cut(fake_upstream: FakeUpstream, edge: str,
+                                                              http: aiohttp.ClientSession) -> None:
+    fake_upstream.play_embed(fu.embed_hang())
+    async with http.post(f"{edge}/v1/embeddings", json={"model": "m", "input": "a"}) as response:
+        doc = await response.json()
+    assert (response.status, doc["error"]["code"]) == (504, "upstream_timeout")
+    await fake_upstream.wait_idle()
+    assert fake_upstream.outcomes == ["cancelled"]
+
+
 async def test_the_sdk_raises_a_502_when_the_service_fails(fake_upstream: FakeUpstream,
                                                            fake_client: openai.AsyncOpenAI) -> None:
     fake_upstream.play_embed(fu.embed_raw(b"oops", status=500, content_type="text/plain"))
