@@ -7,7 +7,15 @@ import re
 import msgspec
 
 from ingress.errors import InvalidRequest
-from ingress.oai.models import INT32_MAX, AssistantMessage, ChatCompletionRequest, JsonSchemaResponseFormat
+from ingress.oai.models import (
+    INT32_MAX,
+    AssistantMessage,
+    ChatCompletionRequest,
+    JsonSchemaResponseFormat,
+    NamedToolChoice,
+    Tool,
+    ToolCallIn,
+)
 
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 json_encoder = msgspec.json.Encoder()
@@ -57,21 +65,61 @@ def _check_json_object(raw: msgspec.Raw, param: str) -> None:
         raise _invalid("expected a JSON object", param)
 
 
+def _check_kind(value: Tool | ToolCallIn | NamedToolChoice, param: str) -> None:
+    """The object `type` names is there, and no other: `{"type": "custom", "function": ...}` is refused."""
+    kinds = ("function", "custom", "allowed_tools")
+    given = [kind for kind in kinds if getattr(value, kind, None) is not None]
+    if given != [value.type]:
+        wrong = next((kind for kind in given if kind != value.type), value.type)
+        detail = f"type '{value.type}' needs '{value.type}'" if wrong == value.type else \
+            f"'{wrong}' is not allowed with type '{value.type}'"
+        raise _invalid(detail, f"{param}.{wrong}")
+
+
+def _check_tools(request: ChatCompletionRequest) -> None:
+    """Tools, tool calls and tool choices name their kind; legacy functions are not mixed with tools."""
+    for i, tool in enumerate(request.tools or ()):
+        _check_kind(tool, f"tools[{i}]")
+        if tool.function is not None:
+            _check_json_object(tool.function.parameters, f"tools[{i}].function.parameters")
+    for i, function in enumerate(request.functions or ()):
+        _check_json_object(function.parameters, f"functions[{i}].parameters")
+    for i, message in enumerate(request.messages):
+        if isinstance(message, AssistantMessage):
+            for j, call in enumerate(message.tool_calls or ()):
+                _check_kind(call, f"messages[{i}].tool_calls[{j}]")
+    if request.functions is not None and (request.tools is not None or request.tool_choice is not None):
+        raise _invalid("functions is the legacy form of tools: send one of them", "functions")
+    if request.function_call is not None and (request.tool_choice is not None or request.tools is not None):
+        raise _invalid("function_call is the legacy form of tool_choice: send one of them", "function_call")
+    choice = request.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        _check_kind(choice, "tool_choice")
+        named = choice.function or choice.custom
+        if named is not None:
+            offered = {(t.type, named_tool.name) for t in request.tools or ()
+                       if (named_tool := t.function or t.custom) is not None}
+            if (choice.type, named.name) not in offered:
+                raise _invalid(f"tool_choice names a {choice.type} tool that is not in tools",
+                               f"tool_choice.{choice.type}.name")
+    legacy = request.function_call
+    offered_functions = {f.name for f in request.functions or ()}
+    if legacy is not None and not isinstance(legacy, str) and legacy.name not in offered_functions:
+        raise _invalid("function_call names a function that is not in functions", "function_call.name")
+
+
 def _check_semantics(request: ChatCompletionRequest) -> None:
     """Cross-field rules a type cannot express."""
-    for i, tool in enumerate(request.tools or ()):
-        _check_json_object(tool.function.parameters, f"tools[{i}].function.parameters")
+    _check_tools(request)
     if isinstance(request.response_format, JsonSchemaResponseFormat):
         _check_json_object(request.response_format.json_schema.schema, "response_format.json_schema.schema")
     for token in request.logit_bias or ():
         if int(token) > INT32_MAX:
             raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
     for i, message in enumerate(request.messages):
-        if isinstance(message, AssistantMessage) and message.content is None and not message.tool_calls:
-            raise _invalid("an assistant message needs content or tool_calls", f"messages[{i}].content")
+        if isinstance(message, AssistantMessage) and message.content is None and not message.tool_calls \
+                and message.function_call is None and message.audio is None:
+            raise _invalid("an assistant message needs content, tool_calls, function_call or audio",
+                           f"messages[{i}].content")
     if request.stream_options is not None and not request.stream:
         raise _invalid("stream_options is only allowed when stream is true", "stream_options")
-    if request.tool_choice is not None and not isinstance(request.tool_choice, str):
-        offered = {tool.function.name for tool in request.tools or ()}
-        if request.tool_choice.function.name not in offered:
-            raise _invalid("tool_choice names a function that is not in tools", "tool_choice.function.name")

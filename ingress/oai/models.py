@@ -26,6 +26,7 @@ TokenId = Annotated[str, Meta(pattern=r"^(?:0|[1-9][0-9]{0,9})\Z")]  # one spell
 Bias = Annotated[float, Meta(ge=-100.0, le=100.0)]
 MetadataKey = Annotated[str, Meta(min_length=1, max_length=64)]
 MetadataValue = Annotated[str, Meta(max_length=512)]
+Identifier = Annotated[str, Meta(min_length=1, max_length=256)]  # ids OpenAI gives no bound for
 
 
 class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -35,21 +36,30 @@ class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 # --- content parts --------------------------------------------------------------------------------
 
 
+class PromptCacheBreakpoint(_Strict):
+    """An explicit prompt-cache breakpoint on a content part (`prompt_cache_options.mode`)."""
+
+    mode: Literal["explicit"]
+    ttl: Literal["30m", "12h"] | None = None
+
+
 class _Part(_Strict, tag_field="type"):
     pass
 
 
 class TextPart(_Part, tag="text"):
     text: str
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class ImageUrl(_Strict):
     url: Annotated[str, Meta(min_length=1)]
-    detail: Literal["auto", "low", "high"] | None = None
+    detail: Literal["auto", "low", "high", "original"] | None = None
 
 
 class ImagePart(_Part, tag="image_url"):
     image_url: ImageUrl
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class InputAudio(_Strict):
@@ -59,6 +69,7 @@ class InputAudio(_Strict):
 
 class AudioPart(_Part, tag="input_audio"):
     input_audio: InputAudio
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class FileRef(_Strict):
@@ -69,6 +80,7 @@ class FileRef(_Strict):
 
 class FilePart(_Part, tag="file"):
     file: FileRef
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None
 
 
 class RefusalPart(_Part, tag="refusal"):
@@ -87,10 +99,25 @@ class FunctionCallIn(_Strict):
     arguments: str
 
 
+class CustomCallIn(_Strict):
+    name: str
+    input: str
+
+
 class ToolCallIn(_Strict):
+    """A tool call in an assistant message: `function` (the default type) or `custom` (free-form input).
+    One struct, not a tagged union: a function call's `type` may be left out."""
+
     id: Annotated[str, Meta(min_length=1)]
-    function: FunctionCallIn
-    type: Literal["function"] = "function"
+    function: FunctionCallIn | None = None
+    type: Literal["function", "custom"] = "function"
+    custom: CustomCallIn | None = None
+
+
+class AudioRef(_Strict):
+    """An earlier audio answer, referred to by its id."""
+
+    id: Annotated[str, Meta(min_length=1)]
 
 
 class _Message(_Strict, tag_field="role"):
@@ -117,6 +144,8 @@ class AssistantMessage(_Message, tag="assistant"):
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     refusal: str | None = None
+    audio: AudioRef | None = None
+    function_call: FunctionCallIn | None = None  # legacy, with `functions`
 
 
 class ToolMessage(_Message, tag="tool"):
@@ -124,7 +153,14 @@ class ToolMessage(_Message, tag="tool"):
     tool_call_id: Annotated[str, Meta(min_length=1)]
 
 
-Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage
+class FunctionMessage(_Message, tag="function"):
+    """Legacy: a function's result, answering an assistant's `function_call`."""
+
+    content: str | None
+    name: str
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
 
 # --- tools and formats ----------------------------------------------------------------------------
 
@@ -136,21 +172,67 @@ class FunctionDef(_Strict):
     strict: bool | None = None
 
 
+class Grammar(_Strict):
+    definition: str
+    syntax: Literal["lark", "regex"]
+
+
+class _CustomFormat(_Strict, tag_field="type"):
+    pass
+
+
+class CustomTextFormat(_CustomFormat, tag="text"):
+    pass
+
+
+class CustomGrammarFormat(_CustomFormat, tag="grammar"):
+    grammar: Grammar
+
+
+class CustomDef(_Strict):
+    name: FunctionName
+    description: str | None = None
+    format: CustomTextFormat | CustomGrammarFormat | None = None
+
+
 class Tool(_Strict):
-    function: FunctionDef
-    type: Literal["function"] = "function"
+    """A function tool (the default type) or a custom one. One struct, not a tagged union: a function
+    tool's `type` may be left out; the codec checks that the object `type` names is the one given."""
+
+    function: FunctionDef | None = None
+    type: Literal["function", "custom"] = "function"
+    custom: CustomDef | None = None
+
+
+class LegacyFunction(_Strict):
+    """Legacy `functions[]` entry; travels as a function tool."""
+
+    name: FunctionName
+    description: str | None = None
+    parameters: Raw = NO_JSON  # opaque JSON object, checked to be one; empty when absent
 
 
 class NamedFunction(_Strict):
     name: FunctionName
 
 
+class AllowedTools(_Strict):
+    mode: Literal["auto", "required"]
+    tools: Annotated[list[Raw], Meta(max_length=128)]  # tool definitions as OpenAI spells them, kept opaque
+
+
 class NamedToolChoice(_Strict):
-    function: NamedFunction
-    type: Literal["function"] = "function"
+    """A named function (the default type) or custom tool, or a subset of the tools (`allowed_tools`).
+    One struct, as `Tool`: the codec checks that the object `type` names is the one given."""
+
+    function: NamedFunction | None = None
+    type: Literal["function", "custom", "allowed_tools"] = "function"
+    custom: NamedFunction | None = None
+    allowed_tools: AllowedTools | None = None
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+FunctionCallChoice = Literal["none", "auto"] | NamedFunction  # legacy `function_call`
 
 
 class JsonSchemaFormat(_Strict):
@@ -177,6 +259,58 @@ class JsonSchemaResponseFormat(_Format, tag="json_schema"):
 
 
 ResponseFormat = TextFormat | JsonObjectFormat | JsonSchemaResponseFormat
+
+
+class VoiceId(_Strict):
+    id: Annotated[str, Meta(min_length=1)]
+
+
+class AudioOutput(_Strict):
+    """`audio`: the format and voice of an audio answer (with `modalities: ["audio"]`)."""
+
+    format: Literal["wav", "aac", "mp3", "flac", "opus", "pcm16"]
+    voice: Identifier | VoiceId
+
+
+class Prediction(_Strict, tag_field="type", tag="content"):
+    """Predicted Outputs: text the answer is expected to largely repeat."""
+
+    content: str | list[TextPart]
+
+
+class ModerationMode(_Strict):
+    mode: Literal["score", "block"]
+
+
+class ModerationPolicy(_Strict):
+    input: ModerationMode | None = None
+    output: ModerationMode | None = None
+
+
+class Moderation(_Strict):
+    model: Identifier
+    policy: ModerationPolicy | None = None
+
+
+class PromptCacheOptions(_Strict):
+    mode: Literal["implicit", "explicit"] | None = None
+    ttl: Literal["30m"] | None = None
+
+
+class ApproximateLocation(_Strict):
+    city: ShortText | None = None
+    country: Annotated[str, Meta(pattern=r"^[A-Za-z]{2}\Z")] | None = None  # ISO 3166-1 alpha-2
+    region: ShortText | None = None
+    timezone: ShortText | None = None
+
+
+class UserLocation(_Strict, tag_field="type", tag="approximate"):
+    approximate: ApproximateLocation
+
+
+class WebSearchOptions(_Strict):
+    search_context_size: Literal["low", "medium", "high"] | None = None
+    user_location: UserLocation | None = None
 
 
 class StreamOptions(_Strict):
@@ -212,3 +346,17 @@ class ChatCompletionRequest(_Strict):
     tools: Annotated[list[Tool], Meta(max_length=128)] | None = None
     top_p: TopP | None = None
     user: ShortText | None = None
+    audio: AudioOutput | None = None
+    function_call: FunctionCallChoice | None = None  # legacy: travels as tool_choice
+    functions: Annotated[list[LegacyFunction], Meta(min_length=1, max_length=128)] | None = None  # legacy: as tools
+    modalities: Annotated[list[Literal["text", "audio"]], Meta(max_length=2)] | None = None
+    moderation: Moderation | None = None
+    prediction: Prediction | None = None
+    # OpenAI documents no maximum for the key; 256 as for `user`, which it replaces.
+    prompt_cache_key: ShortText | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    safety_identifier: Annotated[str, Meta(max_length=128)] | None = None  # OpenAI's documented maximum
+    store: bool | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    web_search_options: WebSearchOptions | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -18,6 +18,7 @@ from ingress.wire._generated.LLMGateway.Message import Message
 ROLE_NAMES = enums.ROLE_NAMES
 FINISH_NAMES = enums.FINISH_REASON_NAMES
 PROVIDER_NAMES = enums.MODEL_PROVIDER_NAMES
+T = TypeVar("T")
 
 
 class WireError(ValueError):
@@ -122,6 +123,10 @@ def _raw(text: bytes | None) -> msgspec.Raw:
 _PART_TYPES: dict[str, type] = {"image_url": oai.ImageUrl, "input_audio": oai.InputAudio, "file": oai.FileRef}
 
 
+_PART_CLASSES: dict[str, Any] = {"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}
+_BREAKPOINT_MODE: Any = "explicit"  # the one mode a breakpoint has; checked when the request was encoded
+
+
 def _content(m: Message) -> str | list[oai.ContentPart] | None:
     if m.PartsIsNone():
         return _s(m.Content())
@@ -129,16 +134,25 @@ def _content(m: Message) -> str | list[oai.ContentPart] | None:
     for i in range(m.PartsLength()):
         p = m.Parts(i)
         kind = _s(p.Type())
+        b = p.PromptCacheBreakpoint()
+        mark = None if b is None else oai.PromptCacheBreakpoint(mode=_BREAKPOINT_MODE, ttl=_s(b.Ttl()))  # type: ignore[arg-type]  # a Literal, checked at the edge
         if kind == "text":
-            parts.append(oai.TextPart(text=_s(p.Text()) or ""))
+            parts.append(oai.TextPart(text=_s(p.Text()) or "", prompt_cache_breakpoint=mark))
         elif kind == "refusal":
             parts.append(oai.RefusalPart(refusal=_s(p.Text()) or ""))
         elif kind in _PART_TYPES:
             inner: Any = msgspec.json.decode(p.PayloadJson() or b"{}", type=_PART_TYPES[kind])
-            parts.append({"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}[kind](inner))
+            parts.append(_PART_CLASSES[kind](inner, prompt_cache_breakpoint=mark))
         else:
             raise WireError(f"unknown content part type {kind!r}")
     return parts
+
+
+def _tool_call(c: Any) -> oai.ToolCallIn:
+    call_id, name, arguments = _s(c.Id()) or "", _s(c.Name()) or "", _s(c.Arguments()) or ""
+    if c.Type() == b"custom":
+        return oai.ToolCallIn(id=call_id, type="custom", custom=oai.CustomCallIn(name=name, input=arguments))
+    return oai.ToolCallIn(id=call_id, function=oai.FunctionCallIn(name=name, arguments=arguments))
 
 
 def _message(m: Message) -> oai.Message:
@@ -147,14 +161,15 @@ def _message(m: Message) -> oai.Message:
     content: Any = _content(m)
     name = _s(m.Name())
     if role == "assistant":
-        calls = None
-        if not m.ToolCallsIsNone():
-            calls = []
-            for j in range(m.ToolCallsLength()):
-                c = m.ToolCalls(j)
-                calls.append(oai.ToolCallIn(id=_s(c.Id()) or "", function=oai.FunctionCallIn(
-                    name=_s(c.Name()) or "", arguments=_s(c.Arguments()) or "")))
-        return oai.AssistantMessage(content=content, name=name, tool_calls=calls, refusal=_s(m.Refusal()))
+        calls = None if m.ToolCallsIsNone() else [_tool_call(m.ToolCalls(j)) for j in range(m.ToolCallsLength())]
+        audio_id, legacy = _s(m.AudioId()), m.FunctionCall()
+        return oai.AssistantMessage(
+            content=content, name=name, tool_calls=calls, refusal=_s(m.Refusal()),
+            audio=oai.AudioRef(id=audio_id) if audio_id is not None else None,
+            function_call=None if legacy is None else oai.FunctionCallIn(
+                name=_s(legacy.Name()) or "", arguments=_s(legacy.Arguments()) or ""))
+    if role == "function":
+        return oai.FunctionMessage(content=content, name=name or "")
     if role == "tool":
         return oai.ToolMessage(content=content, tool_call_id=_s(m.ToolCallId()) or "")
     if role == "system":
@@ -166,19 +181,43 @@ def _message(m: Message) -> oai.Message:
 
 _tool_choice: msgspec.json.Decoder[oai.ToolChoice] = msgspec.json.Decoder(oai.ToolChoice)
 _schema_format = msgspec.json.Decoder(oai.JsonSchemaFormat)
+_custom_format: msgspec.json.Decoder[oai.CustomTextFormat | oai.CustomGrammarFormat] = msgspec.json.Decoder(
+    oai.CustomTextFormat | oai.CustomGrammarFormat)
+
+
+def _opaque(text: bytes | None, decoder: msgspec.json.Decoder[T]) -> T | None:
+    return None if text is None else decoder.decode(text)
+
+
+_audio = msgspec.json.Decoder(oai.AudioOutput)
+_prediction = msgspec.json.Decoder(oai.Prediction)
+_web_search = msgspec.json.Decoder(oai.WebSearchOptions)
+_moderation = msgspec.json.Decoder(oai.Moderation)
+_cache_options = msgspec.json.Decoder(oai.PromptCacheOptions)
+
+
+def _tool(t: Any) -> oai.Tool:
+    if t.Type() == b"custom":
+        fmt = t.FormatJson()
+        return oai.Tool(type="custom", custom=oai.CustomDef(
+            name=_s(t.Name()) or "", description=_s(t.Description()),
+            format=_custom_format.decode(fmt) if fmt is not None else None))
+    return oai.Tool(function=oai.FunctionDef(
+        name=_s(t.Name()) or "", description=_s(t.Description()), parameters=_raw(t.ArgumentsJson()),
+        strict=t.Strict()))
+
+
+def _stream_options(r: CompletionRequest) -> oai.StreamOptions | None:
+    usage, obfuscation = r.IncludeUsage(), r.IncludeObfuscation()
+    if not usage and obfuscation is None:
+        return None
+    return oai.StreamOptions(include_usage=True if usage else None, include_obfuscation=obfuscation)
 
 
 def decode_request(buf: bytes) -> oai.ChatCompletionRequest:
     """Everything a CompletionRequest carries, in OpenAI's request shape."""
     r = read_request(buf)
-    tools = None
-    if not r.ToolsIsNone():
-        tools = []
-        for i in range(r.ToolsLength()):
-            t = r.Tools(i)
-            tools.append(oai.Tool(function=oai.FunctionDef(
-                name=_s(t.Name()) or "", description=_s(t.Description()), parameters=_raw(t.ArgumentsJson()),
-                strict=t.Strict())))
+    tools = None if r.ToolsIsNone() else [_tool(r.Tools(i)) for i in range(r.ToolsLength())]
     response_format: oai.ResponseFormat | None = None
     if (rf := r.ResponseFormat()) is not None:
         kind = _s(rf.Type())
@@ -215,10 +254,23 @@ def decode_request(buf: bytes) -> oai.ChatCompletionRequest:
         service_tier=_s(r.ServiceTier()),
         stop=None if r.StopIsNone() else [_s(r.Stop(i)) or "" for i in range(r.StopLength())],
         stream=True if stream else None,
-        stream_options=oai.StreamOptions(include_usage=True) if r.IncludeUsage() else None,
+        stream_options=_stream_options(r),
         temperature=shortest_float32(r.Temperature()) if r.TemperatureSet() else None,
         tool_choice=_tool_choice.decode(r.ToolChoiceJson()) if r.ToolChoiceJson() is not None else None,
         tools=tools,
         top_p=r.TopP(),
         user=_s(r.User()),
+        # A legacy functions/function_call request comes back as the tools/tool_choice it travels as;
+        # `LegacyFunctions()` on the buffer tells that it was one.
+        audio=_opaque(r.AudioJson(), _audio),
+        modalities=None if r.ModalitiesIsNone() else [_s(r.Modalities(i)) for i in range(r.ModalitiesLength())],  # type: ignore[misc]  # Literals, checked at the edge
+        moderation=_opaque(r.ModerationJson(), _moderation),
+        prediction=_opaque(r.PredictionJson(), _prediction),
+        prompt_cache_key=_s(r.PromptCacheKey()),
+        prompt_cache_options=_opaque(r.PromptCacheOptionsJson(), _cache_options),
+        prompt_cache_retention=_s(r.PromptCacheRetention()),  # type: ignore[arg-type]  # a Literal, checked at the edge
+        safety_identifier=_s(r.SafetyIdentifier()),
+        store=r.Store(),
+        verbosity=_s(r.Verbosity()),  # type: ignore[arg-type]  # a Literal, checked at the edge
+        web_search_options=_opaque(r.WebSearchOptionsJson(), _web_search),
     )

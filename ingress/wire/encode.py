@@ -27,27 +27,40 @@ _json = msgspec.json.Encoder()
 # --- OpenAI request → CompletionRequestData ---------------------------------------------------------
 
 
+def _breakpoint(b: oai.PromptCacheBreakpoint | None) -> gen.PromptCacheBreakpointData | None:
+    return None if b is None else gen.PromptCacheBreakpointData(mode=b.mode, ttl=b.ttl)
+
+
 def _part(part: oai.ContentPart) -> gen.ContentPartData:
     kind = str(part.__struct_config__.tag)
-    if isinstance(part, oai.TextPart):
-        return gen.ContentPartData(type=kind, text=part.text)
     if isinstance(part, oai.RefusalPart):
         return gen.ContentPartData(type=kind, text=part.refusal)
+    mark = _breakpoint(part.prompt_cache_breakpoint)
+    if isinstance(part, oai.TextPart):
+        return gen.ContentPartData(type=kind, text=part.text, prompt_cache_breakpoint=mark)
     inner: msgspec.Struct = (
         part.image_url if isinstance(part, oai.ImagePart)
         else part.input_audio if isinstance(part, oai.AudioPart)
         else part.file
     )
-    return gen.ContentPartData(type=kind, payload_json=_json.encode(inner).decode())
+    return gen.ContentPartData(type=kind, payload_json=_json.encode(inner).decode(), prompt_cache_breakpoint=mark)
 
 
 _ROLE_OF: dict[type, int] = {
     oai.SystemMessage: ROLES["system"], oai.UserMessage: ROLES["user"], oai.AssistantMessage: ROLES["assistant"],
-    oai.ToolMessage: ROLES["tool"], oai.DeveloperMessage: ROLES["developer"],
+    oai.ToolMessage: ROLES["tool"], oai.DeveloperMessage: ROLES["developer"], oai.FunctionMessage: ROLES["function"],
 }
 
 
 _ASSISTANT, _TOOL = ROLES["assistant"], ROLES["tool"]
+
+
+def _call(c: oai.ToolCallIn) -> gen.FunctionCallData:
+    if c.custom is not None:
+        return gen.FunctionCallData(id=c.id, type=c.type, name=c.custom.name, arguments=c.custom.input)
+    f = c.function
+    assert f is not None  # the codec checked that the call has the object its type names
+    return gen.FunctionCallData(id=c.id, type=c.type, name=f.name, arguments=f.arguments)
 
 
 def _message(m: oai.Message) -> gen.MessageData:
@@ -61,11 +74,13 @@ def _message(m: oai.Message) -> gen.MessageData:
         parts = [_part(p) for p in content]
     if cls is oai.AssistantMessage:
         assert isinstance(m, oai.AssistantMessage)
-        calls = None if m.tool_calls is None else [
-            gen.FunctionCallData(id=c.id, type=c.type, name=c.function.name, arguments=c.function.arguments)
-            for c in m.tool_calls]
-        return gen.MessageData(role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls,
-                               refusal=m.refusal)
+        calls = None if m.tool_calls is None else [_call(c) for c in m.tool_calls]
+        legacy = m.function_call
+        return gen.MessageData(
+            role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls, refusal=m.refusal,
+            audio_id=m.audio.id if m.audio is not None else None,
+            function_call=None if legacy is None else gen.FunctionCallData(name=legacy.name,
+                                                                           arguments=legacy.arguments))
     if cls is oai.ToolMessage:
         assert isinstance(m, oai.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
@@ -74,9 +89,37 @@ def _message(m: oai.Message) -> gen.MessageData:
 
 
 def _tool(tool: oai.Tool) -> gen.ToolCallData:
+    if (c := tool.custom) is not None:
+        return gen.ToolCallData(name=c.name, description=c.description, type=tool.type,
+                                format_json=_json.encode(c.format).decode() if c.format is not None else None)
     f = tool.function
+    assert f is not None  # the codec checked that the tool has the object its type names
     return gen.ToolCallData(name=f.name, arguments_json=bytes(f.parameters).decode() if len(f.parameters) else None,
                             description=f.description, type=tool.type, strict=f.strict)
+
+
+def _legacy_function(f: oai.LegacyFunction) -> gen.ToolCallData:
+    return gen.ToolCallData(name=f.name, arguments_json=bytes(f.parameters).decode() if len(f.parameters) else None,
+                            description=f.description, type="function")
+
+
+def _tools(request: oai.ChatCompletionRequest) -> list[gen.ToolCallData] | None:
+    if request.functions:
+        return [_legacy_function(f) for f in request.functions]
+    return [_tool(t) for t in request.tools] if request.tools else None
+
+
+def _tool_choice(request: oai.ChatCompletionRequest) -> str | None:
+    """`tool_choice` as JSON text; a legacy `function_call` travels as the tool_choice it means."""
+    choice: object = request.tool_choice
+    legacy = request.function_call
+    if legacy is not None:
+        choice = legacy if isinstance(legacy, str) else oai.NamedToolChoice(function=legacy)
+    return None if choice is None else _json.encode(choice).decode()
+
+
+def _opaque(value: msgspec.Struct | None) -> str | None:
+    return None if value is None else _json.encode(value).decode()
 
 
 def _response_format(rf: oai.ResponseFormat) -> gen.ResponseFormatData:
@@ -111,10 +154,11 @@ def user_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
 
 def request_data(
     request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
-    model_name: str | None = None,
+    model_name: str | None = None, extra_json: str | None = None,
 ) -> gen.CompletionRequestData:
-    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
-    stop = request.stop
+    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name);
+    `extra_json` is a JSON object of the fields that are not OpenAI's, for a route that forwards them."""
+    stop, options = request.stop, request.stream_options
     return gen.CompletionRequestData(
         request_id=request_id,
         provider=PROVIDERS[provider],
@@ -124,9 +168,9 @@ def request_data(
         # The original prefix fields carry effective values, so readers of that schema see a usable request.
         max_tokens=request.max_tokens or request.max_completion_tokens or 0,
         temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
-        tools=[_tool(t) for t in request.tools] if request.tools else None,
+        tools=_tools(request),
         messages=[_message(m) for m in request.messages],
-        tool_choice_json=_json.encode(request.tool_choice).decode() if request.tool_choice is not None else None,
+        tool_choice_json=_tool_choice(request),
         top_p=request.top_p,
         n=request.n,
         stop=[stop] if isinstance(stop, str) else stop,
@@ -138,7 +182,7 @@ def request_data(
         logit_bias=[(int(k), v) for k, v in request.logit_bias.items()] if request.logit_bias is not None else None,
         user=request.user,
         stream=bool(request.stream),
-        include_usage=bool(request.stream_options and request.stream_options.include_usage),
+        include_usage=bool(options and options.include_usage),
         metadata=[gen.KeyValueData(key=k, value=v) for k, v in request.metadata.items()]
         if request.metadata is not None else None,
         passport=passport,
@@ -149,6 +193,20 @@ def request_data(
         top_logprobs=request.top_logprobs,
         reasoning_effort=request.reasoning_effort,
         service_tier=request.service_tier,
+        include_obfuscation=options.include_obfuscation if options is not None else None,
+        audio_json=_opaque(request.audio),
+        modalities=list[str](request.modalities) if request.modalities is not None else None,
+        prediction_json=_opaque(request.prediction),
+        prompt_cache_key=request.prompt_cache_key,
+        prompt_cache_retention=request.prompt_cache_retention,
+        safety_identifier=request.safety_identifier,
+        store=request.store,
+        verbosity=request.verbosity,
+        web_search_options_json=_opaque(request.web_search_options),
+        moderation_json=_opaque(request.moderation),
+        prompt_cache_options_json=_opaque(request.prompt_cache_options),
+        legacy_functions=request.functions is not None or request.function_call is not None,
+        extra_json=extra_json,
     )
 
 

@@ -403,5 +403,6 @@ async def test_the_request_reaches_the_service_intact(edge: str, fake_upstream: 
     assert (request.model, request.temperature, request.top_p, request.max_tokens, request.seed) == (
         "any-model", 0.5, 0.25, 64, 7)
     assert (request.stop, request.user, request.tool_choice, request.stream) == (["\n\n"], "u-1", "auto", None)
-    assert [t.function.name for t in request.tools or []] == ["get_time", "get_weather"]
-    assert json.loads(bytes((request.tools or [])[1].function.parameters)) == WEATHER_SCHEMA
+    functions = [t.function for t in request.tools or [] if t.function is not None]
+    assert [f.name for f in functions] == ["get_time", "get_weather"]
+    assert json.loads(bytes(functions[1].parameters)) == WEATHER_SCHEMA

@@ -6,8 +6,10 @@ sides before comparing:
 
 - `stop` given as a string travels as a one-element list;
 - `stream: false` and an absent `stream` are the same (the wire carries a bool);
-- of `stream_options` only `include_usage: true` travels (`include_obfuscation` is accepted, not carried);
+- of `stream_options.include_usage` only `true` travels (false and absent are the same);
 - `tools: []` travels as no tools;
+- legacy `functions` / `function_call` travel as the `tools` / `tool_choice` they mean (the buffer's
+  `legacy_functions` says they were sent so);
 - `temperature` travels as float32 and comes back as the shortest decimal of that float32.
 
 Logit-bias token ids are generated without leading zeros: "007" and "7" are the same token on the
@@ -97,14 +99,18 @@ json_object = st.dictionaries(text, json_value, max_size=4)
 
 # --- request -------------------------------------------------------------------------------------
 
-text_part = st.fixed_dictionaries({"type": st.just("text"), "text": long_text})
+breakpoint_ = {"prompt_cache_breakpoint": nullable(st.fixed_dictionaries(
+    {"mode": st.just("explicit")}, optional={"ttl": nullable(st.sampled_from(["30m", "12h"]))}))}
+text_part = st.fixed_dictionaries({"type": st.just("text"), "text": long_text}, optional=breakpoint_)
 refusal_part = st.fixed_dictionaries({"type": st.just("refusal"), "refusal": text})
 image_part = st.fixed_dictionaries({"type": st.just("image_url"), "image_url": st.fixed_dictionaries(
-    {"url": bounded(1, 30)}, optional={"detail": nullable(st.sampled_from(["auto", "low", "high"]))})})
+    {"url": bounded(1, 30)}, optional={"detail": nullable(st.sampled_from(["auto", "low", "high", "original"]))})},
+    optional=breakpoint_)
 audio_part = st.fixed_dictionaries({"type": st.just("input_audio"), "input_audio": st.fixed_dictionaries(
-    {"data": text, "format": st.sampled_from(["wav", "mp3"])})})
+    {"data": text, "format": st.sampled_from(["wav", "mp3"])})}, optional=breakpoint_)
 file_part = st.fixed_dictionaries({"type": st.just("file"), "file": st.fixed_dictionaries(
-    {}, optional={"file_data": nullable(text), "file_id": nullable(text), "filename": nullable(text)})})
+    {}, optional={"file_data": nullable(text), "file_id": nullable(text), "filename": nullable(text)})},
+    optional=breakpoint_)
 user_part = st.one_of(text_part, image_part, audio_part, file_part)
 
 
@@ -112,9 +118,12 @@ def content(part: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(long_text, st.lists(part, max_size=4))
 
 
-tool_call = st.fixed_dictionaries(
-    {"id": bounded(1, 20), "function": st.fixed_dictionaries({"name": text, "arguments": long_text})},
-    optional={"type": st.just("function")},
+tool_call = st.one_of(
+    st.fixed_dictionaries(
+        {"id": bounded(1, 20), "function": st.fixed_dictionaries({"name": text, "arguments": long_text})},
+        optional={"type": st.just("function")}),
+    st.fixed_dictionaries({"id": bounded(1, 20), "type": st.just("custom"),
+                           "custom": st.fixed_dictionaries({"name": text, "input": long_text})}),
 )
 named = {"name": nullable(text)}
 system_message = st.fixed_dictionaries({"role": st.just("system"), "content": content(text_part)}, optional=named)
@@ -136,17 +145,29 @@ def assistant_message(draw: st.DrawFn) -> dict[str, Any]:
         message["content"] = body
     if calls is not None:
         message["tool_calls"] = calls
-    message.update(draw(st.fixed_dictionaries({}, optional={"name": nullable(text), "refusal": nullable(text)})))
+    message.update(draw(st.fixed_dictionaries({}, optional={
+        "name": nullable(text), "refusal": nullable(text),
+        "audio": nullable(st.fixed_dictionaries({"id": bounded(1, 20)})),
+        "function_call": nullable(st.fixed_dictionaries({"name": text, "arguments": long_text}))})))
     return message
 
 
-message = st.one_of(system_message, developer_message, user_message, assistant_message(), tool_message)
+function_message = st.fixed_dictionaries({"role": st.just("function"), "content": nullable(long_text), "name": text})
+message = st.one_of(system_message, developer_message, user_message, assistant_message(), tool_message,
+                    function_message)
 
-tool = st.fixed_dictionaries(
-    {"function": st.fixed_dictionaries({"name": function_name}, optional={
-        "description": nullable(text), "parameters": json_object, "strict": nullable(st.booleans())})},
-    optional={"type": st.just("function")},
+custom_format = st.one_of(st.just({"type": "text"}), st.fixed_dictionaries({"type": st.just("grammar"), "grammar": (
+    st.fixed_dictionaries({"definition": long_text, "syntax": st.sampled_from(["lark", "regex"])}))}))
+tool = st.one_of(
+    st.fixed_dictionaries(
+        {"function": st.fixed_dictionaries({"name": function_name}, optional={
+            "description": nullable(text), "parameters": json_object, "strict": nullable(st.booleans())})},
+        optional={"type": st.just("function")}),
+    st.fixed_dictionaries({"type": st.just("custom"), "custom": st.fixed_dictionaries(
+        {"name": function_name}, optional={"description": nullable(text), "format": nullable(custom_format)})}),
 )
+legacy_function = st.fixed_dictionaries({"name": function_name}, optional={
+    "description": nullable(text), "parameters": json_object})
 response_format = st.one_of(
     st.just({"type": "text"}),
     st.just({"type": "json_object"}),
@@ -177,6 +198,27 @@ OPTIONAL_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "tools": nullable(st.lists(tool, max_size=4)),
     "top_p": nullable(st.floats(0.0, 1.0)),
     "user": nullable(bounded(0, 256)),
+    "audio": nullable(st.fixed_dictionaries({
+        "format": st.sampled_from(["wav", "aac", "mp3", "flac", "opus", "pcm16"]),
+        "voice": st.one_of(bounded(1, 256), st.fixed_dictionaries({"id": bounded(1, 20)}))})),
+    "modalities": nullable(st.lists(st.sampled_from(["text", "audio"]), max_size=2)),
+    "moderation": nullable(st.fixed_dictionaries({"model": bounded(1, 256)}, optional={"policy": nullable(
+        st.fixed_dictionaries({}, optional={side: nullable(st.fixed_dictionaries(
+            {"mode": st.sampled_from(["score", "block"])})) for side in ("input", "output")}))})),
+    "prediction": nullable(st.fixed_dictionaries({"type": st.just("content"), "content": content(text_part)})),
+    "prompt_cache_key": nullable(bounded(0, 256)),
+    "prompt_cache_options": nullable(st.fixed_dictionaries({}, optional={
+        "mode": nullable(st.sampled_from(["implicit", "explicit"])), "ttl": nullable(st.just("30m"))})),
+    "prompt_cache_retention": nullable(st.sampled_from(["in_memory", "24h"])),
+    "safety_identifier": nullable(bounded(0, 128)),
+    "store": nullable(st.booleans()),
+    "verbosity": nullable(st.sampled_from(["low", "medium", "high"])),
+    "web_search_options": nullable(st.fixed_dictionaries({}, optional={
+        "search_context_size": nullable(st.sampled_from(["low", "medium", "high"])),
+        "user_location": nullable(st.fixed_dictionaries({"type": st.just("approximate"), "approximate": (
+            st.fixed_dictionaries({}, optional={
+                "city": nullable(bounded(0, 256)), "country": nullable(st.sampled_from(["US", "ch", "JP"])),
+                "region": nullable(text), "timezone": nullable(text)}))}))})),
 }
 
 
@@ -190,9 +232,20 @@ def chat_request(draw: st.DrawFn) -> dict[str, Any]:
     if stream is True and draw(st.booleans()):
         doc["stream_options"] = draw(st.fixed_dictionaries({}, optional={
             "include_usage": nullable(st.booleans()), "include_obfuscation": nullable(st.booleans())}))
+    if "tools" not in doc and draw(st.booleans()):  # the legacy form instead
+        functions = draw(st.lists(legacy_function, min_size=1, max_size=3))
+        doc["functions"] = functions
+        legacy: list[Any] = [None, "none", "auto", {"name": functions[0]["name"]}, "absent"]
+        if (function_call := draw(st.sampled_from(legacy))) != "absent":
+            doc["function_call"] = function_call
+        return doc
     choices: list[Any] = [None, "none", "auto", "required"]
-    if doc.get("tools"):
-        choices.append({"type": "function", "function": {"name": doc["tools"][0]["function"]["name"]}})
+    for t in (doc.get("tools") or [])[:1]:
+        kind = t.get("type", "function")
+        choices.append({"type": kind, kind: {"name": t[kind]["name"]}})
+        mode = draw(st.sampled_from(["auto", "required"]))
+        choices.append({"type": "allowed_tools", "allowed_tools": {
+            "mode": mode, "tools": [{"type": kind, kind: {"name": t[kind]["name"]}}]}})
     choice = draw(st.sampled_from([*choices, "absent"]))
     if choice != "absent":
         doc["tool_choice"] = choice
@@ -209,15 +262,27 @@ passports = st.builds(
 def canonical(request: oai.ChatCompletionRequest) -> bytes:
     """The request as JSON, with the wire's canonical forms (see the module docstring) applied."""
     options = request.stream_options
+    if options is not None:
+        options = oai.StreamOptions(include_usage=options.include_usage or None,
+                                    include_obfuscation=options.include_obfuscation)
     temperature = request.temperature
     if temperature is not None:
         temperature = shortest_float32(struct.unpack("<f", struct.pack("<f", temperature))[0])
+    tools, tool_choice = request.tools, request.tool_choice
+    if request.functions is not None:
+        tools = [oai.Tool(function=oai.FunctionDef(name=f.name, description=f.description, parameters=f.parameters))
+                 for f in request.functions]
+    if (legacy := request.function_call) is not None:
+        tool_choice = legacy if isinstance(legacy, str) else oai.NamedToolChoice(function=legacy)
     return msgspec.json.encode(msgspec.structs.replace(
         request,
         stop=[request.stop] if isinstance(request.stop, str) else request.stop,
         stream=request.stream or None,
-        stream_options=oai.StreamOptions(include_usage=True) if options and options.include_usage else None,
-        tools=request.tools or None,
+        stream_options=options if options != oai.StreamOptions() else None,
+        tools=tools or None,
+        tool_choice=tool_choice,
+        functions=None,
+        function_call=None,
         temperature=temperature,
     ))
 

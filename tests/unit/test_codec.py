@@ -97,10 +97,14 @@ MAXIMAL: dict[str, Any] = {
             "role": "user",
             "name": "ana",
             "content": [
-                {"type": "text", "text": "what is in this image? 🚀"},
-                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "high"}},
-                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
-                {"type": "file", "file": {"file_data": "JVBERi0=", "file_id": "file-1", "filename": "a.pdf"}},
+                {"type": "text", "text": "what is in this image? 🚀",
+                 "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"}},
+                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "original"},
+                 "prompt_cache_breakpoint": {"mode": "explicit"}},
+                {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"},
+                 "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "30m"}},
+                {"type": "file", "file": {"file_data": "JVBERi0=", "file_id": "file-1", "filename": "a.pdf"},
+                 "prompt_cache_breakpoint": {"mode": "explicit"}},
             ],
         },
         {
@@ -109,8 +113,12 @@ MAXIMAL: dict[str, Any] = {
             "content": [{"type": "text", "text": "let me check"}, {"type": "refusal", "refusal": "not that"}],
             "refusal": "partly",
             "tool_calls": [{"id": "call_1", "type": "function",
-                            "function": {"name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"}}],
+                            "function": {"name": "get_weather", "arguments": "{\"city\":\"Zürich\"}"}},
+                           {"id": "call_2", "type": "custom", "custom": {"name": "run_sql", "input": "SELECT 1"}}],
+            "audio": {"id": "audio_1"},
+            "function_call": {"name": "get_weather", "arguments": "{}"},
         },
+        {"role": "function", "name": "get_weather", "content": "14 °C"},
         {"role": "tool", "content": [{"type": "text", "text": "14 °C"}], "tool_call_id": "call_1"},
         {"role": "user", "content": "and tomorrow?"},
     ],
@@ -138,19 +146,37 @@ MAXIMAL: dict[str, Any] = {
                                                 "parameters": PARAMETERS, "strict": True}}],
     "top_p": 1.0,
     "user": "u" * 256,
+    "audio": {"format": "pcm16", "voice": {"id": "voice_1"}},
+    "modalities": ["text", "audio"],
+    "moderation": {"model": "omni-moderation-latest", "policy": {"input": {"mode": "block"},
+                                                                 "output": {"mode": "score"}}},
+    "prediction": {"type": "content", "content": [{"type": "text", "text": "def f(): pass"}]},
+    "prompt_cache_key": "k" * 256,
+    "prompt_cache_options": {"mode": "explicit", "ttl": "30m"},
+    "prompt_cache_retention": "24h",
+    "safety_identifier": "s" * 128,
+    "store": False,
+    "verbosity": "low",
+    "web_search_options": {"search_context_size": "high", "user_location": {
+        "type": "approximate", "approximate": {"city": "Zürich", "country": "CH", "region": "ZH",
+                                               "timezone": "Europe/Zurich"}}},
 }
+LEGACY = ("function_call", "functions")  # the legacy forms of tools and tool_choice: not sent with them
 
 
 def test_maximal_request_sets_every_field() -> None:
     request = decode_chat_request(json.dumps(MAXIMAL).encode())
-    assert [f for f in request.__struct_fields__ if getattr(request, f) is None] == []
+    assert [f for f in request.__struct_fields__ if getattr(request, f) is None] == list(LEGACY)
     assert [type(m).__name__ for m in request.messages] == [
-        "SystemMessage", "DeveloperMessage", "UserMessage", "AssistantMessage", "ToolMessage", "UserMessage"]
+        "SystemMessage", "DeveloperMessage", "UserMessage", "AssistantMessage", "FunctionMessage", "ToolMessage",
+        "UserMessage"]
     user = request.messages[2]
     assert isinstance(user, oai.UserMessage) and isinstance(user.content, list)
     assert [type(p).__name__ for p in user.content] == ["TextPart", "ImagePart", "AudioPart", "FilePart"]
-    assert request.tools is not None and json.loads(bytes(request.tools[0].function.parameters)) == PARAMETERS
-    assert isinstance(request.tool_choice, oai.NamedToolChoice) and request.tool_choice.function.name == "get_weather"
+    assert request.tools is not None and request.tools[0].function is not None
+    assert json.loads(bytes(request.tools[0].function.parameters)) == PARAMETERS
+    assert isinstance(request.tool_choice, oai.NamedToolChoice) and request.tool_choice.function is not None
+    assert request.tool_choice.function.name == "get_weather"
     assert request.stop == ["\n\n", "END", "终", ""]
     assert (request.seed, request.max_tokens, request.n, request.temperature) == (-(2**63), 2**31 - 1, 128, 2.0)
     # Decoding is idempotent: what the codec accepted, re-encoded, is accepted as the same request.
@@ -197,7 +223,7 @@ def test_boundary_values_are_accepted(fields: dict[str, Any], attribute: str, va
 def test_tool_parameters_are_kept_verbatim() -> None:
     raw = body()[:-1] + b',"tools":[{"type":"function","function":{"name":"f","parameters": { "a" : [1, 2.50] } }}]}'
     request = decode_chat_request(raw)
-    assert request.tools is not None
+    assert request.tools is not None and request.tools[0].function is not None
     assert bytes(request.tools[0].function.parameters) == b'{ "a" : [1, 2.50] }'
 
 

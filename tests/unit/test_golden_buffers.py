@@ -60,9 +60,18 @@ def test_todays_readers_read_every_released_buffer(version: Path, kind: str) -> 
     _reads_as(expected, golden.read(kind, data))
 
 
+SCHEMA = golden.REPO / "schema" / "llm_gateway.fbs"
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_todays_encoder_writes_the_latest_buffers_byte_for_byte(kind: str) -> None:
-    assert golden.buffers()[kind] == (LATEST / f"{kind}.bin").read_bytes()
+    today = golden.buffers()[kind]
+    if golden.schema_sha256(SCHEMA) == golden.schema_sha256():
+        assert today == (LATEST / f"{kind}.bin").read_bytes()
+    else:
+        # Fields appended since the release: the generated encoder lays every table out with a slot for
+        # each of its fields, so the bytes grow; what they carry must still read as the release's did.
+        _reads_as(json.loads((LATEST / f"{kind}.json").read_text()), golden.read(kind, today))
 
 
 @pytest.mark.parametrize(("version", "kind"), ALL)

@@ -29,6 +29,7 @@ from ingress.wire._generated.LLMGateway import KeyValue as _fb_KeyValue
 from ingress.wire._generated.LLMGateway import LogitBias as _fb_LogitBias
 from ingress.wire._generated.LLMGateway import Message as _fb_Message
 from ingress.wire._generated.LLMGateway import Passport as _fb_Passport
+from ingress.wire._generated.LLMGateway import PromptCacheBreakpoint as _fb_PromptCacheBreakpoint
 from ingress.wire._generated.LLMGateway import ResponseFormat as _fb_ResponseFormat
 from ingress.wire._generated.LLMGateway import ToolCall as _fb_ToolCall
 from ingress.wire._generated.LLMGateway import ToolCallDelta as _fb_ToolCallDelta
@@ -44,12 +45,19 @@ class ToolCallData(msgspec.Struct, kw_only=True, gc=False):
     description: str | None = None
     type: str | None = None
     strict: bool | None = None
+    format_json: str | None = None
+
+
+class PromptCacheBreakpointData(msgspec.Struct, kw_only=True, gc=False):
+    mode: str | None = None
+    ttl: str | None = None
 
 
 class ContentPartData(msgspec.Struct, kw_only=True, gc=False):
     type: str | None = None
     text: str | None = None
     payload_json: str | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpointData | None = None
 
 
 class FunctionCallData(msgspec.Struct, kw_only=True, gc=False):
@@ -67,6 +75,8 @@ class MessageData(msgspec.Struct, kw_only=True, gc=False):
     tool_calls: list[FunctionCallData] | None = None
     tool_call_id: str | None = None
     refusal: str | None = None
+    audio_id: str | None = None
+    function_call: FunctionCallData | None = None
 
 
 class KeyValueData(msgspec.Struct, kw_only=True, gc=False):
@@ -122,6 +132,20 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     top_logprobs: int | None = None
     reasoning_effort: str | None = None
     service_tier: str | None = None
+    include_obfuscation: bool | None = None
+    audio_json: str | None = None
+    modalities: list[str] | None = None
+    prediction_json: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    store: bool | None = None
+    verbosity: str | None = None
+    web_search_options_json: str | None = None
+    moderation_json: str | None = None
+    prompt_cache_options_json: str | None = None
+    legacy_functions: bool = False
+    extra_json: str | None = None
 
 
 class UsageData(msgspec.Struct, kw_only=True, gc=False):
@@ -209,7 +233,7 @@ _ST_LogitBias = struct.Struct('<i4xd').pack
 
 
 # The vtable, then the table inline.
-_VT_TB_ToolCall = struct.Struct('<7Hi4x4x4x4x?3x').pack
+_VT_TB_ToolCall = struct.Struct('<8Hi4x4x4x4x4x?3x').pack
 
 
 def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
@@ -218,14 +242,15 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
     f_description = o.description
     f_type = o.type
     f_strict = o.strict
-    pad = -(len(buf) + 14) & 3
+    f_format_json = o.format_json
+    pad = -(len(buf) + 16) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 14
+    t = len(buf) + 16
     buf += _VT_TB_ToolCall(
-        14, 24, 4 if f_name is not None else 0, 8 if f_arguments_json is not None else 0,
-        12 if f_description is not None else 0, 16 if f_type is not None else 0, 20 if f_strict is not None else 0, 14,
-        f_strict if f_strict is not None else False,
+        16, 28, 4 if f_name is not None else 0, 8 if f_arguments_json is not None else 0,
+        12 if f_description is not None else 0, 16 if f_type is not None else 0, 24 if f_strict is not None else 0,
+        20 if f_format_json is not None else 0, 16, f_strict if f_strict is not None else False,
     )
     if f_name is not None:
         d = f_name.encode()
@@ -263,24 +288,67 @@ def _write_ToolCall(buf: bytearray, o: ToolCallData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
+    if f_format_json is not None:
+        d = f_format_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 20, len(buf) - (t + 20))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
 # The vtable, then the table inline.
-_VT_TB_ContentPart = struct.Struct('<5Hi4x4x4x').pack
+_VT_TB_PromptCacheBreakpoint = struct.Struct('<4Hi4x4x').pack
+
+
+def _write_PromptCacheBreakpoint(buf: bytearray, o: PromptCacheBreakpointData) -> int:
+    f_mode = o.mode
+    f_ttl = o.ttl
+    pad = -(len(buf) + 8) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 8
+    buf += _VT_TB_PromptCacheBreakpoint(8, 12, 4 if f_mode is not None else 0, 8 if f_ttl is not None else 0, 8)
+    if f_mode is not None:
+        d = f_mode.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_ttl is not None:
+        d = f_ttl.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_ContentPart = struct.Struct('<6Hi4x4x4x4x').pack
 
 
 def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
     f_type = o.type
     f_text = o.text
     f_payload_json = o.payload_json
-    pad = -(len(buf) + 10) & 3
+    f_prompt_cache_breakpoint = o.prompt_cache_breakpoint
+    pad = -(len(buf) + 12) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 10
+    t = len(buf) + 12
     buf += _VT_TB_ContentPart(
-        10, 16, 4 if f_type is not None else 0, 8 if f_text is not None else 0, 12 if f_payload_json is not None else 0,
-        10,
+        12, 20, 4 if f_type is not None else 0, 8 if f_text is not None else 0, 12 if f_payload_json is not None else 0,
+        16 if f_prompt_cache_breakpoint is not None else 0, 12,
     )
     if f_type is not None:
         d = f_type.encode()
@@ -309,6 +377,8 @@ def _write_ContentPart(buf: bytearray, o: ContentPartData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
+    if f_prompt_cache_breakpoint is not None:
+        _ref(buf, t + 16, _write_PromptCacheBreakpoint(buf, f_prompt_cache_breakpoint))
     return t
 
 
@@ -369,7 +439,7 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Message = struct.Struct('<9Hi4x4x4x4x4x4xb3x').pack
+_VT_TB_Message = struct.Struct('<11Hi4x4x4x4x4x4x4x4xb3x').pack
 
 
 def _write_Message(buf: bytearray, o: MessageData) -> int:
@@ -379,14 +449,17 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     f_tool_calls = o.tool_calls
     f_tool_call_id = o.tool_call_id
     f_refusal = o.refusal
-    pad = -(len(buf) + 18) & 3
+    f_audio_id = o.audio_id
+    f_function_call = o.function_call
+    pad = -(len(buf) + 22) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 18
+    t = len(buf) + 22
     buf += _VT_TB_Message(
-        18, 32, 28, 4 if f_content is not None else 0, 8 if f_parts is not None else 0, 12 if f_name is not None else 0,
+        22, 40, 36, 4 if f_content is not None else 0, 8 if f_parts is not None else 0, 12 if f_name is not None else 0,
         16 if f_tool_calls is not None else 0, 20 if f_tool_call_id is not None else 0,
-        24 if f_refusal is not None else 0, 18, o.role,
+        24 if f_refusal is not None else 0, 28 if f_audio_id is not None else 0,
+        32 if f_function_call is not None else 0, 22, o.role,
     )
     if f_content is not None:
         d = f_content.encode()
@@ -438,6 +511,17 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
+    if f_audio_id is not None:
+        d = f_audio_id.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 28, len(buf) - (t + 28))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_function_call is not None:
+        _ref(buf, t + 32, _write_FunctionCall(buf, f_function_call))
     return t
 
 
@@ -565,7 +649,9 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_CompletionRequest = struct.Struct('<33Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4xb??????1x').pack
+_VT_TB_CompletionRequest = struct.Struct(
+    '<47Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4x4x4x4x4x4x4x4x4x4x4x4xb?????????2x'
+).pack
 
 
 def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
@@ -593,29 +679,50 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     f_top_logprobs = o.top_logprobs
     f_reasoning_effort = o.reasoning_effort
     f_service_tier = o.service_tier
-    pad = -(len(buf) + 66) & 7
+    f_include_obfuscation = o.include_obfuscation
+    f_audio_json = o.audio_json
+    f_modalities = o.modalities
+    f_prediction_json = o.prediction_json
+    f_prompt_cache_key = o.prompt_cache_key
+    f_prompt_cache_retention = o.prompt_cache_retention
+    f_safety_identifier = o.safety_identifier
+    f_store = o.store
+    f_verbosity = o.verbosity
+    f_web_search_options_json = o.web_search_options_json
+    f_moderation_json = o.moderation_json
+    f_prompt_cache_options_json = o.prompt_cache_options_json
+    f_extra_json = o.extra_json
+    pad = -(len(buf) + 94) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 66
+    t = len(buf) + 94
     buf += _VT_TB_CompletionRequest(
-        66, 128, 40 if f_request_id is not None else 0, 120, 44 if f_model_name is not None else 0,
+        94, 176, 40 if f_request_id is not None else 0, 164, 44 if f_model_name is not None else 0,
         48 if f_system_prompt is not None else 0, 52 if f_user_prompt is not None else 0, 56, 60,
         64 if f_tools is not None else 0, 68 if f_messages is not None else 0,
         72 if f_tool_choice_json is not None else 0, 8 if f_top_p is not None else 0, 76 if f_n is not None else 0,
         80 if f_stop is not None else 0, 16 if f_seed is not None else 0, 24 if f_presence_penalty is not None else 0,
         32 if f_frequency_penalty is not None else 0, 84 if f_max_completion_tokens is not None else 0,
         88 if f_response_format is not None else 0, 92 if f_logit_bias is not None else 0,
-        96 if f_user is not None else 0, 121, 122, 100 if f_metadata is not None else 0,
-        104 if f_passport is not None else 0, 123, 124, 125 if f_parallel_tool_calls is not None else 0,
-        126 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
-        112 if f_reasoning_effort is not None else 0, 116 if f_service_tier is not None else 0, 66,
-        f_top_p if f_top_p is not None else 0, f_seed if f_seed is not None else 0,
-        f_presence_penalty if f_presence_penalty is not None else 0,
+        96 if f_user is not None else 0, 165, 166, 100 if f_metadata is not None else 0,
+        104 if f_passport is not None else 0, 167, 168, 169 if f_parallel_tool_calls is not None else 0,
+        170 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
+        112 if f_reasoning_effort is not None else 0, 116 if f_service_tier is not None else 0,
+        171 if f_include_obfuscation is not None else 0, 120 if f_audio_json is not None else 0,
+        124 if f_modalities is not None else 0, 128 if f_prediction_json is not None else 0,
+        132 if f_prompt_cache_key is not None else 0, 136 if f_prompt_cache_retention is not None else 0,
+        140 if f_safety_identifier is not None else 0, 172 if f_store is not None else 0,
+        144 if f_verbosity is not None else 0, 148 if f_web_search_options_json is not None else 0,
+        152 if f_moderation_json is not None else 0, 156 if f_prompt_cache_options_json is not None else 0, 173,
+        160 if f_extra_json is not None else 0, 94, f_top_p if f_top_p is not None else 0,
+        f_seed if f_seed is not None else 0, f_presence_penalty if f_presence_penalty is not None else 0,
         f_frequency_penalty if f_frequency_penalty is not None else 0, o.max_tokens, o.temperature,
         f_n if f_n is not None else 0, f_max_completion_tokens if f_max_completion_tokens is not None else 0,
         f_top_logprobs if f_top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set,
         o.max_tokens_set, f_parallel_tool_calls if f_parallel_tool_calls is not None else False,
         f_logprobs if f_logprobs is not None else False,
+        f_include_obfuscation if f_include_obfuscation is not None else False,
+        f_store if f_store is not None else False, o.legacy_functions,
     )
     if f_request_id is not None:
         d = f_request_id.encode()
@@ -718,6 +825,98 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 116, len(buf) - (t + 116))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_audio_json is not None:
+        d = f_audio_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 120, len(buf) - (t + 120))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_modalities is not None:
+        _ref(buf, t + 124, _string_vector(buf, f_modalities))
+    if f_prediction_json is not None:
+        d = f_prediction_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 128, len(buf) - (t + 128))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_prompt_cache_key is not None:
+        d = f_prompt_cache_key.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 132, len(buf) - (t + 132))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_prompt_cache_retention is not None:
+        d = f_prompt_cache_retention.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 136, len(buf) - (t + 136))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_safety_identifier is not None:
+        d = f_safety_identifier.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 140, len(buf) - (t + 140))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_verbosity is not None:
+        d = f_verbosity.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 144, len(buf) - (t + 144))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_web_search_options_json is not None:
+        d = f_web_search_options_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 148, len(buf) - (t + 148))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_moderation_json is not None:
+        d = f_moderation_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 152, len(buf) - (t + 152))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_prompt_cache_options_json is not None:
+        d = f_prompt_cache_options_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 156, len(buf) - (t + 156))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_extra_json is not None:
+        d = f_extra_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 160, len(buf) - (t + 160))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -1160,6 +1359,9 @@ def build_ToolCall(b: Builder, o: ToolCallData) -> int:
     type_off = 0
     if o.type is not None:
         type_off = b.CreateString(o.type)
+    format_json_off = 0
+    if o.format_json is not None:
+        format_json_off = b.CreateString(o.format_json)
     _fb_ToolCall.Start(b)
     if name_off:
         _fb_ToolCall.AddName(b, name_off)
@@ -1171,7 +1373,24 @@ def build_ToolCall(b: Builder, o: ToolCallData) -> int:
         _fb_ToolCall.AddType(b, type_off)
     if o.strict is not None:
         _fb_ToolCall.AddStrict(b, o.strict)
+    if format_json_off:
+        _fb_ToolCall.AddFormatJson(b, format_json_off)
     return int(_fb_ToolCall.End(b))
+
+
+def build_PromptCacheBreakpoint(b: Builder, o: PromptCacheBreakpointData) -> int:
+    mode_off = 0
+    if o.mode is not None:
+        mode_off = b.CreateString(o.mode)
+    ttl_off = 0
+    if o.ttl is not None:
+        ttl_off = b.CreateString(o.ttl)
+    _fb_PromptCacheBreakpoint.Start(b)
+    if mode_off:
+        _fb_PromptCacheBreakpoint.AddMode(b, mode_off)
+    if ttl_off:
+        _fb_PromptCacheBreakpoint.AddTtl(b, ttl_off)
+    return int(_fb_PromptCacheBreakpoint.End(b))
 
 
 def build_ContentPart(b: Builder, o: ContentPartData) -> int:
@@ -1184,6 +1403,9 @@ def build_ContentPart(b: Builder, o: ContentPartData) -> int:
     payload_json_off = 0
     if o.payload_json is not None:
         payload_json_off = b.CreateString(o.payload_json)
+    prompt_cache_breakpoint_off = 0
+    if o.prompt_cache_breakpoint is not None:
+        prompt_cache_breakpoint_off = build_PromptCacheBreakpoint(b, o.prompt_cache_breakpoint)
     _fb_ContentPart.Start(b)
     if type_off:
         _fb_ContentPart.AddType(b, type_off)
@@ -1191,6 +1413,8 @@ def build_ContentPart(b: Builder, o: ContentPartData) -> int:
         _fb_ContentPart.AddText(b, text_off)
     if payload_json_off:
         _fb_ContentPart.AddPayloadJson(b, payload_json_off)
+    if prompt_cache_breakpoint_off:
+        _fb_ContentPart.AddPromptCacheBreakpoint(b, prompt_cache_breakpoint_off)
     return int(_fb_ContentPart.End(b))
 
 
@@ -1246,6 +1470,12 @@ def build_Message(b: Builder, o: MessageData) -> int:
     refusal_off = 0
     if o.refusal is not None:
         refusal_off = b.CreateString(o.refusal)
+    audio_id_off = 0
+    if o.audio_id is not None:
+        audio_id_off = b.CreateString(o.audio_id)
+    function_call_off = 0
+    if o.function_call is not None:
+        function_call_off = build_FunctionCall(b, o.function_call)
     _fb_Message.Start(b)
     _fb_Message.AddRole(b, o.role)
     if content_off:
@@ -1260,6 +1490,10 @@ def build_Message(b: Builder, o: MessageData) -> int:
         _fb_Message.AddToolCallId(b, tool_call_id_off)
     if refusal_off:
         _fb_Message.AddRefusal(b, refusal_off)
+    if audio_id_off:
+        _fb_Message.AddAudioId(b, audio_id_off)
+    if function_call_off:
+        _fb_Message.AddFunctionCall(b, function_call_off)
     return int(_fb_Message.End(b))
 
 
@@ -1387,6 +1621,43 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     service_tier_off = 0
     if o.service_tier is not None:
         service_tier_off = b.CreateString(o.service_tier)
+    audio_json_off = 0
+    if o.audio_json is not None:
+        audio_json_off = b.CreateString(o.audio_json)
+    modalities_off = 0
+    if o.modalities is not None:
+        items = [b.CreateString(x) for x in o.modalities]
+        _fb_CompletionRequest.StartModalitiesVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        modalities_off = b.EndVector()
+    prediction_json_off = 0
+    if o.prediction_json is not None:
+        prediction_json_off = b.CreateString(o.prediction_json)
+    prompt_cache_key_off = 0
+    if o.prompt_cache_key is not None:
+        prompt_cache_key_off = b.CreateString(o.prompt_cache_key)
+    prompt_cache_retention_off = 0
+    if o.prompt_cache_retention is not None:
+        prompt_cache_retention_off = b.CreateString(o.prompt_cache_retention)
+    safety_identifier_off = 0
+    if o.safety_identifier is not None:
+        safety_identifier_off = b.CreateString(o.safety_identifier)
+    verbosity_off = 0
+    if o.verbosity is not None:
+        verbosity_off = b.CreateString(o.verbosity)
+    web_search_options_json_off = 0
+    if o.web_search_options_json is not None:
+        web_search_options_json_off = b.CreateString(o.web_search_options_json)
+    moderation_json_off = 0
+    if o.moderation_json is not None:
+        moderation_json_off = b.CreateString(o.moderation_json)
+    prompt_cache_options_json_off = 0
+    if o.prompt_cache_options_json is not None:
+        prompt_cache_options_json_off = b.CreateString(o.prompt_cache_options_json)
+    extra_json_off = 0
+    if o.extra_json is not None:
+        extra_json_off = b.CreateString(o.extra_json)
     _fb_CompletionRequest.Start(b)
     if request_id_off:
         _fb_CompletionRequest.AddRequestId(b, request_id_off)
@@ -1443,6 +1714,33 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
         _fb_CompletionRequest.AddReasoningEffort(b, reasoning_effort_off)
     if service_tier_off:
         _fb_CompletionRequest.AddServiceTier(b, service_tier_off)
+    if o.include_obfuscation is not None:
+        _fb_CompletionRequest.AddIncludeObfuscation(b, o.include_obfuscation)
+    if audio_json_off:
+        _fb_CompletionRequest.AddAudioJson(b, audio_json_off)
+    if modalities_off:
+        _fb_CompletionRequest.AddModalities(b, modalities_off)
+    if prediction_json_off:
+        _fb_CompletionRequest.AddPredictionJson(b, prediction_json_off)
+    if prompt_cache_key_off:
+        _fb_CompletionRequest.AddPromptCacheKey(b, prompt_cache_key_off)
+    if prompt_cache_retention_off:
+        _fb_CompletionRequest.AddPromptCacheRetention(b, prompt_cache_retention_off)
+    if safety_identifier_off:
+        _fb_CompletionRequest.AddSafetyIdentifier(b, safety_identifier_off)
+    if o.store is not None:
+        _fb_CompletionRequest.AddStore(b, o.store)
+    if verbosity_off:
+        _fb_CompletionRequest.AddVerbosity(b, verbosity_off)
+    if web_search_options_json_off:
+        _fb_CompletionRequest.AddWebSearchOptionsJson(b, web_search_options_json_off)
+    if moderation_json_off:
+        _fb_CompletionRequest.AddModerationJson(b, moderation_json_off)
+    if prompt_cache_options_json_off:
+        _fb_CompletionRequest.AddPromptCacheOptionsJson(b, prompt_cache_options_json_off)
+    _fb_CompletionRequest.AddLegacyFunctions(b, o.legacy_functions)
+    if extra_json_off:
+        _fb_CompletionRequest.AddExtraJson(b, extra_json_off)
     return int(_fb_CompletionRequest.End(b))
 
 

@@ -16,9 +16,9 @@ MODEL_PROVIDER_VALUES: dict[str, int] = {"openai": 0, "anthropic": 1, "self_host
 MODEL_PROVIDER_NAMES: tuple[str, ...] = ("openai", "anthropic", "self_hosted")
 
 
-RoleName = Literal["system", "user", "assistant", "tool", "developer"]
-ROLE_VALUES: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3, "developer": 4}
-ROLE_NAMES: tuple[str, ...] = ("system", "user", "assistant", "tool", "developer")
+RoleName = Literal["system", "user", "assistant", "tool", "developer", "function"]
+ROLE_VALUES: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3, "developer": 4, "function": 5}
+ROLE_NAMES: tuple[str, ...] = ("system", "user", "assistant", "tool", "developer", "function")
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter"]

@@ -31,13 +31,14 @@ from ingress.wire._generated.encoders import (
     KeyValueData,
     MessageData,
     PassportData,
+    PromptCacheBreakpointData,
     ResponseFormatData,
     ToolCallData,
     ToolCallDeltaData,
     UsageData,
 )
 
-_rt.reserve_slots(31)  # vtable unpackers for the widest table
+_rt.reserve_slots(45)  # vtable unpackers for the widest table
 _u32, _vtable, _str, _vector = _rt.u32, _rt.vtable, _rt.read_string, _rt.vector
 
 _S_bool = struct.Struct('<?').unpack_from
@@ -53,23 +54,35 @@ _T_LogitBias = struct.Struct('<i4xd').unpack_from
 
 
 def _read_ToolCall(buf: bytes, t: int) -> ToolCallData:
-    o0, o1, o2, o3, o4 = _vtable(buf, t, 5)
+    o0, o1, o2, o3, o4, o5 = _vtable(buf, t, 6)
     f_name = _str(buf, t + o0) if o0 else None
     f_arguments_json = _str(buf, t + o1) if o1 else None
     f_description = _str(buf, t + o2) if o2 else None
     f_type = _str(buf, t + o3) if o3 else None
     f_strict = _S_bool(buf, t + o4)[0] if o4 else None
+    f_format_json = _str(buf, t + o5) if o5 else None
     return ToolCallData(
         name=f_name, arguments_json=f_arguments_json, description=f_description, type=f_type, strict=f_strict,
+        format_json=f_format_json,
     )
 
 
+def _read_PromptCacheBreakpoint(buf: bytes, t: int) -> PromptCacheBreakpointData:
+    o0, o1 = _vtable(buf, t, 2)
+    f_mode = _str(buf, t + o0) if o0 else None
+    f_ttl = _str(buf, t + o1) if o1 else None
+    return PromptCacheBreakpointData(mode=f_mode, ttl=f_ttl)
+
+
 def _read_ContentPart(buf: bytes, t: int) -> ContentPartData:
-    o0, o1, o2 = _vtable(buf, t, 3)
+    o0, o1, o2, o3 = _vtable(buf, t, 4)
     f_type = _str(buf, t + o0) if o0 else None
     f_text = _str(buf, t + o1) if o1 else None
     f_payload_json = _str(buf, t + o2) if o2 else None
-    return ContentPartData(type=f_type, text=f_text, payload_json=f_payload_json)
+    f_prompt_cache_breakpoint = _read_PromptCacheBreakpoint(buf, t + o3 + _u32(buf, t + o3)[0]) if o3 else None
+    return ContentPartData(
+        type=f_type, text=f_text, payload_json=f_payload_json, prompt_cache_breakpoint=f_prompt_cache_breakpoint,
+    )
 
 
 def _read_FunctionCall(buf: bytes, t: int) -> FunctionCallData:
@@ -82,7 +95,7 @@ def _read_FunctionCall(buf: bytes, t: int) -> FunctionCallData:
 
 
 def _read_Message(buf: bytes, t: int) -> MessageData:
-    o0, o1, o2, o3, o4, o5, o6 = _vtable(buf, t, 7)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8 = _vtable(buf, t, 9)
     f_role = _S_b(buf, t + o0)[0] if o0 else 0
     f_content = _str(buf, t + o1) if o1 else None
     f_parts = None
@@ -96,9 +109,11 @@ def _read_Message(buf: bytes, t: int) -> MessageData:
         f_tool_calls = [_read_FunctionCall(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_tool_call_id = _str(buf, t + o5) if o5 else None
     f_refusal = _str(buf, t + o6) if o6 else None
+    f_audio_id = _str(buf, t + o7) if o7 else None
+    f_function_call = _read_FunctionCall(buf, t + o8 + _u32(buf, t + o8)[0]) if o8 else None
     return MessageData(
         role=f_role, content=f_content, parts=f_parts, name=f_name, tool_calls=f_tool_calls,
-        tool_call_id=f_tool_call_id, refusal=f_refusal,
+        tool_call_id=f_tool_call_id, refusal=f_refusal, audio_id=f_audio_id, function_call=f_function_call,
     )
 
 
@@ -136,8 +151,8 @@ def _read_Passport(buf: bytes, t: int) -> PassportData:
 def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
     (
         o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16, o17, o18, o19, o20, o21, o22, o23,
-        o24, o25, o26, o27, o28, o29, o30,
-    ) = _vtable(buf, t, 31)
+        o24, o25, o26, o27, o28, o29, o30, o31, o32, o33, o34, o35, o36, o37, o38, o39, o40, o41, o42, o43, o44,
+    ) = _vtable(buf, t, 45)
     f_request_id = _str(buf, t + o0) if o0 else None
     f_provider = _S_b(buf, t + o1)[0] if o1 else 0
     f_model_name = _str(buf, t + o2) if o2 else None
@@ -184,6 +199,23 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
     f_top_logprobs = _S_i(buf, t + o28)[0] if o28 else None
     f_reasoning_effort = _str(buf, t + o29) if o29 else None
     f_service_tier = _str(buf, t + o30) if o30 else None
+    f_include_obfuscation = _S_bool(buf, t + o31)[0] if o31 else None
+    f_audio_json = _str(buf, t + o32) if o32 else None
+    f_modalities = None
+    if o33:
+        at, n = _vector(buf, t + o33)
+        f_modalities = [_str(buf, at + 4 * i) for i in range(n)]
+    f_prediction_json = _str(buf, t + o34) if o34 else None
+    f_prompt_cache_key = _str(buf, t + o35) if o35 else None
+    f_prompt_cache_retention = _str(buf, t + o36) if o36 else None
+    f_safety_identifier = _str(buf, t + o37) if o37 else None
+    f_store = _S_bool(buf, t + o38)[0] if o38 else None
+    f_verbosity = _str(buf, t + o39) if o39 else None
+    f_web_search_options_json = _str(buf, t + o40) if o40 else None
+    f_moderation_json = _str(buf, t + o41) if o41 else None
+    f_prompt_cache_options_json = _str(buf, t + o42) if o42 else None
+    f_legacy_functions = _S_bool(buf, t + o43)[0] if o43 else False
+    f_extra_json = _str(buf, t + o44) if o44 else None
     return CompletionRequestData(
         request_id=f_request_id, provider=f_provider, model_name=f_model_name, system_prompt=f_system_prompt,
         user_prompt=f_user_prompt, max_tokens=f_max_tokens, temperature=f_temperature, tools=f_tools,
@@ -193,7 +225,12 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
         user=f_user, stream=f_stream, include_usage=f_include_usage, metadata=f_metadata, passport=f_passport,
         temperature_set=f_temperature_set, max_tokens_set=f_max_tokens_set, parallel_tool_calls=f_parallel_tool_calls,
         logprobs=f_logprobs, top_logprobs=f_top_logprobs, reasoning_effort=f_reasoning_effort,
-        service_tier=f_service_tier,
+        service_tier=f_service_tier, include_obfuscation=f_include_obfuscation, audio_json=f_audio_json,
+        modalities=f_modalities, prediction_json=f_prediction_json, prompt_cache_key=f_prompt_cache_key,
+        prompt_cache_retention=f_prompt_cache_retention, safety_identifier=f_safety_identifier, store=f_store,
+        verbosity=f_verbosity, web_search_options_json=f_web_search_options_json, moderation_json=f_moderation_json,
+        prompt_cache_options_json=f_prompt_cache_options_json, legacy_functions=f_legacy_functions,
+        extra_json=f_extra_json,
     )
 
 

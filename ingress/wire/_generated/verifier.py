@@ -21,11 +21,11 @@ from ingress.wire.runtime import (
     reserve_slots,
 )
 
-reserve_slots(31)  # vtable unpackers for the widest table
+reserve_slots(45)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
-_KINDS = 36
+_KINDS = 38
 
 
 def _table_ToolCall(v: Verifier, t: int) -> None:
@@ -35,7 +35,7 @@ def _table_ToolCall(v: Verifier, t: int) -> None:
         v.again(done, "ToolCall")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 5, "ToolCall")
+    e = v.table_start(t, 6, "ToolCall")
     n = v.size
     o = e[0]  # field name: string
     if o:
@@ -52,17 +52,37 @@ def _table_ToolCall(v: Verifier, t: int) -> None:
     o = e[4]  # field strict: bool
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "ToolCall.strict")
+    o = e[5]  # field format_json: string
+    if o:
+        v.string(v.offset(t + o, "ToolCall.format_json"), "ToolCall.format_json")
+    v.table_end(key, tables, peak)
+
+
+def _table_PromptCacheBreakpoint(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 1
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "PromptCacheBreakpoint")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 2, "PromptCacheBreakpoint")
+    o = e[0]  # field mode: string
+    if o:
+        v.string(v.offset(t + o, "PromptCacheBreakpoint.mode"), "PromptCacheBreakpoint.mode")
+    o = e[1]  # field ttl: string
+    if o:
+        v.string(v.offset(t + o, "PromptCacheBreakpoint.ttl"), "PromptCacheBreakpoint.ttl")
     v.table_end(key, tables, peak)
 
 
 def _table_ContentPart(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 1
+    key = t * _KINDS + 2
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "ContentPart")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 3, "ContentPart")
+    e = v.table_start(t, 4, "ContentPart")
     o = e[0]  # field type: string
     if o:
         v.string(v.offset(t + o, "ContentPart.type"), "ContentPart.type")
@@ -72,11 +92,14 @@ def _table_ContentPart(v: Verifier, t: int) -> None:
     o = e[2]  # field payload_json: string
     if o:
         v.string(v.offset(t + o, "ContentPart.payload_json"), "ContentPart.payload_json")
+    o = e[3]  # field prompt_cache_breakpoint: PromptCacheBreakpoint
+    if o:
+        _table_PromptCacheBreakpoint(v, v.offset(t + o, "ContentPart.prompt_cache_breakpoint"))
     v.table_end(key, tables, peak)
 
 
 def _table_FunctionCall(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 2
+    key = t * _KINDS + 3
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "FunctionCall")
@@ -99,13 +122,13 @@ def _table_FunctionCall(v: Verifier, t: int) -> None:
 
 
 def _table_Message(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 3
+    key = t * _KINDS + 4
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Message")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 7, "Message")
+    e = v.table_start(t, 9, "Message")
     n = v.size
     o = e[0]  # field role: Role (byte)
     if o and t + o > n - 1:
@@ -116,25 +139,31 @@ def _table_Message(v: Verifier, t: int) -> None:
     o = e[2]  # field parts: [ContentPart]
     if o:
         x = v.offset(t + o, "Message.parts")
-        v.table_vector(x, _table_ContentPart, x * _KINDS + 19, "Message.parts")
+        v.table_vector(x, _table_ContentPart, x * _KINDS + 21, "Message.parts")
     o = e[3]  # field name: string
     if o:
         v.string(v.offset(t + o, "Message.name"), "Message.name")
     o = e[4]  # field tool_calls: [FunctionCall]
     if o:
         x = v.offset(t + o, "Message.tool_calls")
-        v.table_vector(x, _table_FunctionCall, x * _KINDS + 20, "Message.tool_calls")
+        v.table_vector(x, _table_FunctionCall, x * _KINDS + 22, "Message.tool_calls")
     o = e[5]  # field tool_call_id: string
     if o:
         v.string(v.offset(t + o, "Message.tool_call_id"), "Message.tool_call_id")
     o = e[6]  # field refusal: string
     if o:
         v.string(v.offset(t + o, "Message.refusal"), "Message.refusal")
+    o = e[7]  # field audio_id: string
+    if o:
+        v.string(v.offset(t + o, "Message.audio_id"), "Message.audio_id")
+    o = e[8]  # field function_call: FunctionCall
+    if o:
+        _table_FunctionCall(v, v.offset(t + o, "Message.function_call"))
     v.table_end(key, tables, peak)
 
 
 def _table_KeyValue(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 4
+    key = t * _KINDS + 5
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "KeyValue")
@@ -151,7 +180,7 @@ def _table_KeyValue(v: Verifier, t: int) -> None:
 
 
 def _table_ResponseFormat(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 5
+    key = t * _KINDS + 6
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "ResponseFormat")
@@ -168,7 +197,7 @@ def _table_ResponseFormat(v: Verifier, t: int) -> None:
 
 
 def _table_Passport(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 6
+    key = t * _KINDS + 7
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Passport")
@@ -204,13 +233,13 @@ def _table_Passport(v: Verifier, t: int) -> None:
 
 
 def _table_CompletionRequest(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 7
+    key = t * _KINDS + 8
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 31, "CompletionRequest")
+    e = v.table_start(t, 45, "CompletionRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -236,11 +265,11 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[7]  # field tools: [ToolCall]
     if o:
         x = v.offset(t + o, "CompletionRequest.tools")
-        v.table_vector(x, _table_ToolCall, x * _KINDS + 18, "CompletionRequest.tools")
+        v.table_vector(x, _table_ToolCall, x * _KINDS + 19, "CompletionRequest.tools")
     o = e[8]  # field messages: [Message]
     if o:
         x = v.offset(t + o, "CompletionRequest.messages")
-        v.table_vector(x, _table_Message, x * _KINDS + 21, "CompletionRequest.messages")
+        v.table_vector(x, _table_Message, x * _KINDS + 23, "CompletionRequest.messages")
     o = e[9]  # field tool_choice_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.tool_choice_json"), "CompletionRequest.tool_choice_json")
@@ -283,7 +312,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[22]  # field metadata: [KeyValue]
     if o:
         x = v.offset(t + o, "CompletionRequest.metadata")
-        v.table_vector(x, _table_KeyValue, x * _KINDS + 22, "CompletionRequest.metadata")
+        v.table_vector(x, _table_KeyValue, x * _KINDS + 24, "CompletionRequest.metadata")
     o = e[23]  # field passport: Passport
     if o:
         _table_Passport(v, v.offset(t + o, "CompletionRequest.passport"))
@@ -308,11 +337,60 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[30]  # field service_tier: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.service_tier"), "CompletionRequest.service_tier")
+    o = e[31]  # field include_obfuscation: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "CompletionRequest.include_obfuscation")
+    o = e[32]  # field audio_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.audio_json"), "CompletionRequest.audio_json")
+    o = e[33]  # field modalities: [string]
+    if o:
+        v.strings(v.offset(t + o, "CompletionRequest.modalities"), "CompletionRequest.modalities")
+    o = e[34]  # field prediction_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.prediction_json"), "CompletionRequest.prediction_json")
+    o = e[35]  # field prompt_cache_key: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.prompt_cache_key"), "CompletionRequest.prompt_cache_key")
+    o = e[36]  # field prompt_cache_retention: string
+    if o:
+        v.string(
+            v.offset(t + o, "CompletionRequest.prompt_cache_retention"), "CompletionRequest.prompt_cache_retention",
+        )
+    o = e[37]  # field safety_identifier: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.safety_identifier"), "CompletionRequest.safety_identifier")
+    o = e[38]  # field store: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "CompletionRequest.store")
+    o = e[39]  # field verbosity: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.verbosity"), "CompletionRequest.verbosity")
+    o = e[40]  # field web_search_options_json: string
+    if o:
+        v.string(
+            v.offset(t + o, "CompletionRequest.web_search_options_json"), "CompletionRequest.web_search_options_json",
+        )
+    o = e[41]  # field moderation_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.moderation_json"), "CompletionRequest.moderation_json")
+    o = e[42]  # field prompt_cache_options_json: string
+    if o:
+        v.string(
+            v.offset(t + o, "CompletionRequest.prompt_cache_options_json"),
+            "CompletionRequest.prompt_cache_options_json",
+        )
+    o = e[43]  # field legacy_functions: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "CompletionRequest.legacy_functions")
+    o = e[44]  # field extra_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.extra_json"), "CompletionRequest.extra_json")
     v.table_end(key, tables, peak)
 
 
 def _table_Usage(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 8
+    key = t * _KINDS + 9
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Usage")
@@ -339,7 +417,7 @@ def _table_Usage(v: Verifier, t: int) -> None:
 
 
 def _table_Choice(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 9
+    key = t * _KINDS + 10
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Choice")
@@ -360,7 +438,7 @@ def _table_Choice(v: Verifier, t: int) -> None:
 
 
 def _table_CompletionResponse(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 10
+    key = t * _KINDS + 11
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionResponse")
@@ -380,7 +458,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
     o = e[3]  # field choices: [Choice]
     if o:
         x = v.offset(t + o, "CompletionResponse.choices")
-        v.table_vector(x, _table_Choice, x * _KINDS + 27, "CompletionResponse.choices")
+        v.table_vector(x, _table_Choice, x * _KINDS + 29, "CompletionResponse.choices")
     o = e[4]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "CompletionResponse.usage"))
@@ -391,7 +469,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
 
 
 def _table_ToolCallDelta(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 11
+    key = t * _KINDS + 12
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "ToolCallDelta")
@@ -418,7 +496,7 @@ def _table_ToolCallDelta(v: Verifier, t: int) -> None:
 
 
 def _table_CompletionChunk(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 12
+    key = t * _KINDS + 13
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionChunk")
@@ -450,7 +528,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[7]  # field tool_calls: [ToolCallDelta]
     if o:
         x = v.offset(t + o, "CompletionChunk.tool_calls")
-        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 29, "CompletionChunk.tool_calls")
+        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 31, "CompletionChunk.tool_calls")
     o = e[8]  # field finish_reason: FinishReason (byte)
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionChunk.finish_reason")
@@ -470,7 +548,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
 
 
 def _table_Error(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 13
+    key = t * _KINDS + 14
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Error")
@@ -497,7 +575,7 @@ def _table_Error(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingInput(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 14
+    key = t * _KINDS + 15
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingInput")
@@ -514,7 +592,7 @@ def _table_EmbeddingInput(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 15
+    key = t * _KINDS + 16
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingRequest")
@@ -534,7 +612,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
     o = e[3]  # field inputs: [EmbeddingInput]
     if o:
         x = v.offset(t + o, "EmbeddingRequest.inputs")
-        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 32, "EmbeddingRequest.inputs")
+        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 34, "EmbeddingRequest.inputs")
     o = e[4]  # field dimensions: int32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "EmbeddingRequest.dimensions")
@@ -551,7 +629,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
 
 
 def _table_Embedding(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 16
+    key = t * _KINDS + 17
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Embedding")
@@ -565,7 +643,7 @@ def _table_Embedding(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 17
+    key = t * _KINDS + 18
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingResponse")
@@ -578,7 +656,7 @@ def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
     o = e[1]  # field data: [Embedding]
     if o:
         x = v.offset(t + o, "EmbeddingResponse.data")
-        v.table_vector(x, _table_Embedding, x * _KINDS + 34, "EmbeddingResponse.data")
+        v.table_vector(x, _table_Embedding, x * _KINDS + 36, "EmbeddingResponse.data")
     o = e[2]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "EmbeddingResponse.usage"))

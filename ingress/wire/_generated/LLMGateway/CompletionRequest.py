@@ -339,8 +339,119 @@ class CompletionRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionRequest
+    def IncludeObfuscation(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(66))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return None
+
+    # CompletionRequest
+    def AudioJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(68))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def Modalities(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(70))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # CompletionRequest
+    def ModalitiesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(70))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionRequest
+    def ModalitiesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(70))
+        return o == 0
+
+    # CompletionRequest
+    def PredictionJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(72))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def PromptCacheKey(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(74))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def PromptCacheRetention(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(76))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def SafetyIdentifier(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(78))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def Store(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(80))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return None
+
+    # CompletionRequest
+    def Verbosity(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(82))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def WebSearchOptionsJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(84))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def ModerationJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(86))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def PromptCacheOptionsJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(88))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def LegacyFunctions(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(90))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # CompletionRequest
+    def ExtraJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(92))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionRequestStart(builder):
-    builder.StartObject(31)
+    builder.StartObject(45)
 
 def Start(builder):
     CompletionRequestStart(builder)
@@ -560,6 +671,96 @@ def CompletionRequestAddServiceTier(builder, serviceTier):
 
 def AddServiceTier(builder, serviceTier):
     CompletionRequestAddServiceTier(builder, serviceTier)
+
+def CompletionRequestAddIncludeObfuscation(builder, includeObfuscation):
+    builder.PrependBoolSlot(31, includeObfuscation, None)
+
+def AddIncludeObfuscation(builder, includeObfuscation):
+    CompletionRequestAddIncludeObfuscation(builder, includeObfuscation)
+
+def CompletionRequestAddAudioJson(builder, audioJson):
+    builder.PrependUOffsetTRelativeSlot(32, flatbuffers.number_types.UOffsetTFlags.py_type(audioJson), 0)
+
+def AddAudioJson(builder, audioJson):
+    CompletionRequestAddAudioJson(builder, audioJson)
+
+def CompletionRequestAddModalities(builder, modalities):
+    builder.PrependUOffsetTRelativeSlot(33, flatbuffers.number_types.UOffsetTFlags.py_type(modalities), 0)
+
+def AddModalities(builder, modalities):
+    CompletionRequestAddModalities(builder, modalities)
+
+def CompletionRequestStartModalitiesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartModalitiesVector(builder, numElems):
+    return CompletionRequestStartModalitiesVector(builder, numElems)
+
+def CompletionRequestAddPredictionJson(builder, predictionJson):
+    builder.PrependUOffsetTRelativeSlot(34, flatbuffers.number_types.UOffsetTFlags.py_type(predictionJson), 0)
+
+def AddPredictionJson(builder, predictionJson):
+    CompletionRequestAddPredictionJson(builder, predictionJson)
+
+def CompletionRequestAddPromptCacheKey(builder, promptCacheKey):
+    builder.PrependUOffsetTRelativeSlot(35, flatbuffers.number_types.UOffsetTFlags.py_type(promptCacheKey), 0)
+
+def AddPromptCacheKey(builder, promptCacheKey):
+    CompletionRequestAddPromptCacheKey(builder, promptCacheKey)
+
+def CompletionRequestAddPromptCacheRetention(builder, promptCacheRetention):
+    builder.PrependUOffsetTRelativeSlot(36, flatbuffers.number_types.UOffsetTFlags.py_type(promptCacheRetention), 0)
+
+def AddPromptCacheRetention(builder, promptCacheRetention):
+    CompletionRequestAddPromptCacheRetention(builder, promptCacheRetention)
+
+def CompletionRequestAddSafetyIdentifier(builder, safetyIdentifier):
+    builder.PrependUOffsetTRelativeSlot(37, flatbuffers.number_types.UOffsetTFlags.py_type(safetyIdentifier), 0)
+
+def AddSafetyIdentifier(builder, safetyIdentifier):
+    CompletionRequestAddSafetyIdentifier(builder, safetyIdentifier)
+
+def CompletionRequestAddStore(builder, store):
+    builder.PrependBoolSlot(38, store, None)
+
+def AddStore(builder, store):
+    CompletionRequestAddStore(builder, store)
+
+def CompletionRequestAddVerbosity(builder, verbosity):
+    builder.PrependUOffsetTRelativeSlot(39, flatbuffers.number_types.UOffsetTFlags.py_type(verbosity), 0)
+
+def AddVerbosity(builder, verbosity):
+    CompletionRequestAddVerbosity(builder, verbosity)
+
+def CompletionRequestAddWebSearchOptionsJson(builder, webSearchOptionsJson):
+    builder.PrependUOffsetTRelativeSlot(40, flatbuffers.number_types.UOffsetTFlags.py_type(webSearchOptionsJson), 0)
+
+def AddWebSearchOptionsJson(builder, webSearchOptionsJson):
+    CompletionRequestAddWebSearchOptionsJson(builder, webSearchOptionsJson)
+
+def CompletionRequestAddModerationJson(builder, moderationJson):
+    builder.PrependUOffsetTRelativeSlot(41, flatbuffers.number_types.UOffsetTFlags.py_type(moderationJson), 0)
+
+def AddModerationJson(builder, moderationJson):
+    CompletionRequestAddModerationJson(builder, moderationJson)
+
+def CompletionRequestAddPromptCacheOptionsJson(builder, promptCacheOptionsJson):
+    builder.PrependUOffsetTRelativeSlot(42, flatbuffers.number_types.UOffsetTFlags.py_type(promptCacheOptionsJson), 0)
+
+def AddPromptCacheOptionsJson(builder, promptCacheOptionsJson):
+    CompletionRequestAddPromptCacheOptionsJson(builder, promptCacheOptionsJson)
+
+def CompletionRequestAddLegacyFunctions(builder, legacyFunctions):
+    builder.PrependBoolSlot(43, legacyFunctions, 0)
+
+def AddLegacyFunctions(builder, legacyFunctions):
+    CompletionRequestAddLegacyFunctions(builder, legacyFunctions)
+
+def CompletionRequestAddExtraJson(builder, extraJson):
+    builder.PrependUOffsetTRelativeSlot(44, flatbuffers.number_types.UOffsetTFlags.py_type(extraJson), 0)
+
+def AddExtraJson(builder, extraJson):
+    CompletionRequestAddExtraJson(builder, extraJson)
 
 def CompletionRequestEnd(builder):
     return builder.EndObject()

@@ -53,8 +53,19 @@ class ContentPart(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # ContentPart
+    def PromptCacheBreakpoint(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from ingress.wire._generated.LLMGateway.PromptCacheBreakpoint import PromptCacheBreakpoint
+            obj = PromptCacheBreakpoint()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def ContentPartStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     ContentPartStart(builder)
@@ -76,6 +87,12 @@ def ContentPartAddPayloadJson(builder, payloadJson):
 
 def AddPayloadJson(builder, payloadJson):
     ContentPartAddPayloadJson(builder, payloadJson)
+
+def ContentPartAddPromptCacheBreakpoint(builder, promptCacheBreakpoint):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(promptCacheBreakpoint), 0)
+
+def AddPromptCacheBreakpoint(builder, promptCacheBreakpoint):
+    ContentPartAddPromptCacheBreakpoint(builder, promptCacheBreakpoint)
 
 def ContentPartEnd(builder):
     return builder.EndObject()

@@ -115,8 +115,26 @@ class Message(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Message
+    def AudioId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Message
+    def FunctionCall(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from ingress.wire._generated.LLMGateway.FunctionCall import FunctionCall
+            obj = FunctionCall()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def MessageStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(9)
 
 def Start(builder):
     MessageStart(builder)
@@ -174,6 +192,18 @@ def MessageAddRefusal(builder, refusal):
 
 def AddRefusal(builder, refusal):
     MessageAddRefusal(builder, refusal)
+
+def MessageAddAudioId(builder, audioId):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(audioId), 0)
+
+def AddAudioId(builder, audioId):
+    MessageAddAudioId(builder, audioId)
+
+def MessageAddFunctionCall(builder, functionCall):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(functionCall), 0)
+
+def AddFunctionCall(builder, functionCall):
+    MessageAddFunctionCall(builder, functionCall)
 
 def MessageEnd(builder):
     return builder.EndObject()

@@ -10,3 +10,4 @@ class Role(object):
     Assistant = 2
     Tool = 3
     Developer = 4
+    Function = 5

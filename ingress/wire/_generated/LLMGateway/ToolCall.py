@@ -66,8 +66,15 @@ class ToolCall(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return None
 
+    # ToolCall
+    def FormatJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ToolCallStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     ToolCallStart(builder)
@@ -101,6 +108,12 @@ def ToolCallAddStrict(builder, strict):
 
 def AddStrict(builder, strict):
     ToolCallAddStrict(builder, strict)
+
+def ToolCallAddFormatJson(builder, formatJson):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(formatJson), 0)
+
+def AddFormatJson(builder, formatJson):
+    ToolCallAddFormatJson(builder, formatJson)
 
 def ToolCallEnd(builder):
     return builder.EndObject()
