@@ -195,7 +195,7 @@ async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCom
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage = response.usage
-    return translate_response(response)
+    return translate_response(response, legacy_functions=prepared.request.legacy_functions)
 
 
 # --- embed: one embeddings answer ---------------------------------------------------------------
@@ -335,7 +335,8 @@ async def _translate(gw: Gateway, prepared: Prepared, ex: Exchange, reads: Async
     request = prepared.request
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                  include_usage=include_usage, verify=gw.settings.verify_answers)
+                                  include_usage=include_usage, verify=gw.settings.verify_answers,
+                                  legacy_functions=request.legacy_functions)
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
     gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
     last: float | None = None

@@ -360,3 +360,8 @@ class ChatCompletionRequest(_Strict):
     store: bool | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
     web_search_options: WebSearchOptions | None = None
+
+    @property
+    def legacy_functions(self) -> bool:
+        """Sent in the legacy form (`functions`, `function_call`): answered in it too."""
+        return self.functions is not None or self.function_call is not None

@@ -28,6 +28,7 @@ class MessageOut(_Out, kw_only=True):
     content: str | None
     refusal: str | UnsetType | None = UNSET
     tool_calls: list[ToolCallOut] | UnsetType = UNSET
+    function_call: FunctionOut | UnsetType = UNSET  # legacy: the answer to a `functions` request
 
 
 class ChoiceOut(_Out):
@@ -80,6 +81,7 @@ class DeltaOut(_Out):
     content: str | UnsetType = UNSET
     refusal: str | UnsetType = UNSET
     tool_calls: list[ToolCallDeltaOut] | UnsetType = UNSET
+    function_call: FunctionDeltaOut | UnsetType = UNSET  # legacy: the answer to a `functions` request
 
 
 class ChunkChoiceOut(_Out):

@@ -27,17 +27,29 @@ def translate_tool_call(call: wt.FunctionCall) -> out.ToolCallOut:
     return out.ToolCallOut(id=call.id, type=call.type, function=function)
 
 
-def translate_response(r: wt.Response) -> out.ChatCompletion:
+LEGACY_FINISH = {"tool_calls": "function_call"}  # a legacy `functions` request's finish_reason
+
+
+def _message(c: wt.Choice, legacy_functions: bool) -> out.MessageOut:
+    if legacy_functions and c.tool_calls:
+        # The legacy shape holds one call: a service that made more than one answered a request that
+        # allows one (OpenAI never does); the first is the answer.
+        first = c.tool_calls[0]
+        return out.MessageOut(content=c.content, refusal=c.refusal,
+                              function_call=out.FunctionOut(name=first.name, arguments=first.arguments))
+    return out.MessageOut(content=c.content, refusal=c.refusal,
+                          tool_calls=[translate_tool_call(t) for t in c.tool_calls] if c.tool_calls else UNSET)
+
+
+def translate_finish(reason: str | None, legacy_functions: bool) -> str | None:
+    return LEGACY_FINISH.get(reason, reason) if legacy_functions and reason is not None else reason
+
+
+def translate_response(r: wt.Response, *, legacy_functions: bool = False) -> out.ChatCompletion:
+    """`legacy_functions`: the request used `functions`; a tool call is answered as `function_call`."""
     choices = [
-        out.ChoiceOut(
-            index=c.index,
-            message=out.MessageOut(
-                content=c.content,
-                refusal=c.refusal,
-                tool_calls=[translate_tool_call(t) for t in c.tool_calls] if c.tool_calls else UNSET,
-            ),
-            finish_reason=c.finish_reason,
-        )
+        out.ChoiceOut(index=c.index, message=_message(c, legacy_functions),
+                      finish_reason=translate_finish(c.finish_reason, legacy_functions))
         for c in r.choices
     ]
     return out.ChatCompletion(

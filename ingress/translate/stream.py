@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
 from ingress.oai import responses as out
-from ingress.translate.completion import translate_usage
+from ingress.translate.completion import translate_finish, translate_usage
 from ingress.wire import types as wt
 from ingress.wire.answer import decode_frame
 
 
 class StreamTranslator:
-    """Per-request stream state: ids seen on the first chunk, sequence order, completion, usage."""
+    """Per-request stream state: ids seen on the first chunk, sequence order, completion, usage.
+    `legacy_functions`: the request used `functions`; tool call deltas go out as `function_call`."""
 
-    def __init__(self, *, id: str, model: str, created: int, include_usage: bool, verify: bool = True) -> None:
+    def __init__(self, *, id: str, model: str, created: int, include_usage: bool, verify: bool = True,
+                 legacy_functions: bool = False) -> None:
         self.id = id
         self.model = model
         self.created = created
@@ -24,6 +26,7 @@ class StreamTranslator:
         self.system_fingerprint: str | None = None
         self._next_sequence = 0
         self._verify = verify
+        self._legacy = legacy_functions
 
     def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
         """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
@@ -44,14 +47,18 @@ class StreamTranslator:
         self.system_fingerprint = chunk.system_fingerprint or self.system_fingerprint
         self.done = chunk.done
         result = []
+        calls = chunk.tool_calls
+        legacy = _function_delta(calls) if self._legacy and calls else UNSET
         delta = out.DeltaOut(
             role=chunk.role if chunk.role is not None else UNSET,
             content=chunk.content if chunk.content is not None else UNSET,
             refusal=chunk.refusal if chunk.refusal is not None else UNSET,
-            tool_calls=[_tool_delta(d) for d in chunk.tool_calls] if chunk.tool_calls else UNSET,
+            tool_calls=[_tool_delta(d) for d in calls] if calls and not self._legacy else UNSET,
+            function_call=legacy,
         )
         if delta != _EMPTY_DELTA or chunk.finish_reason is not None:
-            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=chunk.finish_reason)
+            finish = translate_finish(chunk.finish_reason, self._legacy)
+            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish)
             result.append(self._wrap([choice], usage=None))
         if chunk.usage is not None:
             self.usage = chunk.usage
@@ -93,3 +100,14 @@ def _tool_delta(d: wt.ToolCallDelta) -> out.ToolCallDeltaOut:
 
 
 _EMPTY_FUNCTION = out.FunctionDeltaOut()
+
+
+def _function_delta(deltas: list[wt.ToolCallDelta]) -> out.FunctionDeltaOut | UnsetType:
+    """The legacy shape holds one call: the deltas of the first (index 0); any other is not sent."""
+    first = [d for d in deltas if d.index == 0]
+    names = [d.name for d in first if d.name is not None]
+    arguments = [d.arguments for d in first if d.arguments is not None]
+    if not names and not arguments:
+        return UNSET
+    return out.FunctionDeltaOut(name="".join(names) if names else UNSET,
+                                arguments="".join(arguments) if arguments else UNSET)

@@ -205,7 +205,7 @@ def request_data(
         web_search_options_json=_opaque(request.web_search_options),
         moderation_json=_opaque(request.moderation),
         prompt_cache_options_json=_opaque(request.prompt_cache_options),
-        legacy_functions=request.functions is not None or request.function_call is not None,
+        legacy_functions=request.legacy_functions,
         extra_json=extra_json,
     )
 

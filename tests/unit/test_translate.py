@@ -95,6 +95,26 @@ def test_tool_call_deltas() -> None:
     assert out[-1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def test_tool_call_deltas_of_a_legacy_request_are_function_call_deltas() -> None:
+    legacy = StreamTranslator(id="chatcmpl-edge", model="m", created=1000, include_usage=False,
+                              legacy_functions=True)
+    out = run(
+        legacy,
+        Chunk(sequence=0, role="assistant", tool_calls=[ToolCallDelta(index=0, id="call_1", type="function",
+                                                                      name="get_weather", arguments="")]),
+        Chunk(sequence=1, tool_calls=[ToolCallDelta(index=0, arguments='{"city":'),
+                                      ToolCallDelta(index=1, id="call_2", name="noop")]),
+        Chunk(sequence=2, tool_calls=[ToolCallDelta(index=1, arguments="{}")]),  # only a second call: nothing
+        Chunk(sequence=3, finish_reason="tool_calls", done=True),
+    )
+    assert [o["choices"][0]["delta"] for o in out] == [
+        {"role": "assistant", "function_call": {"name": "get_weather", "arguments": ""}},
+        {"function_call": {"arguments": '{"city":'}},
+        {},
+    ]
+    assert [o["choices"][0]["finish_reason"] for o in out] == [None, None, "function_call"]
+
+
 def test_choice_index_and_refusal() -> None:
     out = run(translator(), Chunk(sequence=0, choice_index=3, refusal="no"))
     assert out[0]["choices"] == [{"index": 3, "delta": {"refusal": "no"}, "finish_reason": None, "logprobs": None}]
@@ -208,6 +228,20 @@ def test_response_is_translated() -> None:
         {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     assert doc["usage"]["total_tokens"] == 5  # filled in when the service left it 0
     assert (doc["id"], doc["system_fingerprint"], doc["object"]) == ("chatcmpl-1", "fp", "chat.completion")
+
+
+def test_response_to_a_legacy_request_has_function_call() -> None:
+    response = wire.Response(id="chatcmpl-1", model="m", created=5, choices=[
+        wire.Choice(index=0, tool_calls=[wire.FunctionCall(id="c", name="f", arguments="{}"),
+                                         wire.FunctionCall(id="d", name="g", arguments="[]")],
+                    finish_reason="tool_calls"),
+        wire.Choice(index=1, content="hi", finish_reason="stop")])
+    doc = as_json([translate_response(response, legacy_functions=True)])[0]
+    assert doc["choices"][0]["message"] == {"role": "assistant", "content": None, "refusal": None,
+                                            "function_call": {"name": "f", "arguments": "{}"}}
+    assert doc["choices"][0]["finish_reason"] == "function_call"
+    assert doc["choices"][1]["message"] == {"role": "assistant", "content": "hi", "refusal": None}
+    assert doc["choices"][1]["finish_reason"] == "stop"
 
 
 def test_error_answer_raises() -> None:
