@@ -34,7 +34,7 @@ from ingress.errors import (
 )
 from ingress.exchange import Exchange
 from ingress.oai import responses as out
-from ingress.oai.codec import decode_chat_request
+from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request
 from ingress.oai.models import ChatCompletionRequest
 from ingress.passport import Passport, RequestMeta, compute_embedding_passport, compute_passport
@@ -54,7 +54,7 @@ from ingress.wire.framing import FrameDecoder, FrameError
 from ingress.wire.types import Response
 
 T = TypeVar("T")
-EncodeRequest = Callable[[ChatCompletionRequest, str, Passport, str, str | None], bytes | bytearray]
+EncodeRequest = Callable[[ChatCompletionRequest, str, Passport, str, str | None, str | None], bytes | bytearray]
 
 
 @dataclass
@@ -75,6 +75,11 @@ class Gateway:
         ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
         ex.group = r.group
         return match
+
+    def forwards_extras(self, model: str) -> bool:
+        """The model's route forwards the fields that are not OpenAI's (asked only when a body has some)."""
+        match = self.routes.match(model)
+        return match is not None and match.route.extra_fields == "forward"
 
     def timeouts(self, match: Match) -> Timeouts:
         return match.route.timeouts or self.settings.timeouts
@@ -105,13 +110,14 @@ class Prepared:
 
 def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
-    request = decode_chat_request(body)
+    request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = request.model, bool(request.stream)
     match = gw.route(request.model, ex)
     # admit: authentication, limits and guardrails decide here, on the decoded request and its route.
     passport = compute_passport(request, meta)
-    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
+    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                extra_json)
     ex.encoded = time.perf_counter()
     return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
 

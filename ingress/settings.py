@@ -84,6 +84,9 @@ class Route(_Config, frozen=True):
     provider: Literal["openai", "anthropic", "self_hosted"] = "openai"
     fallback: str | None = None  # a group tried when `group` is unavailable or fails before the first byte
     timeouts: Timeouts | None = None
+    # Top-level request fields that are not OpenAI's (an engine's top_k, min_p, guided_json...): refused
+    # with a 400 naming the field, or forwarded to the internal service as one JSON object (extra_json).
+    extra_fields: Literal["refuse", "forward"] = "refuse"
 
 
 class Retry(_Config, frozen=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 
@@ -18,6 +19,9 @@ from ingress.oai.models import (
 )
 
 _request_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+_fields_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_model_decoder = msgspec.json.Decoder(str)
+_OPENAI_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__)
 json_encoder = msgspec.json.Encoder()
 
 _VALIDATION = re.compile(r"^(?P<detail>.*?)(?: - at `(?:key` in `)?\$(?P<path>[^`]*)`)?\Z", re.DOTALL)
@@ -42,21 +46,74 @@ def _invalid(detail: str, param: str | None) -> InvalidRequest:
     return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
 
 
+def _refusal(exc: msgspec.ValidationError) -> InvalidRequest:
+    # msgspec's `$.messages[0].content` is OpenAI's `messages[0].content`; a bad key or value of a
+    # dict (logit_bias, metadata) names the dict.
+    detail, path = validation_path(exc)
+    return _invalid(detail, path.removesuffix("[...]") or None)
+
+
+def _unreadable(exc: msgspec.DecodeError | RecursionError) -> InvalidRequest:
+    if isinstance(exc, RecursionError):
+        return InvalidRequest("The request body is nested too deeply.", code="invalid_json")
+    return InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json")
+
+
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        # msgspec's `$.messages[0].content` is OpenAI's `messages[0].content`; a bad key or value of a
-        # dict (logit_bias, metadata) names the dict.
-        detail, path = validation_path(exc)
-        raise _invalid(detail, path.removesuffix("[...]") or None) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-    except RecursionError:
-        raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
+        raise _refusal(exc) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _unreadable(exc) from None
     _check_semantics(request)
     return request
+
+
+def decode_chat_request_forwarding(
+    body: bytes, forwards: Callable[[str], bool],
+) -> tuple[ChatCompletionRequest, str | None]:
+    """As decode_chat_request, but a top-level field that is not OpenAI's is not refused when
+    `forwards(model)` says the model's route forwards such fields: they come back as one JSON object
+    (text), to travel to the internal service beside the request.
+
+    The common path is decode_chat_request's, one strict decode: only a body refused for an unknown
+    top-level field is read a second time, into its top-level fields, to learn its model and split
+    the fields that are OpenAI's (decoded strictly again, so their errors are reported as ever) from
+    the others. An unknown field nested inside an OpenAI object is refused on every route."""
+    try:
+        request = _request_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        split = _split_extras(body, exc, forwards)
+        if split is None:
+            raise _refusal(exc) from None
+        openai_body, extra_json = split
+        return decode_chat_request(openai_body), extra_json
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise _unreadable(exc) from None
+    _check_semantics(request)
+    return request, None
+
+
+def _split_extras(
+    body: bytes, exc: msgspec.ValidationError, forwards: Callable[[str], bool],
+) -> tuple[bytes, str] | None:
+    """(the OpenAI fields as a JSON object, the others as one) when `exc` is an unknown top-level field
+    and the body's model forwards them; else None, and the error stands."""
+    detail, path = validation_path(exc)
+    if not detail.startswith("Object contains unknown field") or "." in path or "[" in path:
+        return None
+    try:
+        fields = _fields_decoder.decode(body)
+        model = _model_decoder.decode(fields["model"])
+    except (msgspec.DecodeError, KeyError):  # (a ValidationError is a DecodeError)
+        return None
+    if not forwards(model):
+        return None
+    ours = {k: v for k, v in fields.items() if k in _OPENAI_FIELDS}
+    extras = {k: v for k, v in fields.items() if k not in _OPENAI_FIELDS}
+    return json_encoder.encode(ours), json_encoder.encode(extras).decode()
 
 
 def _check_json_object(raw: msgspec.Raw, param: str) -> None:
@@ -65,36 +122,42 @@ def _check_json_object(raw: msgspec.Raw, param: str) -> None:
         raise _invalid("expected a JSON object", param)
 
 
-def _check_kind(value: Tool | ToolCallIn | NamedToolChoice, param: str) -> None:
-    """The object `type` names is there, and no other: `{"type": "custom", "function": ...}` is refused."""
-    kinds = ("function", "custom", "allowed_tools")
-    given = [kind for kind in kinds if getattr(value, kind, None) is not None]
-    if given != [value.type]:
-        wrong = next((kind for kind in given if kind != value.type), value.type)
-        detail = f"type '{value.type}' needs '{value.type}'" if wrong == value.type else \
-            f"'{wrong}' is not allowed with type '{value.type}'"
-        raise _invalid(detail, f"{param}.{wrong}")
+_KINDS = ("function", "custom", "allowed_tools")
+
+
+def _wrong_kind(value: Tool | ToolCallIn | NamedToolChoice) -> str | None:
+    """The key that is missing for the object's `type`, or given beside it (`{"type": "custom",
+    "function": ...}`); None when all is well. Cheap then: it runs for every tool and tool call."""
+    kind = value.type
+    for other in _KINDS:
+        if other != kind and getattr(value, other, None) is not None:
+            return other
+    return kind if getattr(value, kind) is None else None
+
+
+def _kind_error(value: Tool | ToolCallIn | NamedToolChoice, wrong: str, param: str) -> InvalidRequest:
+    kind = value.type
+    detail = f"type '{kind}' needs '{kind}'" if wrong == kind else f"'{wrong}' is not allowed with type '{kind}'"
+    return _invalid(detail, f"{param}.{wrong}")
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:
-    """Tools, tool calls and tool choices name their kind; legacy functions are not mixed with tools."""
+    """Tools and tool choices name their kind; legacy functions are not mixed with tools."""
     for i, tool in enumerate(request.tools or ()):
-        _check_kind(tool, f"tools[{i}]")
+        if (wrong := _wrong_kind(tool)) is not None:
+            raise _kind_error(tool, wrong, f"tools[{i}]")
         if tool.function is not None:
             _check_json_object(tool.function.parameters, f"tools[{i}].function.parameters")
     for i, function in enumerate(request.functions or ()):
         _check_json_object(function.parameters, f"functions[{i}].parameters")
-    for i, message in enumerate(request.messages):
-        if isinstance(message, AssistantMessage):
-            for j, call in enumerate(message.tool_calls or ()):
-                _check_kind(call, f"messages[{i}].tool_calls[{j}]")
     if request.functions is not None and (request.tools is not None or request.tool_choice is not None):
         raise _invalid("functions is the legacy form of tools: send one of them", "functions")
     if request.function_call is not None and (request.tool_choice is not None or request.tools is not None):
         raise _invalid("function_call is the legacy form of tool_choice: send one of them", "function_call")
     choice = request.tool_choice
     if isinstance(choice, NamedToolChoice):
-        _check_kind(choice, "tool_choice")
+        if (wrong := _wrong_kind(choice)) is not None:
+            raise _kind_error(choice, wrong, "tool_choice")
         named = choice.function or choice.custom
         if named is not None:
             offered = {(t.type, named_tool.name) for t in request.tools or ()
@@ -103,23 +166,33 @@ def _check_tools(request: ChatCompletionRequest) -> None:
                 raise _invalid(f"tool_choice names a {choice.type} tool that is not in tools",
                                f"tool_choice.{choice.type}.name")
     legacy = request.function_call
-    offered_functions = {f.name for f in request.functions or ()}
-    if legacy is not None and not isinstance(legacy, str) and legacy.name not in offered_functions:
+    if legacy is not None and not isinstance(legacy, str) and \
+            legacy.name not in {f.name for f in request.functions or ()}:
         raise _invalid("function_call names a function that is not in functions", "function_call.name")
+
+
+def _check_assistant(message: AssistantMessage, i: int) -> None:
+    for j, call in enumerate(message.tool_calls or ()):
+        if (wrong := _wrong_kind(call)) is not None:
+            raise _kind_error(call, wrong, f"messages[{i}].tool_calls[{j}]")
+    if message.content is None and not message.tool_calls and message.function_call is None \
+            and message.audio is None:
+        raise _invalid("an assistant message needs content, tool_calls, function_call or audio",
+                       f"messages[{i}].content")
 
 
 def _check_semantics(request: ChatCompletionRequest) -> None:
     """Cross-field rules a type cannot express."""
-    _check_tools(request)
+    if request.tools is not None or request.tool_choice is not None or request.functions is not None \
+            or request.function_call is not None:
+        _check_tools(request)
     if isinstance(request.response_format, JsonSchemaResponseFormat):
         _check_json_object(request.response_format.json_schema.schema, "response_format.json_schema.schema")
     for token in request.logit_bias or ():
         if int(token) > INT32_MAX:
             raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
     for i, message in enumerate(request.messages):
-        if isinstance(message, AssistantMessage) and message.content is None and not message.tool_calls \
-                and message.function_call is None and message.audio is None:
-            raise _invalid("an assistant message needs content, tool_calls, function_call or audio",
-                           f"messages[{i}].content")
+        if type(message) is AssistantMessage and (message.tool_calls or message.content is None):
+            _check_assistant(message, i)
     if request.stream_options is not None and not request.stream:
         raise _invalid("stream_options is only allowed when stream is true", "stream_options")

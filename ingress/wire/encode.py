@@ -254,8 +254,9 @@ def _fast(encode: Callable[..., None], data: Any, size_prefixed: bool = False) -
 
 
 def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData,
-                   provider: str = "openai", model_name: str | None = None) -> bytearray:
-    return _fast(gen.encode_CompletionRequest, request_data(request, request_id, passport, provider, model_name))
+                   provider: str = "openai", model_name: str | None = None, extra_json: str | None = None) -> bytearray:
+    return _fast(gen.encode_CompletionRequest,
+                 request_data(request, request_id, passport, provider, model_name, extra_json))
 
 
 def encode_response(response: wt.Response) -> bytearray:

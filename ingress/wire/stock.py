@@ -58,9 +58,10 @@ def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifie
 
 
 def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
-                         passport: gen.PassportData, provider: str = "openai", model_name: str | None = None) -> bytes:
+                         passport: gen.PassportData, provider: str = "openai", model_name: str | None = None,
+                         extra_json: str | None = None) -> bytes:
     return _stock(pool, gen.build_CompletionRequest,
-                  request_data(request, request_id, passport, provider, model_name), identifiers.REQUEST)
+                  request_data(request, request_id, passport, provider, model_name, extra_json), identifiers.REQUEST)
 
 
 def encode_response_stock(pool: BuilderPool, response: wt.Response) -> bytes:

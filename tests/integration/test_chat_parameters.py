@@ -4,7 +4,7 @@ internal service (the scripted fake records it), and the legacy `functions` shap
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import openai
 import pytest
@@ -13,8 +13,11 @@ from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import Function
 
 from ingress.oai import models as oai
+from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 from ingress.wire import read_request
 
+StartEdge = Callable[[Settings], Awaitable[str]]  # the `start_edge` fixture
+FAST = Timeouts(connect=1.0, first_byte=0.5, idle=0.5)
 MODEL = "ingress-demo"
 WEATHER: Function = {"name": "get_weather", "description": "Current weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -147,3 +150,59 @@ async def test_a_misspelt_parameter_is_still_refused(aclient: openai.AsyncOpenAI
                                               extra_body={"prompt_cache_kee": "k"})
     assert caught.value.param == "prompt_cache_kee"
     assert caught.value.status_code == 400
+
+
+# --- engine extras: a route that forwards the fields that are not OpenAI's ------------------------
+
+
+EXTRAS = {"top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "guided_json": {"type": "object"},
+          "chat_template_kwargs": {"enable_thinking": False}}
+
+
+@pytest.fixture
+async def extras_edge(start_edge: StartEdge, fake_upstream: FakeUpstream) -> str:
+    """Models named vllm-* forward extras; every other model refuses them."""
+    group = {"engine": Group(endpoints=[Endpoint(url=fake_upstream.url)])}
+    routes = (Route(prefix="vllm-", group="engine", extra_fields="forward"), Route(glob="*", group="engine"))
+    return await start_edge(Settings(groups=group, routes=routes, timeouts=FAST))
+
+
+async def test_a_forwarding_route_sends_the_extras_as_one_object(extras_edge: str, fake_upstream: FakeUpstream) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{extras_edge}/v1", api_key="sk-test", max_retries=0) as client:
+        completion = await client.chat.completions.create(
+            model="vllm-llama", messages=[{"role": "user", "content": "hello there"}], temperature=0.5,
+            extra_body=EXTRAS)
+        stream = await client.chat.completions.create(
+            model="vllm-llama", messages=[{"role": "user", "content": "hello there"}], stream=True,
+            extra_body={"top_k": 1})
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert completion.choices[0].message.content == text == "hello there"
+    first, second = fake_upstream.received
+    assert json.loads(read_request(first.body).ExtraJson() or b"") == EXTRAS
+    assert first.request.temperature == 0.5  # the OpenAI fields travel as ever
+    assert json.loads(read_request(second.body).ExtraJson() or b"") == {"top_k": 1}
+
+
+async def test_a_forwarding_route_still_checks_the_openai_fields(extras_edge: str, fake_upstream: FakeUpstream) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{extras_edge}/v1", api_key="sk-test", max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="vllm-llama", messages=[{"role": "user", "content": "hi"}],
+                                                 temperature=5, extra_body={"top_k": 40})
+        assert caught.value.param == "temperature"
+        with pytest.raises(openai.BadRequestError) as nested:  # only top-level fields are an engine's
+            await client.chat.completions.create(model="vllm-llama", messages=[
+                {"role": "user", "content": "hi", "top_k": 1}])  # type: ignore[list-item]  # an unknown key, on purpose
+        assert nested.value.param == "messages[0].top_k"
+        plain = await client.chat.completions.create(model="vllm-llama", messages=[{"role": "user", "content": "hi"}])
+    assert plain.choices[0].message.content == "hi"
+    [received] = fake_upstream.received
+    assert read_request(received.body).ExtraJson() is None  # no extras: none travel
+
+
+async def test_a_refusing_route_refuses_the_extras_naming_one(extras_edge: str, fake_upstream: FakeUpstream) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{extras_edge}/v1", api_key="sk-test", max_retries=0) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                                 extra_body={"top_k": 40})
+    assert (caught.value.status_code, caught.value.param) == (400, "top_k")
+    assert fake_upstream.received == []

@@ -7,11 +7,11 @@ from typing import Any
 
 import msgspec
 import pytest
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, TOOL, USER, Bad, body
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, MISSING, TOOL, USER, Bad, body, message
 
 from ingress.errors import InvalidRequest
 from ingress.oai import models as oai
-from ingress.oai.codec import decode_chat_request
+from ingress.oai.codec import decode_chat_request, decode_chat_request_forwarding
 from ingress.passport import Passport
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
@@ -231,3 +231,43 @@ def test_duplicate_keys_keep_the_last_value() -> None:
     # As with Python's json module; OpenAI's own behaviour for duplicate keys is not documented.
     raw = b'{"model": "a", "model": "b", "messages": [{"role": "user", "content": "hi"}]}'
     assert decode_chat_request(raw).model == "b"
+
+
+# --- fields that are not OpenAI's, on a route that forwards them ---------------------------------
+
+
+def forwarding(raw: bytes, forwards: bool = True) -> tuple[oai.ChatCompletionRequest, str | None]:
+    asked: list[str] = []
+
+    def route_forwards(model: str) -> bool:
+        asked.append(model)
+        return forwards
+
+    result = decode_chat_request_forwarding(raw, route_forwards)
+    assert asked in ([], ["ingress-demo"])
+    return result
+
+
+def test_extras_are_split_from_the_openai_fields() -> None:
+    request, extra = forwarding(body(top_k=40, temperature=0.5, guided_json={"type": "object"}, min_p=0.1))
+    assert request == decode_chat_request(body(temperature=0.5))
+    assert extra is not None and json.loads(extra) == {"top_k": 40, "guided_json": {"type": "object"}, "min_p": 0.1}
+
+
+def test_a_body_without_extras_has_none_and_asks_no_route() -> None:
+    assert forwarding(body(temperature=0.5)) == (decode_chat_request(body(temperature=0.5)), None)
+
+
+@pytest.mark.parametrize(("raw", "forwards", "param"), [
+    pytest.param(body(top_k=40), False, "top_k", id="route-refuses"),
+    pytest.param(body(top_k=40, temperature=5), True, "temperature", id="bad-openai-field-after-the-extra"),
+    pytest.param(body(temperature=5, top_k=40), True, "temperature", id="bad-openai-field-before-the-extra"),
+    pytest.param(message(role="user", content="hi", top_k=1), True, "messages[0].top_k", id="nested-extra"),
+    pytest.param(body(model=MISSING, top_k=1), True, "top_k", id="no-model"),
+    pytest.param(b'{"top_k": 1, "model": 7, "messages": [{"role": "user", "content": "hi"}]}', True, "top_k",
+                 id="model-not-a-string"),
+])
+def test_what_forwarding_still_refuses(raw: bytes, forwards: bool, param: str) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        decode_chat_request_forwarding(raw, lambda model: forwards)
+    assert (info.value.status, info.value.param) == (400, param)

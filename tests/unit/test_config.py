@@ -56,6 +56,7 @@ fallback = "local"
 prefix = "llama-"
 group = "local"
 provider = "self_hosted"
+extra_fields = "forward"
 timeouts = { first_byte = 120.0, idle = 60.0, heartbeat = 1.0 }
 
 [[routes]]
@@ -109,6 +110,7 @@ def test_the_full_example_decodes() -> None:
     assert (exact.model, exact.aliases, exact.group, exact.fallback) == ("gpt-4o", ["gpt-4o-latest", "4o"],
                                                                          "primary", "local")
     assert (prefix.prefix, prefix.group, prefix.provider) == ("llama-", "local", "self_hosted")
+    assert (exact.extra_fields, prefix.extra_fields, glob.extra_fields) == ("refuse", "forward", "refuse")
     assert prefix.timeouts == Timeouts(first_byte=120.0, idle=60.0, heartbeat=1.0)
     assert (glob.glob, glob.upstream_model, glob.timeouts) == ("*-mini", "gpt-4o-mini", None)
     assert RouteTable(routes).listed_models() == ["4o", "gpt-4o", "gpt-4o-latest"]
@@ -170,6 +172,8 @@ KEYED_ERRORS = [  # the edit, the key, what is wrong, and a fragment of the line
                  "Expected `float` > 0.0", "heartbeat = -1", id="a-routes-timeout"),
     pytest.param('group = "local"\nprovider', 'group = "nowhere"\nprovider', "routes[1].group",
                  "no group named 'nowhere'", '"nowhere"', id="route-to-a-missing-group"),
+    pytest.param('extra_fields = "forward"', 'extra_fields = "drop"', "routes[1].extra_fields",
+                 "Invalid enum value 'drop'", 'extra_fields = "drop"', id="extra-fields-neither-refuse-nor-forward"),
     pytest.param('fallback = "local"', 'fallback = "elsewhere"', "routes[0].fallback",
                  "no group named 'elsewhere'", '"elsewhere"', id="fallback-to-a-missing-group"),
     pytest.param('prefix = "llama-"', 'prefix = "llama-"\nglob = "llama*"', "routes[1].glob",
