@@ -158,6 +158,8 @@ def _check_tools(request: ChatCompletionRequest) -> None:
     if isinstance(choice, NamedToolChoice):
         if (wrong := _wrong_kind(choice)) is not None:
             raise _kind_error(choice, wrong, "tool_choice")
+        for i, allowed in enumerate(choice.allowed_tools.tools if choice.allowed_tools is not None else ()):
+            _check_json_object(allowed, f"tool_choice.allowed_tools.tools[{i}]")
         named = choice.function or choice.custom
         if named is not None:
             offered = {(t.type, named_tool.name) for t in request.tools or ()

@@ -124,7 +124,6 @@ _PART_TYPES: dict[str, type] = {"image_url": oai.ImageUrl, "input_audio": oai.In
 
 
 _PART_CLASSES: dict[str, Any] = {"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}
-_BREAKPOINT_MODE: Any = "explicit"  # the one mode a breakpoint has; checked when the request was encoded
 
 
 def _content(m: Message) -> str | list[oai.ContentPart] | None:
@@ -135,7 +134,8 @@ def _content(m: Message) -> str | list[oai.ContentPart] | None:
         p = m.Parts(i)
         kind = _s(p.Type())
         b = p.PromptCacheBreakpoint()
-        mark = None if b is None else oai.PromptCacheBreakpoint(mode=_BREAKPOINT_MODE, ttl=_s(b.Ttl()))  # type: ignore[arg-type]  # a Literal, checked at the edge
+        ttl: Any = _s(b.Ttl()) if b is not None else None  # a Literal, checked when the request was encoded
+        mark = None if b is None else oai.PromptCacheBreakpoint(mode="explicit", ttl=ttl)
         if kind == "text":
             parts.append(oai.TextPart(text=_s(p.Text()) or "", prompt_cache_breakpoint=mark))
         elif kind == "refusal":

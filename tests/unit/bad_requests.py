@@ -152,6 +152,11 @@ BAD_REQUESTS = [
         id="custom-tool-unknown-grammar-syntax"),
     pytest.param(Bad(body(tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "any", "tools": []}}),
                      "tool_choice.allowed_tools.mode"), id="allowed-tools-unknown-mode"),
+    pytest.param(Bad(body(tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "f"}}, "f"]}}), "tool_choice.allowed_tools.tools[1]"),
+        id="allowed-tools-entry-not-an-object"),
+    pytest.param(Bad(body(tool_choice={"type": "allowed_tools", "function": {"name": "f"}}),
+                     "tool_choice.function"), id="allowed-tools-choice-with-function"),
     pytest.param(Bad(message(role="function", content="x"), "messages[0].name"), id="function-message-without-name"),
     pytest.param(Bad(user_part({"type": "text", "text": "a", "prompt_cache_breakpoint": {"mode": "implicit"}}),
                      "messages[0].content[0].prompt_cache_breakpoint.mode"), id="breakpoint-mode-implicit"),
