@@ -333,6 +333,19 @@ def test_both_encoders_write_the_same_request(doc: dict[str, Any], request_id: s
     assert msgspec.json.encode(decode.decode_request(generated)) == msgspec.json.encode(decode.decode_request(built))
 
 
+@SETTINGS
+@given(doc=chat_request(), extras=st.dictionaries(bounded(1, 20), json_value, min_size=1, max_size=4))
+def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str, Any], extras: dict[str, Any]) -> None:
+    # A forwarding route's extras: one JSON object, as text, beside the request (codec.py splits them).
+    request = decode_chat_request(json.dumps(doc).encode())
+    extra_json = json.dumps(extras, ensure_ascii=False)
+    for buf in (bytes(encode.encode_request(request, "r", Passport(), "openai", None, extra_json)),
+                stock.encode_request_stock(_builders, request, "r", Passport(), "openai", None, extra_json)):
+        assert cxx_verifier.verify("request", buf)
+        assert decode.read_request(buf).ExtraJson() == extra_json.encode()
+        assert canonical(decode.decode_request(buf)) == canonical(request)
+
+
 # --- answers -------------------------------------------------------------------------------------
 
 finish_reason = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
