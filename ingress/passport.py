@@ -79,9 +79,14 @@ def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: flo
 
 def compute_embedding_passport(request: EmbeddingRequest, meta: RequestMeta, now: float | None = None) -> Passport:
     """The passport of an embeddings request: its texts (or token ids, counted exactly) stand for the prompt."""
+    return compute_prompts_passport(request.inputs, meta, now)
+
+
+def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, now: float | None = None) -> Passport:
+    """The passport of texts or token-id lists (embeddings inputs, text-completion prompts); ids count exactly."""
     parts: list[bytes] = []
     size = chars = tokens = 0
-    for value in request.inputs:
+    for value in prompts:
         if isinstance(value, str):
             chars += len(value)
             piece = value[:PREFIX_BYTES].encode() + b"\x1e"

@@ -10,6 +10,7 @@ stream of size-prefixed chunk frames::
     request.ModelName(), request.Stream(), request.MessagesLength()
     wire.read_request_data(body)                # or every field, as a CompletionRequestData
     wire.decode_request(body)                   # or everything, in OpenAI's request shape
+    request.TextCompletion()                    # a legacy text completion: request.Prompts(i), not messages
 
     wire.write_response(wire.Response(...))     # one CompletionResponse buffer
     wire.write_chunk(wire.Chunk(sequence=0, ...))  # one stream frame; the last one has done=True
@@ -28,6 +29,7 @@ from ingress.wire.decode import (
     decode_error,
     decode_request,
     decode_response,
+    decode_text_request,
     read_request,
     read_request_data,
 )
@@ -49,6 +51,7 @@ from ingress.wire.types import (
     ErrorInfo,
     FunctionCall,
     MessageData,
+    PromptInputData,
     Response,
     ToolCallDelta,
     Usage,
@@ -96,6 +99,7 @@ __all__ = [
     "FrameError",
     "FunctionCall",
     "MessageData",
+    "PromptInputData",
     "Response",
     "ToolCallDelta",
     "Usage",
@@ -104,6 +108,7 @@ __all__ = [
     "decode_error",
     "decode_request",
     "decode_response",
+    "decode_text_request",
     "frame",
     "read_embedding_request",
     "read_request",

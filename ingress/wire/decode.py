@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from ingress.oai import models as oai
+from ingress.oai.completions import TextCompletionRequest
 from ingress.wire import identifiers
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
@@ -273,4 +274,38 @@ def decode_request(buf: bytes) -> oai.ChatCompletionRequest:
         store=r.Store(),
         verbosity=_s(r.Verbosity()),  # type: ignore[arg-type]  # a Literal, checked at the edge
         web_search_options=_opaque(r.WebSearchOptionsJson(), _web_search),
+    )
+
+
+def decode_text_request(buf: bytes) -> TextCompletionRequest:
+    """A legacy text completion's CompletionRequest (`TextCompletion()` set) in OpenAI's request shape."""
+    r = read_request(buf)
+    if not r.TextCompletion():
+        raise WireError("not a text completion request")
+    prompts: list[Any] = []
+    for i in range(r.PromptsLength()):
+        p = r.Prompts(i)
+        prompts.append(_s(p.Text()) if p.TokensIsNone() else [p.Tokens(j) for j in range(p.TokensLength())])
+    logit_bias = None
+    if not r.LogitBiasIsNone():
+        logit_bias = {str(r.LogitBias(i).TokenId()): r.LogitBias(i).Bias() for i in range(r.LogitBiasLength())}
+    return TextCompletionRequest(
+        model=_s(r.ModelName()) or "",
+        prompt=prompts,
+        best_of=r.BestOf(),
+        echo=True if r.Echo() else None,
+        frequency_penalty=r.FrequencyPenalty(),
+        logit_bias=logit_bias,
+        logprobs=r.LogprobsCount(),
+        max_tokens=r.MaxTokens() if r.MaxTokensSet() else None,
+        n=r.N(),
+        presence_penalty=r.PresencePenalty(),
+        seed=r.Seed(),
+        stop=None if r.StopIsNone() else [_s(r.Stop(i)) or "" for i in range(r.StopLength())],
+        stream=True if r.Stream() else None,
+        stream_options=_stream_options(r),
+        suffix=_s(r.Suffix()),
+        temperature=shortest_float32(r.Temperature()) if r.TemperatureSet() else None,
+        top_p=r.TopP(),
+        user=_s(r.User()),
     )

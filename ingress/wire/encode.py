@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from ingress.oai import models as oai
+from ingress.oai.completions import TextCompletionRequest
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import enums
@@ -210,6 +211,46 @@ def request_data(
     )
 
 
+def _prompt(value: str | list[int]) -> gen.PromptInputData:
+    return gen.PromptInputData(text=value) if isinstance(value, str) else gen.PromptInputData(tokens=value)
+
+
+def text_request_data(
+    request: TextCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
+    model_name: str | None = None,
+) -> gen.CompletionRequestData:
+    """A legacy text completion as a CompletionRequest: its prompts, and the sampling fields chat has."""
+    stop, options, prompts = request.stop, request.stream_options, request.prompts
+    return gen.CompletionRequestData(
+        request_id=request_id,
+        provider=PROVIDERS[provider],
+        model_name=model_name or request.model,
+        user_prompt=next((p for p in prompts if isinstance(p, str)), None),
+        max_tokens=request.max_tokens or 0,
+        temperature=DEFAULT_TEMPERATURE if request.temperature is None else request.temperature,
+        top_p=request.top_p,
+        n=request.n,
+        stop=[stop] if isinstance(stop, str) else stop,
+        seed=request.seed,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        logit_bias=[(int(k), v) for k, v in request.logit_bias.items()] if request.logit_bias is not None else None,
+        user=request.user,
+        stream=bool(request.stream),
+        include_usage=bool(options and options.include_usage),
+        passport=passport,
+        temperature_set=request.temperature is not None,
+        max_tokens_set=request.max_tokens is not None,
+        include_obfuscation=options.include_obfuscation if options is not None else None,
+        text_completion=True,
+        prompts=[_prompt(p) for p in prompts],
+        echo=bool(request.echo),
+        suffix=request.suffix,
+        best_of=request.best_of,
+        logprobs_count=request.logprobs,
+    )
+
+
 # --- wire types → answer data ---------------------------------------------------------------------
 
 
@@ -257,6 +298,11 @@ def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport
                    provider: str = "openai", model_name: str | None = None, extra_json: str | None = None) -> bytearray:
     return _fast(gen.encode_CompletionRequest,
                  request_data(request, request_id, passport, provider, model_name, extra_json))
+
+
+def encode_text_request(request: TextCompletionRequest, request_id: str, passport: gen.PassportData,
+                        provider: str = "openai", model_name: str | None = None) -> bytearray:
+    return _fast(gen.encode_CompletionRequest, text_request_data(request, request_id, passport, provider, model_name))
 
 
 def encode_response(response: wt.Response) -> bytearray:

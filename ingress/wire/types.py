@@ -14,6 +14,7 @@ import msgspec
 from ingress.wire._generated.encoders import CompletionRequestData as CompletionRequestData
 from ingress.wire._generated.encoders import MessageData as MessageData
 from ingress.wire._generated.encoders import PassportData as PassportData
+from ingress.wire._generated.encoders import PromptInputData as PromptInputData
 from ingress.wire._generated.encoders import ToolCallDeltaData, UsageData
 
 Usage = UsageData

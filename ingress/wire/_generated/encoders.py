@@ -30,6 +30,7 @@ from ingress.wire._generated.LLMGateway import LogitBias as _fb_LogitBias
 from ingress.wire._generated.LLMGateway import Message as _fb_Message
 from ingress.wire._generated.LLMGateway import Passport as _fb_Passport
 from ingress.wire._generated.LLMGateway import PromptCacheBreakpoint as _fb_PromptCacheBreakpoint
+from ingress.wire._generated.LLMGateway import PromptInput as _fb_PromptInput
 from ingress.wire._generated.LLMGateway import ResponseFormat as _fb_ResponseFormat
 from ingress.wire._generated.LLMGateway import ToolCall as _fb_ToolCall
 from ingress.wire._generated.LLMGateway import ToolCallDelta as _fb_ToolCallDelta
@@ -100,6 +101,11 @@ class PassportData(msgspec.Struct, kw_only=True, gc=False):
     tracestate: str | None = None
 
 
+class PromptInputData(msgspec.Struct, kw_only=True, gc=False):
+    text: str | None = None
+    tokens: list[int] | None = None
+
+
 class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     request_id: str | None = None
     provider: int = 0
@@ -146,6 +152,12 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     prompt_cache_options_json: str | None = None
     legacy_functions: bool = False
     extra_json: str | None = None
+    text_completion: bool = False
+    prompts: list[PromptInputData] | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+    logprobs_count: int | None = None
 
 
 class UsageData(msgspec.Struct, kw_only=True, gc=False):
@@ -649,8 +661,36 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
 
 
 # The vtable, then the table inline.
+_VT_TB_PromptInput = struct.Struct('<4Hi4x4x').pack
+
+
+def _write_PromptInput(buf: bytearray, o: PromptInputData) -> int:
+    f_text = o.text
+    f_tokens = o.tokens
+    pad = -(len(buf) + 8) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 8
+    buf += _VT_TB_PromptInput(8, 12, 4 if f_text is not None else 0, 8 if f_tokens is not None else 0, 8)
+    if f_text is not None:
+        d = f_text.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_tokens is not None:
+        v = _vector_start(buf, len(f_tokens), 4)
+        buf += struct.pack(f'<{len(f_tokens)}i', *f_tokens)
+        _ref(buf, t + 8, v)
+    return t
+
+
+# The vtable, then the table inline.
 _VT_TB_CompletionRequest = struct.Struct(
-    '<47Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4x4x4x4x4x4x4x4x4x4x4x4xb?????????2x'
+    '<53Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4x4x4x4x4x4x4x4x4x4x4x4x4x4xiib???????????'
 ).pack
 
 
@@ -692,37 +732,44 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     f_moderation_json = o.moderation_json
     f_prompt_cache_options_json = o.prompt_cache_options_json
     f_extra_json = o.extra_json
-    pad = -(len(buf) + 94) & 7
+    f_prompts = o.prompts
+    f_suffix = o.suffix
+    f_best_of = o.best_of
+    f_logprobs_count = o.logprobs_count
+    pad = -(len(buf) + 106) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 94
+    t = len(buf) + 106
     buf += _VT_TB_CompletionRequest(
-        94, 176, 40 if f_request_id is not None else 0, 164, 44 if f_model_name is not None else 0,
+        106, 192, 40 if f_request_id is not None else 0, 180, 44 if f_model_name is not None else 0,
         48 if f_system_prompt is not None else 0, 52 if f_user_prompt is not None else 0, 56, 60,
         64 if f_tools is not None else 0, 68 if f_messages is not None else 0,
         72 if f_tool_choice_json is not None else 0, 8 if f_top_p is not None else 0, 76 if f_n is not None else 0,
         80 if f_stop is not None else 0, 16 if f_seed is not None else 0, 24 if f_presence_penalty is not None else 0,
         32 if f_frequency_penalty is not None else 0, 84 if f_max_completion_tokens is not None else 0,
         88 if f_response_format is not None else 0, 92 if f_logit_bias is not None else 0,
-        96 if f_user is not None else 0, 165, 166, 100 if f_metadata is not None else 0,
-        104 if f_passport is not None else 0, 167, 168, 169 if f_parallel_tool_calls is not None else 0,
-        170 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
+        96 if f_user is not None else 0, 181, 182, 100 if f_metadata is not None else 0,
+        104 if f_passport is not None else 0, 183, 184, 185 if f_parallel_tool_calls is not None else 0,
+        186 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
         112 if f_reasoning_effort is not None else 0, 116 if f_service_tier is not None else 0,
-        171 if f_include_obfuscation is not None else 0, 120 if f_audio_json is not None else 0,
+        187 if f_include_obfuscation is not None else 0, 120 if f_audio_json is not None else 0,
         124 if f_modalities is not None else 0, 128 if f_prediction_json is not None else 0,
         132 if f_prompt_cache_key is not None else 0, 136 if f_prompt_cache_retention is not None else 0,
-        140 if f_safety_identifier is not None else 0, 172 if f_store is not None else 0,
+        140 if f_safety_identifier is not None else 0, 188 if f_store is not None else 0,
         144 if f_verbosity is not None else 0, 148 if f_web_search_options_json is not None else 0,
-        152 if f_moderation_json is not None else 0, 156 if f_prompt_cache_options_json is not None else 0, 173,
-        160 if f_extra_json is not None else 0, 94, f_top_p if f_top_p is not None else 0,
+        152 if f_moderation_json is not None else 0, 156 if f_prompt_cache_options_json is not None else 0, 189,
+        160 if f_extra_json is not None else 0, 190, 164 if f_prompts is not None else 0, 191,
+        168 if f_suffix is not None else 0, 172 if f_best_of is not None else 0,
+        176 if f_logprobs_count is not None else 0, 106, f_top_p if f_top_p is not None else 0,
         f_seed if f_seed is not None else 0, f_presence_penalty if f_presence_penalty is not None else 0,
         f_frequency_penalty if f_frequency_penalty is not None else 0, o.max_tokens, o.temperature,
         f_n if f_n is not None else 0, f_max_completion_tokens if f_max_completion_tokens is not None else 0,
-        f_top_logprobs if f_top_logprobs is not None else 0, o.provider, o.stream, o.include_usage, o.temperature_set,
-        o.max_tokens_set, f_parallel_tool_calls if f_parallel_tool_calls is not None else False,
+        f_top_logprobs if f_top_logprobs is not None else 0, f_best_of if f_best_of is not None else 0,
+        f_logprobs_count if f_logprobs_count is not None else 0, o.provider, o.stream, o.include_usage,
+        o.temperature_set, o.max_tokens_set, f_parallel_tool_calls if f_parallel_tool_calls is not None else False,
         f_logprobs if f_logprobs is not None else False,
         f_include_obfuscation if f_include_obfuscation is not None else False,
-        f_store if f_store is not None else False, o.legacy_functions,
+        f_store if f_store is not None else False, o.legacy_functions, o.text_completion, o.echo,
     )
     if f_request_id is not None:
         d = f_request_id.encode()
@@ -917,6 +964,22 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 160, len(buf) - (t + 160))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_prompts is not None:
+        v = _vector_start(buf, len(f_prompts))
+        buf += bytes(4 * len(f_prompts))
+        for i, e_prompts in enumerate(f_prompts):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_PromptInput(buf, e_prompts) - at)
+        _ref(buf, t + 164, v)
+    if f_suffix is not None:
+        d = f_suffix.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 168, len(buf) - (t + 168))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -1556,6 +1619,24 @@ def build_Passport(b: Builder, o: PassportData) -> int:
     return int(_fb_Passport.End(b))
 
 
+def build_PromptInput(b: Builder, o: PromptInputData) -> int:
+    text_off = 0
+    if o.text is not None:
+        text_off = b.CreateString(o.text)
+    tokens_off = 0
+    if o.tokens is not None:
+        _fb_PromptInput.StartTokensVector(b, len(o.tokens))
+        for e_tokens in reversed(o.tokens):
+            b.PrependInt32(e_tokens)
+        tokens_off = b.EndVector()
+    _fb_PromptInput.Start(b)
+    if text_off:
+        _fb_PromptInput.AddText(b, text_off)
+    if tokens_off:
+        _fb_PromptInput.AddTokens(b, tokens_off)
+    return int(_fb_PromptInput.End(b))
+
+
 def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     request_id_off = 0
     if o.request_id is not None:
@@ -1658,6 +1739,16 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     extra_json_off = 0
     if o.extra_json is not None:
         extra_json_off = b.CreateString(o.extra_json)
+    prompts_off = 0
+    if o.prompts is not None:
+        items = [build_PromptInput(b, x) for x in o.prompts]
+        _fb_CompletionRequest.StartPromptsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        prompts_off = b.EndVector()
+    suffix_off = 0
+    if o.suffix is not None:
+        suffix_off = b.CreateString(o.suffix)
     _fb_CompletionRequest.Start(b)
     if request_id_off:
         _fb_CompletionRequest.AddRequestId(b, request_id_off)
@@ -1741,6 +1832,16 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     _fb_CompletionRequest.AddLegacyFunctions(b, o.legacy_functions)
     if extra_json_off:
         _fb_CompletionRequest.AddExtraJson(b, extra_json_off)
+    _fb_CompletionRequest.AddTextCompletion(b, o.text_completion)
+    if prompts_off:
+        _fb_CompletionRequest.AddPrompts(b, prompts_off)
+    _fb_CompletionRequest.AddEcho(b, o.echo)
+    if suffix_off:
+        _fb_CompletionRequest.AddSuffix(b, suffix_off)
+    if o.best_of is not None:
+        _fb_CompletionRequest.AddBestOf(b, o.best_of)
+    if o.logprobs_count is not None:
+        _fb_CompletionRequest.AddLogprobsCount(b, o.logprobs_count)
     return int(_fb_CompletionRequest.End(b))
 
 

@@ -21,11 +21,11 @@ from ingress.wire.runtime import (
     reserve_slots,
 )
 
-reserve_slots(45)  # vtable unpackers for the widest table
+reserve_slots(51)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
-_KINDS = 38
+_KINDS = 40
 
 
 def _table_ToolCall(v: Verifier, t: int) -> None:
@@ -139,14 +139,14 @@ def _table_Message(v: Verifier, t: int) -> None:
     o = e[2]  # field parts: [ContentPart]
     if o:
         x = v.offset(t + o, "Message.parts")
-        v.table_vector(x, _table_ContentPart, x * _KINDS + 21, "Message.parts")
+        v.table_vector(x, _table_ContentPart, x * _KINDS + 22, "Message.parts")
     o = e[3]  # field name: string
     if o:
         v.string(v.offset(t + o, "Message.name"), "Message.name")
     o = e[4]  # field tool_calls: [FunctionCall]
     if o:
         x = v.offset(t + o, "Message.tool_calls")
-        v.table_vector(x, _table_FunctionCall, x * _KINDS + 22, "Message.tool_calls")
+        v.table_vector(x, _table_FunctionCall, x * _KINDS + 23, "Message.tool_calls")
     o = e[5]  # field tool_call_id: string
     if o:
         v.string(v.offset(t + o, "Message.tool_call_id"), "Message.tool_call_id")
@@ -232,14 +232,31 @@ def _table_Passport(v: Verifier, t: int) -> None:
     v.table_end(key, tables, peak)
 
 
-def _table_CompletionRequest(v: Verifier, t: int) -> None:
+def _table_PromptInput(v: Verifier, t: int) -> None:
     key = t * _KINDS + 8
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "PromptInput")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 2, "PromptInput")
+    o = e[0]  # field text: string
+    if o:
+        v.string(v.offset(t + o, "PromptInput.text"), "PromptInput.text")
+    o = e[1]  # field tokens: [int32]
+    if o:
+        v.vector(v.offset(t + o, "PromptInput.tokens"), 4, 4, "PromptInput.tokens")
+    v.table_end(key, tables, peak)
+
+
+def _table_CompletionRequest(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 9
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 45, "CompletionRequest")
+    e = v.table_start(t, 51, "CompletionRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -265,11 +282,11 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[7]  # field tools: [ToolCall]
     if o:
         x = v.offset(t + o, "CompletionRequest.tools")
-        v.table_vector(x, _table_ToolCall, x * _KINDS + 19, "CompletionRequest.tools")
+        v.table_vector(x, _table_ToolCall, x * _KINDS + 20, "CompletionRequest.tools")
     o = e[8]  # field messages: [Message]
     if o:
         x = v.offset(t + o, "CompletionRequest.messages")
-        v.table_vector(x, _table_Message, x * _KINDS + 23, "CompletionRequest.messages")
+        v.table_vector(x, _table_Message, x * _KINDS + 24, "CompletionRequest.messages")
     o = e[9]  # field tool_choice_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.tool_choice_json"), "CompletionRequest.tool_choice_json")
@@ -312,7 +329,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[22]  # field metadata: [KeyValue]
     if o:
         x = v.offset(t + o, "CompletionRequest.metadata")
-        v.table_vector(x, _table_KeyValue, x * _KINDS + 24, "CompletionRequest.metadata")
+        v.table_vector(x, _table_KeyValue, x * _KINDS + 25, "CompletionRequest.metadata")
     o = e[23]  # field passport: Passport
     if o:
         _table_Passport(v, v.offset(t + o, "CompletionRequest.passport"))
@@ -386,11 +403,30 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[44]  # field extra_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.extra_json"), "CompletionRequest.extra_json")
+    o = e[45]  # field text_completion: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "CompletionRequest.text_completion")
+    o = e[46]  # field prompts: [PromptInput]
+    if o:
+        x = v.offset(t + o, "CompletionRequest.prompts")
+        v.table_vector(x, _table_PromptInput, x * _KINDS + 28, "CompletionRequest.prompts")
+    o = e[47]  # field echo: bool
+    if o and t + o > n - 1:
+        bad_scalar(t + o, 1, "CompletionRequest.echo")
+    o = e[48]  # field suffix: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.suffix"), "CompletionRequest.suffix")
+    o = e[49]  # field best_of: int32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "CompletionRequest.best_of")
+    o = e[50]  # field logprobs_count: int32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "CompletionRequest.logprobs_count")
     v.table_end(key, tables, peak)
 
 
 def _table_Usage(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 9
+    key = t * _KINDS + 10
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Usage")
@@ -417,7 +453,7 @@ def _table_Usage(v: Verifier, t: int) -> None:
 
 
 def _table_Choice(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 10
+    key = t * _KINDS + 11
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Choice")
@@ -438,7 +474,7 @@ def _table_Choice(v: Verifier, t: int) -> None:
 
 
 def _table_CompletionResponse(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 11
+    key = t * _KINDS + 12
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionResponse")
@@ -458,7 +494,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
     o = e[3]  # field choices: [Choice]
     if o:
         x = v.offset(t + o, "CompletionResponse.choices")
-        v.table_vector(x, _table_Choice, x * _KINDS + 29, "CompletionResponse.choices")
+        v.table_vector(x, _table_Choice, x * _KINDS + 31, "CompletionResponse.choices")
     o = e[4]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "CompletionResponse.usage"))
@@ -469,7 +505,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
 
 
 def _table_ToolCallDelta(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 12
+    key = t * _KINDS + 13
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "ToolCallDelta")
@@ -496,7 +532,7 @@ def _table_ToolCallDelta(v: Verifier, t: int) -> None:
 
 
 def _table_CompletionChunk(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 13
+    key = t * _KINDS + 14
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "CompletionChunk")
@@ -528,7 +564,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[7]  # field tool_calls: [ToolCallDelta]
     if o:
         x = v.offset(t + o, "CompletionChunk.tool_calls")
-        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 31, "CompletionChunk.tool_calls")
+        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 33, "CompletionChunk.tool_calls")
     o = e[8]  # field finish_reason: FinishReason (byte)
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionChunk.finish_reason")
@@ -548,7 +584,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
 
 
 def _table_Error(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 14
+    key = t * _KINDS + 15
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Error")
@@ -575,7 +611,7 @@ def _table_Error(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingInput(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 15
+    key = t * _KINDS + 16
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingInput")
@@ -592,7 +628,7 @@ def _table_EmbeddingInput(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 16
+    key = t * _KINDS + 17
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingRequest")
@@ -612,7 +648,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
     o = e[3]  # field inputs: [EmbeddingInput]
     if o:
         x = v.offset(t + o, "EmbeddingRequest.inputs")
-        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 34, "EmbeddingRequest.inputs")
+        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 36, "EmbeddingRequest.inputs")
     o = e[4]  # field dimensions: int32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "EmbeddingRequest.dimensions")
@@ -629,7 +665,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
 
 
 def _table_Embedding(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 17
+    key = t * _KINDS + 18
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "Embedding")
@@ -643,7 +679,7 @@ def _table_Embedding(v: Verifier, t: int) -> None:
 
 
 def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
-    key = t * _KINDS + 18
+    key = t * _KINDS + 19
     done = v.seen.get(key)
     if done is not None:
         v.again(done, "EmbeddingResponse")
@@ -656,7 +692,7 @@ def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
     o = e[1]  # field data: [Embedding]
     if o:
         x = v.offset(t + o, "EmbeddingResponse.data")
-        v.table_vector(x, _table_Embedding, x * _KINDS + 36, "EmbeddingResponse.data")
+        v.table_vector(x, _table_Embedding, x * _KINDS + 38, "EmbeddingResponse.data")
     o = e[2]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "EmbeddingResponse.usage"))

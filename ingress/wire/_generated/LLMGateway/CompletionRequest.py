@@ -450,8 +450,68 @@ class CompletionRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionRequest
+    def TextCompletion(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(94))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # CompletionRequest
+    def Prompts(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(96))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.PromptInput import PromptInput
+            obj = PromptInput()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # CompletionRequest
+    def PromptsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(96))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionRequest
+    def PromptsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(96))
+        return o == 0
+
+    # CompletionRequest
+    def Echo(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(98))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # CompletionRequest
+    def Suffix(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(100))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def BestOf(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(102))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def LogprobsCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(104))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return None
+
 def CompletionRequestStart(builder):
-    builder.StartObject(45)
+    builder.StartObject(51)
 
 def Start(builder):
     CompletionRequestStart(builder)
@@ -761,6 +821,48 @@ def CompletionRequestAddExtraJson(builder, extraJson):
 
 def AddExtraJson(builder, extraJson):
     CompletionRequestAddExtraJson(builder, extraJson)
+
+def CompletionRequestAddTextCompletion(builder, textCompletion):
+    builder.PrependBoolSlot(45, textCompletion, 0)
+
+def AddTextCompletion(builder, textCompletion):
+    CompletionRequestAddTextCompletion(builder, textCompletion)
+
+def CompletionRequestAddPrompts(builder, prompts):
+    builder.PrependUOffsetTRelativeSlot(46, flatbuffers.number_types.UOffsetTFlags.py_type(prompts), 0)
+
+def AddPrompts(builder, prompts):
+    CompletionRequestAddPrompts(builder, prompts)
+
+def CompletionRequestStartPromptsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartPromptsVector(builder, numElems):
+    return CompletionRequestStartPromptsVector(builder, numElems)
+
+def CompletionRequestAddEcho(builder, echo):
+    builder.PrependBoolSlot(47, echo, 0)
+
+def AddEcho(builder, echo):
+    CompletionRequestAddEcho(builder, echo)
+
+def CompletionRequestAddSuffix(builder, suffix):
+    builder.PrependUOffsetTRelativeSlot(48, flatbuffers.number_types.UOffsetTFlags.py_type(suffix), 0)
+
+def AddSuffix(builder, suffix):
+    CompletionRequestAddSuffix(builder, suffix)
+
+def CompletionRequestAddBestOf(builder, bestOf):
+    builder.PrependInt32Slot(49, bestOf, None)
+
+def AddBestOf(builder, bestOf):
+    CompletionRequestAddBestOf(builder, bestOf)
+
+def CompletionRequestAddLogprobsCount(builder, logprobsCount):
+    builder.PrependInt32Slot(50, logprobsCount, None)
+
+def AddLogprobsCount(builder, logprobsCount):
+    CompletionRequestAddLogprobsCount(builder, logprobsCount)
 
 def CompletionRequestEnd(builder):
     return builder.EndObject()

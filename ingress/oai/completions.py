@@ -1,0 +1,140 @@
+"""OpenAI's legacy text-completions request (`POST /v1/completions`) and answer types, strictly decoded.
+
+Bounds are OpenAI's documented ones (`best_of` 0-20, `logprobs` 0-5, `n` 1-128, `max_tokens` ≥ 0, up to
+4 `stop` sequences); a prompt is a string, a list of strings, a list of token ids or a list of them. At
+most 2048 prompts, as for embeddings inputs; a prompt's own token limit is the service's (its tokenizer).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from ingress.errors import InvalidRequest
+from ingress.oai.codec import validation_path
+from ingress.oai.models import (
+    INT32_MAX,
+    Bias,
+    ChoiceCount,
+    ModelName,
+    Penalty,
+    Seed,
+    ShortText,
+    StreamOptions,
+    Temperature,
+    TokenId,
+    TopP,
+)
+from ingress.oai.responses import UsageOut
+
+MAX_PROMPTS = 2048
+
+PromptToken = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+PromptTokens = Annotated[list[PromptToken], Meta(min_length=1)]
+# msgspec allows one array type in a union: a list's items are checked to be of one kind below.
+PromptList = Annotated[list[str | PromptToken | PromptTokens], Meta(min_length=1)]
+
+
+class TextCompletionRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Unknown fields are refused, as OpenAI does, rather than silently dropped."""
+
+    model: ModelName
+    prompt: str | PromptList
+    best_of: Annotated[int, Meta(ge=0, le=20)] | None = None
+    echo: bool | None = None
+    frequency_penalty: Penalty | None = None
+    logit_bias: dict[TokenId, Bias] | None = None
+    logprobs: Annotated[int, Meta(ge=0, le=5)] | None = None
+    max_tokens: Annotated[int, Meta(ge=0, le=INT32_MAX)] | None = None
+    n: ChoiceCount | None = None
+    presence_penalty: Penalty | None = None
+    seed: Seed | None = None
+    stop: str | Annotated[list[str], Meta(max_length=4)] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    suffix: str | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    user: ShortText | None = None
+
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts one by one: texts, or token-id lists (a flat list of ids is one prompt). All of
+        one kind: decoding checked it."""
+        value = self.prompt
+        if isinstance(value, str) or isinstance(value[0], int):
+            return [value]  # type: ignore[list-item]  # a flat list holds only ints
+        return value  # type: ignore[return-value]  # texts, or lists of ints
+
+
+_decoder = msgspec.json.Decoder(TextCompletionRequest)
+
+
+def _invalid(detail: str, param: str | None) -> InvalidRequest:
+    where = f" for '{param}'" if param else ""
+    return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
+
+
+def decode_text_request(body: bytes) -> TextCompletionRequest:
+    """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
+    try:
+        request = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        detail, path = validation_path(exc)
+        raise _invalid(detail, path.removesuffix("[...]") or None) from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+    except RecursionError:
+        raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
+    _check(request)
+    return request
+
+
+_KINDS = {str: "a string", int: "a token id", list: "a list of token ids"}
+
+
+def _check(request: TextCompletionRequest) -> None:
+    """What a type cannot say: one kind of prompt per list, best_of against n and stream."""
+    value = request.prompt
+    if not isinstance(value, str):
+        kind = type(value[0])
+        for i, item in enumerate(value):
+            if type(item) is not kind:
+                raise _invalid(f"expected {_KINDS[kind]}, as the first item is, got {_KINDS[type(item)]}",
+                               f"prompt[{i}]")
+        if kind is not int and len(value) > MAX_PROMPTS:
+            raise _invalid(f"at most {MAX_PROMPTS} prompts are allowed, got {len(value)}", "prompt")
+    for token in request.logit_bias or ():
+        if int(token) > INT32_MAX:
+            raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
+    if request.best_of is not None and request.best_of < (request.n or 1):
+        raise _invalid("best_of must be at least n", "best_of")
+    if request.best_of is not None and request.best_of > 1 and request.stream:
+        raise _invalid("best_of above 1 cannot be streamed", "best_of")
+    if request.stream_options is not None and not request.stream:
+        raise _invalid("stream_options is only allowed when stream is true", "stream_options")
+
+
+# --- the answer: a text_completion object, streamed or not ----------------------------------------
+
+
+class TextChoiceOut(msgspec.Struct, kw_only=True):
+    text: str
+    index: int
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class TextCompletion(msgspec.Struct, kw_only=True):
+    """Both the whole answer and each streamed chunk (OpenAI sends one shape for both). UNSET fields are
+    left out; `usage` None is written as null (a stream with include_usage, before its last chunk)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[TextChoiceOut]
+    usage: UsageOut | UnsetType | None = UNSET
+    system_fingerprint: str | UnsetType = UNSET
