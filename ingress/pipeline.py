@@ -2,6 +2,7 @@
 
     JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
              complete  send → translate                                    one chat.completion
+             prepare_text  as prepare, for a legacy text completion; then complete or stream
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
@@ -35,21 +36,29 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import responses as out
 from ingress.oai.codec import decode_chat_request_forwarding
+from ingress.oai.completions import TextCompletion, TextCompletionRequest, decode_text_request
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request
 from ingress.oai.models import ChatCompletionRequest
-from ingress.passport import Passport, RequestMeta, compute_embedding_passport, compute_passport
+from ingress.passport import (
+    Passport,
+    RequestMeta,
+    compute_embedding_passport,
+    compute_passport,
+    compute_prompts_passport,
+)
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.stream import StreamTranslator
+from ingress.translate.text import TextStreamTranslator, translate_text_response
 from ingress.upstream import http1
 from ingress.upstream.group import EndpointGroup, Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
 from ingress.wire.embeddings import Embeddings, decode_embeddings_answer, encode_embedding_request
-from ingress.wire.encode import encode_request
+from ingress.wire.encode import encode_request, encode_text_request
 from ingress.wire.framing import FrameDecoder, FrameError
 from ingress.wire.types import Response
 
@@ -99,9 +108,9 @@ def _hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:
 
 @dataclass
 class Prepared:
-    """A chat request decoded, routed and encoded: everything the internal hop needs."""
+    """A chat (or legacy text) completion decoded, routed and encoded: everything the internal hop needs."""
 
-    request: ChatCompletionRequest
+    request: ChatCompletionRequest | TextCompletionRequest
     match: Match
     encoded: bytes | bytearray
     headers: dict[str, str]
@@ -118,6 +127,20 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
+    ex.encoded = time.perf_counter()
+    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+
+
+def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
+    """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
+    `complete` / `stream` answer it as text_completion objects."""
+    request = decode_text_request(body)
+    ex.decoded = time.perf_counter()
+    ex.model, ex.stream = request.model, bool(request.stream)
+    match = gw.route(request.model, ex)
+    # admit: as for chat, on the decoded request and its route.
+    passport = compute_prompts_passport(request.prompts, meta)
+    encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
     ex.encoded = time.perf_counter()
     return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
 
@@ -187,8 +210,8 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
 # --- complete: one answer -----------------------------------------------------------------------
 
 
-async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion:
-    """A non-streamed chat completion. Any failure raises, before the client was sent anything."""
+async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion | TextCompletion:
+    """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
 
     async def attempt(lease: Lease) -> Response:
         answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)
@@ -201,6 +224,8 @@ async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCom
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage = response.usage
+    if isinstance(prepared.request, TextCompletionRequest):
+        return translate_text_response(response)
     return translate_response(response, legacy_functions=prepared.request.legacy_functions)
 
 
@@ -278,7 +303,7 @@ class Failed:
     error: IngressError
 
 
-StreamEvent = out.ChatCompletionChunk | Signal | Failed
+StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
 
 
 async def stream(gw: Gateway, prepared: Prepared, ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
@@ -340,9 +365,14 @@ async def _translate(gw: Gateway, prepared: Prepared, ex: Exchange, reads: Async
     """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
     request = prepared.request
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
-    translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                  include_usage=include_usage, verify=gw.settings.verify_answers,
-                                  legacy_functions=request.legacy_functions)
+    translator: StreamTranslator | TextStreamTranslator
+    if isinstance(request, TextCompletionRequest):
+        translator = TextStreamTranslator(id=f"cmpl-{ex.request_id}", model=request.model, created=int(time.time()),
+                                          include_usage=include_usage, verify=gw.settings.verify_answers)
+    else:
+        translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
+                                      include_usage=include_usage, verify=gw.settings.verify_answers,
+                                      legacy_functions=request.legacy_functions)
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
     gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
     last: float | None = None

@@ -122,11 +122,22 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    gw, ex = request.app[GATEWAY], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
         return await _write_relayed(request, ex, await pipeline.relay(gw, body, ex))
-    prepared = pipeline.prepare(gw, body, request_meta(request), ex)
+    return await _answer(request, ex, pipeline.prepare(gw, body, request_meta(request), ex))
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """Legacy text completions: the same path as chat, answered as text_completion objects."""
+    gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    body = await _read_body(request, gw.settings.max_body_bytes)
+    return await _answer(request, ex, pipeline.prepare_text(gw, body, request_meta(request), ex))
+
+
+async def _answer(request: web.Request, ex: Exchange, prepared: pipeline.Prepared) -> web.StreamResponse:
+    gw, drain = request.app[GATEWAY], request.app[DRAIN]
     if not prepared.request.stream:
         with drain.deadline():
             completion = await pipeline.complete(gw, prepared, ex)
@@ -274,6 +285,7 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)

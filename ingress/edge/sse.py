@@ -10,6 +10,7 @@ import msgspec
 
 from ingress import pipeline
 from ingress.errors import IngressError
+from ingress.oai.completions import TextCompletion
 from ingress.oai.responses import ChatCompletionChunk
 
 DONE = b"data: [DONE]\n\n"
@@ -36,7 +37,7 @@ class SseWriter:
 
     def render(self, event: pipeline.StreamEvent) -> bytes:
         """One event's bytes (b"" for OPENED, which only commits the response)."""
-        if type(event) is ChatCompletionChunk:
+        if type(event) is ChatCompletionChunk or type(event) is TextCompletion:
             return self.event(event)
         if event is pipeline.HEARTBEAT:
             return HEARTBEAT
