@@ -10,6 +10,7 @@ from aiohttp import web
 from ingress import wire
 from ingress.demo import embed as embedding
 from ingress.demo.answer import Plan, plan
+from ingress.demo.text import TextPlan, plan_text, usage_of
 
 DELAY = web.AppKey("delay", float)
 
@@ -37,6 +38,8 @@ async def complete(request: web.Request) -> web.StreamResponse:
                                message=f"Unreadable request: {exc}")
         return web.Response(status=400, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
     n = req.n or 1
+    if req.text_completion:
+        return await _complete_text(request, req, n, plan_text(req))
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     if not req.stream:
         text = "".join(p.text_tokens) if not p.tool_call else None
@@ -72,6 +75,46 @@ async def complete(request: web.Request) -> web.StreamResponse:
     await send(usage=_usage(p, n), done=True)
     await stream.write_eof()
     return stream
+
+
+async def _complete_text(request: web.Request, req: wire.CompletionRequestData, n: int,
+                         plans: list[TextPlan]) -> web.StreamResponse:
+    """A legacy text completion: each prompt's n choices, indexed prompt * n + j."""
+    prompt, completion = usage_of(plans, n)
+    usage = wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    answer_id, model, created = f"cmpl-{req.request_id or ''}", req.model_name or "", int(time.time())
+    if not req.stream:
+        choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason)
+                   for i, p in enumerate(plans) for j in range(n)]
+        response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=usage)
+        return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
+    stream = web.StreamResponse(headers={"Content-Type": wire.STREAM_CONTENT_TYPE})
+    await stream.prepare(request)
+    delay = request.app[DELAY]
+    chunks = [wire.Chunk(sequence=0, id=answer_id, model=model, created=created)]
+    chunks += [wire.Chunk(sequence=0, choice_index=i * n + j, content=p.echo)
+               for i, p in enumerate(plans) for j in range(n) if p.echo]
+    await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(chunks)))
+    seq = len(chunks)
+    for i, p in enumerate(plans):
+        for word in p.words:
+            if delay:
+                await asyncio.sleep(delay)
+            frames = [wire.Chunk(sequence=0, choice_index=i * n + j, content=word) for j in range(n)]
+            await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(frames, seq)))
+            seq += n
+    last = [wire.Chunk(sequence=0, choice_index=i * n + j, finish_reason=p.finish_reason)
+            for i, p in enumerate(plans) for j in range(n)]
+    last.append(wire.Chunk(sequence=0, usage=usage, done=True))
+    await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(last, seq)))
+    await stream.write_eof()
+    return stream
+
+
+def _numbered(chunks: list[wire.Chunk], start: int = 0) -> list[wire.Chunk]:
+    for k, chunk in enumerate(chunks):
+        chunk.sequence = start + k
+    return chunks
 
 
 def _error(status: int, message: str, code: str, param: str | None = None) -> web.Response:

@@ -1,0 +1,50 @@
+"""The demo's answer to a legacy text completion, as pure functions over the request.
+
+Each prompt is echoed back as its completion, one word (with its leading space) per token, cut at
+`max_tokens` (16 when not sent, OpenAI's default; 0 allowed: only the echo, if asked) with finish
+reason "length". A token-id prompt reads as its ids, space-separated (" 1 2 3"). With `echo` the
+choice's text begins with the prompt itself. Every prompt gets `n` identical choices, indexed
+prompt * n + j. Usage: a text prompt counts its words, a token-id prompt its ids; completion tokens
+are the words answered, over all choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ingress.demo.answer import count_tokens, tokens
+from ingress.wire import CompletionRequestData, PromptInputData
+
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass
+class TextPlan:
+    """One prompt's answer: the echo (empty unless asked), the words answered, how it finished."""
+
+    echo: str
+    words: list[str]
+    finish_reason: str
+    prompt_tokens: int
+
+
+def prompt_text(p: PromptInputData) -> str:
+    return p.text if p.text is not None else "".join(f" {t}" for t in p.tokens or ())
+
+
+def plan_text(req: CompletionRequestData) -> list[TextPlan]:
+    limit = req.max_tokens if req.max_tokens_set else DEFAULT_MAX_TOKENS
+    plans = []
+    for p in req.prompts or ():
+        text = prompt_text(p)
+        words = tokens(text, limit + 1) or ["(empty)"]  # one more: is the echo cut?
+        cut = len(words) > limit
+        plans.append(TextPlan(echo=text if req.echo else "", words=words[:limit], finish_reason="length" if cut
+                              else "stop", prompt_tokens=len(p.tokens) if p.text is None and p.tokens else
+                              count_tokens(text)))
+    return plans
+
+
+def usage_of(plans: list[TextPlan], n: int) -> tuple[int, int]:
+    """(prompt tokens, completion tokens) of the whole answer."""
+    return sum(p.prompt_tokens for p in plans), sum(len(p.words) for p in plans) * n
