@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
 
@@ -21,6 +22,7 @@ from ingress.settings import DEMO_MODEL, Settings
 
 CHAT = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
+COMPLETIONS = "/v1/completions"
 JSON_HEADERS = {"Content-Type": "application/json"}
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -47,6 +49,9 @@ class Edge:
 
     async def embed(self, raw: Any, **headers: str) -> Answer:
         return await self.call("POST", EMBEDDINGS, raw, {**JSON_HEADERS, **headers})
+
+    async def complete_text(self, raw: Any, **headers: str) -> Answer:
+        return await self.call("POST", COMPLETIONS, raw, {**JSON_HEADERS, **headers})
 
 
 @asynccontextmanager
@@ -102,6 +107,17 @@ async def test_bad_dict_entry_is_a_400(edge: Edge, raw: bytes) -> None:
 @pytest.mark.parametrize("bad", BAD_EMBEDDINGS)
 async def test_bad_embeddings_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
     assert_error(await edge.embed(bad.body), 400, param=bad.param, code=bad.code)
+
+
+@pytest.mark.parametrize("bad", BAD_COMPLETIONS)
+async def test_bad_completions_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
+    assert_error(await edge.complete_text(bad.body), 400, param=bad.param, code=bad.code)
+
+
+async def test_valid_completions_body_is_answered(edge: Edge) -> None:
+    answer = await edge.complete_text(completions_body(prompt=["a", "b"]))
+    assert answer.status == 200 and answer.doc["object"] == "text_completion"
+    assert [(c["index"], c["text"]) for c in answer.doc["choices"]] == [(0, "a"), (1, "b")]
 
 
 async def test_valid_embeddings_body_is_answered(edge: Edge) -> None:
@@ -172,7 +188,7 @@ async def test_chunked_body_under_the_limit_is_accepted(small_edge: Edge) -> Non
 # --- routes --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/nope", "/v1/chat/completion", "/v1/completions", "/v2/chat/completions",
+@pytest.mark.parametrize("path", ["/nope", "/v1/chat/completion", "/v2/chat/completions",
                                   "/v1/embedding", "/v1/embed"])
 async def test_unknown_path_is_a_404(edge: Edge, path: str) -> None:
     assert_error(await edge.call("POST", path, valid(), JSON_HEADERS), 404, code="unknown_url")

@@ -1,0 +1,136 @@
+"""`POST /v1/completions` (legacy text completions) through the official openai SDK, blocking and async.
+
+With the embedded demo the answers are known in advance (ingress/demo/text.py): each prompt echoed
+back, cut at max_tokens; in front of the scripted fake upstream, the fake shows what travelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from fakes.upstream import FakeUpstream
+
+from ingress import wire
+
+MODEL = "ingress-demo"
+
+
+@pytest.fixture
+def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
+        yield c
+
+
+# --- the blocking client ----------------------------------------------------------------------------
+
+
+def test_a_string_prompt_is_completed(client: openai.OpenAI) -> None:
+    raw = client.completions.with_raw_response.create(model=MODEL, prompt="the quick brown fox")
+    doc = raw.http_response.json()
+    assert doc["object"] == "text_completion" and doc["choices"][0]["logprobs"] is None
+    result = raw.parse()
+    assert result.id.startswith("cmpl-") and result.model == MODEL
+    assert [(c.index, c.text, c.finish_reason) for c in result.choices] == [(0, "the quick brown fox", "stop")]
+    assert result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.total_tokens) == (4, 4, 8)
+
+
+def test_a_list_of_prompts_with_n_answers_prompt_times_n_choices_in_order(client: openai.OpenAI) -> None:
+    result = client.completions.create(model=MODEL, prompt=["one two", "three"], n=2)
+    assert [(c.index, c.text) for c in result.choices] == [(0, "one two"), (1, "one two"), (2, "three"),
+                                                           (3, "three")]
+    assert result.usage is not None and result.usage.completion_tokens == (2 + 1) * 2
+
+
+def test_token_id_prompts_travel_as_ids(client: openai.OpenAI) -> None:
+    single = client.completions.create(model=MODEL, prompt=[101, 7, 2**31 - 1])
+    assert single.choices[0].text == f" 101 7 {2**31 - 1}"
+    assert single.usage is not None and single.usage.prompt_tokens == 3
+    several = client.completions.create(model=MODEL, prompt=[[1, 2], [3]])
+    assert [c.text for c in several.choices] == [" 1 2", " 3"]
+
+
+def test_echo_max_tokens_and_the_other_parameters(client: openai.OpenAI) -> None:
+    result = client.completions.create(
+        model=MODEL, prompt="a b c d", echo=True, max_tokens=2, suffix="!", best_of=3, n=2, logprobs=5,
+        temperature=0.5, top_p=0.9, stop=["\n"], seed=7, presence_penalty=0.1, frequency_penalty=-0.1,
+        logit_bias={"50256": -100}, user="u-1")
+    assert [(c.text, c.finish_reason) for c in result.choices] == [("a b c d" + "a b", "length")] * 2
+    zero = client.completions.create(model=MODEL, prompt="a b", echo=True, max_tokens=0)
+    assert (zero.choices[0].text, zero.choices[0].finish_reason) == ("a b", "length")
+
+
+def test_stream_with_usage(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt=["x y", "z"], echo=True, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert all(c.object == "text_completion" for c in chunks)
+    texts: dict[int, str] = {}
+    finishes: dict[int, str | None] = {}
+    for chunk in chunks[:-1]:
+        assert chunk.usage is None
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+            finishes[choice.index] = choice.finish_reason or finishes.get(choice.index)
+    assert texts == {0: "x yx y", 1: "zz"} and finishes == {0: "stop", 1: "stop"}
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 3
+
+
+def test_a_stream_without_usage_asked_has_none(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt="hi there", stream=True))
+    assert "".join(ch.text for c in chunks for ch in c.choices) == "hi there"
+    assert all(c.usage is None for c in chunks) and chunks[-1].choices[0].finish_reason == "stop"
+
+
+# --- the async client -------------------------------------------------------------------------------
+
+
+async def test_async_create_and_stream(aclient: openai.AsyncOpenAI) -> None:
+    result = await aclient.completions.create(model=MODEL, prompt="async words here", max_tokens=2)
+    assert (result.choices[0].text, result.choices[0].finish_reason) == ("async words", "length")
+    stream = await aclient.completions.create(model=MODEL, prompt=[[5, 6]], stream=True,
+                                              stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert "".join(ch.text for c in chunks for ch in c.choices) == " 5 6"
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 2
+
+
+async def test_an_unknown_model_is_a_404_in_openais_shape(aclient: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        await aclient.completions.create(model="no-such-model", prompt="x")
+    assert caught.value.code == "model_not_found"
+
+
+# --- what travels: the fake upstream sees the CompletionRequest --------------------------------------
+
+
+async def test_every_field_travels_to_the_service(edge: str, fake_upstream: FakeUpstream) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
+        await c.completions.create(
+            model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2, logprobs=0,
+            max_tokens=0, temperature=0.25, top_p=0.5, stop="\n\n", seed=-1, presence_penalty=2,
+            frequency_penalty=-2, logit_bias={"7": 100}, user="someone")
+    sent: Any = wire.decode_text_request(fake_upstream.received[-1].body)
+    assert sent.prompt == ["first", "second"] and sent.echo and sent.suffix == "end"
+    assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, 0, 0)
+    assert (sent.temperature, sent.top_p, sent.stop, sent.seed) == (0.25, 0.5, ["\n\n"], -1)
+    assert (sent.presence_penalty, sent.frequency_penalty, sent.logit_bias, sent.user) == (2, -2, {"7": 100}, "someone")
+    view = wire.read_request(fake_upstream.received[-1].body)
+    assert view.TextCompletion() and view.MessagesLength() == 0 and view.UserPrompt() == b"first"
+
+
+async def test_the_edge_refuses_before_sending(edge: str, fake_upstream: FakeUpstream,
+                                               http: aiohttp.ClientSession) -> None:
+    async with http.post(f"{edge}/v1/completions", json={"model": "gpt-4o", "prompt": "x", "nope": 1}) as r:
+        assert r.status == 400 and (await r.json())["error"]["param"] == "nope"
+    assert fake_upstream.received == []

@@ -1,0 +1,102 @@
+"""Legacy text completions without I/O: the strict request codec (oai/completions.py), the request on
+the wire both ways (wire/encode.py, wire/decode.py) and the translation of answers (translate/text.py)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from openai.types import Completion
+from unit.bad_completions import BAD_COMPLETIONS, completions_body
+from unit.bad_requests import Bad
+
+from ingress import wire
+from ingress.errors import InvalidRequest, UpstreamProtocolError
+from ingress.oai.completions import decode_text_request
+from ingress.passport import Passport
+from ingress.translate.text import TextStreamTranslator, translate_text_response
+from ingress.wire.encode import encode_text_request
+
+PASSPORT = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=3, prefix_hash=7, traceparent="tp")
+
+
+@pytest.mark.parametrize("bad", BAD_COMPLETIONS)
+def test_bad_body_is_refused_naming_the_field(bad: Bad) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        decode_text_request(bad.body)
+    assert caught.value.param == bad.param
+    if bad.code is not None:
+        assert caught.value.code == bad.code
+
+
+@pytest.mark.parametrize(("prompt", "prompts"), [
+    ("", [""]), ("a", ["a"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]), ([[1], [2, 3]], [[1], [2, 3]]),
+])
+def test_every_prompt_shape_reads_as_a_list_of_prompts(prompt: object, prompts: list[object]) -> None:
+    assert decode_text_request(completions_body(prompt=prompt)).prompts == prompts
+
+
+def test_the_request_travels_as_a_text_completion_and_reads_back() -> None:
+    request = decode_text_request(completions_body(prompt=[[5, 6], [7]], echo=True, max_tokens=0, best_of=3, n=3,
+                                                   logprobs=2, suffix="s", stop=["x"], temperature=0.7))
+    buf = bytes(encode_text_request(request, "rid", PASSPORT, "self_hosted", "served-name"))
+    wire.verify_request(buf)
+    view = wire.read_request(buf)
+    assert view.TextCompletion() and not view.LegacyFunctions() and view.MessagesLength() == 0
+    assert view.ModelName() == b"served-name" and view.UserPrompt() is None
+    data = wire.read_request_data(buf)
+    assert [p.tokens for p in data.prompts or ()] == [[5, 6], [7]]
+    assert (data.echo, data.suffix, data.best_of, data.logprobs_count) == (True, "s", 3, 2)
+    assert (data.max_tokens, data.max_tokens_set, data.temperature_set) == (0, True, True)
+    back = wire.decode_text_request(buf)
+    assert back == msgspec.structs.replace(request, model="served-name")
+
+
+def test_a_chat_request_is_not_read_as_a_text_completion() -> None:
+    from ingress.oai.codec import decode_chat_request
+    from ingress.wire.encode import encode_request
+    chat = decode_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+    with pytest.raises(wire.WireError):
+        wire.decode_text_request(bytes(encode_request(chat, "rid", PASSPORT)))
+
+
+def test_an_answer_translates_to_what_the_sdk_reads_as_a_completion() -> None:
+    response = wire.Response(id="cmpl-1", model="m", created=9, usage=wire.Usage(prompt_tokens=2, completion_tokens=3),
+                             choices=[wire.Choice(index=0, content="ab", finish_reason="stop"),
+                                      wire.Choice(index=1, finish_reason="length")])
+    doc = msgspec.json.decode(msgspec.json.encode(translate_text_response(response)))
+    assert doc["object"] == "text_completion"
+    assert doc["choices"] == [{"text": "ab", "index": 0, "finish_reason": "stop", "logprobs": None},
+                              {"text": "", "index": 1, "finish_reason": "length", "logprobs": None}]
+    parsed = Completion.model_validate(doc)
+    assert parsed.usage is not None and parsed.usage.total_tokens == 5
+
+
+def _frames(*chunks: wire.Chunk) -> list[bytes]:
+    return [bytes(wire.write_chunk(c)) for c in chunks]
+
+
+def test_a_stream_becomes_text_chunks_with_usage_last() -> None:
+    translator = TextStreamTranslator(id="cmpl-x", model="m", created=1, include_usage=True)
+    out = []
+    for frame in _frames(wire.Chunk(sequence=0, id="cmpl-s", role="assistant", content=""),
+                         wire.Chunk(sequence=1, choice_index=1, content=" w"),
+                         wire.Chunk(sequence=2, choice_index=1, finish_reason="stop"),
+                         wire.Chunk(sequence=3, usage=wire.Usage(prompt_tokens=1, completion_tokens=1), done=True)):
+        out += translator.feed_frame(frame)
+    translator.finish()
+    docs = [msgspec.json.decode(msgspec.json.encode(c)) for c in out]
+    assert [d["choices"] for d in docs] == [
+        [{"text": " w", "index": 1, "finish_reason": None, "logprobs": None}],
+        [{"text": "", "index": 1, "finish_reason": "stop", "logprobs": None}],
+        [],
+    ]
+    assert [d["usage"] for d in docs][:2] == [None, None] and docs[2]["usage"]["total_tokens"] == 2
+    assert {d["id"] for d in docs} == {"cmpl-s"} and {d["object"] for d in docs} == {"text_completion"}
+    assert translator.done and translator.usage is not None
+
+
+def test_a_stream_cut_short_fails() -> None:
+    translator = TextStreamTranslator(id="cmpl-x", model="m", created=1, include_usage=False)
+    translator.feed_frame(_frames(wire.Chunk(sequence=0, content="a"))[0])
+    with pytest.raises(UpstreamProtocolError):
+        translator.finish()
