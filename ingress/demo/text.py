@@ -38,10 +38,9 @@ def plan_text(req: CompletionRequestData) -> list[TextPlan]:
     for p in req.prompts or ():
         text = prompt_text(p)
         words = tokens(text, limit + 1) or ["(empty)"]  # one more: is the echo cut?
-        cut = len(words) > limit
-        plans.append(TextPlan(echo=text if req.echo else "", words=words[:limit], finish_reason="length" if cut
-                              else "stop", prompt_tokens=len(p.tokens) if p.text is None and p.tokens else
-                              count_tokens(text)))
+        finish = "length" if len(words) > limit else "stop"
+        prompt_tokens = count_tokens(text) if p.text is not None else len(p.tokens or ())
+        plans.append(TextPlan(text if req.echo else "", words[:limit], finish, prompt_tokens))
     return plans
 
 

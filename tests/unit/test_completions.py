@@ -3,15 +3,20 @@ the wire both ways (wire/encode.py, wire/decode.py) and the translation of answe
 
 from __future__ import annotations
 
+import typing
+
 import msgspec
 import pytest
 from openai.types import Completion
+from openai.types import completion_create_params as sdk
+from openai.types.chat import ChatCompletionStreamOptionsParam
 from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_requests import Bad
 
 from ingress import wire
 from ingress.errors import InvalidRequest, UpstreamProtocolError
-from ingress.oai.completions import decode_text_request
+from ingress.oai.completions import TextCompletionRequest, decode_text_request
+from ingress.oai.models import StreamOptions
 from ingress.passport import Passport
 from ingress.translate.text import TextStreamTranslator, translate_text_response
 from ingress.wire.encode import encode_text_request
@@ -26,6 +31,14 @@ def test_bad_body_is_refused_naming_the_field(bad: Bad) -> None:
     assert caught.value.param == bad.param
     if bad.code is not None:
         assert caught.value.code == bad.code
+
+
+def test_every_sdk_parameter_is_a_field_of_the_request() -> None:
+    # The installed SDK's parameters of completions.create: the next release that adds one fails here.
+    params = set(typing.get_type_hints(sdk.CompletionCreateParamsStreaming)) | set(
+        typing.get_type_hints(sdk.CompletionCreateParamsNonStreaming))
+    assert params == set(TextCompletionRequest.__struct_fields__)
+    assert set(typing.get_type_hints(ChatCompletionStreamOptionsParam)) <= set(StreamOptions.__struct_fields__)
 
 
 @pytest.mark.parametrize(("prompt", "prompts"), [
