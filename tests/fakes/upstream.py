@@ -58,8 +58,11 @@ class Received:
 
     @property
     def user_text(self) -> str:
+        """The last user message's text; for a text completion (no messages), its first text prompt."""
         users = [m for m in self.request.messages if isinstance(m, UserMessage)]
-        return message_text(users[-1]) if users else ""
+        if not users:
+            return (wire.read_request(self.body).UserPrompt() or b"").decode()
+        return message_text(users[-1])
 
 
 @dataclass(frozen=True)

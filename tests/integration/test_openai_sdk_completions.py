@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 
 from ingress import wire
@@ -134,3 +135,26 @@ async def test_the_edge_refuses_before_sending(edge: str, fake_upstream: FakeUps
     async with http.post(f"{edge}/v1/completions", json={"model": "gpt-4o", "prompt": "x", "nope": 1}) as r:
         assert r.status == 400 and (await r.json())["error"]["param"] == "nope"
     assert fake_upstream.received == []
+
+
+# --- the internal hop's failures, in OpenAI's shape --------------------------------------------------
+
+
+async def test_a_service_error_mid_stream_reaches_the_sdk_in_band(edge: str, fake_upstream: FakeUpstream) -> None:
+    fake_upstream.play(fu.error_frame(wire.ErrorInfo(status=500, message="engine fell over", code="engine"), after=2))
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
+        stream = await c.completions.create(model="gpt-4o", prompt="one two three", stream=True)
+        texts = []
+        with pytest.raises(openai.APIError, match="engine fell over"):
+            async for chunk in stream:
+                texts += [choice.text for choice in chunk.choices]
+    assert texts == ["one"]  # the role frame sends nothing; the first word did arrive
+
+
+async def test_a_service_error_answer_keeps_its_status(edge: str, fake_upstream: FakeUpstream) -> None:
+    fake_upstream.play(fu.error_answer(wire.ErrorInfo(status=429, type="rate_limit_error", message="slow down",
+                                                      code="rate_limited")))
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
+        with pytest.raises(openai.RateLimitError) as caught:
+            await c.completions.create(model="gpt-4o", prompt="x")
+    assert caught.value.code == "rate_limited"
