@@ -36,7 +36,7 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import responses as out
 from ingress.oai.codec import decode_chat_request_forwarding
-from ingress.oai.completions import TextCompletion, TextCompletionRequest, decode_text_request
+from ingress.oai.completions import TextCompletion, TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request
 from ingress.oai.models import ChatCompletionRequest
 from ingress.passport import (
@@ -134,13 +134,14 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
 def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
     """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
     `complete` / `stream` answer it as text_completion objects."""
-    request = decode_text_request(body)
+    request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = request.model, bool(request.stream)
     match = gw.route(request.model, ex)
     # admit: as for chat, on the decoded request and its route.
     passport = compute_prompts_passport(request.prompts, meta)
-    encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
+    encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                  extra_json)
     ex.encoded = time.perf_counter()
     return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
 

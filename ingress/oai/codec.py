@@ -85,7 +85,7 @@ def decode_chat_request_forwarding(
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        split = _split_extras(body, exc, forwards)
+        split = split_extras(body, exc, forwards)
         if split is None:
             raise _refusal(exc) from None
         openai_body, extra_json = split
@@ -96,11 +96,13 @@ def decode_chat_request_forwarding(
     return request, None
 
 
-def _split_extras(
+def split_extras(
     body: bytes, exc: msgspec.ValidationError, forwards: Callable[[str], bool],
+    openai_fields: frozenset[str] = _OPENAI_FIELDS,
 ) -> tuple[bytes, str] | None:
     """(the OpenAI fields as a JSON object, the others as one) when `exc` is an unknown top-level field
-    and the body's model forwards them; else None, and the error stands."""
+    and the body's model forwards them; else None, and the error stands. `openai_fields`: the request
+    type's own fields (chat's by default)."""
     detail, path = validation_path(exc)
     if not detail.startswith("Object contains unknown field") or "." in path or "[" in path:
         return None
@@ -111,8 +113,8 @@ def _split_extras(
         return None
     if not forwards(model):
         return None
-    ours = {k: v for k, v in fields.items() if k in _OPENAI_FIELDS}
-    extras = {k: v for k, v in fields.items() if k not in _OPENAI_FIELDS}
+    ours = {k: v for k, v in fields.items() if k in openai_fields}
+    extras = {k: v for k, v in fields.items() if k not in openai_fields}
     return json_encoder.encode(ours), json_encoder.encode(extras).decode()
 
 

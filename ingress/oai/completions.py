@@ -7,13 +7,14 @@ most 2048 prompts, as for embeddings inputs; a prompt's own token limit is the s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from ingress.errors import InvalidRequest
-from ingress.oai.codec import validation_path
+from ingress.oai.codec import split_extras, validation_path
 from ingress.oai.models import (
     INT32_MAX,
     Bias,
@@ -70,6 +71,7 @@ class TextCompletionRequest(msgspec.Struct, forbid_unknown_fields=True, omit_def
 
 
 _decoder = msgspec.json.Decoder(TextCompletionRequest)
+_OPENAI_FIELDS = frozenset(TextCompletionRequest.__struct_fields__)
 
 
 def _invalid(detail: str, param: str | None) -> InvalidRequest:
@@ -79,9 +81,24 @@ def _invalid(detail: str, param: str | None) -> InvalidRequest:
 
 def decode_text_request(body: bytes) -> TextCompletionRequest:
     """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
+    return decode_text_request_forwarding(body, _refuse)[0]
+
+
+def _refuse(model: str) -> bool:
+    return False
+
+
+def decode_text_request_forwarding(
+    body: bytes, forwards: Callable[[str], bool],
+) -> tuple[TextCompletionRequest, str | None]:
+    """As decode_text_request, but the top-level fields that are not OpenAI's come back as one JSON
+    object (text) when `forwards(model)` says the model's route forwards them, as for chat (codec.py)."""
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError as exc:
+        split = split_extras(body, exc, forwards, _OPENAI_FIELDS)
+        if split is not None:
+            return decode_text_request(split[0]), split[1]
         detail, path = validation_path(exc)
         raise _invalid(detail, path.removesuffix("[...]") or None) from None
     except msgspec.DecodeError as exc:
@@ -89,7 +106,7 @@ def decode_text_request(body: bytes) -> TextCompletionRequest:
     except RecursionError:
         raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
     _check(request)
-    return request
+    return request, None
 
 
 _KINDS = {str: "a string", int: "a token id", list: "a list of token ids"}

@@ -217,9 +217,10 @@ def _prompt(value: str | list[int]) -> gen.PromptInputData:
 
 def text_request_data(
     request: TextCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
-    model_name: str | None = None,
+    model_name: str | None = None, extra_json: str | None = None,
 ) -> gen.CompletionRequestData:
-    """A legacy text completion as a CompletionRequest: its prompts, and the sampling fields chat has."""
+    """A legacy text completion as a CompletionRequest: its prompts, and the sampling fields chat has;
+    `extra_json` as for chat (a forwarding route's fields that are not OpenAI's)."""
     stop, options, prompts = request.stop, request.stream_options, request.prompts
     return gen.CompletionRequestData(
         request_id=request_id,
@@ -242,6 +243,7 @@ def text_request_data(
         temperature_set=request.temperature is not None,
         max_tokens_set=request.max_tokens is not None,
         include_obfuscation=options.include_obfuscation if options is not None else None,
+        extra_json=extra_json,
         text_completion=True,
         prompts=[_prompt(p) for p in prompts],
         echo=bool(request.echo),
@@ -301,8 +303,10 @@ def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport
 
 
 def encode_text_request(request: TextCompletionRequest, request_id: str, passport: gen.PassportData,
-                        provider: str = "openai", model_name: str | None = None) -> bytearray:
-    return _fast(gen.encode_CompletionRequest, text_request_data(request, request_id, passport, provider, model_name))
+                        provider: str = "openai", model_name: str | None = None,
+                        extra_json: str | None = None) -> bytearray:
+    return _fast(gen.encode_CompletionRequest,
+                 text_request_data(request, request_id, passport, provider, model_name, extra_json))
 
 
 def encode_response(response: wt.Response) -> bytearray:

@@ -6,6 +6,7 @@ back, cut at max_tokens; in front of the scripted fake upstream, the fake shows 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -14,8 +15,10 @@ import openai
 import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from integration.conftest import FAST, StartEdge
 
 from ingress import wire
+from ingress.settings import Endpoint, Group, Route, Settings
 
 MODEL = "ingress-demo"
 
@@ -158,3 +161,27 @@ async def test_a_service_error_answer_keeps_its_status(edge: str, fake_upstream:
         with pytest.raises(openai.RateLimitError) as caught:
             await c.completions.create(model="gpt-4o", prompt="x")
     assert caught.value.code == "rate_limited"
+
+
+# --- engine extras: a forwarding route sends them, as for chat ----------------------------------------
+
+
+async def test_a_forwarding_route_sends_the_extras_of_a_text_completion(
+    start_edge: StartEdge, fake_upstream: FakeUpstream,
+) -> None:
+    group = {"engine": Group(endpoints=[Endpoint(url=fake_upstream.url)])}
+    routes = (Route(prefix="vllm-", group="engine", extra_fields="forward"), Route(glob="*", group="engine"))
+    url = await start_edge(Settings(groups=group, routes=routes, timeouts=FAST))
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as c:
+        result = await c.completions.create(model="vllm-base", prompt="hello there", max_tokens=5,
+                                            extra_body={"top_k": 40, "min_p": 0.05})
+        with pytest.raises(openai.BadRequestError) as bounds:  # the OpenAI fields are checked as ever
+            await c.completions.create(model="vllm-base", prompt="x", logprobs=9, extra_body={"top_k": 1})
+        with pytest.raises(openai.BadRequestError) as refused:  # a route that does not forward refuses them
+            await c.completions.create(model="gpt-4o", prompt="x", extra_body={"top_k": 1})
+    assert result.choices[0].text == "hello there"
+    assert (bounds.value.param, refused.value.param) == ("logprobs", "top_k")
+    [received] = fake_upstream.received
+    view = wire.read_request(received.body)
+    assert json.loads(view.ExtraJson() or b"") == {"top_k": 40, "min_p": 0.05} and view.TextCompletion()
+    assert wire.decode_text_request(received.body).max_tokens == 5
