@@ -1,8 +1,8 @@
 """The whole request path on one screen, as named stages.
 
     JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
+             prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              complete  send → translate                                    one chat.completion
-             prepare_text  as prepare, for a legacy text completion; then complete or stream
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
