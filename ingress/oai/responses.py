@@ -23,27 +23,64 @@ class ToolCallOut(_Out):
     type: str = "function"
 
 
+class UrlCitationOut(_Out, kw_only=True):
+    start_index: int
+    end_index: int
+    title: str
+    url: str
+
+
+class AnnotationOut(_Out, kw_only=True):
+    type: str = "url_citation"
+    url_citation: UrlCitationOut
+
+
 class MessageOut(_Out, kw_only=True):
     role: str = "assistant"
     content: str | None
     refusal: str | UnsetType | None = UNSET
     tool_calls: list[ToolCallOut] | UnsetType = UNSET
     function_call: FunctionOut | UnsetType = UNSET  # legacy: the answer to a `functions` request
+    annotations: list[AnnotationOut] | UnsetType = UNSET
+
+
+class TopLogprobOut(_Out, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprobOut(_Out, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprobOut]
+
+
+class LogprobsOut(_Out, kw_only=True):
+    """A choice's `logprobs`: each list is null when the answer has no such tokens."""
+
+    content: list[TokenLogprobOut] | None
+    refusal: list[TokenLogprobOut] | None
 
 
 class ChoiceOut(_Out):
     index: int
     message: MessageOut
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: LogprobsOut | None = None
 
 
 class PromptTokensDetails(_Out):
     cached_tokens: int = 0
+    audio_tokens: int = 0
 
 
 class CompletionTokensDetails(_Out):
     reasoning_tokens: int = 0
+    audio_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
 
 class UsageOut(_Out):
@@ -62,6 +99,7 @@ class ChatCompletion(_Out, kw_only=True):
     choices: list[ChoiceOut]
     usage: UsageOut | UnsetType = UNSET
     system_fingerprint: str | UnsetType = UNSET
+    service_tier: str | UnsetType = UNSET
 
 
 class FunctionDeltaOut(_Out):
@@ -88,7 +126,7 @@ class ChunkChoiceOut(_Out):
     index: int
     delta: DeltaOut
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: LogprobsOut | None = None
 
 
 class ChatCompletionChunk(_Out, kw_only=True):
@@ -98,6 +136,7 @@ class ChatCompletionChunk(_Out, kw_only=True):
     model: str
     choices: list[ChunkChoiceOut]
     system_fingerprint: str | UnsetType = UNSET
+    service_tier: str | UnsetType = UNSET
     usage: UsageOut | UnsetType | None = UNSET
 
 

@@ -10,6 +10,7 @@ from msgspec import UNSET
 from ingress.oai import responses as out
 from ingress.wire import types as wt
 from ingress.wire.answer import decode_answer as decode_answer  # moved to wire/; pipeline.py imports it here
+from ingress.wire.decode import shortest_float32
 
 
 def translate_usage(u: wt.Usage) -> out.UsageOut:
@@ -17,9 +18,41 @@ def translate_usage(u: wt.Usage) -> out.UsageOut:
         prompt_tokens=u.prompt_tokens,
         completion_tokens=u.completion_tokens,
         total_tokens=u.total_tokens or u.prompt_tokens + u.completion_tokens,
-        prompt_tokens_details=out.PromptTokensDetails(cached_tokens=u.cached_tokens),
-        completion_tokens_details=out.CompletionTokensDetails(reasoning_tokens=u.reasoning_tokens),
+        prompt_tokens_details=out.PromptTokensDetails(cached_tokens=u.cached_tokens,
+                                                      audio_tokens=u.prompt_audio_tokens),
+        completion_tokens_details=out.CompletionTokensDetails(
+            reasoning_tokens=u.reasoning_tokens, audio_tokens=u.completion_audio_tokens,
+            accepted_prediction_tokens=u.accepted_prediction_tokens,
+            rejected_prediction_tokens=u.rejected_prediction_tokens),
     )
+
+
+# A logprob travels as a float32: written back as the shortest decimal that reads as the same float32
+# (-0.1, not -0.10000000149011612).
+
+
+def _top(t: wt.TopLogprob) -> out.TopLogprobOut:
+    return out.TopLogprobOut(token=t.token or "", logprob=shortest_float32(t.logprob), bytes=t.bytes)
+
+
+def _token(t: wt.TokenLogprob) -> out.TokenLogprobOut:
+    return out.TokenLogprobOut(token=t.token or "", logprob=shortest_float32(t.logprob), bytes=t.bytes,
+                               top_logprobs=[_top(x) for x in t.top_logprobs] if t.top_logprobs else [])
+
+
+def translate_logprobs(content: list[wt.TokenLogprob] | None,
+                       refusal: list[wt.TokenLogprob] | None) -> out.LogprobsOut | None:
+    """A choice's `logprobs`: null when the service sent none (none were asked for)."""
+    if content is None and refusal is None:
+        return None
+    return out.LogprobsOut(content=None if content is None else [_token(t) for t in content],
+                           refusal=None if refusal is None else [_token(t) for t in refusal])
+
+
+def _annotation(a: wt.Annotation) -> out.AnnotationOut:
+    citation = out.UrlCitationOut(start_index=a.start_index, end_index=a.end_index, title=a.title or "",
+                                  url=a.url or "")
+    return out.AnnotationOut(type=a.type or "url_citation", url_citation=citation)
 
 
 def translate_tool_call(call: wt.FunctionCall) -> out.ToolCallOut:
@@ -31,13 +64,14 @@ LEGACY_FINISH = {"tool_calls": "function_call"}  # a legacy `functions` request'
 
 
 def _message(c: wt.Choice, legacy_functions: bool) -> out.MessageOut:
+    annotations = [_annotation(a) for a in c.annotations] if c.annotations else UNSET
     if legacy_functions and c.tool_calls:
         # The legacy shape holds one call: a service that made more than one answered a request that
         # allows one (OpenAI never does); the first is the answer.
         first = c.tool_calls[0]
-        return out.MessageOut(content=c.content, refusal=c.refusal,
+        return out.MessageOut(content=c.content, refusal=c.refusal, annotations=annotations,
                               function_call=out.FunctionOut(name=first.name, arguments=first.arguments))
-    return out.MessageOut(content=c.content, refusal=c.refusal,
+    return out.MessageOut(content=c.content, refusal=c.refusal, annotations=annotations,
                           tool_calls=[translate_tool_call(t) for t in c.tool_calls] if c.tool_calls else UNSET)
 
 
@@ -49,7 +83,8 @@ def translate_response(r: wt.Response, *, legacy_functions: bool = False) -> out
     """`legacy_functions`: the request used `functions`; a tool call is answered as `function_call`."""
     choices = [
         out.ChoiceOut(index=c.index, message=_message(c, legacy_functions),
-                      finish_reason=translate_finish(c.finish_reason, legacy_functions))
+                      finish_reason=translate_finish(c.finish_reason, legacy_functions),
+                      logprobs=translate_logprobs(c.logprobs, c.refusal_logprobs))
         for c in r.choices
     ]
     return out.ChatCompletion(
@@ -59,4 +94,5 @@ def translate_response(r: wt.Response, *, legacy_functions: bool = False) -> out
         choices=choices,
         usage=translate_usage(r.usage) if r.usage is not None else UNSET,
         system_fingerprint=r.system_fingerprint if r.system_fingerprint is not None else UNSET,
+        service_tier=r.service_tier if r.service_tier is not None else UNSET,
     )

@@ -6,7 +6,7 @@ from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
 from ingress.oai import responses as out
-from ingress.translate.completion import translate_finish, translate_usage
+from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wt
 from ingress.wire.answer import decode_frame
 
@@ -24,6 +24,7 @@ class StreamTranslator:
         self.usage: wt.Usage | None = None
         self.done = False
         self.system_fingerprint: str | None = None
+        self.service_tier: str | None = None
         self._next_sequence = 0
         self._verify = verify
         self._legacy = legacy_functions
@@ -45,6 +46,7 @@ class StreamTranslator:
         self.model = chunk.model or self.model
         self.created = chunk.created or self.created
         self.system_fingerprint = chunk.system_fingerprint or self.system_fingerprint
+        self.service_tier = chunk.service_tier or self.service_tier
         self.done = chunk.done
         result = []
         calls = chunk.tool_calls
@@ -56,9 +58,11 @@ class StreamTranslator:
             tool_calls=[_tool_delta(d) for d in calls] if calls and not self._legacy else UNSET,
             function_call=legacy,
         )
-        if delta != _EMPTY_DELTA or chunk.finish_reason is not None:
+        logprobs = translate_logprobs(chunk.logprobs, chunk.refusal_logprobs)
+        if delta != _EMPTY_DELTA or chunk.finish_reason is not None or logprobs is not None:
             finish = translate_finish(chunk.finish_reason, self._legacy)
-            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish)
+            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish,
+                                        logprobs=logprobs)
             result.append(self._wrap([choice], usage=None))
         if chunk.usage is not None:
             self.usage = chunk.usage
@@ -73,6 +77,7 @@ class StreamTranslator:
             model=self.model,
             choices=choices,
             system_fingerprint=self.system_fingerprint if self.system_fingerprint is not None else UNSET,
+            service_tier=self.service_tier if self.service_tier is not None else UNSET,
             # With include_usage OpenAI writes "usage": null on every chunk but the last.
             usage=usage if self.include_usage else UNSET,
         )

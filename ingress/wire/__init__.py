@@ -45,6 +45,7 @@ from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, EMBED_PATH, STREAM_CONTENT_TYPE
 from ingress.wire.stock import BuilderPool
 from ingress.wire.types import (
+    Annotation,
     Choice,
     Chunk,
     CompletionRequestData,
@@ -53,7 +54,9 @@ from ingress.wire.types import (
     MessageData,
     PromptInputData,
     Response,
+    TokenLogprob,
     ToolCallDelta,
+    TopLogprob,
     Usage,
 )
 from ingress.wire.verify import verify_request
@@ -87,6 +90,7 @@ __all__ = [
     "PROVIDERS",
     "ROLES",
     "STREAM_CONTENT_TYPE",
+    "Annotation",
     "BuilderPool",
     "Choice",
     "Chunk",
@@ -101,7 +105,9 @@ __all__ = [
     "MessageData",
     "PromptInputData",
     "Response",
+    "TokenLogprob",
     "ToolCallDelta",
+    "TopLogprob",
     "Usage",
     "WireError",
     "decode_chunk",

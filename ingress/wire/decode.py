@@ -67,6 +67,7 @@ def _choice(c: gen.ChoiceData) -> wt.Choice:
         tool_calls=[_call(t) for t in m.tool_calls] if m and m.tool_calls else [],
         refusal=m.refusal if m else None,
         finish_reason=_enum(FINISH_NAMES, c.finish_reason, "finish_reason"),
+        logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or [],
     )
 
 
@@ -80,7 +81,7 @@ def decode_response(buf: bytes) -> wt.Response:
     r = readers.read_CompletionResponse(buf)
     return wt.Response(id=r.id or "", model=r.model or "", created=r.created,
                        choices=[_choice(c) for c in r.choices] if r.choices else [],
-                       usage=r.usage, system_fingerprint=r.system_fingerprint)
+                       usage=r.usage, system_fingerprint=r.system_fingerprint, service_tier=r.service_tier)
 
 
 def decode_chunk(buf: bytes) -> wt.Chunk:
@@ -94,6 +95,7 @@ def decode_chunk(buf: bytes) -> wt.Chunk:
         tool_calls=k.tool_calls or [],
         refusal=k.refusal, finish_reason=_enum(FINISH_NAMES, k.finish_reason, "finish_reason"),
         usage=k.usage, system_fingerprint=k.system_fingerprint, done=k.done,
+        logprobs=k.logprobs, refusal_logprobs=k.refusal_logprobs, service_tier=k.service_tier,
     )
 
 

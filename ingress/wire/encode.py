@@ -263,11 +263,13 @@ def _calls(calls: list[wt.FunctionCall]) -> list[gen.FunctionCallData] | None:
 def response_data(r: wt.Response) -> gen.CompletionResponseData:
     choices = [
         gen.ChoiceData(index=c.index, finish_reason=FINISH_REASONS[c.finish_reason], message=gen.MessageData(
-            role=ROLES["assistant"], content=c.content, tool_calls=_calls(c.tool_calls), refusal=c.refusal))
+            role=ROLES["assistant"], content=c.content, tool_calls=_calls(c.tool_calls), refusal=c.refusal),
+            logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or None)
         for c in r.choices
     ]
     return gen.CompletionResponseData(id=r.id, model=r.model, created=r.created, choices=choices,
-                                      usage=r.usage, system_fingerprint=r.system_fingerprint)
+                                      usage=r.usage, system_fingerprint=r.system_fingerprint,
+                                      service_tier=r.service_tier)
 
 
 def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
@@ -277,6 +279,7 @@ def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
         role=ROLES[c.role] if c.role is not None else None, content=c.content, tool_calls=deltas,
         finish_reason=FINISH_REASONS[c.finish_reason], usage=c.usage, refusal=c.refusal,
         system_fingerprint=c.system_fingerprint, done=c.done,
+        logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, service_tier=c.service_tier,
     )
 
 

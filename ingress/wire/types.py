@@ -2,7 +2,8 @@
 generated data classes a service reads a whole request into.
 
 Where a table's service-facing form is the table itself, it is the generated data class (one
-definition: the schema): `Usage`, `ToolCallDelta`, `PassportData`. The others differ on purpose:
+definition: the schema): `Usage`, `ToolCallDelta`, `TokenLogprob`, `TopLogprob`, `Annotation`,
+`PassportData`. The others differ on purpose:
 enums as their OpenAI names ("assistant", "stop") instead of numbers, a choice's message flattened
 into it, and the fields a service must send required (see `ingress.wire.decode`, `encode`).
 """
@@ -11,14 +12,23 @@ from __future__ import annotations
 
 import msgspec
 
+from ingress.wire._generated.encoders import (
+    AnnotationData,
+    TokenLogprobData,
+    ToolCallDeltaData,
+    TopLogprobData,
+    UsageData,
+)
 from ingress.wire._generated.encoders import CompletionRequestData as CompletionRequestData
 from ingress.wire._generated.encoders import MessageData as MessageData
 from ingress.wire._generated.encoders import PassportData as PassportData
 from ingress.wire._generated.encoders import PromptInputData as PromptInputData
-from ingress.wire._generated.encoders import ToolCallDeltaData, UsageData
 
 Usage = UsageData
 ToolCallDelta = ToolCallDeltaData
+TokenLogprob = TokenLogprobData  # a logprob is a float32 on the wire: 0.1 reads back as 0.10000000149
+TopLogprob = TopLogprobData
+Annotation = AnnotationData  # type "url_citation" (absent: the same)
 
 
 class FunctionCall(msgspec.Struct, kw_only=True):
@@ -34,6 +44,9 @@ class Choice(msgspec.Struct, kw_only=True):
     tool_calls: list[FunctionCall] = []
     refusal: str | None = None
     finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None  # None: none asked for; [] asked for, no content tokens
+    refusal_logprobs: list[TokenLogprob] | None = None
+    annotations: list[Annotation] = []
 
 
 class Response(msgspec.Struct, kw_only=True):
@@ -43,6 +56,7 @@ class Response(msgspec.Struct, kw_only=True):
     choices: list[Choice]
     usage: Usage | None = None
     system_fingerprint: str | None = None
+    service_tier: str | None = None
 
 
 class Chunk(msgspec.Struct, kw_only=True):
@@ -59,6 +73,9 @@ class Chunk(msgspec.Struct, kw_only=True):
     usage: Usage | None = None
     system_fingerprint: str | None = None
     done: bool = False
+    logprobs: list[TokenLogprob] | None = None  # this delta's content tokens
+    refusal_logprobs: list[TokenLogprob] | None = None
+    service_tier: str | None = None
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True):

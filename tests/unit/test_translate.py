@@ -16,7 +16,9 @@ from ingress.wire.answer import decode_answer
 
 USAGE = Usage(prompt_tokens=7, completion_tokens=3, total_tokens=10, cached_tokens=4, reasoning_tokens=1)
 USAGE_OUT = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
-             "prompt_tokens_details": {"cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 1}}
+             "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
+             "completion_tokens_details": {"reasoning_tokens": 1, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                           "rejected_prediction_tokens": 0}}
 
 
 def translator(include_usage: bool = False) -> StreamTranslator:
@@ -242,6 +244,71 @@ def test_response_to_a_legacy_request_has_function_call() -> None:
     assert doc["choices"][0]["finish_reason"] == "function_call"
     assert doc["choices"][1]["message"] == {"role": "assistant", "content": "hi", "refusal": None}
     assert doc["choices"][1]["finish_reason"] == "stop"
+
+
+# --- logprobs, annotations, service tier, usage details ------------------------------------------
+
+TOKEN = wire.TokenLogprob(token=" hi", logprob=-0.1, bytes=list(b" hi"), top_logprobs=[
+    wire.TopLogprob(token=" hi", logprob=-0.1, bytes=list(b" hi")),
+    wire.TopLogprob(token="<|x|>", logprob=-9999.0)])
+TOKEN_OUT = {"token": " hi", "logprob": -0.1, "bytes": [32, 104, 105], "top_logprobs": [
+    {"token": " hi", "logprob": -0.1, "bytes": [32, 104, 105]},
+    {"token": "<|x|>", "logprob": -9999.0, "bytes": None}]}  # a token without bytes: null, as OpenAI writes it
+
+
+def test_logprobs_annotations_service_tier_and_usage_details_are_translated() -> None:
+    cite = wire.Annotation(type="url_citation", url="https://example.com/a", title="A", start_index=0, end_index=3)
+    response = wire.Response(
+        id="chatcmpl-1", model="m", created=5, service_tier="flex",
+        choices=[wire.Choice(index=0, content=" hi", finish_reason="stop", logprobs=[TOKEN], annotations=[cite]),
+                 wire.Choice(index=1, refusal="no", finish_reason="stop",
+                             refusal_logprobs=[wire.TokenLogprob(token="no", logprob=-2.5)]),
+                 wire.Choice(index=2, content="x", finish_reason="stop")],
+        usage=Usage(prompt_tokens=9, completion_tokens=8, total_tokens=17, cached_tokens=1, prompt_audio_tokens=2,
+                    reasoning_tokens=3, completion_audio_tokens=4, accepted_prediction_tokens=5,
+                    rejected_prediction_tokens=6),
+    )
+    doc = as_json([translate_response(decode_answer(bytes(wire.write_response(response))))])[0]
+    first, second, third = doc["choices"]
+    # Each logprob went through a float32 and comes out as the decimal it was: -0.1, not -0.10000000149.
+    assert first["logprobs"] == {"content": [TOKEN_OUT], "refusal": None}
+    assert first["message"]["annotations"] == [{"type": "url_citation", "url_citation": {
+        "start_index": 0, "end_index": 3, "title": "A", "url": "https://example.com/a"}}]
+    assert second["logprobs"] == {"content": None, "refusal": [
+        {"token": "no", "logprob": -2.5, "bytes": None, "top_logprobs": []}]}
+    assert third["logprobs"] is None and "annotations" not in third["message"]  # none sent: null, as OpenAI
+    assert doc["service_tier"] == "flex"
+    assert doc["usage"]["prompt_tokens_details"] == {"cached_tokens": 1, "audio_tokens": 2}
+    assert doc["usage"]["completion_tokens_details"] == {
+        "reasoning_tokens": 3, "audio_tokens": 4, "accepted_prediction_tokens": 5, "rejected_prediction_tokens": 6}
+
+
+def test_an_empty_logprobs_list_is_an_empty_content_list() -> None:
+    response = wire.Response(id="r", model="m", created=5, choices=[
+        wire.Choice(index=0, tool_calls=[wire.FunctionCall(id="c", name="f", arguments="{}")],
+                    finish_reason="tool_calls", logprobs=[])])
+    doc = as_json([translate_response(decode_answer(bytes(wire.write_response(response))))])[0]
+    assert doc["choices"][0]["logprobs"] == {"content": [], "refusal": None}
+
+
+def test_stream_logprobs_and_service_tier() -> None:
+    out = run(
+        translator(),
+        Chunk(sequence=0, id="chatcmpl-up", role="assistant", content="", service_tier="default"),
+        Chunk(sequence=1, content=" hi", logprobs=[TOKEN]),
+        Chunk(sequence=2, logprobs=[wire.TokenLogprob(token="!", logprob=-1.5)]),  # logprobs alone still go out
+        Chunk(sequence=3, refusal="no", refusal_logprobs=[wire.TokenLogprob(token="no", logprob=-0.5)]),
+        Chunk(sequence=4, finish_reason="stop", done=True),
+    )
+    assert [o["choices"][0]["logprobs"] for o in out] == [
+        None,
+        {"content": [TOKEN_OUT], "refusal": None},
+        {"content": [{"token": "!", "logprob": -1.5, "bytes": None, "top_logprobs": []}], "refusal": None},
+        {"content": None, "refusal": [{"token": "no", "logprob": -0.5, "bytes": None, "top_logprobs": []}]},
+        None,
+    ]
+    assert out[2]["choices"][0]["delta"] == {}
+    assert [o["service_tier"] for o in out] == ["default"] * 5  # carried from the first chunk, as the id
 
 
 def test_error_answer_raises() -> None:

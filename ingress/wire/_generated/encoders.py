@@ -14,6 +14,7 @@ import msgspec
 from flatbuffers import Builder
 
 from ingress.wire import runtime as _rt
+from ingress.wire._generated.LLMGateway import Annotation as _fb_Annotation
 from ingress.wire._generated.LLMGateway import Choice as _fb_Choice
 from ingress.wire._generated.LLMGateway import CompletionChunk as _fb_CompletionChunk
 from ingress.wire._generated.LLMGateway import CompletionRequest as _fb_CompletionRequest
@@ -32,8 +33,10 @@ from ingress.wire._generated.LLMGateway import Passport as _fb_Passport
 from ingress.wire._generated.LLMGateway import PromptCacheBreakpoint as _fb_PromptCacheBreakpoint
 from ingress.wire._generated.LLMGateway import PromptInput as _fb_PromptInput
 from ingress.wire._generated.LLMGateway import ResponseFormat as _fb_ResponseFormat
+from ingress.wire._generated.LLMGateway import TokenLogprob as _fb_TokenLogprob
 from ingress.wire._generated.LLMGateway import ToolCall as _fb_ToolCall
 from ingress.wire._generated.LLMGateway import ToolCallDelta as _fb_ToolCallDelta
+from ingress.wire._generated.LLMGateway import TopLogprob as _fb_TopLogprob
 from ingress.wire._generated.LLMGateway import Usage as _fb_Usage
 
 _ZERO, _pack_u32, _patch_u32, _ref = _rt.ZERO, _rt.pack_u32, _rt.patch_u32, _rt.ref
@@ -166,12 +169,40 @@ class UsageData(msgspec.Struct, kw_only=True, gc=False):
     total_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    prompt_audio_tokens: int = 0
+    completion_audio_tokens: int = 0
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
+
+
+class TopLogprobData(msgspec.Struct, kw_only=True, gc=False):
+    token: str | None = None
+    logprob: float = 0.0
+    bytes: list[int] | None = None
+
+
+class TokenLogprobData(msgspec.Struct, kw_only=True, gc=False):
+    token: str | None = None
+    logprob: float = 0.0
+    bytes: list[int] | None = None
+    top_logprobs: list[TopLogprobData] | None = None
+
+
+class AnnotationData(msgspec.Struct, kw_only=True, gc=False):
+    type: str | None = None
+    url: str | None = None
+    title: str | None = None
+    start_index: int = 0
+    end_index: int = 0
 
 
 class ChoiceData(msgspec.Struct, kw_only=True, gc=False):
     index: int = 0
     message: MessageData | None = None
     finish_reason: int = 0
+    logprobs: list[TokenLogprobData] | None = None
+    refusal_logprobs: list[TokenLogprobData] | None = None
+    annotations: list[AnnotationData] | None = None
 
 
 class CompletionResponseData(msgspec.Struct, kw_only=True, gc=False):
@@ -181,6 +212,7 @@ class CompletionResponseData(msgspec.Struct, kw_only=True, gc=False):
     choices: list[ChoiceData] | None = None
     usage: UsageData | None = None
     system_fingerprint: str | None = None
+    service_tier: str | None = None
 
 
 class ToolCallDeltaData(msgspec.Struct, kw_only=True, gc=False):
@@ -205,6 +237,9 @@ class CompletionChunkData(msgspec.Struct, kw_only=True, gc=False):
     refusal: str | None = None
     system_fingerprint: str | None = None
     done: bool = False
+    logprobs: list[TokenLogprobData] | None = None
+    refusal_logprobs: list[TokenLogprobData] | None = None
+    service_tier: str | None = None
 
 
 class ErrorData(msgspec.Struct, kw_only=True, gc=False):
@@ -987,39 +1022,183 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Usage = struct.Struct('<7HiIIIII').pack
+_VT_TB_Usage = struct.Struct('<11HiIIIIIIIII').pack
 
 
 def _write_Usage(buf: bytearray, o: UsageData) -> int:
-    pad = -(len(buf) + 14) & 3
+    pad = -(len(buf) + 22) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 14
+    t = len(buf) + 22
     buf += _VT_TB_Usage(
-        14, 24, 4, 8, 12, 16, 20, 14, o.prompt_tokens, o.completion_tokens, o.total_tokens, o.cached_tokens,
-        o.reasoning_tokens,
+        22, 40, 4, 8, 12, 16, 20, 24, 28, 32, 36, 22, o.prompt_tokens, o.completion_tokens, o.total_tokens,
+        o.cached_tokens, o.reasoning_tokens, o.prompt_audio_tokens, o.completion_audio_tokens,
+        o.accepted_prediction_tokens, o.rejected_prediction_tokens,
     )
     return t
 
 
 # The vtable, then the table inline.
-_VT_TB_Choice = struct.Struct('<5HiI4xb3x').pack
+_VT_TB_TopLogprob = struct.Struct('<5Hi4xf4x').pack
 
 
-def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
-    f_message = o.message
+def _write_TopLogprob(buf: bytearray, o: TopLogprobData) -> int:
+    f_token = o.token
+    f_bytes = o.bytes
     pad = -(len(buf) + 10) & 3
     if pad:
         buf += _ZERO[pad]
     t = len(buf) + 10
-    buf += _VT_TB_Choice(10, 16, 4, 8 if f_message is not None else 0, 12, 10, o.index, o.finish_reason)
-    if f_message is not None:
-        _ref(buf, t + 8, _write_Message(buf, f_message))
+    buf += _VT_TB_TopLogprob(
+        10, 16, 4 if f_token is not None else 0, 8, 12 if f_bytes is not None else 0, 10, o.logprob,
+    )
+    if f_token is not None:
+        d = f_token.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_bytes is not None:
+        v = _vector_start(buf, len(f_bytes), 1)
+        buf += struct.pack(f'<{len(f_bytes)}B', *f_bytes)
+        _ref(buf, t + 12, v)
     return t
 
 
 # The vtable, then the table inline.
-_VT_TB_CompletionResponse = struct.Struct('<8Hi4xq4x4x4x4x4x4x').pack
+_VT_TB_TokenLogprob = struct.Struct('<6Hi4xf4x4x').pack
+
+
+def _write_TokenLogprob(buf: bytearray, o: TokenLogprobData) -> int:
+    f_token = o.token
+    f_bytes = o.bytes
+    f_top_logprobs = o.top_logprobs
+    pad = -(len(buf) + 12) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 12
+    buf += _VT_TB_TokenLogprob(
+        12, 20, 4 if f_token is not None else 0, 8, 12 if f_bytes is not None else 0,
+        16 if f_top_logprobs is not None else 0, 12, o.logprob,
+    )
+    if f_token is not None:
+        d = f_token.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_bytes is not None:
+        v = _vector_start(buf, len(f_bytes), 1)
+        buf += struct.pack(f'<{len(f_bytes)}B', *f_bytes)
+        _ref(buf, t + 12, v)
+    if f_top_logprobs is not None:
+        v = _vector_start(buf, len(f_top_logprobs))
+        buf += bytes(4 * len(f_top_logprobs))
+        for i, e_top_logprobs in enumerate(f_top_logprobs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_TopLogprob(buf, e_top_logprobs) - at)
+        _ref(buf, t + 16, v)
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_Annotation = struct.Struct('<7Hi4x4x4xII').pack
+
+
+def _write_Annotation(buf: bytearray, o: AnnotationData) -> int:
+    f_type = o.type
+    f_url = o.url
+    f_title = o.title
+    pad = -(len(buf) + 14) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 14
+    buf += _VT_TB_Annotation(
+        14, 24, 4 if f_type is not None else 0, 8 if f_url is not None else 0, 12 if f_title is not None else 0, 16, 20,
+        14, o.start_index, o.end_index,
+    )
+    if f_type is not None:
+        d = f_type.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 4, len(buf) - (t + 4))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_url is not None:
+        d = f_url.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 8, len(buf) - (t + 8))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_title is not None:
+        d = f_title.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 12, len(buf) - (t + 12))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_Choice = struct.Struct('<8HiI4x4x4x4xb3x').pack
+
+
+def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
+    f_message = o.message
+    f_logprobs = o.logprobs
+    f_refusal_logprobs = o.refusal_logprobs
+    f_annotations = o.annotations
+    pad = -(len(buf) + 16) & 3
+    if pad:
+        buf += _ZERO[pad]
+    t = len(buf) + 16
+    buf += _VT_TB_Choice(
+        16, 28, 4, 8 if f_message is not None else 0, 24, 12 if f_logprobs is not None else 0,
+        16 if f_refusal_logprobs is not None else 0, 20 if f_annotations is not None else 0, 16, o.index,
+        o.finish_reason,
+    )
+    if f_message is not None:
+        _ref(buf, t + 8, _write_Message(buf, f_message))
+    if f_logprobs is not None:
+        v = _vector_start(buf, len(f_logprobs))
+        buf += bytes(4 * len(f_logprobs))
+        for i, e_logprobs in enumerate(f_logprobs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_TokenLogprob(buf, e_logprobs) - at)
+        _ref(buf, t + 12, v)
+    if f_refusal_logprobs is not None:
+        v = _vector_start(buf, len(f_refusal_logprobs))
+        buf += bytes(4 * len(f_refusal_logprobs))
+        for i, e_refusal_logprobs in enumerate(f_refusal_logprobs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_TokenLogprob(buf, e_refusal_logprobs) - at)
+        _ref(buf, t + 16, v)
+    if f_annotations is not None:
+        v = _vector_start(buf, len(f_annotations))
+        buf += bytes(4 * len(f_annotations))
+        for i, e_annotations in enumerate(f_annotations):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_Annotation(buf, e_annotations) - at)
+        _ref(buf, t + 20, v)
+    return t
+
+
+# The vtable, then the table inline.
+_VT_TB_CompletionResponse = struct.Struct('<9Hi4xq4x4x4x4x4x4x').pack
 
 
 def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
@@ -1028,13 +1207,15 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
     f_choices = o.choices
     f_usage = o.usage
     f_system_fingerprint = o.system_fingerprint
-    pad = -(len(buf) + 16) & 7
+    f_service_tier = o.service_tier
+    pad = -(len(buf) + 18) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 16
+    t = len(buf) + 18
     buf += _VT_TB_CompletionResponse(
-        16, 40, 16 if f_id is not None else 0, 20 if f_model is not None else 0, 8, 24 if f_choices is not None else 0,
-        28 if f_usage is not None else 0, 32 if f_system_fingerprint is not None else 0, 16, o.created,
+        18, 40, 16 if f_id is not None else 0, 20 if f_model is not None else 0, 8, 24 if f_choices is not None else 0,
+        28 if f_usage is not None else 0, 32 if f_system_fingerprint is not None else 0,
+        36 if f_service_tier is not None else 0, 18, o.created,
     )
     if f_id is not None:
         d = f_id.encode()
@@ -1069,6 +1250,15 @@ def _write_CompletionResponse(buf: bytearray, o: CompletionResponseData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 32, len(buf) - (t + 32))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_service_tier is not None:
+        d = f_service_tier.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 36, len(buf) - (t + 36))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -1132,7 +1322,7 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_CompletionChunk = struct.Struct('<15Hi4xQq4x4xI4x4x4x4x4xbb?5x').pack
+_VT_TB_CompletionChunk = struct.Struct('<18Hi4xQq4x4xI4x4x4x4x4x4x4x4xbb?1x').pack
 
 
 def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
@@ -1144,16 +1334,20 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     f_usage = o.usage
     f_refusal = o.refusal
     f_system_fingerprint = o.system_fingerprint
-    pad = -(len(buf) + 30) & 7
+    f_logprobs = o.logprobs
+    f_refusal_logprobs = o.refusal_logprobs
+    f_service_tier = o.service_tier
+    pad = -(len(buf) + 36) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 30
+    t = len(buf) + 36
     buf += _VT_TB_CompletionChunk(
-        30, 64, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
-        56 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 57,
+        36, 72, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
+        68 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 69,
         44 if f_usage is not None else 0, 48 if f_refusal is not None else 0,
-        52 if f_system_fingerprint is not None else 0, 58, 30, o.sequence, o.created, o.choice_index,
-        f_role if f_role is not None else 0, o.finish_reason, o.done,
+        52 if f_system_fingerprint is not None else 0, 70, 56 if f_logprobs is not None else 0,
+        60 if f_refusal_logprobs is not None else 0, 64 if f_service_tier is not None else 0, 36, o.sequence, o.created,
+        o.choice_index, f_role if f_role is not None else 0, o.finish_reason, o.done,
     )
     if f_id is not None:
         d = f_id.encode()
@@ -1206,6 +1400,29 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 52, len(buf) - (t + 52))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_logprobs is not None:
+        v = _vector_start(buf, len(f_logprobs))
+        buf += bytes(4 * len(f_logprobs))
+        for i, e_logprobs in enumerate(f_logprobs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_TokenLogprob(buf, e_logprobs) - at)
+        _ref(buf, t + 56, v)
+    if f_refusal_logprobs is not None:
+        v = _vector_start(buf, len(f_refusal_logprobs))
+        buf += bytes(4 * len(f_refusal_logprobs))
+        for i, e_refusal_logprobs in enumerate(f_refusal_logprobs):
+            at = v + 4 + 4 * i
+            _patch_u32(buf, at, _write_TokenLogprob(buf, e_refusal_logprobs) - at)
+        _ref(buf, t + 60, v)
+    if f_service_tier is not None:
+        d = f_service_tier.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 64, len(buf) - (t + 64))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -1852,18 +2069,118 @@ def build_Usage(b: Builder, o: UsageData) -> int:
     _fb_Usage.AddTotalTokens(b, o.total_tokens)
     _fb_Usage.AddCachedTokens(b, o.cached_tokens)
     _fb_Usage.AddReasoningTokens(b, o.reasoning_tokens)
+    _fb_Usage.AddPromptAudioTokens(b, o.prompt_audio_tokens)
+    _fb_Usage.AddCompletionAudioTokens(b, o.completion_audio_tokens)
+    _fb_Usage.AddAcceptedPredictionTokens(b, o.accepted_prediction_tokens)
+    _fb_Usage.AddRejectedPredictionTokens(b, o.rejected_prediction_tokens)
     return int(_fb_Usage.End(b))
+
+
+def build_TopLogprob(b: Builder, o: TopLogprobData) -> int:
+    token_off = 0
+    if o.token is not None:
+        token_off = b.CreateString(o.token)
+    bytes_off = 0
+    if o.bytes is not None:
+        _fb_TopLogprob.StartBytesVector(b, len(o.bytes))
+        for e_bytes in reversed(o.bytes):
+            b.PrependUint8(e_bytes)
+        bytes_off = b.EndVector()
+    _fb_TopLogprob.Start(b)
+    if token_off:
+        _fb_TopLogprob.AddToken(b, token_off)
+    _fb_TopLogprob.AddLogprob(b, o.logprob)
+    if bytes_off:
+        _fb_TopLogprob.AddBytes(b, bytes_off)
+    return int(_fb_TopLogprob.End(b))
+
+
+def build_TokenLogprob(b: Builder, o: TokenLogprobData) -> int:
+    token_off = 0
+    if o.token is not None:
+        token_off = b.CreateString(o.token)
+    bytes_off = 0
+    if o.bytes is not None:
+        _fb_TokenLogprob.StartBytesVector(b, len(o.bytes))
+        for e_bytes in reversed(o.bytes):
+            b.PrependUint8(e_bytes)
+        bytes_off = b.EndVector()
+    top_logprobs_off = 0
+    if o.top_logprobs is not None:
+        items = [build_TopLogprob(b, x) for x in o.top_logprobs]
+        _fb_TokenLogprob.StartTopLogprobsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        top_logprobs_off = b.EndVector()
+    _fb_TokenLogprob.Start(b)
+    if token_off:
+        _fb_TokenLogprob.AddToken(b, token_off)
+    _fb_TokenLogprob.AddLogprob(b, o.logprob)
+    if bytes_off:
+        _fb_TokenLogprob.AddBytes(b, bytes_off)
+    if top_logprobs_off:
+        _fb_TokenLogprob.AddTopLogprobs(b, top_logprobs_off)
+    return int(_fb_TokenLogprob.End(b))
+
+
+def build_Annotation(b: Builder, o: AnnotationData) -> int:
+    type_off = 0
+    if o.type is not None:
+        type_off = b.CreateString(o.type)
+    url_off = 0
+    if o.url is not None:
+        url_off = b.CreateString(o.url)
+    title_off = 0
+    if o.title is not None:
+        title_off = b.CreateString(o.title)
+    _fb_Annotation.Start(b)
+    if type_off:
+        _fb_Annotation.AddType(b, type_off)
+    if url_off:
+        _fb_Annotation.AddUrl(b, url_off)
+    if title_off:
+        _fb_Annotation.AddTitle(b, title_off)
+    _fb_Annotation.AddStartIndex(b, o.start_index)
+    _fb_Annotation.AddEndIndex(b, o.end_index)
+    return int(_fb_Annotation.End(b))
 
 
 def build_Choice(b: Builder, o: ChoiceData) -> int:
     message_off = 0
     if o.message is not None:
         message_off = build_Message(b, o.message)
+    logprobs_off = 0
+    if o.logprobs is not None:
+        items = [build_TokenLogprob(b, x) for x in o.logprobs]
+        _fb_Choice.StartLogprobsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        logprobs_off = b.EndVector()
+    refusal_logprobs_off = 0
+    if o.refusal_logprobs is not None:
+        items = [build_TokenLogprob(b, x) for x in o.refusal_logprobs]
+        _fb_Choice.StartRefusalLogprobsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        refusal_logprobs_off = b.EndVector()
+    annotations_off = 0
+    if o.annotations is not None:
+        items = [build_Annotation(b, x) for x in o.annotations]
+        _fb_Choice.StartAnnotationsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        annotations_off = b.EndVector()
     _fb_Choice.Start(b)
     _fb_Choice.AddIndex(b, o.index)
     if message_off:
         _fb_Choice.AddMessage(b, message_off)
     _fb_Choice.AddFinishReason(b, o.finish_reason)
+    if logprobs_off:
+        _fb_Choice.AddLogprobs(b, logprobs_off)
+    if refusal_logprobs_off:
+        _fb_Choice.AddRefusalLogprobs(b, refusal_logprobs_off)
+    if annotations_off:
+        _fb_Choice.AddAnnotations(b, annotations_off)
     return int(_fb_Choice.End(b))
 
 
@@ -1887,6 +2204,9 @@ def build_CompletionResponse(b: Builder, o: CompletionResponseData) -> int:
     system_fingerprint_off = 0
     if o.system_fingerprint is not None:
         system_fingerprint_off = b.CreateString(o.system_fingerprint)
+    service_tier_off = 0
+    if o.service_tier is not None:
+        service_tier_off = b.CreateString(o.service_tier)
     _fb_CompletionResponse.Start(b)
     if id_off:
         _fb_CompletionResponse.AddId(b, id_off)
@@ -1899,6 +2219,8 @@ def build_CompletionResponse(b: Builder, o: CompletionResponseData) -> int:
         _fb_CompletionResponse.AddUsage(b, usage_off)
     if system_fingerprint_off:
         _fb_CompletionResponse.AddSystemFingerprint(b, system_fingerprint_off)
+    if service_tier_off:
+        _fb_CompletionResponse.AddServiceTier(b, service_tier_off)
     return int(_fb_CompletionResponse.End(b))
 
 
@@ -1954,6 +2276,23 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
     system_fingerprint_off = 0
     if o.system_fingerprint is not None:
         system_fingerprint_off = b.CreateString(o.system_fingerprint)
+    logprobs_off = 0
+    if o.logprobs is not None:
+        items = [build_TokenLogprob(b, x) for x in o.logprobs]
+        _fb_CompletionChunk.StartLogprobsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        logprobs_off = b.EndVector()
+    refusal_logprobs_off = 0
+    if o.refusal_logprobs is not None:
+        items = [build_TokenLogprob(b, x) for x in o.refusal_logprobs]
+        _fb_CompletionChunk.StartRefusalLogprobsVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        refusal_logprobs_off = b.EndVector()
+    service_tier_off = 0
+    if o.service_tier is not None:
+        service_tier_off = b.CreateString(o.service_tier)
     _fb_CompletionChunk.Start(b)
     _fb_CompletionChunk.AddSequence(b, o.sequence)
     if id_off:
@@ -1976,6 +2315,12 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
     if system_fingerprint_off:
         _fb_CompletionChunk.AddSystemFingerprint(b, system_fingerprint_off)
     _fb_CompletionChunk.AddDone(b, o.done)
+    if logprobs_off:
+        _fb_CompletionChunk.AddLogprobs(b, logprobs_off)
+    if refusal_logprobs_off:
+        _fb_CompletionChunk.AddRefusalLogprobs(b, refusal_logprobs_off)
+    if service_tier_off:
+        _fb_CompletionChunk.AddServiceTier(b, service_tier_off)
     return int(_fb_CompletionChunk.End(b))
 
 

@@ -17,6 +17,7 @@ import struct
 
 from ingress.wire import runtime as _rt
 from ingress.wire._generated.encoders import (
+    AnnotationData,
     ChoiceData,
     CompletionChunkData,
     CompletionRequestData,
@@ -34,8 +35,10 @@ from ingress.wire._generated.encoders import (
     PromptCacheBreakpointData,
     PromptInputData,
     ResponseFormatData,
+    TokenLogprobData,
     ToolCallData,
     ToolCallDeltaData,
+    TopLogprobData,
     UsageData,
 )
 
@@ -257,28 +260,49 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
 
 
 def _read_Usage(buf: bytes, t: int) -> UsageData:
-    o0, o1, o2, o3, o4 = _vtable(buf, t, 5)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8 = _vtable(buf, t, 9)
     f_prompt_tokens = _S_I(buf, t + o0)[0] if o0 else 0
     f_completion_tokens = _S_I(buf, t + o1)[0] if o1 else 0
     f_total_tokens = _S_I(buf, t + o2)[0] if o2 else 0
     f_cached_tokens = _S_I(buf, t + o3)[0] if o3 else 0
     f_reasoning_tokens = _S_I(buf, t + o4)[0] if o4 else 0
+    f_prompt_audio_tokens = _S_I(buf, t + o5)[0] if o5 else 0
+    f_completion_audio_tokens = _S_I(buf, t + o6)[0] if o6 else 0
+    f_accepted_prediction_tokens = _S_I(buf, t + o7)[0] if o7 else 0
+    f_rejected_prediction_tokens = _S_I(buf, t + o8)[0] if o8 else 0
     return UsageData(
         prompt_tokens=f_prompt_tokens, completion_tokens=f_completion_tokens, total_tokens=f_total_tokens,
-        cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens,
+        cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens, prompt_audio_tokens=f_prompt_audio_tokens,
+        completion_audio_tokens=f_completion_audio_tokens, accepted_prediction_tokens=f_accepted_prediction_tokens,
+        rejected_prediction_tokens=f_rejected_prediction_tokens,
     )
 
 
 def _read_Choice(buf: bytes, t: int) -> ChoiceData:
-    o0, o1, o2 = _vtable(buf, t, 3)
+    o0, o1, o2, o3, o4, o5 = _vtable(buf, t, 6)
     f_index = _S_I(buf, t + o0)[0] if o0 else 0
     f_message = _read_Message(buf, t + o1 + _u32(buf, t + o1)[0]) if o1 else None
     f_finish_reason = _S_b(buf, t + o2)[0] if o2 else 0
-    return ChoiceData(index=f_index, message=f_message, finish_reason=f_finish_reason)
+    f_logprobs = None
+    if o3:
+        at, n = _vector(buf, t + o3)
+        f_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_refusal_logprobs = None
+    if o4:
+        at, n = _vector(buf, t + o4)
+        f_refusal_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_annotations = None
+    if o5:
+        at, n = _vector(buf, t + o5)
+        f_annotations = [_read_Annotation(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    return ChoiceData(
+        index=f_index, message=f_message, finish_reason=f_finish_reason, logprobs=f_logprobs,
+        refusal_logprobs=f_refusal_logprobs, annotations=f_annotations,
+    )
 
 
 def _read_CompletionResponse(buf: bytes, t: int) -> CompletionResponseData:
-    o0, o1, o2, o3, o4, o5 = _vtable(buf, t, 6)
+    o0, o1, o2, o3, o4, o5, o6 = _vtable(buf, t, 7)
     f_id = _str(buf, t + o0) if o0 else None
     f_model = _str(buf, t + o1) if o1 else None
     f_created = _S_q(buf, t + o2)[0] if o2 else 0
@@ -288,9 +312,10 @@ def _read_CompletionResponse(buf: bytes, t: int) -> CompletionResponseData:
         f_choices = [_read_Choice(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_usage = _read_Usage(buf, t + o4 + _u32(buf, t + o4)[0]) if o4 else None
     f_system_fingerprint = _str(buf, t + o5) if o5 else None
+    f_service_tier = _str(buf, t + o6) if o6 else None
     return CompletionResponseData(
         id=f_id, model=f_model, created=f_created, choices=f_choices, usage=f_usage,
-        system_fingerprint=f_system_fingerprint,
+        system_fingerprint=f_system_fingerprint, service_tier=f_service_tier,
     )
 
 
@@ -305,7 +330,7 @@ def _read_ToolCallDelta(buf: bytes, t: int) -> ToolCallDeltaData:
 
 
 def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12 = _vtable(buf, t, 13)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15 = _vtable(buf, t, 16)
     f_sequence = _S_Q(buf, t + o0)[0] if o0 else 0
     f_id = _str(buf, t + o1) if o1 else None
     f_model = _str(buf, t + o2) if o2 else None
@@ -322,10 +347,20 @@ def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
     f_refusal = _str(buf, t + o10) if o10 else None
     f_system_fingerprint = _str(buf, t + o11) if o11 else None
     f_done = _S_bool(buf, t + o12)[0] if o12 else False
+    f_logprobs = None
+    if o13:
+        at, n = _vector(buf, t + o13)
+        f_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_refusal_logprobs = None
+    if o14:
+        at, n = _vector(buf, t + o14)
+        f_refusal_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_service_tier = _str(buf, t + o15) if o15 else None
     return CompletionChunkData(
         sequence=f_sequence, id=f_id, model=f_model, created=f_created, choice_index=f_choice_index, role=f_role,
         content=f_content, tool_calls=f_tool_calls, finish_reason=f_finish_reason, usage=f_usage, refusal=f_refusal,
-        system_fingerprint=f_system_fingerprint, done=f_done,
+        system_fingerprint=f_system_fingerprint, done=f_done, logprobs=f_logprobs, refusal_logprobs=f_refusal_logprobs,
+        service_tier=f_service_tier,
     )
 
 
@@ -386,6 +421,42 @@ def _read_EmbeddingResponse(buf: bytes, t: int) -> EmbeddingResponseData:
         f_data = [_read_Embedding(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_usage = _read_Usage(buf, t + o2 + _u32(buf, t + o2)[0]) if o2 else None
     return EmbeddingResponseData(model=f_model, data=f_data, usage=f_usage)
+
+
+def _read_TopLogprob(buf: bytes, t: int) -> TopLogprobData:
+    o0, o1, o2 = _vtable(buf, t, 3)
+    f_token = _str(buf, t + o0) if o0 else None
+    f_logprob = _S_f(buf, t + o1)[0] if o1 else 0.0
+    f_bytes = None
+    if o2:
+        at, n = _vector(buf, t + o2)
+        f_bytes = list(struct.unpack_from(f'<{n}B', buf, at))
+    return TopLogprobData(token=f_token, logprob=f_logprob, bytes=f_bytes)
+
+
+def _read_TokenLogprob(buf: bytes, t: int) -> TokenLogprobData:
+    o0, o1, o2, o3 = _vtable(buf, t, 4)
+    f_token = _str(buf, t + o0) if o0 else None
+    f_logprob = _S_f(buf, t + o1)[0] if o1 else 0.0
+    f_bytes = None
+    if o2:
+        at, n = _vector(buf, t + o2)
+        f_bytes = list(struct.unpack_from(f'<{n}B', buf, at))
+    f_top_logprobs = None
+    if o3:
+        at, n = _vector(buf, t + o3)
+        f_top_logprobs = [_read_TopLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    return TokenLogprobData(token=f_token, logprob=f_logprob, bytes=f_bytes, top_logprobs=f_top_logprobs)
+
+
+def _read_Annotation(buf: bytes, t: int) -> AnnotationData:
+    o0, o1, o2, o3, o4 = _vtable(buf, t, 5)
+    f_type = _str(buf, t + o0) if o0 else None
+    f_url = _str(buf, t + o1) if o1 else None
+    f_title = _str(buf, t + o2) if o2 else None
+    f_start_index = _S_I(buf, t + o3)[0] if o3 else 0
+    f_end_index = _S_I(buf, t + o4)[0] if o4 else 0
+    return AnnotationData(type=f_type, url=f_url, title=f_title, start_index=f_start_index, end_index=f_end_index)
 
 
 def read_CompletionRequest(buf: bytes) -> CompletionRequestData:

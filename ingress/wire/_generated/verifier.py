@@ -25,7 +25,7 @@ reserve_slots(51)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
-_KINDS = 40
+_KINDS = 46
 
 
 def _table_ToolCall(v: Verifier, t: int) -> None:
@@ -139,14 +139,14 @@ def _table_Message(v: Verifier, t: int) -> None:
     o = e[2]  # field parts: [ContentPart]
     if o:
         x = v.offset(t + o, "Message.parts")
-        v.table_vector(x, _table_ContentPart, x * _KINDS + 22, "Message.parts")
+        v.table_vector(x, _table_ContentPart, x * _KINDS + 25, "Message.parts")
     o = e[3]  # field name: string
     if o:
         v.string(v.offset(t + o, "Message.name"), "Message.name")
     o = e[4]  # field tool_calls: [FunctionCall]
     if o:
         x = v.offset(t + o, "Message.tool_calls")
-        v.table_vector(x, _table_FunctionCall, x * _KINDS + 23, "Message.tool_calls")
+        v.table_vector(x, _table_FunctionCall, x * _KINDS + 26, "Message.tool_calls")
     o = e[5]  # field tool_call_id: string
     if o:
         v.string(v.offset(t + o, "Message.tool_call_id"), "Message.tool_call_id")
@@ -282,11 +282,11 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[7]  # field tools: [ToolCall]
     if o:
         x = v.offset(t + o, "CompletionRequest.tools")
-        v.table_vector(x, _table_ToolCall, x * _KINDS + 20, "CompletionRequest.tools")
+        v.table_vector(x, _table_ToolCall, x * _KINDS + 23, "CompletionRequest.tools")
     o = e[8]  # field messages: [Message]
     if o:
         x = v.offset(t + o, "CompletionRequest.messages")
-        v.table_vector(x, _table_Message, x * _KINDS + 24, "CompletionRequest.messages")
+        v.table_vector(x, _table_Message, x * _KINDS + 27, "CompletionRequest.messages")
     o = e[9]  # field tool_choice_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.tool_choice_json"), "CompletionRequest.tool_choice_json")
@@ -329,7 +329,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[22]  # field metadata: [KeyValue]
     if o:
         x = v.offset(t + o, "CompletionRequest.metadata")
-        v.table_vector(x, _table_KeyValue, x * _KINDS + 25, "CompletionRequest.metadata")
+        v.table_vector(x, _table_KeyValue, x * _KINDS + 28, "CompletionRequest.metadata")
     o = e[23]  # field passport: Passport
     if o:
         _table_Passport(v, v.offset(t + o, "CompletionRequest.passport"))
@@ -409,7 +409,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[46]  # field prompts: [PromptInput]
     if o:
         x = v.offset(t + o, "CompletionRequest.prompts")
-        v.table_vector(x, _table_PromptInput, x * _KINDS + 28, "CompletionRequest.prompts")
+        v.table_vector(x, _table_PromptInput, x * _KINDS + 31, "CompletionRequest.prompts")
     o = e[47]  # field echo: bool
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionRequest.echo")
@@ -432,7 +432,7 @@ def _table_Usage(v: Verifier, t: int) -> None:
         v.again(done, "Usage")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 5, "Usage")
+    e = v.table_start(t, 9, "Usage")
     n = v.size
     o = e[0]  # field prompt_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -449,6 +449,18 @@ def _table_Usage(v: Verifier, t: int) -> None:
     o = e[4]  # field reasoning_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "Usage.reasoning_tokens")
+    o = e[5]  # field prompt_audio_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.prompt_audio_tokens")
+    o = e[6]  # field completion_audio_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.completion_audio_tokens")
+    o = e[7]  # field accepted_prediction_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.accepted_prediction_tokens")
+    o = e[8]  # field rejected_prediction_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.rejected_prediction_tokens")
     v.table_end(key, tables, peak)
 
 
@@ -459,7 +471,7 @@ def _table_Choice(v: Verifier, t: int) -> None:
         v.again(done, "Choice")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 3, "Choice")
+    e = v.table_start(t, 6, "Choice")
     n = v.size
     o = e[0]  # field index: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -470,6 +482,18 @@ def _table_Choice(v: Verifier, t: int) -> None:
     o = e[2]  # field finish_reason: FinishReason (byte)
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "Choice.finish_reason")
+    o = e[3]  # field logprobs: [TokenLogprob]
+    if o:
+        x = v.offset(t + o, "Choice.logprobs")
+        v.table_vector(x, _table_TokenLogprob, x * _KINDS + 44, "Choice.logprobs")
+    o = e[4]  # field refusal_logprobs: [TokenLogprob]
+    if o:
+        x = v.offset(t + o, "Choice.refusal_logprobs")
+        v.table_vector(x, _table_TokenLogprob, x * _KINDS + 44, "Choice.refusal_logprobs")
+    o = e[5]  # field annotations: [Annotation]
+    if o:
+        x = v.offset(t + o, "Choice.annotations")
+        v.table_vector(x, _table_Annotation, x * _KINDS + 45, "Choice.annotations")
     v.table_end(key, tables, peak)
 
 
@@ -480,7 +504,7 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
         v.again(done, "CompletionResponse")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 6, "CompletionResponse")
+    e = v.table_start(t, 7, "CompletionResponse")
     n = v.size
     o = e[0]  # field id: string
     if o:
@@ -494,13 +518,16 @@ def _table_CompletionResponse(v: Verifier, t: int) -> None:
     o = e[3]  # field choices: [Choice]
     if o:
         x = v.offset(t + o, "CompletionResponse.choices")
-        v.table_vector(x, _table_Choice, x * _KINDS + 31, "CompletionResponse.choices")
+        v.table_vector(x, _table_Choice, x * _KINDS + 34, "CompletionResponse.choices")
     o = e[4]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "CompletionResponse.usage"))
     o = e[5]  # field system_fingerprint: string
     if o:
         v.string(v.offset(t + o, "CompletionResponse.system_fingerprint"), "CompletionResponse.system_fingerprint")
+    o = e[6]  # field service_tier: string
+    if o:
+        v.string(v.offset(t + o, "CompletionResponse.service_tier"), "CompletionResponse.service_tier")
     v.table_end(key, tables, peak)
 
 
@@ -538,7 +565,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
         v.again(done, "CompletionChunk")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 13, "CompletionChunk")
+    e = v.table_start(t, 16, "CompletionChunk")
     n = v.size
     o = e[0]  # field sequence: uint64
     if o and ((t + o) & 7 or t + o > n - 8):
@@ -564,7 +591,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[7]  # field tool_calls: [ToolCallDelta]
     if o:
         x = v.offset(t + o, "CompletionChunk.tool_calls")
-        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 33, "CompletionChunk.tool_calls")
+        v.table_vector(x, _table_ToolCallDelta, x * _KINDS + 36, "CompletionChunk.tool_calls")
     o = e[8]  # field finish_reason: FinishReason (byte)
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionChunk.finish_reason")
@@ -580,6 +607,17 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[12]  # field done: bool
     if o and t + o > n - 1:
         bad_scalar(t + o, 1, "CompletionChunk.done")
+    o = e[13]  # field logprobs: [TokenLogprob]
+    if o:
+        x = v.offset(t + o, "CompletionChunk.logprobs")
+        v.table_vector(x, _table_TokenLogprob, x * _KINDS + 44, "CompletionChunk.logprobs")
+    o = e[14]  # field refusal_logprobs: [TokenLogprob]
+    if o:
+        x = v.offset(t + o, "CompletionChunk.refusal_logprobs")
+        v.table_vector(x, _table_TokenLogprob, x * _KINDS + 44, "CompletionChunk.refusal_logprobs")
+    o = e[15]  # field service_tier: string
+    if o:
+        v.string(v.offset(t + o, "CompletionChunk.service_tier"), "CompletionChunk.service_tier")
     v.table_end(key, tables, peak)
 
 
@@ -648,7 +686,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
     o = e[3]  # field inputs: [EmbeddingInput]
     if o:
         x = v.offset(t + o, "EmbeddingRequest.inputs")
-        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 36, "EmbeddingRequest.inputs")
+        v.table_vector(x, _table_EmbeddingInput, x * _KINDS + 39, "EmbeddingRequest.inputs")
     o = e[4]  # field dimensions: int32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "EmbeddingRequest.dimensions")
@@ -692,10 +730,83 @@ def _table_EmbeddingResponse(v: Verifier, t: int) -> None:
     o = e[1]  # field data: [Embedding]
     if o:
         x = v.offset(t + o, "EmbeddingResponse.data")
-        v.table_vector(x, _table_Embedding, x * _KINDS + 38, "EmbeddingResponse.data")
+        v.table_vector(x, _table_Embedding, x * _KINDS + 41, "EmbeddingResponse.data")
     o = e[2]  # field usage: Usage
     if o:
         _table_Usage(v, v.offset(t + o, "EmbeddingResponse.usage"))
+    v.table_end(key, tables, peak)
+
+
+def _table_TopLogprob(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 20
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "TopLogprob")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 3, "TopLogprob")
+    n = v.size
+    o = e[0]  # field token: string
+    if o:
+        v.string(v.offset(t + o, "TopLogprob.token"), "TopLogprob.token")
+    o = e[1]  # field logprob: float32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "TopLogprob.logprob")
+    o = e[2]  # field bytes: [ubyte]
+    if o:
+        v.vector(v.offset(t + o, "TopLogprob.bytes"), 1, 1, "TopLogprob.bytes")
+    v.table_end(key, tables, peak)
+
+
+def _table_TokenLogprob(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 21
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "TokenLogprob")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 4, "TokenLogprob")
+    n = v.size
+    o = e[0]  # field token: string
+    if o:
+        v.string(v.offset(t + o, "TokenLogprob.token"), "TokenLogprob.token")
+    o = e[1]  # field logprob: float32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "TokenLogprob.logprob")
+    o = e[2]  # field bytes: [ubyte]
+    if o:
+        v.vector(v.offset(t + o, "TokenLogprob.bytes"), 1, 1, "TokenLogprob.bytes")
+    o = e[3]  # field top_logprobs: [TopLogprob]
+    if o:
+        x = v.offset(t + o, "TokenLogprob.top_logprobs")
+        v.table_vector(x, _table_TopLogprob, x * _KINDS + 43, "TokenLogprob.top_logprobs")
+    v.table_end(key, tables, peak)
+
+
+def _table_Annotation(v: Verifier, t: int) -> None:
+    key = t * _KINDS + 22
+    done = v.seen.get(key)
+    if done is not None:
+        v.again(done, "Annotation")
+        return
+    tables, peak = v.tables, v.peak
+    e = v.table_start(t, 5, "Annotation")
+    n = v.size
+    o = e[0]  # field type: string
+    if o:
+        v.string(v.offset(t + o, "Annotation.type"), "Annotation.type")
+    o = e[1]  # field url: string
+    if o:
+        v.string(v.offset(t + o, "Annotation.url"), "Annotation.url")
+    o = e[2]  # field title: string
+    if o:
+        v.string(v.offset(t + o, "Annotation.title"), "Annotation.title")
+    o = e[3]  # field start_index: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Annotation.start_index")
+    o = e[4]  # field end_index: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Annotation.end_index")
     v.table_end(key, tables, peak)
 
 

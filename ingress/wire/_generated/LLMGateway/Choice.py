@@ -55,8 +55,83 @@ class Choice(object):
             return self._tab.Get(flatbuffers.number_types.Int8Flags, o + self._tab.Pos)
         return 0
 
+    # Choice
+    def Logprobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.TokenLogprob import TokenLogprob
+            obj = TokenLogprob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Choice
+    def LogprobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Choice
+    def LogprobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
+    # Choice
+    def RefusalLogprobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.TokenLogprob import TokenLogprob
+            obj = TokenLogprob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Choice
+    def RefusalLogprobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Choice
+    def RefusalLogprobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # Choice
+    def Annotations(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.Annotation import Annotation
+            obj = Annotation()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Choice
+    def AnnotationsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Choice
+    def AnnotationsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
 def ChoiceStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(6)
 
 def Start(builder):
     ChoiceStart(builder)
@@ -78,6 +153,42 @@ def ChoiceAddFinishReason(builder, finishReason):
 
 def AddFinishReason(builder, finishReason):
     ChoiceAddFinishReason(builder, finishReason)
+
+def ChoiceAddLogprobs(builder, logprobs):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(logprobs), 0)
+
+def AddLogprobs(builder, logprobs):
+    ChoiceAddLogprobs(builder, logprobs)
+
+def ChoiceStartLogprobsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartLogprobsVector(builder, numElems):
+    return ChoiceStartLogprobsVector(builder, numElems)
+
+def ChoiceAddRefusalLogprobs(builder, refusalLogprobs):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(refusalLogprobs), 0)
+
+def AddRefusalLogprobs(builder, refusalLogprobs):
+    ChoiceAddRefusalLogprobs(builder, refusalLogprobs)
+
+def ChoiceStartRefusalLogprobsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartRefusalLogprobsVector(builder, numElems):
+    return ChoiceStartRefusalLogprobsVector(builder, numElems)
+
+def ChoiceAddAnnotations(builder, annotations):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(annotations), 0)
+
+def AddAnnotations(builder, annotations):
+    ChoiceAddAnnotations(builder, annotations)
+
+def ChoiceStartAnnotationsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartAnnotationsVector(builder, numElems):
+    return ChoiceStartAnnotationsVector(builder, numElems)
 
 def ChoiceEnd(builder):
     return builder.EndObject()

@@ -145,8 +145,65 @@ class CompletionChunk(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # CompletionChunk
+    def Logprobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.TokenLogprob import TokenLogprob
+            obj = TokenLogprob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # CompletionChunk
+    def LogprobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionChunk
+    def LogprobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        return o == 0
+
+    # CompletionChunk
+    def RefusalLogprobs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from ingress.wire._generated.LLMGateway.TokenLogprob import TokenLogprob
+            obj = TokenLogprob()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # CompletionChunk
+    def RefusalLogprobsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionChunk
+    def RefusalLogprobsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        return o == 0
+
+    # CompletionChunk
+    def ServiceTier(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionChunkStart(builder):
-    builder.StartObject(13)
+    builder.StartObject(16)
 
 def Start(builder):
     CompletionChunkStart(builder)
@@ -234,6 +291,36 @@ def CompletionChunkAddDone(builder, done):
 
 def AddDone(builder, done):
     CompletionChunkAddDone(builder, done)
+
+def CompletionChunkAddLogprobs(builder, logprobs):
+    builder.PrependUOffsetTRelativeSlot(13, flatbuffers.number_types.UOffsetTFlags.py_type(logprobs), 0)
+
+def AddLogprobs(builder, logprobs):
+    CompletionChunkAddLogprobs(builder, logprobs)
+
+def CompletionChunkStartLogprobsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartLogprobsVector(builder, numElems):
+    return CompletionChunkStartLogprobsVector(builder, numElems)
+
+def CompletionChunkAddRefusalLogprobs(builder, refusalLogprobs):
+    builder.PrependUOffsetTRelativeSlot(14, flatbuffers.number_types.UOffsetTFlags.py_type(refusalLogprobs), 0)
+
+def AddRefusalLogprobs(builder, refusalLogprobs):
+    CompletionChunkAddRefusalLogprobs(builder, refusalLogprobs)
+
+def CompletionChunkStartRefusalLogprobsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartRefusalLogprobsVector(builder, numElems):
+    return CompletionChunkStartRefusalLogprobsVector(builder, numElems)
+
+def CompletionChunkAddServiceTier(builder, serviceTier):
+    builder.PrependUOffsetTRelativeSlot(15, flatbuffers.number_types.UOffsetTFlags.py_type(serviceTier), 0)
+
+def AddServiceTier(builder, serviceTier):
+    CompletionChunkAddServiceTier(builder, serviceTier)
 
 def CompletionChunkEnd(builder):
     return builder.EndObject()

@@ -94,8 +94,15 @@ class CompletionResponse(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionResponse
+    def ServiceTier(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionResponseStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     CompletionResponseStart(builder)
@@ -141,6 +148,12 @@ def CompletionResponseAddSystemFingerprint(builder, systemFingerprint):
 
 def AddSystemFingerprint(builder, systemFingerprint):
     CompletionResponseAddSystemFingerprint(builder, systemFingerprint)
+
+def CompletionResponseAddServiceTier(builder, serviceTier):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(serviceTier), 0)
+
+def AddServiceTier(builder, serviceTier):
+    CompletionResponseAddServiceTier(builder, serviceTier)
 
 def CompletionResponseEnd(builder):
     return builder.EndObject()

@@ -65,8 +65,36 @@ class Usage(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Usage
+    def PromptAudioTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def CompletionAudioTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def AcceptedPredictionTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def RejectedPredictionTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def UsageStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(9)
 
 def Start(builder):
     UsageStart(builder)
@@ -100,6 +128,30 @@ def UsageAddReasoningTokens(builder, reasoningTokens):
 
 def AddReasoningTokens(builder, reasoningTokens):
     UsageAddReasoningTokens(builder, reasoningTokens)
+
+def UsageAddPromptAudioTokens(builder, promptAudioTokens):
+    builder.PrependUint32Slot(5, promptAudioTokens, 0)
+
+def AddPromptAudioTokens(builder, promptAudioTokens):
+    UsageAddPromptAudioTokens(builder, promptAudioTokens)
+
+def UsageAddCompletionAudioTokens(builder, completionAudioTokens):
+    builder.PrependUint32Slot(6, completionAudioTokens, 0)
+
+def AddCompletionAudioTokens(builder, completionAudioTokens):
+    UsageAddCompletionAudioTokens(builder, completionAudioTokens)
+
+def UsageAddAcceptedPredictionTokens(builder, acceptedPredictionTokens):
+    builder.PrependUint32Slot(7, acceptedPredictionTokens, 0)
+
+def AddAcceptedPredictionTokens(builder, acceptedPredictionTokens):
+    UsageAddAcceptedPredictionTokens(builder, acceptedPredictionTokens)
+
+def UsageAddRejectedPredictionTokens(builder, rejectedPredictionTokens):
+    builder.PrependUint32Slot(8, rejectedPredictionTokens, 0)
+
+def AddRejectedPredictionTokens(builder, rejectedPredictionTokens):
+    UsageAddRejectedPredictionTokens(builder, rejectedPredictionTokens)
 
 def UsageEnd(builder):
     return builder.EndObject()
