@@ -65,8 +65,9 @@ def ref(buf: bytearray, at: int, target: int) -> None:
 
 
 def vector_start(buf: bytearray, count: int, elem_align: int = 4) -> int:
-    """Append a vector's length so that its elements start `elem_align`-aligned; return its position."""
-    pad = -(len(buf) + 4) & (elem_align - 1)
+    """Append a vector's length, 4-aligned (it is a uint32), so that its elements start
+    `elem_align`-aligned; return its position."""
+    pad = -(len(buf) + 4) & (max(elem_align, 4) - 1)
     if pad:
         buf += ZERO[pad]
     pos = len(buf)
