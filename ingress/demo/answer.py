@@ -9,6 +9,11 @@
 Tokens are whitespace-delimited words (with their leading space); a max_tokens limit cuts the echo
 and finishes with "length". Usage counts the same tokens over every message's text (`count_tokens`
 counts what `tokens` would return without building the list: it runs over every prompt byte).
+
+With `logprobs` asked for, every answered token gets a log probability derived from its text alone
+(`logprob`), and `top_logprobs` alternatives: the token itself first, then the token followed by one,
+two... "·" (non-ASCII on purpose: their `bytes` are multi-byte), each 1.0 less likely than the last.
+Deterministic, not a distribution: a demo has no model to measure.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import zlib
 from dataclasses import dataclass
 
-from ingress.wire import ROLES, CompletionRequestData, MessageData
+from ingress.wire import ROLES, CompletionRequestData, MessageData, TokenLogprob, TopLogprob
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 ROLE_TOOL = ROLES["tool"]
@@ -49,6 +55,19 @@ def count_tokens(text: str) -> int:
         words = marks.count(b" x") + (marks[0] == 120)
         return words + (marks[-1] == 32)
     return len(text.split()) + (1 if text[-1].isspace() else 0)
+
+
+def _logprob_of(token: str) -> float:
+    """In [-0.7, -0.001], three decimals (so a float32 reads back as the same decimal)."""
+    return -(1 + zlib.crc32(token.encode()) % 700) / 1000
+
+
+def logprob(token: str, top: int) -> TokenLogprob:
+    """The demo's log probability of an answered token, with `top` alternatives (see the docstring)."""
+    value = _logprob_of(token)
+    alternatives = [token + "·" * k for k in range(top)]
+    return TokenLogprob(token=token, logprob=value, bytes=list(token.encode()), top_logprobs=[
+        TopLogprob(token=t, logprob=round(value - k, 3), bytes=list(t.encode())) for k, t in enumerate(alternatives)])
 
 
 @dataclass

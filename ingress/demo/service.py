@@ -9,10 +9,12 @@ from aiohttp import web
 
 from ingress import wire
 from ingress.demo import embed as embedding
-from ingress.demo.answer import Plan, plan
+from ingress.demo.answer import Plan, logprob, plan
 from ingress.demo.text import TextPlan, plan_text, usage_of
 
 DELAY = web.AppKey("delay", float)
+FINGERPRINT = "fp_ingress_demo"  # the demo's one configuration
+TIER = "default"  # the demo's one tier: the answer to a request that names any
 
 
 def _usage(p: Plan, n: int) -> wire.Usage:
@@ -41,11 +43,15 @@ async def complete(request: web.Request) -> web.StreamResponse:
     if req.text_completion:
         return await _complete_text(request, req, n, plan_text(req))
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
+    top = req.top_logprobs or 0
+    logprobs = [logprob(t, top) for t in p.text_tokens] if req.logprobs else None
+    tier = TIER if req.service_tier is not None else None
     if not req.stream:
         text = "".join(p.text_tokens) if not p.tool_call else None
-        choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason)
-                   for i in range(n)]
-        response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n))
+        choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason,
+                               logprobs=logprobs) for i in range(n)]
+        response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n),
+                                 system_fingerprint=FINGERPRINT, service_tier=tier)
         return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
 
     stream = web.StreamResponse(headers={"Content-Type": wire.STREAM_CONTENT_TYPE})
@@ -58,12 +64,13 @@ async def complete(request: web.Request) -> web.StreamResponse:
         seq += 1
 
     for i in range(n):
-        await send(choice_index=i, id=answer_id, model=model, created=created, role="assistant", content="")
-    for token in p.text_tokens:
+        await send(choice_index=i, id=answer_id, model=model, created=created, role="assistant", content="",
+                   system_fingerprint=FINGERPRINT, service_tier=tier)
+    for j, token in enumerate(p.text_tokens):
         if delay:
             await asyncio.sleep(delay)
         for i in range(n):
-            await send(choice_index=i, content=token)
+            await send(choice_index=i, content=token, logprobs=None if logprobs is None else [logprobs[j]])
     if p.tool_call:
         call = p.tool_call
         for i in range(n):
