@@ -350,12 +350,31 @@ def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str,
 
 finish_reason = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
 usage = st.builds(wire.Usage, prompt_tokens=u(32), completion_tokens=u(32), total_tokens=u(32),
-                  cached_tokens=u(32), reasoning_tokens=u(32))
+                  cached_tokens=u(32), reasoning_tokens=u(32), prompt_audio_tokens=u(32),
+                  completion_audio_tokens=u(32), accepted_prediction_tokens=u(32), rejected_prediction_tokens=u(32))
+
+
+def _float32(bits: int) -> float:
+    value: float = struct.unpack("<f", struct.pack("<I", bits))[0]
+    return 0.0 if value != value else value  # NaN is not equal to itself
+
+
+# A logprob is a float32 on the wire: any float32 (drawn by its bits, NaN aside) comes back exact.
+logprob = st.one_of(u(32).map(_float32), st.sampled_from([0.0, -0.0, -0.5, -9999.0, float("-inf")]))
+token_bytes = nullable(st.lists(u(8), max_size=8))
+top_logprob = st.builds(wire.TopLogprob, token=nullable(text), logprob=logprob, bytes=token_bytes)
+token_logprob = st.builds(wire.TokenLogprob, token=nullable(text), logprob=logprob, bytes=token_bytes,
+                          top_logprobs=nullable(st.lists(top_logprob, max_size=3)))
+token_logprobs = nullable(st.lists(token_logprob, max_size=4))
+annotation = st.builds(wire.Annotation, type=nullable(text), url=nullable(text), title=nullable(text),
+                       start_index=u(32), end_index=u(32))
 function_call = st.builds(wire.FunctionCall, id=text, name=text, arguments=long_text, type=text)
 choice = st.builds(wire.Choice, index=u(32), content=nullable(long_text),
-                   tool_calls=st.lists(function_call, max_size=3), refusal=nullable(text), finish_reason=finish_reason)
+                   tool_calls=st.lists(function_call, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
+                   logprobs=token_logprobs, refusal_logprobs=token_logprobs,
+                   annotations=st.lists(annotation, max_size=3))
 responses = st.builds(wire.Response, id=text, model=text, created=i(64), choices=st.lists(choice, max_size=3),
-                      usage=nullable(usage), system_fingerprint=nullable(text))
+                      usage=nullable(usage), system_fingerprint=nullable(text), service_tier=nullable(text))
 tool_call_delta = st.builds(wire.ToolCallDelta, index=u(32), id=nullable(text), name=nullable(text),
                             arguments=nullable(text), type=nullable(text))
 chunks = st.builds(
@@ -363,6 +382,7 @@ chunks = st.builds(
     role=nullable(st.sampled_from(["system", "user", "assistant", "tool", "developer"])), content=nullable(long_text),
     tool_calls=st.lists(tool_call_delta, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
     usage=nullable(usage), system_fingerprint=nullable(text), done=st.booleans(),
+    logprobs=token_logprobs, refusal_logprobs=token_logprobs, service_tier=nullable(text),
 )
 errors = st.builds(wire.ErrorInfo, status=u(16), message=long_text, type=text, code=nullable(text),
                    param=nullable(text))
