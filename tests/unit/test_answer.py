@@ -1,11 +1,12 @@
-"""The demo counts prompt tokens without building them: the count is the length of the token list."""
+"""The demo's answer rules: it counts prompt tokens without building them (the count is the length of the
+token list), and derives logprobs from the token text."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingress.demo.answer import count_tokens, tokens
+from ingress.demo.answer import count_tokens, logprob, tokens
 
 # Every character str.isspace() and the re module's \\s treat as whitespace, and some they do not.
 SPACES = [" ", "\t", "\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\xa0", "\u1680",
@@ -34,3 +35,16 @@ def test_the_first_tokens_are_the_first_of_all_tokens(text: str, limit: int) -> 
 def test_ascii_texts_take_the_fast_count(text: str) -> None:
     assert text.isascii()
     assert count_tokens(text) == len(tokens(text))
+
+
+def test_logprobs_are_derived_from_the_token_alone() -> None:
+    lp = logprob(" hello", 3)
+    assert lp == logprob(" hello", 3)  # deterministic
+    assert (lp.token, lp.bytes) == (" hello", list(b" hello"))
+    assert -0.7 <= lp.logprob <= -0.001 and round(lp.logprob, 3) == lp.logprob
+    top = lp.top_logprobs or []
+    assert [t.token for t in top] == [" hello", " hello·", " hello··"]  # the token itself is the most likely
+    assert [t.bytes for t in top] == [list((t.token or "").encode()) for t in top]  # "·" is two bytes in UTF-8
+    assert [t.logprob for t in top] == [lp.logprob, round(lp.logprob - 1, 3), round(lp.logprob - 2, 3)]
+    assert logprob(" hello", 0).top_logprobs == []
+    assert logprob("world", 0).logprob != lp.logprob
