@@ -234,7 +234,9 @@ def test_sse_events_survive_any_split(
     assert "".join(t.get("function", {}).get("arguments", "") for t in calls) == "".join(arguments)
     assert [o["usage"] for o in objects if "usage" in o][-1:] == (
         [{"prompt_tokens": 3, "completion_tokens": len(content), "total_tokens": 3 + len(content),
-          "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}]
+          "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+          "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                        "rejected_prediction_tokens": 0}}]
         if include_usage else [])
     assert all(o["id"] == "chatcmpl-up" for o in objects)
 
