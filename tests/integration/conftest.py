@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 
 import aiohttp
+import openai
 import pytest
 from fakes.upstream import FakeUpstream
 
@@ -104,3 +105,17 @@ def threaded_demo_edge() -> Iterator[str]:
     """The demo edge in a background thread, shared by a module's blocking-client tests."""
     with ThreadedEdge(Settings()) as url:
         yield url
+
+
+@pytest.fixture
+def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
+    """The official blocking SDK in front of the demo edge, which changes only `base_url`."""
+    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official async SDK in front of the demo edge."""
+    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
+        yield c

@@ -4,7 +4,7 @@ internal service (the scripted fake records it), and the legacy `functions` shap
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import openai
 import pytest
@@ -22,12 +22,6 @@ MODEL = "ingress-demo"
 WEATHER: Function = {"name": "get_weather", "description": "Current weather in a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 ASK = "Use get_weather for Paris"
-
-
-@pytest.fixture
-async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
 
 
 async def test_every_new_parameter_reaches_the_service(edge: str, fake_upstream: FakeUpstream) -> None:

@@ -8,7 +8,6 @@ result as "Tool <id> returned: <content>". Usage counts whitespace-delimited wor
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 
 import openai
 import pytest
@@ -73,18 +72,6 @@ def _tool_messages(call_id: str, result: str) -> list[ChatCompletionMessageParam
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": call_id, "content": result},
     ]
-
-
-@pytest.fixture
-def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
-async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
 
 
 # --- blocking client ------------------------------------------------------------------------------

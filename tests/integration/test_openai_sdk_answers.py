@@ -26,12 +26,6 @@ TOP = 3
 
 
 @pytest.fixture
-def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
 async def aclient(edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
     """The async SDK in front of the edge that serves the scripted fake upstream."""
     async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:

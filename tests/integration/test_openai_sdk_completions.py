@@ -7,7 +7,6 @@ back, cut at max_tokens; in front of the scripted fake upstream, the fake shows 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -21,18 +20,6 @@ from ingress import wire
 from ingress.settings import Endpoint, Group, Route, Settings
 
 MODEL = "ingress-demo"
-
-
-@pytest.fixture
-def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
-async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
 
 
 # --- the blocking client ----------------------------------------------------------------------------

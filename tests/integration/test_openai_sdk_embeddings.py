@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -34,18 +34,6 @@ TEXTS = ["The quick brown fox", "jumps over the lazy dog", "🚀 naïve café"]
 def demo_vector(value: str | list[int], dimensions: int = DEFAULT_DIMENSIONS) -> list[float]:
     item = EmbeddingInputData(text=value) if isinstance(value, str) else EmbeddingInputData(tokens=value)
     return vector(item, dimensions)
-
-
-@pytest.fixture
-def client(threaded_demo_edge: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{threaded_demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
-
-
-@pytest.fixture
-async def aclient(demo_edge: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{demo_edge}/v1", api_key="sk-test", max_retries=0) as c:
-        yield c
 
 
 # --- the blocking client ----------------------------------------------------------------------------
