@@ -27,6 +27,7 @@ from ingress.oai.models import (
     Temperature,
     TokenId,
     TopP,
+    one_by_one,
 )
 from ingress.oai.responses import UsageOut
 
@@ -62,12 +63,8 @@ class TextCompletionRequest(msgspec.Struct, forbid_unknown_fields=True, omit_def
 
     @property
     def prompts(self) -> list[str | list[int]]:
-        """The prompts one by one: texts, or token-id lists (a flat list of ids is one prompt). All of
-        one kind: decoding checked it."""
-        value = self.prompt
-        if isinstance(value, str) or isinstance(value[0], int):
-            return [value]  # type: ignore[list-item]  # a flat list holds only ints
-        return value  # type: ignore[return-value]  # texts, or lists of ints
+        """The prompts one by one: texts, or token-id lists."""
+        return one_by_one(self.prompt)
 
 
 _decoder = msgspec.json.Decoder(TextCompletionRequest)

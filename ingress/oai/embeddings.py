@@ -14,7 +14,7 @@ from msgspec import Meta
 
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import validation_path
-from ingress.oai.models import INT32_MAX, ModelName, ShortText
+from ingress.oai.models import INT32_MAX, ModelName, ShortText, one_by_one
 
 MAX_INPUTS = 2048
 MAX_INPUT_TOKENS = 8192
@@ -39,12 +39,8 @@ class EmbeddingRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
 
     @property
     def inputs(self) -> list[str | list[int]]:
-        """The inputs one by one: texts, or token-id lists (a flat list of ids is one input). All of
-        one kind: decoding checked it."""
-        value = self.input
-        if isinstance(value, str) or isinstance(value[0], int):
-            return [value]  # type: ignore[list-item]  # a flat list holds only ints
-        return value  # type: ignore[return-value]  # texts, or lists of ints
+        """The inputs one by one: texts, or token-id lists."""
+        return one_by_one(self.input)
 
 
 _decoder = msgspec.json.Decoder(EmbeddingRequest)

@@ -365,3 +365,11 @@ class ChatCompletionRequest(_Strict):
     def legacy_functions(self) -> bool:
         """Sent in the legacy form (`functions`, `function_call`): answered in it too."""
         return self.functions is not None or self.function_call is not None
+
+
+def one_by_one(value: str | list[str | int | list[int]]) -> list[str | list[int]]:
+    """A prompt or input field's items one by one: texts, or token-id lists (a flat list of ids is one
+    item). All of one kind: decoding checked it."""
+    if isinstance(value, str) or isinstance(value[0], int):
+        return [value]  # type: ignore[list-item]  # a flat list holds only ints
+    return value  # type: ignore[return-value]  # texts, or lists of ints

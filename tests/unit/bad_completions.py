@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import JSON, MISSING, Bad
+from unit.bad_requests import MISSING, Bad, body_level
 
 from ingress.oai.completions import MAX_PROMPTS
 
@@ -23,13 +23,7 @@ def completions_body(**fields: Any) -> bytes:
 
 
 BAD_COMPLETIONS = [
-    # The body as a whole.
-    pytest.param(Bad(b'{"model": "ingress-demo",', None, JSON), id="truncated-json"),
-    pytest.param(Bad(b"", None, JSON), id="empty-body"),
-    pytest.param(Bad(b"[]", None), id="json-array"),
-    pytest.param(Bad(completions_body().replace(b'"hello"', b'"h\xffi"'), None, JSON), id="invalid-utf8"),
-    pytest.param(Bad(completions_body(prompt="@").replace(b'"@"', b"[" * 5000 + b"]" * 5000), "prompt[0][0]"),
-                 id="prompt-nested-5000-deep"),
+    *body_level(completions_body, "prompt"),
     # Unknown fields, at the top and nested.
     pytest.param(Bad(completions_body(promt="typo"), "promt"), id="unknown-field"),
     pytest.param(Bad(completions_body(messages=[{"role": "user", "content": "hi"}]), "messages"),

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import JSON, MISSING, Bad
+from unit.bad_requests import MISSING, Bad, body_level
 
 from ingress.oai.embeddings import MAX_INPUT_TOKENS, MAX_INPUTS, MAX_REQUEST_TOKENS
 
@@ -23,13 +23,7 @@ def embeddings_body(**fields: Any) -> bytes:
 
 
 BAD_EMBEDDINGS = [
-    # The body as a whole.
-    pytest.param(Bad(b'{"model": "ingress-demo",', None, JSON), id="truncated-json"),
-    pytest.param(Bad(b"", None, JSON), id="empty-body"),
-    pytest.param(Bad(b"[]", None), id="json-array"),
-    pytest.param(Bad(embeddings_body().replace(b'"hello"', b'"h\xffi"'), None, JSON), id="invalid-utf8"),
-    pytest.param(Bad(embeddings_body(input="@").replace(b'"@"', b"[" * 5000 + b"]" * 5000), "input[0][0]"),
-                 id="input-nested-5000-deep"),
+    *body_level(embeddings_body, "input"),
     # Missing or mistyped fields.
     pytest.param(Bad(embeddings_body(model=MISSING), "model"), id="missing-model"),
     pytest.param(Bad(embeddings_body(input=MISSING), "input"), id="missing-input"),

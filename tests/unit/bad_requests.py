@@ -7,6 +7,7 @@ as a whole) and the error `code`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
@@ -49,6 +50,19 @@ class Bad(NamedTuple):
 
 
 JSON = "invalid_json"
+
+
+def body_level(make: Callable[..., bytes], field: str) -> list[Any]:
+    """The refusals of a body as a whole, for an endpoint whose valid minimal body `make()` builds and
+    whose text `field` holds "hello": truncated, empty, not an object, bad UTF-8, nested 5,000 deep."""
+    return [
+        pytest.param(Bad(b'{"model": "ingress-demo",', None, JSON), id="truncated-json"),
+        pytest.param(Bad(b"", None, JSON), id="empty-body"),
+        pytest.param(Bad(b"[]", None), id="json-array"),
+        pytest.param(Bad(make().replace(b'"hello"', b'"h\xffi"'), None, JSON), id="invalid-utf8"),
+        pytest.param(Bad(make(**{field: "@"}).replace(b'"@"', b"[" * 5000 + b"]" * 5000), f"{field}[0][0]"),
+                     id=f"{field}-nested-5000-deep"),
+    ]
 
 BAD_REQUESTS = [
     # The body as a whole.
