@@ -9,8 +9,9 @@
     always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go
 
 The policy stages the gateway grows go in the two marked places: before the send, `admit` (a key,
-its limits, guardrails) at the end of `prepare`; after the end, in `settle` (usage reconciled). Only
-the edge renders bytes for the client: this module yields typed events, and raises IngressErrors.
+its limits, guardrails) in `_route`, which every prepare stage calls; after the end, in `settle` (usage
+reconciled). Only the edge renders bytes for the client: this module yields typed events, and raises
+IngressErrors.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Final, Generic, TypeVar
 
 from ingress import metrics, tasks
 from ingress.errors import (
@@ -106,44 +107,56 @@ def _hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:
 # --- prepare: the CPU-only stages ---------------------------------------------------------------
 
 
-@dataclass
-class Prepared:
-    """A chat (or legacy text) completion decoded, routed and encoded: everything the internal hop needs."""
+R = TypeVar("R")
 
-    request: ChatCompletionRequest | TextCompletionRequest
+
+@dataclass
+class Prepared(Generic[R]):
+    """A request decoded, routed, admitted and encoded: everything the internal hop needs."""
+
+    request: R
     match: Match
     encoded: bytes | bytearray
     headers: dict[str, str]
     timeouts: Timeouts
 
 
-def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
+Completion = ChatCompletionRequest | TextCompletionRequest  # both answered by `complete` and `stream`
+
+
+def _route(gw: Gateway, ex: Exchange, model: str, stream: bool) -> Match:
+    """The decoded request's route, for every endpoint: the model's route, then (admit) the place where
+    authentication, limits and guardrails decide, on the decoded request and its route."""
+    ex.decoded = time.perf_counter()
+    ex.model, ex.stream = model, stream
+    return gw.route(model, ex)
+
+
+def _prepared(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
+              encoded: bytes | bytearray) -> Prepared[R]:
+    ex.encoded = time.perf_counter()
+    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+
+
+def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
-    ex.decoded = time.perf_counter()
-    ex.model, ex.stream = request.model, bool(request.stream)
-    match = gw.route(request.model, ex)
-    # admit: authentication, limits and guardrails decide here, on the decoded request and its route.
+    match = _route(gw, ex, request.model, bool(request.stream))
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    ex.encoded = time.perf_counter()
-    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+    return _prepared(gw, ex, request, match, passport, encoded)
 
 
-def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared:
+def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
     """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
-    ex.decoded = time.perf_counter()
-    ex.model, ex.stream = request.model, bool(request.stream)
-    match = gw.route(request.model, ex)
-    # admit: as for chat, on the decoded request and its route.
+    match = _route(gw, ex, request.model, bool(request.stream))
     passport = compute_prompts_passport(request.prompts, meta)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
-    ex.encoded = time.perf_counter()
-    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+    return _prepared(gw, ex, request, match, passport, encoded)
 
 
 # --- send: endpoint choice, retries, fallback ---------------------------------------------------
@@ -211,7 +224,7 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
 # --- complete: one answer -----------------------------------------------------------------------
 
 
-async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCompletion | TextCompletion:
+async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> out.ChatCompletion | TextCompletion:
     """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
 
     async def attempt(lease: Lease) -> Response:
@@ -233,31 +246,16 @@ async def complete(gw: Gateway, prepared: Prepared, ex: Exchange) -> out.ChatCom
 # --- embed: one embeddings answer ---------------------------------------------------------------
 
 
-@dataclass
-class PreparedEmbeddings:
-    """An embeddings request decoded, routed and encoded."""
-
-    request: EmbeddingRequest
-    match: Match
-    encoded: bytes | bytearray
-    headers: dict[str, str]
-    timeouts: Timeouts
-
-
-def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> PreparedEmbeddings:
+def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
     """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
-    ex.decoded = time.perf_counter()
-    ex.model = request.model
-    match = gw.route(request.model, ex)
-    # admit: as for chat, on the decoded request and its route.
+    match = _route(gw, ex, request.model, False)
     passport = compute_embedding_passport(request, meta)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
-    ex.encoded = time.perf_counter()
-    return PreparedEmbeddings(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+    return _prepared(gw, ex, request, match, passport, encoded)
 
 
-async def embed(gw: Gateway, prepared: PreparedEmbeddings, ex: Exchange) -> EmbeddingList:
+async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:
     """One embeddings answer, sent as `complete` sends (retries, fallback); any failure raises."""
     inputs = len(prepared.request.inputs)
 
@@ -307,7 +305,7 @@ class Failed:
 StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
 
 
-async def stream(gw: Gateway, prepared: Prepared, ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
     """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
     loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
     at a time, then DONE or Failed. A failure before the first event raises instead, so that the edge
@@ -341,7 +339,7 @@ async def stream(gw: Gateway, prepared: Prepared, ex: Exchange) -> AsyncGenerato
                 yield event
 
 
-async def _open(gw: Gateway, prepared: Prepared, ex: Exchange, upstream: AsyncExitStack,
+async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
                 head: asyncio.Future[None]) -> tuple[AsyncIterator[bytes], bytes]:
     """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
 
@@ -361,7 +359,7 @@ async def _open(gw: Gateway, prepared: Prepared, ex: Exchange, upstream: AsyncEx
     return reads, await anext(reads, b"")
 
 
-async def _translate(gw: Gateway, prepared: Prepared, ex: Exchange, reads: AsyncIterator[bytes],
+async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: AsyncIterator[bytes],
                      data: bytes) -> AsyncGenerator[StreamEvent, None]:
     """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
     request = prepared.request

@@ -136,7 +136,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
     return await _answer(request, ex, pipeline.prepare_text(gw, body, request_meta(request), ex))
 
 
-async def _answer(request: web.Request, ex: Exchange, prepared: pipeline.Prepared) -> web.StreamResponse:
+async def _answer(request: web.Request, ex: Exchange,
+                  prepared: pipeline.Prepared[pipeline.Completion]) -> web.StreamResponse:
     gw, drain = request.app[GATEWAY], request.app[DRAIN]
     if not prepared.request.stream:
         with drain.deadline():
