@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -22,6 +21,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from ingress import metrics
+from ingress.edge.middleware import error_response, request_id_of
 from ingress.errors import IngressError, InvalidRequest, RequestTimeout
 from ingress.log import get_logger
 from ingress.settings import Client
@@ -35,7 +35,7 @@ def _raw_response(error: IngressError) -> bytes:
     """A whole response written straight to the transport, when no request object exists."""
     body = _json.encode(error.body())
     return (f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nx-request-id: {os.urandom(16).hex()}\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\nx-request-id: {request_id_of(None)}\r\n\r\n"
             ).encode() + body
 
 
@@ -127,15 +127,14 @@ class EdgeConnection(RequestHandler):
         log line quote the raw request, keys and prompts included."""
         error: IngressError
         if status < 500:
-            error = InvalidRequest("The request is not valid HTTP/1.1.", code="invalid_http")
+            error = InvalidRequest("The request is not valid HTTP/1.1.", code="invalid_http", status=status)
             metrics.REJECTIONS.labels("invalid_http").inc()
         else:
-            error = IngressError("The server had an error while processing your request.")
+            error = IngressError("The server had an error while processing your request.", status=status)
         log.info("bad http request", status=status, exc_type=type(exc).__name__ if exc is not None else None)
         if request.writer.output_size > 0:  # part of an answer went out: the connection is broken
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
-        response = web.Response(status=status, body=_json.encode(error.body()), content_type="application/json",
-                                headers={"x-request-id": os.urandom(16).hex()})
+        response = error_response(error, request_id_of(None))
         response.force_close()
         return response
 
