@@ -7,11 +7,11 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError, UpstreamTimeout
+from ingress.errors import IngressError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
 from ingress.upstream.http1 import KEEPALIVE, ConnectionPool, Response
 from ingress.wire import identifiers
-from ingress.wire.answer import decode_answer
+from ingress.wire.answer import decode_refusal
 
 TOO_LARGE = "The model service answer is too large."
 
@@ -61,13 +61,7 @@ class UpstreamClient:
         raw = response.headers.get("retry-after", "")
         retry_after = min(int(raw), 3600) if raw.isascii() and raw.isdigit() else None
         if identifiers.identifier_of(answer) == identifiers.ERROR:
-            try:
-                decode_answer(answer)  # verifies, then raises UpstreamAnswered with the service's status
-            except UpstreamAnswered as exc:
-                return UpstreamAnswered(exc.status, exc.type, exc.code, exc.message, exc.param,
-                                        retry_after=retry_after)
-            except UpstreamProtocolError as exc:  # an Error buffer that does not verify
-                return UpstreamProtocolError(exc.message, retry_after=retry_after)
+            return decode_refusal(answer, retry_after=retry_after)
         return UpstreamProtocolError(f"The model service failed with status {response.status}.",
                                      retry_after=retry_after)
 

@@ -18,7 +18,7 @@ from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import readers
-from ingress.wire.answer import error_from_upstream
+from ingress.wire.answer import error_of
 from ingress.wire.encode import PROVIDERS
 
 EmbeddingRequestData = gen.EmbeddingRequestData
@@ -93,9 +93,7 @@ def decode_embeddings_answer(body: bytes, *, verify_answer: bool = True) -> Embe
     """A service's answer to an EmbeddingRequest: its vectors, or its Error raised as UpstreamAnswered."""
     try:
         if identifiers.identifier_of(body) == identifiers.ERROR:
-            if verify_answer:
-                verify.verify_error(body)
-            raise error_from_upstream(decode.decode_error(body))
+            raise error_of(body, verify_error=verify_answer)
         if verify_answer:
             verify.verify_embedding_response(body)
         return decode_embeddings(body)
