@@ -35,7 +35,7 @@ from ingress.errors import (
     UpstreamTimeout,
 )
 from ingress.exchange import Exchange
-from ingress.oai import responses as out
+from ingress.oai import answers as out
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletion, TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request

@@ -25,7 +25,7 @@ from ingress.errors import (
     WriteTimeout,
 )
 from ingress.exchange import Exchange
-from ingress.oai import responses as out
+from ingress.oai import answers as out
 from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
 from ingress.wire.identifiers import CONTENT_TYPE
 

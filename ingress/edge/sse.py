@@ -10,8 +10,8 @@ import msgspec
 
 from ingress import pipeline
 from ingress.errors import IngressError
+from ingress.oai.answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
-from ingress.oai.responses import ChatCompletionChunk
 
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": ping\n\n"  # a comment: clients ignore it, proxies see traffic

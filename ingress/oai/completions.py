@@ -14,6 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from ingress.errors import InvalidRequest
+from ingress.oai.answers import UsageOut
 from ingress.oai.codec import split_extras, validation_path
 from ingress.oai.models import (
     INT32_MAX,
@@ -29,7 +30,6 @@ from ingress.oai.models import (
     TopP,
     one_by_one,
 )
-from ingress.oai.responses import UsageOut
 
 MAX_PROMPTS = 2048
 

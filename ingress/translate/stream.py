@@ -5,7 +5,7 @@ from __future__ import annotations
 from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
-from ingress.oai import responses as out
+from ingress.oai import answers as out
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wt
 from ingress.wire.answer import decode_frame

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from ingress.oai import responses as out
+from ingress.oai import answers as out
 from ingress.oai.completions import TextChoiceOut, TextCompletion
 from ingress.translate.completion import translate_usage
 from ingress.translate.stream import StreamTranslator

@@ -1,4 +1,4 @@
-"""OpenAI response, chunk and model-list types as the edge writes them."""
+"""OpenAI chat-completion answer, chunk, usage and model-list types as the edge writes them."""
 
 from __future__ import annotations
 
