@@ -2,7 +2,9 @@
 
     JSON     prepare   decode → route → (admit) → passport → encode        CPU only: bad input raises here
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
+             prepare_responses  the same, for the Responses API: read as the chat request it amounts to
              complete  send → translate                                    one chat.completion
+             respond / stream_response  as complete / stream, answered as a Responses object / events
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
@@ -36,10 +38,13 @@ from ingress.errors import (
 )
 from ingress.exchange import Exchange
 from ingress.oai import answers as out
+from ingress.oai import response_objects as ro
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletion, TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest, decode_embedding_request
 from ingress.oai.models import ChatCompletionRequest
+from ingress.oai.response_objects import ResponseObject
+from ingress.oai.responses import Call, as_chat, decode_responses_request_forwarding
 from ingress.passport import (
     Passport,
     RequestMeta,
@@ -52,6 +57,7 @@ from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.embeddings import translate_embeddings
+from ingress.translate.responses import ResponseEvents, translate_response_object
 from ingress.translate.stream import StreamTranslator
 from ingress.translate.text import TextStreamTranslator, translate_text_response
 from ingress.upstream import http1
@@ -226,6 +232,14 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
 
 async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> out.ChatCompletion | TextCompletion:
     """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
+    response = await _completed(gw, prepared, ex)
+    if isinstance(prepared.request, TextCompletionRequest):
+        return translate_text_response(response)
+    return translate_response(response, legacy_functions=prepared.request.legacy_functions)
+
+
+async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> Response:
+    """Send, and decode the one answer (an Error answer raises)."""
 
     async def attempt(lease: Lease) -> Response:
         answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)
@@ -238,9 +252,50 @@ async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) ->
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage = response.usage
-    if isinstance(prepared.request, TextCompletionRequest):
-        return translate_text_response(response)
-    return translate_response(response, legacy_functions=prepared.request.legacy_functions)
+    return response
+
+
+# --- respond: the Responses API, carried as a chat request --------------------------------------
+
+
+def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[Call, Prepared[Completion]]:
+    """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
+    travels; the decoded call is kept to answer it in its own shape."""
+    call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
+    request = as_chat(call)
+    match = _route(gw, ex, request.model, bool(request.stream))
+    passport = compute_passport(request, meta)
+    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                extra_json)
+    return call, _prepared(gw, ex, request, match, passport, encoded)
+
+
+async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
+    """A non-streamed Responses answer, sent as `complete` sends."""
+    return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id)
+
+
+async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
+                          events: ResponseEvents) -> AsyncGenerator[ResponsesStreamEvent, None]:
+    """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
+    Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
+    its own, such as the drain's deadline)."""
+    async with aclosing(stream(gw, prepared, ex)) as chunks:
+        async for event in chunks:
+            if type(event) is out.ChatCompletionChunk:
+                for e in events.feed(event):
+                    yield e
+            elif event is OPENED:
+                yield OPENED
+                for e in events.opened():
+                    yield e
+            elif event is DONE:
+                for e in events.completed(ex.usage):
+                    yield e
+                yield DONE
+            else:
+                assert isinstance(event, Signal | Failed), event
+                yield event
 
 
 # --- embed: one embeddings answer ---------------------------------------------------------------
@@ -303,6 +358,7 @@ class Failed:
 
 
 StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
+ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
 
 
 async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> AsyncGenerator[StreamEvent, None]:

@@ -7,6 +7,7 @@ import time
 import zlib
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -14,7 +15,7 @@ from aiohttp import web
 from ingress import metrics, pipeline
 from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.middleware import REQUEST_ID, server_timing
-from ingress.edge.sse import SseWriter
+from ingress.edge.sse import EventWriter, ResponsesSseWriter, SseWriter
 from ingress.errors import (
     IngressError,
     InvalidRequest,
@@ -27,6 +28,7 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import answers as out
 from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
+from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 
 _json = msgspec.json.Encoder()
@@ -143,7 +145,7 @@ async def _answer(request: web.Request, ex: Exchange,
         with drain.deadline():
             completion = await pipeline.complete(gw, prepared, ex)
         return _json_response(completion)
-    return await _stream(request, ex, pipeline.stream(gw, prepared, ex))
+    return await _stream(request, ex, pipeline.stream(gw, prepared, ex), SseWriter())
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -155,12 +157,35 @@ async def embeddings(request: web.Request) -> web.Response:
     return _json_response(answer)
 
 
-async def _stream(request: web.Request, ex: Exchange,
-                  events: AsyncGenerator[pipeline.StreamEvent, None]) -> web.StreamResponse:
+async def responses(request: web.Request) -> web.StreamResponse:
+    """The Responses API, stateless: carried as the chat request it amounts to, answered in its own shape."""
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    body = await _read_body(request, gw.settings.max_body_bytes)
+    call, prepared = pipeline.prepare_responses(gw, body, request_meta(request), ex)
+    if not call.request.stream:
+        with drain.deadline():
+            answer = await pipeline.respond(gw, call, prepared, ex)
+        return _json_response(answer)
+    events = ResponseEvents(call, request_id=ex.request_id, created_at=int(time.time()))
+    return await _stream(request, ex, pipeline.stream_response(gw, prepared, ex, events), ResponsesSseWriter(events))
+
+
+async def stored_response(request: web.Request) -> web.Response:
+    """Retrieving, deleting, cancelling a response or listing its input: the edge keeps none."""
+    response_id = request.match_info["response_id"]
+    shown = response_id[:64] if response_id.isascii() and response_id.isprintable() else "..."
+    raise NotFound(f"Response with id '{shown}' not found: this edge keeps no responses (store is not "
+                   "supported; every request is answered statelessly).", param="response_id", code="response_not_found")
+
+
+E = TypeVar("E")
+
+
+async def _stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, None],
+                  sse: EventWriter[E]) -> web.StreamResponse:
     """Write the events as SSE. The response begins with the first event; a failure before it is
     answered with its status (by the middleware), after it in-band, and the stream ends without [DONE]."""
     drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
-    sse = SseWriter()
     response: web.StreamResponse | None = None
     async with aclosing(events):
         try:
@@ -288,6 +313,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_post("/v1/responses", responses)
+    app.router.add_route("*", "/v1/responses/{response_id}", stored_response)
+    app.router.add_route("*", "/v1/responses/{response_id}/{action:cancel|input_items}", stored_response)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/healthz", healthz)

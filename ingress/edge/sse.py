@@ -1,10 +1,11 @@
-"""Server-sent events: the pipeline's stream events as `data: ...\\n\\n` lines, in a reused buffer.
+"""Server-sent events: the pipeline's stream events as `data: ...\\n\\n` lines, in a reused buffer, or
+for the Responses API as `event: <type>` and `data: ...` lines.
 
 The only place SSE bytes are made."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -12,12 +13,22 @@ from ingress import pipeline
 from ingress.errors import IngressError
 from ingress.oai.answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
+from ingress.translate.responses import ResponseEvents
 
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": ping\n\n"  # a comment: clients ignore it, proxies see traffic
 _PREFIX = b"data: "
 
 _encoder = msgspec.json.Encoder()
+E = TypeVar("E", contravariant=True)
+
+
+class EventWriter(Protocol[E]):
+    """What the edge's stream writer needs: one event's bytes, and a failure's once the stream has begun."""
+
+    def render(self, event: E) -> bytes: ...
+
+    def error(self, exc: IngressError) -> bytes: ...
 
 
 class SseWriter:
@@ -47,3 +58,35 @@ class SseWriter:
             return self.error(event.error)
         assert event is pipeline.OPENED, event
         return b""
+
+
+class ResponsesSseWriter:
+    """The Responses API's stream: each event as `event: <its type>` and `data: <it>`. No [DONE]: the
+    stream's last event says how it ended (response.completed, .incomplete, or error and .failed)."""
+
+    def __init__(self, events: ResponseEvents) -> None:
+        self._events = events
+        self._buf = bytearray()
+
+    def event(self, obj: Any) -> bytes:
+        buf = self._buf
+        del buf[:]
+        buf += b"event: "
+        buf += obj.type.encode()
+        buf += b"\ndata: "
+        _encoder.encode_into(obj, buf, len(buf))
+        buf += b"\n\n"
+        return bytes(buf)
+
+    def error(self, exc: IngressError) -> bytes:
+        """A failure once the stream has begun: `error`, then response.failed (the stream's own events)."""
+        return b"".join(self.event(e) for e in self._events.failed(exc))
+
+    def render(self, event: pipeline.ResponsesStreamEvent) -> bytes:
+        if event is pipeline.HEARTBEAT:
+            return HEARTBEAT
+        if event is pipeline.OPENED or event is pipeline.DONE:
+            return b""
+        if isinstance(event, pipeline.Failed):
+            return self.error(event.error)
+        return self.event(event)

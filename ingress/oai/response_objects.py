@@ -1,0 +1,269 @@
+"""The Responses API's answer as the edge writes it: the `response` object, its output items, and the
+typed events of its stream (each with its `type` first and a `sequence_number`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ingress.oai.models import TextFormat
+from ingress.oai.responses import ResponsesToolChoice, TextConfig, ToolDef
+
+
+class _Out(msgspec.Struct, kw_only=True):
+    """UNSET fields are left out; None fields are written as null, as OpenAI does."""
+
+
+# --- output items ---------------------------------------------------------------------------------
+
+
+class TopLogprobOut(_Out, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class LogprobOut(_Out, kw_only=True):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprobOut]
+
+
+class DeltaTopLogprob(_Out, kw_only=True):
+    token: str
+    logprob: float
+
+
+class DeltaLogprob(_Out, kw_only=True):
+    """A streamed delta's token logprob: OpenAI's delta events carry no bytes."""
+
+    token: str
+    logprob: float
+    top_logprobs: list[DeltaTopLogprob]
+
+
+class UrlCitationOut(_Out, kw_only=True, tag_field="type", tag="url_citation"):
+    start_index: int
+    end_index: int
+    title: str
+    url: str
+
+
+class OutputTextOut(_Out, kw_only=True, tag_field="type", tag="output_text"):
+    text: str
+    annotations: list[UrlCitationOut]
+    logprobs: list[LogprobOut] | UnsetType = UNSET
+
+
+class RefusalOut(_Out, kw_only=True, tag_field="type", tag="refusal"):
+    refusal: str
+
+
+Status = Literal["in_progress", "completed", "incomplete"]
+
+
+class MessageOut(_Out, kw_only=True, tag_field="type", tag="message"):
+    id: str
+    status: Status
+    role: Literal["assistant"] = "assistant"
+    content: list[OutputTextOut | RefusalOut]
+
+
+class FunctionCallOut(_Out, kw_only=True, tag_field="type", tag="function_call"):
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Status
+
+
+class CustomToolCallOut(_Out, kw_only=True, tag_field="type", tag="custom_tool_call"):
+    id: str
+    call_id: str
+    name: str
+    input: str
+
+
+OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut
+
+
+# --- the response object --------------------------------------------------------------------------
+
+
+class InputTokensDetails(_Out, kw_only=True):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(_Out, kw_only=True):
+    reasoning_tokens: int = 0
+
+
+class UsageOut(_Out, kw_only=True):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class IncompleteDetails(_Out, kw_only=True):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ErrorOut(_Out, kw_only=True):
+    code: str
+    message: str
+
+
+class ReasoningOut(_Out, kw_only=True):
+    effort: str | None = None
+    summary: None = None
+
+
+TEXT = TextConfig(format=TextFormat())  # the default `text`, echoed when the request gave none
+
+
+class ResponseObject(_Out, kw_only=True):
+    """The whole answer, and the snapshot in lifecycle events. The request's own settings are echoed,
+    as OpenAI does; `store` is false: the edge keeps nothing."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    error: ErrorOut | None = None
+    incomplete_details: IncompleteDetails | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputItem]
+    parallel_tool_calls: bool
+    previous_response_id: None = None
+    reasoning: ReasoningOut
+    store: bool = False
+    temperature: float | None
+    text: TextConfig
+    tool_choice: ResponsesToolChoice
+    tools: list[ToolDef]
+    top_p: float | None
+    truncation: Literal["disabled"] = "disabled"
+    usage: UsageOut | None = None
+    user: str | None
+    metadata: dict[str, str]
+    background: bool = False
+    max_tool_calls: int | None
+    top_logprobs: int | None
+    service_tier: str | None = None
+
+
+# --- stream events --------------------------------------------------------------------------------
+
+
+class ResponseEvent(_Out, kw_only=True):
+    """response.created, .in_progress, .completed, .incomplete, .failed."""
+
+    type: str
+    sequence_number: int
+    response: ResponseObject
+
+
+class ItemEvent(_Out, kw_only=True):
+    """response.output_item.added and .done."""
+
+    type: str
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+class PartEvent(_Out, kw_only=True):
+    """response.content_part.added and .done."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputTextOut | RefusalOut
+
+
+class TextDeltaEvent(_Out, kw_only=True):
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[DeltaLogprob]
+
+
+class TextDoneEvent(_Out, kw_only=True):
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[DeltaLogprob]
+
+
+class RefusalDeltaEvent(_Out, kw_only=True):
+    type: Literal["response.refusal.delta"] = "response.refusal.delta"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class RefusalDoneEvent(_Out, kw_only=True):
+    type: Literal["response.refusal.done"] = "response.refusal.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    refusal: str
+
+
+class ArgumentsDeltaEvent(_Out, kw_only=True):
+    """response.function_call_arguments.delta and response.custom_tool_call_input.delta."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ArgumentsDoneEvent(_Out, kw_only=True):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+
+
+class CustomInputDoneEvent(_Out, kw_only=True):
+    type: Literal["response.custom_tool_call_input.done"] = "response.custom_tool_call_input.done"
+    sequence_number: int
+    item_id: str
+    output_index: int
+    input: str
+
+
+class ErrorEvent(_Out, kw_only=True):
+    """A failure once the stream has begun; response.failed follows it."""
+
+    type: Literal["error"] = "error"
+    sequence_number: int
+    code: str
+    message: str
+    param: str | None
+
+
+StreamEvent = (ResponseEvent | ItemEvent | PartEvent | TextDeltaEvent | TextDoneEvent | RefusalDeltaEvent
+               | RefusalDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent | CustomInputDoneEvent | ErrorEvent)
