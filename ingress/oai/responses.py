@@ -140,6 +140,7 @@ class MessageItem(_Item, tag="message"):
     content: str | list[Part]
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
+    phase: None = None  # OpenAI's commentary / final-answer marks: only on OpenAI's own answers
 
 
 class DirectCaller(_Strict, tag_field="type", tag="direct"):
@@ -156,6 +157,9 @@ class FunctionCallItem(_Item, tag="function_call"):
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     caller: DirectCaller | None = None
+    # OpenAI's tool namespaces and asynchronous calls: accepted only as their defaults, as the SDK writes them.
+    namespace: None = None
+    async_: Literal[False] | None = msgspec.field(default=None, name="async")
 
 
 class FunctionCallOutputItem(_Item, tag="function_call_output"):
@@ -165,6 +169,7 @@ class FunctionCallOutputItem(_Item, tag="function_call_output"):
     name: str | None = None  # the call's own name: the call id already says which call it answers
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     caller: DirectCaller | None = None
+    namespace: None = None
 
 
 class CustomToolCallItem(_Item, tag="custom_tool_call"):
@@ -173,6 +178,8 @@ class CustomToolCallItem(_Item, tag="custom_tool_call"):
     input: str
     id: str | None = None
     caller: DirectCaller | None = None
+    namespace: None = None
+    async_: Literal[False] | None = msgspec.field(default=None, name="async")
 
 
 class CustomToolCallOutputItem(_Item, tag="custom_tool_call_output"):

@@ -1,0 +1,263 @@
+"""`POST /v1/responses` (the Responses API) through the official openai SDK, blocking and async, stream
+and not: its own event accumulator (`responses.stream`) must build the final response.
+
+With the embedded demo the answers are known in advance (ingress/demo/answer.py): the last user message
+echoed, a call to a tool the message names, "Tool <id> returned: <output>" after a tool's output. In
+front of the scripted fake upstream, the fake shows the chat request the Responses request became.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from fakes import upstream as fu
+from fakes.upstream import FakeUpstream
+from openai.types.responses import response_create_params
+
+from ingress import wire
+from ingress.oai.responses import ResponsesRequest
+
+MODEL = "ingress-demo"
+WEATHER: Any = {  # a dict, as users write it (the SDK types it as one TypedDict of a large union)
+
+    "type": "function", "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def _tag(struct: Any) -> str:
+    """A decoded chat message's role, or a part's type: the tag msgspec decoded it by."""
+    return str(type(struct).__struct_config__.tag)
+
+
+# --- the blocking client ----------------------------------------------------------------------------
+
+
+def test_a_string_input_is_answered_as_a_response_object(client: openai.OpenAI) -> None:
+    raw = client.responses.with_raw_response.create(model=MODEL, input="the quick brown fox", instructions="Be brief.")
+    doc = raw.http_response.json()
+    assert doc["object"] == "response" and doc["store"] is False and doc["previous_response_id"] is None
+    response = raw.parse()
+    assert response.id.startswith("resp_") and response.status == "completed" and response.error is None
+    assert response.output_text == "the quick brown fox" and response.instructions == "Be brief."
+    [message] = response.output
+    assert message.type == "message" and message.role == "assistant" and message.status == "completed"
+    assert response.usage is not None and response.usage.output_tokens == 4
+    assert response.usage.total_tokens == response.usage.input_tokens + 4
+
+
+def test_a_tool_call_and_its_output_make_a_conversation(client: openai.OpenAI) -> None:
+    conversation: list[Any] = [{"role": "user", "content": "what does get_weather say for Paris"}]
+    first = client.responses.create(model=MODEL, input=conversation, tools=[WEATHER])
+    [call] = first.output
+    assert call.type == "function_call" and call.name == "get_weather" and call.status == "completed"
+    assert call.arguments == '{"city":"what does get_weather say for Paris"}'
+    conversation += first.output
+    conversation.append({"type": "function_call_output", "call_id": call.call_id, "output": "22 C, sunny"})
+    second = client.responses.create(model=MODEL, input=conversation, tools=[WEATHER])
+    assert second.output_text == f"Tool {call.call_id} returned: 22 C, sunny"
+    assert second.tools[0].name == "get_weather"  # type: ignore[union-attr]  # the request's tools, echoed
+
+
+def test_the_stream_builds_the_final_response_in_the_sdk(client: openai.OpenAI) -> None:
+    with client.responses.stream(model=MODEL, input="one two three") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events] == [
+        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta", "response.output_text.delta", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed"]
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "one two three"
+    assert final.output_text == "one two three" and final.status == "completed"
+    assert final.usage is not None and final.usage.output_tokens == 3  # usage although the client asked for none
+
+
+def test_a_streamed_tool_call_is_a_function_call_item(client: openai.OpenAI) -> None:
+    with client.responses.stream(model=MODEL, input="call get_weather", tools=[WEATHER],
+                                 tool_choice={"type": "function", "name": "get_weather"}) as stream:
+        types = [e.type for e in stream]
+        final = stream.get_final_response()
+    assert "response.function_call_arguments.delta" in types and "response.function_call_arguments.done" in types
+    [call] = final.output
+    assert call.type == "function_call" and call.arguments == '{"city":"call get_weather"}'
+
+
+def test_logprobs_are_answered_when_included(client: openai.OpenAI) -> None:
+    response: Any = client.responses.create(model=MODEL, input="alpha beta",
+                                            include=["message.output_text.logprobs"], top_logprobs=2)
+    [part] = response.output[0].content
+    assert part.type == "output_text" and part.logprobs is not None
+    assert "".join(t.token for t in part.logprobs) == "alpha beta"
+    assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token for t in part.logprobs)
+    plain: Any = client.responses.create(model=MODEL, input="alpha beta")
+    assert plain.output[0].content[0].logprobs is None
+    with client.responses.stream(model=MODEL, input="alpha beta", include=["message.output_text.logprobs"]) as stream:
+        deltas = [e for e in stream if e.type == "response.output_text.delta"]
+    assert [[t.token for t in e.logprobs] for e in deltas] == [["alpha"], [" beta"]]
+
+
+def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -> None:
+    response = client.responses.create(model=MODEL, input="a b c d e", max_output_tokens=2)
+    assert response.status == "incomplete" and response.incomplete_details is not None
+    assert response.incomplete_details.reason == "max_output_tokens" and response.output_text == "a b"
+    events = list(client.responses.create(model=MODEL, input="a b c d e", max_output_tokens=2, stream=True))
+    assert events[-1].type == "response.incomplete" and events[-1].response.output_text == "a b"
+
+
+def test_the_edge_keeps_no_responses(client: openai.OpenAI) -> None:
+    for call in (lambda: client.responses.retrieve("resp_abc"), lambda: client.responses.delete("resp_abc"),
+                 lambda: client.responses.cancel("resp_abc"), lambda: client.responses.input_items.list("resp_abc")):
+        with pytest.raises(openai.NotFoundError) as caught:
+            call()
+        assert caught.value.code == "response_not_found" and "keeps no responses" in caught.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, input="x", previous_response_id="resp_abc")
+    assert refused.value.param == "previous_response_id" and refused.value.code == "previous_response_not_found"
+    stored = client.responses.create(model=MODEL, input="keep this", store=True)
+    assert stored.model_extra is not None and stored.model_extra["store"] is False  # accepted; nothing is kept
+
+
+# --- the async client -------------------------------------------------------------------------------
+
+
+async def test_async_create_and_stream(aclient: openai.AsyncOpenAI) -> None:
+    response = await aclient.responses.create(model=MODEL, input=[
+        {"role": "developer", "content": "Answer plainly."},
+        {"role": "user", "content": [{"type": "input_text", "text": "first part "},
+                                     {"type": "input_text", "text": "second part"}]}])
+    assert response.output_text == "first part second part"
+    async with aclient.responses.stream(model=MODEL, input="four five") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(deltas) == final.output_text == "four five"
+
+
+# --- what travels -----------------------------------------------------------------------------------
+
+
+async def test_every_parameter_travels_as_its_chat_field(edge: str, fake_upstream: FakeUpstream) -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="k", max_retries=0) as c:
+        params: Any = dict(
+            model="m", instructions="Be brief.", input=[
+                {"role": "user", "content": [
+                    {"type": "input_text", "text": "look"},
+                    {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"},
+                    {"type": "input_file", "file_data": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "seen",
+                                                                       "annotations": []}]},
+                {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{\"x\":1}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "one"},
+                {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]},
+            ],
+            tools=[WEATHER], tool_choice="required", parallel_tool_calls=False, max_output_tokens=50,
+            temperature=0.5, top_p=0.9, metadata={"k": "v"}, user="u1", safety_identifier="s1",
+            prompt_cache_key="pk", prompt_cache_retention="24h", service_tier="flex", reasoning={"effort": "low"},
+            text={"format": {"type": "json_schema", "name": "out", "schema": schema, "strict": True},
+                  "verbosity": "low"},
+            store=False, truncation="disabled", include=["reasoning.encrypted_content"], max_tool_calls=3)
+        await c.responses.create(**params)
+    sent = fake_upstream.received[-1].request
+    assert [_tag(m) for m in sent.messages] == ["system", "user", "assistant", "tool", "tool"]
+    system, user, assistant, one, two = sent.messages
+    assert system.content == "Be brief."
+    assert [_tag(p) for p in user.content] == ["text", "image_url", "file"]  # type: ignore[union-attr]
+    assert assistant.content == "seen" and [t.id for t in assistant.tool_calls] == ["c1", "c2"]  # type: ignore[union-attr]
+    assert (one.tool_call_id, one.content, two.tool_call_id) == ("c1", "one", "c2")  # type: ignore[union-attr]
+    assert (sent.max_completion_tokens, sent.temperature, sent.top_p, sent.parallel_tool_calls) == (50, 0.5, 0.9, False)
+    assert (sent.tool_choice, sent.metadata, sent.user, sent.safety_identifier) == ("required", {"k": "v"}, "u1", "s1")
+    assert (sent.prompt_cache_key, sent.prompt_cache_retention, sent.service_tier) == ("pk", "24h", "flex")
+    assert (sent.reasoning_effort, sent.verbosity, sent.store) == ("low", "low", None)
+    assert sent.response_format is not None and sent.response_format.json_schema.name == "out"  # type: ignore[union-attr]
+    assert sent.tools is not None and sent.tools[0].function is not None
+    assert sent.tools[0].function.name == "get_weather" and sent.logprobs is None
+
+
+async def test_a_service_error_mid_stream_ends_with_error_and_response_failed(
+        edge: str, fake_upstream: FakeUpstream) -> None:
+    fake_upstream.play(fu.error_frame(wire.ErrorInfo(status=500, message="engine fell over", code="engine"), after=2))
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="k", max_retries=0) as c:
+        events = [e async for e in await c.responses.create(model="m", input="one two three", stream=True)]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert "response.completed" not in [e.type for e in events]
+    error, failed = events[-2:]
+    assert error.code == "engine" and error.message == "engine fell over"  # type: ignore[union-attr]
+    assert failed.response.status == "failed" and failed.response.error is not None  # type: ignore[union-attr]
+    assert failed.response.error.message == "engine fell over"  # type: ignore[union-attr]
+
+
+async def test_a_stream_cut_short_is_never_a_completed_response(edge: str, fake_upstream: FakeUpstream,
+                                                                http: aiohttp.ClientSession) -> None:
+    fake_upstream.play(fu.end_without_done(frames=2))
+    async with http.post(f"{edge}/v1/responses", json={"model": "m", "input": "one two three", "stream": True}) as r:
+        assert r.status == 200
+        text = (await r.read()).decode()
+    kinds = [line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event: ")]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-2:] == ["error", "response.failed"]
+    assert "[DONE]" not in text and "response.completed" not in kinds
+
+
+# --- refused before anything is sent ---------------------------------------------------------------
+
+
+REFUSED: list[tuple[dict[str, Any], int, str, str]] = [
+    ({"previous_response_id": "resp_1"}, 400, "previous_response_id", "previous_response_not_found"),
+    ({"conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
+    ({"prompt": {"id": "pmpt_1"}}, 400, "prompt", "unsupported_parameter"),
+    ({"background": True}, 400, "background", "unsupported_parameter"),
+    ({"truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
+    ({"reasoning": {"summary": "auto"}}, 400, "reasoning.summary", "unsupported_parameter"),
+    ({"context_management": [{"type": "compaction"}]}, 400, "context_management", "unsupported_parameter"),
+    ({"tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
+    ({"tools": [{**WEATHER, "defer_loading": True}]}, 400, "tools[0].defer_loading", "unsupported_parameter"),
+    ({"tools": [{**WEATHER, "parameters": [1]}]}, 400, "tools[0].parameters", "invalid_request"),
+    ({"input": [{"type": "reasoning", "id": "r", "summary": []}]}, 400, "input[0].type", "unsupported_parameter"),
+    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input[0].type", "unsupported_parameter"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}, 400,
+     "input[0].content[0].file_id", "unsupported_parameter"),
+    ({"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "https://x"}]}]}, 400,
+     "input[0].content[0].type", "invalid_request"),
+    ({"input": [{"role": "user", "content": "x", "colour": 1}]}, 400, "input[0].colour", "invalid_request"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, 400, "input[0].arguments",
+     "invalid_request"),
+    ({"input": []}, 400, "input", "invalid_request"),
+    ({"input": 7}, 400, "input", "invalid_request"),
+    ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]}, 400, "tool_choice.name",
+     "invalid_request"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": "no"}}}, 400, "text.format.schema",
+     "invalid_request"),
+    ({"max_output_tokens": 0}, 400, "max_output_tokens", "invalid_request"),
+    ({"temperature": 3}, 400, "temperature", "invalid_request"),
+    ({"top_logprobs": 21}, 400, "top_logprobs", "invalid_request"),
+    ({"include": ["everything"]}, 400, "include[0]", "invalid_request"),
+    ({"temprature": 1}, 400, "temprature", "invalid_request"),
+]
+
+
+@pytest.mark.parametrize(("fields", "status", "param", "code"), REFUSED, ids=[r[2] for r in REFUSED])
+async def test_a_bad_request_is_refused_naming_its_parameter(
+        edge: str, fake_upstream: FakeUpstream, http: aiohttp.ClientSession, fields: dict[str, Any], status: int,
+        param: str, code: str) -> None:
+    async with http.post(f"{edge}/v1/responses", json={"model": "m", "input": "hi", **fields}) as r:
+        assert r.status == status
+        error = (await r.json())["error"]
+    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
+    assert fake_upstream.received == []
+
+
+# --- the SDK's parameters, every one ----------------------------------------------------------------
+
+
+def test_every_parameter_of_the_installed_sdk_is_carried_or_refused_by_name() -> None:
+    """A parameter the SDK sends that the edge does not declare would be refused as a typo: the next SDK
+    release that adds one fails here until it is carried, or refused with its reason."""
+    sdk = set(typing.get_type_hints(response_create_params.ResponseCreateParamsBase)) | {"stream"}
+    assert sdk - set(ResponsesRequest.__struct_fields__) == set()
