@@ -560,7 +560,7 @@ def as_chat(call: Call) -> ChatCompletionRequest:
         reasoning_effort=r.reasoning.effort if r.reasoning is not None else None,
         response_format=_format(r.text),
         service_tier=r.service_tier,
-        stream=r.stream,
+        stream=True if r.stream else None,
         # The Responses stream always ends with usage: it is asked of the service whatever the client says.
         stream_options=StreamOptions(include_usage=True) if r.stream else None,
         temperature=r.temperature,

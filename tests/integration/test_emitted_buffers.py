@@ -13,6 +13,7 @@ from ingress import wire
 from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
 from ingress.oai.codec import decode_chat_request
+from ingress.oai.responses import as_chat, decode_responses_request
 from ingress.settings import Settings
 
 pytestmark = pytest.mark.cxx
@@ -91,3 +92,37 @@ async def test_every_emitted_request_verifies_and_round_trips(recorded: tuple[st
         assert view.Stream() is stream
         assert view.Passport().KeyId() is not None  # the SDK's key, hashed
         assert b"sk-test" not in buf
+
+
+RESPONSES: list[dict[str, object]] = [
+    {"input": "hello", "instructions": "be brief", "max_output_tokens": 9, "temperature": 0.2},
+    {"input": [{"role": "user", "content": [{"type": "input_text", "text": "look"},
+                                            {"type": "input_image", "image_url": "https://x/y.png"}]},
+               {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+               {"type": "function_call_output", "call_id": "c1", "output": "sunny"}],
+     "tools": [{"type": "function", "name": "get_weather", "parameters": CITY}], "tool_choice": "auto",
+     "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}}},
+     "include": ["message.output_text.logprobs"], "top_logprobs": 2, "reasoning": {"effort": "low"}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_every_emitted_responses_request_verifies_as_the_chat_request_it_amounts_to(
+        recorded: tuple[str, list[bytes]], cxx_verifier: object, stream: bool) -> None:
+    edge, bodies = recorded
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as client:
+        sent = []
+        for extra in RESPONSES:
+            body = {"model": "ingress-demo", "stream": stream, **extra}
+            sent.append(body)
+            if stream:
+                async for _ in await client.responses.create(**body):  # type: ignore[call-overload]
+                    pass
+            else:
+                await client.responses.create(**body)  # type: ignore[call-overload]
+    assert len(bodies) == len(RESPONSES)
+    for body, buf in zip(sent, bodies, strict=True):
+        assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
+        expected = as_chat(decode_responses_request(msgspec.json.encode(body)))
+        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        assert wire.read_request(buf).Stream() is stream

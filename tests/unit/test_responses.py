@@ -1,0 +1,223 @@
+"""The Responses API, sans-I/O: a request read as the chat request it amounts to
+(ingress/oai/responses.py), and chat chunks made into its events (ingress/translate/responses.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from msgspec import UNSET
+
+from ingress.errors import UpstreamAnswered
+from ingress.oai import answers as chat
+from ingress.oai import response_objects as ro
+from ingress.oai.models import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ingress.oai.responses import Call, as_chat, decode_responses_request
+from ingress.translate.responses import ResponseEvents, translate_response_object
+from ingress.wire import types as wt
+
+
+def call(**fields: Any) -> Call:
+    return decode_responses_request(msgspec.json.encode({"model": "m", "input": "hi", **fields}))
+
+
+# --- the request, as chat -------------------------------------------------------------------------
+
+
+def test_calls_after_an_assistant_message_join_it_and_outputs_become_tool_messages() -> None:
+    chat_request = as_chat(call(instructions="rules", input=[
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "let me look"},
+        {"type": "function_call", "call_id": "a", "name": "f", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "b", "name": "g", "input": "free text"},
+        {"type": "function_call_output", "call_id": "a", "output": "A"},
+        {"type": "custom_tool_call_output", "call_id": "b", "output": "B"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+    ]))
+    system, user, assistant, out_a, out_b, second = chat_request.messages
+    assert isinstance(system, SystemMessage) and system.content == "rules"
+    assert isinstance(user, UserMessage) and user.content == "q"
+    assert isinstance(assistant, AssistantMessage) and assistant.content == "let me look"
+    assert [(c.id, c.type) for c in assistant.tool_calls or ()] == [("a", "function"), ("b", "custom")]
+    assert isinstance(out_a, ToolMessage) and (out_a.tool_call_id, out_a.content) == ("a", "A")
+    assert isinstance(out_b, ToolMessage) and out_b.tool_call_id == "b"
+    assert isinstance(second, AssistantMessage) and second.content is None  # a call after tool output: a new turn
+    assert [c.id for c in second.tool_calls or ()] == ["c"]
+
+
+def test_an_earlier_answers_text_and_refusal_are_the_assistant_turn() -> None:
+    [_, assistant] = as_chat(call(input=[
+        {"role": "user", "content": "q"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed", "content": [
+            {"type": "output_text", "text": "part one, ", "annotations": [{"type": "url_citation"}]},
+            {"type": "output_text", "text": "part two"}, {"type": "refusal", "refusal": "no more"}]},
+    ])).messages
+    assert isinstance(assistant, AssistantMessage)
+    assert (assistant.content, assistant.refusal) == ("part one, part two", "no more")
+
+
+def test_logprobs_are_asked_by_include_or_by_top_logprobs() -> None:
+    assert as_chat(call(include=["message.output_text.logprobs"])).logprobs is True
+    assert as_chat(call(top_logprobs=3)).top_logprobs == 3
+    assert as_chat(call(include=["reasoning.encrypted_content"])).logprobs is None
+
+
+def test_a_stream_always_asks_the_service_for_usage() -> None:
+    request = as_chat(call(stream=True))
+    assert request.stream is True and request.stream_options is not None
+    assert request.stream_options.include_usage is True
+    assert as_chat(call()).stream_options is None
+
+
+def test_allowed_tools_travel_in_the_chat_shape() -> None:
+    tools = [{"type": "function", "name": "f"}, {"type": "custom", "name": "g"}]
+    choice = as_chat(call(tools=tools, tool_choice={"type": "allowed_tools", "mode": "required", "tools": tools}))
+    assert choice.tool_choice is not None and not isinstance(choice.tool_choice, str)
+    assert choice.tool_choice.allowed_tools is not None
+    assert [msgspec.json.decode(bytes(t)) for t in choice.tool_choice.allowed_tools.tools] == [
+        {"type": "function", "function": {"name": "f"}}, {"type": "custom", "custom": {"name": "g"}}]
+
+
+# --- a whole answer -------------------------------------------------------------------------------
+
+
+def test_a_whole_answer_with_text_and_calls() -> None:
+    response = wt.Response(id="x", model="served", created=7, usage=wt.Usage(prompt_tokens=3, completion_tokens=2),
+                           choices=[wt.Choice(content="checking", finish_reason="tool_calls", tool_calls=[
+                               wt.FunctionCall(id="c1", name="f", arguments="{}"),
+                               wt.FunctionCall(id="c2", name="g", arguments="raw", type="custom")])])
+    obj = translate_response_object(call(), response, request_id="r1")
+    assert (obj.id, obj.model, obj.created_at, obj.status) == ("resp_r1", "served", 7, "completed")
+    message, function, custom = obj.output
+    assert isinstance(message, ro.MessageOut) and message.content[0] == ro.OutputTextOut(text="checking",
+                                                                                          annotations=[])
+    assert isinstance(function, ro.FunctionCallOut) and function.call_id == "c1"
+    assert isinstance(custom, ro.CustomToolCallOut) and custom.input == "raw"
+    assert obj.usage == ro.UsageOut(input_tokens=3, input_tokens_details=ro.InputTokensDetails(), output_tokens=2,
+                                    output_tokens_details=ro.OutputTokensDetails(), total_tokens=5)
+
+
+def test_a_content_filter_makes_an_incomplete_answer() -> None:
+    response = wt.Response(id="x", model="m", created=1,
+                           choices=[wt.Choice(content="", finish_reason="content_filter")])
+    obj = translate_response_object(call(), response, request_id="r")
+    assert obj.status == "incomplete" and obj.incomplete_details == ro.IncompleteDetails(reason="content_filter")
+    assert isinstance(obj.output[0], ro.MessageOut) and obj.output[0].status == "incomplete"
+
+
+# --- the stream -----------------------------------------------------------------------------------
+
+
+def chunk(content: str | None = None, *, refusal: str | None = None, tools: list[chat.ToolCallDeltaOut] | None = None,
+          finish: str | None = None) -> chat.ChatCompletionChunk:
+    delta = chat.DeltaOut(content=content if content is not None else UNSET,
+                          refusal=refusal if refusal is not None else UNSET, tool_calls=tools or UNSET)
+    return chat.ChatCompletionChunk(id="x", created=1, model="m",
+                                    choices=[chat.ChunkChoiceOut(index=0, delta=delta, finish_reason=finish)])
+
+
+def tool(index: int, arguments: str, *, id: str | None = None, name: str | None = None) -> chat.ToolCallDeltaOut:
+    function = chat.FunctionDeltaOut(name=name if name is not None else UNSET, arguments=arguments)
+    return chat.ToolCallDeltaOut(index=index, id=id if id is not None else UNSET,
+                                 type="function" if id is not None else UNSET, function=function)
+
+
+def run(chunks: list[chat.ChatCompletionChunk], usage: wt.Usage | None = None) -> list[Any]:
+    events = ResponseEvents(call(), request_id="r", created_at=5)
+    out: list[Any] = events.opened()
+    for c in chunks:
+        out += events.feed(c)
+    return out + events.completed(usage)
+
+
+def check_well_formed(events: list[Any]) -> None:
+    """What the SDK's accumulator insists on: numbered in order, an item added before its deltas and
+    done after them, one lifecycle id, and the last event a whole response."""
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    open_items: set[int] = set()
+    for e in events:
+        if e.type == "response.output_item.added":
+            assert e.output_index not in open_items
+            open_items.add(e.output_index)
+        elif e.type == "response.output_item.done":
+            open_items.remove(e.output_index)
+        elif hasattr(e, "output_index"):
+            assert e.output_index in open_items, e
+    assert not open_items
+    assert {e.response.id for e in events if isinstance(e, ro.ResponseEvent)} == {"resp_r"}
+
+
+@given(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=8))
+def test_any_split_of_the_text_gives_the_same_final_response(pieces: list[str]) -> None:
+    events = run([chunk(p) for p in pieces] + [chunk(finish="stop")])
+    check_well_formed(events)
+    final = events[-1]
+    assert final.type == "response.completed"
+    [message] = final.response.output
+    assert message.content[0].text == "".join(pieces) and message.status == "completed"
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == pieces
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.status == "in_progress" and added.item.content == []  # the event's own copy, as it was
+
+
+@given(st.lists(st.text(min_size=1, max_size=4), min_size=1, max_size=6), st.integers(min_value=1, max_value=3))
+def test_text_then_calls_with_split_arguments(pieces: list[str], calls: int) -> None:
+    chunks = [chunk("thinking ")]
+    for i in range(calls):
+        chunks.append(chunk(tools=[tool(i, "", id=f"call_{i}", name=f"f{i}")]))
+        chunks += [chunk(tools=[tool(i, p)]) for p in pieces]
+    events = run([*chunks, chunk(finish="tool_calls")])
+    check_well_formed(events)
+    output = events[-1].response.output
+    assert isinstance(output[0], ro.MessageOut)
+    assert [(o.call_id, o.name, o.arguments, o.status) for o in output[1:]] == [
+        (f"call_{i}", f"f{i}", "".join(pieces), "completed") for i in range(calls)]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert [e.arguments for e in done] == ["".join(pieces)] * calls
+
+
+def test_a_refusal_is_its_own_part_of_the_message() -> None:
+    events = run([chunk("I "), chunk(refusal="can't "), chunk(refusal="do that")])
+    check_well_formed(events)
+    [message] = events[-1].response.output
+    assert message.content == [ro.OutputTextOut(text="I ", annotations=[]), ro.RefusalOut(refusal="can't do that")]
+    assert [e.refusal for e in events if e.type == "response.refusal.done"] == ["can't do that"]
+
+
+def test_an_empty_answer_is_one_empty_message_and_usage_ends_it() -> None:
+    events = run([chunk(finish="stop")], usage=wt.Usage(prompt_tokens=4, completion_tokens=0))
+    check_well_formed(events)
+    [message] = events[-1].response.output
+    assert message.content == [ro.OutputTextOut(text="", annotations=[])]
+    assert events[-1].response.usage.input_tokens == 4
+
+
+def test_a_cut_answer_ends_incomplete() -> None:
+    events = run([chunk("a b"), chunk(finish="length")])
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details == ro.IncompleteDetails(reason="max_output_tokens")
+    assert events[-1].response.output[0].status == "incomplete"
+
+
+def test_a_failure_ends_with_error_then_failed_once() -> None:
+    events = ResponseEvents(call(), request_id="r", created_at=5)
+    seen: list[Any] = events.opened() + events.feed(chunk("partial"))
+    failure = UpstreamAnswered(500, "server_error", "engine", "it broke", None)
+    seen += events.failed(failure)
+    assert [e.type for e in seen[-2:]] == ["error", "response.failed"]
+    error, failed = seen[-2:]
+    assert (error.code, error.message, error.sequence_number) == ("engine", "it broke", len(seen) - 2)
+    assert failed.response.status == "failed" and failed.response.error == ro.ErrorOut(code="engine",
+                                                                                       message="it broke")
+    assert failed.response.output[0].content[0].text == "partial"
+    assert events.failed(failure) == []  # a second failure (the edge's, after the service's) adds nothing
+
+
+@pytest.mark.parametrize("field", ["instructions", "max_output_tokens", "temperature", "top_p", "user"])
+def test_the_request_settings_are_echoed(field: str) -> None:
+    values = {"instructions": "x", "max_output_tokens": 5, "temperature": 0.5, "top_p": 0.5, "user": "u"}
+    events = ResponseEvents(call(**{field: values[field]}), request_id="r", created_at=5)
+    assert getattr(events.opened()[0].response, field) == values[field]  # type: ignore[union-attr]
