@@ -17,6 +17,8 @@ import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from openai.types.responses import response_create_params
+from unit.bad_requests import Bad
+from unit.bad_responses import BAD_RESPONSES
 
 from ingress import wire
 from ingress.oai.responses import ResponsesRequest
@@ -208,48 +210,13 @@ async def test_a_stream_cut_short_is_never_a_completed_response(edge: str, fake_
 # --- refused before anything is sent ---------------------------------------------------------------
 
 
-REFUSED: list[tuple[dict[str, Any], int, str, str]] = [
-    ({"previous_response_id": "resp_1"}, 400, "previous_response_id", "previous_response_not_found"),
-    ({"conversation": "conv_1"}, 400, "conversation", "unsupported_parameter"),
-    ({"prompt": {"id": "pmpt_1"}}, 400, "prompt", "unsupported_parameter"),
-    ({"background": True}, 400, "background", "unsupported_parameter"),
-    ({"truncation": "auto"}, 400, "truncation", "unsupported_parameter"),
-    ({"reasoning": {"summary": "auto"}}, 400, "reasoning.summary", "unsupported_parameter"),
-    ({"context_management": [{"type": "compaction"}]}, 400, "context_management", "unsupported_parameter"),
-    ({"tools": [{"type": "web_search"}]}, 400, "tools[0].type", "unsupported_parameter"),
-    ({"tools": [{**WEATHER, "defer_loading": True}]}, 400, "tools[0].defer_loading", "unsupported_parameter"),
-    ({"tools": [{**WEATHER, "parameters": [1]}]}, 400, "tools[0].parameters", "invalid_request"),
-    ({"input": [{"type": "reasoning", "id": "r", "summary": []}]}, 400, "input[0].type", "unsupported_parameter"),
-    ({"input": [{"type": "item_reference", "id": "msg_1"}]}, 400, "input[0].type", "unsupported_parameter"),
-    ({"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]}, 400,
-     "input[0].content[0].file_id", "unsupported_parameter"),
-    ({"input": [{"role": "system", "content": [{"type": "input_image", "image_url": "https://x"}]}]}, 400,
-     "input[0].content[0].type", "invalid_request"),
-    ({"input": [{"role": "user", "content": "x", "colour": 1}]}, 400, "input[0].colour", "invalid_request"),
-    ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, 400, "input[0].arguments",
-     "invalid_request"),
-    ({"input": []}, 400, "input", "invalid_request"),
-    ({"input": 7}, 400, "input", "invalid_request"),
-    ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]}, 400, "tool_choice.name",
-     "invalid_request"),
-    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": "no"}}}, 400, "text.format.schema",
-     "invalid_request"),
-    ({"max_output_tokens": 0}, 400, "max_output_tokens", "invalid_request"),
-    ({"temperature": 3}, 400, "temperature", "invalid_request"),
-    ({"top_logprobs": 21}, 400, "top_logprobs", "invalid_request"),
-    ({"include": ["everything"]}, 400, "include[0]", "invalid_request"),
-    ({"temprature": 1}, 400, "temprature", "invalid_request"),
-]
-
-
-@pytest.mark.parametrize(("fields", "status", "param", "code"), REFUSED, ids=[r[2] for r in REFUSED])
-async def test_a_bad_request_is_refused_naming_its_parameter(
-        edge: str, fake_upstream: FakeUpstream, http: aiohttp.ClientSession, fields: dict[str, Any], status: int,
-        param: str, code: str) -> None:
-    async with http.post(f"{edge}/v1/responses", json={"model": "m", "input": "hi", **fields}) as r:
-        assert r.status == status
+@pytest.mark.parametrize("bad", BAD_RESPONSES[::7])  # every refusal's status and param: tests/unit
+async def test_a_bad_request_is_refused_before_anything_is_sent(
+        edge: str, fake_upstream: FakeUpstream, http: aiohttp.ClientSession, bad: Bad) -> None:
+    async with http.post(f"{edge}/v1/responses", data=bad.body, headers={"Content-Type": "application/json"}) as r:
+        assert r.status == 400
         error = (await r.json())["error"]
-    assert (error["param"], error["code"], error["type"]) == (param, code, "invalid_request_error")
+    assert (error["param"], error["code"], error["type"]) == (bad.param, bad.code, "invalid_request_error")
     assert fake_upstream.received == []
 
 

@@ -16,6 +16,7 @@ import pytest
 from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
+from unit.bad_responses import BAD_RESPONSES, responses_body
 
 from ingress.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
@@ -23,6 +24,7 @@ from ingress.settings import DEMO_MODEL, Settings
 CHAT = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
 COMPLETIONS = "/v1/completions"
+RESPONSES = "/v1/responses"
 JSON_HEADERS = {"Content-Type": "application/json"}
 GENERATED_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -52,6 +54,9 @@ class Edge:
 
     async def complete_text(self, raw: Any, **headers: str) -> Answer:
         return await self.call("POST", COMPLETIONS, raw, {**JSON_HEADERS, **headers})
+
+    async def respond(self, raw: Any, **headers: str) -> Answer:
+        return await self.call("POST", RESPONSES, raw, {**JSON_HEADERS, **headers})
 
 
 @asynccontextmanager
@@ -112,6 +117,17 @@ async def test_bad_embeddings_body_is_a_400_naming_the_field(edge: Edge, bad: Ba
 @pytest.mark.parametrize("bad", BAD_COMPLETIONS)
 async def test_bad_completions_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
     assert_error(await edge.complete_text(bad.body), 400, param=bad.param, code=bad.code)
+
+
+@pytest.mark.parametrize("bad", BAD_RESPONSES)
+async def test_bad_responses_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
+    assert_error(await edge.respond(bad.body), 400, param=bad.param, code=bad.code)
+
+
+async def test_valid_responses_body_is_answered(edge: Edge) -> None:
+    answer = await edge.respond(responses_body(input=[{"role": "user", "content": "a b"}]))
+    assert answer.status == 200 and answer.doc["object"] == "response" and answer.doc["status"] == "completed"
+    assert answer.doc["output"][0]["content"][0]["text"] == "a b"
 
 
 async def test_valid_completions_body_is_answered(edge: Edge) -> None:

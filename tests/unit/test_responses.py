@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from msgspec import UNSET
+from unit.bad_requests import Bad
+from unit.bad_responses import BAD_RESPONSES
 
-from ingress.errors import UpstreamAnswered
+from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import answers as chat
 from ingress.oai import response_objects as ro
 from ingress.oai.models import AssistantMessage, SystemMessage, ToolMessage, UserMessage
@@ -22,6 +24,13 @@ from ingress.wire import types as wt
 
 def call(**fields: Any) -> Call:
     return decode_responses_request(msgspec.json.encode({"model": "m", "input": "hi", **fields}))
+
+
+@pytest.mark.parametrize("bad", BAD_RESPONSES)
+def test_bad_body_is_refused_naming_the_field(bad: Bad) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        as_chat(decode_responses_request(bad.body))
+    assert (caught.value.param, caught.value.code) == (bad.param, bad.code)
 
 
 # --- the request, as chat -------------------------------------------------------------------------
