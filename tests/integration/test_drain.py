@@ -145,6 +145,29 @@ async def test_a_stream_that_outlives_the_deadline_ends_with_an_in_band_error(
         assert await edge.exit_code(timeout=10) == 0
 
 
+async def test_a_responses_stream_that_outlives_the_deadline_ends_with_error_and_response_failed(
+        tmp_path: Path, fake_upstream: FakeUpstream) -> None:
+    fake_upstream.play(fu.stall_mid_stream(frames=3))
+    config = drain_config(tmp_path, delay=0.2, deadline=0.5)
+    with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
+        await edge.started()
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(edge.url + "/v1/responses", json={"model": MODEL, "input": " ".join(WORDS), "stream": True}) as r,
+        ):
+            assert r.status == 200
+            events = await _read_events(r, 6)  # created, in_progress, item added, part added, w0, w1
+            edge.terminate()
+            events += await _read_events(r)
+        docs = [json.loads(e) for e in events]
+        assert [d["sequence_number"] for d in docs] == list(range(len(docs)))
+        assert [d.get("delta") for d in docs[4:6]] == ["w0", " w1"]
+        assert [d["type"] for d in docs[-2:]] == ["error", "response.failed"]
+        assert docs[-2]["code"] == "shutting_down" and docs[-1]["response"]["status"] == "failed"
+        assert docs[-1]["response"]["output"][0]["content"][0]["text"] == "w0 w1"
+        assert await edge.exit_code(timeout=10) == 0
+
+
 async def test_an_answer_still_awaited_at_the_deadline_is_a_503(tmp_path: Path, fake_upstream: FakeUpstream) -> None:
     fake_upstream.play(fu.slow_head(None))
     config = drain_config(tmp_path, delay=0.2, deadline=0.5)
