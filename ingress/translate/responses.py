@@ -126,6 +126,7 @@ class ResponseEvents:
         self._calls: dict[int, ro.FunctionCallOut | ro.CustomToolCallOut] = {}  # open, by the chat call index
         self._finish: str | None = None
         self._service_tier: str | None = None
+        self._opened = False
         self.ended = False
 
     def _n(self) -> int:
@@ -140,6 +141,9 @@ class ResponseEvents:
                                service_tier=self._service_tier)
 
     def opened(self) -> list[ro.StreamEvent]:
+        if self._opened:
+            return []
+        self._opened = True
         return [ro.ResponseEvent(type="response.created", sequence_number=self._n(),
                                  response=self._snapshot("in_progress")),
                 ro.ResponseEvent(type="response.in_progress", sequence_number=self._n(),
@@ -302,10 +306,11 @@ class ResponseEvents:
         """The stream broke after it began: `error`, then response.failed with what was answered so far."""
         if self.ended:
             return []
+        opening = self.opened()  # a stream that failed while only heartbeats had been sent
         self.ended = True
         code = error.code or error.type
         snapshot = self._snapshot("failed", error=ro.ErrorOut(code=code, message=error.message))
-        return [ro.ErrorEvent(sequence_number=self._n(), code=code, message=error.message, param=error.param),
+        return [*opening, ro.ErrorEvent(sequence_number=self._n(), code=code, message=error.message, param=error.param),
                 ro.ResponseEvent(type="response.failed", sequence_number=self._n(), response=snapshot)]
 
 

@@ -230,3 +230,11 @@ def test_the_request_settings_are_echoed(field: str) -> None:
     values = {"instructions": "x", "max_output_tokens": 5, "temperature": 0.5, "top_p": 0.5, "user": "u"}
     events = ResponseEvents(call(**{field: values[field]}), request_id="r", created_at=5)
     assert getattr(events.opened()[0].response, field) == values[field]  # type: ignore[union-attr]
+
+
+def test_a_failure_before_the_service_opened_the_stream_still_begins_with_created() -> None:
+    events = ResponseEvents(call(), request_id="r", created_at=5)  # only heartbeats were sent so far
+    seen = events.failed(UpstreamAnswered(503, "server_error", None, "no capacity", None))
+    assert [e.type for e in seen] == ["response.created", "response.in_progress", "error", "response.failed"]
+    assert [e.sequence_number for e in seen] == [0, 1, 2, 3]
+    assert seen[2].code == "server_error"  # type: ignore[union-attr]  # no code given: the type stands for it
