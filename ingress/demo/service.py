@@ -17,10 +17,15 @@ FINGERPRINT = "fp_ingress_demo"  # the demo's one configuration
 TIER = "default"  # the demo's one tier: the answer to a request that names any
 
 
+def text_usage(prompt: int, completion: int) -> wire.Usage:
+    """Every token the demo counts is text (an image or audio part is not counted at all); it caches
+    nothing, so cached and cache-write tokens stay 0."""
+    return wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                      prompt_text_tokens=prompt, completion_text_tokens=completion)
+
+
 def _usage(p: Plan, n: int) -> wire.Usage:
-    completion = p.completion_tokens * n
-    return wire.Usage(prompt_tokens=p.prompt_tokens, completion_tokens=completion,
-                      total_tokens=p.prompt_tokens + completion)
+    return text_usage(p.prompt_tokens, p.completion_tokens * n)
 
 
 def _calls(p: Plan) -> list[wire.FunctionCall]:
@@ -87,8 +92,7 @@ async def complete(request: web.Request) -> web.StreamResponse:
 async def _complete_text(request: web.Request, req: wire.CompletionRequestData, n: int,
                          plans: list[TextPlan]) -> web.StreamResponse:
     """A legacy text completion: each prompt's n choices, indexed prompt * n + j."""
-    prompt, completion = usage_of(plans, n)
-    usage = wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    usage = text_usage(*usage_of(plans, n))
     answer_id, model, created = f"cmpl-{req.request_id or ''}", req.model_name or "", int(time.time())
     if not req.stream:
         choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason)
