@@ -53,7 +53,7 @@ def test_token_id_prompts_travel_as_ids(client: openai.OpenAI) -> None:
 
 def test_echo_max_tokens_and_the_other_parameters(client: openai.OpenAI) -> None:
     result = client.completions.create(
-        model=MODEL, prompt="a b c d", echo=True, max_tokens=2, suffix="!", best_of=3, n=2, logprobs=5,
+        model=MODEL, prompt="a b c d", echo=True, max_tokens=2, suffix="!", best_of=3, n=2,
         temperature=0.5, top_p=0.9, stop=["\n"], seed=7, presence_penalty=0.1, frequency_penalty=-0.1,
         logit_bias={"50256": -100}, user="u-1")
     assert [(c.text, c.finish_reason) for c in result.choices] == [("a b c d" + "a b", "length")] * 2
@@ -83,6 +83,17 @@ def test_a_stream_without_usage_asked_has_none(client: openai.OpenAI) -> None:
     assert all(c.usage is None for c in chunks) and chunks[-1].choices[0].finish_reason == "stop"
 
 
+# --- logprobs ----------------------------------------------------------------------------------------
+
+
+def test_logprobs_with_echo_are_refused(client: openai.OpenAI) -> None:
+    # OpenAI answers the echoed prompt's token logprobs too; the contract carries none (oai/completions.py).
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model=MODEL, prompt="a b", echo=True, logprobs=1, stream=stream)
+        assert caught.value.param == "logprobs" and caught.value.code == "invalid_request"
+
+
 # --- the async client -------------------------------------------------------------------------------
 
 
@@ -108,16 +119,19 @@ async def test_an_unknown_model_is_a_404_in_openais_shape(aclient: openai.AsyncO
 async def test_every_field_travels_to_the_service(edge: str, fake_upstream: FakeUpstream) -> None:
     async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
         await c.completions.create(
-            model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2, logprobs=0,
+            model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2,
             max_tokens=0, temperature=0.25, top_p=0.5, stop="\n\n", seed=-1, presence_penalty=2,
             frequency_penalty=-2, logit_bias={"7": 100}, user="someone")
     sent: Any = wire.decode_text_request(fake_upstream.received[-1].body)
     assert sent.prompt == ["first", "second"] and sent.echo and sent.suffix == "end"
-    assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, 0, 0)
+    assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, None, 0)
     assert (sent.temperature, sent.top_p, sent.stop, sent.seed) == (0.25, 0.5, ["\n\n"], -1)
     assert (sent.presence_penalty, sent.frequency_penalty, sent.logit_bias, sent.user) == (2, -2, {"7": 100}, "someone")
     view = wire.read_request(fake_upstream.received[-1].body)
     assert view.TextCompletion() and view.MessagesLength() == 0 and view.UserPrompt() == b"first"
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
+        await c.completions.create(model="gpt-4o", prompt="first", logprobs=0)  # logprobs go without echo
+    assert wire.decode_text_request(fake_upstream.received[-1].body).logprobs == 0
 
 
 async def test_the_edge_refuses_before_sending(edge: str, fake_upstream: FakeUpstream,

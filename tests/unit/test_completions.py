@@ -50,7 +50,7 @@ def test_every_prompt_shape_reads_as_a_list_of_prompts(prompt: object, prompts: 
 
 def test_the_request_travels_as_a_text_completion_and_reads_back() -> None:
     request = decode_text_request(completions_body(prompt=[[5, 6], [7]], echo=True, max_tokens=0, best_of=3, n=3,
-                                                   logprobs=2, suffix="s", stop=["x"], temperature=0.7))
+                                                   suffix="s", stop=["x"], temperature=0.7))
     buf = bytes(encode_text_request(request, "rid", PASSPORT, "self_hosted", "served-name"))
     wire.verify_request(buf)
     view = wire.read_request(buf)
@@ -58,10 +58,13 @@ def test_the_request_travels_as_a_text_completion_and_reads_back() -> None:
     assert view.ModelName() == b"served-name" and view.UserPrompt() is None
     data = wire.read_request_data(buf)
     assert [p.tokens for p in data.prompts or ()] == [[5, 6], [7]]
-    assert (data.echo, data.suffix, data.best_of, data.logprobs_count) == (True, "s", 3, 2)
+    assert (data.echo, data.suffix, data.best_of, data.logprobs_count) == (True, "s", 3, None)
     assert (data.max_tokens, data.max_tokens_set, data.temperature_set) == (0, True, True)
     back = wire.decode_text_request(buf)
     assert back == msgspec.structs.replace(request, model="served-name")
+    for logprobs in (0, 5):  # without echo (see test_logprobs_with_echo_are_refused_naming_logprobs)
+        asked = decode_text_request(completions_body(logprobs=logprobs))
+        assert wire.read_request_data(bytes(encode_text_request(asked, "rid", PASSPORT))).logprobs_count == logprobs
 
 
 def test_a_chat_request_is_not_read_as_a_text_completion() -> None:
@@ -113,3 +116,15 @@ def test_a_stream_cut_short_fails() -> None:
     translator.feed_frame(_frames(wire.Chunk(sequence=0, content="a"))[0])
     with pytest.raises(UpstreamProtocolError):
         translator.finish()
+
+
+# --- logprobs --------------------------------------------------------------------------------------------
+
+
+def test_logprobs_with_echo_are_refused_naming_logprobs() -> None:
+    for logprobs in (0, 5):
+        with pytest.raises(InvalidRequest) as caught:
+            decode_text_request(completions_body(echo=True, logprobs=logprobs))
+        assert caught.value.param == "logprobs" and "echo" in str(caught.value)
+    assert decode_text_request(completions_body(echo=False, logprobs=2)).logprobs == 2
+    assert decode_text_request(completions_body(echo=True, logprobs=None)).echo
