@@ -141,11 +141,21 @@ def _check(request: TextCompletionRequest) -> None:
 # --- the answer: a text_completion object, streamed or not ----------------------------------------
 
 
+class TextLogprobsOut(msgspec.Struct, kw_only=True):
+    """OpenAI's legacy shape, one entry per token in each list: the token, its log probability, the most
+    likely tokens at its position (token → logprob), and where it starts in the choice's text (characters)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class TextChoiceOut(msgspec.Struct, kw_only=True):
     text: str
     index: int
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: TextLogprobsOut | None = None  # null when none were asked for (the service sent none)
 
 
 class TextCompletion(msgspec.Struct, kw_only=True):
