@@ -95,7 +95,8 @@ async def _complete_text(request: web.Request, req: wire.CompletionRequestData, 
     usage = text_usage(*usage_of(plans, n))
     answer_id, model, created = f"cmpl-{req.request_id or ''}", req.model_name or "", int(time.time())
     if not req.stream:
-        choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason)
+        choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason,
+                               logprobs=p.logprobs)
                    for i, p in enumerate(plans) for j in range(n)]
         response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=usage)
         return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
@@ -108,10 +109,12 @@ async def _complete_text(request: web.Request, req: wire.CompletionRequestData, 
     await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(chunks)))
     seq = len(chunks)
     for i, p in enumerate(plans):
-        for word in p.words:
+        for k, word in enumerate(p.words):
             if delay:
                 await asyncio.sleep(delay)
-            frames = [wire.Chunk(sequence=0, choice_index=i * n + j, content=word) for j in range(n)]
+            logprobs = None if p.logprobs is None else [p.logprobs[k]]
+            frames = [wire.Chunk(sequence=0, choice_index=i * n + j, content=word, logprobs=logprobs)
+                      for j in range(n)]
             await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(frames, seq)))
             seq += n
     last = [wire.Chunk(sequence=0, choice_index=i * n + j, finish_reason=p.finish_reason)
