@@ -17,10 +17,15 @@ FINGERPRINT = "fp_ingress_demo"  # the demo's one configuration
 TIER = "default"  # the demo's one tier: the answer to a request that names any
 
 
+def text_usage(prompt: int, completion: int) -> wire.Usage:
+    """Every token the demo counts is text (an image or audio part is not counted at all); it caches
+    nothing, so cached and cache-write tokens stay 0."""
+    return wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                      prompt_text_tokens=prompt, completion_text_tokens=completion)
+
+
 def _usage(p: Plan, n: int) -> wire.Usage:
-    completion = p.completion_tokens * n
-    return wire.Usage(prompt_tokens=p.prompt_tokens, completion_tokens=completion,
-                      total_tokens=p.prompt_tokens + completion)
+    return text_usage(p.prompt_tokens, p.completion_tokens * n)
 
 
 def _calls(p: Plan) -> list[wire.FunctionCall]:
@@ -87,11 +92,11 @@ async def complete(request: web.Request) -> web.StreamResponse:
 async def _complete_text(request: web.Request, req: wire.CompletionRequestData, n: int,
                          plans: list[TextPlan]) -> web.StreamResponse:
     """A legacy text completion: each prompt's n choices, indexed prompt * n + j."""
-    prompt, completion = usage_of(plans, n)
-    usage = wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    usage = text_usage(*usage_of(plans, n))
     answer_id, model, created = f"cmpl-{req.request_id or ''}", req.model_name or "", int(time.time())
     if not req.stream:
-        choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason)
+        choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason,
+                               logprobs=p.logprobs)
                    for i, p in enumerate(plans) for j in range(n)]
         response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=usage)
         return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
@@ -104,10 +109,12 @@ async def _complete_text(request: web.Request, req: wire.CompletionRequestData, 
     await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(chunks)))
     seq = len(chunks)
     for i, p in enumerate(plans):
-        for word in p.words:
+        for k, word in enumerate(p.words):
             if delay:
                 await asyncio.sleep(delay)
-            frames = [wire.Chunk(sequence=0, choice_index=i * n + j, content=word) for j in range(n)]
+            logprobs = None if p.logprobs is None else [p.logprobs[k]]
+            frames = [wire.Chunk(sequence=0, choice_index=i * n + j, content=word, logprobs=logprobs)
+                      for j in range(n)]
             await stream.write(b"".join(wire.write_chunk(c) for c in _numbered(frames, seq)))
             seq += n
     last = [wire.Chunk(sequence=0, choice_index=i * n + j, finish_reason=p.finish_reason)

@@ -72,15 +72,24 @@ class ChoiceOut(_Out):
 
 
 class PromptTokensDetails(_Out):
+    """The first two are always written, as OpenAI's chat answers do; the others only when the service
+    counted them (nonzero): a text_tokens of 0 beside a prompt of text would say what is not so."""
+
     cached_tokens: int = 0
     audio_tokens: int = 0
+    cache_write_tokens: int | UnsetType = UNSET
+    image_tokens: int | UnsetType = UNSET
+    text_tokens: int | UnsetType = UNSET
 
 
 class CompletionTokensDetails(_Out):
+    """As PromptTokensDetails: the first four always, text_tokens only when counted."""
+
     reasoning_tokens: int = 0
     audio_tokens: int = 0
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    text_tokens: int | UnsetType = UNSET
 
 
 class UsageOut(_Out):

@@ -3,6 +3,8 @@
 Bounds are OpenAI's documented ones (`best_of` 0-20, `logprobs` 0-5, `n` 1-128, `max_tokens` ≥ 0, up to
 4 `stop` sequences); a prompt is a string, a list of strings, a list of token ids or a list of them. At
 most 2048 prompts, as for embeddings inputs; a prompt's own token limit is the service's (its tokenizer).
+`logprobs` with `echo` is refused: OpenAI answers the prompt's token logprobs then, which the contract
+does not carry.
 """
 
 from __future__ import annotations
@@ -129,16 +131,31 @@ def _check(request: TextCompletionRequest) -> None:
         raise _invalid("best_of above 1 cannot be streamed", "best_of")
     if request.stream_options is not None and not request.stream:
         raise _invalid("stream_options is only allowed when stream is true", "stream_options")
+    if request.logprobs is not None and request.echo:
+        # OpenAI answers the echoed prompt's token logprobs too, and the contract carries none: what is
+        # asked for is mostly the prompt's score, and the completion's alone would read as a wrong one.
+        raise _invalid("logprobs with echo is not supported: the prompt's token logprobs are not carried",
+                       "logprobs")
 
 
 # --- the answer: a text_completion object, streamed or not ----------------------------------------
+
+
+class TextLogprobsOut(msgspec.Struct, kw_only=True):
+    """OpenAI's legacy shape, one entry per token in each list: the token, its log probability, the most
+    likely tokens at its position (token → logprob), and where it starts in the choice's text (characters)."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
 
 
 class TextChoiceOut(msgspec.Struct, kw_only=True):
     text: str
     index: int
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: TextLogprobsOut | None = None  # null when none were asked for (the service sent none)
 
 
 class TextCompletion(msgspec.Struct, kw_only=True):

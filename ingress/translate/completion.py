@@ -14,16 +14,21 @@ from ingress.wire.decode import shortest_float32
 
 
 def translate_usage(u: wt.Usage) -> out.UsageOut:
+    """The counts OpenAI's chat answers always carry, zeros included; the newer details (cache writes,
+    image and text tokens) only when the service counted them: 0 on the wire is "not counted"."""
     return out.UsageOut(
         prompt_tokens=u.prompt_tokens,
         completion_tokens=u.completion_tokens,
         total_tokens=u.total_tokens or u.prompt_tokens + u.completion_tokens,
-        prompt_tokens_details=out.PromptTokensDetails(cached_tokens=u.cached_tokens,
-                                                      audio_tokens=u.prompt_audio_tokens),
+        prompt_tokens_details=out.PromptTokensDetails(
+            cached_tokens=u.cached_tokens, audio_tokens=u.prompt_audio_tokens,
+            cache_write_tokens=u.cache_write_tokens or UNSET, image_tokens=u.prompt_image_tokens or UNSET,
+            text_tokens=u.prompt_text_tokens or UNSET),
         completion_tokens_details=out.CompletionTokensDetails(
             reasoning_tokens=u.reasoning_tokens, audio_tokens=u.completion_audio_tokens,
             accepted_prediction_tokens=u.accepted_prediction_tokens,
-            rejected_prediction_tokens=u.rejected_prediction_tokens),
+            rejected_prediction_tokens=u.rejected_prediction_tokens,
+            text_tokens=u.completion_text_tokens or UNSET),
     )
 
 

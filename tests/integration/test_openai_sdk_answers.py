@@ -65,9 +65,12 @@ def test_logprobs_arrive_in_a_completion(client: openai.OpenAI) -> None:
     assert completion.system_fingerprint == FINGERPRINT
     usage = completion.usage
     assert usage is not None and usage.prompt_tokens_details and usage.completion_tokens_details
-    assert usage.prompt_tokens_details.model_dump(exclude_none=True) == {"cached_tokens": 0, "audio_tokens": 0}
+    # Every token the demo counts is text; it caches nothing, so no cache_write_tokens and no image_tokens.
+    assert usage.prompt_tokens_details.model_dump(exclude_none=True) == {
+        "cached_tokens": 0, "audio_tokens": 0, "text_tokens": usage.prompt_tokens}
     assert usage.completion_tokens_details.model_dump(exclude_none=True) == {
-        "reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+        "reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0,
+        "text_tokens": usage.completion_tokens}
 
 
 def test_without_logprobs_they_are_null(client: openai.OpenAI) -> None:
@@ -108,7 +111,8 @@ CITE = wire.Annotation(type="url_citation", url="https://example.com/paris", tit
                        end_index=9)
 USAGE = wire.Usage(prompt_tokens=20, completion_tokens=10, total_tokens=30, cached_tokens=8, prompt_audio_tokens=2,
                    reasoning_tokens=4, completion_audio_tokens=1, accepted_prediction_tokens=3,
-                   rejected_prediction_tokens=2)
+                   rejected_prediction_tokens=2, cache_write_tokens=6, prompt_image_tokens=5, prompt_text_tokens=7,
+                   completion_text_tokens=9)
 WORD = wire.TokenLogprob(token=" Paris", logprob=-0.25, bytes=list(b" Paris"),
                          top_logprobs=[wire.TopLogprob(token=" Paris", logprob=-0.25, bytes=list(b" Paris")),
                                        wire.TopLogprob(token=" Lyon", logprob=-1.75)])
@@ -116,9 +120,11 @@ NO = wire.TokenLogprob(token="No", logprob=-0.5, bytes=list(b"No"), top_logprobs
 
 
 def _check_usage(usage: Any) -> None:
-    assert usage.prompt_tokens_details.model_dump(exclude_none=True) == {"cached_tokens": 8, "audio_tokens": 2}
+    assert usage.prompt_tokens_details.model_dump(exclude_none=True) == {
+        "cached_tokens": 8, "audio_tokens": 2, "cache_write_tokens": 6, "image_tokens": 5, "text_tokens": 7}
     assert usage.completion_tokens_details.model_dump(exclude_none=True) == {
-        "reasoning_tokens": 4, "audio_tokens": 1, "accepted_prediction_tokens": 3, "rejected_prediction_tokens": 2}
+        "reasoning_tokens": 4, "audio_tokens": 1, "accepted_prediction_tokens": 3, "rejected_prediction_tokens": 2,
+        "text_tokens": 9}
 
 
 async def test_every_answer_field_arrives(aclient: openai.AsyncOpenAI, fake_upstream: FakeUpstream) -> None:

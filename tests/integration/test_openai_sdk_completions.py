@@ -15,8 +15,10 @@ import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from integration.conftest import FAST, StartEdge
+from openai.types import Completion
 
 from ingress import wire
+from ingress.demo.answer import logprob as demo_logprob
 from ingress.settings import Endpoint, Group, Route, Settings
 
 MODEL = "ingress-demo"
@@ -53,7 +55,7 @@ def test_token_id_prompts_travel_as_ids(client: openai.OpenAI) -> None:
 
 def test_echo_max_tokens_and_the_other_parameters(client: openai.OpenAI) -> None:
     result = client.completions.create(
-        model=MODEL, prompt="a b c d", echo=True, max_tokens=2, suffix="!", best_of=3, n=2, logprobs=5,
+        model=MODEL, prompt="a b c d", echo=True, max_tokens=2, suffix="!", best_of=3, n=2,
         temperature=0.5, top_p=0.9, stop=["\n"], seed=7, presence_penalty=0.1, frequency_penalty=-0.1,
         logit_bias={"50256": -100}, user="u-1")
     assert [(c.text, c.finish_reason) for c in result.choices] == [("a b c d" + "a b", "length")] * 2
@@ -83,6 +85,66 @@ def test_a_stream_without_usage_asked_has_none(client: openai.OpenAI) -> None:
     assert all(c.usage is None for c in chunks) and chunks[-1].choices[0].finish_reason == "stop"
 
 
+# --- logprobs, in the legacy shape: the demo derives them from each word (ingress/demo/answer.py) ----
+
+
+def _expected(words: list[str], top: int, start: int = 0) -> dict[str, list[Any]]:
+    """The demo's logprobs of `words`, answered from `start` characters into the choice's text."""
+    lps = [demo_logprob(w, top) for w in words]
+    return {"tokens": words, "token_logprobs": [t.logprob for t in lps],
+            "top_logprobs": [{a.token or "": a.logprob for a in t.top_logprobs or ()} for t in lps],
+            "text_offset": [start + len("".join(words[:k])) for k in range(len(words))]}
+
+
+def test_logprobs_are_answered(client: openai.OpenAI) -> None:
+    raw = client.completions.with_raw_response.create(model=MODEL, prompt="the quick brown fox", logprobs=2)
+    completion = Completion.model_validate(raw.http_response.json(), strict=True)
+    assert completion == raw.parse()
+    [choice] = completion.choices
+    assert choice.logprobs is not None and choice.logprobs.tokens == ["the", " quick", " brown", " fox"]
+    assert choice.logprobs.text_offset == [0, 3, 9, 15]
+    assert choice.logprobs.model_dump() == _expected(["the", " quick", " brown", " fox"], 2)
+    assert [len(top) for top in choice.logprobs.top_logprobs or ()] == [2] * 4
+    # A logprob travels as a float32 and arrives as the decimal the demo meant: -0.179, not -0.1790000051.
+    assert raw.http_response.json()["choices"][0]["logprobs"]["token_logprobs"][0] == demo_logprob("the", 0).logprob
+    none_asked = client.completions.create(model=MODEL, prompt="the quick")
+    assert none_asked.choices[0].logprobs is None
+
+
+def test_logprobs_arrive_in_a_stream(client: openai.OpenAI) -> None:
+    with client.completions.create(model=MODEL, prompt="one two three", logprobs=0, max_tokens=2,
+                                   stream=True) as stream:
+        chunks = list(stream)
+    pieces = [(c.text, c.logprobs) for chunk in chunks for c in chunk.choices if c.text]
+    assert [text for text, _ in pieces] == ["one", " two"]
+    for text, logprobs in pieces:  # each token's logprobs ride on the chunk that carries it
+        assert logprobs is not None and logprobs.tokens == [text] and logprobs.top_logprobs == [{}]
+    assert [lp.text_offset for _, lp in pieces if lp] == [[0], [3]]  # counted over the choice's text so far
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+async def test_logprobs_of_several_prompts_and_choices_count_their_own_text(aclient: openai.AsyncOpenAI) -> None:
+    stream = await aclient.completions.create(model=MODEL, prompt=["a bb", "ccc d"], n=2, logprobs=1, stream=True,
+                                              stream_options={"include_usage": True})
+    whole: dict[int, dict[str, list[Any]]] = {}
+    async for chunk in stream:
+        for c in chunk.choices:
+            for key, values in (c.logprobs.model_dump() if c.logprobs else {}).items():
+                whole.setdefault(c.index, {}).setdefault(key, []).extend(values)
+    assert whole == {0: _expected(["a", " bb"], 1), 1: _expected(["a", " bb"], 1),
+                     2: _expected(["ccc", " d"], 1), 3: _expected(["ccc", " d"], 1)}
+    result = await aclient.completions.create(model=MODEL, prompt=["a bb", "ccc d"], n=2, logprobs=1)
+    assert {c.index: c.logprobs.model_dump() for c in result.choices if c.logprobs} == whole
+
+
+def test_logprobs_with_echo_are_refused(client: openai.OpenAI) -> None:
+    # OpenAI answers the echoed prompt's token logprobs too; the contract carries none (oai/completions.py).
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(model=MODEL, prompt="a b", echo=True, logprobs=1, stream=stream)
+        assert caught.value.param == "logprobs" and caught.value.code == "invalid_request"
+
+
 # --- the async client -------------------------------------------------------------------------------
 
 
@@ -108,16 +170,19 @@ async def test_an_unknown_model_is_a_404_in_openais_shape(aclient: openai.AsyncO
 async def test_every_field_travels_to_the_service(edge: str, fake_upstream: FakeUpstream) -> None:
     async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
         await c.completions.create(
-            model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2, logprobs=0,
+            model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2,
             max_tokens=0, temperature=0.25, top_p=0.5, stop="\n\n", seed=-1, presence_penalty=2,
             frequency_penalty=-2, logit_bias={"7": 100}, user="someone")
     sent: Any = wire.decode_text_request(fake_upstream.received[-1].body)
     assert sent.prompt == ["first", "second"] and sent.echo and sent.suffix == "end"
-    assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, 0, 0)
+    assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, None, 0)
     assert (sent.temperature, sent.top_p, sent.stop, sent.seed) == (0.25, 0.5, ["\n\n"], -1)
     assert (sent.presence_penalty, sent.frequency_penalty, sent.logit_bias, sent.user) == (2, -2, {"7": 100}, "someone")
     view = wire.read_request(fake_upstream.received[-1].body)
     assert view.TextCompletion() and view.MessagesLength() == 0 and view.UserPrompt() == b"first"
+    async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
+        await c.completions.create(model="gpt-4o", prompt="first", logprobs=0)  # logprobs go without echo
+    assert wire.decode_text_request(fake_upstream.received[-1].body).logprobs == 0
 
 
 async def test_the_edge_refuses_before_sending(edge: str, fake_upstream: FakeUpstream,

@@ -351,7 +351,9 @@ def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str,
 finish_reason = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
 usage = st.builds(wire.Usage, prompt_tokens=u(32), completion_tokens=u(32), total_tokens=u(32),
                   cached_tokens=u(32), reasoning_tokens=u(32), prompt_audio_tokens=u(32),
-                  completion_audio_tokens=u(32), accepted_prediction_tokens=u(32), rejected_prediction_tokens=u(32))
+                  completion_audio_tokens=u(32), accepted_prediction_tokens=u(32), rejected_prediction_tokens=u(32),
+                  cache_write_tokens=u(32), prompt_image_tokens=u(32), prompt_text_tokens=u(32),
+                  completion_text_tokens=u(32))
 
 
 def _float32(bits: int) -> float:

@@ -65,6 +65,8 @@ def text_request(draw: st.DrawFn) -> dict[str, Any]:
         doc["stream"] = stream
     if stream:
         doc["stream_options"] = draw(st.fixed_dictionaries({}, optional={"include_usage": nullable(st.booleans())}))
+    if doc.get("echo") and doc.get("logprobs") is not None:  # refused together: one of the two goes
+        del doc[draw(st.sampled_from(["echo", "logprobs"]))]
     if draw(st.booleans()) and not stream:  # best_of above 1 is never streamed, and never below n
         doc["best_of"] = draw(st.integers(n or 1, max(n or 1, 20))) if (n or 1) <= 20 else None
     return doc

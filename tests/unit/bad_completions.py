@@ -75,4 +75,8 @@ BAD_COMPLETIONS = [
                  id="logit_bias-id-too-big"),
     pytest.param(Bad(completions_body(stream_options={"include_usage": True}), "stream_options"),
                  id="stream_options-without-stream"),
+    # The prompt's token logprobs OpenAI answers then are not carried (oai/completions.py).
+    pytest.param(Bad(completions_body(echo=True, logprobs=0), "logprobs"), id="logprobs-with-echo"),
+    pytest.param(Bad(completions_body(echo=True, logprobs=5, stream=True), "logprobs"),
+                 id="logprobs-with-echo-streamed"),
 ]

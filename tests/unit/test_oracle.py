@@ -44,6 +44,10 @@ USAGE = {
     "total_tokens": 1234,
     "cached_tokens": 1024,
     "reasoning_tokens": 0,
+    "cache_write_tokens": 512,
+    "prompt_image_tokens": 85,
+    "prompt_text_tokens": 1115,
+    "completion_text_tokens": 34,
 }
 
 REQUEST: dict[str, Any] = {

@@ -173,6 +173,10 @@ class UsageData(msgspec.Struct, kw_only=True, gc=False):
     completion_audio_tokens: int = 0
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    cache_write_tokens: int = 0
+    prompt_image_tokens: int = 0
+    prompt_text_tokens: int = 0
+    completion_text_tokens: int = 0
 
 
 class TopLogprobData(msgspec.Struct, kw_only=True, gc=False):
@@ -1022,18 +1026,19 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Usage = struct.Struct('<11HiIIIIIIIII').pack
+_VT_TB_Usage = struct.Struct('<15HiIIIIIIIIIIIII').pack
 
 
 def _write_Usage(buf: bytearray, o: UsageData) -> int:
-    pad = -(len(buf) + 22) & 3
+    pad = -(len(buf) + 30) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 22
+    t = len(buf) + 30
     buf += _VT_TB_Usage(
-        22, 40, 4, 8, 12, 16, 20, 24, 28, 32, 36, 22, o.prompt_tokens, o.completion_tokens, o.total_tokens,
-        o.cached_tokens, o.reasoning_tokens, o.prompt_audio_tokens, o.completion_audio_tokens,
-        o.accepted_prediction_tokens, o.rejected_prediction_tokens,
+        30, 56, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 30, o.prompt_tokens, o.completion_tokens,
+        o.total_tokens, o.cached_tokens, o.reasoning_tokens, o.prompt_audio_tokens, o.completion_audio_tokens,
+        o.accepted_prediction_tokens, o.rejected_prediction_tokens, o.cache_write_tokens, o.prompt_image_tokens,
+        o.prompt_text_tokens, o.completion_text_tokens,
     )
     return t
 
@@ -2073,6 +2078,10 @@ def build_Usage(b: Builder, o: UsageData) -> int:
     _fb_Usage.AddCompletionAudioTokens(b, o.completion_audio_tokens)
     _fb_Usage.AddAcceptedPredictionTokens(b, o.accepted_prediction_tokens)
     _fb_Usage.AddRejectedPredictionTokens(b, o.rejected_prediction_tokens)
+    _fb_Usage.AddCacheWriteTokens(b, o.cache_write_tokens)
+    _fb_Usage.AddPromptImageTokens(b, o.prompt_image_tokens)
+    _fb_Usage.AddPromptTextTokens(b, o.prompt_text_tokens)
+    _fb_Usage.AddCompletionTextTokens(b, o.completion_text_tokens)
     return int(_fb_Usage.End(b))
 
 

@@ -260,7 +260,7 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
 
 
 def _read_Usage(buf: bytes, t: int) -> UsageData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8 = _vtable(buf, t, 9)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12 = _vtable(buf, t, 13)
     f_prompt_tokens = _S_I(buf, t + o0)[0] if o0 else 0
     f_completion_tokens = _S_I(buf, t + o1)[0] if o1 else 0
     f_total_tokens = _S_I(buf, t + o2)[0] if o2 else 0
@@ -270,11 +270,17 @@ def _read_Usage(buf: bytes, t: int) -> UsageData:
     f_completion_audio_tokens = _S_I(buf, t + o6)[0] if o6 else 0
     f_accepted_prediction_tokens = _S_I(buf, t + o7)[0] if o7 else 0
     f_rejected_prediction_tokens = _S_I(buf, t + o8)[0] if o8 else 0
+    f_cache_write_tokens = _S_I(buf, t + o9)[0] if o9 else 0
+    f_prompt_image_tokens = _S_I(buf, t + o10)[0] if o10 else 0
+    f_prompt_text_tokens = _S_I(buf, t + o11)[0] if o11 else 0
+    f_completion_text_tokens = _S_I(buf, t + o12)[0] if o12 else 0
     return UsageData(
         prompt_tokens=f_prompt_tokens, completion_tokens=f_completion_tokens, total_tokens=f_total_tokens,
         cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens, prompt_audio_tokens=f_prompt_audio_tokens,
         completion_audio_tokens=f_completion_audio_tokens, accepted_prediction_tokens=f_accepted_prediction_tokens,
-        rejected_prediction_tokens=f_rejected_prediction_tokens,
+        rejected_prediction_tokens=f_rejected_prediction_tokens, cache_write_tokens=f_cache_write_tokens,
+        prompt_image_tokens=f_prompt_image_tokens, prompt_text_tokens=f_prompt_text_tokens,
+        completion_text_tokens=f_completion_text_tokens,
     )
 
 

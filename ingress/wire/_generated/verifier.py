@@ -432,7 +432,7 @@ def _table_Usage(v: Verifier, t: int) -> None:
         v.again(done, "Usage")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 9, "Usage")
+    e = v.table_start(t, 13, "Usage")
     n = v.size
     o = e[0]  # field prompt_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -461,6 +461,18 @@ def _table_Usage(v: Verifier, t: int) -> None:
     o = e[8]  # field rejected_prediction_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "Usage.rejected_prediction_tokens")
+    o = e[9]  # field cache_write_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.cache_write_tokens")
+    o = e[10]  # field prompt_image_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.prompt_image_tokens")
+    o = e[11]  # field prompt_text_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.prompt_text_tokens")
+    o = e[12]  # field completion_text_tokens: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.completion_text_tokens")
     v.table_end(key, tables, peak)
 
 

@@ -93,8 +93,36 @@ class Usage(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Usage
+    def CacheWriteTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def PromptImageTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def PromptTextTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def CompletionTextTokens(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def UsageStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(13)
 
 def Start(builder):
     UsageStart(builder)
@@ -152,6 +180,30 @@ def UsageAddRejectedPredictionTokens(builder, rejectedPredictionTokens):
 
 def AddRejectedPredictionTokens(builder, rejectedPredictionTokens):
     UsageAddRejectedPredictionTokens(builder, rejectedPredictionTokens)
+
+def UsageAddCacheWriteTokens(builder, cacheWriteTokens):
+    builder.PrependUint32Slot(9, cacheWriteTokens, 0)
+
+def AddCacheWriteTokens(builder, cacheWriteTokens):
+    UsageAddCacheWriteTokens(builder, cacheWriteTokens)
+
+def UsageAddPromptImageTokens(builder, promptImageTokens):
+    builder.PrependUint32Slot(10, promptImageTokens, 0)
+
+def AddPromptImageTokens(builder, promptImageTokens):
+    UsageAddPromptImageTokens(builder, promptImageTokens)
+
+def UsageAddPromptTextTokens(builder, promptTextTokens):
+    builder.PrependUint32Slot(11, promptTextTokens, 0)
+
+def AddPromptTextTokens(builder, promptTextTokens):
+    UsageAddPromptTextTokens(builder, promptTextTokens)
+
+def UsageAddCompletionTextTokens(builder, completionTextTokens):
+    builder.PrependUint32Slot(12, completionTextTokens, 0)
+
+def AddCompletionTextTokens(builder, completionTextTokens):
+    UsageAddCompletionTextTokens(builder, completionTextTokens)
 
 def UsageEnd(builder):
     return builder.EndObject()
