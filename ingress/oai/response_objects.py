@@ -95,6 +95,7 @@ OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut
 
 class InputTokensDetails(_Out, kw_only=True):
     cached_tokens: int = 0
+    cache_write_tokens: int | UnsetType = UNSET  # written when counted (0 on the wire: not counted)
 
 
 class OutputTokensDetails(_Out, kw_only=True):

@@ -33,7 +33,8 @@ def _usage(u: wt.Usage | None) -> ro.UsageOut | None:
         return None
     return ro.UsageOut(
         input_tokens=u.prompt_tokens,
-        input_tokens_details=ro.InputTokensDetails(cached_tokens=u.cached_tokens),
+        input_tokens_details=ro.InputTokensDetails(cached_tokens=u.cached_tokens,
+                                                   cache_write_tokens=u.cache_write_tokens or UNSET),
         output_tokens=u.completion_tokens,
         output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
         total_tokens=u.total_tokens or u.prompt_tokens + u.completion_tokens,

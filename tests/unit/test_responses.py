@@ -238,3 +238,15 @@ def test_a_failure_before_the_service_opened_the_stream_still_begins_with_create
     assert [e.type for e in seen] == ["response.created", "response.in_progress", "error", "response.failed"]
     assert [e.sequence_number for e in seen] == [0, 1, 2, 3]
     assert seen[2].code == "server_error"  # type: ignore[union-attr]  # no code given: the type stands for it
+
+
+def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
+    usage = wt.Usage(prompt_tokens=10, completion_tokens=4, cached_tokens=6, cache_write_tokens=3, reasoning_tokens=2)
+    response = wt.Response(id="x", model="m", created=1, usage=usage, choices=[wt.Choice(content="a")])
+    details = translate_response_object(call(), response, request_id="r").usage
+    assert details == ro.UsageOut(input_tokens=10, output_tokens=4, total_tokens=14,
+                                  input_tokens_details=ro.InputTokensDetails(cached_tokens=6, cache_write_tokens=3),
+                                  output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=2))
+    written = msgspec.json.decode(msgspec.json.encode(translate_response_object(call(), wt.Response(
+        id="x", model="m", created=1, usage=wt.Usage(prompt_tokens=1), choices=[]), request_id="r")))
+    assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0}  # a write count only when counted
