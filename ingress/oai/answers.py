@@ -17,10 +17,18 @@ class FunctionOut(_Out):
     arguments: str
 
 
-class ToolCallOut(_Out):
+class CustomCallOut(_Out):
+    name: str
+    input: str
+
+
+class ToolCallOut(_Out, kw_only=True):
+    """A function call (`function`), or a custom tool's call (`type` "custom", its free-form `input`)."""
+
     id: str
-    function: FunctionOut
     type: str = "function"
+    function: FunctionOut | UnsetType = UNSET
+    custom: CustomCallOut | UnsetType = UNSET
 
 
 class UrlCitationOut(_Out, kw_only=True):

@@ -61,6 +61,9 @@ def _annotation(a: wt.Annotation) -> out.AnnotationOut:
 
 
 def translate_tool_call(call: wt.FunctionCall) -> out.ToolCallOut:
+    if call.type == "custom":  # a custom tool's call: its arguments are the tool's free-form input
+        custom = out.CustomCallOut(name=call.name, input=call.arguments)
+        return out.ToolCallOut(id=call.id, type="custom", custom=custom)
     function = out.FunctionOut(name=call.name, arguments=call.arguments)
     return out.ToolCallOut(id=call.id, type=call.type, function=function)
 

@@ -360,3 +360,18 @@ def test_error_answer_raises() -> None:
 def test_unreadable_answer_is_a_protocol_error(body: bytes) -> None:
     with pytest.raises(UpstreamProtocolError):
         decode_answer(body)
+
+
+def test_a_custom_tool_call_is_answered_in_openais_custom_shape() -> None:
+    from openai.types.chat import ChatCompletion
+
+    from ingress.wire import types as wt
+    response = wt.Response(id="x", model="m", created=1, choices=[wt.Choice(finish_reason="tool_calls", tool_calls=[
+        wt.FunctionCall(id="c1", name="grep", arguments="free text", type="custom"),
+        wt.FunctionCall(id="c2", name="f", arguments="{}")])])
+    doc = msgspec.json.decode(msgspec.json.encode(translate_response(response)))
+    custom, function = doc["choices"][0]["message"]["tool_calls"]
+    assert custom == {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "free text"}}
+    assert function == {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    parsed = ChatCompletion.model_validate(doc).choices[0].message.tool_calls
+    assert parsed is not None and parsed[0].type == "custom" and parsed[0].custom.input == "free text"
