@@ -1,4 +1,5 @@
-"""langchain-openai's OpenAIEmbeddings against a real edge with the embedded demo, by `base_url` alone.
+"""langchain-openai's OpenAIEmbeddings and ChatOpenAI against a real edge with the embedded demo, by
+`base_url` alone.
 
 `check_embedding_ctx_length=False` is what LangChain documents for OpenAI-compatible servers: with it,
 texts are sent as they are; without it, LangChain first tokenizes them with tiktoken, whose encoding
@@ -8,11 +9,12 @@ files it would download (this machine has no such access, and the demo counts it
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Literal
 
 import httpx
 import pytest
-from langchain_openai import OpenAIEmbeddings
-from pydantic import SecretStr
+from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+from pydantic import BaseModel, SecretStr
 
 from ingress.demo.embed import vector
 from ingress.wire import EmbeddingInputData
@@ -61,3 +63,52 @@ async def test_async_embed_documents(demo_edge: str, async_http: httpx.AsyncClie
     embedder = _embedder(demo_edge, async_http)
     assert await embedder.aembed_documents(DOCS) == [_demo(d) for d in DOCS]
     assert await embedder.aembed_query(DOCS[0]) == _demo(DOCS[0])
+
+
+# --- structured output ------------------------------------------------------------------------------
+
+
+class Ticket(BaseModel):
+    """A support ticket."""
+
+    title: str
+    priority: int
+    urgent: bool
+
+
+def _chat(base_url: str, http: httpx.Client | httpx.AsyncClient) -> ChatOpenAI:
+    sync, not_sync = (http, None) if isinstance(http, httpx.Client) else (None, http)
+    return ChatOpenAI(model=MODEL, base_url=f"{base_url}/v1", api_key=SecretStr("sk-test"), max_retries=0,
+                      http_client=sync, http_async_client=not_sync)
+
+
+# With tool calling, LangChain offers one tool named after the schema, "Ticket", and names it in
+# tool_choice; the demo calls it (nothing else asks for it: the text does not say "Ticket") with
+# arguments built from the schema it received: the user's text, 0 for the integer, false for the boolean.
+TROUBLE = "the printer in room 4 is on fire"
+CALLED = Ticket(title=TROUBLE, priority=0, urgent=False)
+
+
+def test_structured_output_by_tool_calling(threaded_demo_edge: str, sync_http: httpx.Client) -> None:
+    structured = _chat(threaded_demo_edge, sync_http).with_structured_output(Ticket, method="function_calling")
+    assert structured.invoke(TROUBLE) == CALLED
+
+
+async def test_async_structured_output_by_tool_calling_with_the_raw_message(demo_edge: str,
+                                                                          async_http: httpx.AsyncClient) -> None:
+    structured = _chat(demo_edge, async_http).with_structured_output(Ticket, method="function_calling",
+                                                                     include_raw=True)
+    result = await structured.ainvoke(TROUBLE)
+    assert (result["parsed"], result["parsing_error"]) == (CALLED, None)
+    [call] = result["raw"].tool_calls
+    assert (call["name"], call["args"]) == ("Ticket", CALLED.model_dump())
+
+
+@pytest.mark.parametrize("method", ["json_schema", "json_mode"])
+def test_structured_output_from_the_message_content(threaded_demo_edge: str, sync_http: httpx.Client,
+                                                    method: Literal["json_schema", "json_mode"]) -> None:
+    """LangChain sends `response_format` and parses the content; the demo echoes the user's message, so
+    the message is the JSON document LangChain must parse into the schema."""
+    ticket = Ticket(title="printer on fire", priority=2, urgent=True)
+    structured = _chat(threaded_demo_edge, sync_http).with_structured_output(Ticket, method=method)
+    assert structured.invoke(ticket.model_dump_json()) == ticket
