@@ -6,9 +6,9 @@ first answer is a call to it, with the user's text as its string argument; the S
 sends its result back as a tool message, and the demo answers "Tool <call id> returned: <result>". Two
 model requests, then a final output only the tool's result can have produced.
 
-Each way the SDK can reach a model is one `Api` (the `api` fixture is parametrized over them): today
-its chat-completions model; its Responses model joins when the edge serves /v1/responses. Tracing is
-off: it would export spans to api.openai.com.
+Each way the SDK can reach a model is one `Api` (the `model` fixture is parametrized over them): its
+chat-completions model, and its Responses model (the SDK's default), which sends the tool's result back
+as a `function_call_output` item. Tracing is off: it would export spans to api.openai.com.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import agents
 import httpx2
 import pytest
-from agents import Agent, Model, OpenAIChatCompletionsModel, Runner, function_tool
+from agents import Agent, Model, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool
 from openai import AsyncOpenAI
 from recording import recording_edge
 
@@ -41,6 +41,7 @@ class Api:
 
 APIS = {
     "chat": Api("/v1/chat/completions", lambda client: OpenAIChatCompletionsModel(model=MODEL, openai_client=client)),
+    "responses": Api("/v1/responses", lambda client: OpenAIResponsesModel(model=MODEL, openai_client=client)),
 }
 
 
