@@ -76,10 +76,10 @@ class Ticket(BaseModel):
     urgent: bool
 
 
-def _chat(base_url: str, http: httpx.Client | httpx.AsyncClient) -> ChatOpenAI:
+def _chat(base_url: str, http: httpx.Client | httpx.AsyncClient, *, responses: bool = False) -> ChatOpenAI:
     sync, not_sync = (http, None) if isinstance(http, httpx.Client) else (None, http)
     return ChatOpenAI(model=MODEL, base_url=f"{base_url}/v1", api_key=SecretStr("sk-test"), max_retries=0,
-                      http_client=sync, http_async_client=not_sync)
+                      http_client=sync, http_async_client=not_sync, use_responses_api=responses)
 
 
 # With tool calling, LangChain offers one tool named after the schema, "Ticket", and names it in
@@ -112,3 +112,18 @@ def test_structured_output_from_the_message_content(threaded_demo_edge: str, syn
     ticket = Ticket(title="printer on fire", priority=2, urgent=True)
     structured = _chat(threaded_demo_edge, sync_http).with_structured_output(Ticket, method=method)
     assert structured.invoke(ticket.model_dump_json()) == ticket
+
+
+@pytest.mark.parametrize("responses", [False, True], ids=["chat-completions", "responses-api"])
+def test_structured_output_by_tool_calling_over_either_api(threaded_demo_edge: str, sync_http: httpx.Client,
+                                                           responses: bool) -> None:
+    """ChatOpenAI(use_responses_api=True) sends the same request to /v1/responses."""
+    chat = _chat(threaded_demo_edge, sync_http, responses=responses)
+    assert chat.with_structured_output(Ticket, method="function_calling").invoke(TROUBLE) == CALLED
+    assert chat.invoke("plain words").text == "plain words"
+
+
+async def test_a_responses_api_stream(demo_edge: str, async_http: httpx.AsyncClient) -> None:
+    chat = _chat(demo_edge, async_http, responses=True)
+    pieces = [chunk.text async for chunk in chat.astream("one two three")]
+    assert "".join(pieces) == "one two three" and len([p for p in pieces if p]) == 3
