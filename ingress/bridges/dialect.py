@@ -1,0 +1,106 @@
+"""What a bridge's dialect is: how one engine's or provider's HTTP API is spoken, without I/O.
+
+A bridge is an internal service: it takes our contract (`POST /v1/complete` with a CompletionRequest
+buffer) and speaks a real engine's or provider's JSON API on the other side. The service around a
+dialect (`ingress.bridges.service`) does the I/O: it verifies the buffer, asks the dialect for the
+engine request, sends it with the edge's own HTTP/1.1 client, and feeds the engine's answer back to the
+dialect, which makes our types of it (`wire.Response`, numbered `wire.Chunk`s, `wire.ErrorInfo`); the
+service writes them as buffers or frames.
+
+A dialect is pure functions of bytes and our types, so every quirk of an engine is tested without a
+socket, for any split of its stream:
+
+- `build(buf, target)`: the `EngineCall` for a verified CompletionRequest buffer: the engine request,
+  and what reads its answer (it knows what it asked for). It raises `Unsupported` (a 400
+  `unsupported_parameter` naming the parameter) for what the engine cannot honour, before anything is
+  sent: never a silent drop.
+- `EngineCall.answer(body)`: a whole (non-streamed) engine answer, as one wire.Response.
+- `EngineCall.stream()`: a fresh `StreamDecoder` for its streamed answer.
+- `error(status, headers, body)`: an engine's refusal (any non-2xx answer), as the ErrorInfo our
+  contract carries: the same status and OpenAI's shape for the client's mistakes; 502
+  `upstream_auth_failed` for our own credentials refused (401/403: the client's key is not the
+  problem); the provider's Retry-After kept. Its text is scrubbed of secrets and addresses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ingress.wire import types as wt
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how the bridge calls: the engine's base URL, the model name to send when the route
+    names none, credentials (already read from the environment or a file: never from a request), and a
+    default `max_tokens` for providers that require one."""
+
+    url: str
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    max_tokens: int = 4096
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """One HTTP request to the engine; `headers` include the credentials the target holds."""
+
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    stream: bool
+    method: str = "POST"
+
+
+class Unsupported(Exception):
+    """The request asks for what the engine cannot do: a 400 before anything is sent."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+        self.message = message
+
+    def info(self) -> wt.ErrorInfo:
+        return wt.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_parameter",
+                            message=self.message, param=self.param)
+
+
+class EngineFailed(Exception):
+    """The engine's answer is an error, or is broken (unreadable, cut short): `info` is what our
+    contract carries for it."""
+
+    def __init__(self, info: wt.ErrorInfo) -> None:
+        super().__init__(info.message)
+        self.info = info
+
+
+class StreamDecoder(Protocol):
+    """One streamed answer: the engine's body bytes in, in any split; our chunks out, numbered from 0.
+    The last chunk has `done` set (with usage, when the engine counted it). `feed` raises EngineFailed
+    for an error event in the stream; `finish`, at the end of the body, raises it for a stream that
+    ended before it was complete (an error, never a success)."""
+
+    def feed(self, data: bytes) -> list[wt.Chunk]: ...
+
+    def finish(self) -> list[wt.Chunk]: ...
+
+
+class EngineCall(Protocol):
+    """One request's exchange with the engine: what to send, and what reads the answer."""
+
+    request: EngineRequest
+
+    def answer(self, body: bytes) -> wt.Response: ...
+
+    def stream(self) -> StreamDecoder: ...
+
+
+class Dialect(Protocol):
+    name: str
+
+    def build(self, buf: bytes, target: Target) -> EngineCall: ...
+
+    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wt.ErrorInfo: ...
