@@ -1,4 +1,5 @@
-"""Command line: `ingress serve` (the edge) and `ingress demo-upstream` (the demo internal service)."""
+"""Command line: `ingress serve` (the edge), `ingress bridge DIALECT` (a bridge to an engine, alone, e.g.
+as a sidecar beside it) and `ingress demo-upstream` (the demo internal service)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,19 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ingress.bridges import CredentialsError, target_of
     from ingress.routing.table import RouteTable
     from ingress.server import serve, workers_of
 
     settings = _settings(args)
+    groups, _ = settings.resolved()
+    for name, group in groups.items():
+        for j, endpoint in enumerate(group.endpoints):
+            if endpoint.bridge is not None:
+                try:
+                    target_of(endpoint.bridge)  # credentials read now: a missing key stops the start, named
+                except CredentialsError as exc:
+                    raise SystemExit(f"ingress: groups.{name}.endpoints[{j}].bridge: {exc}") from None
     configure(settings.log_level)
     capture_uncaught()
     groups, routes = settings.resolved()
@@ -72,6 +82,31 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bridge(args: argparse.Namespace) -> int:
+    from ingress.bridges import CredentialsError, api_key, load_dialect
+    from ingress.bridges.dialect import Target
+    from ingress.bridges.service import create_bridge_app
+    from ingress.config import ConfigError, bridge_config
+    from ingress.server import event_loop
+
+    try:
+        config = bridge_config({k: v for k, v in {
+            "dialect": args.dialect, "target": args.target, "model": args.model, "api_key_env": args.api_key_env,
+            "api_key_file": args.api_key_file, "max_tokens": args.max_tokens}.items() if v is not None})
+        target = Target(url=config.target, model=config.model, max_tokens=config.max_tokens,
+                        api_key=api_key(config.api_key_env, config.api_key_file))
+    except (ConfigError, CredentialsError) as exc:
+        raise SystemExit(f"ingress bridge: {exc}") from None
+    configure(args.log_level)
+    capture_uncaught()
+    listen = f"unix:{args.unix}" if args.unix else f"http://{args.host}:{args.port}"
+    get_logger("ingress.bridge").info("starting", dialect=args.dialect, listen=listen, target=config.target)
+    where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
+    web.run_app(create_bridge_app(load_dialect(args.dialect), target, config.timeouts), **where,
+                loop=event_loop(), handler_cancellation=True, access_log=None, print=None)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ingress", description="Edge proxy for LLM traffic.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     check.set_defaults(run=_check_config)
+    bridge = sub.add_parser("bridge", help="serve our contract in front of an engine's or provider's API")
+    bridge.add_argument("dialect", choices=["openai", "anthropic"],
+                        help="openai: any OpenAI-compatible engine (vLLM, SGLang, llama.cpp, TGI, Ollama, OpenAI); "
+                             "anthropic: Anthropic's Messages API")
+    bridge.add_argument("--target", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8000")
+    bridge.add_argument("--model", help="the model name to send when the request's route names none")
+    bridge.add_argument("--api-key-env", help="the environment variable holding the engine's API key")
+    bridge.add_argument("--api-key-file", help="a file holding the engine's API key")
+    bridge.add_argument("--max-tokens", type=int, help="max_tokens when a request gives none (Anthropic needs one)")
+    bridge.add_argument("--host", default="127.0.0.1")
+    bridge.add_argument("--port", type=int, default=9000)
+    bridge.add_argument("--unix", help="listen on this Unix socket path instead")
+    bridge.add_argument("--log-level", default="info", choices=typing.get_args(LogLevel))
+    bridge.set_defaults(run=_bridge)
     demo = sub.add_parser("demo-upstream", help="run the demo internal service alone")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=9000)

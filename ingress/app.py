@@ -20,7 +20,7 @@ from ingress.edge.middleware import edge_middleware
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
-from ingress.settings import EMBEDDED, Client, Settings
+from ingress.settings import EMBEDDED, Bridge, Client, Settings
 from ingress.tasks import BackgroundTasks
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup
@@ -54,11 +54,21 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         demo_url = None
         if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
             demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "127.0.0.1", 0))
+        bridged: dict[Bridge, str] = {}  # each distinct bridge, served on a loopback port of its own
+        for config in groups_config.values():
+            for endpoint in config.endpoints:
+                if endpoint.bridge is not None and endpoint.bridge not in bridged:
+                    bridged[endpoint.bridge] = await stack.enter_async_context(
+                        serve_app(_bridge_app(endpoint.bridge), "127.0.0.1", 0))
         groups: dict[str, EndpointGroup] = {}
         for name, config in groups_config.items():
             clients = []
             for endpoint in config.endpoints:
-                url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
+                if endpoint.bridge is not None:
+                    url = bridged[endpoint.bridge]
+                else:
+                    assert endpoint.url is not None  # config.py: one of url and bridge
+                    url = demo_url if endpoint.url == EMBEDDED and demo_url else endpoint.url
                 clients.append(UpstreamClient(url, settings.timeouts, settings.max_answer_bytes, endpoint.keepalive))
             pool = EndpointGroup(name, config, clients)
             stack.push_async_callback(pool.close)
@@ -74,6 +84,13 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
                                asyncio.get_running_loop().time()),
         )
         yield
+
+
+def _bridge_app(bridge: Bridge) -> web.Application:
+    from ingress.bridges import load_dialect, target_of
+    from ingress.bridges.service import create_bridge_app
+
+    return create_bridge_app(load_dialect(bridge.dialect), target_of(bridge), bridge.timeouts)
 
 
 async def tune_gc(app: web.Application) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from ingress.oai.codec import validation_path
-from ingress.settings import Group, Settings
+from ingress.settings import Bridge, Group, Settings
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -131,6 +131,13 @@ def _check(settings: Settings) -> None:
     for name, group in groups.items():
         for j, endpoint in enumerate(group.endpoints):
             key = f"groups.{name}.endpoints[{j}].url" if settings.groups else "upstream"
+            if (endpoint.url is None) == (endpoint.bridge is None):
+                raise ConfigError(f"groups.{name}.endpoints[{j}]: give either url (an internal service) or bridge "
+                                  "(an engine the edge reaches through a bridge it runs)")
+            if endpoint.bridge is not None:
+                _check_bridge(endpoint.bridge, f"groups.{name}.endpoints[{j}].bridge")
+                continue
+            assert endpoint.url is not None
             if endpoint.url.startswith("embedded:") and settings.groups:
                 raise ConfigError(f"{key}: 'embedded:' is only for the built-in demo")
             if _USERINFO.match(endpoint.url):  # the message must not repeat the URL: it holds a secret
@@ -138,6 +145,14 @@ def _check(settings: Settings) -> None:
                                   "they would be sent in the Host header and shown in logs and metrics")
     if settings.unix is not None and not settings.unix.startswith("/"):
         raise ConfigError("unix: the socket path must be absolute")
+
+
+def _check_bridge(bridge: Bridge, key: str) -> None:
+    if bridge.api_key_env is not None and bridge.api_key_file is not None:
+        raise ConfigError(f"{key}: give one of api_key_env and api_key_file")
+    if _USERINFO.match(bridge.target):
+        raise ConfigError(f"{key}.target: credentials are not allowed in the target URL; use api_key_env or "
+                          "api_key_file")
 
 
 def parse_config(text: str, environ: Mapping[str, str] | None = None, source: str = "config") -> Settings:
@@ -156,6 +171,17 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None, source: st
 def override(settings: Settings, changes: Mapping[str, Any], source: str = "command line") -> Settings:
     """`settings` with `changes` (command-line flags) applied, checked exactly as a file's keys are."""
     return _settings_of({**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}, source)
+
+
+def bridge_config(raw: Mapping[str, Any], source: str = "command line") -> Bridge:
+    """A bridge's settings (`ingress bridge` flags), checked as an endpoint's `bridge` in a file is."""
+    try:
+        bridge = msgspec.convert(raw, Bridge)
+    except msgspec.ValidationError as exc:
+        detail, path = validation_path(exc)
+        raise ConfigError(f"{source}: {path or '(top level)'}: {detail}") from None
+    _check_bridge(bridge, source)
+    return bridge
 
 
 def _settings_of(raw: Any, source: str, line_of: Callable[[str], str] = lambda key: "") -> Settings:

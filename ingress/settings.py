@@ -40,8 +40,28 @@ class Timeouts(_Config, frozen=True):
     heartbeat: Seconds = 15.0  # SSE comment while a stream waits for its first token
 
 
+BridgeTarget = Annotated[str, Meta(pattern=r"^https?://[^\s/]+(/[!-~]*)?\Z")]
+
+
+class Bridge(_Config, frozen=True):
+    """An engine or provider reached through a bridge the edge runs in-process (as `ingress bridge` runs
+    one beside an engine): our contract to it, the dialect's API from it to `target`. Credentials come
+    from the environment or a file, read at start-up, never from a request."""
+
+    dialect: Literal["openai", "anthropic"]
+    target: BridgeTarget  # the engine's base URL; the dialect adds /v1/...
+    model: Annotated[str, Meta(min_length=1, max_length=256)] | None = None  # sent when the route names none
+    api_key_env: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")] | None = None
+    api_key_file: Annotated[str, Meta(min_length=1)] | None = None
+    max_tokens: Annotated[int, Meta(ge=1, le=2**31 - 1)] = 4096  # for providers that require it (Anthropic)
+    timeouts: Timeouts = Timeouts()  # the bridge's own deadlines to the engine
+
+
 class Endpoint(_Config, frozen=True):
-    url: EndpointUrl
+    """An internal service by `url`, or an engine by `bridge` (then `url` is the in-process bridge's)."""
+
+    url: EndpointUrl | None = None  # one of url and bridge (config.py checks)
+    bridge: Bridge | None = None
     weight: Annotated[int, Meta(ge=1, le=1000)] = 1
     max_in_flight: Count = 0  # 0: no limit of its own
     keepalive: Seconds = 4.0  # an idle connection to it is closed after this: keep it below the service's own

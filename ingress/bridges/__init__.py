@@ -1,2 +1,52 @@
 """Bridges: internal services that speak our contract on one side and a real engine's or provider's
-API on the other (`dialect.py` says what a dialect is; `service.py` is the I/O around one)."""
+API on the other. `dialect.py` says what a dialect is, `openai.py` and `anthropic.py` are the dialects,
+`service.py` is the I/O around one; `ingress bridge DIALECT` serves one alone, and an endpoint's
+`bridge` in the edge's config runs one in-process."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from ingress.bridges.dialect import Dialect, Target
+from ingress.settings import Bridge
+
+DIALECTS = ("openai", "anthropic")
+
+
+class CredentialsError(Exception):
+    """A bridge's credentials could not be read: the process must not start without them."""
+
+
+def load_dialect(name: str) -> Dialect:
+    """The dialect named `name` (its module's `DIALECT`)."""
+    if name not in DIALECTS:
+        raise ValueError(f"unknown dialect {name!r}")
+    dialect: Dialect = importlib.import_module(f"ingress.bridges.{name}").DIALECT
+    return dialect
+
+
+def api_key(env: str | None, file: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The credential named by an environment variable or a file; never logged, never in an error."""
+    environ = os.environ if environ is None else environ
+    if env is not None:
+        value = environ.get(env, "").strip()
+        if not value:
+            raise CredentialsError(f"the environment variable {env} is not set")
+        return value
+    if file is not None:
+        try:
+            value = Path(file).read_text().strip()
+        except OSError as exc:
+            raise CredentialsError(f"the key file {file} cannot be read: {exc.strerror}") from None
+        if not value:
+            raise CredentialsError(f"the key file {file} is empty")
+        return value
+    return None
+
+
+def target_of(bridge: Bridge, environ: Mapping[str, str] | None = None) -> Target:
+    return Target(url=bridge.target, model=bridge.model, max_tokens=bridge.max_tokens,
+                  api_key=api_key(bridge.api_key_env, bridge.api_key_file, environ))

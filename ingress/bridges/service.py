@@ -1,0 +1,185 @@
+"""A bridge as a service: our contract in (`POST /v1/complete`), a dialect's engine API out.
+
+    buffer ─ verify ─ dialect.build ─▶ engine request ─ http1 ─▶ engine
+                                                                  │
+    CompletionResponse ◀─ call.answer ◀──────── whole body ◀──────┤
+    CompletionChunk frames ◀─ decoder.feed / finish ◀─ reads ◀────┘
+    Error buffer ◀─ dialect.error (a refusal) / EngineFailed / a broken hop
+
+The provider hop is the edge's own HTTP/1.1 client (`upstream/http1.py`, HTTPS included). Every failure
+becomes an `Error` in our contract: alone with its status before the answer began, or as the stream's
+last frame after, so the edge's retry, fallback and in-band rules apply to a bridge as to any service.
+A client that goes away (the edge cancelling) ends the engine request with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ingress import wire
+from ingress.bridges.dialect import Dialect, EngineCall, EngineFailed, Target, Unsupported
+from ingress.errors import IngressError, UpstreamConnectFailed
+from ingress.log import get_logger
+from ingress.settings import Timeouts
+from ingress.upstream.http1 import ConnectionPool, Response
+from ingress.wire import identifiers
+from ingress.wire.decode import WireError
+
+MAX_REQUEST = 64 << 20  # a CompletionRequest buffer: the edge's own body limit is far below
+MAX_ANSWER = 64 << 20  # an engine's whole answer, or its error body (read only to describe the error)
+MAX_ERROR_BODY = 64 << 10
+
+log = get_logger("ingress.bridge")
+
+
+@dataclass
+class Bridge:
+    dialect: Dialect
+    target: Target
+    timeouts: Timeouts
+    pool: ConnectionPool
+    prefix: str  # the target URL's own path (a provider served under /openai/...): before the dialect's
+
+
+BRIDGE = web.AppKey("bridge", Bridge)
+
+
+def _error(info: wire.ErrorInfo, retry_after: str | None = None) -> web.Response:
+    """An Error buffer with its status; the engine's own Retry-After (whole seconds) kept, for the edge
+    to pass on: a client told to wait by the provider waits as long."""
+    headers = {"Retry-After": retry_after} if retry_after and retry_after.isascii() and retry_after.isdigit() \
+        else None
+    return web.Response(status=info.status, body=wire.write_error(info), content_type=identifiers.CONTENT_TYPE,
+                        headers=headers)
+
+
+def _hop_failure(exc: BaseException, waiting_for: str) -> wire.ErrorInfo:
+    """The engine could not be reached, or broke, or was too slow: our contract's 502 / 504."""
+    if isinstance(exc, TimeoutError):
+        return wire.ErrorInfo(status=504, type="server_error", code="upstream_timeout",
+                              message=f"The engine did not {waiting_for} in time.")
+    if isinstance(exc, UpstreamConnectFailed):
+        return wire.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
+                              message="The engine is unavailable.")
+    detail = exc.message if isinstance(exc, IngressError) else "the connection failed"
+    return wire.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
+                          message=f"The engine's answer broke: {detail.rstrip('.')}.")
+
+
+async def _read_all(response: Response, idle: float, limit: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while data := await response.read(idle):
+        size += len(data)
+        if size > limit:
+            raise EngineFailed(wire.ErrorInfo(status=502, type="server_error", code="upstream_protocol_error",
+                                              message="The engine's answer is too large."))
+        parts.append(data)
+    return b"".join(parts)
+
+
+async def complete(request: web.Request) -> web.StreamResponse:
+    bridge = request.app[BRIDGE]
+    body = await request.read()
+    try:
+        wire.verify_request(body, max_size=MAX_REQUEST)
+        call = bridge.dialect.build(body, bridge.target)
+    except WireError as exc:
+        return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_flatbuffer",
+                                     message=f"The FlatBuffers request is invalid: {exc}."))
+    except Unsupported as exc:
+        return _error(exc.info())
+    path = bridge.prefix + call.request.path
+    headers = dict(call.request.headers)
+    if (request_id := request.headers.get("x-request-id")) is not None:
+        headers["x-request-id"] = request_id  # the edge's id, for the engine's logs
+    t = bridge.timeouts
+    loop = asyncio.get_running_loop()
+    try:
+        response = await bridge.pool.request(call.request.method, path, headers, call.request.body,
+                                             t.connect, loop.time() + t.first_byte)
+    except (IngressError, OSError, ValueError) as exc:  # ValueError: a header the engine request cannot hold
+        log.warning("engine unreachable", target=bridge.target.url, error=type(exc).__name__)
+        return _error(_hop_failure(exc, "answer"))
+    try:
+        if response.status != 200:
+            try:
+                error_body = await _read_all(response, t.idle, MAX_ERROR_BODY)
+            except (IngressError, OSError, EngineFailed):
+                error_body = b""
+            info = bridge.dialect.error(response.status, response.headers, error_body)
+            log.info("engine refused", status=response.status, code=info.code)
+            return _error(info, response.headers.get("retry-after"))
+        if not call.request.stream:
+            return await _whole(call, response, t)
+        return await _stream(request, call, response, t)
+    finally:
+        response.close()  # also on cancellation: the engine's request ends with the edge's
+
+
+async def _whole(call: EngineCall, response: Response, t: Timeouts) -> web.Response:
+    try:
+        answer = call.answer(await _read_all(response, t.idle, MAX_ANSWER))
+    except EngineFailed as exc:
+        return _error(exc.info)
+    except (IngressError, OSError) as exc:
+        return _error(_hop_failure(exc, "finish its answer"))
+    return web.Response(body=wire.write_response(answer), content_type=identifiers.CONTENT_TYPE)
+
+
+async def _stream(request: web.Request, call: EngineCall, response: Response, t: Timeouts) -> web.StreamResponse:
+    """Frames as the engine's events arrive. Before the first frame a failure keeps its status; after,
+    it is the stream's last frame, an Error."""
+    decoder = call.stream()
+    out: web.StreamResponse | None = None
+    sent_done = False
+    try:
+        while True:
+            data = await response.read(t.idle)
+            chunks = decoder.feed(data) if data else decoder.finish()
+            if chunks and out is None:
+                out = web.StreamResponse(headers={"Content-Type": identifiers.STREAM_CONTENT_TYPE})
+                await out.prepare(request)
+            if chunks:
+                assert out is not None
+                await out.write(b"".join(wire.write_chunk(c) for c in chunks))
+                sent_done = chunks[-1].done
+            if not data or sent_done:
+                break
+    except EngineFailed as exc:
+        info = exc.info
+    except (IngressError, OSError) as exc:
+        info = _hop_failure(exc, "send the next part of its answer")
+    else:
+        assert out is not None  # a finished decoder has sent its done chunk
+        await out.write_eof()
+        return out
+    if out is None:
+        return _error(info)
+    await out.write(wire.write_error(info, framed=True))
+    await out.write_eof()
+    return out
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The bridge serves; whether its engine does is for the edge's checks of answers to find."""
+    return web.json_response({"status": "ok", "dialect": request.app[BRIDGE].dialect.name})
+
+
+def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | None = None,
+                      keepalive: float = 4.0) -> web.Application:
+    app = web.Application(client_max_size=MAX_REQUEST)
+    prefix = urlsplit(target.url).path.rstrip("/")
+    app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive), prefix)
+    app.router.add_post(identifiers.COMPLETE_PATH, complete)
+    app.router.add_get("/healthz", healthz)
+
+    async def close_pool(app: web.Application) -> None:
+        await app[BRIDGE].pool.close()
+
+    app.on_cleanup.append(close_pool)
+    return app
