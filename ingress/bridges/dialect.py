@@ -70,11 +70,13 @@ class Unsupported(Exception):
 
 class EngineFailed(Exception):
     """The engine's answer is an error, or is broken (unreadable, cut short): `info` is what our
-    contract carries for it."""
+    contract carries for it. Raised by a StreamDecoder, `chunks` are those it decoded from the same
+    data before the error: they are sent first, so that nothing the engine answered is lost."""
 
-    def __init__(self, info: wt.ErrorInfo) -> None:
+    def __init__(self, info: wt.ErrorInfo, chunks: list[wt.Chunk] | None = None) -> None:
         super().__init__(info.message)
         self.info = info
+        self.chunks = chunks or []
 
 
 class StreamDecoder(Protocol):

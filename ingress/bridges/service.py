@@ -151,16 +151,19 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
             if not data or sent_done:
                 break
     except EngineFailed as exc:
-        info = exc.info
+        info, before = exc.info, exc.chunks
     except (IngressError, OSError) as exc:
-        info = _hop_failure(exc, "send the next part of its answer")
+        info, before = _hop_failure(exc, "send the next part of its answer"), []
     else:
         assert out is not None  # a finished decoder has sent its done chunk
         await out.write_eof()
         return out
-    if out is None:
+    if out is None and not before:
         return _error(info)
-    await out.write(wire.write_error(info, framed=True))
+    if out is None:
+        out = web.StreamResponse(headers={"Content-Type": identifiers.STREAM_CONTENT_TYPE})
+        await out.prepare(request)
+    await out.write(b"".join(wire.write_chunk(c) for c in before) + wire.write_error(info, framed=True))
     await out.write_eof()
     return out
 

@@ -27,7 +27,7 @@ async def make_pool() -> AsyncIterator[MakePool]:
 
     def make(endpoints: list[Endpoint] | None = None, **group: Any) -> EndpointGroup:
         config = Group(endpoints=endpoints or [Endpoint(url=URLS[0])], **group)
-        clients = [UpstreamClient(e.url, Timeouts(), 1 << 20) for e in config.endpoints]
+        clients = [UpstreamClient(e.url or "", Timeouts(), 1 << 20) for e in config.endpoints]
         return EndpointGroup("g", config, clients)
 
     yield make
