@@ -139,9 +139,12 @@ def _route(gw: Gateway, ex: Exchange, model: str, stream: bool) -> Match:
 
 
 def _prepared(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
-              encoded: bytes | bytearray) -> Prepared[R]:
+              encoded: bytes | bytearray, meta: RequestMeta) -> Prepared[R]:
     ex.encoded = time.perf_counter()
-    return Prepared(request, match, encoded, _hop_headers(ex.request_id, passport), gw.timeouts(match))
+    headers = _hop_headers(ex.request_id, passport)
+    if match.route.forward_authorization and meta.api_key is not None:
+        headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
+    return Prepared(request, match, encoded, headers, gw.timeouts(match))
 
 
 def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
@@ -151,7 +154,7 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    return _prepared(gw, ex, request, match, passport, encoded)
+    return _prepared(gw, ex, request, match, passport, encoded, meta)
 
 
 def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
@@ -162,7 +165,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     passport = compute_prompts_passport(request.prompts, meta)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
-    return _prepared(gw, ex, request, match, passport, encoded)
+    return _prepared(gw, ex, request, match, passport, encoded, meta)
 
 
 # --- send: endpoint choice, retries, fallback ---------------------------------------------------
@@ -267,7 +270,7 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    return call, _prepared(gw, ex, request, match, passport, encoded)
+    return call, _prepared(gw, ex, request, match, passport, encoded, meta)
 
 
 async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
@@ -307,7 +310,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     match = _route(gw, ex, request.model, False)
     passport = compute_embedding_passport(request, meta)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
-    return _prepared(gw, ex, request, match, passport, encoded)
+    return _prepared(gw, ex, request, match, passport, encoded, meta)
 
 
 async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:

@@ -107,6 +107,10 @@ class Route(_Config, frozen=True):
     # Top-level request fields that are not OpenAI's (an engine's top_k, min_p, guided_json...): refused
     # with a 400 naming the field, or forwarded to the internal service as one JSON object (extra_json).
     extra_fields: Literal["refuse", "forward"] = "refuse"
+    # The client's own `Authorization: Bearer` key travels to the internal service (a bridge then calls
+    # the provider with it instead of its own key): for providers whose callers bring their own keys.
+    # Off by default: a client's credential goes nowhere but the edge.
+    forward_authorization: bool = False
 
 
 class Retry(_Config, frozen=True):

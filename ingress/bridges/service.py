@@ -15,7 +15,7 @@ A client that goes away (the edge cancelling) ends the engine request with it.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -82,12 +82,21 @@ async def _read_all(response: Response, idle: float, limit: int) -> bytes:
     return b"".join(parts)
 
 
+def _client_key(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    return key or None
+
+
 async def complete(request: web.Request) -> web.StreamResponse:
     bridge = request.app[BRIDGE]
     body = await request.read()
+    target = bridge.target
+    if (key := _client_key(request)) is not None:  # a route forwarding its callers' own keys
+        target = replace(target, api_key=key)
     try:
         wire.verify_request(body, max_size=MAX_REQUEST)
-        call = bridge.dialect.build(body, bridge.target)
+        call = bridge.dialect.build(body, target)
     except WireError as exc:
         return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_flatbuffer",
                                      message=f"The FlatBuffers request is invalid: {exc}."))

@@ -23,7 +23,7 @@ from ingress import wire
 from ingress.app import create_app, serve_app
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
 from ingress.bridges.service import create_bridge_app
-from ingress.settings import Settings, Timeouts
+from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 
 
 class WordsCall:
@@ -286,3 +286,16 @@ async def test_the_targets_path_and_credentials_are_used(http: aiohttp.ClientSes
             await c.chat.completions.create(model="m", messages=_say("x"))
         [(path, _, headers)] = served.engine.seen
         assert path == "/openai/v1/words" and headers["Authorization"] == "Bearer sk-engine"
+
+
+@pytest.mark.parametrize("forward", [False, True])
+async def test_the_clients_key_reaches_the_engine_only_when_its_route_forwards_it(forward: bool) -> None:
+    async with AsyncExitStack() as stack:
+        served = await _stack(stack, api_key="sk-bridge")
+        settings = Settings(groups={"g": Group(endpoints=[Endpoint(url=served.bridge)])},
+                            routes=(Route(glob="*", group="g", forward_authorization=forward),))
+        edge = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+        async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client-own", max_retries=0) as c:
+            await c.chat.completions.create(model="m", messages=_say("x"))
+        [(_, _, headers)] = served.engine.seen
+        assert headers["Authorization"] == ("Bearer sk-client-own" if forward else "Bearer sk-bridge")
