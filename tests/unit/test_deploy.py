@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -164,6 +165,55 @@ def test_the_chart_refuses_a_bridge_in_front_of_the_demo_model_server() -> None:
     _, render = renderer
     with pytest.raises(Exception, match=r"needs sidecar\.image\.repository"):
         render({"sidecar": {"enabled": True}, "bridge": {"enabled": True}})
+
+
+BRIDGES_EXAMPLE = DEPLOY / "bridges.toml"
+
+
+def test_the_in_process_example_passes_check_config() -> None:
+    run = subprocess.run([sys.executable, "-m", "ingress", "check-config", str(BRIDGES_EXAMPLE)],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "3 groups, 3 endpoints, 3 routes" in run.stdout
+
+
+def test_the_in_process_example_fronts_openai_anthropic_and_vllm_through_bridges() -> None:
+    from ingress.config import load_config
+
+    groups, routes = load_config(BRIDGES_EXAMPLE).resolved()
+    bridges = {name: [e.bridge for e in g.endpoints] for name, g in groups.items()}
+    assert all(e.url is None for g in groups.values() for e in g.endpoints)  # every endpoint is a bridge
+    [openai], [anthropic], [vllm] = bridges["openai"], bridges["anthropic"], bridges["vllm"]
+    assert openai is not None and anthropic is not None and vllm is not None
+    assert (openai.dialect, openai.target, openai.api_key_env) == ("openai", "https://api.openai.com",
+                                                                  "OPENAI_API_KEY")
+    assert (anthropic.dialect, anthropic.target, anthropic.api_key_env) == (
+        "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY")
+    assert anthropic.max_tokens == 4096
+    assert (vllm.dialect, vllm.api_key_env, vllm.api_key_file) == ("openai", None, None)
+    assert [(r.prefix or r.model, r.group, r.provider) for r in routes] == [
+        ("gpt-", "openai", "openai"), ("claude-", "anthropic", "anthropic"),
+        ("qwen2.5-7b-instruct", "vllm", "self_hosted")]
+
+
+def test_the_in_process_example_will_not_start_without_its_keys() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+    run = subprocess.run([sys.executable, "-m", "ingress", "serve", "--config", str(BRIDGES_EXAMPLE),
+                          "--host", "127.0.0.1"], capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert run.returncode != 0
+    assert "OPENAI_API_KEY is not set" in run.stderr
+
+
+def test_an_edge_running_bridges_needs_their_keys_in_its_environment() -> None:
+    from ingress.config import load_config
+
+    settings = load_config(BRIDGES_EXAMPLE)
+    edge: dict[str, Any] = {"name": "edge", "env": [{"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "openai", "key": "api-key"}}}]}
+    errors = validate.in_process_bridge_errors("edge", edge, settings)
+    assert len(errors) == 1 and "ANTHROPIC_API_KEY is not in the edge's environment" in errors[0], errors
+    edge["env"].append({"name": "ANTHROPIC_API_KEY", "value": "from-a-secret-in-real-life"})
+    assert validate.in_process_bridge_errors("edge", edge, settings) == []
 
 
 def _image_user() -> str:
