@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -214,6 +215,34 @@ def test_an_edge_running_bridges_needs_their_keys_in_its_environment() -> None:
     assert len(errors) == 1 and "ANTHROPIC_API_KEY is not in the edge's environment" in errors[0], errors
     edge["env"].append({"name": "ANTHROPIC_API_KEY", "value": "from-a-secret-in-real-life"})
     assert validate.in_process_bridge_errors("edge", edge, settings) == []
+
+
+def test_the_readmes_network_form_is_valid() -> None:
+    from ingress.config import parse_config
+
+    text = (DEPLOY / "README.md").read_text()
+    section = text[text.index("**The bridge as a network service**"):text.index("### Standalone")]
+    yamls = re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
+    tomls = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert len(yamls) == 2 and len(tomls) == 1
+    [container] = yaml.safe_load(yamls[0])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vllm"}, "spec": {"containers": [container]}}
+    assert validate.schema_errors(pod, "README bridge container") == []
+    args = validate.bridge_args(container)
+    assert args is not None and validate.arg_value(args, "--host") == "0.0.0.0"
+    assert validate.bridge_errors("README", {"containers": [container, {"name": "vllm", "args": [
+        "--port", "8000"], "readinessProbe": {"exec": {"command": ["true"]}}}]}, container) == []
+    docs = [d for d in yaml.safe_load_all(yamls[1]) if d]
+    assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy"]
+    for doc in docs:
+        assert validate.schema_errors(doc, "README") == []
+    service, policy = docs
+    assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    groups, _ = parse_config(tomls[0], {}).resolved()
+    [endpoint] = groups["vllm"].endpoints
+    assert endpoint.url is not None and endpoint.url.startswith(f"http://{service['metadata']['name']}.")
+    assert endpoint.url.endswith(f":{service['spec']['ports'][0]['port']}")
 
 
 def _image_user() -> str:
