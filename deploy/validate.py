@@ -12,12 +12,14 @@ Checks, each reported on one line of the summary:
                   schemas (kubernetes-validate, strict: unknown fields fail), for each version in
                   KUBERNETES_VERSIONS
   k8s-policy      the same manifests: grace period > drain.delay + drain.deadline, probes, resources,
-                  security contexts, selectors, the mounted TOML parsed by the edge's own parser...
+                  security contexts, selectors, the mounted TOML parsed by the edge's own parser, bridge
+                  containers' flags parsed by the bridge's, their keys and engines present in the pod,
+                  every container beside the edge outliving its drain...
   helm-chart      Chart.yaml, the templates' presence, a comment above every values.yaml key, every
                   .Values reference in the templates resolving to a key (and every key used)
-  helm-render     the chart rendered for standalone and sidecar mode, then k8s-schema and k8s-policy
-                  on the output; skipped when no renderer is available (a `helm` binary on PATH, or
-                  the helm-python-sdk package)
+  helm-render     the chart rendered for standalone and sidecar mode and with each example values file
+                  (deploy/helm/values-*.yaml), then k8s-schema and k8s-policy on the output; skipped
+                  when no renderer is available (a `helm` binary on PATH, or the helm-python-sdk package)
   knative         Knative has no schema here: its field mask and reserved names are checked as
                   Knative's webhook does, the PodSpec part against Kubernetes' Pod schema, and the
                   timeouts against the edge's
@@ -44,6 +46,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -84,7 +87,8 @@ HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 HELM_TEMPLATES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "configmap.yaml",
                   "serviceaccount.yaml", "_helpers.tpl", "NOTES.txt")
-# Values the chart is rendered with by helm-render: both modes, and a configuration given whole.
+# Values the chart is rendered with by helm-render: both modes, and a configuration given whole (the
+# example values files in deploy/helm/ are rendered too, see helm_scenarios).
 HELM_SCENARIOS: dict[str, dict[str, Any]] = {
     "standalone": {},
     "sidecar": {"sidecar": {"enabled": True}, "autoscaling": {"enabled": False}},
@@ -212,7 +216,33 @@ def arg_value(args: list[str], flag: str) -> str | None:
 
 def is_edge(container: Doc) -> bool:
     args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
-    return bool(args) and args[0] in ("serve", "ingress") and "demo-upstream" not in args
+    return (bool(args) and args[0] in ("serve", "ingress") and "demo-upstream" not in args
+            and "bridge" not in args[:2])
+
+
+def bridge_args(container: Doc) -> list[str] | None:
+    """The arguments after `ingress bridge` when the container runs a bridge, else None."""
+    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    if args[:1] == ["ingress"]:
+        args = args[1:]
+    return args[1:] if args[:1] == ["bridge"] else None
+
+
+def env_names(container: Doc) -> set[str] | None:
+    """The environment variables the container sets (literal or from a Secret); None when an envFrom
+    makes the set unknowable here."""
+    if container.get("envFrom"):
+        return None
+    return {str(e.get("name")) for e in container.get("env") or []}
+
+
+def on_a_mount(container: Doc, path: str) -> bool:
+    return any(path.startswith(m.get("mountPath", "").rstrip("/") + "/") for m in container.get("volumeMounts") or [])
+
+
+def prestop_sleep(container: Doc) -> float | None:
+    sleep = (((container.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds")
+    return float(sleep) if isinstance(sleep, (int, float)) else None
 
 
 # --- Kubernetes schemas ---------------------------------------------------------------------------
@@ -368,7 +398,88 @@ def pod_errors(where: str, pod: Doc, configmaps: Mapping[str, Doc], *, knative: 
                               f"metrics under a read-only root file system")
         if config.settings is not None:
             errors += socket_errors(where, pod, edge, config.settings)
+            errors += in_process_bridge_errors(cwhere, edge, config.settings)
+    drain_total = configs[0].drain_total if configs else DRAIN_DELAY_S + DRAIN_DEADLINE_S
+    grace = pod.get("terminationGracePeriodSeconds")
+    for container in containers:
+        if container in edges:
+            continue
+        cwhere = f"{where} container {container.get('name')}"
+        if bridge_args(container) is not None:
+            errors += bridge_errors(cwhere, pod, container)
+        # What the edge forwards to must outlive its drain, within the grace period.
+        sleep = prestop_sleep(container)
+        if edges and not knative and (sleep is None or sleep < drain_total):
+            errors.append(f"{cwhere}: stops before the edge's drain ends: a preStop sleep of at least "
+                          f"drain.delay + drain.deadline ({drain_total:g} s) is needed, found {sleep}")
+        elif sleep is not None and grace is not None and sleep >= grace:
+            errors.append(f"{cwhere}: preStop sleep {sleep:g} s leaves nothing of the {grace} s grace period")
     return errors, configs
+
+
+def bridge_errors(where: str, pod: Doc, container: Doc) -> list[str]:
+    """A bridge container (`ingress bridge DIALECT ...`): its flags as the bridge itself checks them,
+    its key present in its environment, the engine it calls in the pod, and probes."""
+    args = bridge_args(container) or []
+    errors = []
+    dialect = args[0] if args and not args[0].startswith("-") else None
+    raw: dict[str, Any] = {"dialect": dialect}
+    for flag, key in (("--target", "target"), ("--model", "model"), ("--api-key-env", "api_key_env"),
+                      ("--api-key-file", "api_key_file"), ("--max-tokens", "max_tokens")):
+        value = arg_value(args, flag)
+        if value is not None:
+            raw[key] = int(value) if key == "max_tokens" and value.isdigit() else value
+    if "target" not in raw:
+        return [f"{where}: the bridge has no --target"]
+    try:
+        from ingress.config import ConfigError, bridge_config
+    except ImportError as exc:  # pragma: no cover - the project is installed wherever this runs
+        return [f"{where}: cannot import the bridge's configuration parser: {exc}"]
+    try:
+        bridge_config(raw, f"{where}: ingress bridge")
+    except ConfigError as exc:
+        errors.append(str(exc))
+    names = env_names(container)
+    if raw.get("api_key_env") and names is not None and raw["api_key_env"] not in names:
+        errors.append(f"{where}: --api-key-env {raw['api_key_env']} is not in the container's environment: "
+                      f"the bridge would refuse to start")
+    if raw.get("api_key_file") and not on_a_mount(container, str(raw["api_key_file"])):
+        errors.append(f"{where}: --api-key-file {raw['api_key_file']} is on no volume the container mounts")
+    target = urlsplit(str(raw["target"]))
+    if target.hostname in ("127.0.0.1", "localhost", "::1"):
+        port = target.port or (443 if target.scheme == "https" else 80)
+        engines = [c for c in pod.get("containers") or [] if c is not container and (
+            arg_value([str(a) for a in (c.get("command") or []) + (c.get("args") or [])], "--port") == str(port)
+            or port in {p.get("containerPort") for p in c.get("ports") or []})]
+        if not engines:
+            errors.append(f"{where}: --target {raw['target']}: no other container of the pod listens on port {port}")
+        for engine in engines:
+            if not engine.get("readinessProbe"):
+                errors.append(f"{where}: the engine's container {engine.get('name')} has no readinessProbe: the "
+                              f"bridge's /healthz does not ask the engine, so the pod would be ready before it")
+    for probe in ("startupProbe", "livenessProbe"):
+        if not container.get(probe):
+            errors.append(f"{where}: the bridge has no {probe}")
+    return errors
+
+
+def in_process_bridge_errors(where: str, edge: Doc, settings: Any) -> list[str]:
+    """The bridges the edge runs itself find their credentials in the edge container."""
+    errors = []
+    names = env_names(edge)
+    groups, _ = settings.resolved()
+    for name, group in groups.items():
+        for j, endpoint in enumerate(group.endpoints):
+            bridge = endpoint.bridge
+            key = f"groups.{name}.endpoints[{j}].bridge"
+            if bridge is None:
+                continue
+            if bridge.api_key_env and names is not None and bridge.api_key_env not in names:
+                errors.append(f"{where}: {key}.api_key_env {bridge.api_key_env} is not in the edge's environment: "
+                              f"the edge would refuse to start")
+            if bridge.api_key_file and not on_a_mount(edge, bridge.api_key_file):
+                errors.append(f"{where}: {key}.api_key_file {bridge.api_key_file} is on no volume the edge mounts")
+    return errors
 
 
 def socket_errors(where: str, pod: Doc, edge: Doc, settings: Any) -> list[str]:
@@ -798,6 +909,15 @@ def helm_renderer() -> tuple[str, Callable[[dict[str, Any]], str]] | None:
     return "helm-python-sdk", with_sdk
 
 
+def helm_scenarios() -> dict[str, dict[str, Any]]:
+    """HELM_SCENARIOS, then each example values file beside the chart (helm/values-*.yaml, by its
+    name), as a user would pass it with -f."""
+    scenarios = dict(HELM_SCENARIOS)
+    for path in sorted((DEPLOY / "helm").glob("values-*.yaml")):
+        scenarios[path.stem] = yaml.safe_load(path.read_text()) or {}
+    return scenarios
+
+
 def helm_renderings() -> tuple[str | None, dict[str, list[tuple[str, Doc]] | str]]:
     """The chart rendered for each scenario (documents, or the error text), and the renderer used."""
     renderer = helm_renderer()
@@ -805,7 +925,7 @@ def helm_renderings() -> tuple[str | None, dict[str, list[tuple[str, Doc]] | str
         return None, {}
     label, render = renderer
     out: dict[str, list[tuple[str, Doc]] | str] = {}
-    for scenario, values in HELM_SCENARIOS.items():
+    for scenario, values in helm_scenarios().items():
         try:
             text = render(values)
         except Exception as exc:  # the renderer's own errors: a template that does not render

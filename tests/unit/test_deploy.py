@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import shutil
 import socket
 import subprocess
@@ -90,9 +92,157 @@ def test_grace_period_exceeds_drain_delay_plus_deadline_everywhere() -> None:
 
     values = yaml.safe_load((DEPLOY / "helm" / "ingress" / "values.yaml").read_text())
     assert values["terminationGracePeriodSeconds"] > validate.DRAIN_DELAY_S + validate.DRAIN_DEADLINE_S
-    # The sidecar's model server outlives the edge's drain, within the grace period.
-    assert validate.DRAIN_DELAY_S + validate.DRAIN_DEADLINE_S <= values["sidecar"]["preStopSleepSeconds"] \
-        < values["terminationGracePeriodSeconds"]
+    # The sidecar's model server and the bridge outlive the edge's drain, within the grace period.
+    for part in ("sidecar", "bridge"):
+        assert validate.DRAIN_DELAY_S + validate.DRAIN_DEADLINE_S <= values[part]["preStopSleepSeconds"] \
+            < values["terminationGracePeriodSeconds"], part
+
+
+# --- bridges ----------------------------------------------------------------------------------------
+
+
+def _pod_of(where: str) -> dict[str, Any]:
+    [pod] = [d["spec"]["template"]["spec"] for w, d, _ in _deployments() if w == where]
+    assert isinstance(pod, dict)
+    return pod
+
+
+def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in pod["containers"]}
+
+
+def test_beside_vllm_the_edge_reaches_vllm_only_through_the_bridge() -> None:
+    pod = _pod_of("deploy/k8s/sidecar-vllm")
+    containers = _containers(pod)
+    assert set(containers) == {"edge", "bridge", "vllm"}
+    edge, bridge, vllm = containers["edge"], containers["bridge"], containers["vllm"]
+    configmaps = {d["metadata"]["name"]: d for _, d in validate.k8s_sets()["deploy/k8s/sidecar-vllm"]
+                  if d["kind"] == "ConfigMap"}
+    config = validate.edge_config_for(pod, edge, configmaps, "sidecar-vllm")
+    assert config.error is None, config.error
+    groups, routes = config.settings.resolved()
+    assert [e.url for g in groups.values() for e in g.endpoints] == ["unix:/run/ingress/bridge.sock"]
+    assert validate.bridge_args(bridge) == ["openai", "--target", "http://127.0.0.1:8000",
+                                            "--unix", "/run/ingress/bridge.sock"]
+    vllm_args = vllm["args"]
+    assert vllm["image"].startswith("vllm/vllm-openai:v") and vllm["image"].split(":")[1] != "latest"
+    assert validate.arg_value(vllm_args, "--host") == "127.0.0.1"  # nothing outside the pod reaches it
+    assert validate.arg_value(vllm_args, "--port") == "8000"
+    # The name clients ask for is the one vLLM serves.
+    assert [r.model for r in routes] == [validate.arg_value(vllm_args, "--served-model-name")]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "http://127.0.0.1:8000/health" in " ".join(vllm[probe]["exec"]["command"]), probe
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == vllm["resources"]["requests"]["nvidia.com/gpu"] == 1
+    # The edge neither mounts vLLM's volumes nor holds a key: the bridge is its one way to the engine.
+    assert {m["name"] for m in edge["volumeMounts"]} & {m["name"] for m in vllm["volumeMounts"]} == set()
+
+
+def test_the_chart_renders_the_bridge_for_vllm_and_for_a_provider() -> None:
+    label, renderings = validate.helm_renderings()
+    if label is None:
+        pytest.skip("no chart renderer")
+    assert {"values-vllm", "values-anthropic"} <= set(renderings)
+    vllm = _containers(_pod_of("helm[values-vllm]"))
+    assert set(vllm) == {"edge", "bridge", "model"}
+    assert vllm["model"]["image"] == "vllm/vllm-openai:v0.33.0"
+    assert "readinessProbe" in vllm["model"]
+    assert "env" not in vllm["bridge"]  # vLLM on loopback needs no key
+    provider = _containers(_pod_of("helm[values-anthropic]"))
+    assert set(provider) == {"edge", "bridge"}
+    bridge = provider["bridge"]
+    args = validate.bridge_args(bridge)
+    assert args is not None and args[0] == "anthropic"
+    assert validate.arg_value(args, "--max-tokens") == "4096"
+    assert validate.arg_value(args, "--api-key-env") == "ANTHROPIC_API_KEY"
+    assert bridge["env"] == [{"name": "ANTHROPIC_API_KEY",
+                              "valueFrom": {"secretKeyRef": {"name": "anthropic", "key": "api-key"}}}]
+    assert "env" not in provider["edge"]  # the key is the bridge's alone
+
+
+def test_the_chart_refuses_a_bridge_in_front_of_the_demo_model_server() -> None:
+    renderer = validate.helm_renderer()
+    if renderer is None:
+        pytest.skip("no chart renderer")
+    _, render = renderer
+    with pytest.raises(Exception, match=r"needs sidecar\.image\.repository"):
+        render({"sidecar": {"enabled": True}, "bridge": {"enabled": True}})
+
+
+BRIDGES_EXAMPLE = DEPLOY / "bridges.toml"
+
+
+def test_the_in_process_example_passes_check_config() -> None:
+    run = subprocess.run([sys.executable, "-m", "ingress", "check-config", str(BRIDGES_EXAMPLE)],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "3 groups, 3 endpoints, 3 routes" in run.stdout
+
+
+def test_the_in_process_example_fronts_openai_anthropic_and_vllm_through_bridges() -> None:
+    from ingress.config import load_config
+
+    groups, routes = load_config(BRIDGES_EXAMPLE).resolved()
+    bridges = {name: [e.bridge for e in g.endpoints] for name, g in groups.items()}
+    assert all(e.url is None for g in groups.values() for e in g.endpoints)  # every endpoint is a bridge
+    [openai], [anthropic], [vllm] = bridges["openai"], bridges["anthropic"], bridges["vllm"]
+    assert openai is not None and anthropic is not None and vllm is not None
+    assert (openai.dialect, openai.target, openai.api_key_env) == ("openai", "https://api.openai.com",
+                                                                  "OPENAI_API_KEY")
+    assert (anthropic.dialect, anthropic.target, anthropic.api_key_env) == (
+        "anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY")
+    assert anthropic.max_tokens == 4096
+    assert (vllm.dialect, vllm.api_key_env, vllm.api_key_file) == ("openai", None, None)
+    assert [(r.prefix or r.model, r.group, r.provider) for r in routes] == [
+        ("gpt-", "openai", "openai"), ("claude-", "anthropic", "anthropic"),
+        ("qwen2.5-7b-instruct", "vllm", "self_hosted")]
+
+
+def test_the_in_process_example_will_not_start_without_its_keys() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+    run = subprocess.run([sys.executable, "-m", "ingress", "serve", "--config", str(BRIDGES_EXAMPLE),
+                          "--host", "127.0.0.1"], capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert run.returncode != 0
+    assert "OPENAI_API_KEY is not set" in run.stderr
+
+
+def test_an_edge_running_bridges_needs_their_keys_in_its_environment() -> None:
+    from ingress.config import load_config
+
+    settings = load_config(BRIDGES_EXAMPLE)
+    edge: dict[str, Any] = {"name": "edge", "env": [{"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "openai", "key": "api-key"}}}]}
+    errors = validate.in_process_bridge_errors("edge", edge, settings)
+    assert len(errors) == 1 and "ANTHROPIC_API_KEY is not in the edge's environment" in errors[0], errors
+    edge["env"].append({"name": "ANTHROPIC_API_KEY", "value": "from-a-secret-in-real-life"})
+    assert validate.in_process_bridge_errors("edge", edge, settings) == []
+
+
+def test_the_readmes_network_form_is_valid() -> None:
+    from ingress.config import parse_config
+
+    text = (DEPLOY / "README.md").read_text()
+    section = text[text.index("**The bridge as a network service**"):text.index("### Standalone")]
+    yamls = re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
+    tomls = re.findall(r"```toml\n(.*?)```", section, re.DOTALL)
+    assert len(yamls) == 2 and len(tomls) == 1
+    [container] = yaml.safe_load(yamls[0])
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "vllm"}, "spec": {"containers": [container]}}
+    assert validate.schema_errors(pod, "README bridge container") == []
+    args = validate.bridge_args(container)
+    assert args is not None and validate.arg_value(args, "--host") == "0.0.0.0"
+    assert validate.bridge_errors("README", {"containers": [container, {"name": "vllm", "args": [
+        "--port", "8000"], "readinessProbe": {"exec": {"command": ["true"]}}}]}, container) == []
+    docs = [d for d in yaml.safe_load_all(yamls[1]) if d]
+    assert [d["kind"] for d in docs] == ["Service", "NetworkPolicy"]
+    for doc in docs:
+        assert validate.schema_errors(doc, "README") == []
+    service, policy = docs
+    assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    groups, _ = parse_config(tomls[0], {}).resolved()
+    [endpoint] = groups["vllm"].endpoints
+    assert endpoint.url is not None and endpoint.url.startswith(f"http://{service['metadata']['name']}.")
+    assert endpoint.url.endswith(f":{service['spec']['ports'][0]['port']}")
 
 
 def _image_user() -> str:
@@ -222,6 +372,29 @@ MUTATIONS: dict[str, Mutation] = {
                        "ingress_retry_total", "ingress_retry_total is not a metric the edge exports"),
     "yaml-style": ("yamllint", "k8s/standalone/service.yaml", "type: ClusterIP", "type: ClusterIP   ",
                    "trailing spaces"),
+    "bridge-dialect": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "- bridge\n            - openai",
+                       "- bridge\n            - openia", "dialect: Invalid enum value 'openia'"),
+    "bridge-key-missing": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "- --target\n            - http",
+                           "- --api-key-env\n            - ENGINE_API_KEY\n            - --target\n            - http",
+                           "--api-key-env ENGINE_API_KEY is not in the container's environment"),
+    "bridge-target-port": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "- http://127.0.0.1:8000",
+                           "- http://127.0.0.1:8001", "no other container of the pod listens on port 8001"),
+    "bridge-no-probe": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml",
+                        "- /run/ingress/bridge.sock\n          # The kubelet cannot send an HTTP probe to a Unix "
+                        "socket: ask /healthz over it from the\n          # container's own interpreter. It tells "
+                        "that the bridge serves, not that vLLM does.\n          startupProbe:",
+                        "- /run/ingress/bridge.sock\n          startupProbeX:", "the bridge has no startupProbe"),
+    "engine-not-ready": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml",
+                         "(a pod is ready only when every container is).\n          readinessProbe:",
+                         "(a pod is ready only when every container is).\n          readinessProbeX:",
+                         "the engine's container vllm has no readinessProbe"),
+    "bridge-stops-first": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "seconds: 35", "seconds: 20",
+                           "container bridge: stops before the edge's drain ends"),
+    "chart-bridge-port": ("helm-render", "helm/values-vllm.yaml", "target: http://127.0.0.1:8000",
+                          "target: http://127.0.0.1:8001", "no other container of the pod listens on port 8001"),
+    "chart-engine-stops-first": ("helm-render", "helm/values-vllm.yaml", "bridge:\n  enabled: true",
+                                 "  preStopSleepSeconds: 0\nbridge:\n  enabled: true",
+                                 "container model: stops before the edge's drain ends"),
 }
 
 
