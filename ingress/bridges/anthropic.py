@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported
 from ingress.oai import models as oai
 from ingress.wire import types as wt
 
@@ -640,7 +640,7 @@ def decode_error(status: int, body: bytes) -> wt.ErrorInfo:
 # --- the dialect -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class MessagesCall:
     request: EngineRequest
     created: int
@@ -676,4 +676,4 @@ class AnthropicDialect:
         return decode_error(status, body)
 
 
-DIALECT = AnthropicDialect()
+DIALECT: Dialect = AnthropicDialect()  # typed: mypy holds the class to the protocol
