@@ -49,7 +49,7 @@ class EngineRequest:
     """One HTTP request to the engine; `headers` include the credentials the target holds."""
 
     path: str
-    headers: Mapping[str, str]
+    headers: Mapping[str, str] = field(repr=False)  # credentials: never in a log line or a traceback
     body: bytes
     stream: bool
     method: str = "POST"

@@ -1,0 +1,119 @@
+"""The whole way to a fake Anthropic: the `openai` SDK → the edge → a bridge with the Anthropic dialect
+(its own service, over FlatBuffers) → the fake's Messages API, and every answer back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import openai
+import pytest
+from fakes.anthropic import FakeAnthropic, refuse, stream
+from openai.types.chat import ChatCompletionMessageParam
+
+from ingress.app import create_app, serve_app
+from ingress.bridges.anthropic import DIALECT
+from ingress.bridges.dialect import Target
+from ingress.bridges.service import create_bridge_app
+from ingress.settings import Settings, Timeouts
+
+GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)
+ASK: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "Hello"}]
+
+
+@dataclass
+class Stack:
+    anthropic: FakeAnthropic
+    client: openai.AsyncOpenAI
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[Stack]:
+    fake = FakeAnthropic()
+    async with fake.running() as provider:
+        bridge = create_bridge_app(DIALECT, Target(url=provider, api_key="sk-ant-test-key", max_tokens=256), GENEROUS)
+        async with serve_app(bridge, "127.0.0.1", 0) as bridge_url, \
+                serve_app(create_app(Settings(upstream=bridge_url, timeouts=GENEROUS)), "127.0.0.1", 0) as edge:
+            client = openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="client-key", max_retries=0)
+            try:
+                yield Stack(fake, client)
+            finally:
+                await client.close()
+
+
+async def test_an_answer_with_its_cached_tokens(stack: Stack) -> None:
+    answer = await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK)
+    assert answer.choices[0].message.content == "Hi! My name is Claude."
+    assert answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None and answer.usage.prompt_tokens == 2095 + 1800 + 120
+    assert answer.usage.prompt_tokens_details is not None and answer.usage.prompt_tokens_details.cached_tokens == 1800
+    (sent,) = stack.anthropic.received
+    assert sent.headers["x-api-key"] == "sk-ant-test-key" and sent.headers["anthropic-version"] == "2023-06-01"
+    assert "client-key" not in json.dumps(dict(sent.headers))  # the client's key stays at the edge
+    assert sent.body == {"model": "claude-sonnet-4-5", "max_tokens": 256,
+                         "system": [{"type": "text", "text": "Be brief."}],
+                         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}
+
+
+async def test_a_streamed_answer_with_tool_calls(stack: Stack) -> None:
+    stack.anthropic.play(stream("tool_use"))
+    events = await stack.client.chat.completions.create(
+        model="claude-sonnet-4-5", messages=ASK, stream=True, stream_options={"include_usage": True},
+        tools=[{"type": "function", "function": {"name": "get_weather"}},
+               {"type": "function", "function": {"name": "get_time"}}])
+    text, finish, usage = "", None, None
+    calls: dict[int, dict[str, str]] = {}
+    async for chunk in events:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            finish = choice.finish_reason or finish
+            for d in choice.delta.tool_calls or []:
+                call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+                call["id"] = d.id or call["id"]
+                if d.function is not None:
+                    call["name"] += d.function.name or ""
+                    call["arguments"] += d.function.arguments or ""
+    assert text == "Okay, let's check the weather."
+    assert [(c["id"], c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())] == [
+        ("toolu_01T1x1fJ34qAmk2tNTrN7Up6", "get_weather", {"location": "San Francisco, CA", "unit": "fahrenheit"}),
+        ("toolu_01Hn4c5aVzMRYpR9Zc4kQ2uW", "get_time", {})]
+    assert finish == "tool_calls"
+    assert usage is not None and (usage.prompt_tokens, usage.completion_tokens) == (872, 89)
+    assert stack.anthropic.received[0].body["stream"] is True
+
+
+@pytest.mark.parametrize(("status", "error", "edge_status", "code"), [
+    (400, openai.BadRequestError, 400, "invalid_request"),
+    (401, openai.InternalServerError, 502, "upstream_auth_failed"),
+    (429, openai.RateLimitError, 429, "rate_limit_exceeded"),
+    (529, openai.InternalServerError, 503, "upstream_overloaded"),
+])
+async def test_the_providers_refusals(stack: Stack, status: int, error: type[openai.APIStatusError],
+                                      edge_status: int, code: str) -> None:
+    stack.anthropic.play(refuse(status, retry_after="7" if status in (429, 529) else None))
+    with pytest.raises(error) as raised:
+        await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK)
+    assert raised.value.status_code == edge_status
+    assert raised.value.code == code
+    if status in (429, 529):
+        assert raised.value.response.headers["retry-after"] == "7"
+
+
+async def test_a_stream_cut_by_the_provider_is_an_error_not_an_ending(stack: Stack) -> None:
+    stack.anthropic.play(stream("cut"))
+    events = await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK, stream=True)
+    text = ""
+    with pytest.raises(openai.APIError):
+        async for chunk in events:
+            text += "".join(c.delta.content or "" for c in chunk.choices)
+    assert text == "Hello there"
+
+
+async def test_a_parameter_anthropic_cannot_honour_is_refused_before_any_call(stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK, seed=7)
+    assert (raised.value.code, raised.value.param) == ("unsupported_parameter", "seed")
+    assert stack.anthropic.received == []
