@@ -68,6 +68,7 @@ def _choice(c: gen.ChoiceData) -> wt.Choice:
         refusal=m.refusal if m else None,
         finish_reason=_enum(FINISH_NAMES, c.finish_reason, "finish_reason"),
         logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or [],
+        reasoning=c.reasoning,
     )
 
 
@@ -96,6 +97,7 @@ def decode_chunk(buf: bytes) -> wt.Chunk:
         refusal=k.refusal, finish_reason=_enum(FINISH_NAMES, k.finish_reason, "finish_reason"),
         usage=k.usage, system_fingerprint=k.system_fingerprint, done=k.done,
         logprobs=k.logprobs, refusal_logprobs=k.refusal_logprobs, service_tier=k.service_tier,
+        reasoning=k.reasoning,
     )
 
 

@@ -264,7 +264,8 @@ def response_data(r: wt.Response) -> gen.CompletionResponseData:
     choices = [
         gen.ChoiceData(index=c.index, finish_reason=FINISH_REASONS[c.finish_reason], message=gen.MessageData(
             role=ROLES["assistant"], content=c.content, tool_calls=_calls(c.tool_calls), refusal=c.refusal),
-            logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or None)
+            logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or None,
+            reasoning=c.reasoning)
         for c in r.choices
     ]
     return gen.CompletionResponseData(id=r.id, model=r.model, created=r.created, choices=choices,
@@ -280,6 +281,7 @@ def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
         finish_reason=FINISH_REASONS[c.finish_reason], usage=c.usage, refusal=c.refusal,
         system_fingerprint=c.system_fingerprint, done=c.done,
         logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, service_tier=c.service_tier,
+        reasoning=c.reasoning,
     )
 
 

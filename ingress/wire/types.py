@@ -47,6 +47,7 @@ class Choice(msgspec.Struct, kw_only=True):
     logprobs: list[TokenLogprob] | None = None  # None: none asked for; [] asked for, no content tokens
     refusal_logprobs: list[TokenLogprob] | None = None
     annotations: list[Annotation] = []
+    reasoning: str | None = None  # the model's reasoning text (vLLM's `reasoning_content`, Anthropic's thinking)
 
 
 class Response(msgspec.Struct, kw_only=True):
@@ -76,6 +77,7 @@ class Chunk(msgspec.Struct, kw_only=True):
     logprobs: list[TokenLogprob] | None = None  # this delta's content tokens
     refusal_logprobs: list[TokenLogprob] | None = None
     service_tier: str | None = None
+    reasoning: str | None = None  # this delta's reasoning text, never part of `content`
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True):

@@ -374,7 +374,7 @@ function_call = st.builds(wire.FunctionCall, id=text, name=text, arguments=long_
 choice = st.builds(wire.Choice, index=u(32), content=nullable(long_text),
                    tool_calls=st.lists(function_call, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
                    logprobs=token_logprobs, refusal_logprobs=token_logprobs,
-                   annotations=st.lists(annotation, max_size=3))
+                   annotations=st.lists(annotation, max_size=3), reasoning=nullable(long_text))
 responses = st.builds(wire.Response, id=text, model=text, created=i(64), choices=st.lists(choice, max_size=3),
                       usage=nullable(usage), system_fingerprint=nullable(text), service_tier=nullable(text))
 tool_call_delta = st.builds(wire.ToolCallDelta, index=u(32), id=nullable(text), name=nullable(text),
@@ -385,6 +385,7 @@ chunks = st.builds(
     tool_calls=st.lists(tool_call_delta, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
     usage=nullable(usage), system_fingerprint=nullable(text), done=st.booleans(),
     logprobs=token_logprobs, refusal_logprobs=token_logprobs, service_tier=nullable(text),
+    reasoning=nullable(long_text),
 )
 errors = st.builds(wire.ErrorInfo, status=u(16), message=long_text, type=text, code=nullable(text),
                    param=nullable(text))

@@ -207,6 +207,7 @@ class ChoiceData(msgspec.Struct, kw_only=True, gc=False):
     logprobs: list[TokenLogprobData] | None = None
     refusal_logprobs: list[TokenLogprobData] | None = None
     annotations: list[AnnotationData] | None = None
+    reasoning: str | None = None
 
 
 class CompletionResponseData(msgspec.Struct, kw_only=True, gc=False):
@@ -244,6 +245,7 @@ class CompletionChunkData(msgspec.Struct, kw_only=True, gc=False):
     logprobs: list[TokenLogprobData] | None = None
     refusal_logprobs: list[TokenLogprobData] | None = None
     service_tier: str | None = None
+    reasoning: str | None = None
 
 
 class ErrorData(msgspec.Struct, kw_only=True, gc=False):
@@ -1159,7 +1161,7 @@ def _write_Annotation(buf: bytearray, o: AnnotationData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Choice = struct.Struct('<8HiI4x4x4x4xb3x').pack
+_VT_TB_Choice = struct.Struct('<9HiI4x4x4x4x4xb3x').pack
 
 
 def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
@@ -1167,14 +1169,15 @@ def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
     f_logprobs = o.logprobs
     f_refusal_logprobs = o.refusal_logprobs
     f_annotations = o.annotations
-    pad = -(len(buf) + 16) & 3
+    f_reasoning = o.reasoning
+    pad = -(len(buf) + 18) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 16
+    t = len(buf) + 18
     buf += _VT_TB_Choice(
-        16, 28, 4, 8 if f_message is not None else 0, 24, 12 if f_logprobs is not None else 0,
-        16 if f_refusal_logprobs is not None else 0, 20 if f_annotations is not None else 0, 16, o.index,
-        o.finish_reason,
+        18, 32, 4, 8 if f_message is not None else 0, 28, 12 if f_logprobs is not None else 0,
+        16 if f_refusal_logprobs is not None else 0, 20 if f_annotations is not None else 0,
+        24 if f_reasoning is not None else 0, 18, o.index, o.finish_reason,
     )
     if f_message is not None:
         _ref(buf, t + 8, _write_Message(buf, f_message))
@@ -1199,6 +1202,15 @@ def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
             at = v + 4 + 4 * i
             _patch_u32(buf, at, _write_Annotation(buf, e_annotations) - at)
         _ref(buf, t + 20, v)
+    if f_reasoning is not None:
+        d = f_reasoning.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 24, len(buf) - (t + 24))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -1327,7 +1339,7 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_CompletionChunk = struct.Struct('<18Hi4xQq4x4xI4x4x4x4x4x4x4x4xbb?1x').pack
+_VT_TB_CompletionChunk = struct.Struct('<19Hi4xQq4x4xI4x4x4x4x4x4x4x4x4xbb?5x').pack
 
 
 def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
@@ -1342,17 +1354,19 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     f_logprobs = o.logprobs
     f_refusal_logprobs = o.refusal_logprobs
     f_service_tier = o.service_tier
-    pad = -(len(buf) + 36) & 7
+    f_reasoning = o.reasoning
+    pad = -(len(buf) + 38) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 36
+    t = len(buf) + 38
     buf += _VT_TB_CompletionChunk(
-        36, 72, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
-        68 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 69,
+        38, 80, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
+        72 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 73,
         44 if f_usage is not None else 0, 48 if f_refusal is not None else 0,
-        52 if f_system_fingerprint is not None else 0, 70, 56 if f_logprobs is not None else 0,
-        60 if f_refusal_logprobs is not None else 0, 64 if f_service_tier is not None else 0, 36, o.sequence, o.created,
-        o.choice_index, f_role if f_role is not None else 0, o.finish_reason, o.done,
+        52 if f_system_fingerprint is not None else 0, 74, 56 if f_logprobs is not None else 0,
+        60 if f_refusal_logprobs is not None else 0, 64 if f_service_tier is not None else 0,
+        68 if f_reasoning is not None else 0, 38, o.sequence, o.created, o.choice_index,
+        f_role if f_role is not None else 0, o.finish_reason, o.done,
     )
     if f_id is not None:
         d = f_id.encode()
@@ -1428,6 +1442,15 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 64, len(buf) - (t + 64))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_reasoning is not None:
+        d = f_reasoning.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 68, len(buf) - (t + 68))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -2179,6 +2202,9 @@ def build_Choice(b: Builder, o: ChoiceData) -> int:
         for item in reversed(items):
             b.PrependUOffsetTRelative(item)
         annotations_off = b.EndVector()
+    reasoning_off = 0
+    if o.reasoning is not None:
+        reasoning_off = b.CreateString(o.reasoning)
     _fb_Choice.Start(b)
     _fb_Choice.AddIndex(b, o.index)
     if message_off:
@@ -2190,6 +2216,8 @@ def build_Choice(b: Builder, o: ChoiceData) -> int:
         _fb_Choice.AddRefusalLogprobs(b, refusal_logprobs_off)
     if annotations_off:
         _fb_Choice.AddAnnotations(b, annotations_off)
+    if reasoning_off:
+        _fb_Choice.AddReasoning(b, reasoning_off)
     return int(_fb_Choice.End(b))
 
 
@@ -2302,6 +2330,9 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
     service_tier_off = 0
     if o.service_tier is not None:
         service_tier_off = b.CreateString(o.service_tier)
+    reasoning_off = 0
+    if o.reasoning is not None:
+        reasoning_off = b.CreateString(o.reasoning)
     _fb_CompletionChunk.Start(b)
     _fb_CompletionChunk.AddSequence(b, o.sequence)
     if id_off:
@@ -2330,6 +2361,8 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
         _fb_CompletionChunk.AddRefusalLogprobs(b, refusal_logprobs_off)
     if service_tier_off:
         _fb_CompletionChunk.AddServiceTier(b, service_tier_off)
+    if reasoning_off:
+        _fb_CompletionChunk.AddReasoning(b, reasoning_off)
     return int(_fb_CompletionChunk.End(b))
 
 

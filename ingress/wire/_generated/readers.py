@@ -285,7 +285,7 @@ def _read_Usage(buf: bytes, t: int) -> UsageData:
 
 
 def _read_Choice(buf: bytes, t: int) -> ChoiceData:
-    o0, o1, o2, o3, o4, o5 = _vtable(buf, t, 6)
+    o0, o1, o2, o3, o4, o5, o6 = _vtable(buf, t, 7)
     f_index = _S_I(buf, t + o0)[0] if o0 else 0
     f_message = _read_Message(buf, t + o1 + _u32(buf, t + o1)[0]) if o1 else None
     f_finish_reason = _S_b(buf, t + o2)[0] if o2 else 0
@@ -301,9 +301,10 @@ def _read_Choice(buf: bytes, t: int) -> ChoiceData:
     if o5:
         at, n = _vector(buf, t + o5)
         f_annotations = [_read_Annotation(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
+    f_reasoning = _str(buf, t + o6) if o6 else None
     return ChoiceData(
         index=f_index, message=f_message, finish_reason=f_finish_reason, logprobs=f_logprobs,
-        refusal_logprobs=f_refusal_logprobs, annotations=f_annotations,
+        refusal_logprobs=f_refusal_logprobs, annotations=f_annotations, reasoning=f_reasoning,
     )
 
 
@@ -336,7 +337,7 @@ def _read_ToolCallDelta(buf: bytes, t: int) -> ToolCallDeltaData:
 
 
 def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15 = _vtable(buf, t, 16)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16 = _vtable(buf, t, 17)
     f_sequence = _S_Q(buf, t + o0)[0] if o0 else 0
     f_id = _str(buf, t + o1) if o1 else None
     f_model = _str(buf, t + o2) if o2 else None
@@ -362,11 +363,12 @@ def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
         at, n = _vector(buf, t + o14)
         f_refusal_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_service_tier = _str(buf, t + o15) if o15 else None
+    f_reasoning = _str(buf, t + o16) if o16 else None
     return CompletionChunkData(
         sequence=f_sequence, id=f_id, model=f_model, created=f_created, choice_index=f_choice_index, role=f_role,
         content=f_content, tool_calls=f_tool_calls, finish_reason=f_finish_reason, usage=f_usage, refusal=f_refusal,
         system_fingerprint=f_system_fingerprint, done=f_done, logprobs=f_logprobs, refusal_logprobs=f_refusal_logprobs,
-        service_tier=f_service_tier,
+        service_tier=f_service_tier, reasoning=f_reasoning,
     )
 
 

@@ -483,7 +483,7 @@ def _table_Choice(v: Verifier, t: int) -> None:
         v.again(done, "Choice")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 6, "Choice")
+    e = v.table_start(t, 7, "Choice")
     n = v.size
     o = e[0]  # field index: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -506,6 +506,9 @@ def _table_Choice(v: Verifier, t: int) -> None:
     if o:
         x = v.offset(t + o, "Choice.annotations")
         v.table_vector(x, _table_Annotation, x * _KINDS + 45, "Choice.annotations")
+    o = e[6]  # field reasoning: string
+    if o:
+        v.string(v.offset(t + o, "Choice.reasoning"), "Choice.reasoning")
     v.table_end(key, tables, peak)
 
 
@@ -577,7 +580,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
         v.again(done, "CompletionChunk")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 16, "CompletionChunk")
+    e = v.table_start(t, 17, "CompletionChunk")
     n = v.size
     o = e[0]  # field sequence: uint64
     if o and ((t + o) & 7 or t + o > n - 8):
@@ -630,6 +633,9 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[15]  # field service_tier: string
     if o:
         v.string(v.offset(t + o, "CompletionChunk.service_tier"), "CompletionChunk.service_tier")
+    o = e[16]  # field reasoning: string
+    if o:
+        v.string(v.offset(t + o, "CompletionChunk.reasoning"), "CompletionChunk.reasoning")
     v.table_end(key, tables, peak)
 
 

@@ -130,8 +130,15 @@ class Choice(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
+    # Choice
+    def Reasoning(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ChoiceStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     ChoiceStart(builder)
@@ -189,6 +196,12 @@ def ChoiceStartAnnotationsVector(builder, numElems):
 
 def StartAnnotationsVector(builder, numElems):
     return ChoiceStartAnnotationsVector(builder, numElems)
+
+def ChoiceAddReasoning(builder, reasoning):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(reasoning), 0)
+
+def AddReasoning(builder, reasoning):
+    ChoiceAddReasoning(builder, reasoning)
 
 def ChoiceEnd(builder):
     return builder.EndObject()

@@ -202,8 +202,15 @@ class CompletionChunk(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionChunk
+    def Reasoning(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionChunkStart(builder):
-    builder.StartObject(16)
+    builder.StartObject(17)
 
 def Start(builder):
     CompletionChunkStart(builder)
@@ -321,6 +328,12 @@ def CompletionChunkAddServiceTier(builder, serviceTier):
 
 def AddServiceTier(builder, serviceTier):
     CompletionChunkAddServiceTier(builder, serviceTier)
+
+def CompletionChunkAddReasoning(builder, reasoning):
+    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(reasoning), 0)
+
+def AddReasoning(builder, reasoning):
+    CompletionChunkAddReasoning(builder, reasoning)
 
 def CompletionChunkEnd(builder):
     return builder.EndObject()
