@@ -86,3 +86,6 @@ class ErrorInfo(msgspec.Struct, kw_only=True):
     type: str = "server_error"
     code: str | None = None
     param: str | None = None
+    # Seconds, for the service's HTTP answer's Retry-After header: not in the Error table (a framed
+    # error inside a stream has no header to carry it), so a decoded ErrorInfo never has it.
+    retry_after: int | None = None
