@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping
 from ingress.oai import models as oai
 from ingress.wire import types as wt
 
@@ -460,8 +460,9 @@ class MessagesStream:
         self._pending = lines.pop()  # the line not yet ended
         if buf.endswith(b"\r"):  # perhaps the first half of \r\n: the next feed tells
             self._pending = lines.pop() + b"\r"
-        for line in lines:
-            self._line(line, out)
+        with keeping(out):
+            for line in lines:
+                self._line(line, out)
         return out
 
     def _line(self, line: bytes, out: list[wt.Chunk]) -> None:
@@ -481,11 +482,12 @@ class MessagesStream:
 
     def finish(self) -> list[wt.Chunk]:
         out: list[wt.Chunk] = []
-        if self._pending:
-            self._line(self._pending.removesuffix(b"\r"), out)
-        self._pending = b""
-        if not self.done:
-            self._line(b"", out)  # an event whose closing blank line never came
+        with keeping(out):
+            if self._pending:
+                self._line(self._pending.removesuffix(b"\r"), out)
+            self._pending = b""
+            if not self.done:
+                self._line(b"", out)  # an event whose closing blank line never came
         if not self.done:
             raise EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
                                             message="Anthropic's stream ended before message_stop."))

@@ -24,7 +24,8 @@ socket, for any split of its stream:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -77,6 +78,16 @@ class EngineFailed(Exception):
         super().__init__(info.message)
         self.info = info
         self.chunks = chunks or []
+
+
+@contextmanager
+def keeping(out: list[wt.Chunk]) -> Iterator[None]:
+    """Around a decoder's work on one feed: an EngineFailed raised inside carries the chunks `out`
+    already holds, so that they reach the client before the error."""
+    try:
+        yield
+    except EngineFailed as exc:
+        raise EngineFailed(exc.info, [*out, *exc.chunks]) from None
 
 
 class StreamDecoder(Protocol):

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import EngineFailed, EngineRequest, Target
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, keeping
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import engine_error, protocol_error
 from ingress.oai.completions import TextCompletionRequest
@@ -422,18 +422,20 @@ class OpenAIStream:
             events = self._events.feed(data)
         except EventStreamError as exc:
             raise EngineFailed(protocol_error(f"The engine's stream is unreadable: {exc}.")) from None
-        for event in events:
-            if self._done:
-                break
-            self._event(event, out)
+        with keeping(out):
+            for event in events:
+                if self._done:
+                    break
+                self._event(event, out)
         return out
 
     def finish(self) -> list[wt.Chunk]:
         out: list[wt.Chunk] = []
         if not self._done:
-            for event in self._events.finish():
-                if not self._done:
-                    self._event(event, out)
+            with keeping(out):
+                for event in self._events.finish():
+                    if not self._done:
+                        self._event(event, out)
         if not self._done:
             raise EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
                                             message="The engine's stream ended before it was complete."))
@@ -534,3 +536,6 @@ class OpenAIStream:
         final.usage = self._usage
         self._number(final, out)
         self._done = True
+
+
+DIALECT: Dialect = OpenAIDialect()  # typed: mypy holds the class to the protocol

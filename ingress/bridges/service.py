@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -42,15 +41,16 @@ class Bridge:
     target: Target
     timeouts: Timeouts
     pool: ConnectionPool
-    prefix: str  # the target URL's own path (a provider served under /openai/...): before the dialect's
 
 
 BRIDGE = web.AppKey("bridge", Bridge)
 
 
 def _error(info: wire.ErrorInfo, retry_after: str | None = None) -> web.Response:
-    """An Error buffer with its status; the engine's own Retry-After (whole seconds) kept, for the edge
-    to pass on: a client told to wait by the provider waits as long."""
+    """An Error buffer with its status, and a Retry-After for the edge to pass on (a client told to wait
+    by the provider waits as long): the dialect's reading of it, else the engine's own whole seconds."""
+    if info.retry_after is not None:
+        retry_after = str(info.retry_after)
     headers = {"Retry-After": retry_after} if retry_after and retry_after.isascii() and retry_after.isdigit() \
         else None
     return web.Response(status=info.status, body=wire.write_error(info), content_type=identifiers.CONTENT_TYPE,
@@ -102,14 +102,13 @@ async def complete(request: web.Request) -> web.StreamResponse:
                                      message=f"The FlatBuffers request is invalid: {exc}."))
     except Unsupported as exc:
         return _error(exc.info())
-    path = bridge.prefix + call.request.path
     headers = dict(call.request.headers)
     if (request_id := request.headers.get("x-request-id")) is not None:
         headers["x-request-id"] = request_id  # the edge's id, for the engine's logs
     t = bridge.timeouts
     loop = asyncio.get_running_loop()
     try:
-        response = await bridge.pool.request(call.request.method, path, headers, call.request.body,
+        response = await bridge.pool.request(call.request.method, call.request.path, headers, call.request.body,
                                              t.connect, loop.time() + t.first_byte)
     except (IngressError, OSError, ValueError) as exc:  # ValueError: a header the engine request cannot hold
         log.warning("engine unreachable", target=bridge.target.url, error=type(exc).__name__)
@@ -185,8 +184,7 @@ async def healthz(request: web.Request) -> web.Response:
 def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | None = None,
                       keepalive: float = 4.0) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST)
-    prefix = urlsplit(target.url).path.rstrip("/")
-    app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive), prefix)
+    app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive))
     app.router.add_post(identifiers.COMPLETE_PATH, complete)
     app.router.add_get("/healthz", healthz)
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import openai
@@ -90,8 +91,8 @@ class Words:
         body = json.dumps({"model": model, "text": text, "stream": bool(request.stream)}).encode()
         headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {target.api_key}"}
                                                            if target.api_key else {})}
-        return WordsCall(EngineRequest(path="/v1/words", headers=headers, body=body, stream=bool(request.stream)),
-                         model)
+        path = urlsplit(target.url).path.rstrip("/") + "/v1/words"  # under the target's own path, as dialects do
+        return WordsCall(EngineRequest(path=path, headers=headers, body=body, stream=bool(request.stream)), model)
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wire.ErrorInfo:
         return wire.ErrorInfo(status=status if 400 <= status < 500 and status not in (401, 403) else 502,

@@ -507,3 +507,14 @@ def test_provider_text_is_scrubbed_of_secrets_and_addresses() -> None:
     for secret in ("sk-ant", "10.0.0.5", "proxy.internal", "abc.def", "192.168", "zzz"):
         assert secret not in info.message
     assert len(info.message) < 700 and re.search(r"bad key \[redacted\]", info.message)
+
+
+def test_the_chunks_before_an_error_event_in_the_same_data_travel_with_it() -> None:
+    stream = DIALECT.build(buffer({"messages": HELLO, "stream": True}), TARGET).stream()
+    text = fixture("text.sse")
+    cut = text.index(b"event: content_block_stop")
+    error = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n'
+    with pytest.raises(EngineFailed) as raised:
+        stream.feed(text[:cut] + error)
+    assert raised.value.info.status == 503
+    assert "".join(c.content or "" for c in raised.value.chunks) == "Hello! Nice to meet you é 🌍."

@@ -374,3 +374,10 @@ def test_an_unreadable_answer_is_a_protocol_error() -> None:
     with pytest.raises(EngineFailed) as failed:
         DIALECT.build(chat_buffer(HELLO), TARGET).answer(b"<html>502</html>")
     assert failed.value.info.code == "upstream_protocol_error"
+
+
+def test_the_chunks_before_an_error_in_the_same_data_travel_with_it() -> None:
+    stream = OpenAIStream(fallback_id="x")
+    with pytest.raises(EngineFailed) as failed:
+        stream.feed(fixture("vllm_error_flat"))  # the chunks and the error event in one read
+    assert text_of(failed.value.chunks) == "Once"  # the service sends them before the error frame
