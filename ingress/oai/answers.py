@@ -50,6 +50,7 @@ class MessageOut(_Out, kw_only=True):
     tool_calls: list[ToolCallOut] | UnsetType = UNSET
     function_call: FunctionOut | UnsetType = UNSET  # legacy: the answer to a `functions` request
     annotations: list[AnnotationOut] | UnsetType = UNSET
+    reasoning_content: str | UnsetType = UNSET  # a reasoning model's thinking, as vLLM and SGLang name it
 
 
 class TopLogprobOut(_Out, kw_only=True):
@@ -137,6 +138,7 @@ class DeltaOut(_Out):
     refusal: str | UnsetType = UNSET
     tool_calls: list[ToolCallDeltaOut] | UnsetType = UNSET
     function_call: FunctionDeltaOut | UnsetType = UNSET  # legacy: the answer to a `functions` request
+    reasoning_content: str | UnsetType = UNSET
 
 
 class ChunkChoiceOut(_Out):

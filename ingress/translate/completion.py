@@ -72,6 +72,13 @@ LEGACY_FINISH = {"tool_calls": "function_call"}  # a legacy `functions` request'
 
 
 def _message(c: wt.Choice, legacy_functions: bool) -> out.MessageOut:
+    message = _message_of(c, legacy_functions)
+    if c.reasoning is not None:
+        message.reasoning_content = c.reasoning
+    return message
+
+
+def _message_of(c: wt.Choice, legacy_functions: bool) -> out.MessageOut:
     annotations = [_annotation(a) for a in c.annotations] if c.annotations else UNSET
     if legacy_functions and c.tool_calls:
         # The legacy shape holds one call: a service that made more than one answered a request that

@@ -57,6 +57,7 @@ class StreamTranslator:
             refusal=chunk.refusal if chunk.refusal is not None else UNSET,
             tool_calls=[_tool_delta(d) for d in calls] if calls and not self._legacy else UNSET,
             function_call=legacy,
+            reasoning_content=chunk.reasoning if chunk.reasoning is not None else UNSET,
         )
         logprobs = translate_logprobs(chunk.logprobs, chunk.refusal_logprobs)
         if delta != _EMPTY_DELTA or chunk.finish_reason is not None or logprobs is not None:

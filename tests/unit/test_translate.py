@@ -375,3 +375,18 @@ def test_a_custom_tool_call_is_answered_in_openais_custom_shape() -> None:
     assert function == {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     parsed = ChatCompletion.model_validate(doc).choices[0].message.tool_calls
     assert parsed is not None and parsed[0].type == "custom" and parsed[0].custom.input == "free text"
+
+
+def test_reasoning_is_answered_apart_from_content_as_reasoning_content() -> None:
+    from ingress.wire import types as wt
+    response = wt.Response(id="x", model="m", created=1,
+                           choices=[wt.Choice(content="42", reasoning="six times seven", finish_reason="stop")])
+    message = msgspec.json.decode(msgspec.json.encode(translate_response(response)))["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("42", "six times seven")
+    translator = StreamTranslator(id="c", model="m", created=1, include_usage=False)
+    [chunk] = translator.feed(Chunk(sequence=0, reasoning="thinking"))
+    delta = msgspec.json.decode(msgspec.json.encode(chunk))["choices"][0]["delta"]
+    assert delta == {"reasoning_content": "thinking"}  # never in content
+    plain = msgspec.json.decode(msgspec.json.encode(translate_response(wt.Response(
+        id="x", model="m", created=1, choices=[wt.Choice(content="42")]))))["choices"][0]["message"]
+    assert "reasoning_content" not in plain
