@@ -1,0 +1,184 @@
+"""The whole way to an OpenAI-compatible engine with no extra process: the `openai` SDK → the edge,
+whose endpoint is a `bridge` it runs in-process (the config's form) → a scripted engine that writes
+the streams real engines write (tests/fixtures/bridges/openai/), in small pieces.
+
+What the SDK must see: every engine's quirks absorbed (vLLM's second call on index 0, its usage on
+every chunk, reasoning apart from content), usage although the client asked for none (the bridge always
+asks the engine), the engine's refusals with their statuses, and a stream cut short as an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+
+from ingress.app import create_app, serve_app
+from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"
+GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)
+WHOLE = {"id": "chatcmpl-w", "object": "chat.completion", "created": 1741571000, "model": "served-model",
+         "choices": [{"index": 0, "finish_reason": "stop",
+                      "message": {"role": "assistant", "content": "Paris.", "reasoning_content": "It is Paris."}}],
+         "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11,
+                   "prompt_tokens_details": {"cached_tokens": 8}}}
+
+
+# A legacy text completion's stream, as vLLM writes it (`text_completion` chunks, then usage).
+TEXT_STREAM = b"".join(b"data: " + json.dumps(doc).encode() + b"\n\n" for doc in [
+    {"id": "cmpl-t", "object": "text_completion", "created": 1, "model": "m",
+     "choices": [{"index": 0, "text": " a time", "logprobs": None, "finish_reason": None}]},
+    {"id": "cmpl-t", "object": "text_completion", "created": 1, "model": "m",
+     "choices": [{"index": 0, "text": " there was", "logprobs": None, "finish_reason": "length"}]},
+    {"id": "cmpl-t", "object": "text_completion", "created": 1, "model": "m", "choices": [],
+     "usage": {"prompt_tokens": 2, "completion_tokens": 4, "total_tokens": 6}},
+]) + b"data: [DONE]\n\n"
+
+
+@dataclass
+class Engine:
+    """Answers each request with the next scripted answer: a fixture's name (streamed in 37-byte pieces),
+    "whole", or "status N"; records each request's path, headers and JSON body."""
+
+    script: list[str] = field(default_factory=list)
+    received: list[tuple[str, dict[str, str], dict[str, Any]]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.received.append((request.path, dict(request.headers), await request.json()))
+        answer = self.script.pop(0) if self.script else "whole"
+        if answer == "whole":
+            return web.json_response(WHOLE)
+        if answer.startswith("status "):
+            status = int(answer.split()[1])
+            return web.json_response({"error": {"message": "Rate limit reached for sk-live-abcdefghijklmnop",
+                                                "type": "requests", "code": "rate_limit_exceeded"}},
+                                     status=status, headers={"Retry-After": "3"})
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        data = TEXT_STREAM if answer == "text" else (FIXTURES / f"{answer}.sse").read_bytes()
+        for i in range(0, len(data), 37):
+            await out.write(data[i:i + 37])
+            await asyncio.sleep(0)
+        await out.write_eof()
+        return out
+
+
+@dataclass
+class Served:
+    engine: Engine
+    client: openai.AsyncOpenAI
+
+
+@pytest.fixture
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
+    monkeypatch.setenv("ENGINE_KEY", "sk-engine-secret")
+    engine = Engine()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", engine.handle)
+    app.router.add_post("/v1/completions", engine.handle)
+    async with serve_app(app, "127.0.0.1", 0) as engine_url:
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", api_key_env="ENGINE_KEY", timeouts=GENEROUS)
+        settings = Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)])},
+                            routes=(Route(model="qwen", upstream_model="Qwen/Qwen3-8B", group="engine"),),
+                            timeouts=GENEROUS)
+        async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
+                openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0) as client:
+            yield Served(engine, client)
+
+
+HELLO: Any = [{"role": "user", "content": "Where is the Eiffel tower?"}]
+
+
+async def test_a_whole_answer_with_reasoning_and_cached_tokens(served: Served) -> None:
+    answer = await served.client.chat.completions.create(model="qwen", messages=HELLO)
+    message = answer.choices[0].message
+    assert message.content == "Paris." and message.model_extra == {"reasoning_content": "It is Paris."}
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens == 8
+    [(path, headers, body)] = served.engine.received
+    assert path == "/v1/chat/completions" and body["model"] == "Qwen/Qwen3-8B"  # the route's upstream name
+    assert headers["Authorization"] == "Bearer sk-engine-secret"  # the bridge's key, from its environment
+    assert "sk-client" not in json.dumps(headers)
+
+
+async def test_vllms_stream_of_two_calls_on_index_0_reaches_the_sdk_as_two_calls(served: Served) -> None:
+    served.engine.script.append("vllm_tools")
+    stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
+    calls: dict[int, dict[str, str]] = {}
+    reasoning = ""
+    async for chunk in stream:
+        assert chunk.usage is None  # the client asked for none: the engine's usage stays at the edge
+        for choice in chunk.choices:
+            reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
+            for call in choice.delta.tool_calls or ():
+                entry = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                entry["id"] += call.id or ""
+                entry["name"] += (call.function.name or "") if call.function else ""
+                entry["arguments"] += (call.function.arguments or "") if call.function else ""
+    assert reasoning == "The user wants the weather."
+    assert calls == {0: {"id": "chatcmpl-tool-5c1e", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+                     1: {"id": "chatcmpl-tool-77aa", "name": "get_time", "arguments": '{"tz": "CET"}'}}
+    [(_, _, body)] = served.engine.received
+    assert body["stream_options"] == {"include_usage": True}  # asked of the engine whatever the client says
+
+
+@pytest.mark.parametrize("fixture", ["openai_text", "tgi_tools", "ollama_tools", "sglang_reasoning_tools",
+                                     "llamacpp_text"])
+async def test_every_engines_stream_ends_with_its_usage_when_asked(served: Served, fixture: str) -> None:
+    served.engine.script.append(fixture)
+    stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True,
+                                                         stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] != []
+
+
+async def test_a_stream_cut_short_is_an_error_in_band(served: Served) -> None:
+    served.engine.script.append("openai_truncated")
+    stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
+    with pytest.raises(openai.APIError, match="ended before it was complete"):
+        async for _ in stream:
+            pass
+
+
+async def test_an_engine_error_mid_stream_is_an_error_in_band(served: Served) -> None:
+    served.engine.script.append("vllm_error")
+    stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
+    with pytest.raises(openai.APIError, match="EngineCore encountered an issue"):
+        async for _ in stream:
+            pass
+
+
+async def test_the_engines_rate_limit_is_the_clients_429_with_its_retry_after(served: Served) -> None:
+    served.engine.script.append("status 429")
+    with pytest.raises(openai.RateLimitError) as caught:
+        await served.client.chat.completions.create(model="qwen", messages=HELLO)
+    assert caught.value.response.headers["retry-after"] == "3"
+    assert "sk-live" not in caught.value.message  # the provider's text is scrubbed of keys
+
+
+async def test_our_key_refused_is_a_502_the_client_cannot_fix(served: Served) -> None:
+    served.engine.script.append("status 401")
+    with pytest.raises(openai.APIStatusError) as caught:
+        await served.client.chat.completions.create(model="qwen", messages=HELLO)
+    assert caught.value.status_code == 502 and caught.value.code == "upstream_auth_failed"
+
+
+async def test_a_legacy_text_completion_goes_to_the_engines_completions(served: Served) -> None:
+    served.engine.script.append("text")
+    stream = await served.client.completions.create(model="qwen", prompt="Once upon", stream=True,
+                                                    stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == " a time there was"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
+    [(path, _, body)] = served.engine.received
+    assert path == "/v1/completions" and body["prompt"] == "Once upon"
