@@ -18,7 +18,9 @@ from typing import Any
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping, under
+from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
+from ingress.bridges.failures import retry_after, scrub
 from ingress.oai import models as oai
 from ingress.wire import types as wt
 
@@ -430,9 +432,6 @@ def decode_answer(body: bytes, created: int) -> wt.Response:
 
 # --- the event stream ------------------------------------------------------------------------------
 
-_LINE = re.compile(rb"\r\n|\r|\n")
-
-
 class MessagesStream:
     """One streamed answer: Anthropic's server-sent events in, any split of the bytes; our chunks out.
     Blocks are keyed by the event's index; tool_use blocks become tool calls numbered 0..n-1 (id and
@@ -440,9 +439,7 @@ class MessagesStream:
 
     def __init__(self, created: int) -> None:
         self._created = created
-        self._pending = b""
-        self._event: str | None = None
-        self._data: list[bytes] = []
+        self._events = EventStreamParser()
         self._sequence = 0
         self._blocks: dict[int, tuple[str, int]] = {}  # event index → (block type, tool call number)
         self._arguments_sent: dict[int, bool] = {}
@@ -455,43 +452,28 @@ class MessagesStream:
 
     def feed(self, data: bytes) -> list[wt.Chunk]:
         out: list[wt.Chunk] = []
-        buf = self._pending + data
-        lines = _LINE.split(buf)
-        self._pending = lines.pop()  # the line not yet ended
-        if buf.endswith(b"\r"):  # perhaps the first half of \r\n: the next feed tells
-            self._pending = lines.pop() + b"\r"
         with keeping(out):
-            for line in lines:
-                self._line(line, out)
+            events = self._parse(self._events.feed, data)
+            for event in events:
+                self._dispatch(None if event.type == "message" else event.type, event.data, out)
         return out
-
-    def _line(self, line: bytes, out: list[wt.Chunk]) -> None:
-        if not line:
-            if self._data:
-                self._dispatch(self._event, b"\n".join(self._data), out)
-            self._event, self._data = None, []
-            return
-        if line.startswith(b":"):
-            return
-        name, _, value = line.partition(b":")
-        value = value.removeprefix(b" ")
-        if name == b"event":
-            self._event = value.decode(errors="replace")
-        elif name == b"data":
-            self._data.append(value)
 
     def finish(self) -> list[wt.Chunk]:
         out: list[wt.Chunk] = []
         with keeping(out):
-            if self._pending:
-                self._line(self._pending.removesuffix(b"\r"), out)
-            self._pending = b""
-            if not self.done:
-                self._line(b"", out)  # an event whose closing blank line never came
+            for event in self._parse(lambda _: self._events.finish(), b""):  # an event whose blank line never came
+                self._dispatch(None if event.type == "message" else event.type, event.data, out)
         if not self.done:
             raise EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
                                             message="Anthropic's stream ended before message_stop."))
         return out
+
+    @staticmethod
+    def _parse(parse: Callable[[bytes], list[Event]], data: bytes) -> list[Event]:
+        try:
+            return parse(data)
+        except EventStreamError as exc:
+            raise _broken(str(exc)) from None
 
     def _chunk(self, out: list[wt.Chunk], **fields: Any) -> None:
         out.append(wt.Chunk(sequence=self._sequence, **fields))
@@ -589,23 +571,7 @@ _BY_TYPE: dict[str, tuple[int, str, str]] = {
 _BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
               403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
               500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
-MAX_MESSAGE = 500
-_SECRETS = [
-    (re.compile(r"sk-ant-[\w-]+|\bsk-[\w-]{8,}"), "[redacted]"),
-    (re.compile(r"(?i)\b(bearer|x-api-key:?)\s+\S+"), r"\1 [redacted]"),
-    (re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s\"'<>]+"), "[redacted]"),  # any URL: hosts and paths
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9a-fA-F:]+\](?::\d+)?"), "[redacted]"),  # IPs
-    (re.compile(r"(?i)\b(?:localhost|[\w-]+(?:\.[\w-]+)*\.(?:internal|local|lan|svc|cluster\.local))(?::\d+)?\b"),
-     "[redacted]"),
-]
-
-
-def scrub(text: str) -> str:
-    """A provider's error text fit for the client: no keys, no addresses, bounded."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    text = " ".join(text.split())
-    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 1] + "…"
+OVERLOADED_RETRY_AFTER = 1  # seconds: Anthropic's 529 asks for a wait; when it names none, a short one
 
 
 def _by_type(kind: str, message: str, status: int | None = None) -> wt.ErrorInfo:
@@ -671,11 +637,16 @@ class AnthropicDialect:
         headers = {"content-type": "application/json", "anthropic-version": VERSION, **target.headers}
         if target.api_key is not None:
             headers["x-api-key"] = target.api_key
-        return MessagesCall(EngineRequest(path=PATH, headers=headers, body=_json.encode(body),
+        return MessagesCall(EngineRequest(path=under(target, PATH), headers=headers, body=_json.encode(body),
                                           stream=bool(request.stream)), created=int(self._clock()))
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wt.ErrorInfo:
-        return decode_error(status, body)
+        info = decode_error(status, body)
+        wait = retry_after(headers)
+        if wait is None and info.status == 503:
+            wait = OVERLOADED_RETRY_AFTER  # an overloaded Anthropic that named no wait: a short one, not none
+        info.retry_after = wait
+        return info
 
 
 DIALECT: Dialect = AnthropicDialect()  # typed: mypy holds the class to the protocol

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from ingress.wire import types as wt
 
@@ -43,6 +44,12 @@ class Target:
     api_key: str | None = field(default=None, repr=False)
     max_tokens: int = 4096
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def under(target: Target, path: str) -> str:
+    """A dialect's `path` (/v1/...) under the target's base URL, whose own path may already end in /v1
+    (`https://host/v1`, `https://gateway/openai/v1`)."""
+    return urlsplit(target.url).path.rstrip("/").removesuffix("/v1") + path
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, keeping
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, keeping, under
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import engine_error, protocol_error
 from ingress.oai.completions import TextCompletionRequest
@@ -261,12 +260,6 @@ def _read(body: bytes) -> _Answer:
 # --- the request ----------------------------------------------------------------------------------
 
 
-def engine_path(target: Target, path: str) -> str:
-    """`path` under the target's base URL, whose own path may already end in /v1 (`https://host/v1`)."""
-    base = urlsplit(target.url).path.rstrip("/")
-    return base.removesuffix("/v1") + path
-
-
 def _merge_extras(body: dict[str, Any], extra_json: bytes | None, fields: frozenset[str]) -> None:
     if not extra_json:
         return
@@ -368,7 +361,7 @@ class OpenAIDialect:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         request_id = (view.RequestId() or b"").decode("utf-8", "replace")
         fallback_id = ("cmpl-" if text else "chatcmpl-") + (request_id or "bridge")
-        engine = EngineRequest(path=engine_path(target, TEXT_PATH if text else CHAT_PATH),
+        engine = EngineRequest(path=under(target, TEXT_PATH if text else CHAT_PATH),
                                headers=_headers(target, stream), body=msgspec.json.encode(body), stream=stream)
         return OpenAICall(engine, text=text, fallback_id=fallback_id, model=model, clock=self._clock)
 

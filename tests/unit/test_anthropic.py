@@ -518,3 +518,12 @@ def test_the_chunks_before_an_error_event_in_the_same_data_travel_with_it() -> N
         stream.feed(text[:cut] + error)
     assert raised.value.info.status == 503
     assert "".join(c.content or "" for c in raised.value.chunks) == "Hello! Nice to meet you é 🌍."
+
+
+def test_an_overloaded_anthropic_is_a_503_with_a_retry_after_whether_or_not_it_named_one() -> None:
+    body = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+    named = DIALECT.error(529, {"retry-after": "7"}, body)
+    assert (named.status, named.code, named.retry_after) == (503, "upstream_overloaded", 7)
+    assert DIALECT.error(529, {}, body).retry_after == 1
+    limited = DIALECT.error(429, {"Retry-After": "12"}, b'{"type":"error","error":{"type":"rate_limit_error"}}')
+    assert (limited.status, limited.retry_after) == (429, 12)

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from ingress import wire
-from ingress.bridges.dialect import EngineFailed, Target
-from ingress.bridges.openai import OpenAIDialect, OpenAIStream, engine_path
+from ingress.bridges.dialect import EngineFailed, Target, under
+from ingress.bridges.openai import OpenAIDialect, OpenAIStream
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.passport import Passport
@@ -93,7 +93,7 @@ def test_no_key_no_authorization_even_from_the_targets_static_headers() -> None:
     ("https://gw.example/openai", "/openai/v1/chat/completions"),
 ])
 def test_the_path_sits_under_the_targets_base_url(url: str, path: str) -> None:
-    assert engine_path(Target(url=url), "/v1/chat/completions") == path
+    assert under(Target(url=url), "/v1/chat/completions") == path
 
 
 def test_a_stream_always_asks_for_usage_and_keeps_the_clients_stream_options() -> None:
