@@ -11,15 +11,27 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "ingress.toml"
 
 
+def _readme_tomls() -> list[str]:
+    return [str(b) for b in re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)]
+
+
+def _example_body() -> str:
+    return EXAMPLE.read_text().split("\n\n", 1)[1]  # the file's own header comment is not in the README
+
+
 def _readme_toml() -> str:
-    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
-    assert len(blocks) == 1
-    return str(blocks[0])
+    """The README's configuration reference: the TOML block that begins as the deploy example does."""
+    [block] = [b for b in _readme_tomls() if b.split("\n", 1)[0] == _example_body().split("\n", 1)[0]]
+    return block
+
+
+def test_every_toml_block_in_the_readme_is_a_valid_configuration() -> None:
+    for block in _readme_tomls():
+        parse_config(block)
 
 
 def test_readme_example_is_the_deploy_example() -> None:
-    body = EXAMPLE.read_text().split("\n\n", 1)[1]  # the file's own header comment is not in the README
-    assert _readme_toml().strip() == body.strip()
+    assert _readme_toml().strip() == _example_body().strip()
 
 
 def test_the_example_is_valid() -> None:
