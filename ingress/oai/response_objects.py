@@ -8,6 +8,7 @@ from typing import Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from ingress.oai.answers import TokenLogprobOut
 from ingress.oai.models import TextFormat
 from ingress.oai.responses import ResponsesToolChoice, TextConfig, ToolDef
 
@@ -19,17 +20,8 @@ class _Out(msgspec.Struct, kw_only=True):
 # --- output items ---------------------------------------------------------------------------------
 
 
-class TopLogprobOut(_Out, kw_only=True):
-    token: str
-    logprob: float
-    bytes: list[int] | None
-
-
-class LogprobOut(_Out, kw_only=True):
-    token: str
-    logprob: float
-    bytes: list[int] | None
-    top_logprobs: list[TopLogprobOut]
+# An output text's token logprobs are written as a chat answer's are (token, logprob, bytes, top_logprobs).
+LogprobOut = TokenLogprobOut
 
 
 class DeltaTopLogprob(_Out, kw_only=True):

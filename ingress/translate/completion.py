@@ -40,7 +40,7 @@ def _top(t: wt.TopLogprob) -> out.TopLogprobOut:
     return out.TopLogprobOut(token=t.token or "", logprob=shortest_float32(t.logprob), bytes=t.bytes)
 
 
-def _token(t: wt.TokenLogprob) -> out.TokenLogprobOut:
+def translate_token(t: wt.TokenLogprob) -> out.TokenLogprobOut:
     return out.TokenLogprobOut(token=t.token or "", logprob=shortest_float32(t.logprob), bytes=t.bytes,
                                top_logprobs=[_top(x) for x in t.top_logprobs] if t.top_logprobs else [])
 
@@ -50,8 +50,8 @@ def translate_logprobs(content: list[wt.TokenLogprob] | None,
     """A choice's `logprobs`: null when the service sent none (none were asked for)."""
     if content is None and refusal is None:
         return None
-    return out.LogprobsOut(content=None if content is None else [_token(t) for t in content],
-                           refusal=None if refusal is None else [_token(t) for t in refusal])
+    return out.LogprobsOut(content=None if content is None else [translate_token(t) for t in content],
+                           refusal=None if refusal is None else [translate_token(t) for t in refusal])
 
 
 def _annotation(a: wt.Annotation) -> out.AnnotationOut:

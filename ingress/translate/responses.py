@@ -21,8 +21,8 @@ from ingress.errors import IngressError
 from ingress.oai import answers as chat
 from ingress.oai import response_objects as ro
 from ingress.oai.responses import Call
+from ingress.translate.completion import translate_token
 from ingress.wire import types as wt
-from ingress.wire.decode import shortest_float32
 
 T = TypeVar("T")
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
@@ -41,21 +41,9 @@ def _usage(u: wt.Usage | None) -> ro.UsageOut | None:
     )
 
 
-def _logprob(t: wt.TokenLogprob) -> ro.LogprobOut:
-    return ro.LogprobOut(token=t.token or "", logprob=shortest_float32(t.logprob), bytes=t.bytes,
-                         top_logprobs=[ro.TopLogprobOut(token=x.token or "", logprob=shortest_float32(x.logprob),
-                                                        bytes=x.bytes) for x in t.top_logprobs or ()])
-
-
 def _delta_logprob(t: chat.TokenLogprobOut) -> ro.DeltaLogprob:
     return ro.DeltaLogprob(token=t.token, logprob=t.logprob,
                            top_logprobs=[ro.DeltaTopLogprob(token=x.token, logprob=x.logprob) for x in t.top_logprobs])
-
-
-def _full_logprob(t: chat.TokenLogprobOut) -> ro.LogprobOut:
-    return ro.LogprobOut(token=t.token, logprob=t.logprob, bytes=t.bytes,
-                         top_logprobs=[ro.TopLogprobOut(token=x.token, logprob=x.logprob, bytes=x.bytes)
-                                       for x in t.top_logprobs])
 
 
 def _citation(a: wt.Annotation) -> ro.UrlCitationOut:
@@ -95,7 +83,7 @@ def translate_response_object(call: Call, r: wt.Response, *, request_id: str) ->
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[ro.OutputTextOut | ro.RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
-            logprobs = [_logprob(t) for t in choice.logprobs or ()] if call.logprobs else UNSET
+            logprobs = [translate_token(t) for t in choice.logprobs or ()] if call.logprobs else UNSET
             parts.append(ro.OutputTextOut(text=choice.content or "", logprobs=logprobs,
                                           annotations=[_citation(a) for a in choice.annotations]))
         if choice.refusal is not None:
@@ -202,7 +190,7 @@ class ResponseEvents:
         part.text += text
         deltas = [_delta_logprob(t) for t in logprobs] if self._call.logprobs else []
         if isinstance(part.logprobs, list):
-            part.logprobs += [_full_logprob(t) for t in logprobs]
+            part.logprobs += logprobs
         self._part_logprobs += deltas
         events.append(ro.TextDeltaEvent(sequence_number=self._n(), delta=text, logprobs=deltas, **self._where()))
         return events

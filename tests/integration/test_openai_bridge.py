@@ -141,18 +141,12 @@ async def test_every_engines_stream_ends_with_its_usage_when_asked(served: Serve
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] != []
 
 
-async def test_a_stream_cut_short_is_an_error_in_band(served: Served) -> None:
-    served.engine.script.append("openai_truncated")
+@pytest.mark.parametrize(("fixture", "said"), [("openai_truncated", "ended before it was complete"),
+                                               ("vllm_error", "EngineCore encountered an issue")])
+async def test_a_stream_cut_short_or_failing_is_an_error_in_band(served: Served, fixture: str, said: str) -> None:
+    served.engine.script.append(fixture)
     stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
-    with pytest.raises(openai.APIError, match="ended before it was complete"):
-        async for _ in stream:
-            pass
-
-
-async def test_an_engine_error_mid_stream_is_an_error_in_band(served: Served) -> None:
-    served.engine.script.append("vllm_error")
-    stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
-    with pytest.raises(openai.APIError, match="EngineCore encountered an issue"):
+    with pytest.raises(openai.APIError, match=said):
         async for _ in stream:
             pass
 
