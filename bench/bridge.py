@@ -423,7 +423,7 @@ def _print(result: dict[str, Any]) -> None:
     rows = [
         ("per 16 KB request: verify the CompletionRequest (wire.verify_request)", b["verify_request"]),
         ("  dialect.build: the engine's JSON request", b["build"]),
-        ("    of which wire.decode_request (flatc's accessors, to OpenAI's request)", b["build/wire.decode_request"]),
+        ("    of which wire.decode_request (to OpenAI's request)", b["build/wire.decode_request"]),
         ("    (beside it: wire.read_request_data, the generated reader, every field)", b["wire.read_request_data"]),
         ("  call.answer(the mock's JSON) + wire.write_response", b["answer+write_response"]),
         (f"  the bridge's CPU per request from /proc (bridge alone, c={CONNECTIONS[-1]})", alone),
