@@ -19,6 +19,14 @@ for _path in (str(_TESTS.parent), str(_TESTS)):
         sys.path.insert(0, _path)
 
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
+
+# The `llama_server` fixture (a real engine) and the hooks that build it before any test runs.
+from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hooks by name here)
+    llama_server,
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_runtest_makereport,
+)
 from logcapture import captured_logs  # noqa: E402
 
 
