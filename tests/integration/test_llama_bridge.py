@@ -1,0 +1,152 @@
+"""A real engine through the edge and a bridge: the official `openai` SDK → the edge → a bridge →
+llama.cpp's llama-server serving SmolLM2-135M (tests/llama_engine.py; greedy, one slot, prompt cache on).
+
+Both forms a user runs: the sidecar, `ingress bridge openai --target <llama-server>` in its own process
+with the edge routing to it over FlatBuffers; and the in-process form, an endpoint's `bridge` in the
+edge's config, here with the Anthropic dialect against the same server's `/v1/messages`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+import openai
+import pytest
+from fakes.processes import free_port
+from openai.types.chat import ChatCompletionMessageParam
+
+from ingress.app import create_app, serve_app
+from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
+
+QUESTION: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France? Answer in one sentence."},
+]
+ANSWER = "The capital of France is Paris."  # SmolLM2-135M's greedy answer (test_llama_server.py pins it)
+PATIENT = Timeouts(connect=5.0, first_byte=60.0, idle=60.0)  # a tiny model on a shared core
+
+
+@pytest.fixture(scope="module")
+def sidecar(llama_server: str) -> Iterator[str]:
+    """`ingress bridge openai` in its own process, in front of llama-server; yields its base URL."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "ingress", "bridge", "openai", "--target", llama_server,
+                             "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        asyncio.run(_healthy(url, proc))
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+async def _healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            if proc.poll() is not None:
+                raise AssertionError(f"the bridge exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                async with http.get(f"{url}/healthz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError("the bridge did not start")
+
+
+@pytest.fixture
+async def through_sidecar(sidecar: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    settings = Settings(upstream=sidecar, timeouts=PATIENT)
+    async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
+            openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+async def through_anthropic(llama_server: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    bridge = Bridge(dialect="anthropic", target=llama_server, max_tokens=64, timeouts=PATIENT)
+    settings = Settings(groups={"llama": Group(endpoints=[Endpoint(bridge=bridge)])},
+                        routes=(Route(glob="*", group="llama"),), timeouts=PATIENT)
+    async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
+            openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0, timeout=60) as client:
+        yield client
+
+
+async def test_an_answer_and_its_usage_through_the_sidecar(through_sidecar: openai.AsyncOpenAI) -> None:
+    answer = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION)
+    assert answer.choices[0].message.content == ANSWER and answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None and answer.usage.completion_tokens > 0
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+
+
+async def test_a_stream_with_usage_through_the_sidecar(through_sidecar: openai.AsyncOpenAI) -> None:
+    stream = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION, stream=True,
+                                                           stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+async def test_a_stream_without_usage_shows_none(through_sidecar: openai.AsyncOpenAI) -> None:
+    stream = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION, stream=True)
+    chunks = [c async for c in stream]
+    assert all(c.usage is None for c in chunks)  # the bridge asked for it; the client did not
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+
+
+async def test_max_tokens_cuts_the_answer_with_length(through_sidecar: openai.AsyncOpenAI) -> None:
+    answer = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=3)
+    assert answer.choices[0].finish_reason == "length" and answer.usage is not None
+    assert answer.usage.completion_tokens == 3 and ANSWER.startswith(answer.choices[0].message.content or "")
+
+
+async def test_a_stop_sequence_ends_the_answer_before_it(through_sidecar: openai.AsyncOpenAI) -> None:
+    answer = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION, stop=[" Paris"])
+    assert answer.choices[0].message.content == "The capital of France is"
+    assert answer.choices[0].finish_reason == "stop"
+
+
+async def test_a_repeated_prompt_reports_cached_tokens(through_sidecar: openai.AsyncOpenAI) -> None:
+    await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION)
+    again = await through_sidecar.chat.completions.create(model="smollm2", messages=QUESTION)
+    assert again.usage is not None and again.usage.prompt_tokens_details is not None
+    cached = again.usage.prompt_tokens_details.cached_tokens or 0
+    assert 0 < cached < again.usage.prompt_tokens  # all but the last prompt token, from the engine's cache
+
+
+async def test_a_legacy_text_completion_through_the_sidecar(through_sidecar: openai.AsyncOpenAI) -> None:
+    answer = await through_sidecar.completions.create(model="smollm2", prompt="The capital of France is",
+                                                      max_tokens=4)
+    assert answer.choices[0].text and answer.choices[0].finish_reason in ("length", "stop")
+    assert answer.usage is not None and answer.usage.completion_tokens <= 4
+
+
+async def test_the_anthropic_dialect_against_its_messages_api(through_anthropic: openai.AsyncOpenAI) -> None:
+    answer = await through_anthropic.chat.completions.create(model="smollm2", messages=QUESTION)
+    assert answer.choices[0].message.content == ANSWER and answer.choices[0].finish_reason == "stop"
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    # prompt_tokens = input + cache reads (+ cache writes, which llama-server does not count)
+    assert answer.usage.prompt_tokens >= (answer.usage.prompt_tokens_details.cached_tokens or 0)
+    stream = await through_anthropic.chat.completions.create(model="smollm2", messages=QUESTION, stream=True,
+                                                             stream_options={"include_usage": True})
+    chunks = [c async for c in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+async def test_the_anthropic_dialect_cut_by_max_tokens(through_anthropic: openai.AsyncOpenAI) -> None:
+    answer = await through_anthropic.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=3)
+    assert answer.choices[0].finish_reason == "length"
