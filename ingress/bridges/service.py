@@ -176,6 +176,15 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
     return out
 
 
+async def embed(request: web.Request) -> web.Response:
+    """Embeddings are not bridged yet: a clear refusal in our contract rather than a bare 404."""
+    await request.read()
+    name = request.app[BRIDGE].dialect.name
+    return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_endpoint",
+                                 message=f"Embeddings are not served through the {name} bridge; route the "
+                                         "embedding model to a service that answers them."))
+
+
 async def healthz(request: web.Request) -> web.Response:
     """The bridge serves; whether its engine does is for the edge's checks of answers to find."""
     return web.json_response({"status": "ok", "dialect": request.app[BRIDGE].dialect.name})
@@ -186,6 +195,7 @@ def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | Non
     app = web.Application(client_max_size=MAX_REQUEST)
     app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive))
     app.router.add_post(identifiers.COMPLETE_PATH, complete)
+    app.router.add_post(identifiers.EMBED_PATH, embed)
     app.router.add_get("/healthz", healthz)
 
     async def close_pool(app: web.Application) -> None:

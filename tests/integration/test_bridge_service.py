@@ -300,3 +300,10 @@ async def test_the_clients_key_reaches_the_engine_only_when_its_route_forwards_i
             await c.chat.completions.create(model="m", messages=_say("x"))
         [(_, _, headers)] = served.engine.seen
         assert headers["Authorization"] == ("Bearer sk-client-own" if forward else "Bearer sk-bridge")
+
+
+async def test_embeddings_through_a_bridge_are_refused_clearly(served: Stack, client: openai.AsyncOpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.embeddings.create(model="m", input="x")
+    assert caught.value.code == "unsupported_endpoint" and "not served through the words bridge" in caught.value.message
+    assert served.engine.seen == []
