@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ingress import wire
 from ingress.bridges import anthropic as a
+from ingress.bridges import anthropic_request
 from ingress.bridges.dialect import EngineFailed, Target, Unsupported
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
@@ -250,7 +251,7 @@ NEEDS: dict[str, dict[str, Any]] = {
 
 def test_every_field_of_the_chat_request_is_mapped_or_refused() -> None:
     fields = set(oai.ChatCompletionRequest.__struct_fields__)
-    assert set(a.FIELDS) == fields
+    assert set(anthropic_request.FIELDS) == fields
     assert set(SAMPLES) == fields
     for name, value in SAMPLES.items():
         base: dict[str, Any] = {"messages": HELLO, **NEEDS.get(name, {})}
@@ -259,9 +260,9 @@ def test_every_field_of_the_chat_request_is_mapped_or_refused() -> None:
             sent = body(doc)
         except Unsupported as exc:
             assert exc.param == name, (name, exc.param)
-            assert a.FIELDS[name].startswith("refused"), name
+            assert anthropic_request.FIELDS[name].startswith("refused"), name
             continue
-        assert a.FIELDS[name] and not a.FIELDS[name].startswith("refused ("), name
+        assert anthropic_request.FIELDS[name] and not anthropic_request.FIELDS[name].startswith("refused ("), name
         if name in NOTHING_TO_SEND:
             assert sent == body(base)
         else:
