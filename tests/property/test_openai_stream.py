@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ingress import wire
 from ingress.bridges.dialect import EngineFailed
-from ingress.bridges.openai import OpenAIStream
+from ingress.bridges.openai_answers import OpenAIStream
 
 FIXTURES = {p.stem: p.read_bytes() for p in sorted((Path(__file__).resolve().parents[1] / "fixtures" / "bridges"
                                                     / "openai").glob("*.sse"))}

@@ -11,7 +11,8 @@ import pytest
 
 from ingress import wire
 from ingress.bridges.dialect import EngineFailed, Target, under
-from ingress.bridges.openai import OpenAIDialect, OpenAIStream
+from ingress.bridges.openai import OpenAIDialect
+from ingress.bridges.openai_answers import OpenAIStream
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.passport import Passport
