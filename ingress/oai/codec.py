@@ -41,19 +41,24 @@ def validation_path(exc: msgspec.ValidationError) -> tuple[str, str]:
     return detail, path
 
 
-def _invalid(detail: str, param: str | None) -> InvalidRequest:
+def invalid(detail: str, param: str | None) -> InvalidRequest:
+    """A value refused: `Invalid value for 'param': detail.`, the param named (every endpoint's form)."""
     where = f" for '{param}'" if param else ""
     return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
 
 
-def _refusal(exc: msgspec.ValidationError) -> InvalidRequest:
-    # msgspec's `$.messages[0].content` is OpenAI's `messages[0].content`; a bad key or value of a
-    # dict (logit_bias, metadata) names the dict.
+def refusal(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
+    """msgspec's refusal in OpenAI's words: `$.messages[0].content` is `messages[0].content`; a bad key
+    or value of a dict (logit_bias, metadata) names the dict. `prefix`: where the refused document sits
+    in the request, for a part decoded on its own (`input[3]`)."""
     detail, path = validation_path(exc)
-    return _invalid(detail, path.removesuffix("[...]") or None)
+    path = path.removesuffix("[...]")
+    where = prefix + ("." + path if path and not path.startswith("[") and prefix else path)
+    return invalid(detail, where or None)
 
 
-def _unreadable(exc: msgspec.DecodeError | RecursionError) -> InvalidRequest:
+def unreadable(exc: msgspec.DecodeError | RecursionError) -> InvalidRequest:
+    """A body that is not JSON, or is nested too deeply to read."""
     if isinstance(exc, RecursionError):
         return InvalidRequest("The request body is nested too deeply.", code="invalid_json")
     return InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json")
@@ -64,9 +69,9 @@ def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     try:
         request = _request_decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _refusal(exc) from None
+        raise refusal(exc) from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise _unreadable(exc) from None
+        raise unreadable(exc) from None
     _check_semantics(request)
     return request
 
@@ -87,11 +92,11 @@ def decode_chat_request_forwarding(
     except msgspec.ValidationError as exc:
         split = split_extras(body, exc, forwards)
         if split is None:
-            raise _refusal(exc) from None
+            raise refusal(exc) from None
         openai_body, extra_json = split
         return decode_chat_request(openai_body), extra_json
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise _unreadable(exc) from None
+        raise unreadable(exc) from None
     _check_semantics(request)
     return request, None
 
@@ -121,7 +126,7 @@ def split_extras(
 def _check_json_object(raw: msgspec.Raw, param: str) -> None:
     # msgspec has already checked the syntax of a Raw value; here only its kind.
     if len(raw) and not bytes(raw).startswith(b"{"):
-        raise _invalid("expected a JSON object", param)
+        raise invalid("expected a JSON object", param)
 
 
 _KINDS = ("function", "custom", "allowed_tools")
@@ -140,7 +145,7 @@ def _wrong_kind(value: Tool | ToolCallIn | NamedToolChoice) -> str | None:
 def _kind_error(value: Tool | ToolCallIn | NamedToolChoice, wrong: str, param: str) -> InvalidRequest:
     kind = value.type
     detail = f"type '{kind}' needs '{kind}'" if wrong == kind else f"'{wrong}' is not allowed with type '{kind}'"
-    return _invalid(detail, f"{param}.{wrong}")
+    return invalid(detail, f"{param}.{wrong}")
 
 
 def _check_tools(request: ChatCompletionRequest) -> None:
@@ -153,9 +158,9 @@ def _check_tools(request: ChatCompletionRequest) -> None:
     for i, function in enumerate(request.functions or ()):
         _check_json_object(function.parameters, f"functions[{i}].parameters")
     if request.functions is not None and (request.tools is not None or request.tool_choice is not None):
-        raise _invalid("functions is the legacy form of tools: send one of them", "functions")
+        raise invalid("functions is the legacy form of tools: send one of them", "functions")
     if request.function_call is not None and (request.tool_choice is not None or request.tools is not None):
-        raise _invalid("function_call is the legacy form of tool_choice: send one of them", "function_call")
+        raise invalid("function_call is the legacy form of tool_choice: send one of them", "function_call")
     choice = request.tool_choice
     if isinstance(choice, NamedToolChoice):
         if (wrong := _wrong_kind(choice)) is not None:
@@ -167,12 +172,12 @@ def _check_tools(request: ChatCompletionRequest) -> None:
             offered = {(t.type, named_tool.name) for t in request.tools or ()
                        if (named_tool := t.function or t.custom) is not None}
             if (choice.type, named.name) not in offered:
-                raise _invalid(f"tool_choice names a {choice.type} tool that is not in tools",
+                raise invalid(f"tool_choice names a {choice.type} tool that is not in tools",
                                f"tool_choice.{choice.type}.name")
     legacy = request.function_call
     if legacy is not None and not isinstance(legacy, str) and \
             legacy.name not in {f.name for f in request.functions or ()}:
-        raise _invalid("function_call names a function that is not in functions", "function_call.name")
+        raise invalid("function_call names a function that is not in functions", "function_call.name")
 
 
 def _check_assistant(message: AssistantMessage, i: int) -> None:
@@ -181,7 +186,7 @@ def _check_assistant(message: AssistantMessage, i: int) -> None:
             raise _kind_error(call, wrong, f"messages[{i}].tool_calls[{j}]")
     if message.content is None and not message.tool_calls and message.function_call is None \
             and message.audio is None:
-        raise _invalid("an assistant message needs content, tool_calls, function_call or audio",
+        raise invalid("an assistant message needs content, tool_calls, function_call or audio",
                        f"messages[{i}].content")
 
 
@@ -194,9 +199,9 @@ def _check_semantics(request: ChatCompletionRequest) -> None:
         _check_json_object(request.response_format.json_schema.schema, "response_format.json_schema.schema")
     for token in request.logit_bias or ():
         if int(token) > INT32_MAX:
-            raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
+            raise invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
     for i, message in enumerate(request.messages):
         if type(message) is AssistantMessage and (message.tool_calls or message.content is None):
             _check_assistant(message, i)
     if request.stream_options is not None and not request.stream:
-        raise _invalid("stream_options is only allowed when stream is true", "stream_options")
+        raise invalid("stream_options is only allowed when stream is true", "stream_options")

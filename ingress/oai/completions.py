@@ -15,9 +15,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from ingress.errors import InvalidRequest
 from ingress.oai.answers import UsageOut
-from ingress.oai.codec import split_extras, validation_path
+from ingress.oai.codec import invalid, refusal, split_extras, unreadable
 from ingress.oai.models import (
     INT32_MAX,
     Bias,
@@ -73,11 +72,6 @@ _decoder = msgspec.json.Decoder(TextCompletionRequest)
 _OPENAI_FIELDS = frozenset(TextCompletionRequest.__struct_fields__)
 
 
-def _invalid(detail: str, param: str | None) -> InvalidRequest:
-    where = f" for '{param}'" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
-
-
 def decode_text_request(body: bytes) -> TextCompletionRequest:
     """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
     return decode_text_request_forwarding(body, _refuse)[0]
@@ -98,12 +92,9 @@ def decode_text_request_forwarding(
         split = split_extras(body, exc, forwards, _OPENAI_FIELDS)
         if split is not None:
             return decode_text_request(split[0]), split[1]
-        detail, path = validation_path(exc)
-        raise _invalid(detail, path.removesuffix("[...]") or None) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-    except RecursionError:
-        raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
+        raise refusal(exc) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise unreadable(exc) from None
     _check(request)
     return request, None
 
@@ -118,23 +109,23 @@ def _check(request: TextCompletionRequest) -> None:
         kind = type(value[0])
         for i, item in enumerate(value):
             if type(item) is not kind:
-                raise _invalid(f"expected {_KINDS[kind]}, as the first item is, got {_KINDS[type(item)]}",
+                raise invalid(f"expected {_KINDS[kind]}, as the first item is, got {_KINDS[type(item)]}",
                                f"prompt[{i}]")
         if kind is not int and len(value) > MAX_PROMPTS:
-            raise _invalid(f"at most {MAX_PROMPTS} prompts are allowed, got {len(value)}", "prompt")
+            raise invalid(f"at most {MAX_PROMPTS} prompts are allowed, got {len(value)}", "prompt")
     for token in request.logit_bias or ():
         if int(token) > INT32_MAX:
-            raise _invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
+            raise invalid("token ids must fit in 32 bits", f"logit_bias.{token}")
     if request.best_of is not None and request.best_of < (request.n or 1):
-        raise _invalid("best_of must be at least n", "best_of")
+        raise invalid("best_of must be at least n", "best_of")
     if request.best_of is not None and request.best_of > 1 and request.stream:
-        raise _invalid("best_of above 1 cannot be streamed", "best_of")
+        raise invalid("best_of above 1 cannot be streamed", "best_of")
     if request.stream_options is not None and not request.stream:
-        raise _invalid("stream_options is only allowed when stream is true", "stream_options")
+        raise invalid("stream_options is only allowed when stream is true", "stream_options")
     if request.logprobs is not None and request.echo:
         # OpenAI answers the echoed prompt's token logprobs too, and the contract carries none: what is
         # asked for is mostly the prompt's score, and the completion's alone would read as a wrong one.
-        raise _invalid("logprobs with echo is not supported: the prompt's token logprobs are not carried",
+        raise invalid("logprobs with echo is not supported: the prompt's token logprobs are not carried",
                        "logprobs")
 
 

@@ -12,8 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ingress.errors import InvalidRequest
-from ingress.oai.codec import validation_path
+from ingress.oai.codec import invalid, refusal, unreadable
 from ingress.oai.models import INT32_MAX, ModelName, ShortText, one_by_one
 
 MAX_INPUTS = 2048
@@ -46,22 +45,14 @@ class EmbeddingRequest(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
 _decoder = msgspec.json.Decoder(EmbeddingRequest)
 
 
-def _invalid(detail: str, param: str | None) -> InvalidRequest:
-    where = f" for '{param}'" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
-
-
 def decode_embedding_request(body: bytes) -> EmbeddingRequest:
     """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError as exc:
-        detail, path = validation_path(exc)
-        raise _invalid(detail, path or None) from None
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-    except RecursionError:
-        raise InvalidRequest("The request body is nested too deeply.", code="invalid_json") from None
+        raise refusal(exc) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise unreadable(exc) from None
     _check_input(request.input)
     return request
 
@@ -76,11 +67,11 @@ def _check_input(value: str | list[str | int | list[int]]) -> None:
     kind = type(value[0])
     for i, item in enumerate(value):
         if type(item) is not kind:
-            raise _invalid(f"expected {_KINDS[kind]}, as the first item is, got {_KINDS[type(item)]}", f"input[{i}]")
+            raise invalid(f"expected {_KINDS[kind]}, as the first item is, got {_KINDS[type(item)]}", f"input[{i}]")
     if kind is not int and len(value) > MAX_INPUTS:
-        raise _invalid(f"at most {MAX_INPUTS} inputs are allowed, got {len(value)}", "input")
+        raise invalid(f"at most {MAX_INPUTS} inputs are allowed, got {len(value)}", "input")
     if kind is list and sum(map(len, value)) > MAX_REQUEST_TOKENS:  # type: ignore[arg-type]  # all lists
-        raise _invalid(f"at most {MAX_REQUEST_TOKENS} tokens are allowed over all inputs", "input")
+        raise invalid(f"at most {MAX_REQUEST_TOKENS} tokens are allowed over all inputs", "input")
 
 
 # --- the answer -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import msgspec
 from msgspec import Meta, Raw
 
 from ingress.errors import InvalidRequest
-from ingress.oai.codec import split_extras, validation_path
+from ingress.oai.codec import invalid, refusal, split_extras, unreadable
 from ingress.oai.models import (
     INT32_MAX,
     NO_JSON,
@@ -356,26 +356,8 @@ _tool_decoders = {name: msgspec.json.Decoder(t) for name, t in _TOOL_TYPES.items
 _named_decoder = msgspec.json.Decoder(NamedTool)
 
 
-def _invalid(detail: str, param: str | None) -> InvalidRequest:
-    where = f" for '{param}'" if param else ""
-    return InvalidRequest(f"Invalid value{where}: {detail.rstrip('.')}.", param=param)
-
-
 def _unsupported(param: str, why: str) -> InvalidRequest:
     return InvalidRequest(f"'{param}' is not supported: {why}.", param=param, code="unsupported_parameter")
-
-
-def _refusal(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
-    detail, path = validation_path(exc)
-    path = path.removesuffix("[...]")
-    where = prefix + ("." + path if path and not path.startswith("[") and prefix else path)
-    return _invalid(detail, where or None)
-
-
-def _unreadable(exc: msgspec.DecodeError | RecursionError) -> InvalidRequest:
-    if isinstance(exc, RecursionError):
-        return InvalidRequest("The request body is nested too deeply.", code="invalid_json")
-    return InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json")
 
 
 def _is_set(raw: Raw) -> bool:
@@ -388,7 +370,7 @@ def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str 
     fields = _kind_decoder.decode(raw)
     kind = fields.get("type", default)
     if not isinstance(kind, str):
-        raise _invalid(f"{what} needs a string 'type'", f"{param}.type")
+        raise invalid(f"{what} needs a string 'type'", f"{param}.type")
     decoder = decoders.get(kind)
     if decoder is None:
         raise _unsupported(f"{param}.type", f"{what} of type '{kind[:64]}' are not available behind this edge "
@@ -398,7 +380,7 @@ def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str 
     try:
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
-        raise _refusal(exc, param) from None
+        raise refusal(exc, param) from None
 
 
 def _with_type(fields: dict[str, Any], kind: str) -> bytes:
@@ -436,10 +418,10 @@ def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], b
     except msgspec.ValidationError as exc:
         split = split_extras(body, exc, forwards, _OPENAI_FIELDS)
         if split is None:
-            raise _refusal(exc) from None
+            raise refusal(exc) from None
         return decode_responses_request(split[0]), split[1]
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise _unreadable(exc) from None
+        raise unreadable(exc) from None
     _check_refused(request)
     items: list[Item]
     if isinstance(request.input, str):
@@ -478,7 +460,7 @@ def _check_refused(r: ResponsesRequest) -> None:
 
 def _check_json_object(raw: Raw, param: str) -> None:
     if _is_set(raw) and not bytes(raw).startswith(b"{"):
-        raise _invalid("expected a JSON object", param)
+        raise invalid("expected a JSON object", param)
 
 
 def _check(call: Call) -> None:
@@ -490,16 +472,16 @@ def _check(call: Call) -> None:
     offered = {(t.__struct_config__.tag, t.name) for t in call.tools}
     choice = r.tool_choice
     if isinstance(choice, FunctionChoice | CustomChoice) and (choice.__struct_config__.tag, choice.name) not in offered:
-        raise _invalid(f"tool_choice names a {choice.__struct_config__.tag} tool that is not in tools",
+        raise invalid(f"tool_choice names a {choice.__struct_config__.tag} tool that is not in tools",
                        "tool_choice.name")
     if isinstance(choice, AllowedToolsChoice):
         for i, raw in enumerate(choice.tools):
             try:
                 named = _named_decoder.decode(raw)
             except msgspec.ValidationError as exc:
-                raise _refusal(exc, f"tool_choice.tools[{i}]") from None
+                raise refusal(exc, f"tool_choice.tools[{i}]") from None
             if (named.type, named.name) not in offered:
-                raise _invalid(f"names a {named.type} tool that is not in tools", f"tool_choice.tools[{i}]")
+                raise invalid(f"names a {named.type} tool that is not in tools", f"tool_choice.tools[{i}]")
     if r.text is not None and isinstance(r.text.format, JsonSchemaText):
         _check_json_object(r.text.format.schema, "text.format.schema")
     for i, item in enumerate(call.items):
@@ -522,19 +504,19 @@ _PARTS_OF = {
 
 def _check_part(role: str, part: Part, param: str) -> None:
     if not isinstance(part, _PARTS_OF[role]):
-        raise _invalid(f"a {role} message cannot hold {part.__struct_config__.tag} content", f"{param}.type")
+        raise invalid(f"a {role} message cannot hold {part.__struct_config__.tag} content", f"{param}.type")
     if isinstance(part, InputImage):
         if part.file_id is not None:
             raise _unsupported(f"{param}.file_id", "the edge keeps no files: send the image as image_url")
         if part.image_url is None:
-            raise _invalid("an input_image needs image_url", f"{param}.image_url")
+            raise invalid("an input_image needs image_url", f"{param}.image_url")
     if isinstance(part, InputFile):
         if part.file_url is not None:
             raise _unsupported(f"{param}.file_url", "send the file as file_data or file_id")
         if part.detail is not None:
             raise _unsupported(f"{param}.detail", "a file's detail level is not carried to the model")
         if part.file_data is None and part.file_id is None:
-            raise _invalid("an input_file needs file_data or file_id", param)
+            raise invalid("an input_file needs file_data or file_id", param)
 
 
 # --- as a chat request ----------------------------------------------------------------------------
@@ -547,7 +529,7 @@ def as_chat(call: Call) -> ChatCompletionRequest:
     for item in call.items:
         _append(messages, item)
     if not messages:
-        raise _invalid("the input holds no message", "input")
+        raise invalid("the input holds no message", "input")
     logprobs = call.logprobs
     return ChatCompletionRequest(
         model=r.model,
