@@ -7,6 +7,10 @@
      │    ├── RequestTimeout        408 request_timeout                 the body stopped coming
      │    ├── WriteTimeout          408 write_timeout   (logged only)   the client stopped reading
      │    └── UnsupportedEncoding   415 unsupported_encoding
+     ├── Unauthenticated            401 invalid_api_key                 no key, or not one of ours
+     ├── RateLimited                429 rate_limit_exceeded (type requests / tokens) + Retry-After
+     │    └── QuotaExceeded         429 insufficient_quota              a budget is spent: not retried
+     ├── LimitsUnavailable          503 limits_unavailable + Retry-After the limit store cannot answer
      ├── Overloaded                 503 overloaded       + Retry-After  every endpoint and the queue full
      ├── ShuttingDown               503 shutting_down    + Retry-After  the drain deadline passed
      └── UpstreamError              the internal hop; `after_head` decides whether another endpoint may try
@@ -109,6 +113,47 @@ class UnsupportedEncoding(InvalidRequest):
 
     status = 415
     code = "unsupported_encoding"
+
+
+class Unauthenticated(IngressError):
+    """No API key, or one the edge does not know (OpenAI's answer to both: 401 invalid_api_key). The
+    message never repeats the key."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+    log_level = logging.INFO
+
+
+class RateLimited(IngressError):
+    """A limit refused the request; nothing was consumed. `type` is OpenAI's: "requests" or "tokens"."""
+
+    status = 429
+    type = "requests"
+    code = "rate_limit_exceeded"
+    log_level = logging.INFO
+
+    def __init__(self, message: str, *, type_: str = "requests", retry_after: int | None = None) -> None:
+        super().__init__(message, retry_after=retry_after)
+        object.__setattr__(self, "type", type_)
+
+
+class QuotaExceeded(RateLimited):
+    """A budget is spent for its period: retrying before it renews cannot succeed."""
+
+    code = "insufficient_quota"
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message, type_="insufficient_quota", retry_after=retry_after)
+
+
+class LimitsUnavailable(IngressError):
+    """The limit store could not answer in time and the limit's policy is to refuse."""
+
+    status = 503
+    code = "limits_unavailable"
+    log_level = logging.WARNING
+    retry_after: int | None = 1
 
 
 class Overloaded(IngressError):

@@ -45,6 +45,22 @@ ENDPOINT_HEALTHY = Gauge("ingress_upstream_endpoint_healthy", "1 when an endpoin
                          ["group", "endpoint"], multiprocess_mode="livemax")
 RETRIES = Counter("ingress_retries", "Requests sent again to another endpoint or the fallback group.", ["group"])
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
+# Tenancy. `tenant` is a configured tenant's name (bounded by the configuration).
+ADMISSIONS = Counter("ingress_admissions", "Admission decisions by tenant and outcome (admitted, limited, "
+                     "degraded_local, degraded_allow, degraded_refuse).", ["tenant", "outcome"])
+LIMITED = Counter("ingress_limited", "Requests refused by a limit, by tenant, the limit's owner (key, tenant, model) "
+                  "and kind (requests, tokens, input_tokens, output_tokens, concurrency, budget).",
+                  ["tenant", "scope", "kind"])
+TOKENS_RESERVED = Counter("ingress_tokens_reserved", "Tokens reserved at admission (the estimate).", ["tenant"])
+TOKENS_SETTLED = Counter("ingress_tokens_settled", "Tokens charged when requests settled (the usage).", ["tenant"])
+TOKENS_REFUNDED = Counter("ingress_tokens_refunded", "Reserved tokens given back when requests settled.", ["tenant"])
+LEASES_EXPIRED = Counter("ingress_leases_expired", "Concurrency leases that expired unrenewed (a worker died).")
+STORE_LATENCY = Histogram("ingress_limit_store_seconds", "Round trips to the limit store, by call.", ["call"],
+                          buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
+STORE_ERRORS = Counter("ingress_limit_store_errors", "Limit-store calls that failed, by call and reason.",
+                       ["call", "reason"])
+BREAKER_OPEN = Gauge("ingress_limit_breaker_open", "1 while the limit store's circuit breaker is open.",
+                     multiprocess_mode="livemax")
 GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])
 GC_PAUSE = Histogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
 BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", "flatbuffers"],

@@ -44,6 +44,11 @@ class BackgroundTasks:
         if not task.cancelled() and task.exception() is not None:
             log.error("background task failed", task=task.get_name(), error=repr(task.exception()))
 
+    async def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the tasks running now to finish by themselves."""
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
     async def close(self) -> None:
         """Cancel every task and wait for them to finish."""
         tasks = list(self._tasks)

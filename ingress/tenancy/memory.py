@@ -1,0 +1,153 @@
+"""The in-memory store: one process's limit state, with the same semantics as the Redis store's script.
+
+`share` scales every limit: a worker of `--workers N` holds 1/N of each (documented), and the Redis store
+falls back to one of these with 1/(live processes) when Redis cannot answer. Time is the store's own
+clock (microseconds); a Plan's costs and keys come from plan.py.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
+
+TOMBSTONE_US = 600_000_000  # a settled ticket is remembered this long: settling twice refunds once
+
+
+def monotonic_us() -> int:
+    return time.monotonic_ns() // 1000
+
+
+@dataclass(slots=True)
+class _Reservation:
+    checks: tuple[Check, ...]
+    costs: list[int]
+    expires: int
+
+
+class MemoryStore:
+    def __init__(self, share: float = 1.0, clock: Callable[[], int] = monotonic_us) -> None:
+        self.share = share
+        self.clock = clock
+        self._tat: dict[str, float] = {}  # rate: the theoretical arrival time of the next request, in µs
+        self._quota: dict[str, tuple[int, int]] = {}  # quota: (used, expires)
+        self._slots: dict[str, dict[str, int]] = {}  # slots: ticket → lease expiry
+        self._reserved: dict[str, _Reservation] = {}
+        self._settled: dict[str, int] = {}  # ticket → when it may be forgotten
+        self.leases_expired = 0
+
+    def limit(self, check: Check) -> float:
+        scaled = check.limit * self.share
+        return scaled if check.algorithm == "rate" else max(math.floor(scaled), 1)
+
+    def admit(self, plan: Plan) -> Decision:
+        """Every check passes and all are applied, or none is: a refused request consumes nothing."""
+        now = self.clock()
+        if plan.ticket in self._settled or plan.ticket in self._reserved:
+            return Decision(False, (), None, 0, never=False, degraded="cancelled")
+        costs = plan.costs()
+        refused: list[tuple[bool, int, Check]] = []
+        for check, cost in zip(plan.checks, costs, strict=True):
+            limit = self.limit(check)
+            if check.algorithm == "rate":
+                interval = check.period_us / limit
+                tat = max(self._tat.get(check.key, 0.0), now) + cost * interval
+                if cost * interval > check.period_us:
+                    refused.append((True, 0, check))
+                elif tat - now > check.period_us:
+                    refused.append((False, math.ceil(tat - now - check.period_us), check))
+            elif check.algorithm == "quota":
+                used = self._used(check.key, now)
+                if cost > limit or used + cost > limit:
+                    refused.append((True, check.period_us, check))
+            else:
+                held = self._held(check.key, now)
+                if len(held) + 1 > limit:
+                    refused.append((False, 1_000_000, check))
+        if refused:
+            never = [r for r in refused if r[0]]
+            _, wait, check = never[0] if never else max(refused, key=lambda r: r[1])
+            return Decision(False, self._states(plan.checks, now), check, wait, never=bool(never))
+        for check, cost in zip(plan.checks, costs, strict=True):
+            self._apply(check, cost, now, plan.ticket)
+        lease = max((c.period_us for c in plan.checks if c.algorithm == "slots"), default=TOMBSTONE_US)
+        self._reserved[plan.ticket] = _Reservation(plan.checks, costs, now + lease)
+        return Decision(True, self._states(plan.checks, now))
+
+    def settle(self, ticket: str, actual: Actual | None) -> bool:
+        """Charge what the request used (refund or debt against its reservation), free its slots, once.
+        `actual` None cancels: the reservation is refunded whole, and a ticket not yet admitted never will be.
+        False when there was nothing to settle (settled before, or never reserved)."""
+        now = self.clock()
+        reservation = self._reserved.pop(ticket, None)
+        if ticket not in self._settled:
+            self._settled[ticket] = now + TOMBSTONE_US
+        if reservation is None:
+            return False
+        for check, reserved in zip(reservation.checks, reservation.costs, strict=True):
+            used = 0 if actual is None else check.cost(actual.input_tokens, actual.output_tokens)
+            self._apply(check, used - reserved, now, ticket, release=True)
+        return True
+
+    def renew(self, tickets: Iterable[str]) -> None:
+        """Extend the leases of requests still in progress."""
+        now = self.clock()
+        for ticket in tickets:
+            reservation = self._reserved.get(ticket)
+            if reservation is None:
+                continue
+            for check in reservation.checks:
+                if check.algorithm == "slots":
+                    reservation.expires = now + check.period_us
+                    self._slots.setdefault(check.key, {})[ticket] = now + check.period_us
+
+    def sweep(self) -> None:
+        """Forget what has expired: full buckets, ended periods, dead leases, old tombstones."""
+        now = self.clock()
+        self._tat = {k: v for k, v in self._tat.items() if v > now}
+        self._quota = {k: v for k, v in self._quota.items() if v[1] > now}
+        for key in list(self._slots):
+            if not self._held(key, now):
+                del self._slots[key]
+        self._settled = {k: v for k, v in self._settled.items() if v > now}
+        for ticket in [t for t, r in self._reserved.items() if r.expires <= now]:
+            del self._reserved[ticket]  # its worker died: the reservation stays charged
+
+    def _used(self, key: str, now: int) -> int:
+        used, expires = self._quota.get(key, (0, 0))
+        return used if expires > now else 0
+
+    def _held(self, key: str, now: int) -> dict[str, int]:
+        held = self._slots.get(key, {})
+        expired = [t for t, until in held.items() if until <= now]
+        for ticket in expired:
+            del held[ticket]
+        self.leases_expired += len(expired)
+        return held
+
+    def _apply(self, check: Check, amount: int, now: int, ticket: str, release: bool = False) -> None:
+        if check.algorithm == "rate":
+            interval = check.period_us / self.limit(check)
+            self._tat[check.key] = max(self._tat.get(check.key, 0.0), now) + amount * interval
+        elif check.algorithm == "quota":
+            expires = self._quota.get(check.key, (0, now + check.period_us))[1]
+            self._quota[check.key] = (max(self._used(check.key, now) + amount, 0), expires)
+        elif release:
+            self._slots.get(check.key, {}).pop(ticket, None)
+        else:
+            self._slots.setdefault(check.key, {})[ticket] = now + check.period_us
+
+    def _states(self, checks: tuple[Check, ...], now: int) -> tuple[State, ...]:
+        states = []
+        for check in checks:
+            if check.algorithm != "rate":
+                continue
+            limit = self.limit(check)
+            interval = check.period_us / limit
+            ahead = max(self._tat.get(check.key, 0.0) - now, 0.0)
+            remaining = min(math.floor((check.period_us - ahead) / interval), math.floor(limit))
+            states.append(State(check, max(remaining, 0), math.ceil(ahead)))
+        return tuple(states)

@@ -1,0 +1,120 @@
+"""Who may call what, and what a request must pass: the keys, tenants and model policies of `[tenancy]`,
+read once (and again on SIGHUP, for a keys file). Pure: no I/O but reading the keys file."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fnmatch import translate
+from pathlib import Path
+
+import msgspec
+
+from ingress.errors import Unauthenticated
+from ingress.tenancy.keys import Keyring, id_of
+from ingress.tenancy.plan import Check, Plan, checks_of
+from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
+
+_NO_TENANT = Tenant()
+
+
+def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns) or r"(?!)")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The key a request presented, and its tenant."""
+
+    key: Key
+    tenant_name: str
+    tenant: Tenant
+    _models: re.Pattern[str]
+    _tenant_models: re.Pattern[str]
+
+    def allows(self, model: str) -> bool:
+        return self._models.match(model) is not None and self._tenant_models.match(model) is not None
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    """The key from `Authorization: Bearer`, `x-api-key` or `api-key` (Azure's), in that order."""
+    auth = headers.get("Authorization")
+    if auth is not None and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return headers.get("x-api-key") or headers.get("api-key") or None
+
+
+def read_keys_file(path: str) -> KeysFile:
+    """The keys file; a ValueError names the file and what is wrong (never a key)."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+        return msgspec.convert(raw, KeysFile)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+class Policy:
+    def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None) -> None:
+        self.settings = settings
+        keys = settings.keys + (keys_file.keys if keys_file else ())
+        self.tenants = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
+        self.keyring = Keyring(keys)
+        self._principals = {key.id: self._principal(key) for key in keys}
+        self._exact = {name: p for name, p in settings.models.items() if not any(c in name for c in "*?[")}
+        self._globs = [(name, re.compile(translate(name)), p) for name, p in settings.models.items()
+                       if name not in self._exact]
+        self.lease_us = int(settings.lease_ttl * 1_000_000)
+
+    @classmethod
+    def load(cls, settings: Tenancy) -> Policy:
+        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None)
+
+    def _principal(self, key: Key) -> Principal:
+        tenant = self.tenants.get(key.tenant, _NO_TENANT)
+        return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models))
+
+    def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        presented = presented_key(headers)
+        if presented is None:
+            raise Unauthenticated("You didn't provide an API key. Provide it in the Authorization header "
+                                  "(Authorization: Bearer YOUR_KEY).")
+        key = self.keyring.find(presented)
+        if key is None:
+            shown = f" (key id '{key_id}')" if (key_id := id_of(presented)) else ""
+            raise Unauthenticated(f"Incorrect API key provided{shown}. Check the key, or ask for a new one.")
+        return self._principals[key.id]
+
+    def model_policy(self, model: str) -> tuple[str, ModelPolicy] | None:
+        policy = self._exact.get(model)
+        if policy is not None:
+            return model, policy
+        return next(((name, p) for name, pattern, p in self._globs if pattern.match(model)), None)
+
+    def plan(self, principal: Principal, model: str, input_tokens: int, max_tokens: int | None,
+             embeds: bool = False) -> Plan:
+        """The request's checks (its key's, its tenant's, its model's) and the estimate to reserve: the
+        prompt's tokens and `max_tokens`, or the model's capped default when the request sets none."""
+        now = time.time()
+        found = self.model_policy(model)
+        name, model_policy = found if found is not None else (model, ModelPolicy())
+        if embeds:
+            output = 0
+        elif max_tokens is not None:
+            output = max_tokens
+        else:
+            output = model_policy.default_max_tokens or self.settings.default_max_tokens
+        default = self.settings.degraded
+        checks: list[Check] = [
+            *checks_of(principal.key.limits, "key", principal.key.id, model_policy.price, now, self.lease_us, default),
+            *checks_of(principal.tenant.limits, "tenant", principal.tenant_name, model_policy.price, now,
+                       self.lease_us, default),
+        ]
+        if found is not None:
+            checks += checks_of(model_policy.limits, "model", name, model_policy.price, now, self.lease_us, default)
+        return Plan(os.urandom(12).hex(), tuple(checks), input_tokens, output)
