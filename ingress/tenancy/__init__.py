@@ -31,10 +31,11 @@ class Tenancy:
 
 def store_of(settings: TenancySettings, workers: int) -> Store:
     if settings.backend == "redis":
-        from ingress.tenancy.redis import RedisStore
+        from ingress.tenancy.redis import RedisStore  # type: ignore[import-not-found]  # being written
 
         assert settings.redis is not None  # config.py checks
-        return RedisStore(settings.redis, workers)
+        store: Store = RedisStore(settings.redis, workers)
+        return store
     return LocalStore(1 / max(workers, 1))
 
 

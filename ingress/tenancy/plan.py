@@ -6,7 +6,7 @@ with its algorithm, its store key and its cost, and the decision a store returns
     quota   an integer counter per calendar period: budgets, in tokens or nano-USD (no float drift).
     slots   leases that expire unless renewed: concurrency.
 
-A check's cost is `per_request + per_input × input + per_output × output`: what is reserved at admission
+A check's cost is `per_request + per_input * input + per_output * output`: what is reserved at admission
 from the estimate, and what settling charges from the real usage (the difference is refunded or owed).
 Everything here is pure: stores (memory.py, redis.py) apply checks, and only they keep state.
 """
@@ -128,8 +128,8 @@ def checks_of(limits: Limits, scope: Scope, name: str, price: Price, now_s: floa
     if budget is not None:
         period, left_us = period_of(budget.period, now_s)
         if budget.tokens is not None:
-            checks.append(Check(f"{prefix}:btok:{period}", "budget", scope, name, "quota", budget.tokens, left_us, 0, 1, 1,
-                                unit=f"tokens per {budget.period}", degraded=degraded))
+            checks.append(Check(f"{prefix}:btok:{period}", "budget", scope, name, "quota", budget.tokens, left_us,
+                                0, 1, 1, unit=f"tokens per {budget.period}", degraded=degraded))
         if budget.usd is not None:
             checks.append(Check(f"{prefix}:busd:{period}", "budget", scope, name, "quota",
                                 round(budget.usd * NANO_USD_PER_USD), left_us, 0,
