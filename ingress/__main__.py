@@ -1,5 +1,6 @@
 """Command line: `ingress serve` (the edge), `ingress bridge DIALECT` (a bridge to an engine, alone, e.g.
-as a sidecar beside it) and `ingress demo-upstream` (the demo internal service)."""
+as a sidecar beside it), `ingress keys new` (a virtual key) and `ingress demo-upstream` (the demo
+internal service)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,34 @@ def _bridge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _name(value: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", value):
+        raise argparse.ArgumentTypeError("a tenant is 1 to 64 letters, digits or . _ : -")
+    return value
+
+
+def _model(value: str) -> str:
+    if not value or not value.isprintable() or '"' in value or "\\" in value:
+        raise argparse.ArgumentTypeError("printable, without quotes or backslashes")
+    return value
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    """Print a new key once, and the configuration entry that holds only its hash."""
+    from ingress.tenancy.keys import new_key
+
+    key, key_id, digest = new_key()
+    models = ", ".join(f'"{m}"' for m in (args.model or ["*"]))
+    name = f'\nname = "{args.name}"' if args.name else ""
+    print(f"# The key, shown this once (it is kept nowhere; give it to its owner):\n#   {key}\n"
+          f"# Its entry, for [tenancy] in the config or the keys file (add limits = {{ rpm = ..., tpm = ... }}):\n"
+          f'[[{"keys" if args.keys_file else "tenancy.keys"}]]\nid = "{key_id}"\ntenant = "{args.tenant}"\n'
+          f'hash = "{digest}"\nmodels = [{models}]{name}')
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ingress", description="Edge proxy for LLM traffic.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     bridge.add_argument("--unix", help="listen on this Unix socket path instead")
     bridge.add_argument("--log-level", default="info", choices=typing.get_args(LogLevel))
     bridge.set_defaults(run=_bridge)
+    keys = sub.add_parser("keys", help="virtual keys for [tenancy]")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    new = keys_sub.add_parser("new", help="make a key: print it once, and its configuration entry")
+    new.add_argument("--tenant", required=True, type=_name, help="the tenant the key belongs to")
+    new.add_argument("--model", action="append", type=_model,
+                     help="a model name or glob it may use (repeat; default *)")
+    new.add_argument("--name", type=_model, help="a description, for people")
+    new.add_argument("--keys-file", action="store_true", help="print the entry for a keys file ([[keys]])")
+    new.set_defaults(run=_keys_new)
     demo = sub.add_parser("demo-upstream", help="run the demo internal service alone")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=9000)

@@ -22,6 +22,7 @@ from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
 from ingress.settings import EMBEDDED, Bridge, Client, Settings
 from ingress.tasks import BackgroundTasks
+from ingress.tenancy import build as build_tenancy
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup
 
@@ -76,12 +77,18 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if config.health_check is not None:
                 tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
+        tenancy = None
+        if settings.tenancy is not None:
+            tenancy = build_tenancy(settings.tenancy, settings.worker_count())
+            stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
+            tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
         app[GATEWAY] = Gateway(
             settings=settings,
             routes=RouteTable(routes),
             groups=groups,
             budget=RetryBudget(settings.retry.budget_ratio, settings.retry.budget_min_per_s,
                                asyncio.get_running_loop().time()),
+            tenancy=tenancy,
         )
         yield
 

@@ -17,6 +17,8 @@ import msgspec
 
 from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
+from ingress.tenancy.policy import read_keys_file
+from ingress.tenancy.settings import Tenancy
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -145,6 +147,35 @@ def _check(settings: Settings) -> None:
                                   "they would be sent in the Host header and shown in logs and metrics")
     if settings.unix is not None and not settings.unix.startswith("/"):
         raise ConfigError("unix: the socket path must be absolute")
+    if settings.tenancy is not None:
+        _check_tenancy(settings.tenancy)
+
+
+def _check_tenancy(tenancy: Tenancy) -> None:
+    """The store is configured, every key is unique and names a declared tenant; a keys file is read."""
+    if tenancy.backend == "redis" and tenancy.redis is None:
+        raise ConfigError("tenancy.redis: backend = \"redis\" needs redis = { url = \"redis://...\" }")
+    if tenancy.backend == "memory" and tenancy.redis is not None:
+        raise ConfigError("tenancy.backend: redis is configured but backend is \"memory\"; set backend = \"redis\"")
+    keys, tenants = list(tenancy.keys), dict(tenancy.tenants)
+    if tenancy.keys_file is not None:
+        try:
+            extra = read_keys_file(tenancy.keys_file)
+        except ValueError as exc:
+            raise ConfigError(f"tenancy.keys_file: {exc}") from None
+        keys += extra.keys
+        tenants.update(extra.tenants)
+    seen: set[str] = set()
+    for i, key in enumerate(keys):
+        where = f"tenancy.keys[{i}]" if i < len(tenancy.keys) else f"tenancy.keys_file: keys[{i - len(tenancy.keys)}]"
+        if key.id in seen:
+            raise ConfigError(f"{where}.id: the key id {key.id!r} is used twice")
+        seen.add(key.id)
+        if key.tenant not in tenants:
+            raise ConfigError(f"{where}.tenant: no tenant named {key.tenant!r}; declare it as "
+                              f"[tenancy.tenants.{key.tenant}]")
+        if not key.models:
+            raise ConfigError(f"{where}.models: a key must be allowed at least one model (a name or a glob)")
 
 
 def _check_bridge(bridge: Bridge, key: str) -> None:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ingress.errors import IngressError
+    from ingress.tenancy.limiter import Admission
+    from ingress.tenancy.policy import Principal
     from ingress.upstream.group import Lease
     from ingress.wire.types import Usage
 
@@ -35,6 +37,12 @@ class Exchange:
     error: IngressError | None = None
     lease: Lease | None = None  # the endpoint's slot, held until the exchange settles
     upstream_ok: bool | None = None  # for the endpoint's health: True, False (its failure), None (not its doing)
+    principal: Principal | None = None  # the key the request presented (tenancy on)
+    admission: Admission | None = None  # its reservation against the limits, held until the exchange settles
+    limit_headers: dict[str, str] | None = None  # x-ratelimit-*, on the answer whatever it is
+    limit_outcome: str | None = None  # admitted, limited, degraded_...
+    admitted: float | None = None  # perf_counter mark: the admission's round trip ended
+    output_chars: int = 0  # of a stream's output, counted in case no usage comes
 
     def mark_first_byte(self) -> None:
         if self.first_byte is None:

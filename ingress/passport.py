@@ -30,6 +30,7 @@ class RequestMeta(msgspec.Struct, kw_only=True, frozen=True):
 
     api_key: str | None = None
     tenant_id: str | None = None
+    key_id: str | None = None  # a tenancy key's public id (else the passport carries a hash of the api_key)
     priority: int = 0
     timeout_ms: int = 0
     traceparent: str | None = None
@@ -104,7 +105,7 @@ def _passport(prefix_bytes: bytes, tokens_estimate: int, meta: RequestMeta, now:
     now = time.time() if now is None else now
     return Passport(
         tenant_id=meta.tenant_id,
-        key_id=key_id_of(meta.api_key),
+        key_id=meta.key_id or key_id_of(meta.api_key),
         prompt_tokens_estimate=min(tokens_estimate, 2**32 - 1),
         prefix_hash=prefix,
         priority=meta.priority,

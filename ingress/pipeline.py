@@ -8,12 +8,13 @@
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
-    always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go
+    tenancy  (authenticate, in the edge's middleware) → prepare: the key may use the model →
+             admit     the request's limits in one round trip to the store: a refusal raises, having
+                       consumed nothing; the reservation is held on the exchange
+    always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go,
+                       and the reservation is charged the real usage (refund or debt), off the response path
 
-The policy stages the gateway grows go in the two marked places: before the send, `admit` (a key,
-its limits, guardrails) in `_route`, which every prepare stage calls; after the end, in `settle` (usage
-reconciled). Only the edge renders bytes for the client: this module yields typed events, and raises
-IngressErrors.
+Only the edge renders bytes for the client: this module yields typed events, and raises IngressErrors.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
+
+import msgspec
 
 from ingress import metrics, tasks
 from ingress.errors import (
@@ -46,6 +49,7 @@ from ingress.oai.models import ChatCompletionRequest
 from ingress.oai.response_objects import ResponseObject
 from ingress.oai.responses import Call, as_chat, decode_responses_request_forwarding
 from ingress.passport import (
+    CHARS_PER_TOKEN,
     Passport,
     RequestMeta,
     compute_embedding_passport,
@@ -55,6 +59,8 @@ from ingress.passport import (
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
+from ingress.tenancy import Tenancy
+from ingress.tenancy.plan import Actual, Plan
 from ingress.translate.completion import decode_answer, translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.responses import ResponseEvents, translate_response_object
@@ -81,12 +87,15 @@ class Gateway:
     routes: RouteTable
     groups: dict[str, EndpointGroup]
     budget: RetryBudget
+    tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
 
     def route(self, model: str, ex: Exchange) -> Match:
         match = self.routes.match(model)
-        if match is None:
-            raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+        if match is None or (ex.principal is not None and not ex.principal.allows(model)):
+            # One answer for both, as OpenAI's: a key learns nothing of the models it may not use.
+            raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
+                           code="model_not_found")
         r = match.route
         ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
         ex.group = r.group
@@ -125,47 +134,89 @@ class Prepared(Generic[R]):
     encoded: bytes | bytearray
     headers: dict[str, str]
     timeouts: Timeouts
+    prompt_tokens: int  # the passport's count, and what admission reserves with the output's bound
+    max_output_tokens: int | None  # the most the request may generate (None: unbounded by the request)
 
 
 Completion = ChatCompletionRequest | TextCompletionRequest  # both answered by `complete` and `stream`
 
 
-def _route(gw: Gateway, ex: Exchange, model: str, stream: bool) -> Match:
-    """The decoded request's route, for every endpoint: the model's route, then (admit) the place where
-    authentication, limits and guardrails decide, on the decoded request and its route."""
+def _route(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: RequestMeta) -> tuple[Match, RequestMeta]:
+    """The decoded request's route, for every endpoint (a model the key may not use is not found), and
+    the request's meta as the passport carries it: with a key, the key's public id and its tenant."""
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = model, stream
-    return gw.route(model, ex)
+    match = gw.route(model, ex)
+    if ex.principal is not None:
+        meta = msgspec.structs.replace(meta, tenant_id=ex.principal.tenant_name, key_id=ex.principal.key.id)
+    return match, meta
 
 
 def _prepared(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
-              encoded: bytes | bytearray, meta: RequestMeta) -> Prepared[R]:
+              encoded: bytes | bytearray, meta: RequestMeta, max_output_tokens: int | None) -> Prepared[R]:
     ex.encoded = time.perf_counter()
     headers = _hop_headers(ex.request_id, passport)
     if match.route.forward_authorization and meta.api_key is not None:
         headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
-    return Prepared(request, match, encoded, headers, gw.timeouts(match))
+    return Prepared(request, match, encoded, headers, gw.timeouts(match), passport.prompt_tokens_estimate,
+                    max_output_tokens)
+
+
+def _chat_output(request: ChatCompletionRequest) -> int | None:
+    limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    return None if limit is None else limit * (request.n or 1)
+
+
+def _text_output(request: TextCompletionRequest) -> int | None:
+    if request.max_tokens is None:
+        return None
+    return request.max_tokens * max(request.n or 1, request.best_of or 1) * max(len(request.prompts), 1)
 
 
 def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
-    match = _route(gw, ex, request.model, bool(request.stream))
+    match, meta = _route(gw, ex, request.model, bool(request.stream), meta)
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    return _prepared(gw, ex, request, match, passport, encoded, meta)
+    return _prepared(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
 
 
 def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
     """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
-    match = _route(gw, ex, request.model, bool(request.stream))
+    match, meta = _route(gw, ex, request.model, bool(request.stream), meta)
     passport = compute_prompts_passport(request.prompts, meta)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
-    return _prepared(gw, ex, request, match, passport, encoded, meta)
+    return _prepared(gw, ex, request, match, passport, encoded, meta, _text_output(request))
+
+
+# --- admit: the request's limits ----------------------------------------------------------------
+
+
+async def admit(gw: Gateway, prepared: Prepared[R], ex: Exchange) -> None:
+    """The key's, its tenant's and the model's limits, for this request's estimate (its prompt's tokens
+    and the most it may generate): one round trip to the store. Refused, it raises, having consumed
+    nothing; admitted, the reservation is held on the exchange until it settles. Either way the answer
+    carries the x-ratelimit headers."""
+    await _admit(gw, ex, ex.model or "", prepared.prompt_tokens, prepared.max_output_tokens)
+
+
+async def _admit(gw: Gateway, ex: Exchange, model: str, prompt_tokens: int, max_output_tokens: int | None) -> None:
+    principal = ex.principal
+    if principal is None or gw.tenancy is None:
+        return
+    tenancy = gw.tenancy
+    plan = tenancy.policy.plan(principal, model, prompt_tokens, max_output_tokens)
+    verdict = await tenancy.limiter.admit(plan, principal.tenant_name)
+    ex.admitted = time.perf_counter()
+    ex.limit_headers, ex.limit_outcome = verdict.headers, verdict.outcome
+    if verdict.error is not None:
+        raise verdict.error
+    ex.admission = verdict.admission
 
 
 # --- send: endpoint choice, retries, fallback ---------------------------------------------------
@@ -266,11 +317,11 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     travels; the decoded call is kept to answer it in its own shape."""
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
     request = as_chat(call)
-    match = _route(gw, ex, request.model, bool(request.stream))
+    match, meta = _route(gw, ex, request.model, bool(request.stream), meta)
     passport = compute_passport(request, meta)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    return call, _prepared(gw, ex, request, match, passport, encoded, meta)
+    return call, _prepared(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
 
 
 async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
@@ -307,10 +358,10 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
 def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
     """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
-    match = _route(gw, ex, request.model, False)
+    match, meta = _route(gw, ex, request.model, False, meta)
     passport = compute_embedding_passport(request, meta)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
-    return _prepared(gw, ex, request, match, passport, encoded, meta)
+    return _prepared(gw, ex, request, match, passport, encoded, meta, 0)
 
 
 async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:
@@ -460,6 +511,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         return
     finally:
         ex.usage = translator.usage
+        ex.output_chars = translator.output_chars
         ex.upstream_done = time.perf_counter()
     ex.upstream_ok = True
     yield DONE
@@ -499,6 +551,9 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
         model = (view.ModelName() or b"").decode()
         provider = view.Provider()
         ex.model, ex.stream = model, view.Stream()
+        passport = view.Passport()
+        prompt_tokens = passport.PromptTokensEstimate() if passport is not None else 0
+        max_output_tokens = view.MaxTokens() if view.MaxTokensSet() else None
     except WireError as exc:
         raise InvalidRequest(f"The FlatBuffers request is invalid: {exc}.", code="invalid_flatbuffer") from None
     if not model:
@@ -506,6 +561,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     if not 0 <= provider < len(PROVIDER_NAMES):
         raise InvalidRequest(f"Unknown provider {provider}.", param="provider")
     match = gw.route(model, ex)
+    await _admit(gw, ex, model, prompt_tokens, max_output_tokens)
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
 
     async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
@@ -535,7 +591,22 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
 
 def settle(ex: Exchange) -> None:
     """The exchange has ended, however it ended (the edge calls this once, last): whatever it still
-    holds is let go. Usage is final here; the policy stage reconciles its limits here."""
+    holds is let go, and its reservation is charged what it used."""
     lease, ex.lease = ex.lease, None
     if lease is not None:
         lease.release(ex.upstream_ok)
+    admission, ex.admission = ex.admission, None
+    if admission is not None:
+        admission.settle(used(ex, admission.plan))
+
+
+def used(ex: Exchange, plan: Plan) -> Actual | None:
+    """What the request used, for its reservation: the service's usage; without it, what the edge knows.
+    None (refund all) when nothing ran: never sent, or refused by the service before any output."""
+    if ex.usage is not None:
+        return Actual(ex.usage.prompt_tokens, ex.usage.completion_tokens)
+    if ex.binary:  # a relayed answer is not read: the reservation stands
+        return Actual(plan.input_tokens, plan.output_tokens)
+    if ex.upstream_sent is None or (isinstance(ex.error, UpstreamAnswered) and not ex.output_chars):
+        return None
+    return Actual(plan.input_tokens, -(-ex.output_chars // CHARS_PER_TOKEN))  # the stream so far, estimated

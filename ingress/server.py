@@ -28,7 +28,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.app import create_app, tune_gc
-from ingress.appkeys import DRAIN
+from ingress.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
@@ -77,6 +77,7 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload_keys, app)
     log.info("ready", pid=os.getpid())
     await stop.wait()
     drain = app[DRAIN]
@@ -89,6 +90,20 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
         await drain.idle(2.0)
     await runner.cleanup()  # closes idle connections and the app
     log.info("stopped", pid=os.getpid())
+
+
+def _reload_keys(app: web.Application) -> None:
+    """SIGHUP: read the keys file again; traffic goes on, and a bad file keeps the keys in use."""
+    tenancy = app[GATEWAY].tenancy if GATEWAY in app else None
+    if tenancy is None or tenancy.policy.settings.keys_file is None:
+        log.info("SIGHUP: no keys file to read")
+        return
+    try:
+        tenancy.reload()
+    except ValueError as exc:
+        log.error("keys file not reloaded; the keys in use stay", error=str(exc))
+        return
+    log.info("keys reloaded", keys=len(tenancy.policy.keyring))
 
 
 def run_worker(settings_json: bytes, sock: socket.socket) -> None:
@@ -104,7 +119,7 @@ def run_worker(settings_json: bytes, sock: socket.socket) -> None:
 
 
 def workers_of(settings: Settings) -> int:
-    return settings.workers or os.cpu_count() or 1
+    return settings.worker_count()
 
 
 def serve(settings: Settings) -> int:
@@ -180,8 +195,14 @@ def _run_workers(settings: Settings, sock: socket.socket) -> int:
         with contextlib.suppress(OSError):  # full: a wakeup is already pending
             wake.send(b"\0")
 
+    def on_hangup(signum: int, _frame: Any) -> None:
+        for proc in procs.values():
+            if proc.pid is not None and proc.is_alive():
+                os.kill(proc.pid, signal.SIGHUP)
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     for slot in range(workers_of(settings)):
         start(slot)
     while not stopping:

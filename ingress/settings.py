@@ -6,10 +6,13 @@ shorthand (`--upstream URL --model NAME`) builds the same thing with one group a
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
+
+from ingress.tenancy.settings import Tenancy
 
 DEMO_MODEL = "ingress-demo"
 DEMO_GROUP = "demo"
@@ -163,11 +166,15 @@ class Settings(_Config, frozen=True):
     max_answer_bytes: BufferBytes = 64 * 1024 * 1024
     max_frame_bytes: BufferBytes = 16 * 1024 * 1024
     timeouts: Timeouts = Timeouts()
+    tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     verify_answers: bool = True  # verify every upstream buffer before reading it
     log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
     # Above the in-flight working set (bench/gc_pauses.py measured no collections); 0 turns collection off.
     gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
+
+    def worker_count(self) -> int:
+        return self.workers or os.cpu_count() or 1
 
     def resolved(self) -> tuple[dict[str, Group], tuple[Route, ...]]:
         """The groups and routes to serve: the configured ones, or those the shorthand implies."""

@@ -128,14 +128,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await _read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
         return await _write_relayed(request, ex, await pipeline.relay(gw, body, ex))
-    return await _answer(request, ex, pipeline.prepare(gw, body, request_meta(request), ex))
+    prepared = pipeline.prepare(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    return await _answer(request, ex, prepared)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     """Legacy text completions: the same path as chat, answered as text_completion objects."""
     gw, ex = request.app[GATEWAY], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
-    return await _answer(request, ex, pipeline.prepare_text(gw, body, request_meta(request), ex))
+    prepared = pipeline.prepare_text(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    return await _answer(request, ex, prepared)
 
 
 async def _answer(request: web.Request, ex: Exchange,
@@ -152,6 +156,7 @@ async def embeddings(request: web.Request) -> web.Response:
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     prepared = pipeline.prepare_embeddings(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
     with drain.deadline():
         answer = await pipeline.embed(gw, prepared, ex)
     return _json_response(answer)
@@ -162,6 +167,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     body = await _read_body(request, gw.settings.max_body_bytes)
     call, prepared = pipeline.prepare_responses(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
     if not call.request.stream:
         with drain.deadline():
             answer = await pipeline.respond(gw, call, prepared, ex)
@@ -236,7 +242,7 @@ def _abort(request: web.Request) -> None:
 
 
 async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
-    response = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID: ex.request_id,
+    response = web.StreamResponse(headers={**SSE_HEADERS, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id,
                                            "Server-Timing": server_timing(ex)})
     if request.app[DRAIN].draining:
         response.force_close()
@@ -250,7 +256,7 @@ async def _write_relayed(request: web.Request, ex: Exchange, relay: pipeline.Rel
     stall = request.app[GATEWAY].settings.client.write_timeout
     try:
         response = web.StreamResponse(status=relay.status, headers={
-            "Content-Type": CONTENT_TYPE, **relay.headers, REQUEST_ID: ex.request_id})
+            "Content-Type": CONTENT_TYPE, **relay.headers, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id})
         await response.prepare(request)
         try:
             async with aclosing(relay.chunks):
@@ -267,16 +273,24 @@ async def _write_relayed(request: web.Request, ex: Exchange, relay: pipeline.Rel
         relay.close()
 
 
+def _models(request: web.Request) -> list[str]:
+    """The models listed: those the routes name, and of them those the request's key may use."""
+    principal = request[EXCHANGE].principal
+    models = request.app[GATEWAY].routes.listed_models()
+    return models if principal is None else [m for m in models if principal.allows(m)]
+
+
 async def list_models(request: web.Request) -> web.Response:
-    gw, created = request.app[GATEWAY], request.app[STARTED]
+    created = request.app[STARTED]
     return _json_response(out.ModelList(data=[out.ModelOut(id=m, created=created, owned_by="ingress")
-                                              for m in gw.routes.listed_models()]))
+                                              for m in _models(request)]))
 
 
 async def get_model(request: web.Request) -> web.Response:
-    gw, model = request.app[GATEWAY], request.match_info["model"]
-    if model not in gw.routes.listed_models():
-        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+    model = request.match_info["model"]
+    if model not in _models(request):
+        raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
+                       code="model_not_found")
     return _json_response(out.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
 
 

@@ -14,7 +14,7 @@ import structlog
 from aiohttp import web
 
 from ingress import metrics, pipeline
-from ingress.appkeys import DRAIN, EXCHANGE
+from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
@@ -35,10 +35,11 @@ def request_id_of(header: str | None) -> str:
     return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
-def error_response(exc: IngressError, request_id: str, *, binary: bool = False) -> web.Response:
+def error_response(exc: IngressError, request_id: str, *, binary: bool = False,
+                   more: dict[str, str] | None = None) -> web.Response:
     """OpenAI's error JSON; for a FlatBuffers request the service failed (not the edge's refusal of the
     request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
-    headers = {REQUEST_ID: request_id}
+    headers = {**more, REQUEST_ID: request_id} if more else {REQUEST_ID: request_id}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
     if binary and not isinstance(exc, InvalidRequest):
@@ -67,7 +68,7 @@ def _draining(request: web.Request) -> bool:
 def server_timing(ex: Exchange, now: float | None = None) -> str:
     """Server-Timing: the stages done so far, in milliseconds, and the request id."""
     marks = [("decode", ex.started, ex.decoded), ("encode", ex.decoded, ex.encoded),
-             ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
+             ("admit", ex.encoded, ex.admitted), ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
              ("translate", ex.upstream_done or ex.upstream_head, now)]
     parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
              if start is not None and end is not None]
@@ -88,6 +89,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         drain.enter()
     try:
         try:
+            gw = request.app.get(GATEWAY)
+            tenancy = gw.tenancy if gw is not None else None
+            if tenancy is not None and request.path.startswith("/v1/"):
+                ex.principal = tenancy.policy.authenticate(request.headers)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
@@ -97,6 +102,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         outcome = "stream_error" if ex.error is not None else "ok"
         if not response.prepared:  # streams set theirs before the head is sent
             response.headers.setdefault(REQUEST_ID, ex.request_id)
+            if ex.limit_headers:
+                response.headers.update(ex.limit_headers)
             if _draining(request):
                 response.force_close()
             response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
@@ -104,7 +111,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except IngressError as exc:
         ex.error = exc
         status = exc.status
-        response = error_response(exc, ex.request_id, binary=ex.binary)
+        response = error_response(exc, ex.request_id, binary=ex.binary, more=ex.limit_headers)
         response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         if _draining(request):
             response.force_close()
@@ -177,6 +184,10 @@ def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str)
     }
     if ex.model is not None:
         fields.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
+    if ex.principal is not None:
+        fields.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
+    if ex.limit_outcome is not None:
+        fields["limit"] = ex.limit_outcome
     if ex.first_byte is not None:
         fields["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
     if ex.usage is not None:

@@ -40,8 +40,9 @@ class MemoryStore:
         self.leases_expired = 0
 
     def limit(self, check: Check) -> float:
+        """The check's limit, scaled by the share; at least one (a request, a slot, a token) per period."""
         scaled = check.limit * self.share
-        return scaled if check.algorithm == "rate" else max(math.floor(scaled), 1)
+        return max(scaled, 1.0) if check.algorithm == "rate" else max(math.floor(scaled), 1)
 
     def admit(self, plan: Plan) -> Decision:
         """Every check passes and all are applied, or none is: a refused request consumes nothing."""

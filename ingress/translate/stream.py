@@ -22,6 +22,7 @@ class StreamTranslator:
         self.created = created
         self.include_usage = include_usage
         self.usage: wt.Usage | None = None
+        self.output_chars = 0  # text, reasoning and tool arguments streamed: counted when no usage comes
         self.done = False
         self.system_fingerprint: str | None = None
         self.service_tier: str | None = None
@@ -50,6 +51,9 @@ class StreamTranslator:
         self.done = chunk.done
         result = []
         calls = chunk.tool_calls
+        self.output_chars += len(chunk.content or "") + len(chunk.reasoning or "")
+        if calls:
+            self.output_chars += sum(len(d.arguments or "") for d in calls)
         legacy = _function_delta(calls) if self._legacy and calls else UNSET
         delta = out.DeltaOut(
             role=chunk.role if chunk.role is not None else UNSET,

@@ -75,6 +75,10 @@ class TextStreamTranslator:
     def usage(self) -> wt.Usage | None:
         return self._chat.usage
 
+    @property
+    def output_chars(self) -> int:
+        return self._chat.output_chars
+
     def feed_frame(self, frame: bytes) -> list[TextCompletion]:
         return [text for chunk in self._chat.feed_frame(frame) if (text := self._text_chunk(chunk)) is not None]
 

@@ -1,0 +1,253 @@
+"""Keys and limits at a real edge on loopback, the official openai SDK as the client: authentication,
+the models a key may use, OpenAI's 429 contract (true Retry-After, x-should-retry), the x-ratelimit
+headers on every answer (streams included), reservations reconciled from usage, concurrency slots."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from fakes.upstream import FakeUpstream, answer, slow_head
+from logcapture import lines
+from recording import recording_edge
+from waiting import eventually
+
+from ingress.exchange import Exchange
+from ingress.settings import Settings
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Budget, Key, Limits, Tenancy, Tenant
+from ingress.wire.decode import read_request
+
+MODEL, HIDDEN = "ingress-demo", "hidden-model"
+KEY, KEY_ID, KEY_HASH = new_key()
+HELLO: list[Any] = [{"role": "user", "content": "Say hello to the edge"}]
+
+
+NONE = Limits()
+
+
+def settings(limits: Limits = NONE, tenant: Limits = NONE, upstream: str | None = None) -> Settings:
+    tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=(MODEL,), limits=limits),),
+                      tenants={"acme": Tenant(limits=tenant)})
+    if upstream is not None:
+        return Settings(upstream=upstream, models=(MODEL, HIDDEN), tenancy=tenancy, workers=1)
+    return Settings(models=(MODEL, HIDDEN), tenancy=tenancy, workers=1)  # one process: the whole of each limit
+
+
+class Edge:
+    def __init__(self, stack: AsyncExitStack, url: str, exchanges: list[Exchange]) -> None:
+        self.stack, self.url, self.exchanges = stack, url, exchanges
+
+    def client(self, key: str = KEY, **options: Any) -> openai.AsyncOpenAI:
+        client = openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=key, **options)
+        self.stack.push_async_callback(client.close)
+        return client
+
+    def statuses(self) -> list[int]:
+        return [429 if ex.limit_outcome == "limited" else 200 if ex.error is None else ex.error.status
+                for ex in self.exchanges]
+
+
+async def edge(stack: AsyncExitStack, config: Settings) -> Edge:
+    url, _, exchanges = await recording_edge(stack, config)
+    return Edge(stack, url, exchanges)
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as s:
+        yield s
+
+
+async def test_no_key_or_a_wrong_key_is_openais_401(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings())
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{e.url}/v1/chat/completions", json={"model": MODEL, "messages": HELLO}) as r:
+        assert r.status == 401  # (the SDK will not send a request without a key)
+        assert (await r.json())["error"] == {
+            "message": "You didn't provide an API key. Provide it in the Authorization header "
+                       "(Authorization: Bearer YOUR_KEY).",
+            "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}
+    wrong = KEY[:-3] + "xyz"
+    with pytest.raises(openai.AuthenticationError) as refused:
+        await e.client(wrong).models.list()
+    assert refused.value.code == "invalid_api_key" and wrong not in str(refused.value.body)
+    async with aiohttp.ClientSession() as http:  # x-api-key, as Anthropic-style clients send it
+        async with http.get(f"{e.url}/v1/models", headers={"x-api-key": KEY}) as r:
+            assert r.status == 200
+        async with http.get(f"{e.url}/healthz") as r:  # probes need no key
+            assert r.status == 200
+
+
+async def test_a_key_sees_and_calls_only_its_models(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings())
+    client = e.client()
+    assert [m.id async for m in client.models.list()] == [MODEL]
+    with pytest.raises(openai.NotFoundError) as hidden:
+        await client.chat.completions.create(model=HIDDEN, messages=HELLO)
+    with pytest.raises(openai.NotFoundError) as unknown:
+        await client.chat.completions.create(model="no-such-model", messages=HELLO)
+    assert hidden.value.code == unknown.value.code == "model_not_found"
+    assert "does not exist or you do not have access to it" in hidden.value.message
+    with pytest.raises(openai.NotFoundError):
+        await client.models.retrieve(HIDDEN)
+    assert (await client.chat.completions.create(model=MODEL, messages=HELLO)).choices[0].message.content
+
+
+async def test_the_429_says_when_and_the_sdk_retries_then_succeeds(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings(Limits(rpm=60)))
+    client = e.client(max_retries=0)
+    for _ in range(60):
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    with pytest.raises(openai.RateLimitError) as limited:
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    error, headers = limited.value, limited.value.response.headers
+    assert error.code == "rate_limit_exceeded" and error.type == "requests"
+    assert f"key '{KEY_ID}'" in error.message and "requests per minute: limit 60" in error.message
+    wait_ms = int(headers["retry-after-ms"])
+    assert 0 < wait_ms <= 1000 and int(headers["retry-after"]) == 1
+    assert headers["x-ratelimit-limit-requests"] == "60" and headers["x-ratelimit-remaining-requests"] == "0"
+    assert "x-should-retry" not in headers
+    attempts = len(e.exchanges)
+    started = time.monotonic()
+    await e.client(max_retries=2).chat.completions.create(model=MODEL, messages=HELLO)  # the SDK's own retry
+    assert e.statuses()[attempts:] in ([429, 200], [200])  # time may have refilled one already
+    assert time.monotonic() - started < 10  # it waited about the Retry-After, not a backoff
+
+
+async def test_what_can_never_fit_is_not_retried_by_the_sdk(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings(Limits(tpm=1000)))
+    with pytest.raises(openai.RateLimitError) as never:
+        await e.client(max_retries=3).chat.completions.create(model=MODEL, messages=HELLO, max_tokens=5000)
+    assert never.value.response.headers["x-should-retry"] == "false" and never.value.type == "tokens"
+    assert "more than the limit allows at once" in never.value.message
+    assert e.statuses() == [429]  # exactly one attempt
+
+
+async def test_a_spent_budget_is_insufficient_quota_and_not_retried(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings(tenant=Limits(budget=Budget(tokens=500))))
+    client = e.client(max_retries=3)
+    with pytest.raises(openai.RateLimitError) as spent:
+        for _ in range(100):  # each reserves 406 tokens and is charged its usage (about ten)
+            await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=400)
+    assert spent.value.code == "insufficient_quota" and spent.value.type == "insufficient_quota"
+    assert spent.value.response.headers["x-should-retry"] == "false"
+    assert "Budget exhausted for tenant 'acme': 500 tokens per month" in spent.value.message
+    statuses = e.statuses()
+    assert statuses[-1] == 429 and set(statuses[:-1]) == {200} and len(statuses) > 5  # one attempt, not four
+
+
+async def test_every_answer_carries_the_headers_a_stream_in_its_head(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings(Limits(rpm=100, tpm=10_000)))
+    client = e.client()
+    raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO, stream=True)
+    head = raw.headers  # read before a byte of the body
+    assert head["x-ratelimit-limit-requests"] == "100" and head["x-ratelimit-remaining-requests"] == "99"
+    assert head["x-ratelimit-limit-tokens"] == "10000"
+    assert int(head["x-ratelimit-remaining-tokens"]) < 10_000 and head["x-ratelimit-reset-tokens"].endswith("s")
+    chunks = [c async for c in raw.parse()]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    for call in (client.completions.with_raw_response.create(model=MODEL, prompt="hi"),
+                 client.embeddings.with_raw_response.create(model=MODEL, input="hi"),
+                 client.responses.with_raw_response.create(model=MODEL, input="hi")):
+        assert (await call).headers["x-ratelimit-remaining-requests"]
+
+
+async def test_a_reservation_is_reconciled_from_the_usage(stack: AsyncExitStack) -> None:
+    e = await edge(stack, settings(Limits(tpm=10_000)))
+    client = e.client()
+    first = await client.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO, max_tokens=5000)
+    reserved_left = int(first.headers["x-ratelimit-remaining-tokens"])
+    usage = first.parse().usage
+    assert usage is not None and reserved_left <= 10_000 - 5000
+    after = await client.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO, max_tokens=1)
+    # The first request's unused 5000-odd tokens came back: only its usage and this reservation remain
+    # (plus what time refilled).
+    left = int(after.headers["x-ratelimit-remaining-tokens"])
+    assert left >= 10_000 - usage.total_tokens - 10 - 1, left
+
+
+async def test_a_cancelled_stream_frees_its_concurrency_slot(stack: AsyncExitStack) -> None:
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    e = await edge(stack, settings(Limits(concurrency=1), upstream=upstream))
+    fake.play(answer("one two three four five six"), pace=0.5)
+    client = e.client(max_retries=0)
+    stream = await client.chat.completions.create(model=MODEL, messages=HELLO, stream=True)
+    first = await anext(aiter(stream))
+    assert first.choices
+    with pytest.raises(openai.RateLimitError) as busy:
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    assert "in progress" in busy.value.message and busy.value.type == "requests"
+    await stream.close()  # the client goes away mid-stream
+
+    async def freed() -> bool:
+        try:
+            await client.chat.completions.create(model=MODEL, messages=HELLO)
+        except openai.RateLimitError:
+            return False
+        return True
+
+    await eventually(freed, "the slot freed", timeout=10)
+
+
+async def test_internal_services_see_the_keys_public_id_and_tenant_never_the_key(stack: AsyncExitStack) -> None:
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    e = await edge(stack, settings(upstream=upstream))
+    await e.client().chat.completions.create(model=MODEL, messages=HELLO)
+    (received,) = fake.received
+    passport = read_request(received.body).Passport()
+    assert passport is not None
+    assert passport.KeyId() == KEY_ID.encode() and passport.TenantId() == b"acme"
+    assert KEY.encode() not in received.body and "authorization" not in received.headers
+
+
+async def test_the_access_line_and_metrics_name_the_tenant_key_and_outcome(stack: AsyncExitStack,
+                                                                          log_stream: Any) -> None:
+    e = await edge(stack, settings(Limits(rpm=1)))
+    client = e.client(max_retries=0)
+    await client.chat.completions.create(model=MODEL, messages=HELLO)
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    access = [line for line in lines(log_stream) if line.get("path") == "/v1/chat/completions"]
+    assert [(a["tenant"], a["key_id"], a["limit"], a["status"]) for a in access] == [
+        ("acme", KEY_ID, "admitted", 200), ("acme", KEY_ID, "limited", 429)]
+    assert KEY not in log_stream.getvalue()
+    async with aiohttp.ClientSession() as http, http.get(f"{e.url}/metrics") as r:
+        text = await r.text()
+    assert 'ingress_limited_total{kind="requests",scope="key",tenant="acme"}' in text
+    assert KEY not in text and KEY_HASH not in text
+
+
+async def test_an_open_edge_stays_open_without_tenancy(stack: AsyncExitStack) -> None:
+    url, _, exchanges = await recording_edge(stack, Settings())
+    client = Edge(stack, url, exchanges).client("anything")
+    raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO)
+    assert "x-ratelimit-limit-requests" not in raw.headers
+    assert json.loads(raw.text)["choices"]
+
+
+@pytest.mark.parametrize("n", [8, 32])
+async def test_concurrent_bursts_do_not_overshoot_the_token_limit(stack: AsyncExitStack, n: int) -> None:
+    fake = FakeUpstream(default=slow_head(1.0))  # nothing settles (and refunds) while the burst arrives
+    upstream = await stack.enter_async_context(fake.running())
+    e = await edge(stack, settings(Limits(tpm=2000), upstream=upstream))
+    client = e.client(max_retries=0)
+
+    async def one() -> bool:
+        try:
+            await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=300)
+        except openai.RateLimitError:
+            return False
+        return True
+
+    admitted = sum(await asyncio.gather(*(one() for _ in range(n))))
+    assert admitted == 2000 // (300 + 6)  # each reserves its prompt (6 by the estimate) and max_tokens

@@ -1,0 +1,62 @@
+"""Keys and tenants to principals; what a key may call; a request's plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingress.errors import Unauthenticated
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.policy import Policy, presented_key
+from ingress.tenancy.settings import Key, Limits, ModelPolicy, Price, Tenancy, Tenant
+
+KEY, KEY_ID, KEY_HASH = new_key()
+
+
+def policy(**tenancy: object) -> Policy:
+    settings = Tenancy(
+        keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=("gpt-4o*", "llama-3"), limits=Limits(rpm=5)),),
+        tenants={"acme": Tenant(models=("gpt-4o-mini", "llama-*"), limits=Limits(tpm=1000))},
+        models={"gpt-4o-mini": ModelPolicy(price=Price(input=0.15, output=0.6), default_max_tokens=256),
+                "llama-*": ModelPolicy(limits=Limits(concurrency=2))},
+        **tenancy)  # type: ignore[arg-type]
+    return Policy(settings)
+
+
+@pytest.mark.parametrize("headers", [{"Authorization": f"Bearer {KEY}"}, {"authorization": f"bearer  {KEY} "},
+                                     {"x-api-key": KEY}, {"api-key": KEY}])
+def test_a_key_is_read_from_each_header_clients_use(headers: dict[str, str]) -> None:
+    from multidict import CIMultiDict
+
+    principal = policy().authenticate(CIMultiDict(headers))
+    assert principal.key.id == KEY_ID and principal.tenant_name == "acme"
+
+
+def test_no_key_or_a_wrong_key_is_a_401_that_never_repeats_the_key() -> None:
+    with pytest.raises(Unauthenticated) as missing:
+        policy().authenticate({})
+    assert missing.value.status == 401 and missing.value.code == "invalid_api_key"
+    wrong = KEY[:-4] + "zzzz"
+    with pytest.raises(Unauthenticated) as refused:
+        policy().authenticate({"Authorization": f"Bearer {wrong}"})
+    assert wrong not in refused.value.message and KEY_ID in refused.value.message  # the public id only
+    assert presented_key({"Authorization": "Basic abc"}) is None
+
+
+def test_a_key_may_use_what_both_it_and_its_tenant_allow() -> None:
+    principal = policy().authenticate({"x-api-key": KEY})
+    assert principal.allows("gpt-4o-mini") and principal.allows("llama-3")
+    assert not principal.allows("gpt-4o")  # the key's glob, not the tenant's list
+    assert not principal.allows("llama-3.1")  # the tenant's glob, not the key's
+
+
+def test_a_plan_holds_the_key_tenant_and_model_checks_and_reserves_the_output_bound() -> None:
+    p = policy()
+    principal = p.authenticate({"x-api-key": KEY})
+    plan = p.plan(principal, "gpt-4o-mini", 120, None)
+    assert [c.key for c in plan.checks] == [f"k:{KEY_ID}:rpm", "t:acme:tpm"]  # the model has no limits
+    assert (plan.input_tokens, plan.output_tokens) == (120, 256)  # the model's default bound
+    assert p.plan(principal, "gpt-4o-mini", 120, 10).output_tokens == 10
+    assert p.plan(principal, "llama-3", 1, None).output_tokens == 4096  # [tenancy] default_max_tokens
+    assert p.plan(principal, "llama-3", 1, None, embeds=True).output_tokens == 0
+    assert [c.key for c in p.plan(principal, "llama-3", 1, 1).checks][-1] == "m:llama-*:conc"
+    assert p.plan(principal, "llama-3", 1, 1).ticket != p.plan(principal, "llama-3", 1, 1).ticket
