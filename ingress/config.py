@@ -18,7 +18,7 @@ import msgspec
 from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
 from ingress.tenancy.policy import read_keys_file
-from ingress.tenancy.settings import Tenancy
+from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -93,13 +93,18 @@ def _line_of(text: str, key: str) -> str:
 
 
 def _name_dict_keys(raw: Any, path: str) -> str:
-    """msgspec writes a dict's entry as `[...]`; find which group failed and name it."""
-    if path.startswith("groups[...]") and isinstance(raw, dict):
-        for name, group in (raw.get("groups") or {}).items():
+    """msgspec writes a dict's entry as `[...]`; find which entry failed and name it."""
+    for where, kind in (("groups", Group), ("tenancy.tenants", Tenant), ("tenancy.models", ModelPolicy)):
+        if not path.startswith(f"{where}[...]"):
+            continue
+        table: Any = raw
+        for part in where.split("."):
+            table = table.get(part) if isinstance(table, dict) else None
+        for name, entry in (table or {}).items():
             try:
-                msgspec.convert(group, Group)
+                msgspec.convert(entry, kind)
             except msgspec.ValidationError:
-                return f"groups.{name}" + path[len("groups[...]"):]
+                return f"{where}.{name}" + path[len(f"{where}[...]"):]
     return path
 
 

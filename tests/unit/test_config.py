@@ -448,3 +448,72 @@ def test_check_config_and_serve_refuse_credentials_without_echoing_them(tmp_path
     assert served.returncode == 1 and "command line: upstream: " in served.stderr, served.stderr
     for done in (checked, served):
         assert PASSWORD not in done.stdout + done.stderr
+
+
+# --- [tenancy] ----------------------------------------------------------------------------------
+
+TENANCY = """\
+[tenancy]
+backend = "memory"
+default_max_tokens = 2048
+
+[tenancy.tenants.acme]
+limits = { rpm = 600, tpm = 200_000, budget = { usd = 50.0, period = "month" } }
+models = ["gpt-4o*"]
+
+[[tenancy.keys]]
+id = "3f9c2a7d1b6e"
+tenant = "acme"
+hash = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+models = ["gpt-4o-mini"]
+limits = { rpm = 60, concurrency = 4 }
+
+[tenancy.models."gpt-4o-mini"]
+price = { input = 0.15, output = 0.6 }
+default_max_tokens = 1024
+"""
+
+
+def test_a_tenancy_section_decodes() -> None:
+    tenancy = parse_config(TENANCY).tenancy
+    assert tenancy is not None and tenancy.tenants["acme"].limits.budget is not None
+    assert tenancy.keys[0].limits.concurrency == 4 and tenancy.models["gpt-4o-mini"].price.output == 0.6
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('tenant = "acme"', 'tenant = "acne"', "tenancy.keys[0].tenant: no tenant named 'acne'"),
+    ('backend = "memory"', 'backend = "redis"', "tenancy.redis: backend = \"redis\" needs redis"),
+    ("limits = { rpm = 60, concurrency = 4 }", "limits = { rpm = 60, concurency = 4 }",
+     "tenancy.keys[0].limits.concurency: Object contains unknown field `concurency` (line 14)"),
+    ('hash = "sha256:0', 'hash = "md5:0', "tenancy.keys[0].hash: Expected `str` matching regex"),
+    ("rpm = 600", "rpm = 0", "tenancy.tenants.acme.limits.rpm: Expected `int` >= 1"),
+    ("output = 0.6", "output = -1", "tenancy.models.gpt-4o-mini.price.output: Expected `float` >= 0"),
+    ('backend = "memory"', 'backend = "memory"\nkeys_file = "/nonexistent/keys.toml"',
+     "tenancy.keys_file: /nonexistent/keys.toml: cannot read"),
+])
+def test_tenancy_mistakes_are_named(old: str, new: str, message: str) -> None:
+    assert old in TENANCY
+    with pytest.raises(ConfigError) as error:
+        parse_config(TENANCY.replace(old, new, 1))
+    assert message in str(error.value)
+
+
+def test_a_key_id_used_twice_is_refused(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[[keys]]\nid = "3f9c2a7d1b6e"\ntenant = "acme"\nhash = "sha256:' + "1" * 64 + '"\n')
+    text = TENANCY.replace('backend = "memory"', f'backend = "memory"\nkeys_file = "{keys}"')
+    with pytest.raises(ConfigError, match="the key id '3f9c2a7d1b6e' is used twice"):
+        parse_config(text)
+
+
+def test_keys_new_prints_the_key_once_and_an_entry_the_config_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    from ingress.tenancy.keys import hash_of
+
+    assert main(["keys", "new", "--tenant", "acme", "--model", "gpt-4o*", "--name", "ci bot"]) == 0
+    out = capsys.readouterr().out
+    key = re.search(r"sk-ig-\S+", out)
+    assert key is not None and out.count(key[0]) == 1  # shown once; the entry holds its hash
+    settings = parse_config(TENANCY + "\n" + out)
+    made = settings.tenancy.keys[-1] if settings.tenancy else None
+    assert made is not None and made.hash == hash_of(key[0]) and made.models == ("gpt-4o*",)
+    assert made.name == "ci bot"
