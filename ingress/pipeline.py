@@ -563,6 +563,8 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     match = gw.route(model, ex)
     await _admit(gw, ex, model, prompt_tokens, max_output_tokens)
     headers, timeouts = _hop_headers(ex.request_id, None), gw.timeouts(match)
+    if ex.principal is not None:  # the buffer's passport is the client's own: who the edge admitted goes beside it
+        headers["x-ingress-tenant"], headers["x-ingress-key-id"] = ex.principal.tenant_name, ex.principal.key.id
 
     async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
         return await lease.client.forward(body, headers, timeouts)

@@ -100,9 +100,9 @@ class MemoryStore:
             reservation = self._reserved.get(ticket)
             if reservation is None:
                 continue
+            reservation.expires = max(reservation.expires, now + TOMBSTONE_US)
             for check in reservation.checks:
                 if check.algorithm == "slots":
-                    reservation.expires = now + check.period_us
                     self._slots.setdefault(check.key, {})[ticket] = now + check.period_us
 
     def sweep(self) -> None:

@@ -19,11 +19,15 @@ from logcapture import lines
 from recording import recording_edge
 from waiting import eventually
 
+from ingress import wire
 from ingress.exchange import Exchange
+from ingress.oai.models import ChatCompletionRequest, UserMessage
+from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Settings
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Budget, Key, Limits, Tenancy, Tenant
 from ingress.wire.decode import read_request
+from ingress.wire.encode import encode_request
 
 MODEL, HIDDEN = "ingress-demo", "hidden-model"
 KEY, KEY_ID, KEY_HASH = new_key()
@@ -251,3 +255,26 @@ async def test_concurrent_bursts_do_not_overshoot_the_token_limit(stack: AsyncEx
 
     admitted = sum(await asyncio.gather(*(one() for _ in range(n))))
     assert admitted == 2000 // (300 + 6)  # each reserves its prompt (6 by the estimate) and max_tokens
+
+
+async def test_a_flatbuffers_client_presents_a_key_and_is_held_to_the_same_limits(stack: AsyncExitStack) -> None:
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    e = await edge(stack, settings(Limits(rpm=2, tpm=10_000), upstream=upstream))
+    request = ChatCompletionRequest(model=MODEL, messages=[UserMessage(content="hi")], max_tokens=100)
+    body = bytes(encode_request(request, "bin-1", compute_passport(request, RequestMeta())))
+    key = {"Authorization": f"Bearer {KEY}", "Content-Type": wire.CONTENT_TYPE}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{e.url}/v1/chat/completions", data=body,
+                             headers={"Content-Type": wire.CONTENT_TYPE}) as r:
+            assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_api_key"
+        for _ in range(2):
+            async with http.post(f"{e.url}/v1/chat/completions", data=body, headers=key) as r:
+                assert r.status == 200 and r.headers["Content-Type"] == wire.CONTENT_TYPE
+                assert r.headers["x-ratelimit-limit-requests"] == "2"
+                await r.read()
+        async with http.post(f"{e.url}/v1/chat/completions", data=body, headers=key) as r:
+            assert r.status == 429 and r.headers["Retry-After"]
+    assert len(fake.received) == 2 and fake.received[0].body == body  # still forwarded byte for byte
+    assert fake.received[0].headers["x-ingress-tenant"] == "acme"  # who was admitted, beside the client's passport
+    assert fake.received[0].headers["x-ingress-key-id"] == KEY_ID
