@@ -1,0 +1,73 @@
+"""The whole request path on one screen, as named stages, each in a module of this package.
+
+    JSON     prepare   decode → route → passport → encode                   CPU only: bad input raises here
+             prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
+             prepare_responses  the same, for the Responses API: read as the chat request it amounts to
+             complete  send → translate                                    one chat.completion
+             respond / stream_response  as complete / stream, answered as a Responses object / events
+             embed     as prepare, then send → translate                   one embeddings list
+             stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
+    binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
+    tenancy  (authenticate, in the edge's middleware) → prepare: the key may use the model →
+             admit     the request's limits in one round trip to the store: a refusal raises, having
+                       consumed nothing; the reservation is held on the exchange
+    always   settle    after every end (an answer, an error, a client gone): the endpoint's slot is let go,
+                       and the reservation is charged the real usage (refund or debt), off the response path
+
+Only the edge renders bytes for the client: the stages yield typed events, and raise IngressErrors.
+
+    gateway.py  what every request shares          prepare.py  the CPU-only stages
+    admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, fallback
+    answer.py   complete, respond, embed           stream.py   stream, stream_response, their events
+    relay.py    relay
+"""
+
+from __future__ import annotations
+
+from ingress.pipeline.admit import admit, settle, used
+from ingress.pipeline.answer import complete, embed, respond
+from ingress.pipeline.gateway import EncodeRequest, Gateway
+from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embeddings, prepare_responses, prepare_text
+from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
+from ingress.pipeline.send import send
+from ingress.pipeline.stream import (
+    DONE,
+    HEARTBEAT,
+    OPENED,
+    Failed,
+    ResponsesStreamEvent,
+    Signal,
+    StreamEvent,
+    stream,
+    stream_response,
+)
+
+__all__ = [
+    "DONE",
+    "HEARTBEAT",
+    "OPENED",
+    "RELAYED_HEADERS",
+    "Completion",
+    "EncodeRequest",
+    "Failed",
+    "Gateway",
+    "Prepared",
+    "RelayedAnswer",
+    "ResponsesStreamEvent",
+    "Signal",
+    "StreamEvent",
+    "admit",
+    "complete",
+    "embed",
+    "prepare",
+    "prepare_embeddings",
+    "prepare_responses",
+    "prepare_text",
+    "relay",
+    "respond",
+    "send",
+    "settle",
+    "stream",
+    "stream_response",
+    "used",
+]

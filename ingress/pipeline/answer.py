@@ -1,0 +1,74 @@
+"""complete / respond / embed: one whole answer each."""
+
+from __future__ import annotations
+
+from ingress.errors import UpstreamProtocolError
+from ingress.exchange import Exchange
+from ingress.oai import answers as out
+from ingress.oai.completions import TextCompletion, TextCompletionRequest
+from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
+from ingress.oai.response_objects import ResponseObject
+from ingress.oai.responses import Call
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.prepare import Completion, Prepared
+from ingress.pipeline.send import send
+from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.embeddings import translate_embeddings
+from ingress.translate.responses import translate_response_object
+from ingress.translate.text import translate_text_response
+from ingress.upstream.group import Lease
+from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
+from ingress.wire.types import Response
+
+
+async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> out.ChatCompletion | TextCompletion:
+    """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
+    response = await _completed(gw, prepared, ex)
+    if isinstance(prepared.request, TextCompletionRequest):
+        return translate_text_response(response)
+    return translate_response(response, legacy_functions=prepared.request.legacy_functions)
+
+
+async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> Response:
+    """Send, and decode the one answer (an Error answer raises)."""
+
+    async def attempt(lease: Lease) -> Response:
+        answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)
+        try:
+            return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
+        except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
+            raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
+
+    response = await send(gw, prepared.match, ex, attempt)
+    ex.upstream_ok = True
+    ex.mark_first_byte()
+    ex.usage = response.usage
+    return response
+
+
+async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
+    """A non-streamed Responses answer, sent as `complete` sends."""
+    return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id)
+
+
+async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:
+    """One embeddings answer, sent as `complete` sends (retries, fallback); any failure raises."""
+    inputs = len(prepared.request.inputs)
+
+    async def attempt(lease: Lease) -> Embeddings:
+        answer = await lease.client.embed(prepared.encoded, prepared.headers, prepared.timeouts)
+        try:
+            embeddings = decode_embeddings_answer(answer, verify_answer=gw.settings.verify_answers)
+        except UpstreamProtocolError as exc:  # a whole answer arrived: the service ran
+            raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
+        if len(embeddings.vectors) != inputs:
+            raise UpstreamProtocolError(f"The model service answered {len(embeddings.vectors)} embeddings "
+                                        f"for {inputs} inputs.", after_head=True)
+        return embeddings
+
+    embeddings = await send(gw, prepared.match, ex, attempt)
+    ex.upstream_ok = True
+    ex.mark_first_byte()
+    ex.usage = embeddings.usage
+    return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
+

@@ -1,0 +1,64 @@
+"""What every request shares (the Gateway), and the headers of the internal hop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ingress.errors import NotFound
+from ingress.exchange import Exchange
+from ingress.oai.models import ChatCompletionRequest
+from ingress.passport import Passport
+from ingress.routing.budget import RetryBudget
+from ingress.routing.table import Match, RouteTable
+from ingress.settings import Settings, Timeouts
+from ingress.tenancy import Tenancy
+from ingress.upstream.group import EndpointGroup
+from ingress.wire.encode import encode_request
+
+T = TypeVar("T")
+
+
+EncodeRequest = Callable[[ChatCompletionRequest, str, Passport, str, str | None, str | None], bytes | bytearray]
+
+
+@dataclass
+class Gateway:
+    """What every request shares: settings, routes, upstream groups, the retry budget, the encoder."""
+
+    settings: Settings
+    routes: RouteTable
+    groups: dict[str, EndpointGroup]
+    budget: RetryBudget
+    tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
+    encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
+
+    def route(self, model: str, ex: Exchange) -> Match:
+        match = self.routes.match(model)
+        if match is None or (ex.principal is not None and not ex.principal.allows(model)):
+            # One answer for both, as OpenAI's: a key learns nothing of the models it may not use.
+            raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
+                           code="model_not_found")
+        r = match.route
+        ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
+        ex.group = r.group
+        return match
+
+    def forwards_extras(self, model: str) -> bool:
+        """The model's route forwards the fields that are not OpenAI's (asked only when a body has some)."""
+        match = self.routes.match(model)
+        return match is not None and match.route.extra_fields == "forward"
+
+    def timeouts(self, match: Match) -> Timeouts:
+        return match.route.timeouts or self.settings.timeouts
+
+
+def hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:
+    headers = {"x-request-id": request_id}
+    if passport is not None and passport.traceparent:
+        headers["traceparent"] = passport.traceparent
+        if passport.tracestate:
+            headers["tracestate"] = passport.tracestate
+    return headers
+

@@ -1,0 +1,121 @@
+"""prepare: decode → route → passport → encode, CPU only; bad input raises here, before anything is sent."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+
+from ingress.exchange import Exchange
+from ingress.oai.codec import decode_chat_request_forwarding
+from ingress.oai.completions import TextCompletionRequest, decode_text_request_forwarding
+from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
+from ingress.oai.models import ChatCompletionRequest
+from ingress.oai.responses import Call, as_chat, decode_responses_request_forwarding
+from ingress.passport import (
+    Passport,
+    RequestMeta,
+    compute_embedding_passport,
+    compute_passport,
+    compute_prompts_passport,
+)
+from ingress.pipeline.gateway import Gateway, hop_headers
+from ingress.routing.table import Match
+from ingress.settings import Timeouts
+from ingress.wire.embeddings import encode_embedding_request
+from ingress.wire.encode import encode_text_request
+
+R = TypeVar("R")
+
+
+@dataclass
+class Prepared(Generic[R]):
+    """A request decoded, routed, admitted and encoded: everything the internal hop needs."""
+
+    request: R
+    match: Match
+    encoded: bytes | bytearray
+    headers: dict[str, str]
+    timeouts: Timeouts
+    prompt_tokens: int  # the passport's count, and what admission reserves with the output's bound
+    max_output_tokens: int | None  # the most the request may generate (None: unbounded by the request)
+
+
+Completion = ChatCompletionRequest | TextCompletionRequest  # both answered by `complete` and `stream`
+
+
+def route_decoded(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: RequestMeta) -> tuple[Match, RequestMeta]:
+    """The decoded request's route, for every endpoint (a model the key may not use is not found), and
+    the request's meta as the passport carries it: with a key, the key's public id and its tenant."""
+    ex.decoded = time.perf_counter()
+    ex.model, ex.stream = model, stream
+    match = gw.route(model, ex)
+    if ex.principal is not None:
+        meta = msgspec.structs.replace(meta, tenant_id=ex.principal.tenant_name, key_id=ex.principal.key.id)
+    return match, meta
+
+
+def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
+              encoded: bytes | bytearray, meta: RequestMeta, max_output_tokens: int | None) -> Prepared[R]:
+    ex.encoded = time.perf_counter()
+    headers = hop_headers(ex.request_id, passport)
+    if match.route.forward_authorization and meta.api_key is not None:
+        headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
+    return Prepared(request, match, encoded, headers, gw.timeouts(match), passport.prompt_tokens_estimate,
+                    max_output_tokens)
+
+
+def _chat_output(request: ChatCompletionRequest) -> int | None:
+    limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    return None if limit is None else limit * (request.n or 1)
+
+
+def _text_output(request: TextCompletionRequest) -> int | None:
+    if request.max_tokens is None:
+        return None
+    return request.max_tokens * max(request.n or 1, request.best_of or 1) * max(len(request.prompts), 1)
+
+
+def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
+    """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
+    request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
+    passport = compute_passport(request, meta)
+    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                extra_json)
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
+
+
+def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
+    """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
+    `complete` / `stream` answer it as text_completion objects."""
+    request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
+    passport = compute_prompts_passport(request.prompts, meta)
+    encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                  extra_json)
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request))
+
+
+def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[Call, Prepared[Completion]]:
+    """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
+    travels; the decoded call is kept to answer it in its own shape."""
+    call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
+    request = as_chat(call)
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
+    passport = compute_passport(request, meta)
+    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                extra_json)
+    return call, prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
+
+
+def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
+    """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
+    request = decode_embedding_request(body)
+    match, meta = route_decoded(gw, ex, request.model, False, meta)
+    passport = compute_embedding_passport(request, meta)
+    encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, 0)
+

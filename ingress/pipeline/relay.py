@@ -1,0 +1,81 @@
+"""relay: FlatBuffers in, verified, routed on fields read in place, the same bytes out; the service's bytes back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+
+from ingress.errors import (
+    IngressError,
+    InvalidRequest,
+)
+from ingress.exchange import Exchange
+from ingress.pipeline.admit import admit_estimate
+from ingress.pipeline.gateway import Gateway, hop_headers
+from ingress.pipeline.send import send
+from ingress.upstream import http1
+from ingress.upstream.group import Lease
+from ingress.wire import verify
+from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
+
+RELAYED_HEADERS = ("Content-Type", "Retry-After")
+
+
+@dataclass
+class RelayedAnswer:
+    """An upstream answer to relay unmodified: status, headers, and the body as it arrives. Reading
+    `chunks` raises an IngressError if the answer breaks, stalls or overruns its deadline; `close()`
+    ends the upstream response."""
+
+    status: int
+    headers: dict[str, str]
+    chunks: AsyncGenerator[bytes, None]
+    close: Callable[[], None]
+
+
+async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
+    """Verify a CompletionRequest, route on fields read in place, forward the exact bytes."""
+    ex.binary = True
+    try:
+        verify.verify_request(body, max_size=gw.settings.max_body_bytes)
+        view = read_request(body)
+        model = (view.ModelName() or b"").decode()
+        provider = view.Provider()
+        ex.model, ex.stream = model, view.Stream()
+        passport = view.Passport()
+        prompt_tokens = passport.PromptTokensEstimate() if passport is not None else 0
+        max_output_tokens = view.MaxTokens() if view.MaxTokensSet() else None
+    except WireError as exc:
+        raise InvalidRequest(f"The FlatBuffers request is invalid: {exc}.", code="invalid_flatbuffer") from None
+    if not model:
+        raise InvalidRequest("The FlatBuffers request names no model.", param="model_name")
+    if not 0 <= provider < len(PROVIDER_NAMES):
+        raise InvalidRequest(f"Unknown provider {provider}.", param="provider")
+    match = gw.route(model, ex)
+    await admit_estimate(gw, ex, model, prompt_tokens, max_output_tokens)
+    headers, timeouts = hop_headers(ex.request_id, None), gw.timeouts(match)
+    if ex.principal is not None:  # the buffer's passport is the client's own: who the edge admitted goes beside it
+        headers["x-ingress-tenant"], headers["x-ingress-key-id"] = ex.principal.tenant_name, ex.principal.key.id
+
+    async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
+        return await lease.client.forward(body, headers, timeouts)
+
+    response, reads = await send(gw, match, ex, forward)
+    ex.mark_first_byte()
+    headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        try:
+            async for data in reads:
+                yield data
+        except IngressError as exc:
+            ex.upstream_ok = False
+            ex.error = exc
+            raise
+        finally:
+            ex.upstream_done = time.perf_counter()
+        ex.upstream_ok = True
+
+    return RelayedAnswer(response.status, headers_out, chunks(), response.close)
+

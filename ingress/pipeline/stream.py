@@ -1,0 +1,195 @@
+"""stream: send → frames → translate, as typed events; heartbeats while the service is silent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AsyncExitStack, aclosing
+from dataclasses import dataclass
+from typing import Final
+
+from ingress import metrics, tasks
+from ingress.errors import (
+    IngressError,
+    UpstreamAnswered,
+    UpstreamError,
+    UpstreamProtocolError,
+)
+from ingress.exchange import Exchange
+from ingress.oai import answers as out
+from ingress.oai import response_objects as ro
+from ingress.oai.completions import TextCompletion, TextCompletionRequest
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.prepare import Completion, Prepared
+from ingress.pipeline.send import send
+from ingress.translate.responses import ResponseEvents
+from ingress.translate.stream import StreamTranslator
+from ingress.translate.text import TextStreamTranslator
+from ingress.upstream.group import Lease
+from ingress.wire.framing import FrameDecoder, FrameError
+
+
+class Signal:
+    """An event with no data; compared by identity."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+OPENED: Final = Signal("OPENED")  # the service accepted the stream: the client's response may begin
+
+
+HEARTBEAT: Final = Signal("HEARTBEAT")  # the service is still silent: keep the client's connection alive
+
+
+DONE: Final = Signal("DONE")  # the stream is complete
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The stream failed after its first event: the error goes to the client in-band, and it ends."""
+
+    error: IngressError
+
+
+StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
+
+
+ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
+
+
+async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+    """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
+    loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
+    at a time, then DONE or Failed. A failure before the first event raises instead, so that the edge
+    can answer it with its status. The upstream stream is closed when the generator is."""
+    head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    yielded = False
+    async with AsyncExitStack() as upstream:
+        async with tasks.scoped(_open(gw, prepared, ex, upstream, head), "stream-open") as opening:
+            waiting: set[asyncio.Future[object]] = {opening, head}  # type: ignore[arg-type]  # only awaited
+            while opening in waiting:
+                done, _ = await asyncio.wait(waiting, timeout=prepared.timeouts.heartbeat,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    yielded = True
+                    yield HEARTBEAT
+                if head in done:
+                    waiting.discard(head)
+                    yielded = True
+                    yield OPENED
+                if opening in done:
+                    waiting.discard(opening)
+            try:
+                reads, data = opening.result()
+            except IngressError as exc:
+                if not yielded:
+                    raise
+                yield failed(ex, exc)
+                return
+        async with aclosing(_translate(gw, prepared, ex, reads, data)) as events:  # its usage, however it ends
+            async for event in events:
+                yield event
+
+
+async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
+                head: asyncio.Future[None]) -> tuple[AsyncIterator[bytes], bytes]:
+    """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
+
+    async def attempt(lease: Lease) -> tuple[AsyncExitStack, AsyncIterator[bytes]]:
+        stack = AsyncExitStack()
+        try:
+            reads = await stack.enter_async_context(
+                lease.client.stream(prepared.encoded, prepared.headers, prepared.timeouts))
+        except BaseException:
+            await stack.aclose()
+            raise
+        return stack, reads
+
+    stack, reads = await send(gw, prepared.match, ex, attempt)
+    upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
+    head.set_result(None)
+    return reads, await anext(reads, b"")
+
+
+async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: AsyncIterator[bytes],
+                     data: bytes) -> AsyncGenerator[StreamEvent, None]:
+    """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
+    request = prepared.request
+    include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    translator: StreamTranslator | TextStreamTranslator
+    if isinstance(request, TextCompletionRequest):
+        translator = TextStreamTranslator(id=f"cmpl-{ex.request_id}", model=request.model, created=int(time.time()),
+                                          include_usage=include_usage, verify=gw.settings.verify_answers)
+    else:
+        translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
+                                      include_usage=include_usage, verify=gw.settings.verify_answers,
+                                      legacy_functions=request.legacy_functions)
+    decoder = FrameDecoder(gw.settings.max_frame_bytes)
+    gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
+    last: float | None = None
+    try:
+        while data:
+            ex.mark_first_byte()
+            for frame in decoder.feed(data):
+                for chunk in translator.feed_frame(frame):
+                    now = time.perf_counter()
+                    if last is not None:
+                        gaps.observe(now - last)
+                    last = now
+                    yield chunk
+                if translator.done:
+                    break  # complete: whatever follows the final frame is not read, however it arrived
+            if translator.done:
+                break
+            data = await anext(reads, b"")
+        else:
+            decoder.finish()
+            translator.finish()
+    except FrameError as exc:
+        yield failed(ex, UpstreamProtocolError(f"The model service sent a malformed stream: {exc}."))
+        return
+    except IngressError as exc:
+        yield failed(ex, exc)
+        return
+    finally:
+        ex.usage = translator.usage
+        ex.output_chars = translator.output_chars
+        ex.upstream_done = time.perf_counter()
+    ex.upstream_ok = True
+    yield DONE
+
+
+def failed(ex: Exchange, exc: IngressError) -> Failed:
+    ex.error = exc
+    # The service's own Error frame is an answer; a broken, unreadable or silent stream is its failure.
+    ex.upstream_ok = isinstance(exc, UpstreamAnswered) or not isinstance(exc, UpstreamError)
+    return Failed(exc)
+
+
+async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
+                          events: ResponseEvents) -> AsyncGenerator[ResponsesStreamEvent, None]:
+    """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
+    Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
+    its own, such as the drain's deadline)."""
+    async with aclosing(stream(gw, prepared, ex)) as chunks:
+        async for event in chunks:
+            if type(event) is out.ChatCompletionChunk:
+                for e in events.feed(event):
+                    yield e
+            elif event is OPENED:
+                yield OPENED
+                for e in events.opened():
+                    yield e
+            elif event is DONE:
+                for e in events.completed(ex.usage):
+                    yield e
+                yield DONE
+            else:
+                assert isinstance(event, Signal | Failed), event
+                yield event
+
