@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import string
 import sys
 from functools import cache
 from pathlib import Path
@@ -103,8 +104,9 @@ class TokenizerFile:
     def count(self, text: str) -> int:
         try:
             return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-        except UnicodeEncodeError:
-            return self.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+        except TypeError:  # "TextInputSequence must be str": its word for a lone surrogate
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+            return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 @cache
@@ -146,18 +148,21 @@ def tokenizer_problem(tokenizer: str) -> str | None:
 
 # --- the estimate ---------------------------------------------------------------------------------
 
-# Each UTF-8 byte of a text is one of five classes; its weight is an upper bound of the tokens per byte
-# of that class measured on the corpus (see the package's docstring).
-_LETTER, _DIGIT, _SPACE, _OTHER, _NON_ASCII = b"\1\2\3\4\5"
-_CLASSES = bytes(_NON_ASCII if i >= 0x80 else _LETTER if chr(i).isalpha() else _DIGIT if chr(i).isdigit()
-                 else _SPACE if chr(i).isspace() else _OTHER for i in range(256))
-WEIGHTS = {_LETTER: 0.3, _DIGIT: 1.0, _SPACE: 0.3, _OTHER: 1.0, _NON_ASCII: 0.8}
+# Each UTF-8 byte of a text is in one of three classes; its weight is an upper bound of the tokens per
+# byte of that class measured on the corpus (see the package's docstring).
+_WORDS = (string.ascii_letters + string.whitespace).encode()  # 0.3
+_OTHER_ASCII = bytes(i for i in range(128) if i not in _WORDS)  # digits, punctuation, controls: 1.0
+WEIGHTS = {"letters and whitespace": 0.3, "other ASCII": 1.0, "non-ASCII": 0.8}
 
 
 def estimate(text: str) -> int:
-    """An upper bound of a text's tokens for any of the measured tokenizers, from its bytes' classes.
-    ~100-330 MB/s here (a UTF-8 encode, a translate and five counts, all in C)."""
-    if not text:
-        return 0
-    classes = text.encode("utf-8", "surrogatepass").translate(_CLASSES)
-    return 1 + int(sum(weight * classes.count(c) for c, weight in WEIGHTS.items()))
+    """An upper bound of a text's tokens for any of the measured tokenizers, from its bytes' classes:
+    each class's bytes are deleted in turn, in C (~250 MB/s here; 2 MB in 8 ms)."""
+    return estimate_bytes(text.encode("utf-8", "surrogatepass")) if text else 0
+
+
+def estimate_bytes(data: bytes) -> int:
+    """The estimate of the text whose UTF-8 is `data`."""
+    rest = data.translate(None, _WORDS)
+    non_ascii = len(rest.translate(None, _OTHER_ASCII))
+    return 1 + int(0.3 * (len(data) - len(rest)) + 1.0 * (len(rest) - non_ascii) + 0.8 * non_ascii)
