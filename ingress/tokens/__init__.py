@@ -34,17 +34,22 @@ SmolLM2's tokenizer (its GGUF's vocabulary, which matched llama-server's /tokeni
 each on the corpus: English (the README, 45 kB) 1.53x / 1.53x / 1.34x; Python (ingress/*.py, 99 kB)
 1.66 / 1.67 / 1.44; JSON 1.54 / 1.53 / 1.30; Chinese, Japanese and Korean 2.96 / 2.09 / 1.26; Cyrillic,
 Greek, Arabic, Devanagari, Thai, accented Latin 4.03 / 2.05 / 1.48; emoji (ZWJ sequences, flags, skin
-tones) 1.71 / 1.23 / 1.12 (tests/fixtures/tokens/). It is no bound for random data: random letters,
-single letters between spaces and random characters from the whole of Unicode get up to 2.9x, 2.9x and
-1.4x its figure; admission reconciles any reservation from the usage the service answers.
+tones) 1.71 / 1.23 / 1.12 (tests/fixtures/tokens/). It is no bound for random data, whose tokens are up to
+(the most of the three tokenizers) 2.9x its figure for whitespace-heavy text, 2.4x for random letters, 1.9x
+for base64, 1.7x for one-letter words, 1.4x for random ASCII, 1.2x for hex, UUIDs and random Unicode, 1.1x
+for JSON lists of numbers (SmolLM2 splits digits); admission reconciles every reservation from the usage the
+service answers.
 
-**Bounded cost.** Measured here (2 shared cores, nice 10): bpe-openai counts English at 9-16 MB/s (64 KiB
-in 7.3 ms), a 1M-character word of random letters at 5 MB/s, 2 MB of random Unicode at 12.5 MB/s, 2 MB of
-one character at 83 MB/s; a tokenizer.json (SmolLM2's) runs at 0.3-1.3 MB/s, and the estimate at
-100-330 MB/s. So one request's texts are counted exactly up to `max_exact_count_bytes` of UTF-8 (32 KiB
-by default: ~4 ms of English, ~7 ms at worst; a tokenizer.json gets an eighth of it), in order: the text
-that crosses the limit is counted exactly up to it and estimated past it, and every text after it is
-estimated. bench/tokens.py measures it.
+**Bounded cost.** Measured here (2 shared cores, nice 10, thread CPU time; bench/tokens.py, results in
+bench/results/tokens.json): bpe-openai counts English at 8-21 MB/s (64 KiB in 3.4-7.3 ms), a 1M-character
+word of random letters at 4.5-9 MB/s, 2 MB of random Unicode at 11-18 MB/s, 2 MB of one character at
+50-80 MB/s; a tokenizer.json (SmolLM2's, by `tokenizers`) at 0.3-1.3 MB/s; the estimate at 200-500 MB/s
+on English (2 MB in 4-7 ms), 300-1700 MB/s on the adversarial bodies. So one request's texts are counted
+exactly up to `max_exact_count_bytes` of UTF-8 (32 KiB by default: 1.6-3.5 ms of English, ~4-7 ms at worst;
+a tokenizer.json gets an eighth of it), in order: the text that crosses the limit is counted exactly up to
+it and estimated past it, and every text after it is estimated. A 2 MB body then costs 2-9 ms (the
+largest, the default 8 MiB, ~4 times that: about what decoding its JSON costs), where the exact count
+took 40-190 ms.
 """
 
 from __future__ import annotations
