@@ -47,7 +47,7 @@ word of random letters at 4.5-9 MB/s, 2 MB of random Unicode at 11-18 MB/s, 2 MB
 on English (2 MB in 4-7 ms), 300-1700 MB/s on the adversarial bodies. So one request's texts are counted
 exactly up to `max_exact_count_bytes` of UTF-8 (32 KiB by default: 1.6-3.5 ms of English, ~4-7 ms at worst;
 a tokenizer.json gets an eighth of it), in order: the text that crosses the limit is counted exactly up to
-it and estimated past it, and every text after it is estimated. A 2 MB body then costs 2-9 ms (the
+it and estimated past it, and every text after it is estimated. A 2 MB body then costs 2-15 ms (the
 largest, the default 8 MiB, ~4 times that: about what decoding its JSON costs), where the exact count
 took 40-190 ms.
 """
