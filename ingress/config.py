@@ -19,6 +19,7 @@ from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
 from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
+from ingress.tokens import tokenizer_problem
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -131,6 +132,8 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"{key}.{ref}: no group named {target!r}")
         if route.glob is not None:
             re.compile(translate(route.glob))
+        if route.tokenizer is not None and (problem := tokenizer_problem(route.tokenizer)):
+            raise ConfigError(f"{key}.tokenizer: {problem}")
         for name in ([route.model] if route.model else []) + route.aliases:
             if name in seen:
                 raise ConfigError(f"{key}: model name {name!r} is already served by {seen[name]}")

@@ -11,11 +11,12 @@ import msgspec
 
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.oai.models import ChatCompletionRequest
+from ingress.tokens import TokenCounter
 from ingress.wire.encode import message_text as message_text
 from ingress.wire.types import PassportData
 
 PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, first 64 bits) covers
-CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers
+CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers, when no counter is given
 
 _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
 _TRACESTATE = re.compile(r"[\x20-\x7e]{1,512}")
@@ -73,18 +74,25 @@ def valid_tracestate(value: str | None) -> str | None:
     return value if value is not None and _TRACESTATE.fullmatch(value) else None
 
 
-def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None) -> Passport:
+def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None, *,
+                     counter: TokenCounter | None = None) -> Passport:
+    """`counter` (the route's, ingress/tokens) makes prompt_tokens_estimate the prompt's token count;
+    without one it is the prompt's characters / CHARS_PER_TOKEN."""
     prefix_bytes, chars = _prompt_facts(request)
-    return _passport(prefix_bytes, -(-chars // CHARS_PER_TOKEN), meta, now)
+    tokens = counter.chat(request) if counter is not None else -(-chars // CHARS_PER_TOKEN)
+    return _passport(prefix_bytes, tokens, meta, now)
 
 
-def compute_embedding_passport(request: EmbeddingRequest, meta: RequestMeta, now: float | None = None) -> Passport:
+def compute_embedding_passport(request: EmbeddingRequest, meta: RequestMeta, now: float | None = None, *,
+                               counter: TokenCounter | None = None) -> Passport:
     """The passport of an embeddings request: its texts (or token ids, counted exactly) stand for the prompt."""
-    return compute_prompts_passport(request.inputs, meta, now)
+    return compute_prompts_passport(request.inputs, meta, now, counter=counter)
 
 
-def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, now: float | None = None) -> Passport:
-    """The passport of texts or token-id lists (embeddings inputs, text-completion prompts); ids count exactly."""
+def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, now: float | None = None, *,
+                             counter: TokenCounter | None = None) -> Passport:
+    """The passport of texts or token-id lists (embeddings inputs, text-completion prompts); ids count exactly,
+    texts by `counter` when given."""
     parts: list[bytes] = []
     size = chars = tokens = 0
     for value in prompts:
@@ -97,7 +105,11 @@ def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, 
         if size < PREFIX_BYTES:
             parts.append(piece)
             size += len(piece)
-    return _passport(b"".join(parts)[:PREFIX_BYTES], tokens + -(-chars // CHARS_PER_TOKEN), meta, now)
+    if counter is not None:
+        tokens = counter.texts(prompts)
+    else:
+        tokens += -(-chars // CHARS_PER_TOKEN)
+    return _passport(b"".join(parts)[:PREFIX_BYTES], tokens, meta, now)
 
 
 def _passport(prefix_bytes: bytes, tokens_estimate: int, meta: RequestMeta, now: float | None) -> Passport:

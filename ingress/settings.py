@@ -114,6 +114,9 @@ class Route(_Config, frozen=True):
     # the provider with it instead of its own key): for providers whose callers bring their own keys.
     # Off by default: a client's credential goes nowhere but the edge.
     forward_authorization: bool = False
+    # What counts the prompt's tokens (ingress/tokens): "o200k", "cl100k" or a tokenizer.json path;
+    # None: chosen from the upstream model's name (OpenAI's models), else an upper-bound estimate.
+    tokenizer: Annotated[str, Meta(min_length=1)] | None = None
 
 
 class Retry(_Config, frozen=True):
@@ -165,6 +168,8 @@ class Settings(_Config, frozen=True):
     max_body_bytes: BodyBytes = 8 * 1024 * 1024
     max_answer_bytes: BufferBytes = 64 * 1024 * 1024
     max_frame_bytes: BufferBytes = 16 * 1024 * 1024
+    # A request's texts counted exactly up to this many bytes, estimated past it (ingress/tokens): ~4 ms
+    max_exact_count_bytes: Annotated[int, Meta(ge=0, le=2**30)] = 32 * 1024
     timeouts: Timeouts = Timeouts()
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     verify_answers: bool = True  # verify every upstream buffer before reading it

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2] / "ingress"
 GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
-SYNC = ("oai", "wire", "translate", "routing", "passport", "exchange", "errors", "settings", "config",
+SYNC = ("oai", "wire", "translate", "routing", "passport", "tokens", "exchange", "errors", "settings", "config",
         "metrics", "log", "gctune", "appkeys")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}

@@ -1,0 +1,131 @@
+"""Prompt token counts at the edge, before a request is sent: what admission reserves and the passport carries.
+
+`counter_for(model, tokenizer)` gives the model's `TokenCounter`: `.chat(request)` for a chat request,
+`.texts(prompts)` for legacy completion prompts and embeddings inputs (a token-id list counts its length).
+
+**Which tokenizer.** A route's `tokenizer` ("o200k", "cl100k" or a tokenizer.json path) wins; otherwise
+OpenAI's own table (tiktoken's model.py, 0.14.0) picks o200k for gpt-4o*, chatgpt-4o*, gpt-4.1*, gpt-4.5*,
+gpt-5*, o1*, o3*, o4*, gpt-oss-*, and cl100k for gpt-4*, gpt-3.5*, text-embedding-3*, text-embedding-ada-002
+(and their ft: names). Both vocabularies come from bpe-openai, offline; its vocabulary files are byte for
+byte tiktoken's (their SHA-256 is the one tiktoken checks), and tests/unit/test_tokens.py checks its counts
+against tiktoken's. A tokenizer.json needs the optional `tokenizers` package (`ingress[tokenizers]`): its
+wheel is 3.4 MB and its import 38 ms and 8 MB, but it brings huggingface_hub and ten more packages
+(~45 MB installed) the edge never uses, so it is not a dependency of every install. Any other model gets
+the estimate (`.exact` is False).
+
+**A chat request** counts as OpenAI's cookbook (`num_tokens_from_messages`) does, which matches the
+prompt_tokens OpenAI answers for text messages (124 for its example on gpt-4o, 129 on gpt-4): 3 per
+message, plus its role and content, plus its name and 1; plus 3 for the primed reply. Exact for text.
+Approximations, each documented where it is made (chat.py, images.py):
+- tools: the cookbook's `num_tokens_for_tools` (func_init 7 on o200k, 10 on cl100k; 3 per property list,
+  3 per property, enum -3 + 3 per value, 12 at the end), exact for flat parameters (101 and 105 on its
+  example); nested schemas and other keywords add their JSON text; custom tools add their grammar;
+- an assistant's tool calls: their name and arguments, plus 3 each; a tool message's tool_call_id counts;
+- images: OpenAI's tile formula (85 + 170 per 512 px tile after the scalings; gpt-4o-mini 2833 + 5667) when
+  the detail is low or the size is read from a data: URL's PNG/GIF/WebP/JPEG header; else its maximum,
+  8 tiles (1445 tokens on gpt-4o);
+- audio: 10 tokens per second, the duration bounded from the data's size at low bitrates; files: one token
+  per 4 bytes of data, 1000 for a file by id; a json_schema response format: its text;
+- other models: 4 per message around the role, 4 priming (ChatML and Llama 3 both add 4).
+
+**The estimate** is an upper bound from a text's UTF-8 bytes, by class: ASCII letters and whitespace 0.3,
+other ASCII (digits, punctuation) 1.0, non-ASCII bytes 0.8 tokens per byte, plus 1. Measured against o200k, cl100k and
+SmolLM2's tokenizer (its GGUF's vocabulary, which matched llama-server's /tokenize on 52 texts) it is above
+each on the corpus: English (the README, 45 kB) 1.53x / 1.53x / 1.34x; Python (ingress/*.py, 99 kB)
+1.66 / 1.67 / 1.44; JSON 1.54 / 1.53 / 1.30; Chinese, Japanese and Korean 2.96 / 2.09 / 1.26; Cyrillic,
+Greek, Arabic, Devanagari, Thai, accented Latin 4.03 / 2.05 / 1.48; emoji (ZWJ sequences, flags, skin
+tones) 1.71 / 1.23 / 1.12 (tests/fixtures/tokens/). It is no bound for random data, whose tokens are up to
+(the most of the three tokenizers) 2.9x its figure for whitespace-heavy text, 2.4x for random letters, 1.9x
+for base64, 1.7x for one-letter words, 1.4x for random ASCII, 1.2x for hex, UUIDs and random Unicode, 1.1x
+for JSON lists of numbers (SmolLM2 splits digits); admission reconciles every reservation from the usage the
+service answers.
+
+**Bounded cost.** Measured here (2 shared cores, nice 10, thread CPU time; bench/tokens.py, results in
+bench/results/tokens.json): bpe-openai counts English at 8-21 MB/s (64 KiB in 3.4-7.3 ms), a 1M-character
+word of random letters at 4.5-9 MB/s, 2 MB of random Unicode at 11-18 MB/s, 2 MB of one character at
+50-80 MB/s; a tokenizer.json (SmolLM2's, by `tokenizers`) at 0.3-1.3 MB/s; the estimate at 200-500 MB/s
+on English (2 MB in 4-7 ms), 300-1700 MB/s on the adversarial bodies. So one request's texts are counted
+exactly up to `max_exact_count_bytes` of UTF-8 (32 KiB by default: 1.6-3.5 ms of English, ~4-7 ms at worst;
+a tokenizer.json gets an eighth of it), in order: the text that crosses the limit is counted exactly up to
+it and estimated past it, and every text after it is estimated. A 2 MB body then costs 2-15 ms (the
+largest, the default 8 MiB, ~4 times that: about what decoding its JSON costs), where the exact count
+took 40-190 ms.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ingress.oai.models import ChatCompletionRequest
+from ingress.tokens.chat import CL100K, O200K, OTHER, Format, count_chat
+from ingress.tokens.engines import Engine, engine, estimate, estimate_bytes, tokenizer_problem, vocabulary_of
+from ingress.tokens.images import tile_costs
+
+__all__ = ["MAX_EXACT_COUNT_BYTES", "TokenCounter", "counter_for", "estimate", "tokenizer_problem"]
+
+MAX_EXACT_COUNT_BYTES = 32 * 1024
+
+
+class _Budget:
+    """One request's counting: exact while its bytes last, the estimate after."""
+
+    __slots__ = ("_engine", "left")
+
+    def __init__(self, engine: Engine | None, limit: int) -> None:
+        self._engine = engine
+        self.left = limit // engine.slowdown if engine is not None else 0
+
+    def __call__(self, text: str) -> int:
+        if not text:
+            return 0
+        if self._engine is None or self.left <= 0:
+            return estimate(text)
+        left = self.left
+        data = None if text.isascii() else text.encode("utf-8", "surrogatepass")
+        size = len(text) if data is None else len(data)
+        self.left = max(0, left - size)
+        if size <= left:
+            return self._engine.count(text)
+        if data is None:  # cut at the limit
+            return self._engine.count(text[:left]) + estimate(text[left:])
+        # cut at the limit's byte: a character it splits goes to the estimate
+        return self._engine.count(data[:left].decode("utf-8", "ignore")) + estimate_bytes(data[left:])
+
+
+class TokenCounter:
+    """A model's prompt counts. `exact`: a real tokenizer counts (up to the size limit), not the estimate."""
+
+    def __init__(self, name: str, engine: Engine | None, fmt: Format, max_exact_bytes: int) -> None:
+        self.name = name
+        self.exact = engine is not None
+        self._engine = engine
+        self._format = fmt
+        self._limit = max_exact_bytes
+
+    def __repr__(self) -> str:
+        return f"TokenCounter({self.name!r}, exact={self.exact})"
+
+    def text(self, text: str) -> int:
+        return _Budget(self._engine, self._limit)(text)
+
+    def texts(self, prompts: list[str | list[int]]) -> int:
+        """Texts counted, token-id lists by their length."""
+        count = _Budget(self._engine, self._limit)
+        return sum(len(p) if isinstance(p, list) else count(p) for p in prompts)
+
+    def chat(self, request: ChatCompletionRequest) -> int:
+        return count_chat(request, _Budget(self._engine, self._limit), self._format)
+
+
+@lru_cache(maxsize=1024)  # bounded: a glob route passes on whatever model name a client sends
+def counter_for(model: str, tokenizer: str | None = None, max_exact_bytes: int = MAX_EXACT_COUNT_BYTES) -> TokenCounter:
+    """The counter for `model` (the name sent upstream), by the route's `tokenizer` if it names one.
+    Vocabularies are built once per process, on first use (o200k ~95 ms, cl100k ~42 ms)."""
+    name = tokenizer or vocabulary_of(model)
+    if name is None:
+        return TokenCounter("estimate", None, OTHER, max_exact_bytes)
+    costs = tile_costs(model)
+    fmt = O200K if name == "o200k" else CL100K if name == "cl100k" else OTHER
+    if costs != fmt.image_costs:
+        fmt = Format(**{**fmt.__dict__, "image_costs": costs})
+    return TokenCounter(name, engine(name), fmt, max_exact_bytes)
