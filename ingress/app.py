@@ -23,6 +23,7 @@ from ingress.routing.table import RouteTable
 from ingress.settings import EMBEDDED, Bridge, Client, Settings
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy import build as build_tenancy
+from ingress.tokens import counter_for
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup
 
@@ -82,6 +83,9 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
+        for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
+            if route.model is not None:
+                counter_for(route.upstream_model or route.model, route.tokenizer, settings.max_exact_count_bytes)
         app[GATEWAY] = Gateway(
             settings=settings,
             routes=RouteTable(routes),

@@ -24,6 +24,7 @@ from ingress.passport import (
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.routing.table import Match
 from ingress.settings import Timeouts
+from ingress.tokens import TokenCounter, counter_for
 from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.encode import encode_text_request
 
@@ -67,6 +68,11 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
                     max_output_tokens)
 
 
+def _counter(gw: Gateway, match: Match) -> TokenCounter:
+    """The prompt's token counter: the route's tokenizer, else the one the model's name implies (cached)."""
+    return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
+
+
 def _chat_output(request: ChatCompletionRequest) -> int | None:
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     return None if limit is None else limit * (request.n or 1)
@@ -82,7 +88,7 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_passport(request, meta)
+    passport = compute_passport(request, meta, counter=_counter(gw, match))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
@@ -93,7 +99,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_prompts_passport(request.prompts, meta)
+    passport = compute_prompts_passport(request.prompts, meta, counter=_counter(gw, match))
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request))
@@ -105,7 +111,7 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
     request = as_chat(call)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_passport(request, meta)
+    passport = compute_passport(request, meta, counter=_counter(gw, match))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
     return call, prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
@@ -115,7 +121,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta)
-    passport = compute_embedding_passport(request, meta)
+    passport = compute_embedding_passport(request, meta, counter=_counter(gw, match))
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, 0)
 
