@@ -255,7 +255,8 @@ async def test_concurrent_bursts_do_not_overshoot_the_token_limit(stack: AsyncEx
         return True
 
     admitted = sum(await asyncio.gather(*(one() for _ in range(n))))
-    prompt = counter_for(MODEL).chat(ChatCompletionRequest(model=MODEL, messages=[UserMessage(content=HELLO[0]["content"])]))
+    hello = ChatCompletionRequest(model=MODEL, messages=[UserMessage(content=HELLO[0]["content"])])
+    prompt = counter_for(MODEL).chat(hello)
     assert admitted == 2000 // (300 + prompt)  # each reserves its prompt's count and its max_tokens
 
 
