@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from ingress import metrics
 from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
 
 TOMBSTONE_US = 600_000_000  # a settled ticket is remembered this long: settling twice refunds once
@@ -126,7 +127,9 @@ class MemoryStore:
         expired = [t for t, until in held.items() if until <= now]
         for ticket in expired:
             del held[ticket]
-        self.leases_expired += len(expired)
+        if expired:
+            self.leases_expired += len(expired)
+            metrics.LEASES_EXPIRED.inc(len(expired))
         return held
 
     def _apply(self, check: Check, amount: int, now: int, ticket: str, release: bool = False) -> None:
