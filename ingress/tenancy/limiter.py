@@ -12,7 +12,7 @@ from ingress.errors import IngressError, LimitsUnavailable, QuotaExceeded, RateL
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.plan import Actual, Decision, Plan, headers_of, refusal_message
-from ingress.tenancy.store import Store
+from ingress.tenancy.store import LocalStore, Store
 
 log = get_logger("ingress.tenancy")
 
@@ -84,7 +84,10 @@ class Limiter:
         used = 0 if actual is None else actual.input_tokens + actual.output_tokens
         metrics.child(metrics.TOKENS_SETTLED, tenant).inc(used)
         metrics.child(metrics.TOKENS_REFUNDED, tenant).inc(max(plan.input_tokens + plan.output_tokens - used, 0))
-        self.tasks.spawn(self.store.settle(plan.ticket, actual), "settle")
+        if isinstance(self.store, LocalStore):  # nothing to wait for: no task a request
+            self.store.memory.settle(plan.ticket, actual)
+        else:
+            self.tasks.spawn(self.store.settle(plan.ticket, actual), "settle")
 
     async def renew_forever(self) -> None:
         """Renew the leases of the requests in progress, three times per lease life."""
