@@ -14,9 +14,15 @@ from dataclasses import dataclass
 
 Verify = Callable[[bytes, int, int], bool]
 
-_DIGITS = frozenset(b"0123456789")
+_DIGITS = b"0123456789"
 _KEY_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _SEPARATORS = frozenset(b" .-")
+_PLUS, _SPACE, _DASH = ord("+"), ord(" "), ord("-")
+# A digit doubled, then its digits summed (Luhn), as a bytes.translate table over ASCII digits.
+_DOUBLED = bytes.maketrans(_DIGITS, bytes([0, 2, 4, 6, 8, 1, 3, 5, 7, 9]))
+
+# Each check below runs once per candidate, and text made of near misses holds one every few bytes:
+# they are written with bytes methods (C loops), not loops in Python, to keep such text cheap.
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,43 +36,44 @@ class Detector:
     verify: Verify | None = None
 
 
+def _digit_count(candidate: bytes) -> int:
+    return len(candidate) - len(candidate.translate(None, _DIGITS))
+
+
 def _ends_a_key(data: bytes, start: int, end: int) -> bool:
     """The candidate is the whole token: no key character follows it (RE2's `\\b` cannot say so after `-`)."""
     return end == len(data) or data[end] not in _KEY_BYTES
 
 
-def _key_with_digit(data: bytes, start: int, end: int) -> bool:
-    """A random key has digits; a hyphenated word that happens to begin with the prefix has none."""
-    return _ends_a_key(data, start, end) and any(c in _DIGITS for c in data[start:end])
+def _at_least(length: int) -> Verify:
+    def long_enough(data: bytes, start: int, end: int) -> bool:
+        return end - start >= length
+
+    return long_enough
 
 
 def luhn(digits: bytes) -> bool:
     """The Luhn checksum of ASCII digits: what every payment card number satisfies."""
-    total = 0
-    for i, c in enumerate(reversed(digits)):
-        d = c - 48
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
+    kept, doubled = digits[-1::-2], digits[-2::-2]
+    return (sum(kept) - 48 * len(kept) + sum(doubled.translate(_DOUBLED))) % 10 == 0
 
 
 def _group_around(data: bytes, start: int, end: int, sep: int, width: int) -> bool:
     """A group of `width` digits joined by `sep` just before `start` or just after `end`: the candidate
     is part of a longer grouped number (an account or order number), not a number of its own."""
     before = data[max(0, start - width - 1):start]
+    if len(before) == width + 1 and before[-1] == sep and before[:-1].isdigit():
+        return True
     after = data[end:end + width + 1]
-    return ((len(before) == width + 1 and before[-1] == sep and all(c in _DIGITS for c in before[:-1]))
-            or (len(after) == width + 1 and after[0] == sep and all(c in _DIGITS for c in after[1:])))
+    return len(after) == width + 1 and after[0] == sep and after[1:].isdigit()
 
 
 def _card(data: bytes, start: int, end: int) -> bool:
     candidate = data[start:end]
-    digits = bytes(c for c in candidate if c in _DIGITS)
-    seps = {c for c in candidate if c not in _DIGITS}
-    if seps and _group_around(data, start, end, seps.pop(), 4):
+    sep = _SPACE if b" " in candidate else _DASH if b"-" in candidate else None
+    if sep is not None and _group_around(data, start, end, sep, 4):
         return False
-    return luhn(digits)
+    return luhn(candidate.translate(None, b" -"))
 
 
 def _after_number(data: bytes, start: int) -> bool:
@@ -81,12 +88,10 @@ def _before_number(data: bytes, end: int) -> bool:
 
 
 def _phone(data: bytes, start: int, end: int) -> bool:
-    candidate = data[start:end]
-    digits = sum(c in _DIGITS for c in candidate)
     if _after_number(data, start) or _before_number(data, end):
         return False  # a dotted version, an IP address, a longer number
-    if candidate[0] == ord("+"):
-        return 8 <= digits <= 15  # E.164: a country code and at most 15 digits in all
+    if data[start] == _PLUS:
+        return 8 <= _digit_count(data[start:end]) <= 15  # E.164: a country code and at most 15 digits in all
     return True
 
 
@@ -100,10 +105,11 @@ SECRETS: tuple[Detector, ...] = (
     Detector("secrets.private_key", "private_key",
              rb"-----BEGIN " + _PEM_LABEL + rb"-----(?:\s|\\[nr])+(?:Proc-Type:|[A-Za-z0-9+/]{40})"
              rb"(?s:.*?)(?:-----END " + _PEM_LABEL + rb"-----|\z)"),
-    Detector("secrets.anthropic_key", "anthropic_key", rb"\bsk-ant-(?:api|admin)\d\d-" + _KEY + rb"{20,}",
-             _key_with_digit),
-    Detector("secrets.openai_key", "openai_key", rb"\bsk-(?:proj-|svcacct-|admin-)?" + _KEY + rb"{20,}",
-             _key_with_digit),
+    Detector("secrets.anthropic_key", "anthropic_key", rb"\bsk-ant-(?:api|admin)\d\d-" + _KEY + rb"{20,}"),
+    # A random key has a digit (a hyphenated word that begins with sk- has none): asked of RE2, so such
+    # words cost nothing; 20 key characters at least after `sk-`.
+    Detector("secrets.openai_key", "openai_key",
+             rb"\bsk-(?:proj-|svcacct-|admin-)?" + _KEY + rb"*\d" + _KEY + rb"*", _at_least(23)),
     Detector("secrets.aws_access_key", "aws_access_key", rb"\b(?:AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}\b"),
     Detector("secrets.github_token", "github_token",
              rb"\b(?:gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59})\b"),

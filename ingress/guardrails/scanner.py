@@ -25,6 +25,8 @@ MAX_ROUNDS = 3
 # Whitespace other than lone spaces: where a text holds any, a term of several words is looked for in
 # the text with each run of whitespace made one space. (str.split's whitespace, ASCII; other text: always.)
 _LOOSE_SPACING = ("  ", "\n", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f")
+# In RE2, every character str.split() takes for whitespace, and a few more (\p{Z}: every space separator).
+_ANY_SPACE = rb"[\t-\r\x1c-\x20\x{85}\p{Z}]+"
 
 
 class Match(Protocol):
@@ -84,22 +86,47 @@ def _word(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
+def _ascii_word(char: str) -> bool:
+    return char.isascii() and _word(char)
+
+
+def _term_pattern(key: str) -> bytes:
+    """An RE2 pattern that matches wherever `key` may stand as whole words in casefolded text, and in some
+    more places: RE2's `\\b` knows only ASCII word characters, so it is asked for only where the term's
+    end is one (a boundary by Python's `isalnum` is then a boundary by RE2's), and any whitespace may part
+    its words (a superset of str.split's)."""
+    body = _ANY_SPACE.join(re2.escape(word.encode()) for word in key.split(" "))
+    return (rb"\b" if _ascii_word(key[0]) else b"") + body + (rb"\b" if _ascii_word(key[-1]) else b"")
+
+
 class Terms:
-    """Blocked terms: whole words (or phrases), case-insensitive, found in one pass whatever their number."""
+    """Blocked terms: whole words (or phrases), case-insensitive, found in one pass whatever their number.
+
+    The automaton is exact; an RE2 pattern of all the terms, looser (see `_term_pattern`) and about ten
+    times faster over text with no term in it, runs first and spares it that text. With more terms than
+    RE2 will compile (its memory bound), the automaton runs alone."""
 
     def __init__(self, terms: Iterable[str]) -> None:
         self._automaton = ahocorasick.Automaton()
         self._phrases = False
+        keys: set[str] = set()
         for term in terms:
             key = fold_term(term)
             # The term's length, and whether each of its ends is a word character (then a whole-word
             # match needs a boundary there; `c++` needs none after its last `+`).
             self._automaton.add_word(key, (len(key), _word(key[0]), _word(key[-1])))
             self._phrases = self._phrases or " " in key
+            keys.add(key)
         self._automaton.make_automaton()
+        try:
+            self._prefilter: Regex | None = compile_regex(b"|".join(_term_pattern(k) for k in sorted(keys)))
+        except ValueError:
+            self._prefilter = None
 
     def found(self, text: str) -> bool:
         folded = text.casefold()
+        if self._prefilter is not None and self._prefilter.search(folded.encode("utf-8", "surrogatepass")) is None:
+            return False
         if self._phrases and (not folded.isascii() or any(s in folded for s in _LOOSE_SPACING)):
             folded = " ".join(folded.split())
         last = len(folded) - 1
