@@ -208,8 +208,8 @@ def _builtin_rules(guardrails: Guardrails) -> list[Rule]:
 
 def _pattern_rules(guardrails: Guardrails, builtin: list[Rule]) -> list[Rule]:
     """The operator's patterns. Refused: one RE2 cannot compile (lookarounds, backreferences...), one
-    that matches the empty string (it would match every prompt), one that matches a placeholder (it would
-    find the redactions' own output), and a name given twice."""
+    that matches the empty string (it would match every prompt) or uses `\\C`, one that matches a
+    placeholder (it would find the redactions' own output), and a name given twice."""
     rules: list[Rule] = []
     seen: dict[str, int] = {}
     for i, p in enumerate(guardrails.patterns):
@@ -221,6 +221,9 @@ def _pattern_rules(guardrails: Guardrails, builtin: list[Rule]) -> list[Rule]:
             regex = compile_regex(source)
         except ValueError as exc:
             raise ValueError(f"patterns[{i}].regex: RE2 cannot compile pattern {p.name!r}: {exc}") from None
+        if _any_byte(p.regex):
+            raise ValueError(f"patterns[{i}].regex: pattern {p.name!r} uses \\C (any byte), which can match half "
+                             "of a character")
         if regex.search(b"") is not None:
             raise ValueError(f"patterns[{i}].regex: pattern {p.name!r} matches the empty string, so every prompt")
         rules.append(Rule(f"patterns.{p.name}", p.name, source, regex, p.action))
@@ -231,3 +234,14 @@ def _pattern_rules(guardrails: Guardrails, builtin: list[Rule]) -> list[Rule]:
                 raise ValueError(f"patterns[{i}].regex: pattern {rule.label!r} matches "
                                  f"{placeholder(label).decode()}, the placeholder a redaction writes")
     return rules
+
+
+def _any_byte(regex: str) -> bool:
+    """Whether the pattern says `\\C`: one byte, which in UTF-8 text may be a piece of a character (a
+    redaction that cut one would leave bytes that are not text)."""
+    escaped = False
+    for char in regex:
+        if escaped and char == "C":
+            return True
+        escaped = not escaped and char == "\\"
+    return False

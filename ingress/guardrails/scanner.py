@@ -1,9 +1,10 @@
 """One text through the rules: blocked terms (Aho-Corasick on casefolded text, whole words), then the
 RE2 rules on its UTF-8 bytes; a block raises `Blocked`, redactions give a new text.
 
-Cost, for the text that has nothing to find (nearly all of it): one casefold and one automaton pass for
-the terms, and one RE2 pass for all the rules together (`prefilter`, their alternation); only a text in
-which some rule has a candidate is scanned rule by rule. RE2 is linear in the text for each search.
+Cost, for the text that has nothing to find (nearly all of it): one casefold and one RE2 pass for the
+terms (the automaton runs only where that pass finds a candidate), and one RE2 pass for all the rules
+together (their alternation); only a text in which some rule has a candidate is scanned rule by rule,
+each candidate then checked in Python. RE2 is linear in the text for each search.
 """
 
 from __future__ import annotations

@@ -203,6 +203,23 @@ def test_overlapping_hits_are_one_redaction() -> None:
     assert redacted(g, "to john@example.com and example.com") == "to [REDACTED:email] and [REDACTED:domain]"
 
 
+def test_a_redaction_is_scanned_again_for_hits_it_made() -> None:
+    """The email's placeholder and the text after it make a hit of the second pattern that the prompt did
+    not hold: redacted in a second round, or blocked when that pattern blocks."""
+    redact = guard(pii={"email": "redact"}, patterns=[{"name": "p", "regex": r"l\]\.b", "action": "redact"}])
+    assert redacted(redact, "a@b.co.b") == "[REDACTED:emai[REDACTED:p]"
+    block = guard(pii={"email": "redact"}, patterns=[{"name": "p", "regex": r"l\]\.b"}])
+    assert blocked_by(block, "a@b.co.b") == "patterns.p"
+    assert blocked_by(block, "a@b.co") is None
+
+
+def test_a_redaction_that_never_settles_is_blocked() -> None:
+    """Each round's placeholder makes the next round's hit: after three rounds the prompt is refused."""
+    g = guard(pii={"email": "redact"}, patterns=[{"name": "p", "regex": r"\][^\[]", "action": "redact"}])
+    assert redacted(g, "x@y.co!!") == "[REDACTED:email[REDACTED:p[REDACTED:p]"
+    assert blocked_by(g, "x@y.co!!!!!") == "patterns.p"
+
+
 def test_text_outside_ascii_keeps_its_characters_around_a_redaction() -> None:
     g = guard(pii={"email": "redact"})
     assert redacted(g, "écrivez à jean@exemple.fr — merci 🙂") == "écrivez à [REDACTED:email] — merci 🙂"
@@ -442,6 +459,8 @@ def test_the_block_error_names_the_rule_never_the_text(rule: str, text: str) -> 
      "patterns[0].regex: RE2 cannot compile pattern 'big': invalid repetition size: {100}"),
     ({"patterns": [{"name": "huge", "regex": r"\pL{1000}"}]},
      "patterns[0].regex: RE2 cannot compile pattern 'huge': pattern too large - compile failed"),
+    ({"patterns": [{"name": "byte", "regex": r"caf\C\C"}]},
+     "patterns[0].regex: pattern 'byte' uses \\C (any byte), which can match half of a character"),
     ({"patterns": [{"name": "empty", "regex": "x*"}]},
      "patterns[0].regex: pattern 'empty' matches the empty string"),
     ({"patterns": [{"name": "t", "regex": "a"}, {"name": "t", "regex": "b"}]},
@@ -454,6 +473,11 @@ def test_a_bad_rule_is_a_value_error_naming_it(fields: dict[str, Any], message: 
     with pytest.raises(ValueError) as error:
         check_guardrails(msgspec.convert(fields, Guardrails))
     assert str(error.value).startswith(message)
+
+
+def test_an_escaped_backslash_before_c_is_no_any_byte() -> None:
+    g = guard(patterns=[{"name": "path", "regex": r"C:\\Config", "action": "redact"}])
+    assert redacted(g, r"open C:\Config now") == "open [REDACTED:path] now"
 
 
 def test_guardrails_built_in_code_are_checked_as_decoded_ones() -> None:
@@ -514,12 +538,16 @@ REDOS = "a" * 50_000 + "!"
 
 
 @pytest.mark.parametrize("action", ["block", "redact"])
-def test_a_redos_shaped_pattern_cannot_stall(action: str) -> None:
-    """`(a+)+$` on 50,000 a's and a '!': Python's `re` backtracks through 2^50000 ways (bench/guardrails.py
-    shows it on 26 characters). RE2 answers in about a millisecond; 2 s is headroom for a busy machine."""
-    g = guard(patterns=[{"name": "redos", "regex": "(a+)+$", "action": action}])
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a+)+b"])
+def test_a_redos_shaped_pattern_cannot_stall(pattern: str, action: str) -> None:
+    """`(a+)+$` on 50,000 a's and a '!': Python's `re` tries every way to split the a's, 2^50000 of them
+    (bench/guardrails.py times it up to 24 a's: it doubles with each). RE2 reads the text once, in well
+    under a millisecond here (`(a+)+b` makes it read all of it; `$` lets it start from the end); 2 s is
+    headroom for a busy machine, and the test's timeout would name a stall."""
+    g = guard(patterns=[{"name": "redos", "regex": pattern, "action": action}])
     prompts: list[str | list[int]] = [REDOS]
     start = time.perf_counter()
     assert g.texts(prompts, 1) is prompts
     assert time.perf_counter() - start < 2.0
-    assert blocked_by(g, "aaaa") == ("patterns.redos" if action == "block" else None)
+    hit = "aaaa" if pattern.endswith("$") else "aaab"
+    assert blocked_by(g, hit) == ("patterns.redos" if action == "block" else None)
