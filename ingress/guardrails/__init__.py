@@ -30,14 +30,15 @@ Then, per request, with the prompt's token count:
   `PromptBlocked` (400 `prompt_blocked`, `param` "messages"). Text is message content (a string or its
   text parts); with scope "all" also an assistant's refusal, tool calls' and legacy function calls'
   names and arguments, custom tools' input, and tool and function results. Images, audio and files are
-  not read; nor are tool definitions, `response_format` or `prediction`.
+  not read; nor are participants' `name`s, tool definitions, `response_format` or `prediction`.
 - `Guard.texts(prompts, prompt_tokens, param)` does the same for a legacy completion's prompts or an
   embeddings request's inputs, each a whole text (`messages` does not apply); token-id prompts pass.
 
 A block names its rule (`max_prompt_tokens`, `blocked_terms`, `patterns.NAME`, `secrets.openai_key`,
 `pii.card`...), never the text that matched. A redaction writes `[REDACTED:LABEL]` (`email`, `phone`,
 `card`, `openai_key`..., or the pattern's name) in place of the hit, and its output is scanned again,
-so it never holds a hit of its own rules. Block rules are applied before any redaction.
+so it never holds a hit of its own rules (a text still changing after three rounds is blocked). Block
+rules are applied before any redaction.
 
 Blocked terms: one Aho-Corasick pass over the casefolded text, whatever their number; a term must stand
 as whole words (a letter, digit or `_` on neither side of it), and the words of a phrase may be parted
