@@ -6,7 +6,8 @@
      │    ├── NotFound              404 not_found / model_not_found
      │    ├── RequestTimeout        408 request_timeout                 the body stopped coming
      │    ├── WriteTimeout          408 write_timeout   (logged only)   the client stopped reading
-     │    └── UnsupportedEncoding   415 unsupported_encoding
+     │    ├── UnsupportedEncoding   415 unsupported_encoding
+     │    └── PromptBlocked         400 prompt_blocked                  a guardrail: names the rule, never the match
      ├── Unauthenticated            401 invalid_api_key                 no key, or not one of ours
      ├── RateLimited                429 rate_limit_exceeded (type requests / tokens) + Retry-After
      │    └── QuotaExceeded         429 insufficient_quota              a budget is spent: not retried
@@ -154,6 +155,24 @@ class LimitsUnavailable(IngressError):
     code = "limits_unavailable"
     log_level = logging.WARNING
     retry_after: int | None = 1
+
+
+class PromptBlocked(InvalidRequest):
+    """A guardrail refused the prompt (ingress/guardrails/). The message and `rule` name the rule
+    (`pii.card`, `patterns.ticket-id`, `max_prompt_tokens`...), never the text that matched it; `param` is
+    the field that held the prompt (`messages`, `prompt` or `input`)."""
+
+    code = "prompt_blocked"
+    rule: str
+
+    def __init__(self, rule: str, *, param: str, message: str | None = None) -> None:
+        super().__init__(message or f"The prompt was blocked by the guardrail rule '{rule}'.", param=param)
+        object.__setattr__(self, "rule", rule)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "rule":
+            raise AttributeError("PromptBlocked.rule is fixed when the error is made")
+        super().__setattr__(name, value)
 
 
 class Overloaded(IngressError):

@@ -13,7 +13,7 @@ GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
 SYNC = ("oai", "wire", "translate", "routing", "passport", "tokens", "exchange", "errors", "settings", "config",
-        "metrics", "log", "gctune", "appkeys")
+        "metrics", "log", "gctune", "appkeys", "guardrails")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
 # What each package may import from the others (top-level modules are their own "package").
@@ -26,6 +26,8 @@ FORBIDDEN = {
     "pipeline": {"edge", "app", "server"},
     "demo": {"edge", "pipeline", "upstream", "translate", "app"},
     "bridges": {"edge", "pipeline", "translate", "app", "server", "routing", "demo"},  # a service like any other
+    # A policy on decoded requests: it reads oai's types and raises errors', nothing of the hop.
+    "guardrails": {"wire", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config", "app"},
 }
 
 
