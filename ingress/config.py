@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
 from ingress.tenancy.policy import read_keys_file
@@ -184,6 +185,17 @@ def _check_tenancy(tenancy: Tenancy) -> None:
                               f"[tenancy.tenants.{key.tenant}]")
         if not key.models:
             raise ConfigError(f"{where}.models: a key must be allowed at least one model (a name or a glob)")
+        _check_rules(key.guardrails, f"{where}.guardrails")
+    for name, tenant in tenants.items():
+        _check_rules(tenant.guardrails, f"tenancy.tenants.{name}.guardrails")
+
+
+def _check_rules(rules: Guardrails | None, where: str) -> None:
+    if rules is not None:
+        try:
+            check_guardrails(rules)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{exc}") from None
 
 
 def _check_bridge(bridge: Bridge, key: str) -> None:

@@ -75,22 +75,26 @@ def valid_tracestate(value: str | None) -> str | None:
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None, *,
-                     counter: TokenCounter | None = None) -> Passport:
-    """`counter` (the route's, ingress/tokens) makes prompt_tokens_estimate the prompt's token count;
-    without one it is the prompt's characters / CHARS_PER_TOKEN."""
+                     counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
+    """`counter` (the route's, ingress/tokens) makes prompt_tokens_estimate the prompt's token count, as
+    `prompt_tokens` does when it was counted already; without either it is the prompt's characters /
+    CHARS_PER_TOKEN."""
     prefix_bytes, chars = _prompt_facts(request)
-    tokens = counter.chat(request) if counter is not None else -(-chars // CHARS_PER_TOKEN)
+    if prompt_tokens is not None:
+        tokens = prompt_tokens
+    else:
+        tokens = counter.chat(request) if counter is not None else -(-chars // CHARS_PER_TOKEN)
     return _passport(prefix_bytes, tokens, meta, now)
 
 
 def compute_embedding_passport(request: EmbeddingRequest, meta: RequestMeta, now: float | None = None, *,
-                               counter: TokenCounter | None = None) -> Passport:
+                               counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
     """The passport of an embeddings request: its texts (or token ids, counted exactly) stand for the prompt."""
-    return compute_prompts_passport(request.inputs, meta, now, counter=counter)
+    return compute_prompts_passport(request.inputs, meta, now, counter=counter, prompt_tokens=prompt_tokens)
 
 
 def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, now: float | None = None, *,
-                             counter: TokenCounter | None = None) -> Passport:
+                             counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
     """The passport of texts or token-id lists (embeddings inputs, text-completion prompts); ids count exactly,
     texts by `counter` when given."""
     parts: list[bytes] = []
@@ -105,7 +109,9 @@ def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, 
         if size < PREFIX_BYTES:
             parts.append(piece)
             size += len(piece)
-    if counter is not None:
+    if prompt_tokens is not None:
+        tokens = prompt_tokens
+    elif counter is not None:
         tokens = counter.texts(prompts)
     else:
         tokens += -(-chars // CHARS_PER_TOKEN)

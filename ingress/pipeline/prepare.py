@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import msgspec
 
+from ingress.errors import PromptBlocked
 from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletionRequest, decode_text_request_forwarding
@@ -73,6 +74,34 @@ def _counter(gw: Gateway, match: Match) -> TokenCounter:
     return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
 
 
+def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, param: str) -> ChatCompletionRequest:
+    """The key's and its tenant's guardrails on the prompt: the same request, a redacted copy, or a block
+    (PromptBlocked, before admission: a blocked prompt consumes no quota)."""
+    for guard in ex.principal.guards if ex.principal is not None else ():
+        try:
+            request = guard.chat(request, tokens)
+        except PromptBlocked as exc:
+            if param == exc.param:
+                raise
+            raise PromptBlocked(exc.rule, param=param, message=exc.message) from None  # the Responses API's `input`
+    return request
+
+
+P = TypeVar("P", TextCompletionRequest, EmbeddingRequest)
+
+
+def _guarded_texts(ex: Exchange, request: P, field: Literal["prompt", "input"], texts: list[str | list[int]],
+                   tokens: int) -> P:
+    """As _guarded_chat, for the prompts of a legacy completion (`prompt`) or embeddings inputs (`input`)."""
+    guarded = texts
+    for guard in ex.principal.guards if ex.principal is not None else ():
+        guarded = guard.texts(guarded, tokens, param=field)
+    if all(a is b for a, b in zip(guarded, texts, strict=True)):
+        return request  # nothing redacted
+    original = getattr(request, field)
+    return msgspec.structs.replace(request, **{field: guarded[0] if isinstance(original, str) else guarded})
+
+
 def _chat_output(request: ChatCompletionRequest) -> int | None:
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     return None if limit is None else limit * (request.n or 1)
@@ -88,7 +117,9 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_passport(request, meta, counter=_counter(gw, match))
+    tokens = _counter(gw, match).chat(request)
+    request = _guarded_chat(ex, request, tokens, "messages")
+    passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
@@ -99,7 +130,9 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_prompts_passport(request.prompts, meta, counter=_counter(gw, match))
+    tokens = _counter(gw, match).texts(request.prompts)
+    request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
+    passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request))
@@ -111,7 +144,9 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
     request = as_chat(call)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    passport = compute_passport(request, meta, counter=_counter(gw, match))
+    tokens = _counter(gw, match).chat(request)
+    request = _guarded_chat(ex, request, tokens, "input")
+    passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
     return call, prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
@@ -121,7 +156,9 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta)
-    passport = compute_embedding_passport(request, meta, counter=_counter(gw, match))
+    tokens = _counter(gw, match).texts(request.inputs)
+    request = _guarded_texts(ex, request, "input", request.inputs, tokens)
+    passport = compute_embedding_passport(request, meta, prompt_tokens=tokens)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, 0)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 
 from ingress.errors import Unauthenticated
+from ingress.guardrails import Guard, compile_guardrails
 from ingress.tenancy.keys import Keyring, id_of
 from ingress.tenancy.plan import Check, Plan, checks_of
 from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
@@ -35,6 +36,7 @@ class Principal:
     tenant: Tenant
     _models: re.Pattern[str]
     _tenant_models: re.Pattern[str]
+    guards: tuple[Guard, ...]  # the tenant's guardrails, then the key's
 
     def allows(self, model: str) -> bool:
         return self._models.match(model) is not None and self._tenant_models.match(model) is not None
@@ -65,6 +67,7 @@ class Policy:
         keys = settings.keys + (keys_file.keys if keys_file else ())
         self.tenants = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
         self.keyring = Keyring(keys)
+        self._guards: dict[str, Guard] = {}  # each tenant's, compiled once
         self._principals = {key.id: self._principal(key) for key in keys}
         self._exact = {name: p for name, p in settings.models.items() if not any(c in name for c in "*?[")}
         self._globs = [(name, re.compile(translate(name)), p) for name, p in settings.models.items()
@@ -77,7 +80,11 @@ class Policy:
 
     def _principal(self, key: Key) -> Principal:
         tenant = self.tenants.get(key.tenant, _NO_TENANT)
-        return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models))
+        if tenant.guardrails is not None and key.tenant not in self._guards:
+            self._guards[key.tenant] = compile_guardrails(tenant.guardrails)
+        guards = (self._guards.get(key.tenant),) + ((compile_guardrails(key.guardrails),) if key.guardrails else ())
+        return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models),
+                         tuple(g for g in guards if g is not None))
 
     def authenticate(self, headers: Mapping[str, str]) -> Principal:
         presented = presented_key(headers)

@@ -27,6 +27,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from ingress.guardrails import Guardrails
+
 Rate = Annotated[int, Meta(ge=1, le=10**12)]
 KeyId = Annotated[str, Meta(pattern=r"^[0-9a-z]{8,32}\Z")]
 Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:-]{1,64}\Z")]  # a tenant: a metric label, a store key
@@ -75,12 +77,14 @@ class Key(_Config, frozen=True):
     hash: KeyHash
     models: tuple[str, ...] = ("*",)  # names or globs
     limits: Limits = Limits()
+    guardrails: Guardrails | None = None  # checked after its tenant's
     name: str | None = None  # for people; never used to decide
 
 
 class Tenant(_Config, frozen=True):
     limits: Limits = Limits()
     models: tuple[str, ...] = ("*",)  # a key may use what both it and its tenant allow
+    guardrails: Guardrails | None = None  # for every key of the tenant
 
 
 class ModelPolicy(_Config, frozen=True):

@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import aiohttp
+import msgspec
 import openai
 import pytest
 from fakes.upstream import FakeUpstream, answer, slow_head
@@ -21,6 +22,7 @@ from waiting import eventually
 
 from ingress import wire
 from ingress.exchange import Exchange
+from ingress.guardrails import Guardrails, Pii
 from ingress.oai.models import ChatCompletionRequest, UserMessage
 from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Settings
@@ -281,3 +283,34 @@ async def test_a_flatbuffers_client_presents_a_key_and_is_held_to_the_same_limit
     assert len(fake.received) == 2 and fake.received[0].body == body  # still forwarded byte for byte
     assert fake.received[0].headers["x-ingress-tenant"] == "acme"  # who was admitted, beside the client's passport
     assert fake.received[0].headers["x-ingress-key-id"] == KEY_ID
+
+
+GUARDED = Guardrails(blocked_terms=("project zeus",), pii=Pii(email="redact", card="block"), scope="all",
+                     messages="all")
+
+
+async def test_a_tenants_guardrails_block_before_admission_and_redact_what_they_should(stack: AsyncExitStack) -> None:
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    config = settings(Limits(rpm=100), upstream=upstream)
+    assert config.tenancy is not None
+    tenant = msgspec.structs.replace(config.tenancy.tenants["acme"], guardrails=GUARDED)
+    config = msgspec.structs.replace(config, tenancy=msgspec.structs.replace(config.tenancy, tenants={"acme": tenant}))
+    e = await edge(stack, config)
+    client = e.client(max_retries=0)
+    with pytest.raises(openai.BadRequestError) as blocked:
+        await client.chat.completions.create(model=MODEL, messages=[
+            {"role": "user", "content": "Tell me about Project  Zeus please"}])
+    assert blocked.value.code == "prompt_blocked" and blocked.value.param == "messages"
+    assert "blocked_terms" in blocked.value.message and "zeus" not in blocked.value.message.lower()
+    with pytest.raises(openai.BadRequestError) as card:
+        await client.responses.create(model=MODEL, input="pay with 4111 1111 1111 1111")
+    assert card.value.param == "input" and "pii.card" in card.value.message and "4111" not in card.value.message
+    raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=[
+        {"role": "user", "content": "mail ada@example.com today"}])
+    assert raw.headers["x-ratelimit-remaining-requests"] == "99"  # the blocked ones consumed nothing
+    await client.completions.create(model=MODEL, prompt="from bob@example.org")
+    await client.embeddings.create(model=MODEL, input=["cc eve@example.net", "plain"])
+    assert [r.user_text for r in fake.received] == ["mail [REDACTED:email] today", "from [REDACTED:email]"]
+    (embedded,) = fake.embeddings_received
+    assert [i.text for i in embedded.request.inputs or []] == ["cc [REDACTED:email]", "plain"]

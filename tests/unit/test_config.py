@@ -488,6 +488,8 @@ def test_a_tenancy_section_decodes() -> None:
     ('hash = "sha256:0', 'hash = "md5:0', "tenancy.keys[0].hash: Expected `str` matching regex"),
     ("rpm = 600", "rpm = 0", "tenancy.tenants.acme.limits.rpm: Expected `int` >= 1"),
     ("output = 0.6", "output = -1", "tenancy.models.gpt-4o-mini.price.output: Expected `float` >= 0"),
+    ('models = ["gpt-4o*"]', 'models = ["gpt-4o*"]\nguardrails = { patterns = [{ name = "ahead", regex = "a(?=b)" }] }',
+     "tenancy.tenants.acme.guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'"),
     ('backend = "memory"', 'backend = "memory"\nkeys_file = "/nonexistent/keys.toml"',
      "tenancy.keys_file: /nonexistent/keys.toml: cannot read"),
 ])
