@@ -31,7 +31,7 @@ class Tenancy:
 
 def store_of(settings: TenancySettings, workers: int) -> Store:
     if settings.backend == "redis":
-        from ingress.tenancy.redis import RedisStore  # type: ignore[import-not-found]  # being written
+        from ingress.tenancy.redis import RedisStore
 
         assert settings.redis is not None  # config.py checks
         store: Store = RedisStore(settings.redis, workers)

@@ -1,0 +1,329 @@
+"""The fleet's store: every edge's limit state in one Redis (or Valkey), one script call a request.
+
+    admit    one EVALSHA of limits.lua: all of a Plan's checks on Redis's clock, applied all or none
+    settle   one idempotent call keyed by the ticket (a tombstone remembers it 10 minutes)
+    renew    one call: the leases of requests in progress, and this process's heartbeat
+
+Every key is under one hash tag, `{<prefix>}:`, so one request's keys share a Redis Cluster slot, and
+every key the script writes expires. Nothing secret is stored: keys hold key ids, tenant and model names.
+
+When Redis is slow or down, a call gives up at the deadline (no client-side retries: redis-py's own
+took 4 s a call against a dead server), a circuit breaker stops asking for a while, and each check's
+`degraded` policy decides: "local" (a MemoryStore holding 1/(live processes) of each limit; the count
+comes from the processes' heartbeats in Redis, the last one kept), "allow", or "refuse" (503); refuse
+wins over local over allow. What Redis missed meanwhile (settles, and cancels of admissions that timed
+out, since their script may still run) is sent once it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from importlib import resources
+from typing import Any, Literal
+
+import msgspec
+from redis.asyncio import Redis as Client
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ingress import metrics
+from ingress.log import get_logger
+from ingress.tasks import BackgroundTasks
+from ingress.tenancy.memory import MemoryStore
+from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
+from ingress.tenancy.settings import Redis as RedisSettings
+
+log = get_logger("ingress.tenancy")
+
+SCRIPT = resources.files("ingress.tenancy").joinpath("limits.lua").read_text()
+SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
+ADMITTED, CANCELLED = 1, 2
+HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (or 3 gaps between renews)
+MAX_PENDING = 100_000  # settles and cancels kept for Redis while it cannot answer; the oldest go first
+_ALGORITHM = {"rate": "r", "quota": "q", "slots": "s"}
+_RANK = {"allow": 0, "local": 1, "refuse": 2}  # refuse wins over local over allow
+
+
+class _Unanswered(Exception):
+    """The store could not answer; `sent` when the call may have reached it (its script may still run)."""
+
+    def __init__(self, sent: bool) -> None:
+        super().__init__(sent)
+        self.sent = sent
+
+
+class Breaker:
+    """After `failures` failed calls in a row, calls are refused for `open_for` seconds; then one call
+    probes: its success closes the breaker, its failure opens it again. Sans-I/O, `clock` in seconds."""
+
+    def __init__(self, failures: int, open_for: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.failures = failures
+        self.open_for = open_for
+        self.clock = clock
+        self.failed = 0  # in a row
+        self.opened_at: float | None = None
+        self.probing = False
+
+    @property
+    def closed(self) -> bool:
+        return self.opened_at is None
+
+    def allows(self) -> bool:
+        """Whether a call may go now; once open, only the one probe when `open_for` has passed."""
+        if self.opened_at is None:
+            return True
+        if self.probing or self.clock() - self.opened_at < self.open_for:
+            return False
+        self.probing = True
+        return True
+
+    def succeeded(self) -> bool:
+        """A call answered; True when that closed the breaker."""
+        self.failed, self.probing = 0, False
+        was_open, self.opened_at = self.opened_at is not None, None
+        return was_open
+
+    def failed_once(self) -> bool:
+        """A call failed; True when that opened a closed breaker (a failed probe opens it again quietly)."""
+        self.failed += 1
+        if self.opened_at is not None:
+            self.opened_at, self.probing = self.clock(), False
+            return False
+        if self.failed >= self.failures:
+            self.opened_at = self.clock()
+            return True
+        return False
+
+    def abandoned(self) -> None:
+        """A call went without an answer either way (cancelled): the next call may probe."""
+        self.probing = False
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError | RedisTimeoutError):
+        return "timeout"
+    if isinstance(exc, RedisConnectionError | OSError):
+        return "connection"
+    return "error"
+
+
+def record_of(keys: list[str], plan: Plan) -> bytes:
+    """What a reservation remembers for settle: each check's key, algorithm, limit, period, reserved cost
+    and cost per request, input token and output token."""
+    return msgspec.json.encode({"k": keys, "c": [
+        [_ALGORITHM[c.algorithm], c.limit, c.period_us, cost, c.per_request, c.per_input, c.per_output]
+        for c, cost in zip(plan.checks, plan.costs(), strict=True)]})
+
+
+class RedisStore:
+    def __init__(self, settings: RedisSettings, workers: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.deadline = settings.deadline_ms / 1000
+        self.client = Client.from_url(
+            settings.url, retry=Retry(NoBackoff(), 0), socket_timeout=self.deadline,
+            socket_connect_timeout=self.deadline, protocol=2)  # RESP2: no HELLO round trip on connect
+        self.prefix = "{" + settings.prefix + "}:"
+        self.registry = self.prefix + "procs"
+        self.process = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+        self.breaker = Breaker(settings.breaker.failures, settings.breaker.open_for, clock)
+        self.clock = clock
+        self.live = max(workers, 1)  # until the registry says otherwise: at least this machine's workers
+        self.local = MemoryStore(1 / self.live)
+        self._local: set[str] = set()  # tickets admitted by the local fallback: settled there too
+        self._allowed: set[str] = set()  # tickets admitted by the "allow" policy: nothing to settle
+        self._pending: dict[str, Actual | None] = {}  # ticket → what to settle once Redis answers
+        self._expired_seen = 0  # the local store's expired leases already counted
+        self._renewed_at: float | None = None
+        self._registered = False
+        self._flushing = False
+        self.tasks = BackgroundTasks()
+
+    @property
+    def pending(self) -> int:
+        """Settles and cancels waiting for Redis to answer again."""
+        return len(self._pending)
+
+    # --- the Store protocol -------------------------------------------------------------------------
+
+    async def admit(self, plan: Plan) -> Decision:
+        keys = [self.prefix + c.key for c in plan.checks]
+        try:
+            reply = await self._call("admit", [self._reservation(plan.ticket), self._tombstone(plan.ticket), *keys],
+                                     ["admit", record_of(keys, plan), plan.ticket])
+        except _Unanswered as exc:
+            if exc.sent:
+                self._settle_later(plan.ticket, None)
+            return self._degraded(plan)
+        except asyncio.CancelledError:  # the client left while Redis decided: undo whatever it decided
+            self._settle_later(plan.ticket, None)
+            self._kick()
+            raise
+        return self._decision(plan, reply)
+
+    async def settle(self, ticket: str, actual: Actual | None) -> None:
+        if ticket in self._local:
+            self._local.discard(ticket)
+            self.local.settle(ticket, actual)
+            return
+        if ticket in self._allowed:
+            self._allowed.discard(ticket)
+            return
+        try:
+            await self._settle(ticket, actual)
+        except _Unanswered:
+            self._settle_later(ticket, actual)
+
+    async def renew(self, tickets: list[str]) -> None:
+        here = [t for t in tickets if t in self._local]
+        self.local.renew(here)
+        self.local.sweep()
+        self._count_local_expired()
+        now = self.clock()
+        gap = 0.0 if self._renewed_at is None else now - self._renewed_at
+        self._renewed_at = now
+        life = max(HEARTBEAT_US, int(3 * gap * 1_000_000))
+        there = [t for t in tickets if t not in self._local and t not in self._allowed]
+        try:
+            live = await self._call("renew", [self.registry, *(self._reservation(t) for t in there)],
+                                    ["renew", self.process, life, *there])
+        except _Unanswered:
+            return  # the leases run on; the last count of live processes stays
+        self.live = max(int(live), 1)
+        self.local.share = 1 / self.live
+
+    async def close(self) -> None:
+        await self.tasks.wait(self.deadline * 4)
+        await self.tasks.close()
+        if self.breaker.closed and self._registered:
+            try:
+                async with asyncio.timeout(self.deadline):
+                    await self.client.zrem(self.registry, self.process)
+            except (RedisError, OSError, TimeoutError):
+                pass  # its heartbeat expires by itself
+        await self.client.aclose()
+
+    # --- one call -----------------------------------------------------------------------------------
+
+    async def _call(self, call: str, keys: list[str], args: list[Any]) -> Any:
+        """One script call within the deadline, counted; _Unanswered when the store cannot answer."""
+        if not self.breaker.allows():
+            metrics.child(metrics.STORE_ERRORS, call, "breaker_open").inc()
+            raise _Unanswered(sent=False)
+        started = time.perf_counter()
+        outcome: BaseException | None = None
+        try:
+            async with asyncio.timeout(self.deadline):
+                try:
+                    reply = await self.client.evalsha(SHA, len(keys), *keys, *args)
+                except NoScriptError:  # a restarted or flushed server: EVAL loads the script again
+                    reply = await self.client.eval(SCRIPT, len(keys), *keys, *args)
+        except (RedisError, OSError, TimeoutError) as exc:
+            outcome = exc
+        except BaseException:
+            self.breaker.abandoned()
+            raise
+        finally:
+            metrics.child(metrics.STORE_LATENCY, call).observe(time.perf_counter() - started)
+        if outcome is not None:
+            self._failed(call, outcome)
+            raise _Unanswered(sent=True)
+        self._answered()
+        return reply
+
+    def _failed(self, call: str, exc: BaseException) -> None:
+        metrics.child(metrics.STORE_ERRORS, call, _reason(exc)).inc()
+        if self.breaker.failed_once():
+            metrics.BREAKER_OPEN.set(1)
+            log.warning("limit store unavailable: breaker opened, degraded policies decide",
+                        failures=self.breaker.failed, open_for_s=self.breaker.open_for, error=type(exc).__name__,
+                        reason=_reason(exc))
+
+    def _answered(self) -> None:
+        if self.breaker.succeeded():
+            metrics.BREAKER_OPEN.set(0)
+            log.info("limit store answers again: breaker closed", pending=len(self._pending))
+        if not self._registered:
+            self._registered = True
+            self.tasks.spawn(self.renew([]), "limits-register")
+        self._kick()
+
+    # --- what Redis missed --------------------------------------------------------------------------
+
+    def _settle_later(self, ticket: str, actual: Actual | None) -> None:
+        self._pending[ticket] = actual
+        if len(self._pending) > MAX_PENDING:
+            del self._pending[next(iter(self._pending))]  # its reservation stays charged until its TTL
+            metrics.child(metrics.STORE_ERRORS, "settle", "dropped").inc()
+
+    def _kick(self) -> None:
+        if self._pending and not self._flushing and self.breaker.closed:
+            self._flushing = True
+            self.tasks.spawn(self._flush(), "limits-flush")
+
+    async def _flush(self) -> None:
+        """Send the pending settles, oldest first, while Redis answers."""
+        try:
+            while self._pending and self.breaker.closed:
+                ticket, actual = next(iter(self._pending.items()))
+                del self._pending[ticket]
+                try:
+                    await self._settle(ticket, actual)
+                except _Unanswered:
+                    self._pending.setdefault(ticket, actual)
+                    return
+        finally:
+            self._flushing = False
+
+    async def _settle(self, ticket: str, actual: Actual | None) -> None:
+        used = ("1", actual.input_tokens, actual.output_tokens) if actual is not None else ("0", 0, 0)
+        await self._call("settle", [self._reservation(ticket), self._tombstone(ticket)], ["settle", ticket, *used])
+
+    # --- decisions ----------------------------------------------------------------------------------
+
+    def _decision(self, plan: Plan, reply: list[int]) -> Decision:
+        status, index, wait, never, expired, *states = reply
+        if expired:
+            metrics.LEASES_EXPIRED.inc(expired)
+        if status == CANCELLED:
+            return Decision(False, (), None, 0, never=False, degraded="cancelled")
+        rates = [c for c in plan.checks if c.algorithm == "rate"]
+        told = tuple(State(c, states[2 * i], states[2 * i + 1]) for i, c in enumerate(rates))
+        if status == ADMITTED:
+            return Decision(True, told)
+        return Decision(False, told, plan.checks[index - 1], wait, never=bool(never))
+
+    def _degraded(self, plan: Plan) -> Decision:
+        """The decision when Redis cannot answer: by the strictest policy among the plan's checks."""
+        policy: Literal["local", "allow", "refuse"] = max(
+            (c.degraded for c in plan.checks), key=_RANK.__getitem__, default="local")
+        if policy == "refuse":
+            return Decision(False, (), None, 0, degraded="refuse")
+        if policy == "allow":
+            self._allowed.add(plan.ticket)
+            return Decision(True, (), degraded="allow")
+        local: tuple[Check, ...] = tuple(c for c in plan.checks if c.degraded == "local")
+        decision = self.local.admit(replace(plan, checks=local))
+        self._count_local_expired()
+        if decision.admitted:
+            self._local.add(plan.ticket)
+        return replace(decision, degraded=decision.degraded or "local")
+
+    def _count_local_expired(self) -> None:
+        if (expired := self.local.leases_expired - self._expired_seen) > 0:
+            metrics.LEASES_EXPIRED.inc(expired)
+            self._expired_seen = self.local.leases_expired
+
+    def _reservation(self, ticket: str) -> str:
+        return f"{self.prefix}r:{ticket}"
+
+    def _tombstone(self, ticket: str) -> str:
+        return f"{self.prefix}s:{ticket}"
