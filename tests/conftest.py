@@ -29,6 +29,9 @@ from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hoo
 )
 from logcapture import captured_logs  # noqa: E402
 
+# Real Redis and Valkey servers for the limit-store tests (`redis` marker).
+from redis_servers import limit_server, limit_servers, own_limit_server  # noqa: E402, F401 (fixtures, by name)
+
 
 @pytest.fixture
 def log_stream() -> Iterator[io.StringIO]:
