@@ -124,6 +124,12 @@ def record_of(keys: list[str], plan: Plan) -> bytes:
         for c, cost in zip(plan.checks, plan.costs(), strict=True)]})
 
 
+def _checks_of(plan: Plan) -> list[str | int]:
+    """What the admission decides by, per check: algorithm, limit, period and cost."""
+    return [value for check, cost in zip(plan.checks, plan.costs(), strict=True)
+            for value in (_ALGORITHM[check.algorithm], check.limit, check.period_us, cost)]
+
+
 class RedisStore:
     def __init__(self, settings: RedisSettings, workers: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
@@ -158,7 +164,7 @@ class RedisStore:
         keys = [self.prefix + c.key for c in plan.checks]
         try:
             reply = await self._call("admit", [self._reservation(plan.ticket), self._tombstone(plan.ticket), *keys],
-                                     ["admit", record_of(keys, plan), plan.ticket])
+                                     ["admit", plan.ticket, record_of(keys, plan), *_checks_of(plan)])
         except _Unanswered as exc:
             if exc.sent:
                 self._settle_later(plan.ticket, None)
