@@ -18,12 +18,13 @@ for _path in (str(_TESTS.parent), str(_TESTS)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import llama_engine  # noqa: E402
+import redis_servers  # noqa: E402
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
 
 # The `llama_server` fixture (a real engine) and the hooks that build it before any test runs.
 from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hooks by name here)
     llama_server,
-    pytest_collection_finish,
     pytest_collection_modifyitems,
     pytest_runtest_makereport,
 )
@@ -31,6 +32,12 @@ from logcapture import captured_logs  # noqa: E402
 
 # Real Redis and Valkey servers for the limit-store tests (`redis` marker).
 from redis_servers import limit_server, limit_servers, own_limit_server  # noqa: E402, F401 (fixtures, by name)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before any test runs, outside every test's timeout: llama-server built, redis-server installed."""
+    llama_engine.pytest_collection_finish(session)
+    redis_servers.prepare(session)
 
 
 @pytest.fixture

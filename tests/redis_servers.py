@@ -184,7 +184,26 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-# --- pytest fixtures (tests/conftest.py imports them) -----------------------------------------------
+# --- pytest: the fixtures (tests/conftest.py imports them), and the binaries found before any test runs --
+#
+# Installing redis-server with apt on a fresh machine can take longer than pytest-timeout gives a test
+# (its fixtures' setup included), so the binaries are found, or installed, once collection is done and
+# only when a selected test is marked `redis`.
+
+
+def prepare(session: pytest.Session) -> None:
+    """tests/conftest.py's pytest_collection_finish calls this."""
+    if session.config.option.collectonly or not any(item.get_closest_marker("redis") for item in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    if not (shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin:/usr/sbin")):
+        say("redis-server not found: installing it with apt-get (Debian's redis-server package)")
+    for kind in KINDS:
+        try:
+            binary(kind)
+        except ServerError as exc:  # the fixtures try again, and fail with the reason
+            say(f"{kind}: {exc}")
 
 SERVER_KINDS = [pytest.param(kind, marks=pytest.mark.redis) for kind in KINDS]
 
