@@ -1,0 +1,179 @@
+"""The limit stores side by side: what one admission costs with the memory store, and with the Redis store
+against a real Redis and a real Valkey on loopback, each with redis-py's hiredis parser and its pure-Python
+one (the question whether hiredis pays).
+
+One admission is a real request's plan (policy.py's checks for a key with rpm, tpm and concurrency, and
+its tenant with tpm and a USD budget: 6 checks, 5 keys and the reservation in one script call), awaited
+one at a time on uvloop, as the edge does; every batch is settled (cancelled) after it, untimed. Each
+round runs every candidate in a fresh random order; the figures are over all rounds:
+
+    p50, p99     the admission's latency as the caller sees it, µs
+    cpu          this process's CPU per admission (the client side: building the call, the parser, asyncio), µs
+    server cpu   the server process's CPU per admission (INFO cpu), µs; script: its EVALSHA time (commandstats)
+
+    .venv/bin/python bench/limits.py [--rounds N] [--batch N]        -> results/limits.json
+
+Bounded: loopback only, rounds x batch admissions per candidate (20 x 250 by default, ~20 s in all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent), str(HERE)]
+
+from provenance import code_version, describe  # noqa: E402
+from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser  # noqa: E402
+from redis.asyncio import Redis as Client  # noqa: E402
+from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
+from redis_servers import running  # noqa: E402
+
+from ingress.tenancy.plan import Plan, checks_of  # noqa: E402
+from ingress.tenancy.redis import RedisStore  # noqa: E402
+from ingress.tenancy.settings import Budget, Limits, Price, Redis  # noqa: E402
+from ingress.tenancy.store import LocalStore, Store  # noqa: E402
+
+KEY = Limits(rpm=10**9, tpm=10**12, concurrency=10**6)
+TENANT = Limits(tpm=10**12, budget=Budget(usd=10**9, period="month"))
+PRICE = Price(input=2.5, output=10.0)
+
+
+def request_plan(now_s: float) -> Plan:
+    checks = [*checks_of(KEY, "key", "3f9c2a7d1b6e", PRICE, now_s, 30_000_000, "local"),
+              *checks_of(TENANT, "tenant", "acme", PRICE, now_s, 30_000_000, "local")]
+    return Plan(os.urandom(12).hex(), tuple(checks), 900, 300)
+
+
+async def server_stats(raw: Client) -> tuple[float, int, int]:
+    """The server's CPU seconds so far, and its EVALSHA calls and microseconds."""
+    cpu = await raw.info("cpu")
+    stats = await raw.info("commandstats")
+    evalsha = stats.get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), int(evalsha["calls"]), int(evalsha["usec"])
+
+
+class Candidate:
+    def __init__(self, name: str, store: Store, raw: Client | None) -> None:
+        self.name, self.store, self.raw = name, store, raw
+        self.reset()
+
+    def reset(self) -> None:
+        self.latencies: list[float] = []
+        self.cpu = 0.0
+        self.server_cpu = 0.0
+        self.script_us = 0
+        self.script_calls = 0
+        self.admissions = 0
+        self.degraded = 0
+
+    async def batch(self, n: int) -> None:
+        plans = [request_plan(time.time()) for _ in range(n)]
+        before = await server_stats(self.raw) if self.raw is not None else None
+        cpu0 = time.process_time()
+        for p in plans:
+            t0 = time.perf_counter()
+            decision = await self.store.admit(p)
+            self.latencies.append(time.perf_counter() - t0)
+            self.degraded += decision.degraded is not None or not decision.admitted
+        self.cpu += time.process_time() - cpu0
+        if self.raw is not None and before is not None:
+            after = await server_stats(self.raw)
+            self.server_cpu += after[0] - before[0]
+            self.script_calls += after[1] - before[1]
+            self.script_us += after[2] - before[2]
+        self.admissions += n
+        for p in plans:
+            await self.store.settle(p.ticket, None)
+
+    def figures(self) -> dict[str, Any]:
+        us = sorted(x * 1e6 for x in self.latencies)
+        out: dict[str, Any] = {
+            "admissions": self.admissions, "degraded_or_refused": self.degraded,
+            "p50_us": round(statistics.median(us), 1), "p99_us": round(us[int(len(us) * 0.99)], 1),
+            "cpu_us": round(self.cpu / self.admissions * 1e6, 1)}
+        if self.raw is not None:
+            out["server_cpu_us"] = round(self.server_cpu / self.admissions * 1e6, 1)
+            out["script_us"] = round(self.script_us / max(self.script_calls, 1), 1)
+        return out
+
+
+def redis_store(url: str, parser: type) -> RedisStore:
+    store = RedisStore(Redis(url=url, deadline_ms=1000, prefix="bench"), workers=1)
+    store.client = Client.from_url(url, retry=store.client.get_retry(), socket_timeout=store.deadline,
+                                   socket_connect_timeout=store.deadline, protocol=2, parser_class=parser)
+    return store
+
+
+async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, Any]:
+    candidates = [Candidate("memory", LocalStore(), None)]
+    raws: list[Client] = []
+    versions = {}
+    for kind, url in servers.items():
+        raw = Client.from_url(url)
+        raws.append(raw)
+        info = await raw.info("server")
+        versions[kind] = f"{kind} {info.get('valkey_version') or info['redis_version']}"
+        parsers = [("hiredis", _AsyncHiredisParser)] if HIREDIS_AVAILABLE else []
+        for parser_name, parser in [*parsers, ("python parser", _AsyncRESP2Parser)]:
+            candidates.append(Candidate(f"{kind}, {parser_name}", redis_store(url, parser), raw))
+    for c in candidates:  # warm up: connections open, the script loaded
+        await c.batch(20)
+        c.reset()
+    for _ in range(args.rounds):
+        for c in random.sample(candidates, len(candidates)):
+            await c.batch(args.batch)
+    for c in candidates:
+        await c.store.close()
+    for raw in raws:
+        await raw.aclose()
+    return {"servers": versions, "results": {c.name: c.figures() for c in candidates}}
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    memory = results["memory"]
+    rows = ["| store | p50 µs | p99 µs | cpu µs/admission | vs memory (cpu) | server cpu µs | script µs |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        ratio = r["cpu_us"] / memory["cpu_us"]
+        rows.append(f"| {name} | {r['p50_us']} | {r['p99_us']} | {r['cpu_us']} | {ratio:.1f}x | "
+                    f"{r.get('server_cpu_us', '')} | {r.get('script_us', '')} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=250)
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as work, running("redis", Path(work)) as r, running("valkey", Path(work)) as v:
+        started = time.monotonic()
+        found = uvloop.run(run(args, {"redis": r.url, "valkey": v.url}))
+        seconds = time.monotonic() - started
+    results, versions = found["results"], found["servers"]
+    version = code_version()
+    print(f"{describe(version)}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
+          f"{args.rounds} rounds x {args.batch} admissions per store in {seconds:.0f} s; "
+          f"{', '.join(versions.values())}")
+    print(table(results))
+    out = HERE / "results" / "limits.json"
+    out.write_text(json.dumps({"code": version, "load_before": load_before, "load_after": os.getloadavg(),
+                               "rounds": args.rounds, "batch": args.batch, "python": sys.version.split()[0],
+                               "servers": versions, "hiredis": HIREDIS_AVAILABLE, "results": results},
+                              indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
