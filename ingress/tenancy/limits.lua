@@ -180,11 +180,9 @@ local function renew(process, life)
     local record = redis.call('GET', KEYS[i])
     if record then
       local r, ticket = cjson.decode(record), ARGV[i + 2]
+      at_least(KEYS[i], ms(TOMBSTONE_US))  -- a request in progress is reconciled however long it runs
       for j, c in ipairs(r.c) do
-        if c[1] == 's' then
-          lease(r.k[j], ticket, now, c[3])
-          redis.call('PEXPIRE', KEYS[i], ms(c[3]))
-        end
+        if c[1] == 's' then lease(r.k[j], ticket, now, c[3]) end
       end
     end
   end

@@ -147,7 +147,6 @@ class RedisStore:
         self._local: set[str] = set()  # tickets admitted by the local fallback: settled there too
         self._allowed: set[str] = set()  # tickets admitted by the "allow" policy: nothing to settle
         self._pending: dict[str, Actual | None] = {}  # ticket → what to settle once Redis answers
-        self._expired_seen = 0  # the local store's expired leases already counted
         self._renewed_at: float | None = None
         self._registered = False
         self._flushing = False
@@ -192,7 +191,6 @@ class RedisStore:
         here = [t for t in tickets if t in self._local]
         self.local.renew(here)
         self.local.sweep()
-        self._count_local_expired()
         now = self.clock()
         gap = 0.0 if self._renewed_at is None else now - self._renewed_at
         self._renewed_at = now
@@ -318,15 +316,9 @@ class RedisStore:
             return Decision(True, (), degraded="allow")
         local: tuple[Check, ...] = tuple(c for c in plan.checks if c.degraded == "local")
         decision = self.local.admit(replace(plan, checks=local))
-        self._count_local_expired()
         if decision.admitted:
             self._local.add(plan.ticket)
         return replace(decision, degraded=decision.degraded or "local")
-
-    def _count_local_expired(self) -> None:
-        if (expired := self.local.leases_expired - self._expired_seen) > 0:
-            metrics.LEASES_EXPIRED.inc(expired)
-            self._expired_seen = self.local.leases_expired
 
     def _reservation(self, ticket: str) -> str:
         return f"{self.prefix}r:{ticket}"
