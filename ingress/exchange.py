@@ -42,7 +42,8 @@ class Exchange:
     limit_headers: dict[str, str] | None = None  # x-ratelimit-*, on the answer whatever it is
     limit_outcome: str | None = None  # admitted, limited, degraded_...
     admitted: float | None = None  # perf_counter mark: the admission's round trip ended
-    output_chars: int = 0  # of a stream's output, counted in case no usage comes
+    prompt_tokens: int | None = None  # as the edge counted them (the passport's estimate)
+    output_tokens: int | None = None  # of a stream's output as the edge counted it, when the service gave no usage
 
     def mark_first_byte(self) -> None:
         if self.first_byte is None:

@@ -51,6 +51,9 @@ ADMISSIONS = Counter("ingress_admissions", "Admission decisions by tenant and ou
 LIMITED = Counter("ingress_limited", "Requests refused by a limit, by tenant, the limit's owner (key, tenant, model) "
                   "and kind (requests, tokens, input_tokens, output_tokens, concurrency, budget).",
                   ["tenant", "scope", "kind"])
+PROMPT_COUNTED = Counter("ingress_prompt_tokens_counted", "Prompt tokens as the edge counted them, of requests "
+                         "whose usage came: against ingress_tokens_total{kind=\"prompt\"}, the count's accuracy.",
+                         ["model"])
 TOKENS_RESERVED = Counter("ingress_tokens_reserved", "Tokens reserved at admission (the estimate).", ["tenant"])
 TOKENS_SETTLED = Counter("ingress_tokens_settled", "Tokens charged when requests settled (the usage).", ["tenant"])
 TOKENS_REFUNDED = Counter("ingress_tokens_refunded", "Reserved tokens given back when requests settled.", ["tenant"])

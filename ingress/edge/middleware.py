@@ -170,6 +170,8 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         child(metrics.TTFT, ex.metric_model).observe(ex.first_byte - ex.started)
     if ex.usage is not None:
         child(metrics.TOKENS, ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
+        if ex.prompt_tokens is not None:
+            child(metrics.PROMPT_COUNTED, ex.metric_model).inc(ex.prompt_tokens)
         child(metrics.TOKENS, ex.metric_model, "completion").inc(ex.usage.completion_tokens)
     if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()

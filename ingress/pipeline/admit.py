@@ -7,7 +7,6 @@ from typing import TypeVar
 
 from ingress.errors import UpstreamAnswered
 from ingress.exchange import Exchange
-from ingress.passport import CHARS_PER_TOKEN
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
 from ingress.tenancy.plan import Actual, Plan
@@ -57,7 +56,7 @@ def used(ex: Exchange, plan: Plan) -> Actual | None:
         return Actual(ex.usage.prompt_tokens, ex.usage.completion_tokens)
     if ex.binary:  # a relayed answer is not read: the reservation stands
         return Actual(plan.input_tokens, plan.output_tokens)
-    if ex.upstream_sent is None or (isinstance(ex.error, UpstreamAnswered) and not ex.output_chars):
+    if ex.upstream_sent is None or (isinstance(ex.error, UpstreamAnswered) and not ex.output_tokens):
         return None
-    return Actual(plan.input_tokens, -(-ex.output_chars // CHARS_PER_TOKEN))  # the stream so far, estimated
+    return Actual(plan.input_tokens, ex.output_tokens or 0)  # the prompt as counted, and what was streamed
 

@@ -65,11 +65,12 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
     headers = hop_headers(ex.request_id, passport)
     if match.route.forward_authorization and meta.api_key is not None:
         headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
+    ex.prompt_tokens = passport.prompt_tokens_estimate
     return Prepared(request, match, encoded, headers, gw.timeouts(match), passport.prompt_tokens_estimate,
                     max_output_tokens)
 
 
-def _counter(gw: Gateway, match: Match) -> TokenCounter:
+def counter(gw: Gateway, match: Match) -> TokenCounter:
     """The prompt's token counter: the route's tokenizer, else the one the model's name implies (cached)."""
     return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
 
@@ -117,7 +118,7 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
     """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = _counter(gw, match).chat(request)
+    tokens = counter(gw, match).chat(request)
     request = _guarded_chat(ex, request, tokens, "messages")
     passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -130,7 +131,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = _counter(gw, match).texts(request.prompts)
+    tokens = counter(gw, match).texts(request.prompts)
     request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
     passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -144,7 +145,7 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
     request = as_chat(call)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = _counter(gw, match).chat(request)
+    tokens = counter(gw, match).chat(request)
     request = _guarded_chat(ex, request, tokens, "input")
     passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -156,7 +157,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta)
-    tokens = _counter(gw, match).texts(request.inputs)
+    tokens = counter(gw, match).texts(request.inputs)
     request = _guarded_texts(ex, request, "input", request.inputs, tokens)
     passport = compute_embedding_passport(request, meta, prompt_tokens=tokens)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)

@@ -21,7 +21,7 @@ from ingress.oai import answers as out
 from ingress.oai import response_objects as ro
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.gateway import Gateway
-from ingress.pipeline.prepare import Completion, Prepared
+from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import StreamTranslator
@@ -158,7 +158,8 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         return
     finally:
         ex.usage = translator.usage
-        ex.output_chars = translator.output_chars
+        if translator.usage is None and translator.output:  # accounting counts what was streamed
+            ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()
     ex.upstream_ok = True
     yield DONE

@@ -22,7 +22,7 @@ class StreamTranslator:
         self.created = created
         self.include_usage = include_usage
         self.usage: wt.Usage | None = None
-        self.output_chars = 0  # text, reasoning and tool arguments streamed: counted when no usage comes
+        self.output: list[str] = []  # text, reasoning and tool arguments streamed: counted when no usage comes
         self.done = False
         self.system_fingerprint: str | None = None
         self.service_tier: str | None = None
@@ -51,9 +51,12 @@ class StreamTranslator:
         self.done = chunk.done
         result = []
         calls = chunk.tool_calls
-        self.output_chars += len(chunk.content or "") + len(chunk.reasoning or "")
+        if chunk.content:
+            self.output.append(chunk.content)
+        if chunk.reasoning:
+            self.output.append(chunk.reasoning)
         if calls:
-            self.output_chars += sum(len(d.arguments or "") for d in calls)
+            self.output += [d.arguments for d in calls if d.arguments]
         legacy = _function_delta(calls) if self._legacy and calls else UNSET
         delta = out.DeltaOut(
             role=chunk.role if chunk.role is not None else UNSET,

@@ -76,8 +76,8 @@ class TextStreamTranslator:
         return self._chat.usage
 
     @property
-    def output_chars(self) -> int:
-        return self._chat.output_chars
+    def output(self) -> list[str]:
+        return self._chat.output
 
     def feed_frame(self, frame: bytes) -> list[TextCompletion]:
         return [text for chunk in self._chat.feed_frame(frame) if (text := self._text_chunk(chunk)) is not None]

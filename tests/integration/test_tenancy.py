@@ -17,6 +17,7 @@ import openai
 import pytest
 from fakes.upstream import FakeUpstream, answer, slow_head
 from logcapture import lines
+from prometheus_client import REGISTRY
 from recording import recording_edge
 from waiting import eventually
 
@@ -314,3 +315,29 @@ async def test_a_tenants_guardrails_block_before_admission_and_redact_what_they_
     assert [r.user_text for r in fake.received] == ["mail [REDACTED:email] today", "from [REDACTED:email]"]
     (embedded,) = fake.embeddings_received
     assert [i.text for i in embedded.request.inputs or []] == ["cc [REDACTED:email]", "plain"]
+
+
+def _settled() -> float:
+    return REGISTRY.get_sample_value("ingress_tokens_settled_total", {"tenant": "acme"}) or 0.0
+
+
+async def test_a_stream_the_client_left_is_charged_its_prompt_and_what_was_streamed(stack: AsyncExitStack) -> None:
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    e = await edge(stack, settings(Limits(tpm=100_000), upstream=upstream))
+    text = " ".join(f"word{i}" for i in range(40))
+    fake.play(answer(text), pace=0.05)  # its usage would come only with the last frame
+    before = _settled()
+    stream = await e.client().chat.completions.create(model=MODEL, messages=HELLO, stream=True, max_tokens=5000)
+    seen = ""
+    async for chunk in stream:
+        seen += chunk.choices[0].delta.content or "" if chunk.choices else ""
+        if len(seen.split()) >= 5:
+            break
+    await stream.close()
+    await eventually(lambda: _settled() > before, "the stream settled")
+    charged = _settled() - before
+    prompt = e.exchanges[-1].prompt_tokens
+    assert prompt is not None and e.exchanges[-1].usage is None
+    counter = counter_for(MODEL)
+    assert prompt + counter.text(seen) <= charged <= prompt + counter.text(text)  # not the 5000 reserved
