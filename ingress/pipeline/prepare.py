@@ -115,11 +115,18 @@ def _text_output(request: TextCompletionRequest) -> int | None:
 
 
 def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
-    """Decode, route, (admit), passport, encode. Bad input raises here, before anything is sent."""
+    """Decode, route, count, guard, passport, encode. Bad input raises here, before anything is sent."""
     request, extra_json = decode_chat_request_forwarding(body, gw.forwards_extras)
+    return _prepared_chat(gw, ex, request, extra_json, meta, "messages")
+
+
+def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, extra_json: str | None,
+                   meta: RequestMeta, prompt_param: str) -> Prepared[Completion]:
+    """A decoded chat request (as sent, or what a Responses request amounts to): routed, counted, guarded,
+    given its passport, encoded."""
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
     tokens = counter(gw, match).chat(request)
-    request = _guarded_chat(ex, request, tokens, "messages")
+    request = _guarded_chat(ex, request, tokens, prompt_param)
     passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
@@ -143,18 +150,11 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
     travels; the decoded call is kept to answer it in its own shape."""
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
-    request = as_chat(call)
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = counter(gw, match).chat(request)
-    request = _guarded_chat(ex, request, tokens, "input")
-    passport = compute_passport(request, meta, prompt_tokens=tokens)
-    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
-                                extra_json)
-    return call, prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
+    return call, _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input")
 
 
 def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
-    """Decode, route (the same route table: a model name), (admit), passport, encode; bad input raises here."""
+    """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta)
     tokens = counter(gw, match).texts(request.inputs)
