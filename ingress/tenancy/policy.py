@@ -21,6 +21,7 @@ from ingress.tenancy.plan import Check, Plan, checks_of
 from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
+_CACHED_PLANS = 4096
 
 
 def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
@@ -73,6 +74,7 @@ class Policy:
         self._globs = [(name, re.compile(translate(name)), p) for name, p in settings.models.items()
                        if name not in self._exact]
         self.lease_us = int(settings.lease_ttl * 1_000_000)
+        self._cache: dict[tuple[str, str], tuple[tuple[Check, ...], float]] = {}
 
     @classmethod
     def load(cls, settings: Tenancy) -> Policy:
@@ -109,13 +111,24 @@ class Policy:
         prompt's tokens and `max_tokens`, or the model's capped default when the request sets none."""
         now = time.time()
         found = self.model_policy(model)
-        name, model_policy = found if found is not None else (model, ModelPolicy())
+        model_policy = found[1] if found is not None else ModelPolicy()
+        checks = self._checks(principal, model, found, now)
         if embeds:
             output = 0
         elif max_tokens is not None:
             output = max_tokens
         else:
             output = model_policy.default_max_tokens or self.settings.default_max_tokens
+        return Plan(os.urandom(12).hex(), checks, input_tokens, output)
+
+    def _checks(self, principal: Principal, model: str, found: tuple[str, ModelPolicy] | None,
+                now: float) -> tuple[Check, ...]:
+        """The checks of a key on a model, made again after a minute (the time left in a budget's period is
+        then at most a minute old) or when a budget's period ends, for a bounded number of (key, model) pairs."""
+        cached = self._cache.get((principal.key.id, model))
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        name, model_policy = found if found is not None else (model, ModelPolicy())
         default = self.settings.degraded
         checks: list[Check] = [
             *checks_of(principal.key.limits, "key", principal.key.id, model_policy.price, now, self.lease_us, default),
@@ -124,4 +137,9 @@ class Policy:
         ]
         if found is not None:
             checks += checks_of(model_policy.limits, "model", name, model_policy.price, now, self.lease_us, default)
-        return Plan(os.urandom(12).hex(), tuple(checks), input_tokens, output)
+        if len(self._cache) >= _CACHED_PLANS:  # a glob route lets clients name any model
+            self._cache.clear()
+        until = min([now + 60, *(now + c.period_us / 1e6 for c in checks if c.algorithm == "quota")])
+        made = tuple(checks)
+        self._cache[(principal.key.id, model)] = (made, until)
+        return made

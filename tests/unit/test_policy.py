@@ -60,3 +60,21 @@ def test_a_plan_holds_the_key_tenant_and_model_checks_and_reserves_the_output_bo
     assert p.plan(principal, "llama-3", 1, None, embeds=True).output_tokens == 0
     assert [c.key for c in p.plan(principal, "llama-3", 1, 1).checks][-1] == "m:llama-*:conc"
     assert p.plan(principal, "llama-3", 1, 1).ticket != p.plan(principal, "llama-3", 1, 1).ticket
+
+
+def test_a_keys_checks_are_made_again_when_a_budget_period_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    import calendar
+
+    from ingress.tenancy import policy as policy_module
+    from ingress.tenancy.settings import Budget
+
+    clock = [calendar.timegm((2026, 12, 31, 23, 59, 30))]
+    monkeypatch.setattr(policy_module.time, "time", lambda: clock[0])
+    p = Policy(Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, limits=Limits(
+        rpm=5, budget=Budget(tokens=100, period="day"))),), tenants={"acme": Tenant()}))
+    principal = p.authenticate({"x-api-key": KEY})
+    first = p.plan(principal, "m", 1, 1)
+    assert p.plan(principal, "m", 1, 1).checks is first.checks  # made once
+    assert first.checks[1].key == f"k:{KEY_ID}:btok:2026-12-31"
+    clock[0] += 31  # past midnight: the day's budget is a new counter
+    assert p.plan(principal, "m", 1, 1).checks[1].key == f"k:{KEY_ID}:btok:2027-01-01"
