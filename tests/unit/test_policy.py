@@ -64,12 +64,12 @@ def test_a_plan_holds_the_key_tenant_and_model_checks_and_reserves_the_output_bo
 
 def test_a_keys_checks_are_made_again_when_a_budget_period_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     import calendar
+    import time
 
-    from ingress.tenancy import policy as policy_module
     from ingress.tenancy.settings import Budget
 
     clock = [calendar.timegm((2026, 12, 31, 23, 59, 30))]
-    monkeypatch.setattr(policy_module.time, "time", lambda: clock[0])
+    monkeypatch.setattr(time, "time", lambda: clock[0])
     p = Policy(Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, limits=Limits(
         rpm=5, budget=Budget(tokens=100, period="day"))),), tenants={"acme": Tenant()}))
     principal = p.authenticate({"x-api-key": KEY})
