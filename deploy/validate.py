@@ -14,7 +14,9 @@ Checks, each reported on one line of the summary:
   k8s-policy      the same manifests: grace period > drain.delay + drain.deadline, probes, resources,
                   security contexts, selectors, the mounted TOML parsed by the edge's own parser, bridge
                   containers' flags parsed by the bridge's, their keys and engines present in the pod,
-                  every container beside the edge outliving its drain...
+                  every container beside the edge outliving its drain, the keys file on a Secret
+                  the edge mounts (read by the edge's parser), one Redis per fleet that the edges'
+                  tenancy.redis.url reaches, no memory backend behind several pods...
   helm-chart      Chart.yaml, the templates' presence, a comment above every values.yaml key, every
                   .Values reference in the templates resolving to a key (and every key used)
   helm-render     the chart rendered for standalone and sidecar mode and with each example values file
@@ -33,6 +35,7 @@ Exit status: 0 when no check failed (skipped ones do not fail), 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import dataclasses
 import json
@@ -43,6 +46,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -86,7 +90,14 @@ METRICS: dict[str, str] = {
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 HELM_TEMPLATES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "configmap.yaml",
-                  "serviceaccount.yaml", "_helpers.tpl", "NOTES.txt")
+                  "serviceaccount.yaml", "secret-keys.yaml", "redis.yaml", "_helpers.tpl", "NOTES.txt")
+
+# The servers a limit store's container runs (the edge's tenancy.backend = "redis").
+STORE_SERVERS = ("redis-server", "valkey-server")
+REDIS_PORT = 6379
+# What a variable the edge reads from a Secret that is not among the manifests stands in as: the one
+# such variable the configurations here read is tenancy.redis.url (its password kept in a Secret).
+UNRESOLVED_SECRET = "redis://value-from-a-secret.invalid:6379/0"
 # Values the chart is rendered with by helm-render: both modes, and a configuration given whole (the
 # example values files in deploy/helm/ are rendered too, see helm_scenarios).
 HELM_SCENARIOS: dict[str, dict[str, Any]] = {
@@ -178,6 +189,32 @@ def interpolation_env(container: Doc) -> dict[str, str]:
     return {e["name"]: str(e["value"]) for e in container.get("env") or [] if "value" in e}
 
 
+def secret_data(secret: Doc) -> dict[str, str]:
+    """A Secret's data as text: stringData over the base64 data, as the API server merges them."""
+    data = {k: base64.b64decode(v).decode() for k, v in (secret.get("data") or {}).items()}
+    data.update({k: str(v) for k, v in (secret.get("stringData") or {}).items()})
+    return data
+
+
+def secret_env(container: Doc, secrets: Mapping[str, Doc]) -> tuple[dict[str, str], list[str]]:
+    """The container's variables from secretKeyRef: the Secret's value when it is among the manifests,
+    else UNRESOLVED_SECRET (and a note saying so)."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    for e in container.get("env") or []:
+        ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+        if not ref:
+            continue
+        secret = secrets.get(ref.get("name"))
+        value = secret_data(secret).get(ref.get("key")) if secret is not None else None
+        if value is None:
+            notes.append(f"{e['name']} from Secret {ref.get('name')}[{ref.get('key')}], not among the manifests: "
+                         f"stands in as {UNRESOLVED_SECRET}")
+            value = UNRESOLVED_SECRET
+        env[e["name"]] = value
+    return env, notes
+
+
 @dataclasses.dataclass
 class EdgeConfig:
     """An edge configuration found in a manifest, parsed with the edge's own parser."""
@@ -185,6 +222,8 @@ class EdgeConfig:
     source: str
     settings: Any = None  # ingress.settings.Settings
     error: str | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)  # what could not be checked, and why
+    keys_file: str | None = None  # the keys file's text, as mounted (tenancy.keys_file)
 
     @property
     def drain_total(self) -> float:
@@ -320,8 +359,65 @@ def probe_errors(where: str, container: Doc, *, startup: bool = True) -> list[st
     return errors
 
 
-def edge_config_for(pod: Doc, container: Doc, configmaps: Mapping[str, Doc], source: str) -> EdgeConfig:
-    """The TOML the edge container reads (--config), from the ConfigMap volume mounted there."""
+def mounted_file(pod: Doc, container: Doc, path: str) -> tuple[Doc | None, str | None, str | None, str | None]:
+    """What the container reads at `path`: (its mount, the volume's kind, the ConfigMap's or Secret's
+    name, the key in it); Nones when no volume is mounted there."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    mounts = sorted(container.get("volumeMounts") or [], key=lambda m: -len(m.get("mountPath", "")))
+    for mount in mounts:
+        mount_path = mount.get("mountPath", "").rstrip("/")
+        if not (path.startswith(mount_path + "/") or (mount.get("subPath") and path == mount_path)):
+            continue
+        volume = volumes.get(mount.get("name")) or {}
+        for kind, name_key in (("configMap", "name"), ("secret", "secretName")):
+            if kind in volume:
+                source = volume[kind] or {}
+                key = mount.get("subPath") or path[len(mount_path) + 1:]
+                for item in source.get("items") or []:  # items: key -> path inside the volume
+                    if item.get("path") == key:
+                        key = item.get("key")
+                return mount, kind, source.get(name_key), key
+        return mount, next((k for k in volume if k != "name"), None), None, None
+    return None, None, None, None
+
+
+def keys_file_config(pod: Doc, container: Doc, text: str, secrets: Mapping[str, Doc],
+                     where: str) -> tuple[str | None, list[str], list[str]]:
+    """The configuration's tenancy.keys_file found where the container mounts it: (the file's text, or
+    None when the configuration names none; errors; notes)."""
+    try:
+        keys_path = ((tomllib.loads(text).get("tenancy") or {}).get("keys_file"))
+    except tomllib.TOMLDecodeError:
+        return None, [], []  # the edge's parser reports it
+    if not isinstance(keys_path, str) or "${" in keys_path:
+        return None, [], []
+    mount, kind, name, key = mounted_file(pod, container, keys_path)
+    errors: list[str] = []
+    notes: list[str] = []
+    content = ""
+    if mount is None:
+        errors.append(f"{where}: tenancy.keys_file {keys_path} is on no volume the edge mounts")
+    elif kind != "secret":
+        errors.append(f"{where}: tenancy.keys_file {keys_path} is on a {kind} volume, not a Secret")
+    else:
+        if mount.get("subPath"):
+            errors.append(f"{where}: tenancy.keys_file {keys_path} is mounted with subPath: the kubelet never "
+                          f"updates it, so a SIGHUP would re-read the old keys")
+        secret = secrets.get(str(name))
+        if secret is None:
+            notes.append(f"keys file from Secret {name}, not among the manifests: not checked")
+        elif key not in secret_data(secret):
+            errors.append(f"{where}: tenancy.keys_file {keys_path}: Secret {name} has no key {key!r}")
+        else:
+            content = secret_data(secret)[str(key)]
+    return content, errors, notes
+
+
+def edge_config_for(pod: Doc, container: Doc, configmaps: Mapping[str, Doc], source: str,
+                    secrets: Mapping[str, Doc] | None = None) -> EdgeConfig:
+    """The TOML the edge container reads (--config), from the ConfigMap volume mounted there, with its
+    environment (literal, and from the Secrets among the manifests) and its keys file (from the Secret
+    volume mounted where tenancy.keys_file says)."""
     path = arg_value([str(a) for a in container.get("args") or []], "--config")
     if path is None:
         return EdgeConfig(source, error=f"{source}: the edge is started without --config")
@@ -341,8 +437,37 @@ def edge_config_for(pod: Doc, container: Doc, configmaps: Mapping[str, Doc], sou
         text = (cm.get("data") or {}).get(key)
         if text is None:
             return EdgeConfig(source, error=f"{source}: ConfigMap {cm_name} has no key {key!r}")
-        return parse_edge_config(text, interpolation_env(container), f"{source} ConfigMap/{cm_name}[{key}]")
+        env, notes = secret_env(container, secrets or {})
+        env = {**interpolation_env(container), **env}
+        keys_text, errors, more = keys_file_config(pod, container, text, secrets or {}, source)
+        if errors:
+            return EdgeConfig(source, error="; ".join(errors))
+        config = parse_edge_config_with_keys(text, env, f"{source} ConfigMap/{cm_name}[{key}]", keys_text)
+        config.notes += notes + more
+        return config
     return EdgeConfig(source, error=f"{source}: no volume is mounted at the directory of {path}")
+
+
+def parse_edge_config_with_keys(text: str, env: Mapping[str, str], source: str, keys_text: str | None) -> EdgeConfig:
+    """parse_edge_config, with tenancy.keys_file read from `keys_text` (the mounted file's content)
+    through a temporary copy; the settings keep the path as written."""
+    if keys_text is None:
+        return parse_edge_config(text, env, source)
+    keys_path = tomllib.loads(text)["tenancy"]["keys_file"]
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "keys.toml"
+        copy.write_text(keys_text)
+        quoted = re.compile(r"([\"'])" + re.escape(keys_path) + r"\1")
+        config = parse_edge_config(quoted.sub(lambda m: json.dumps(str(copy)), text, count=1), env, source)
+    config.keys_file = keys_text
+    if config.settings is not None:
+        import msgspec
+
+        tenancy = msgspec.structs.replace(config.settings.tenancy, keys_file=keys_path)
+        config.settings = msgspec.structs.replace(config.settings, tenancy=tenancy)
+    elif config.error:
+        config.error = config.error.replace(str(copy), keys_path)
+    return config
 
 
 def writable_dirs(pod: Doc, container: Doc) -> set[str]:
@@ -351,8 +476,8 @@ def writable_dirs(pod: Doc, container: Doc) -> set[str]:
             if not m.get("readOnly") and "emptyDir" in (volumes.get(m.get("name")) or {})}
 
 
-def pod_errors(where: str, pod: Doc, configmaps: Mapping[str, Doc], *, knative: bool = False) -> tuple[
-        list[str], list[EdgeConfig]]:
+def pod_errors(where: str, pod: Doc, configmaps: Mapping[str, Doc], *, knative: bool = False,
+               secrets: Mapping[str, Doc] | None = None) -> tuple[list[str], list[EdgeConfig]]:
     """Policy for one pod spec: security, resources, probes, mounts, and the edge's configuration."""
     errors: list[str] = []
     configs: list[EdgeConfig] = []
@@ -372,7 +497,7 @@ def pod_errors(where: str, pod: Doc, configmaps: Mapping[str, Doc], *, knative: 
         cwhere = f"{where} container {edge.get('name')}"
         args = [str(a) for a in edge.get("args") or []]
         errors += probe_errors(cwhere, edge, startup=not knative)
-        config = edge_config_for(pod, edge, configmaps, where)
+        config = edge_config_for(pod, edge, configmaps, where, secrets)
         configs.append(config)
         if config.error:
             errors.append(config.error)
@@ -504,6 +629,68 @@ def socket_errors(where: str, pod: Doc, edge: Doc, settings: Any) -> list[str]:
     return errors
 
 
+def command_of(container: Doc) -> list[str]:
+    return [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+
+
+def is_store(container: Doc) -> bool:
+    """A limit store's container: redis-server or valkey-server."""
+    args = command_of(container)
+    return bool(args) and args[0].rsplit("/", 1)[-1] in STORE_SERVERS
+
+
+def store_errors(where: str, deployment: Doc, hpa_targets: set[str]) -> list[str]:
+    """A Redis or Valkey the edges share: exactly one, never two at once, secured like the edge, with
+    probes, and a memory bound under which it refuses writes rather than forgetting limits."""
+    errors = []
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    if spec.get("replicas") != 1 or deployment["metadata"]["name"] in hpa_targets:
+        errors.append(f"{where}: a limit store runs exactly one replica (replicas: 1, no autoscaler): "
+                      f"two behind one Service would split every limit")
+    if (spec.get("strategy") or {}).get("type") != "Recreate":
+        errors.append(f"{where}: a limit store's strategy must be Recreate: a rolling update runs two at once")
+    for container in pod.get("containers") or []:
+        cwhere = f"{where} container {container.get('name')}"
+        errors += container_security_errors(cwhere, pod, container)
+        errors += resources_errors(cwhere, container)
+        for probe in ("livenessProbe", "readinessProbe"):
+            if not container.get(probe):
+                errors.append(f"{cwhere}: no {probe}")
+        if is_store(container):
+            args = command_of(container)
+            if arg_value(args, "--maxmemory") is None:
+                errors.append(f"{cwhere}: no --maxmemory: the store would grow until the kernel kills it")
+            if arg_value(args, "--maxmemory-policy") != "noeviction":
+                errors.append(f"{cwhere}: --maxmemory-policy must be noeviction: an evicted key is a forgotten "
+                              f"limit, where a refused write is an error the edges count and degrade on")
+    return errors
+
+
+def redis_target_errors(config: EdgeConfig, services: Mapping[str, Doc],
+                        store_pods: list[Mapping[str, Any]]) -> tuple[list[str], str | None]:
+    """The edge's tenancy.redis.url, when it names a Service among the manifests: its port is one of
+    the Service's, and the Service selects a limit store. Returns the errors and the Service's name."""
+    tenancy = getattr(config.settings, "tenancy", None)
+    if tenancy is None or tenancy.backend != "redis" or tenancy.redis is None:
+        return [], None
+    url = urlsplit(tenancy.redis.url)
+    host = url.hostname or ""
+    name = host.split(".")[0]
+    service = services.get(name)
+    if service is None or not re.fullmatch(rf"{re.escape(name)}(\.[a-z0-9-]+(\.svc(\.cluster\.local)?)?)?", host):
+        return [], None
+    errors = []
+    port = url.port or REDIS_PORT
+    if port not in {p.get("port") for p in service["spec"].get("ports") or []}:
+        errors.append(f"{config.source}: tenancy.redis.url {url.scheme}://{host}:{port}: Service {name} has no "
+                      f"port {port}")
+    selector = service["spec"].get("selector") or {}
+    if not any(selector and all(labels.get(k) == v for k, v in selector.items()) for labels in store_pods):
+        errors.append(f"{config.source}: tenancy.redis.url names Service {name}, which selects no limit store")
+    return errors, name
+
+
 def selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
     match = selector.get("matchLabels", selector) if isinstance(selector, Mapping) else {}
     return bool(match) and all(labels.get(k) == v for k, v in match.items())
@@ -517,10 +704,13 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
     for source, doc in docs:
         by_kind.setdefault(doc.get("kind", ""), []).append((source, doc))
     configmaps = {d["metadata"]["name"]: d for _, d in by_kind.get("ConfigMap", [])}
+    secrets = {d["metadata"]["name"]: d for _, d in by_kind.get("Secret", [])}
     deployments = by_kind.get("Deployment", [])
     if not deployments:
         errors.append("no Deployment among the manifests")
     hpa_targets = {d["spec"]["scaleTargetRef"]["name"] for _, d in by_kind.get("HorizontalPodAutoscaler", [])}
+    stores = [(s, d) for s, d in deployments
+              if any(is_store(c) for c in d["spec"]["template"]["spec"].get("containers") or [])]
     for source, dep in deployments:
         where = f"{source} {kind_name(dep)}"
         spec = dep["spec"]
@@ -528,6 +718,9 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
         labels = template.get("metadata", {}).get("labels") or {}
         if not selects(spec.get("selector") or {}, labels):
             errors.append(f"{where}: the selector does not match the pod template's labels")
+        if (source, dep) in stores:
+            errors += store_errors(where, dep, hpa_targets)
+            continue
         rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
         if (spec.get("strategy") or {}).get("type", "RollingUpdate") != "RollingUpdate" \
                 or rolling.get("maxUnavailable") not in (0, "0", "0%"):
@@ -537,9 +730,15 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
         for constraint in template["spec"].get("topologySpreadConstraints") or []:
             if not selects(constraint.get("labelSelector") or {}, labels):
                 errors.append(f"{where}: a topologySpreadConstraint does not select the pods")
-        pod_errs, pod_configs = pod_errors(where, template["spec"], configmaps)
+        pod_errs, pod_configs = pod_errors(where, template["spec"], configmaps, secrets=secrets)
         errors += pod_errs
         configs += pod_configs
+        several = dep["metadata"]["name"] in hpa_targets or int(spec.get("replicas", 1)) > 1
+        for config in pod_configs:
+            tenancy = getattr(config.settings, "tenancy", None)
+            if several and tenancy is not None and tenancy.backend == "memory":
+                errors.append(f"{where}: tenancy.backend \"memory\" in several pods: each would admit every "
+                              f"limit in full; a fleet shares one Redis (backend = \"redis\")")
     pods = [(d["spec"]["template"].get("metadata", {}).get("labels") or {}, d["spec"]["template"]["spec"])
             for _, d in deployments]
     for source, svc in by_kind.get("Service", []):
@@ -563,6 +762,27 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
     for source, pdb in by_kind.get("PodDisruptionBudget", []):
         if not any(selects(pdb["spec"].get("selector") or {}, labels) for labels, _ in pods):
             errors.append(f"{source} {kind_name(pdb)}: the selector matches no Deployment's pods")
+    for source, policy in by_kind.get("NetworkPolicy", []):
+        if not any(selects(policy["spec"].get("podSelector") or {}, labels) for labels, _ in pods):
+            errors.append(f"{source} {kind_name(policy)}: the podSelector matches no Deployment's pods")
+        for rule in policy["spec"].get("ingress") or []:
+            for peer in rule.get("from") or []:
+                if "podSelector" in peer and "namespaceSelector" not in peer and not any(
+                        selects(peer["podSelector"], labels) for labels, _ in pods):
+                    errors.append(f"{source} {kind_name(policy)}: an ingress podSelector matches no Deployment's pods")
+    services = {d["metadata"]["name"]: d for _, d in by_kind.get("Service", [])}
+    store_labels = [d["spec"]["template"].get("metadata", {}).get("labels") or {} for _, d in stores]
+    used: set[str] = set()
+    for config in configs:
+        target_errors, service = redis_target_errors(config, services, store_labels)
+        errors += target_errors
+        if service is not None:
+            used.add(service)
+    for name, svc in services.items():
+        selector = svc["spec"].get("selector") or {}
+        if name not in used and any(selector and all(labels.get(k) == v for k, v in selector.items())
+                                    for labels in store_labels):
+            errors.append(f"Service/{name}: a limit store that no edge's tenancy.redis.url names")
     return errors, configs
 
 
@@ -806,6 +1026,7 @@ def check_k8s_policy() -> Result:
         errors, configs = manifest_set_errors(docs)
         result.errors += errors
         result.checked.append(f"{directory}: {len(docs)} resources, {len(configs)} edge configurations")
+        result.checked += [f"{directory}: {note}" for config in configs for note in config.notes]
     return result
 
 
@@ -951,6 +1172,7 @@ def check_helm_render() -> Result:
         errors, configs = manifest_set_errors(docs)
         result.errors += errors
         result.checked.append(f"{scenario}: {len(docs)} resources, {len(configs)} edge configurations")
+        result.checked += [f"{scenario}: {note}" for config in configs for note in config.notes]
     result.checked.insert(0, f"rendered with {label}")
     return result
 

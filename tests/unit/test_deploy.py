@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -57,9 +58,12 @@ def test_the_validator_exits_zero_and_prints_a_summary() -> None:
 # --- invariants -----------------------------------------------------------------------------------
 
 
-def _deployments() -> Iterator[tuple[str, dict[str, Any], dict[str, dict[str, Any]]]]:
-    """Every Deployment (plain manifests, and the chart's renderings when a renderer exists), with
-    the ConfigMaps deployed beside it."""
+Docs = dict[str, dict[str, Any]]
+
+
+def _deployments() -> Iterator[tuple[str, dict[str, Any], Docs, Docs]]:
+    """Every Deployment of an edge (plain manifests, and the chart's renderings when a renderer
+    exists), with the ConfigMaps and Secrets deployed beside it."""
     sets: dict[str, list[tuple[str, dict[str, Any]]]] = dict(validate.k8s_sets())
     _, renderings = validate.helm_renderings()
     for scenario, docs in renderings.items():
@@ -67,17 +71,19 @@ def _deployments() -> Iterator[tuple[str, dict[str, Any], dict[str, dict[str, An
         sets[f"helm[{scenario}]"] = docs
     for where, docs in sets.items():
         configmaps = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "ConfigMap"}
+        secrets = {d["metadata"]["name"]: d for _, d in docs if d["kind"] == "Secret"}
         for _, doc in docs:
-            if doc["kind"] == "Deployment":
-                yield where, doc, configmaps
+            containers = doc["spec"]["template"]["spec"]["containers"] if doc["kind"] == "Deployment" else []
+            if any(validate.is_edge(c) for c in containers):
+                yield where, doc, configmaps, secrets
 
 
 def test_grace_period_exceeds_drain_delay_plus_deadline_everywhere() -> None:
     seen = 0
-    for where, deployment, configmaps in _deployments():
+    for where, deployment, configmaps, secrets in _deployments():
         pod = deployment["spec"]["template"]["spec"]
         [edge] = [c for c in pod["containers"] if validate.is_edge(c)]
-        config = validate.edge_config_for(pod, edge, configmaps, where)
+        config = validate.edge_config_for(pod, edge, configmaps, where, secrets)
         assert config.error is None, config.error
         drain = config.settings.drain
         assert config.drain_total == drain.delay + drain.deadline
@@ -102,7 +108,7 @@ def test_grace_period_exceeds_drain_delay_plus_deadline_everywhere() -> None:
 
 
 def _pod_of(where: str) -> dict[str, Any]:
-    [pod] = [d["spec"]["template"]["spec"] for w, d, _ in _deployments() if w == where]
+    [pod] = [d["spec"]["template"]["spec"] for w, d, _, _ in _deployments() if w == where]
     assert isinstance(pod, dict)
     return pod
 
@@ -245,6 +251,182 @@ def test_the_readmes_network_form_is_valid() -> None:
     assert endpoint.url.endswith(f":{service['spec']['ports'][0]['port']}")
 
 
+# --- a fleet with keys and limits ------------------------------------------------------------------
+
+TENANCY_EXAMPLE = DEPLOY / "tenancy.toml"
+FLEET_ENV = {"REDIS_URL": "redis://10.0.0.5:6379/0", "INGRESS_MODEL_URL": "http://model:9000"}
+
+
+def test_the_tenancy_example_passes_check_config() -> None:
+    run = subprocess.run([sys.executable, "-m", "ingress", "check-config", str(TENANCY_EXAMPLE)],
+                         capture_output=True, text=True, timeout=30, env={**os.environ, **FLEET_ENV}, check=False)
+    assert run.returncode == 0, run.stderr
+    assert "1 groups, 1 endpoints, 1 routes" in run.stdout
+    # The store's URL is the environment's, as on Kubernetes: without it the file is refused, naming it.
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"} | {"INGRESS_MODEL_URL": "http://model:9000"}
+    run = subprocess.run([sys.executable, "-m", "ingress", "check-config", str(TENANCY_EXAMPLE)],
+                         capture_output=True, text=True, timeout=30, env=env, check=False)
+    assert run.returncode != 0 and "tenancy.redis.url: environment variable REDIS_URL is not set" in run.stderr
+
+
+def test_the_tenancy_example_has_keys_limits_prices_and_a_guardrail_on_redis() -> None:
+    from ingress.config import load_config
+    from ingress.tenancy.policy import Policy
+
+    tenancy = load_config(TENANCY_EXAMPLE, FLEET_ENV).tenancy
+    assert tenancy is not None and tenancy.redis is not None
+    assert (tenancy.backend, tenancy.redis.url, tenancy.degraded) == ("redis", FLEET_ENV["REDIS_URL"], "local")
+    [key] = tenancy.keys
+    assert key.tenant == "acme" and key.limits.rpm == 60 and key.limits.concurrency == 4
+    acme = tenancy.tenants["acme"]
+    assert acme.guardrails is not None and acme.guardrails.max_prompt_tokens == 32000
+    assert acme.limits.budget is not None and acme.limits.budget.usd == 50.0
+    policy = Policy.load(tenancy)
+    mini, llama = policy.model_policy("gpt-4o-mini"), policy.model_policy("llama-3.1-8b")
+    assert mini is not None and mini[1].price.output == 0.6
+    assert llama is not None and llama == ("llama-*", tenancy.models["llama-*"])  # the glob's
+
+
+def _fleet(where: str) -> tuple[dict[str, Any], Any]:
+    """The edge container of a fleet deployment and its configuration as the edge would read it."""
+    [(deployment, configmaps, secrets)] = [(d, c, s) for w, d, c, s in _deployments() if w == where]
+    pod = deployment["spec"]["template"]["spec"]
+    [edge] = [c for c in pod["containers"] if validate.is_edge(c)]
+    config = validate.edge_config_for(pod, edge, configmaps, where, secrets)
+    assert config.error is None, config.error
+    return edge, config
+
+
+@pytest.mark.parametrize("where", ["deploy/k8s/fleet", "helm[values-fleet]"])
+def test_a_fleet_shares_one_redis_and_reads_its_keys_from_a_secret(where: str) -> None:
+    if where.startswith("helm") and validate.helm_renderer() is None:
+        pytest.skip("no chart renderer")
+    import msgspec
+
+    from ingress.tenancy.policy import Policy
+    from ingress.tenancy.settings import KeysFile
+
+    edge, config = _fleet(where)
+    tenancy = config.settings.tenancy
+    assert tenancy.backend == "redis" and tenancy.degraded == "local"
+    assert tenancy.keys == ()  # the keys are in the keys file, not in the ConfigMap
+    assert tenancy.keys_file is not None and tenancy.keys_file.startswith("/etc/ingress-keys/")
+    # The keys file is the Secret's, read by the edge's own parser: one key of a declared tenant.
+    assert config.keys_file is not None and config.notes == []
+    keys = msgspec.convert(tomllib.loads(config.keys_file), KeysFile).keys
+    assert [(k.tenant, k.models) for k in keys] == [("acme", ("gpt-4o-mini",))]
+    assert keys[0].hash.startswith("sha256:") and "sk-ig-" not in config.keys_file
+    assert set(tenancy.tenants) == {"acme"}
+    with_keys = msgspec.structs.replace(tenancy, keys=keys, keys_file=None)
+    mini = Policy.load(with_keys).model_policy("gpt-4o-mini")
+    assert mini is not None and mini[1].limits.tpm == 2_000_000
+    assert len(Policy.load(with_keys).keyring) == 1
+    # The one Redis, by its Service, on its port.
+    [redis_env] = [e for e in edge["env"] if e["name"] == "REDIS_URL"]
+    assert tenancy.redis.url == redis_env["value"]
+    renderings = {f"helm[{k}]": v for k, v in validate.helm_renderings()[1].items()}
+    sets: dict[str, Any] = {**validate.k8s_sets(), **renderings}
+    docs = sets[where]
+    assert not isinstance(docs, str)
+    kinds = {(d["kind"], d["metadata"]["name"]) for _, d in docs}
+    host = tenancy.redis.url.split("//")[1].split(":")[0]
+    assert ("Service", host) in kinds and ("Deployment", host) in kinds and ("NetworkPolicy", host) in kinds
+    [hpa] = [d for _, d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["spec"]["minReplicas"] == 3
+
+
+def _render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    renderer = validate.helm_renderer()
+    if renderer is None:
+        pytest.skip("no chart renderer")
+    return [d for d in yaml.safe_load_all(renderer[1](values)) if d]
+
+
+def _fleet_values(**tenancy: Any) -> dict[str, Any]:
+    values = yaml.safe_load((DEPLOY / "helm" / "values-fleet.yaml").read_text())
+    values["tenancy"].update(tenancy)
+    return dict(values)
+
+
+def _pod_annotations(docs: list[dict[str, Any]]) -> dict[str, str]:
+    [edge] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "edge-ingress"]
+    return dict(edge["spec"]["template"]["metadata"]["annotations"])
+
+
+def test_the_chart_rolls_the_pods_when_the_keys_change_and_only_then() -> None:
+    values = _fleet_values()
+    before = _pod_annotations(_render(values))
+    values["tenancy"]["keys"][0]["limits"]["rpm"] = 61
+    after = _pod_annotations(_render(values))
+    assert before["checksum/keys"] != after["checksum/keys"]
+    assert before["checksum/config"] == after["checksum/config"]  # the keys are not in the configuration
+    values["tenancy"]["degraded"] = "refuse"
+    assert _pod_annotations(_render(values))["checksum/keys"] == after["checksum/keys"]
+
+
+def test_the_chart_mounts_a_keys_secret_of_your_own_and_takes_the_store_url_from_a_secret() -> None:
+    docs = _render(_fleet_values(keysSecret="acme-keys", redis={"existingSecret": {"name": "store", "key": "url"}}))
+    assert not any(d["kind"] == "Secret" for d in docs)  # the chart makes no keys Secret of its own
+    assert "checksum/keys" not in _pod_annotations(docs)  # and cannot see yours change
+    [edge] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "edge-ingress"]
+    pod = edge["spec"]["template"]["spec"]
+    assert {"name": "keys", "secret": {"secretName": "acme-keys"}} in pod["volumes"]
+    container = pod["containers"][0]
+    assert {"name": "REDIS_URL", "valueFrom": {"secretKeyRef": {"name": "store", "key": "url"}}} in container["env"]
+    errors, [config] = validate.manifest_set_errors([("helm", d) for d in docs])
+    # The chart's own Redis is deployed (values-fleet) but the edges were sent elsewhere: said so.
+    assert errors == ["Service/edge-ingress-redis: a limit store that no edge's tenancy.redis.url names"]
+    assert config.error is None and len(config.notes) == 2
+    assert "REDIS_URL from Secret store[url], not among the manifests" in config.notes[0]
+    assert "keys file from Secret acme-keys, not among the manifests: not checked" in config.notes[1]
+
+
+def test_the_chart_renders_tenancy_values_as_the_toml_they_mean() -> None:
+    from ingress.config import parse_config
+
+    pattern = r"TCK-\d{6}"
+    values = _fleet_values(
+        tenants={"acme": {"limits": {"tpm": 2_000_000, "budget": {"usd": 12.5}},
+                          "guardrails": {"patterns": [{"name": "ticket", "regex": pattern, "action": "redact"}],
+                                         "blocked_terms": ['say "no"']}}},
+        models={"qwen2.5-*": {"price": {"input": 0.05}}}, leaseTtl=12.5)
+    [cm] = [d for d in _render(values) if d["kind"] == "ConfigMap"]
+    text = cm["data"]["ingress.toml"]
+    assert "e+06" not in text
+    settings = parse_config(text.replace('keys_file = "/etc/ingress-keys/keys.toml"\n', ""),
+                            {"REDIS_URL": "redis://r:6379/0"})
+    tenancy = settings.tenancy
+    assert tenancy is not None and tenancy.lease_ttl == 12.5
+    acme = tenancy.tenants["acme"]
+    assert acme.limits.tpm == 2_000_000 and acme.limits.budget is not None and acme.limits.budget.usd == 12.5
+    assert acme.guardrails is not None and acme.guardrails.patterns[0].regex == pattern
+    assert acme.guardrails.blocked_terms == ('say "no"',)
+    assert tenancy.models["qwen2.5-*"].price.input == 0.05
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"tenancy": {"enabled": True}}, "tenancy.backend redis needs a store"),
+    ({"tenancy": {"enabled": True, "backend": "memory"}, "autoscaling": {"enabled": False},
+      "config": '[groups.g]\nendpoints = [{ url = "http://m:9000" }]\n\n[tenancy]\nbackend = "memory"\n'},
+     "`config` has one already"),
+])
+def test_the_chart_refuses_tenancy_it_cannot_render(values: dict[str, Any], message: str) -> None:
+    renderer = validate.helm_renderer()
+    if renderer is None:
+        pytest.skip("no chart renderer")
+    with pytest.raises(Exception, match=re.escape(message)):
+        renderer[1](values)
+
+
+def test_a_memory_backend_behind_an_autoscaler_is_refused() -> None:
+    docs = _render({"tenancy": {"enabled": True, "backend": "memory"}})
+    errors, _ = validate.manifest_set_errors([("helm", d) for d in docs])
+    assert len(errors) == 1 and 'tenancy.backend "memory" in several pods' in errors[0], errors
+    docs = _render({"tenancy": {"enabled": True, "backend": "memory"}, "autoscaling": {"enabled": False},
+                    "replicaCount": 1, "podDisruptionBudget": {"enabled": False}})
+    assert validate.manifest_set_errors([("helm", d) for d in docs])[0] == []
+
+
 def _image_user() -> str:
     instructions = validate.dockerfile_instructions((DEPLOY / "Dockerfile").read_text())
     final = instructions[max(i for i, (word, _) in enumerate(instructions) if word == "FROM"):]
@@ -259,7 +441,7 @@ def test_the_image_runs_as_a_numeric_non_root_user_that_the_manifests_name() -> 
     assert gid.isdigit() and int(gid) != 0
     values = yaml.safe_load((DEPLOY / "helm" / "ingress" / "values.yaml").read_text())
     contexts = [values["podSecurityContext"]] + [
-        d["spec"]["template"]["spec"]["securityContext"] for _, d, _ in _deployments()]
+        d["spec"]["template"]["spec"]["securityContext"] for _, d, _, _ in _deployments()]
     for context in contexts:
         assert context["runAsNonRoot"] is True
         assert context["runAsUser"] == int(uid)
@@ -395,6 +577,32 @@ MUTATIONS: dict[str, Mutation] = {
     "chart-engine-stops-first": ("helm-render", "helm/values-vllm.yaml", "bridge:\n  enabled: true",
                                  "  preStopSleepSeconds: 0\nbridge:\n  enabled: true",
                                  "container model: stops before the edge's drain ends"),
+    "keys-subpath": ("k8s-policy", "k8s/fleet/deployment.yaml", "mountPath: /etc/ingress-keys\n",
+                     "mountPath: /etc/ingress-keys/keys.toml\n              subPath: keys.toml\n",
+                     "is mounted with subPath: the kubelet never updates it"),
+    "keys-unmounted": ("k8s-policy", "k8s/fleet/configmap.yaml", 'keys_file = "/etc/ingress-keys/keys.toml"',
+                       'keys_file = "/etc/ingress/keys.toml"', "is on a configMap volume, not a Secret"),
+    "keys-bad-tenant": ("k8s-policy", "k8s/fleet/secret.yaml", 'tenant = "acme"', 'tenant = "acne"',
+                        "no tenant named 'acne'"),
+    "keys-bad-limit": ("k8s-policy", "k8s/fleet/secret.yaml", "rpm = 60", "rpms = 60", "unknown field"),
+    "redis-port": ("k8s-policy", "k8s/fleet/deployment.yaml", "redis://ingress-redis:6379/0",
+                   "redis://ingress-redis:6380/0", "Service ingress-redis has no port 6380"),
+    "redis-two": ("k8s-policy", "k8s/fleet/redis.yaml", "replicas: 1", "replicas: 2", "exactly one replica"),
+    "redis-rolling": ("k8s-policy", "k8s/fleet/redis.yaml", "type: Recreate", "type: RollingUpdate",
+                      "strategy must be Recreate"),
+    "redis-evicts": ("k8s-policy", "k8s/fleet/redis.yaml", "- noeviction", "- allkeys-lru",
+                     "--maxmemory-policy must be noeviction"),
+    "redis-unguarded": ("k8s-policy", "k8s/fleet/redis.yaml", "instance: fleet", "instance: flet",
+                        "an ingress podSelector matches no Deployment's pods"),
+    "fleet-memory": ("k8s-policy", "k8s/fleet/configmap.yaml", 'backend = "redis"\n    redis = { url = "${REDIS_URL}", '
+                     'deadline_ms = 50, breaker = { failures = 3, open_for = 2.0 } }', 'backend = "memory"',
+                     'tenancy.backend "memory" in several pods'),
+    "chart-keys-subpath": ("helm-render", "helm/ingress/templates/deployment.yaml",
+                           'mountPath: {{ include "ingress.keysDir" . }}\n',
+                           'mountPath: {{ include "ingress.keysDir" . }}/keys.toml\n              subPath: keys.toml\n',
+                           "is mounted with subPath"),
+    "chart-redis-port": ("helm-render", "helm/ingress/templates/_helpers.tpl", 'printf "redis://%s:6379/0"',
+                         'printf "redis://%s:6378/0"', "has no port 6378"),
 }
 
 
