@@ -1,6 +1,6 @@
 """What the tenancy layer costs a request, and what a fleet of edges admits against one limit.
 
-    nice -n 10 .venv/bin/python bench/tenancy.py [--quick]   -> results/tenancy.json (~2.5 min; --quick ~70 s,
+    nice -n 10 .venv/bin/python bench/tenancy.py [--quick]   -> results/tenancy.json (~3 min; --quick ~1.5 min,
                                                                 results/tenancy-quick.json)
 
 The internal service is a zero-delay mock (`--serve-mock`, its own process): a raw asyncio Protocol on uvloop,
