@@ -509,6 +509,15 @@ def test_the_dashboard_shows_the_tenancy_metrics_by_the_selected_tenant() -> Non
                     assert 'tenant=~"$tenant"' in matchers, (panel["title"], name)
 
 
+def test_the_grafana_check_wants_every_exported_metric_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    [before] = validate.run(["grafana"])
+    assert before.errors == []
+    monkeypatch.delitem(validate.METRICS, "ingress_limit_breaker_open")
+    [after] = validate.run(["grafana"])
+    assert ("ingress/metrics.py exports ingress_limit_breaker_open, which METRICS does not list: add it, and a panel "
+            "for it") in after.errors
+
+
 def test_kubernetes_validate_ships_the_versions_validated_against() -> None:
     import kubernetes_validate.utils as kv
 
@@ -583,6 +592,15 @@ MUTATIONS: dict[str, Mutation] = {
                       ".Values.service.typ", ".Values.service.typ is not a key"),
     "unknown-metric": ("grafana", "grafana/ingress-dashboard.json", "ingress_retries_total",
                        "ingress_retry_total", "ingress_retry_total is not a metric the edge exports"),
+    "unselected-instance": ("grafana", "grafana/ingress-dashboard.json",
+                            'ingress_leases_expired_total{job=~\\"$job\\", instance=~\\"$instance\\"}',
+                            'ingress_leases_expired_total{job=~\\"$job\\"}',
+                            'ingress_leases_expired_total is not selected by instance=~"$instance"'),
+    "variable-metric": ("grafana", "grafana/ingress-dashboard.json", "label_values(ingress_admissions_total{",
+                        "label_values(ingress_admission_total{",
+                        "variable $tenant: ingress_admission_total is not a metric the edge exports"),
+    "unknown-tenant-variable": ("grafana", "grafana/ingress-dashboard.json", 'tenant=~\\"$tenant\\"',
+                                'tenant=~\\"$tenants\\"', "unknown variable $tenants"),
     "yaml-style": ("yamllint", "k8s/standalone/service.yaml", "type: ClusterIP", "type: ClusterIP   ",
                    "trailing spaces"),
     "bridge-dialect": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "- bridge\n            - openai",
