@@ -25,8 +25,10 @@ Checks, each reported on one line of the summary:
   knative         Knative has no schema here: its field mask and reserved names are checked as
                   Knative's webhook does, the PodSpec part against Kubernetes' Pod schema, and the
                   timeouts against the edge's
-  grafana         the dashboard is valid JSON with a datasource variable, and every metric it queries
-                  is one the edge exports (METRICS, checked against ingress/metrics.py when importable)
+  grafana         the dashboard is valid JSON with a datasource variable, every panel query selecting
+                  by $job and $instance, panels and query variables reading only metrics the edge
+                  exports, and each of those on a panel (METRICS, checked each way against
+                  ingress/metrics.py when importable)
 
 Nothing here reaches the network: sockets other than Unix ones are refused while the checks run.
 Exit status: 0 when no check failed (skipped ones do not fail), 1 otherwise.
@@ -83,6 +85,16 @@ METRICS: dict[str, str] = {
     "ingress_upstream_endpoint_healthy": "gauge",
     "ingress_retries_total": "counter",
     "ingress_rejections_total": "counter",
+    "ingress_admissions_total": "counter",
+    "ingress_limited_total": "counter",
+    "ingress_prompt_tokens_counted_total": "counter",
+    "ingress_tokens_reserved_total": "counter",
+    "ingress_tokens_settled_total": "counter",
+    "ingress_tokens_refunded_total": "counter",
+    "ingress_leases_expired_total": "counter",
+    "ingress_limit_store_seconds": "histogram",
+    "ingress_limit_store_errors_total": "counter",
+    "ingress_limit_breaker_open": "gauge",
     "ingress_gc_collections_total": "counter",
     "ingress_gc_pause_seconds": "histogram",
     "ingress_build_info": "gauge",
@@ -1326,6 +1338,36 @@ PROMQL_WORDS = {"sum", "min", "max", "avg", "count", "by", "without", "rate", "i
                 "time", "vector", "scalar", "delta", "deriv", "avg_over_time", "max_over_time"}
 
 
+# What every selector of an edge metric on the dashboard carries: the job and instance variables.
+DASHBOARD_SELECTORS = ('job=~"$job"', 'instance=~"$instance"')
+
+
+def promql_names(expr: str) -> Iterator[str]:
+    """The metric names an expression reads (PromQL's own words, labels, ranges and numbers left out)."""
+    bare = re.sub(r'"[^"]*"', '""', expr)  # label values are not metric names,
+    bare = re.sub(r"\{[^}]*\}", "{}", bare)  # nor are label matchers,
+    bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)  # grouping,
+    bare = re.sub(r"\[[^\]]*\]", "[]", bare)  # ranges,
+    bare = re.sub(r"(?<![\w.])\d+(\.\d+)?([eE][-+]?\d+)?", "0", bare)  # and numbers
+    bare = re.sub(r",\s*\w+\s*\)\s*$", ")", bare) if bare.startswith("label_values(") else bare  # the label
+    for name in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare):
+        if name not in PROMQL_WORDS and not re.fullmatch(r"\d.*", name):
+            yield name
+
+
+def queried_metric(name: str) -> tuple[str | None, str | None]:
+    """(the METRICS entry a series name reads, or None; an error, or None)."""
+    base = next((name[: -len(s)] for s in HISTOGRAM_SERIES
+                 if name.endswith(s) and METRICS.get(name[: -len(s)]) == "histogram"), None)
+    if base is not None:
+        return base, None
+    if METRICS.get(name) == "histogram":
+        return None, f"histogram {name} queried without a _bucket/_sum/_count series"
+    if name in METRICS:
+        return name, None
+    return None, f"{name} is not a metric the edge exports"
+
+
 def check_grafana() -> Result:
     result = Result("grafana")
     path = DEPLOY / "grafana" / "ingress-dashboard.json"
@@ -1341,6 +1383,19 @@ def check_grafana() -> Result:
     ds = variables.get("datasource") or {}
     if ds.get("type") != "datasource" or ds.get("query") != "prometheus":
         result.errors.append(f"{rel(path)}: no `datasource` template variable of type datasource (prometheus)")
+    for name, variable in variables.items():
+        if variable.get("type") != "query":
+            continue
+        given = variable.get("query")
+        query = str((given.get("query") if isinstance(given, dict) else given) or "")
+        if (variable.get("datasource") or {}).get("uid") != "${datasource}":
+            result.errors.append(f"{rel(path)}: variable ${name}: datasource is not ${{datasource}}")
+        for var in re.findall(r"\$(\w+)", query):
+            if var not in variables:
+                result.errors.append(f"{rel(path)}: variable ${name}: unknown variable ${var}")
+        for series in promql_names(query):
+            if queried_metric(series)[1] is not None:
+                result.errors.append(f"{rel(path)}: variable ${name}: {series} is not a metric the edge exports")
     panels = list(dashboard.get("panels") or [])
     for panel in list(panels):
         panels += panel.get("panels") or []  # collapsed rows hold their panels
@@ -1371,34 +1426,32 @@ def check_grafana() -> Result:
             for var in re.findall(r"\$(\w+)", expr):
                 if var not in variables and not var.startswith("__"):
                     result.errors.append(f"{rel(path)}: panel {title!r}: unknown variable ${var}")
-            bare = re.sub(r'"[^"]*"', '""', expr)  # label values are not metric names,
-            bare = re.sub(r"\{[^}]*\}", "{}", bare)  # nor are label matchers,
-            bare = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", bare)  # grouping,
-            bare = re.sub(r"\[[^\]]*\]", "[]", bare)  # ranges,
-            bare = re.sub(r"(?<![\w.])\d+(\.\d+)?([eE][-+]?\d+)?", "0", bare)  # and numbers
-            for name in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare):
-                if name in PROMQL_WORDS or re.fullmatch(r"\d.*", name):
-                    continue
-                base = next((name[: -len(s)] for s in HISTOGRAM_SERIES
-                             if name.endswith(s) and METRICS.get(name[: -len(s)]) == "histogram"), None)
-                if base is not None:
-                    used.add(base)
-                elif METRICS.get(name) == "histogram":
-                    result.errors.append(f"{rel(path)}: panel {title!r}: histogram {name} queried without a "
-                                         f"_bucket/_sum/_count series")
-                elif name in METRICS:
-                    used.add(name)
-                else:
-                    result.errors.append(f"{rel(path)}: panel {title!r}: {name} is not a metric the edge exports")
+            blanked = re.sub(r'"[^"]*"', lambda m: '"' + " " * (len(m[0]) - 2) + '"', expr)  # same offsets
+            for selected in re.finditer(r"\b(ingress_\w+)\s*(\{[^}]*\})?", blanked):
+                matchers = expr[selected.start(2):selected.end(2)] if selected.group(2) else ""
+                for wanted in DASHBOARD_SELECTORS:
+                    if wanted not in matchers:
+                        result.errors.append(f"{rel(path)}: panel {title!r}: {selected.group(1)} is not selected "
+                                             f"by {wanted}")
+            for name in promql_names(expr):
+                metric, error = queried_metric(name)
+                if error is not None:
+                    result.errors.append(f"{rel(path)}: panel {title!r}: {error}")
+                elif metric is not None:
+                    used.add(metric)
     for name in sorted(set(METRICS) - used):
         result.errors.append(f"{rel(path)}: metric {name} is on no panel")
-    result.checked.append(f"{len(panels)} panels, {exprs} queries, {len(used)}/{len(METRICS)} metrics")
+    result.checked.append(f"{len(panels)} panels, {exprs} queries, {len(used)}/{len(METRICS)} metrics, "
+                          f"{len(variables)} variables")
     exported = exported_metrics()
     if exported is None:
         result.checked.append("ingress/metrics.py not importable: metric names checked against METRICS only")
     else:
         for name in sorted(set(METRICS) - set(exported)):
             result.errors.append(f"ingress/metrics.py does not export {name}")
+        for name in sorted(set(exported) - set(METRICS)):
+            result.errors.append(f"ingress/metrics.py exports {name}, which METRICS does not list: add it, and "
+                                 f"a panel for it")
         for name in sorted(set(METRICS) & set(exported)):
             if exported[name] != METRICS[name]:
                 result.errors.append(f"ingress/metrics.py exports {name} as a {exported[name]}, not a {METRICS[name]}")

@@ -474,8 +474,48 @@ def test_the_dashboard_queries_the_exported_metrics_only() -> None:
         if kind == "histogram":
             assert f"{name}_bucket" in exprs
     exported = validate.exported_metrics()
-    assert exported is not None
-    assert {n: k for n, k in exported.items() if n in validate.METRICS} == validate.METRICS
+    assert exported == validate.METRICS  # each way: a metric the edge gains must reach the dashboard
+
+
+def test_the_dashboard_shows_the_tenancy_metrics_by_the_selected_tenant() -> None:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from ingress import metrics
+
+    dashboard = json.loads((DEPLOY / "grafana" / "ingress-dashboard.json").read_text())
+    panels = dashboard["panels"]
+    [start] = [i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == "Keys and limits"]
+    end = next((i for i, p in enumerate(panels) if i > start and p["type"] == "row"), len(panels))
+    in_row = panels[start + 1:end]
+    assert len(in_row) >= 10 and all(p["gridPos"]["y"] > panels[start]["gridPos"]["y"] for p in in_row)
+    exprs = " ".join(t["expr"] for p in in_row for t in p["targets"])
+    for metric in (metrics.ADMISSIONS, metrics.LIMITED, metrics.TOKENS_RESERVED, metrics.TOKENS_SETTLED,
+                   metrics.TOKENS_REFUNDED, metrics.PROMPT_COUNTED, metrics.LEASES_EXPIRED, metrics.STORE_LATENCY,
+                   metrics.STORE_ERRORS, metrics.BREAKER_OPEN):
+        assert metric._name in exprs, metric._name
+    assert 'ingress_rejections_total{job=~"$job", instance=~"$instance", reason="prompt_blocked"}' in exprs
+    assert 'ingress_tokens_total{job=~"$job", instance=~"$instance", kind="prompt"}' in exprs
+    # Every query of a metric labelled by tenant follows the $tenant variable, which lists the tenants seen.
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "ingress_admissions_total" in variables["tenant"]["definition"]
+    assert variables["tenant"]["includeAll"] and variables["tenant"]["allValue"] == ".*"
+    by_tenant = {m._name for m in vars(metrics).values()
+                 if isinstance(m, MetricWrapperBase) and "tenant" in m._labelnames}
+    assert len(by_tenant) == 5
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets") or []:
+            for name, matchers in re.findall(r"\b(ingress_\w+)\{([^}]*)\}", target["expr"]):
+                if name.removesuffix("_total") in by_tenant:
+                    assert 'tenant=~"$tenant"' in matchers, (panel["title"], name)
+
+
+def test_the_grafana_check_wants_every_exported_metric_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    [before] = validate.run(["grafana"])
+    assert before.errors == []
+    monkeypatch.delitem(validate.METRICS, "ingress_limit_breaker_open")
+    [after] = validate.run(["grafana"])
+    assert ("ingress/metrics.py exports ingress_limit_breaker_open, which METRICS does not list: add it, and a panel "
+            "for it") in after.errors
 
 
 def test_kubernetes_validate_ships_the_versions_validated_against() -> None:
@@ -552,6 +592,15 @@ MUTATIONS: dict[str, Mutation] = {
                       ".Values.service.typ", ".Values.service.typ is not a key"),
     "unknown-metric": ("grafana", "grafana/ingress-dashboard.json", "ingress_retries_total",
                        "ingress_retry_total", "ingress_retry_total is not a metric the edge exports"),
+    "unselected-instance": ("grafana", "grafana/ingress-dashboard.json",
+                            'ingress_leases_expired_total{job=~\\"$job\\", instance=~\\"$instance\\"}',
+                            'ingress_leases_expired_total{job=~\\"$job\\"}',
+                            'ingress_leases_expired_total is not selected by instance=~"$instance"'),
+    "variable-metric": ("grafana", "grafana/ingress-dashboard.json", "label_values(ingress_admissions_total{",
+                        "label_values(ingress_admission_total{",
+                        "variable $tenant: ingress_admission_total is not a metric the edge exports"),
+    "unknown-tenant-variable": ("grafana", "grafana/ingress-dashboard.json", 'tenant=~\\"$tenant\\"',
+                                'tenant=~\\"$tenants\\"', "unknown variable $tenants"),
     "yaml-style": ("yamllint", "k8s/standalone/service.yaml", "type: ClusterIP", "type: ClusterIP   ",
                    "trailing spaces"),
     "bridge-dialect": ("k8s-policy", "k8s/sidecar-vllm/deployment.yaml", "- bridge\n            - openai",
