@@ -30,6 +30,18 @@ the OpenAI mock, the edge against ours), the CPU seconds per request of the gate
 (user + system, /proc), and its RSS after the load. The ratios (edge over peer) are medians of per-round
 ratios.
 
+Then paced streams, as public gateway benchmarks run them: 64 content deltas 20 ms apart, from this file's
+`--serve-paced` mock (OpenAI SSE, chunked: the role delta at once, each content delta 20 ms after the one
+before, then finish, usage and [DONE]) for the peers (LiteLLM through a second model, `ingress-paced`;
+Portkey through the same config header naming it), and from `ingress demo-upstream --delay-ms 20` (the same
+pacing in our frames) for a second edge, configured as the first. Levels of 1, 8, 32, 64, 128, 256 and 512
+concurrent streams (--quick: up to 128); at each, every client opens its connections with one uncounted
+stream, then runs the one counted. A level is held when no stream failed or lost a delta and the p99 gap
+between consecutive deltas is within 5 ms of the direct mock's at the same level; a gateway is not tried
+above the first level it did not hold. Reported: the gaps, the time to first content delta and its addition
+over the direct mock, and the gateway's CPU per delivered delta (its whole CPU over both streams of every
+client, divided by their deltas: each stream's own request is in the figure).
+
 Every process shares the machine's two cores with wrk and this client, and the run renices itself to 10:
 compare subjects within one run, not across runs.
 """
@@ -37,9 +49,11 @@ compare subjects within one run, not across runs.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -47,6 +61,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +82,12 @@ BASELINE = {"litellm": "mock_oai", "portkey": "mock_oai", "edge": "mock_fb"}
 GATEWAYS = ("litellm", "portkey", "edge")
 MASTER_KEY = "sk-bench-litellm-master"
 FAR = {"rpm": 10**9, "tpm": 10**12}  # never reached: nothing is refused
+STREAM_DELTAS = 64
+PACING_MS = 20.0
+STALL_MS = 5.0  # a level is held when its inter-chunk p99 is within this of the direct mock's at that level
+LEVELS = (1, 8, 32, 64, 128, 256, 512)
+QUICK_LEVELS = (1, 8, 32, 64, 128)
+PACED_MODEL = "ingress-paced"  # LiteLLM's second model: the paced mock
 HEADERS_SCRIPT = """
 local extra = os.getenv("BENCH_HEADERS")
 if extra then
@@ -80,6 +101,79 @@ end
 
 class Unavailable(Exception):
     """A peer that cannot be installed or started here; its message says why."""
+
+
+# --- the paced mock engine ------------------------------------------------------------------------
+
+
+def serve_paced(port: int, pacing_ms: float) -> None:
+    """An OpenAI-compatible engine streaming bridge.py's fixed answer paced: the role delta at once, then each
+    of the 64 content deltas `pacing_ms` after the one before (as the demo service paces its frames), then
+    the finish and usage chunks and `data: [DONE]`, chunked. A POST without `"stream":true` gets the whole
+    chat.completion at once."""
+    import asyncio
+    import gc
+    from typing import cast
+
+    import uvloop
+    from bridge import _http, _mock_bodies
+
+    whole, stream = _mock_bodies()
+    events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
+    role, content, tail = events[0], events[1:1 + STREAM_DELTAS], b"".join(events[1 + STREAM_DELTAS:])
+    assert len(content) == STREAM_DELTAS, len(events)
+    answer, health = _http(b"application/json", whole), _http(b"text/plain", b"ok")
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    pacing = pacing_ms / 1000
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    class Paced(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = cast(asyncio.Transport, transport)
+            self.buffer = bytearray()
+            self.loop = asyncio.get_running_loop()
+
+        def data_received(self, data: bytes) -> None:
+            buffer = self.buffer
+            buffer += data
+            while (end := buffer.find(b"\r\n\r\n")) >= 0:
+                lowered = bytes(buffer[:end]).lower()
+                at = lowered.find(b"\r\ncontent-length:")
+                length = 0
+                if at >= 0:
+                    stop = lowered.find(b"\r\n", at + 2)
+                    length = int(lowered[at + 17:stop if stop >= 0 else len(lowered)])
+                total = end + 4 + length
+                if len(buffer) < total:
+                    return
+                if lowered.startswith(b"get "):
+                    self.transport.write(health)
+                elif buffer.find(b'"stream":true', end + 4, total) >= 0 \
+                        or buffer.find(b'"stream": true', end + 4, total) >= 0:
+                    self.transport.write(head + chunk(role))
+                    self.loop.call_later(pacing, self.next, 0)
+                else:
+                    self.transport.write(answer)
+                del buffer[:total]
+
+        def next(self, k: int) -> None:
+            if self.transport.is_closing():
+                return
+            if k < STREAM_DELTAS - 1:
+                self.transport.write(chunk(content[k]))
+                self.loop.call_later(pacing, self.next, k + 1)
+            else:
+                self.transport.write(chunk(content[k] + tail) + b"0\r\n\r\n")
+
+    async def main() -> None:
+        gc.freeze()
+        server = await asyncio.get_running_loop().create_server(Paced, "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
 
 
 # --- installing the peers --------------------------------------------------------------------------
@@ -211,7 +305,7 @@ class Subject:
             return exc.code, exc.read()
 
 
-def litellm_config(path: Path, mock_url: str) -> Path:
+def litellm_config(path: Path, mock_url: str, paced_url: str) -> Path:
     from payloads import MODEL
 
     path.write_text(f"""model_list:
@@ -219,6 +313,11 @@ def litellm_config(path: Path, mock_url: str) -> Path:
     litellm_params:
       model: openai/{MODEL}
       api_base: {mock_url}/v1
+      api_key: sk-mock
+  - model_name: {PACED_MODEL}
+    litellm_params:
+      model: openai/{MODEL}
+      api_base: {paced_url}/v1
       api_key: sk-mock
 litellm_settings:
   num_retries: 0
@@ -259,16 +358,136 @@ def _med(values: list[float]) -> float:
 def _versions(litellm_py: Path | None, node_script: Path | None) -> dict[str, str]:
     out = {"python": platform.python_version()}
     if litellm_py is not None:
-        out["litellm"] = subprocess.run([str(litellm_py), "-c", "import importlib.metadata as m; "
-                                         "print(m.version('litellm'), m.version('uvicorn'), m.version('fastapi'))"],
-                                        capture_output=True, text=True).stdout.strip()
+        found = subprocess.run([str(litellm_py), "-c", "import importlib.metadata as m; print(*(m.version(p) for p in "
+                                "('litellm', 'uvicorn', 'fastapi', 'openai', 'aiohttp')))"],
+                               capture_output=True, text=True).stdout.split()
+        out.update(zip(("litellm", "litellm's uvicorn", "fastapi", "openai", "aiohttp"), found, strict=False))
         out["litellm_python"] = subprocess.run([str(litellm_py), "-V"], capture_output=True, text=True).stdout.strip()
     if node_script is not None:
         pkg = json.loads((node_script.parent.parent / "package.json").read_text())
         out["portkey"] = pkg["version"]
         out["node"] = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
-    out["wrk"] = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout.splitlines()[0]
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout
+    out["wrk"] = wrk.split(" [")[0].removeprefix("wrk ")
     return out
+
+
+# --- paced streams --------------------------------------------------------------------------------
+
+CONTENT = re.compile(rb'"content":\s*"[^"]')  # an SSE event carrying a non-empty content delta
+
+
+async def _one_stream(session: Any, url: str, body: bytes, headers: dict[str, str],
+                      sse: bool) -> tuple[float, list[float], str | None]:
+    """One stream: its start and the arrival time of each of its STREAM_DELTAS content deltas (SSE events
+    with non-empty content; for frames, frames 1..64: frame 0 is the role)."""
+    import aiohttp
+
+    from ingress.wire import FrameDecoder
+
+    t0 = time.perf_counter()
+    times: list[float] = []
+    try:
+        async with session.post(url, data=body, headers=headers) as resp:
+            if resp.status != 200:
+                await resp.read()
+                return t0, times, f"HTTP {resp.status}"
+            if sse:
+                pending = b""
+                async for data in resp.content.iter_any():
+                    now = time.perf_counter()
+                    *events, pending = (pending + data).split(b"\n\n")
+                    times += [now for e in events if CONTENT.search(e)]
+            else:
+                frames, seen = FrameDecoder(), 0
+                async for data in resp.content.iter_any():
+                    now = time.perf_counter()
+                    for _ in frames.feed(data):
+                        if 1 <= seen <= STREAM_DELTAS:
+                            times.append(now)
+                        seen += 1
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return t0, times, type(exc).__name__
+    return t0, times, None if len(times) == STREAM_DELTAS else f"{len(times)} deltas"
+
+
+async def stream_level(url: str, body: bytes, headers: dict[str, str], sse: bool,
+                       n: int) -> list[tuple[float, list[float], str | None]]:
+    """`n` concurrent clients, their starts spread over one pacing interval; each runs one stream that opens
+    its connections (not counted), then the one counted."""
+    import asyncio
+
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async def client(i: int) -> tuple[float, list[float], str | None]:
+            await asyncio.sleep(i / n * PACING_MS / 1000)
+            await _one_stream(session, url, body, headers, sse)
+            return await _one_stream(session, url, body, headers, sse)
+
+        return list(await asyncio.gather(*(client(i) for i in range(n))))
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def stream_stats(results: list[tuple[float, list[float], str | None]]) -> dict[str, Any]:
+    ok = [(t0, ts) for t0, ts, err in results if err is None]
+    gaps = [b - a for _, ts in ok for a, b in itertools.pairwise(ts)]
+    ttft = [ts[0] - t0 for t0, ts in ok]
+    kinds = Counter(err for _, _, err in results if err is not None)
+    ms = 1000.0
+    return {"streams": len(results), "errors": len(results) - len(ok), "error_kinds": dict(kinds),
+            "gap_p50_ms": _pct(gaps, 50) * ms, "gap_p99_ms": _pct(gaps, 99) * ms,
+            "gap_max_ms": max(gaps, default=float("nan")) * ms,
+            "ttft_p50_ms": _pct(ttft, 50) * ms, "ttft_p99_ms": _pct(ttft, 99) * ms}
+
+
+def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int | None]],
+                levels: tuple[int, ...]) -> dict[str, Any]:
+    """Each level: both direct mocks, then every gateway that held every level below. Held: no error, every
+    delta, and an inter-chunk p99 within STALL_MS of its direct mock's at the same level."""
+    import uvloop
+    from procs import Watch
+
+    loop = uvloop.new_event_loop()
+    out: dict[str, Any] = {name: {} for name in streamers}
+    failed: set[str] = set()
+    try:
+        for n in levels:
+            for name, (url, body, headers, sse, pid) in streamers.items():
+                if name in failed:
+                    continue
+                watch = Watch({"gateway": pid} if pid else {})
+                with watch.during():
+                    results = loop.run_until_complete(stream_level(url, body, headers, sse, n))
+                stats = stream_stats(results)
+                if pid:
+                    stats["cpu_us_per_chunk"] = watch.cpu["gateway"] / (2 * n * STREAM_DELTAS) * 1e6
+                stats["others_cpu_percent"] = watch.summary()["others_cpu_percent"]
+                stats["client_cpu_percent"] = watch.summary()["bench_client_cpu_percent"]
+                if name in BASELINE:
+                    base = out[BASELINE[name]][n]
+                    stats["added_gap_p99_ms"] = stats["gap_p99_ms"] - base["gap_p99_ms"]
+                    stats["added_ttft_p50_ms"] = stats["ttft_p50_ms"] - base["ttft_p50_ms"]
+                    stats["held"] = stats["errors"] == 0 and stats["added_gap_p99_ms"] <= STALL_MS
+                    if not stats["held"]:
+                        failed.add(name)
+                out[name][n] = stats
+            said = [f"{name} {out[name][n]['gap_p99_ms']:.1f}" + ("" if out[name][n].get("held", True) else " (stall)")
+                    for name in streamers if n in out[name]]
+            print(f"  {n} streams, inter-chunk p99 ms: " + ", ".join(said), flush=True)
+    finally:
+        loop.close()
+    held = {name: max([n for n, st in out[name].items() if st.get("held")], default=0) for name in BASELINE
+            if name in streamers}
+    return {"levels": out, "held": held}
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -276,7 +495,7 @@ def _versions(litellm_py: Path | None, node_script: Path | None) -> dict[str, st
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from e2e import fb_body
-    from payloads import chat_request
+    from payloads import MODEL, chat_request, stream_request
     from procs import free_port, rss_kb
     from provenance import code_version, describe
     from tenancy import edge_config, tenancy_section
@@ -306,12 +525,18 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     body = chat_request(16 * 1024, max_tokens=64)
     (work / "chat.json").write_bytes(body)
     (work / "chat.fb").write_bytes(bytes(fb_body(body)))
-    ports = {name: free_port() for name in SUBJECTS}
-    oai_url, fb_url = (f"http://127.0.0.1:{ports[n]}" for n in ("mock_oai", "mock_fb"))
+    stream_json = stream_request(STREAM_DELTAS)
+    stream_bodies = {"sse": stream_json, "frames": bytes(fb_body(stream_json)),
+                     "litellm": stream_json.replace(f'"model":"{MODEL}"'.encode(), f'"model":"{PACED_MODEL}"'.encode())}
+    assert stream_bodies["litellm"] != stream_json
+    ports = {name: free_port() for name in (*SUBJECTS, "paced_oai", "paced_fb", "edge_paced")}
+    oai_url, fb_url, paced_oai, paced_fb = (f"http://127.0.0.1:{ports[n]}"
+                                            for n in ("mock_oai", "mock_fb", "paced_oai", "paced_fb"))
     key, key_id, key_hash = new_key()
     keys = [(key_id, key_hash, "bench", f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}")]
     section = tenancy_section("memory", "", "bench", keys, {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50)
     edge_toml = edge_config(work / "edge.toml", ports["edge"], fb_url, section)
+    paced_toml = edge_config(work / "edge_paced.toml", ports["edge_paced"], paced_fb, section)
     subjects = {
         "mock_oai": Subject("mock_oai", [PY, str(HERE / "bridge.py"), "--serve-mock", str(ports["mock_oai"])],
                             ports["mock_oai"], work / "mock_oai.log", CHAT, "chat.json", JSON_TYPE),
@@ -320,11 +545,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "edge": Subject("edge", [PY, "-m", "ingress", "serve", "--config", str(edge_toml), "--workers", "1"],
                         ports["edge"], work / "edge.log", CHAT, "chat.json", JSON_TYPE,
                         {"Authorization": f"Bearer {key}"}),
+        "paced_oai": Subject("paced_oai", [PY, str(Path(__file__)), "--serve-paced", str(ports["paced_oai"]),
+                                           str(PACING_MS)], ports["paced_oai"], work / "paced_oai.log", CHAT,
+                             "chat.json", JSON_TYPE),
+        "paced_fb": Subject("paced_fb", [PY, "-m", "ingress", "demo-upstream", "--port", str(ports["paced_fb"]),
+                                         "--delay-ms", str(PACING_MS), "--log-level", "warning"],
+                            ports["paced_fb"], work / "paced_fb.log", COMPLETE_PATH, "chat.fb", CONTENT_TYPE),
+        "edge_paced": Subject("edge_paced", [PY, "-m", "ingress", "serve", "--config", str(paced_toml), "--workers",
+                                             "1"], ports["edge_paced"], work / "edge_paced.log", CHAT, "chat.json",
+                              JSON_TYPE, {"Authorization": f"Bearer {key}"}),
     }
     if litellm_py is not None:
         subjects["litellm"] = Subject(
             "litellm", [str(litellm_py), "-m", "litellm.proxy.proxy_cli", "--config",
-                        str(litellm_config(work / "litellm.yaml", oai_url)), "--host", "127.0.0.1",
+                        str(litellm_config(work / "litellm.yaml", oai_url, paced_oai)), "--host", "127.0.0.1",
                         "--port", str(ports["litellm"]), "--num_workers", "1"],
             ports["litellm"], work / "litellm.log", CHAT, "chat.json", JSON_TYPE,
             {"Authorization": f"Bearer {MASTER_KEY}"}, "/health/liveliness", LITELLM_ENV)
@@ -345,7 +579,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 subjects[name].wait_ready()
                 status, answer = subjects[name].post(work)
-                if status != 200 or (name != "mock_fb" and marker not in answer):
+                if status != 200 or (name not in ("mock_fb", "paced_fb", "edge_paced") and marker not in answer):
                     raise Unavailable(f"{name} answered {status}: {answer[:500]!r}")
             except Unavailable as exc:
                 if name not in GATEWAYS[:2]:
@@ -367,13 +601,33 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     os.environ["BENCH_HEADERS"] = "\n".join(f"{k}: {v}" for k, v in s.headers.items())
                     url = s.url + s.path
                     if r == 0:
-                        wrk.run(url, work / s.body, s.ctype, conns, 1)  # warm: connections, caches, JITs
+                        wrk.run(url, work / s.body, s.ctype, conns, 2)  # warm: connections, caches, JITs, lazy imports
                     watch = {"gateway": s.pid} if name in GATEWAYS else {}
                     watch["mock"] = subjects[BASELINE[name]].pid if name in BASELINE else s.pid
                     runs[conns][name].append(wrk.run(url, work / s.body, s.ctype, conns, args.seconds, watch))
             print(f"  round {r + 1}/{args.rounds} at {time.perf_counter() - started:.0f} s", flush=True)
         for name in present:
             rss_after[name] = rss_kb(subjects[name].pid) / 1024
+        streams: dict[str, Any] = {}
+        if not args.no_streams:
+            sse_headers = {"Content-Type": JSON_TYPE}
+            streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int | None]] = {
+                "mock_oai": (paced_oai + CHAT, stream_bodies["sse"], sse_headers, True, None),
+                "mock_fb": (paced_fb + COMPLETE_PATH, stream_bodies["frames"], {"Content-Type": CONTENT_TYPE}, False,
+                            None),
+                "edge": (subjects["edge_paced"].url + CHAT, stream_bodies["sse"],
+                         {**sse_headers, "Authorization": f"Bearer {key}"}, True, subjects["edge_paced"].pid),
+            }
+            if "litellm" in subjects:
+                streamers["litellm"] = (subjects["litellm"].url + CHAT, stream_bodies["litellm"],
+                                        {**sse_headers, **subjects["litellm"].headers}, True, subjects["litellm"].pid)
+            if "portkey" in subjects:
+                streamers["portkey"] = (subjects["portkey"].url + CHAT, stream_bodies["sse"],
+                                        {**sse_headers, "x-portkey-config": portkey_config(paced_oai)}, True,
+                                        subjects["portkey"].pid)
+            levels = QUICK_LEVELS if args.quick else LEVELS
+            print(f"paced streams ({STREAM_DELTAS} deltas {PACING_MS:.0f} ms apart), levels {levels}", flush=True)
+            streams = run_streams(streamers, levels)
         commands = {n: " ".join(s.argv).replace(PY, "python") for n, s in subjects.items()}
     finally:
         for s in subjects.values():
@@ -389,6 +643,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                  "litellm_env": LITELLM_ENV, "portkey_headers": {"x-portkey-config": portkey_config("<mock>")}},
         "tables": {str(c): table(runs[c], rss_after) for c in CONNECTIONS},
         "runs": {str(c): runs[c] for c in CONNECTIONS},
+        "streams": streams,
     }
     shutil.rmtree(work, ignore_errors=True)  # after a failure it stays, with the servers' logs
     result["meta"]["load_average_after"] = os.getloadavg()
@@ -423,13 +678,15 @@ def table(runs: dict[str, list[dict[str, Any]]], rss_after: dict[str, float]) ->
     edge = runs.get("edge") or []
     for peer in ("litellm", "portkey"):
         if runs.get(peer) and edge:
-            pairs = list(zip(edge, runs[peer], strict=True))
+            # a round in which the peer answered nothing has no ratio
+            pairs = [(e, p) for e, p in zip(edge, runs[peer], strict=True) if p["requests"]]
+            ratios = [e["rps"] / p["rps"] for e, p in pairs]
             rows[f"edge/{peer}"] = {
-                "rps_ratio": _med([e["rps"] / p["rps"] for e, p in pairs]),
+                "rps_ratio": _med(ratios),
                 "cpu_ratio": _med([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
                                    for e, p in pairs]),
-                "rps_ratio_range": [min(e["rps"] / p["rps"] for e, p in pairs),
-                                    max(e["rps"] / p["rps"] for e, p in pairs)],
+                "rps_ratio_range": [min(ratios, default=float("nan")), max(ratios, default=float("nan"))],
+                "rounds_without_a_peer_answer": len(edge) - len(pairs),
             }
     return rows
 
@@ -457,6 +714,21 @@ def print_tables(result: dict[str, Any]) -> None:
                 lo, hi = ratio["rps_ratio_range"]
                 print(f"c={conns:<4} {'edge / ' + LABELS[peer]:<36} {ratio['rps_ratio']:>7.1f}x  (rounds "
                       f"{lo:.1f}-{hi:.1f}x); CPU per request {ratio['cpu_ratio']:.1f}x less")
+    streams = result.get("streams")
+    if streams:
+        print(f"\npaced streams: {STREAM_DELTAS} deltas {PACING_MS:.0f} ms apart; a level is held with no error and an "
+              f"inter-chunk p99 within {STALL_MS:.0f} ms of the direct mock's at that level")
+        print(f"{'subject':<36} {'streams':>7} {'errors':>6} {'gap p50':>8} {'gap p99':>8} {'+gap p99':>8} "
+              f"{'TTFT p50':>8} {'+TTFT':>7} {'CPU µs/chunk':>12}  held")
+        for name in SUBJECTS:
+            for n, st in streams["levels"].get(name, {}).items():
+                held = "" if "held" not in st else ("yes" if st["held"] else "STALL")
+                print(f"{LABELS[name]:<36} {n:>7} {st['errors']:>6} {_f(st['gap_p50_ms'], 1):>8} "
+                      f"{_f(st['gap_p99_ms'], 1):>8} {_f(st.get('added_gap_p99_ms'), 1):>8} "
+                      f"{_f(st['ttft_p50_ms']):>8} {_f(st.get('added_ttft_p50_ms')):>7} "
+                      f"{_f(st.get('cpu_us_per_chunk'), 0):>12}  {held} {st['error_kinds'] or ''}")
+        print("concurrent paced streams held without a stall: " + ", ".join(
+            f"{LABELS[name]} {n}" for name, n in streams["held"].items()))
     others = [r["others_cpu_percent"] for by in result["runs"].values() for rs in by.values() for r in rs]
     if others:
         print(f"\nthe rest of the machine used {min(others):.0f}-{max(others):.0f}% of a core during the wrk runs "
@@ -469,10 +741,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=int)
     parser.add_argument("--without", nargs="*", choices=["litellm", "portkey"], default=[], help="leave a peer out")
+    parser.add_argument("--no-streams", action="store_true", help="leave the paced streams out")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--serve-paced", nargs=2, metavar=("PORT", "PACING_MS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.rounds = args.rounds or (2 if args.quick else 4)
-    args.seconds = args.seconds or (3 if args.quick else 5)
+    if args.serve_paced:
+        return serve_paced(int(args.serve_paced[0]), float(args.serve_paced[1]))
+    args.rounds = args.rounds or (2 if args.quick else 3)
+    args.seconds = args.seconds or (2 if args.quick else 4)
     out = args.out or HERE / "results" / ("peers-quick.json" if args.quick else "peers.json")
     if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
         os.nice(10 - os.nice(0))
