@@ -491,6 +491,7 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
                     if stats["held"] or stats["errors"] == len(results):  # held, or nothing went through at all
                         break
                     earlier.append(stats)
+                earlier = [e for e in earlier if e is not stats]  # the last attempt is the figure itself
                 if earlier:
                     stats["failed_attempts"] = earlier
                 if name in BASELINE and not stats["held"]:
