@@ -58,6 +58,8 @@ HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (o
 MAX_PENDING = 100_000  # settles and cancels kept for Redis while it cannot answer; the oldest go first
 BATCH = 64  # settles a call: a flush goes at once when this many are queued
 BATCH_DELAY = 0.003  # else this long (s) after the first was queued: the most a settle waits for others
+# ...unless it frees a concurrency slot: that one goes at once (with what else is queued), since a client
+# that keeps its `concurrency` requests in flight sends the next one as soon as one ends
 _ALGORITHM = {"rate": "r", "quota": "q", "slots": "s"}
 _RANK = {"allow": 0, "local": 1, "refuse": 2}  # refuse wins over local over allow
 
@@ -158,7 +160,9 @@ class RedisStore:
         self._pending: dict[str, Actual | None] = {}  # ticket → what to settle, oldest first (the first one wins)
         self._waiting: dict[str, list[asyncio.Future[None]]] = {}  # ticket → the settle() calls waiting for it
         self._since = 0.0  # loop time: when the oldest of the queued settles was queued
-        self._full = asyncio.Event()  # BATCH are queued: the flush need not wait for more
+        self._slotted: set[str] = set()  # tickets holding a concurrency slot in Redis: their settle is not delayed
+        self._urgent = False  # a settle that frees a slot is queued
+        self._now = asyncio.Event()  # BATCH are queued, or an urgent one: the flush need not wait for more
         self._closing = False  # close(): send what is queued without waiting for more
         self._renewed_at: float | None = None
         self._registered = False
@@ -185,7 +189,10 @@ class RedisStore:
             self._settle_later(plan.ticket, None)
             self._kick()
             raise
-        return self._decision(plan, reply)
+        decision = self._decision(plan, reply)
+        if decision.admitted and any(c.algorithm == "slots" for c in plan.checks):
+            self._slotted.add(plan.ticket)
+        return decision
 
     async def settle(self, ticket: str, actual: Actual | None) -> None:
         if ticket in self._local:
@@ -195,7 +202,9 @@ class RedisStore:
         if ticket in self._allowed:
             self._allowed.discard(ticket)
             return
-        self._settle_later(ticket, actual)
+        urgent = ticket in self._slotted
+        self._slotted.discard(ticket)
+        self._settle_later(ticket, actual, urgent)
         if not self.breaker.closed:
             return  # it waits in the queue until Redis answers again
         done = asyncio.get_running_loop().create_future()
@@ -222,7 +231,7 @@ class RedisStore:
 
     async def close(self) -> None:
         self._closing = True  # what is queued goes now, in batches, each call within the deadline
-        self._full.set()
+        self._now.set()
         self._kick()
         await self.tasks.wait(self.deadline * 4)
         await self.tasks.close()
@@ -281,7 +290,7 @@ class RedisStore:
 
     # --- the settle queue: what Redis has not answered yet ----------------------------------------
 
-    def _settle_later(self, ticket: str, actual: Actual | None) -> None:
+    def _settle_later(self, ticket: str, actual: Actual | None, urgent: bool = False) -> None:
         if not self._pending:
             self._since = asyncio.get_running_loop().time()
         self._pending.setdefault(ticket, actual)  # settled twice: the first settle is the one Redis sees first
@@ -290,8 +299,10 @@ class RedisStore:
             del self._pending[dropped]  # its reservation stays charged until its TTL
             self._release([dropped])
             metrics.child(metrics.STORE_ERRORS, "settle", "dropped").inc()
-        if len(self._pending) >= BATCH:
-            self._full.set()
+        if urgent:
+            self._urgent = True
+        if urgent or len(self._pending) >= BATCH:
+            self._now.set()
 
     def _kick(self) -> None:
         if self._pending and not self._flushing and self.breaker.closed:
@@ -300,16 +311,17 @@ class RedisStore:
 
     async def _flush(self) -> None:
         """Send the queued settles, oldest first, BATCH a call, one call at a time, while Redis answers. A
-        batch that is not full waits for more until BATCH_DELAY after the first of it was queued."""
+        batch that is not full waits for more until BATCH_DELAY after the first of it was queued, unless one
+        of them frees a slot; while a call is in flight, the next batch gathers."""
         loop = asyncio.get_running_loop()
         try:
             while self._pending and self.breaker.closed:
                 wait = self._since + BATCH_DELAY - loop.time()
-                if len(self._pending) < BATCH and not self._closing and wait > 0:
-                    self._full.clear()
+                if len(self._pending) < BATCH and not (self._closing or self._urgent) and wait > 0:
+                    self._now.clear()
                     try:
                         async with asyncio.timeout(wait):
-                            await self._full.wait()
+                            await self._now.wait()
                     except TimeoutError:
                         pass
                     continue  # the breaker may have opened meanwhile
@@ -318,6 +330,8 @@ class RedisStore:
                     del self._pending[ticket]
                 if self._pending:  # the rest waited at least as long as this batch's call takes
                     self._since = loop.time()
+                else:
+                    self._urgent = False
                 try:
                     await self._settle(batch)
                 except _Unanswered:

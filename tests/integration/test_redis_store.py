@@ -29,6 +29,7 @@ from redis.asyncio import Redis as Client
 from redis_servers import SERVER_KINDS, LimitServers, Server
 from waiting import eventually
 
+from ingress.tenancy import redis as redis_module
 from ingress.tenancy.limiter import Limiter
 from ingress.tenancy.memory import MemoryStore
 from ingress.tenancy.plan import MINUTE_US, Actual, Check, Plan
@@ -427,18 +428,36 @@ async def test_the_script_settles_a_ticket_given_twice_in_one_call_once(shared: 
     assert await shared.raw.pttl(s) > 0 and await shared.raw.pttl(s2) > 0
 
 
-async def test_closing_the_store_sends_the_queued_settles(shared: Subject) -> None:
+async def test_closing_the_store_sends_the_queued_settles(shared: Subject, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(shared.store, RedisStore) and shared.raw is not None
+    monkeypatch.setattr(redis_module, "BATCH_DELAY", 60.0)  # a settle alone waits a minute for company
     store, tpm = shared.store, tokens("k:e:tpm", 1000)
     p = plan(tpm, input_tokens=100, output_tokens=100)
     assert (await store.admit(p)).admitted
     waiting = asyncio.get_running_loop().create_task(store.settle(p.ticket, Actual(10, 0)))
-    await asyncio.sleep(0)
-    assert store.pending == 1
+    await asyncio.sleep(0.2)
+    assert store.pending == 1 and not waiting.done()
     await store.close()
     await waiting
     assert await shared.raw.exists(f"{{{shared.prefix}}}:r:{p.ticket}") == 0
     assert await shared.raw.exists(f"{{{shared.prefix}}}:s:{p.ticket}") == 1
+
+
+async def test_a_settle_that_frees_a_slot_goes_at_once_with_what_is_queued(
+        shared: Subject, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(shared.store, RedisStore)
+    monkeypatch.setattr(redis_module, "BATCH_DELAY", 60.0)
+    store, conc, tpm = shared.store, slots("k:i:conc", 1, 60_000_000), tokens("k:i:tpm", 1000)
+    held, plain = plan(conc), plan(tpm, input_tokens=100)
+    assert (await store.admit(held)).admitted and (await store.admit(plain)).admitted
+    queued = asyncio.get_running_loop().create_task(store.settle(plain.ticket, Actual(10, 0)))
+    await asyncio.sleep(0)
+    assert store.pending == 1
+    async with asyncio.timeout(20):  # not the minute a settle alone waits
+        await store.settle(held.ticket, Actual(1, 1))
+    assert queued.done() and store.pending == 0
+    assert (await store.admit(plan(conc))).admitted  # the next request of a client at its concurrency
+    assert await remaining(store, tpm) == 990
 
 
 async def test_live_processes_are_counted_from_their_heartbeats(limit_server: Server) -> None:
