@@ -162,7 +162,7 @@ class RedisStore:
         self._since = 0.0  # loop time: when the oldest of the queued settles was queued
         self._slotted: set[str] = set()  # tickets holding a concurrency slot in Redis: their settle is not delayed
         self._urgent = False  # a settle that frees a slot is queued
-        self._now = asyncio.Event()  # BATCH are queued, or an urgent one: the flush need not wait for more
+        self._wake: asyncio.Future[None] | None = None  # the flush waiting for company: resolved, it sends now
         self._closing = False  # close(): send what is queued without waiting for more
         self._renewed_at: float | None = None
         self._registered = False
@@ -231,7 +231,7 @@ class RedisStore:
 
     async def close(self) -> None:
         self._closing = True  # what is queued goes now, in batches, each call within the deadline
-        self._now.set()
+        self._send_now()
         self._kick()
         await self.tasks.wait(self.deadline * 4)
         await self.tasks.close()
@@ -302,7 +302,11 @@ class RedisStore:
         if urgent:
             self._urgent = True
         if urgent or len(self._pending) >= BATCH:
-            self._now.set()
+            self._send_now()
+
+    def _send_now(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def _kick(self) -> None:
         if self._pending and not self._flushing and self.breaker.closed:
@@ -318,12 +322,13 @@ class RedisStore:
             while self._pending and self.breaker.closed:
                 wait = self._since + BATCH_DELAY - loop.time()
                 if len(self._pending) < BATCH and not (self._closing or self._urgent) and wait > 0:
-                    self._now.clear()
+                    self._wake = loop.create_future()
+                    timer = loop.call_later(wait, self._send_now)
                     try:
-                        async with asyncio.timeout(wait):
-                            await self._now.wait()
-                    except TimeoutError:
-                        pass
+                        await self._wake
+                    finally:
+                        timer.cancel()
+                        self._wake = None
                     continue  # the breaker may have opened meanwhile
                 batch = dict(itertools.islice(self._pending.items(), BATCH))
                 for ticket in batch:
