@@ -20,7 +20,8 @@ part 2, in the same process.
    request of the edge's process tree, of redis-server and of the mock from /proc, and each as a ratio to
    (a) (the median of per-round ratios). Then a Python client (one keep-alive connection, not wrk) sends a
    few hundred requests to each edge in turn and reads the `admit;dur=` entry of Server-Timing: the
-   admission as the edge sees it (the plan and its store's round trip), p50/p99.
+   admission as the edge sees it (the plan and its store's round trip), p50/p99. With --baseline DIR, a
+   fourth edge (d) serves (c)'s config with DIR's code (another checkout, e.g. main's), in the same rounds.
 
 2. The fleet's overshoot: three edges sharing one Redis, and the same three with backend "memory" (each
    its own state). A key with rpm = L: clients send to all three at a fixed rate each (open loop) for T
