@@ -1,17 +1,26 @@
-"""The limit stores side by side: what one admission costs with the memory store, and with the Redis store
-against a real Redis and a real Valkey on loopback, each with redis-py's hiredis parser and its pure-Python
-one (the question whether hiredis pays).
+"""The limit stores side by side: what one request's admission and settle cost with the memory store, and
+with the Redis store against a real Redis and a real Valkey on loopback, each with redis-py's hiredis
+parser and its pure-Python one (the question whether hiredis pays); with --baseline DIR, also DIR's Redis
+store (its redis.py and limits.lua, e.g. main's in a second worktree) against the same servers, in the
+same rounds.
 
 One admission is a real request's plan (policy.py's checks for a key with rpm, tpm and concurrency, and
 its tenant with tpm and a USD budget: 6 checks, 5 keys and the reservation in one script call), awaited
-one at a time on uvloop, as the edge does; every batch is settled (cancelled) after it, untimed. Each
-round runs every candidate in a fresh random order; the figures are over all rounds:
+one at a time on uvloop, as the edge does; after each, its settle (the real usage, a refund) is spawned in
+a task of its own, as the limiter does when a request ends. Each round runs every candidate in a fresh
+random order; the figures are over all rounds:
 
     p50, p99     the admission's latency as the caller sees it, µs
-    cpu          this process's CPU per admission (the client side: building the call, the parser, asyncio), µs
-    server cpu   the server process's CPU per admission (INFO cpu), µs; script: its EVALSHA time (commandstats)
+    cpu          this process's CPU per admission and settle (the client side: building the calls, the
+                 parser, asyncio), µs, until every settle of the batch has returned
+    calls        script calls per request (admission and settle), from INFO commandstats
+    server cpu   the server process's CPU per request (INFO cpu), µs; script: its time per script call
 
-    .venv/bin/python bench/limits.py [--rounds N] [--batch N]        -> results/limits.json
+    .venv/bin/python bench/limits.py [--rounds N] [--batch N] [--baseline DIR] [--no-concurrency]
+                                                -> results/limits.json (limits-no-concurrency.json)
+
+With --no-concurrency the key has no concurrency limit (5 checks): a settle that frees no slot waits up
+to the store's BATCH_DELAY for others to share its call, where one that frees a slot goes at once.
 
 Bounded: loopback only, rounds x batch admissions per candidate (20 x 250 by default, ~20 s in all).
 """
@@ -19,6 +28,9 @@ Bounded: loopback only, rounds x batch admissions per candidate (20 x 250 by def
 from __future__ import annotations
 
 import argparse
+import asyncio
+import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -40,18 +52,19 @@ from redis.asyncio import Redis as Client  # noqa: E402
 from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 from redis_servers import running  # noqa: E402
 
-from ingress.tenancy.plan import Plan, checks_of  # noqa: E402
+from ingress.tenancy.plan import Actual, Plan, checks_of  # noqa: E402
 from ingress.tenancy.redis import RedisStore  # noqa: E402
 from ingress.tenancy.settings import Budget, Limits, Price, Redis  # noqa: E402
 from ingress.tenancy.store import LocalStore, Store  # noqa: E402
 
 KEY = Limits(rpm=10**9, tpm=10**12, concurrency=10**6)
+KEY_UNCAPPED = Limits(rpm=10**9, tpm=10**12)  # --no-concurrency: no slot to free, so its settle may wait for company
 TENANT = Limits(tpm=10**12, budget=Budget(usd=10**9, period="month"))
 PRICE = Price(input=2.5, output=10.0)
 
 
-def request_plan(now_s: float) -> Plan:
-    checks = [*checks_of(KEY, "key", "3f9c2a7d1b6e", PRICE, now_s, 30_000_000, "local"),
+def request_plan(now_s: float, key: Limits = KEY) -> Plan:
+    checks = [*checks_of(key, "key", "3f9c2a7d1b6e", PRICE, now_s, 30_000_000, "local"),
               *checks_of(TENANT, "tenant", "acme", PRICE, now_s, 30_000_000, "local")]
     return Plan(os.urandom(12).hex(), tuple(checks), 900, 300)
 
@@ -65,8 +78,8 @@ async def server_stats(raw: Client) -> tuple[float, int, int]:
 
 
 class Candidate:
-    def __init__(self, name: str, store: Store, raw: Client | None) -> None:
-        self.name, self.store, self.raw = name, store, raw
+    def __init__(self, name: str, store: Store, raw: Client | None, key: Limits = KEY) -> None:
+        self.name, self.store, self.raw, self.key = name, store, raw, key
         self.reset()
 
     def reset(self) -> None:
@@ -79,14 +92,21 @@ class Candidate:
         self.degraded = 0
 
     async def batch(self, n: int) -> None:
-        plans = [request_plan(time.time()) for _ in range(n)]
+        plans = [request_plan(time.time(), self.key) for _ in range(n)]
+        used = Actual(900, 100)
         before = await server_stats(self.raw) if self.raw is not None else None
+        settles: set[asyncio.Task[None]] = set()
         cpu0 = time.process_time()
         for p in plans:
             t0 = time.perf_counter()
             decision = await self.store.admit(p)
             self.latencies.append(time.perf_counter() - t0)
             self.degraded += decision.degraded is not None or not decision.admitted
+            settle = asyncio.get_running_loop().create_task(self.store.settle(p.ticket, used))
+            settles.add(settle)
+            settle.add_done_callback(settles.discard)
+        while settles:
+            await asyncio.wait(list(settles))
         self.cpu += time.process_time() - cpu0
         if self.raw is not None and before is not None:
             after = await server_stats(self.raw)
@@ -94,8 +114,6 @@ class Candidate:
             self.script_calls += after[1] - before[1]
             self.script_us += after[2] - before[2]
         self.admissions += n
-        for p in plans:
-            await self.store.settle(p.ticket, None)
 
     def figures(self) -> dict[str, Any]:
         us = sorted(x * 1e6 for x in self.latencies)
@@ -104,20 +122,36 @@ class Candidate:
             "p50_us": round(statistics.median(us), 1), "p99_us": round(us[int(len(us) * 0.99)], 1),
             "cpu_us": round(self.cpu / self.admissions * 1e6, 1)}
         if self.raw is not None:
+            out["calls_per_request"] = round(self.script_calls / self.admissions, 2)
             out["server_cpu_us"] = round(self.server_cpu / self.admissions * 1e6, 1)
             out["script_us"] = round(self.script_us / max(self.script_calls, 1), 1)
         return out
 
 
-def redis_store(url: str, parser: type) -> RedisStore:
-    store = RedisStore(Redis(url=url, deadline_ms=1000, prefix="bench"), workers=1)
+def baseline_store_class(root: Path) -> type[RedisStore]:
+    """The RedisStore of another checkout (its redis.py, with its own limits.lua), beside this one's."""
+    spec = importlib.util.spec_from_file_location("baseline_redis", root / "ingress" / "tenancy" / "redis.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    script = (root / "ingress" / "tenancy" / "limits.lua").read_text()
+    setattr(module, "SCRIPT", script)  # noqa: B010 (its own script, not this checkout's)
+    setattr(module, "SHA", hashlib.sha1(script.encode()).hexdigest())  # noqa: B010
+    cls: type[RedisStore] = getattr(module, "RedisStore")  # noqa: B009
+    return cls
+
+
+def redis_store(url: str, parser: type, cls: type[RedisStore] = RedisStore) -> RedisStore:
+    store = cls(Redis(url=url, deadline_ms=1000, prefix="bench"), workers=1)
     store.client = Client.from_url(url, retry=store.client.get_retry(), socket_timeout=store.deadline,
                                    socket_connect_timeout=store.deadline, protocol=2, parser_class=parser)
     return store
 
 
 async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, Any]:
-    candidates = [Candidate("memory", LocalStore(), None)]
+    key = KEY_UNCAPPED if args.no_concurrency else KEY
+    candidates = [Candidate("memory", LocalStore(), None, key)]
+    baseline = baseline_store_class(args.baseline) if args.baseline else None
     raws: list[Client] = []
     versions = {}
     for kind, url in servers.items():
@@ -127,7 +161,10 @@ async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, An
         versions[kind] = f"{kind} {info.get('valkey_version') or info['redis_version']}"
         parsers = [("hiredis", _AsyncHiredisParser)] if HIREDIS_AVAILABLE else []
         for parser_name, parser in [*parsers, ("python parser", _AsyncRESP2Parser)]:
-            candidates.append(Candidate(f"{kind}, {parser_name}", redis_store(url, parser), raw))
+            candidates.append(Candidate(f"{kind}, {parser_name}", redis_store(url, parser), raw, key))
+            if baseline is not None:
+                candidates.append(Candidate(f"{kind}, {parser_name}, baseline", redis_store(url, parser, baseline),
+                                            raw, key))
     for c in candidates:  # warm up: connections open, the script loaded
         await c.batch(20)
         c.reset()
@@ -143,12 +180,13 @@ async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, An
 
 def table(results: dict[str, dict[str, Any]]) -> str:
     memory = results["memory"]
-    rows = ["| store | p50 µs | p99 µs | cpu µs/admission | vs memory (cpu) | server cpu µs | script µs |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| store | admit p50 µs | admit p99 µs | cpu µs/request | vs memory (cpu) | calls/request | "
+            "server cpu µs | script µs/call |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         ratio = r["cpu_us"] / memory["cpu_us"]
         rows.append(f"| {name} | {r['p50_us']} | {r['p99_us']} | {r['cpu_us']} | {ratio:.1f}x | "
-                    f"{r.get('server_cpu_us', '')} | {r.get('script_us', '')} |")
+                    f"{r.get('calls_per_request', '')} | {r.get('server_cpu_us', '')} | {r.get('script_us', '')} |")
     return "\n".join(rows)
 
 
@@ -156,6 +194,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=250)
+    parser.add_argument("--baseline", type=Path, help="another checkout whose Redis store runs beside this one's")
+    parser.add_argument("--no-concurrency", action="store_true", help="the key without its concurrency limit")
     args = parser.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as work, running("redis", Path(work)) as r, running("valkey", Path(work)) as v:
@@ -166,11 +206,14 @@ def main() -> None:
     version = code_version()
     print(f"{describe(version)}; load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
           f"{args.rounds} rounds x {args.batch} admissions per store in {seconds:.0f} s; "
+          f"{'no ' if args.no_concurrency else ''}concurrency limit; "
           f"{', '.join(versions.values())}")
     print(table(results))
-    out = HERE / "results" / "limits.json"
+    out = HERE / "results" / ("limits-no-concurrency.json" if args.no_concurrency else "limits.json")
     out.write_text(json.dumps({"code": version, "load_before": load_before, "load_after": os.getloadavg(),
                                "rounds": args.rounds, "batch": args.batch, "python": sys.version.split()[0],
+                               "baseline": str(args.baseline) if args.baseline else None,
+                               "concurrency_limit": not args.no_concurrency,
                                "servers": versions, "hiredis": HIREDIS_AVAILABLE, "results": results},
                               indent=1) + "\n")
 

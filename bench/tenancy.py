@@ -20,7 +20,8 @@ part 2, in the same process.
    request of the edge's process tree, of redis-server and of the mock from /proc, and each as a ratio to
    (a) (the median of per-round ratios). Then a Python client (one keep-alive connection, not wrk) sends a
    few hundred requests to each edge in turn and reads the `admit;dur=` entry of Server-Timing: the
-   admission as the edge sees it (the plan and its store's round trip), p50/p99.
+   admission as the edge sees it (the plan and its store's round trip), p50/p99. With --baseline DIR, a
+   fourth edge (d) serves (c)'s config with DIR's code (another checkout, e.g. main's), in the same rounds.
 
 2. The fleet's overshoot: three edges sharing one Redis, and the same three with backend "memory" (each
    its own state). A key with rpm = L: clients send to all three at a fixed rate each (open loop) for T
@@ -63,7 +64,10 @@ JSON_TYPE = "application/json"
 CHAT = "/v1/chat/completions"
 SLOW_MODEL = "bench-slow"
 EDGES = ("off", "memory", "redis")
-LABELS = {"off": "(a) no [tenancy]", "memory": "(b) memory", "redis": "(c) redis"}
+LABELS = {"off": "(a) no [tenancy]", "memory": "(b) memory", "redis": "(c) redis", "baseline": "(d) redis, DIR"}
+# (d), with --baseline DIR: (c)'s config served by another checkout's code (DIR's ingress package), e.g. main's
+BASELINE = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "runpy.run_module('ingress', run_name='__main__', alter_sys=True)")
 CONNECTIONS = (1, 32)
 FAR = {"rpm": 10**9, "tpm": 10**12}  # above anything a run reaches: nothing is refused
 AUTH_SCRIPT = """
@@ -272,31 +276,36 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
     tenants = {"bench": f"{{ tpm = {FAR['tpm']} }}"}
     sections = {"off": "", **{b: tenancy_section(b, redis.url, "benchten", keys, tenants, args.deadline_ms)
                               for b in ("memory", "redis")}}
+    names = (*EDGES, "baseline") if args.baseline else EDGES
+    sections["baseline"] = sections["redis"]
+    code = {name: [PY, "-m", "ingress"] for name in names}
+    if args.baseline:
+        code["baseline"] = [PY, "-c", BASELINE, str(args.baseline.resolve())]
     body = chat_request(16 * 1024, max_tokens=64)
     (work / "chat.json").write_bytes(body)
-    ports = {name: free_port() for name in EDGES}
-    edges = {name: Server(name, [PY, "-m", "ingress", "serve", "--config",
+    ports = {name: free_port() for name in names}
+    edges = {name: Server(name, [*code[name], "serve", "--config",
                                  str(edge_config(work / f"{name}.toml", ports[name], mock.url, sections[name])),
-                                 "--workers", "1"], ports[name], work / f"{name}.log") for name in EDGES}
+                                 "--workers", "1"], ports[name], work / f"{name}.log") for name in names}
     wrk = Wrk(ensure_wrk(), work / "post.lua")
     wrk.script.write_text(SCRIPT + AUTH_SCRIPT)
     os.environ["BENCH_AUTH"] = f"Bearer {key}"
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {e: [] for e in EDGES} for c in CONNECTIONS}
-    timings: dict[str, list[dict[str, float]]] = {e: [] for e in EDGES}
+    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {e: [] for e in names} for c in CONNECTIONS}
+    timings: dict[str, list[dict[str, float]]] = {e: [] for e in names}
     per_round = max(1, args.samples // args.rounds)
     try:
         for edge in edges.values():
             edge.start()
         for edge in edges.values():
             edge.wait_ready()
-        for name in EDGES:  # the key works, and nothing is refused
+        for name in names:  # the key works, and nothing is refused
             status, headers, _ = post(ports[name], body, f"Bearer {key}")
             if status != 200 or (name != "off") != ("x-ratelimit-limit-requests" in headers):
                 raise RuntimeError(f"{name}: {status} {headers}")
         metrics0 = scrape(ports["redis"])
         started = time.perf_counter()
         for r in range(args.rounds):
-            order = EDGES[r % 3:] + EDGES[:r % 3]
+            order = names[r % len(names):] + names[:r % len(names)]
             for conns in CONNECTIONS:
                 for name in order:
                     url = f"{edges[name].url}{CHAT}"
@@ -515,10 +524,13 @@ def print_costs(costs: dict[str, Any]) -> None:
             print(line + (f"   errors {r['errors']:.0f}" if r["errors"] else "")
                   + (f"   not admitted by the store: {r['degraded']:.0f}" if r["degraded"] else ""))
     for conc, rows in costs["table"].items():
-        r = rows["redis"]
-        calls = ", ".join(f"{c} {n:.2f}" for c, n in r["redis_calls_per_request"].items())
-        print(f"(c) at {conc}: Redis commands a request: {calls}; "
-              f"their server time {r['redis_usec_per_request']:.1f} µs")
+        for name in ("redis", "baseline"):
+            if name not in rows:
+                continue
+            r = rows[name]
+            calls = ", ".join(f"{c} {n:.2f}" for c, n in r["redis_calls_per_request"].items())
+            print(f"{LABELS[name][:3]} at {conc}: Redis commands a request: {calls}; "
+                  f"their server time {r['redis_usec_per_request']:.1f} µs")
     print("\nServer-Timing, one request at a time from a Python client (ms)")
     head = f"{'edge':<18}{'n':>6}{'admit p50':>11}{'admit p99':>11}{'total p50':>11}{'total p99':>11}{'client p50':>12}"
     print(head + "\n" + "-" * len(head))
@@ -564,6 +576,8 @@ def main() -> None:
     parser.add_argument("--deadline-ms", type=int, default=50, help="(c)'s Redis deadline (the default: 50)")
     parser.add_argument("--fleet-deadline-ms", type=int, default=50, help="the fleet's Redis deadline")
     parser.add_argument("--only", choices=["costs", "fleet"], help="run one part")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="part 1: also (d), (c)'s config served by DIR's code, in the same rounds")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "HOLD"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -599,7 +613,8 @@ def main() -> None:
             print(f"{describe(code_version())}; load average {load_before[0]:.2f}; 2 shared vCPUs, run under nice "
                   f"{os.nice(0)}; only ratios and differences within this run are firm", flush=True)
             if args.only != "fleet":
-                print(f"part 1: three edges, {args.rounds} rounds, wrk -t1 {args.seconds} s a run at c=1 and c=32",
+                edges = 4 if args.baseline else 3
+                print(f"part 1: {edges} edges, {args.rounds} rounds, wrk -t1 {args.seconds} s a run at c=1 and c=32",
                       flush=True)
                 found["costs"] = part_costs(args, work, mock, redis)
             if args.only != "costs":

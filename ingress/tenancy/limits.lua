@@ -3,7 +3,8 @@
 --
 --   admit   KEYS: reservation, tombstone, one key per check        ARGV: 'admit', ticket, record, then per
 --                                                                    check: algorithm, limit, period_us, cost
---   settle  KEYS: reservation, tombstone                           ARGV: 'settle', ticket, actual?, in, out
+--   settle  KEYS: per ticket, its reservation and tombstone        ARGV: 'settle', then per ticket: ticket,
+--                                                                    actual?, in, out (each as if alone)
 --   renew   KEYS: registry, a reservation per ticket               ARGV: 'renew', process, life_us, tickets...
 --
 -- A record (JSON, made by redis.py) is what settle reconciles: {"k": [check keys], "c": [[algorithm
@@ -157,14 +158,13 @@ local function admit(ticket, record)
   return states(checks, now, {ADMITTED, 0, 0, 0, expired})
 end
 
-local function settle(ticket, actual, input, output)
-  local record = redis.call('GET', KEYS[1])
-  redis.call('SET', KEYS[2], '1', 'PX', ms(TOMBSTONE_US), 'NX')
+local function settle(reservation, tombstone, ticket, actual, input, output, now)
+  local record = redis.call('GET', reservation)
+  redis.call('SET', tombstone, '1', 'PX', ms(TOMBSTONE_US), 'NX')
   if not record then
-    return 0  -- settled before, never admitted, or its lease ran out (then it stays charged)
+    return 0  -- settled before (in this batch too), never admitted, or its lease ran out (then it stays charged)
   end
-  redis.call('DEL', KEYS[1])
-  local now = now_us()
+  redis.call('DEL', reservation)
   local r = cjson.decode(record)
   for i, c in ipairs(r.c) do
     local used = 0
@@ -172,6 +172,16 @@ local function settle(ticket, actual, input, output)
     apply(r.k[i], c, used - c[4], now, ticket, true)
   end
   return 1
+end
+
+local function settle_all()  -- the tickets in the order given; how many of them settled a reservation
+  local now, settled = now_us(), 0
+  for i = 1, #KEYS / 2 do
+    local at = 4 * i - 2
+    settled = settled + settle(KEYS[2 * i - 1], KEYS[2 * i], ARGV[at], ARGV[at + 1] == '1',
+                               tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), now)
+  end
+  return settled
 end
 
 local function renew(process, life)
@@ -197,7 +207,7 @@ local op = ARGV[1]
 if op == 'admit' then
   return admit(ARGV[2], ARGV[3])  -- ticket, record; the checks from ARGV[4]
 elseif op == 'settle' then
-  return settle(ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5]))
+  return settle_all()
 elseif op == 'renew' then
   return renew(ARGV[2], tonumber(ARGV[3]))
 end

@@ -1,7 +1,8 @@
 """The fleet's store: every edge's limit state in one Redis (or Valkey), one script call a request.
 
     admit    one EVALSHA of limits.lua: all of a Plan's checks on Redis's clock, applied all or none
-    settle   one idempotent call keyed by the ticket (a tombstone remembers it 10 minutes)
+    settle   queued, and sent with the others queued as one call: idempotent per ticket (a tombstone
+             remembers it 10 minutes); a batch goes when BATCH are queued or BATCH_DELAY after the first
     renew    one call: the leases of requests in progress, and this process's heartbeat
 
 Every key is under one hash tag, `{<prefix>}:`, so one request's keys share a Redis Cluster slot, and
@@ -12,17 +13,23 @@ took 4 s a call against a dead server), a circuit breaker stops asking for a whi
 `degraded` policy decides: "local" (a MemoryStore holding 1/(live processes) of each limit; the count
 comes from the processes' heartbeats in Redis, the last one kept), "allow", or "refuse" (503); refuse
 wins over local over allow. What Redis missed meanwhile (settles, and cancels of admissions that timed
-out, since their script may still run) is sent once it answers again.
+out, since their script may still run) stays queued, and is sent once it answers again.
+
+Settling is off the response path, so it need not cost a round trip a request: the settles (and cancels)
+are queued, and one flush at a time sends them, oldest first, BATCH to a call, under the same deadline
+and breaker as every call. `settle()` returns once its ticket's batch was answered, or missed (then the
+ticket waits in the queue for Redis to answer again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from importlib import resources
 from typing import Any, Literal
@@ -49,6 +56,10 @@ SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
 ADMITTED, CANCELLED = 1, 2
 HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (or 3 gaps between renews)
 MAX_PENDING = 100_000  # settles and cancels kept for Redis while it cannot answer; the oldest go first
+BATCH = 64  # settles a call: a flush goes at once when this many are queued
+BATCH_DELAY = 0.003  # else this long (s) after the first was queued: the most a settle waits for others
+# ...unless it frees a concurrency slot: that one goes at once (with what else is queued), since a client
+# that keeps its `concurrency` requests in flight sends the next one as soon as one ends
 _ALGORITHM = {"rate": "r", "quota": "q", "slots": "s"}
 _RANK = {"allow": 0, "local": 1, "refuse": 2}  # refuse wins over local over allow
 
@@ -146,7 +157,13 @@ class RedisStore:
         self.local = MemoryStore(1 / self.live)
         self._local: set[str] = set()  # tickets admitted by the local fallback: settled there too
         self._allowed: set[str] = set()  # tickets admitted by the "allow" policy: nothing to settle
-        self._pending: dict[str, Actual | None] = {}  # ticket → what to settle once Redis answers
+        self._pending: dict[str, Actual | None] = {}  # ticket → what to settle, oldest first (the first one wins)
+        self._waiting: dict[str, list[asyncio.Future[None]]] = {}  # ticket → the settle() calls waiting for it
+        self._since = 0.0  # loop time: when the oldest of the queued settles was queued
+        self._slotted: set[str] = set()  # tickets holding a concurrency slot in Redis: their settle is not delayed
+        self._urgent = False  # a settle that frees a slot is queued
+        self._wake: asyncio.Future[None] | None = None  # the flush waiting for company: resolved, it sends now
+        self._closing = False  # close(): send what is queued without waiting for more
         self._renewed_at: float | None = None
         self._registered = False
         self._flushing = False
@@ -154,7 +171,7 @@ class RedisStore:
 
     @property
     def pending(self) -> int:
-        """Settles and cancels waiting for Redis to answer again."""
+        """Settles and cancels not yet answered by Redis: queued for the next batch, or missed by the last."""
         return len(self._pending)
 
     # --- the Store protocol -------------------------------------------------------------------------
@@ -172,7 +189,10 @@ class RedisStore:
             self._settle_later(plan.ticket, None)
             self._kick()
             raise
-        return self._decision(plan, reply)
+        decision = self._decision(plan, reply)
+        if decision.admitted and any(c.algorithm == "slots" for c in plan.checks):
+            self._slotted.add(plan.ticket)
+        return decision
 
     async def settle(self, ticket: str, actual: Actual | None) -> None:
         if ticket in self._local:
@@ -182,10 +202,15 @@ class RedisStore:
         if ticket in self._allowed:
             self._allowed.discard(ticket)
             return
-        try:
-            await self._settle(ticket, actual)
-        except _Unanswered:
-            self._settle_later(ticket, actual)
+        urgent = ticket in self._slotted
+        self._slotted.discard(ticket)
+        self._settle_later(ticket, actual, urgent)
+        if not self.breaker.closed:
+            return  # it waits in the queue until Redis answers again
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(ticket, []).append(done)
+        self._kick()
+        await done
 
     async def renew(self, tickets: list[str]) -> None:
         here = [t for t in tickets if t in self._local]
@@ -205,6 +230,9 @@ class RedisStore:
         self.local.share = 1 / self.live
 
     async def close(self) -> None:
+        self._closing = True  # what is queued goes now, in batches, each call within the deadline
+        self._send_now()
+        self._kick()
         await self.tasks.wait(self.deadline * 4)
         await self.tasks.close()
         if self.breaker.closed and self._registered:
@@ -260,13 +288,25 @@ class RedisStore:
             self.tasks.spawn(self.renew([]), "limits-register")
         self._kick()
 
-    # --- what Redis missed --------------------------------------------------------------------------
+    # --- the settle queue: what Redis has not answered yet ----------------------------------------
 
-    def _settle_later(self, ticket: str, actual: Actual | None) -> None:
-        self._pending[ticket] = actual
+    def _settle_later(self, ticket: str, actual: Actual | None, urgent: bool = False) -> None:
+        if not self._pending:
+            self._since = asyncio.get_running_loop().time()
+        self._pending.setdefault(ticket, actual)  # settled twice: the first settle is the one Redis sees first
         if len(self._pending) > MAX_PENDING:
-            del self._pending[next(iter(self._pending))]  # its reservation stays charged until its TTL
+            dropped = next(iter(self._pending))
+            del self._pending[dropped]  # its reservation stays charged until its TTL
+            self._release([dropped])
             metrics.child(metrics.STORE_ERRORS, "settle", "dropped").inc()
+        if urgent:
+            self._urgent = True
+        if urgent or len(self._pending) >= BATCH:
+            self._send_now()
+
+    def _send_now(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
 
     def _kick(self) -> None:
         if self._pending and not self._flushing and self.breaker.closed:
@@ -274,22 +314,59 @@ class RedisStore:
             self.tasks.spawn(self._flush(), "limits-flush")
 
     async def _flush(self) -> None:
-        """Send the pending settles, oldest first, while Redis answers."""
+        """Send the queued settles, oldest first, BATCH a call, one call at a time, while Redis answers. A
+        batch that is not full waits for more until BATCH_DELAY after the first of it was queued, unless one
+        of them frees a slot; while a call is in flight, the next batch gathers."""
+        loop = asyncio.get_running_loop()
         try:
             while self._pending and self.breaker.closed:
-                ticket, actual = next(iter(self._pending.items()))
-                del self._pending[ticket]
+                wait = self._since + BATCH_DELAY - loop.time()
+                if len(self._pending) < BATCH and not (self._closing or self._urgent) and wait > 0:
+                    self._wake = loop.create_future()
+                    timer = loop.call_later(wait, self._send_now)
+                    try:
+                        await self._wake
+                    finally:
+                        timer.cancel()
+                        self._wake = None
+                    continue  # the breaker may have opened meanwhile
+                batch = dict(itertools.islice(self._pending.items(), BATCH))
+                for ticket in batch:
+                    del self._pending[ticket]
+                if self._pending:  # the rest waited at least as long as this batch's call takes
+                    self._since = loop.time()
+                else:
+                    self._urgent = False
                 try:
-                    await self._settle(ticket, actual)
+                    await self._settle(batch)
                 except _Unanswered:
-                    self._pending.setdefault(ticket, actual)
+                    for ticket, actual in self._pending.items():  # the batch is still the oldest, first again
+                        batch.setdefault(ticket, actual)
+                    self._pending = batch
+                    self._since = 0.0  # overdue: sent as soon as Redis answers
                     return
+                finally:
+                    self._release(list(batch))
         finally:
             self._flushing = False
+            self._release(list(self._waiting))  # what is still queued waits for Redis, not its callers
 
-    async def _settle(self, ticket: str, actual: Actual | None) -> None:
-        used = ("1", actual.input_tokens, actual.output_tokens) if actual is not None else ("0", 0, 0)
-        await self._call("settle", [self._reservation(ticket), self._tombstone(ticket)], ["settle", ticket, *used])
+    def _release(self, tickets: Iterable[str]) -> None:
+        """The settle() calls waiting for these tickets return."""
+        for ticket in tickets:
+            for done in self._waiting.pop(ticket, ()):
+                if not done.done():
+                    done.set_result(None)
+
+    async def _settle(self, batch: dict[str, Actual | None]) -> None:
+        """One call for the batch: each ticket settled as if alone (idempotent, refunds and debts, slots freed)."""
+        keys: list[str] = []
+        args: list[Any] = ["settle"]
+        for ticket, actual in batch.items():
+            keys += (self._reservation(ticket), self._tombstone(ticket))
+            args += (ticket, "1", actual.input_tokens, actual.output_tokens) if actual is not None else (
+                ticket, "0", 0, 0)
+        await self._call("settle", keys, args)
 
     # --- decisions ----------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import os
 import random
 import subprocess
@@ -28,10 +29,11 @@ from redis.asyncio import Redis as Client
 from redis_servers import SERVER_KINDS, LimitServers, Server
 from waiting import eventually
 
+from ingress.tenancy import redis as redis_module
 from ingress.tenancy.limiter import Limiter
 from ingress.tenancy.memory import MemoryStore
 from ingress.tenancy.plan import MINUTE_US, Actual, Check, Plan
-from ingress.tenancy.redis import SHA, RedisStore
+from ingress.tenancy.redis import BATCH, SHA, RedisStore
 from ingress.tenancy.settings import Breaker, Redis
 from ingress.tenancy.store import LocalStore, Store
 
@@ -250,6 +252,27 @@ async def test_the_states_tell_remaining_and_reset(subject: Subject) -> None:
     assert abs(by_kind["tokens"].reset_us - DAY_US // 4) < 60_000_000
 
 
+async def test_settles_sent_together_are_each_settled_as_if_alone(subject: Subject) -> None:
+    store, tpm, conc = subject.store, tokens("k:t:tpm", 10_000), slots("k:t:conc", 10, 60_000_000)
+    plans = [plan(tpm, conc, input_tokens=100, output_tokens=100) for _ in range(10)]
+    for p in plans:
+        assert (await store.admit(p)).admitted
+    assert await remaining(store, tpm) == 8000
+    used: list[Actual | None] = [Actual(100, 0)] * 5 + [None] * 3 + [Actual(100, 300)] * 2
+    await asyncio.gather(*(store.settle(p.ticket, u) for p, u in zip(plans, used, strict=True)))
+    assert await remaining(store, tpm) == 8000 + 5 * 100 + 3 * 200 - 2 * 200
+    assert all([(await store.admit(plan(conc))).admitted for _ in range(10)])  # every slot freed
+
+
+async def test_settling_one_ticket_several_times_at_once_refunds_once(subject: Subject) -> None:
+    store, tpm = subject.store, tokens("k:u:tpm", 1000)
+    p = plan(tpm, input_tokens=100, output_tokens=100)
+    assert (await store.admit(p)).admitted
+    await asyncio.gather(store.settle(p.ticket, Actual(10, 0)), store.settle(p.ticket, Actual(10, 0)),
+                         store.settle(p.ticket, None))
+    assert await remaining(store, tpm) == 990  # the first settle counts, as settled one after another
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1_000_000_000
@@ -361,6 +384,79 @@ async def test_a_flushed_script_cache_loads_the_script_again(shared: Subject) ->
     decision = await shared.store.admit(plan(rate("k:f:rpm", 5)))
     assert decision.admitted and decision.degraded is None
     assert (await shared.raw.script_exists(SHA)) == [True]
+
+
+async def _script_calls(raw: Client) -> int:
+    stats = await raw.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{cmd}", {"calls": 0})["calls"]) for cmd in ("evalsha", "eval"))
+
+
+async def test_a_burst_of_settles_goes_out_as_few_script_calls(shared: Subject) -> None:
+    assert isinstance(shared.store, RedisStore) and shared.raw is not None
+    store, tpm, n = shared.store, tokens("k:burst:tpm", 100_000), 200
+    plans = [plan(tpm, input_tokens=100, output_tokens=100) for _ in range(n)]
+    for p in plans:
+        assert (await store.admit(p)).admitted
+    await store.tasks.wait(5)  # its heartbeat, sent after its first answer, is not counted below
+    limiter = Limiter(store, 30.0)
+    admissions = [(await limiter.admit(plan(tpm, input_tokens=100, output_tokens=100), "acme")).admission
+                  for _ in range(n)]
+    before = await _script_calls(shared.raw)
+    for p in plans:  # 400 requests ending at once, each settled in a task of its own
+        limiter.tasks.spawn(store.settle(p.ticket, Actual(100, 0)), "settle")
+    for admission in admissions:
+        assert admission is not None
+        admission.settle(None)
+    await limiter.tasks.wait(10)
+    calls = await _script_calls(shared.raw) - before
+    assert store.pending == 0
+    assert calls <= math.ceil(2 * n / BATCH), calls  # 400 settles in 7 calls, not 400
+    assert await remaining(store, tpm) == 100_000 - n * 100
+
+
+async def test_the_script_settles_a_ticket_given_twice_in_one_call_once(shared: Subject) -> None:
+    assert shared.raw is not None
+    store, tpm = shared.store, tokens("k:d:tpm", 1000)
+    p, other = plan(tpm, input_tokens=100, output_tokens=100), plan(tpm, input_tokens=100, output_tokens=100)
+    assert (await store.admit(p)).admitted and (await store.admit(other)).admitted
+    r, s, r2, s2 = (f"{{{shared.prefix}}}:{kind}:{t}" for t in (p.ticket, other.ticket) for kind in ("r", "s"))
+    settled = await shared.raw.evalsha(SHA, 6, r, s, r2, s2, r, s, "settle", p.ticket, "1", 10, 0,
+                                       other.ticket, "0", 0, 0, p.ticket, "0", 0, 0)
+    assert settled == 2
+    assert await remaining(store, tpm) == 1000 - 10  # p charged its 10 tokens once, other refunded whole
+    assert await shared.raw.pttl(s) > 0 and await shared.raw.pttl(s2) > 0
+
+
+async def test_closing_the_store_sends_the_queued_settles(shared: Subject, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(shared.store, RedisStore) and shared.raw is not None
+    monkeypatch.setattr(redis_module, "BATCH_DELAY", 60.0)  # a settle alone waits a minute for company
+    store, tpm = shared.store, tokens("k:e:tpm", 1000)
+    p = plan(tpm, input_tokens=100, output_tokens=100)
+    assert (await store.admit(p)).admitted
+    waiting = asyncio.get_running_loop().create_task(store.settle(p.ticket, Actual(10, 0)))
+    await asyncio.sleep(0.2)
+    assert store.pending == 1 and not waiting.done()
+    await store.close()
+    await waiting
+    assert await shared.raw.exists(f"{{{shared.prefix}}}:r:{p.ticket}") == 0
+    assert await shared.raw.exists(f"{{{shared.prefix}}}:s:{p.ticket}") == 1
+
+
+async def test_a_settle_that_frees_a_slot_goes_at_once_with_what_is_queued(
+        shared: Subject, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(shared.store, RedisStore)
+    monkeypatch.setattr(redis_module, "BATCH_DELAY", 60.0)
+    store, conc, tpm = shared.store, slots("k:i:conc", 1, 60_000_000), tokens("k:i:tpm", 1000)
+    held, plain = plan(conc), plan(tpm, input_tokens=100)
+    assert (await store.admit(held)).admitted and (await store.admit(plain)).admitted
+    queued = asyncio.get_running_loop().create_task(store.settle(plain.ticket, Actual(10, 0)))
+    await asyncio.sleep(0)
+    assert store.pending == 1
+    async with asyncio.timeout(20):  # not the minute a settle alone waits
+        await store.settle(held.ticket, Actual(1, 1))
+    assert queued.done() and store.pending == 0
+    assert (await store.admit(plan(conc))).admitted  # the next request of a client at its concurrency
+    assert await remaining(store, tpm) == 990
 
 
 async def test_live_processes_are_counted_from_their_heartbeats(limit_server: Server) -> None:
@@ -552,6 +648,34 @@ async def test_a_settle_redis_missed_is_sent_once_it_answers(own_limit_server: S
 
         await eventually(settled, "the missed settle sent")
         assert await remaining(store, tpm) == 990
+    finally:
+        own_limit_server.thaw()
+        await store.close()
+
+
+async def test_a_batch_lost_to_a_timeout_is_sent_again_once_redis_answers_and_refunds_once(
+        own_limit_server: Server) -> None:
+    prefix = _prefix()
+    store = store_on(own_limit_server, prefix, DEADLINE_MS)
+    try:
+        tpm, conc = tokens("k:j:tpm", 10_000), slots("k:j:conc", 5, 60_000_000)
+        plans = [plan(tpm, conc, input_tokens=100, output_tokens=100) for _ in range(5)]
+        for p in plans:
+            assert (await store.admit(p)).admitted
+        timeouts = errors("settle", "timeout")
+        own_limit_server.freeze()  # the batch reaches the server's socket: its script runs when it thaws
+        await asyncio.gather(*(store.settle(p.ticket, Actual(100, 0)) for p in plans))
+        assert store.pending == 5
+        assert errors("settle", "timeout") == timeouts + 1  # one batch, one call
+        own_limit_server.thaw()
+
+        async def sent() -> bool:
+            await store.renew([])
+            return not store.pending
+
+        await eventually(sent, "the lost batch sent again")
+        assert await remaining(store, tpm) == 10_000 - 5 * 100  # each refunded 100 once, not twice
+        assert all([(await store.admit(plan(conc))).admitted for _ in range(5)])
     finally:
         own_limit_server.thaw()
         await store.close()
