@@ -56,8 +56,9 @@ def main(argv: list[str]) -> int:
         return 2
     _ensure_venv()
     command, extra = argv[0], argv[1:]
-    if command == "serve":
-        return _run(PYTHON, "-m", "ingress", "serve", *extra)
+    if command == "serve":  # the server takes this process's place: a signal sent to it reaches the server
+        os.chdir(ROOT)
+        os.execv(PYTHON, [str(PYTHON), "-m", "ingress", "serve", *extra])
     if command == "test":
         return test(extra)
     return 0
