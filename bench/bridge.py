@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bridge.json"
@@ -86,57 +86,18 @@ def _mock_bodies() -> tuple[bytes, bytes]:
     return whole, b"".join(events)
 
 
-def _http(ctype: bytes, body: bytes) -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (ctype, len(body), body)
-
-
 def serve_mock(port: int) -> None:
     """A zero-delay OpenAI-compatible engine: HTTP/1.1 keep-alive, Content-Length bodies only."""
-    import asyncio
-    import gc
-
-    import uvloop
+    from mockhttp import Requests, response, serve
 
     whole, stream = _mock_bodies()
-    answer, streamed = _http(b"application/json", whole), _http(b"text/event-stream", stream)
-    health = _http(b"text/plain", b"ok")
+    answer, streamed = response(b"application/json", whole), response(b"text/event-stream", stream)
 
-    class Mock(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not a subclass
-            self.buffer = bytearray()
+    class Mock(Requests):
+        def answer(self, head: bytes, start: int, end: int) -> None:
+            self.transport.write(streamed if self.streamed(start, end) else answer)
 
-        def data_received(self, data: bytes) -> None:
-            buffer = self.buffer
-            buffer += data
-            while (end := buffer.find(b"\r\n\r\n")) >= 0:
-                head = bytes(buffer[:end]).lower()
-                at = head.find(b"\r\ncontent-length:")
-                if at >= 0:
-                    stop = head.find(b"\r\n", at + 2)
-                    length = int(head[at + 17:stop if stop >= 0 else len(head)])
-                else:
-                    length = 0
-                total = end + 4 + length
-                if len(buffer) < total:
-                    return
-                if head.startswith(b"get "):
-                    self.transport.write(health)
-                elif buffer.find(b'"stream":true', end + 4, total) >= 0 \
-                        or buffer.find(b'"stream": true', end + 4, total) >= 0:
-                    self.transport.write(streamed)
-                else:
-                    self.transport.write(answer)
-                del buffer[:total]
-
-    async def main() -> None:
-        gc.freeze()
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(Mock, "127.0.0.1", port, backlog=1024)
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(main())
+    serve(Mock, port)
 
 
 # --- the rig ---------------------------------------------------------------------------------------

@@ -114,52 +114,27 @@ def serve_paced(port: int, pacing_ms: float) -> None:
     of the 64 content deltas `pacing_ms` after the one before (as the demo service paces its frames), then
     the finish and usage chunks and `data: [DONE]`, chunked. A POST without `"stream":true` gets the whole
     chat.completion at once."""
-    import asyncio
-    import gc
-    from typing import cast
-
-    import uvloop
-    from bridge import _http, _mock_bodies
+    from bridge import _mock_bodies
+    from mockhttp import Requests, response, serve
 
     whole, stream = _mock_bodies()
     events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
     role, content, tail = events[0], events[1:1 + STREAM_DELTAS], b"".join(events[1 + STREAM_DELTAS:])
     assert len(content) == STREAM_DELTAS, len(events)
-    answer, health = _http(b"application/json", whole), _http(b"text/plain", b"ok")
+    answer = response(b"application/json", whole)
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
     pacing = pacing_ms / 1000
 
     def chunk(data: bytes) -> bytes:
         return b"%x\r\n%s\r\n" % (len(data), data)
 
-    class Paced(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)
-            self.buffer = bytearray()
-            self.loop = asyncio.get_running_loop()
-
-        def data_received(self, data: bytes) -> None:
-            buffer = self.buffer
-            buffer += data
-            while (end := buffer.find(b"\r\n\r\n")) >= 0:
-                lowered = bytes(buffer[:end]).lower()
-                at = lowered.find(b"\r\ncontent-length:")
-                length = 0
-                if at >= 0:
-                    stop = lowered.find(b"\r\n", at + 2)
-                    length = int(lowered[at + 17:stop if stop >= 0 else len(lowered)])
-                total = end + 4 + length
-                if len(buffer) < total:
-                    return
-                if lowered.startswith(b"get "):
-                    self.transport.write(health)
-                elif buffer.find(b'"stream":true', end + 4, total) >= 0 \
-                        or buffer.find(b'"stream": true', end + 4, total) >= 0:
-                    self.transport.write(head + chunk(role))
-                    self.loop.call_later(pacing, self.next, 0)
-                else:
-                    self.transport.write(answer)
-                del buffer[:total]
+    class Paced(Requests):
+        def answer(self, head_: bytes, start: int, end: int) -> None:
+            if self.streamed(start, end):
+                self.transport.write(head + chunk(role))
+                self.loop.call_later(pacing, self.next, 0)
+            else:
+                self.transport.write(answer)
 
         def next(self, k: int) -> None:
             if self.transport.is_closing():
@@ -170,13 +145,7 @@ def serve_paced(port: int, pacing_ms: float) -> None:
             else:
                 self.transport.write(chunk(content[k] + tail) + b"0\r\n\r\n")
 
-    async def main() -> None:
-        gc.freeze()
-        server = await asyncio.get_running_loop().create_server(Paced, "127.0.0.1", port, backlog=4096)
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(main())
+    serve(Paced, port, backlog=4096)
 
 
 # --- installing the peers --------------------------------------------------------------------------

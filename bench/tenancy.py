@@ -55,7 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
@@ -79,64 +79,31 @@ if auth and auth ~= "" then wrk.headers["Authorization"] = auth end
 # --- the mock internal service ---------------------------------------------------------------------
 
 
-def _http(ctype: bytes, body: bytes) -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (ctype, len(body), body)
-
-
 def serve_mock(port: int, hold_s: float) -> None:
     """Answers every POST with one fixed CompletionResponse; a request for SLOW_MODEL `hold_s` later."""
-    import gc
-
-    import uvloop
+    from mockhttp import Requests, response, serve
     from payloads import MODEL, words
 
     from ingress import wire
 
     usage = wire.Usage(prompt_tokens=4000, completion_tokens=64, total_tokens=4064)
-    response = wire.Response(id="chatcmpl-mock", model=MODEL, created=1, usage=usage,
+    completion = wire.Response(id="chatcmpl-mock", model=MODEL, created=1, usage=usage,
                              choices=[wire.Choice(index=0, content=words(64, seed=3), finish_reason="stop")])
-    answer = _http(wire.CONTENT_TYPE.encode(), bytes(wire.write_response(response)))
-    health = _http(b"text/plain", b"ok")
+    answer = response(wire.CONTENT_TYPE.encode(), bytes(wire.write_response(completion)))
     slow = SLOW_MODEL.encode()
 
-    class Mock(asyncio.Protocol):
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self.transport = cast(asyncio.Transport, transport)  # uvloop's TCPTransport is not a subclass
-            self.buffer = bytearray()
-
-        def data_received(self, data: bytes) -> None:
-            buffer = self.buffer
-            buffer += data
-            while (end := buffer.find(b"\r\n\r\n")) >= 0:
-                head = bytes(buffer[:end]).lower()
-                at = head.find(b"\r\ncontent-length:")
-                if at >= 0:
-                    stop = head.find(b"\r\n", at + 2)
-                    length = int(head[at + 17:stop if stop >= 0 else len(head)])
-                else:
-                    length = 0
-                total = end + 4 + length
-                if len(buffer) < total:
-                    return
-                if head.startswith(b"get "):
-                    self.transport.write(health)
-                elif hold_s and buffer.find(slow, end + 4, total) >= 0:
-                    asyncio.get_running_loop().call_later(hold_s, self.late)
-                else:
-                    self.transport.write(answer)
-                del buffer[:total]
+    class Mock(Requests):
+        def answer(self, head: bytes, start: int, end: int) -> None:
+            if hold_s and self.buffer.find(slow, start, end) >= 0:
+                self.loop.call_later(hold_s, self.late)
+            else:
+                self.transport.write(answer)
 
         def late(self) -> None:
             if not self.transport.is_closing():
                 self.transport.write(answer)
 
-    async def main() -> None:
-        gc.freeze()
-        server = await asyncio.get_running_loop().create_server(Mock, "127.0.0.1", port, backlog=1024)
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(main())
+    serve(Mock, port)
 
 
 # --- the rig ---------------------------------------------------------------------------------------
