@@ -105,17 +105,14 @@ class Policy:
             return model, policy
         return next(((name, p) for name, pattern, p in self._globs if pattern.match(model)), None)
 
-    def plan(self, principal: Principal, model: str, input_tokens: int, max_tokens: int | None,
-             embeds: bool = False) -> Plan:
+    def plan(self, principal: Principal, model: str, input_tokens: int, max_tokens: int | None) -> Plan:
         """The request's checks (its key's, its tenant's, its model's) and the estimate to reserve: the
         prompt's tokens and `max_tokens`, or the model's capped default when the request sets none."""
         now = time.time()
         found = self.model_policy(model)
         model_policy = found[1] if found is not None else ModelPolicy()
         checks = self._checks(principal, model, found, now)
-        if embeds:
-            output = 0
-        elif max_tokens is not None:
+        if max_tokens is not None:  # 0 for embeddings
             output = max_tokens
         else:
             output = model_policy.default_max_tokens or self.settings.default_max_tokens
