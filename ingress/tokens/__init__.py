@@ -92,6 +92,23 @@ class _Budget:
         return self._engine.count(data[:left].decode("utf-8", "ignore")) + estimate_bytes(data[left:])
 
 
+SHORT = 32  # characters: a text this short (a role, a name, an id) is estimated once, then remembered
+_short: dict[str, int] = {}
+
+
+def _estimated(text: str) -> int:
+    """`estimate`, remembered for short texts: every message counts its role, and each estimate costs
+    ~1.3 µs however short its text (two bytes.translate calls), ~30% of a 16 KB request's count."""
+    if len(text) > SHORT:
+        return estimate(text)
+    found = _short.get(text)
+    if found is None:
+        if len(_short) >= 4096:
+            _short.clear()
+        found = _short[text] = estimate(text)
+    return found
+
+
 class TokenCounter:
     """A model's prompt counts. `exact`: a real tokenizer counts (up to the size limit), not the estimate."""
 
@@ -101,6 +118,7 @@ class TokenCounter:
         self._engine = engine
         self._format = fmt
         self._limit = max_exact_bytes
+        self._functions: dict[tuple[str, str | None, bytes], int] = {}  # the estimate's, by definition
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.name!r}, exact={self.exact})"
@@ -110,10 +128,12 @@ class TokenCounter:
 
     def texts(self, prompts: list[str | list[int]]) -> int:
         """Texts counted, token-id lists by their length."""
-        count = _Budget(self._engine, self._limit)
+        count = _Budget(self._engine, self._limit) if self._engine is not None else _estimated
         return sum(len(p) if isinstance(p, list) else count(p) for p in prompts)
 
     def chat(self, request: ChatCompletionRequest) -> int:
+        if self._engine is None:  # the estimate depends on the text alone: what repeats is remembered
+            return count_chat(request, _estimated, self._format, self._functions)
         return count_chat(request, _Budget(self._engine, self._limit), self._format)
 
 

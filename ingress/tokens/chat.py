@@ -45,7 +45,10 @@ FILE_BY_ID = 1_000  # a file the service holds: its size is not known at the edg
 _decode = msgspec.json.Decoder()
 
 
-def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format) -> int:
+def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
+               functions: dict[tuple[str, str | None, bytes], int] | None = None) -> int:
+    """`functions`: a memo of each function definition's count, for a `count` that depends on nothing but
+    its text (the estimate; a tokenizer's `_Budget` runs out): clients send the same tools every turn."""
     total = fmt.priming
     for message in request.messages:
         total += fmt.per_message + count(message.__struct_config__.tag)  # type: ignore[arg-type]  # a str tag
@@ -57,11 +60,14 @@ def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format) ->
             total += _assistant_extras(message, count, fmt)
         elif isinstance(message, oai.ToolMessage):
             total += count(message.tool_call_id)  # the cookbook counts every value a message holds
-    functions: list[oai.FunctionDef | oai.LegacyFunction] = [t.function for t in request.tools or () if t.function]
-    functions += request.functions or []
+    functions_: list[oai.FunctionDef | oai.LegacyFunction] = [t.function for t in request.tools or () if t.function]
+    functions_ += request.functions or []
     customs = [t.custom for t in request.tools or () if t.custom is not None]
-    if functions or customs:
-        total += sum(_function(f.name, f.description, f.parameters, count, fmt) for f in functions)
+    if functions_ or customs:
+        if functions is None:
+            total += sum(_function(f.name, f.description, f.parameters, count, fmt) for f in functions_)
+        else:
+            total += sum(_memo(functions, f, count, fmt) for f in functions_)
         total += sum(_custom(c, count, fmt) for c in customs) + fmt.func_end
     if isinstance(request.response_format, oai.JsonSchemaResponseFormat):  # an approximation: its text
         schema = request.response_format.json_schema
@@ -136,6 +142,20 @@ def _function(name: str, description: str | None, parameters: msgspec.Raw, count
             if rest:
                 total += count(msgspec.json.encode(rest).decode())
     return total
+
+
+MEMO_SIZE = 1024  # function definitions remembered per counter; past it the memo starts again
+
+
+def _memo(memo: dict[tuple[str, str | None, bytes], int], f: oai.FunctionDef | oai.LegacyFunction, count: Count,
+          fmt: Format) -> int:
+    key = (f.name, f.description, bytes(f.parameters))
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        found = memo[key] = _function(f.name, f.description, f.parameters, count, fmt)
+    return found
 
 
 def _custom(tool: oai.CustomDef, count: Count, fmt: Format) -> int:

@@ -26,6 +26,7 @@ from ingress.config import ConfigError, parse_config
 from ingress.oai.codec import decode_chat_request
 from ingress.passport import RequestMeta, compute_passport, compute_prompts_passport
 from ingress.tokens import MAX_EXACT_COUNT_BYTES, TokenCounter, counter_for, estimate
+from ingress.tokens.chat import OTHER, count_chat
 from ingress.tokens.engines import estimate_bytes, vocabulary, vocabulary_of
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokens"
@@ -198,6 +199,23 @@ def test_chat_counts_are_the_cookbook_s(tiktoken_encodings: dict[str, tiktoken.E
     assert counted == cookbook_messages(messages, encoding) + cookbook_tools(tools, encoding, func_init)
     if model in answered:  # what OpenAI's API answered, as the cookbook shows
         assert counted == answered[model]
+
+
+@pytest.mark.parametrize(("what", "messages", "tools", "answered"), TABLE, ids=[row[0] for row in TABLE])
+def test_the_remembered_estimate_counts_as_the_plain_one(what: str, messages: list[dict[str, str]],
+                                                         tools: list[dict[str, Any]], answered: dict[str, int]) -> None:
+    """A model without a tokenizer remembers short texts' and tool definitions' estimates: the count is
+    the formula's on every text, the first time and every time after, and a changed schema is counted anew."""
+    body: dict[str, Any] = {"model": "some-model", "messages": messages} | ({"tools": tools} if tools else {})
+    request = decode_chat_request(json.dumps(body).encode())
+    plain = count_chat(request, estimate, OTHER)
+    counter = TokenCounter("estimate", None, OTHER, MAX_EXACT_COUNT_BYTES)
+    assert [counter.chat(request) for _ in range(3)] == [plain] * 3
+    if tools:
+        changed = json.loads(json.dumps(tools))
+        changed[0]["function"]["parameters"]["properties"]["extra"] = {"type": "string", "description": "x" * 40}
+        other = decode_chat_request(json.dumps(body | {"tools": changed}).encode())
+        assert counter.chat(other) == count_chat(other, estimate, OTHER) > plain
 
 
 def _chat(model: str, messages: list[dict[str, Any]]) -> int:
