@@ -2,12 +2,17 @@
 
     python bench/floor.py [--seconds 4] [--rounds 5]   -> results/floor.json
 
-Three paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat request), in turns:
+Four paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat request), in turns:
 - direct: the request already encoded as FlatBuffers, POSTed to the demo;
 - floor: `python bench/floor.py --serve`: an aiohttp handler that reads the JSON body, POSTs that same
   pre-encoded FlatBuffers body through `ingress.upstream.http1` and answers a fixed JSON body. No
   decoding, encoding, verification, routing, metrics or logging: aiohttp's server and our client;
+- stages: the same handler doing the edge's own stages inline (decode, route, count, passport, encode;
+  the answer verified, read, translated and encoded as JSON; Server-Timing), without the edge's
+  structure (middleware, the pipeline's layers, endpoint choice, metrics, the access line);
 - edge: `python -m ingress serve`, the whole edge.
+So the edge's CPU per request splits three ways: the parts (floor), its stages' work where it runs
+(stages - floor; bench/stages.py times each stage alone), and its structure (edge - stages).
 Added latency is a path's minus direct's in the same round, at p50, p90 and p99; the table shows medians
 over rounds and how far p99 moved between rounds (the host's noise), with each proxy's CPU per request.
 """
@@ -27,8 +32,9 @@ RESULTS = HERE / "results" / "floor.json"
 ANSWER = b'{"id":"chatcmpl-floor","object":"chat.completion","created":1,"model":"ingress-demo","choices":[]}'
 
 
-def serve(port: int, upstream: str, body_path: str) -> None:
-    """The floor proxy (runs in its own process, with the edge's event loop and GC settings)."""
+def serve(port: int, upstream: str, body_path: str, stages: bool = False) -> None:
+    """The floor proxy (runs in its own process, with the edge's event loop and GC settings); with
+    `stages`, doing the edge's own stages inline."""
     import asyncio
     import gc
 
@@ -42,16 +48,24 @@ def serve(port: int, upstream: str, body_path: str) -> None:
     pool = ConnectionPool(upstream)
     headers = {"x-request-id": "floor", "Content-Type": CONTENT_TYPE}
 
-    async def handler(request: web.Request) -> web.Response:
-        await request.read()
+    async def post(payload: bytes | bytearray, hop: dict[str, str]) -> bytes:
         loop = asyncio.get_running_loop()
-        response = await pool.request("POST", COMPLETE_PATH, headers, body, 5.0, loop.time() + 30)
+        response = await pool.request("POST", COMPLETE_PATH, hop, payload, 5.0, loop.time() + 30)
+        parts = []
         try:
-            while await response.read(30):
-                pass
+            while part := await response.read(30):
+                parts.append(part)
         finally:
             response.close()
+        return b"".join(parts)
+
+    async def handler(request: web.Request) -> web.Response:
+        await request.read()
+        await post(body, headers)
         return web.Response(body=ANSWER, content_type="application/json")
+
+    if stages:
+        handler = _staged(post, upstream)
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -68,6 +82,51 @@ def serve(port: int, upstream: str, body_path: str) -> None:
         await asyncio.Event().wait()
 
     uvloop.run(main())
+
+
+def _staged(post: Any, upstream: str) -> Any:
+    """The floor's handler doing the edge's stages, as the edge calls them, and nothing else."""
+    import time
+
+    import msgspec
+    from aiohttp import web
+    from payloads import MODEL
+
+    from ingress.edge.middleware import request_id_of, server_timing
+    from ingress.exchange import Exchange
+    from ingress.oai.codec import decode_chat_request_forwarding
+    from ingress.passport import RequestMeta, compute_passport
+    from ingress.pipeline import Gateway
+    from ingress.pipeline.prepare import counter, prepared_for, route_decoded
+    from ingress.routing.budget import RetryBudget
+    from ingress.routing.table import RouteTable
+    from ingress.settings import Settings
+    from ingress.translate.completion import translate_response
+    from ingress.wire import CONTENT_TYPE
+    from ingress.wire.answer import decode_answer
+    from ingress.wire.encode import encode_request
+
+    settings = Settings(models=(MODEL,), upstream=upstream)
+    gw = Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
+                 budget=RetryBudget(0.2, 10, 0.0))
+    encoder = msgspec.json.Encoder()
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.read()
+        ex, meta = Exchange(request_id_of(None)), RequestMeta()
+        chat, extra = decode_chat_request_forwarding(body, gw.forwards_extras)
+        match, _ = route_decoded(gw, ex, chat.model, False, meta)
+        tokens = counter(gw, match).chat(chat)
+        passport = compute_passport(chat, meta, prompt_tokens=tokens)
+        encoded = encode_request(chat, ex.request_id, passport, match.route.provider, match.upstream_model, extra)
+        prepared = prepared_for(gw, ex, chat, match, passport, encoded, meta, chat.max_tokens)
+        answer = await post(encoded, {**prepared.headers, "Content-Type": CONTENT_TYPE})
+        completion = translate_response(decode_answer(answer))
+        response = web.Response(body=encoder.encode(completion), content_type="application/json")
+        response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
+        return response
+
+    return handler
 
 
 def measure(seconds: int, rounds: int, out: Path) -> None:
@@ -87,11 +146,13 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
     fb_body = bytes(encode_request(request, "floor", compute_passport(request, RequestMeta())))
     (work / "chat.json").write_bytes(json_body)
     (work / "chat.fb").write_bytes(fb_body)
-    ports = {name: free_port() for name in ("demo", "floor", "edge")}
+    ports = {name: free_port() for name in ("demo", "floor", "stages", "edge")}
     demo_url = f"http://127.0.0.1:{ports['demo']}"
     argv = {
         "demo": [sys.executable, "-m", "ingress", "demo-upstream", "--port", str(ports["demo"])],
         "floor": [sys.executable, str(Path(__file__)), "--serve", str(ports["floor"]), demo_url, str(work / "chat.fb")],
+        "stages": [sys.executable, str(Path(__file__)), "--serve-stages", str(ports["stages"]), demo_url,
+                   str(work / "chat.fb")],
         "edge": [sys.executable, "-m", "ingress", "serve", "--model", MODEL, "--workers", "1",
                  "--port", str(ports["edge"]), "--upstream", demo_url],
     }
@@ -103,6 +164,7 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
     paths = {
         "direct": (f"{demo_url}{COMPLETE_PATH}", work / "chat.fb", CONTENT_TYPE, "demo"),
         "floor": (f"{servers['floor'].url}/v1/chat/completions", work / "chat.json", "application/json", "floor"),
+        "stages": (f"{servers['stages'].url}/v1/chat/completions", work / "chat.json", "application/json", "stages"),
         "edge": (f"{servers['edge'].url}/v1/chat/completions", work / "chat.json", "application/json", "edge"),
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
@@ -148,9 +210,26 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
             line += " " * 39
         table[name] = row
         print(line + f"{row['cpu_us_per_request']:>12,.0f}")
+
+    # The edge's CPU split, each part a difference within a round (medians over rounds).
+    def cpu(name: str) -> list[float]:
+        return [float(r["cpu_us_per_request"][paths[name][3]]) for r in runs[name]]
+
+    def median_of(a: str, b: str, op: Any) -> float:
+        return statistics.median(op(x, y) for x, y in zip(cpu(a), cpu(b), strict=True))
+
+    split = {
+        "parts (floor)": statistics.median(cpu("floor")),
+        "stages' work (stages - floor)": median_of("stages", "floor", float.__sub__),
+        "structure (edge - stages)": median_of("edge", "stages", float.__sub__),
+        "edge / floor": median_of("edge", "floor", float.__truediv__),
+    }
+    print("\nthe edge's CPU per request, split (medians of the rounds' differences):")
+    for part, value in split.items():
+        print(f"  {part:<32}{value:>8.2f}x" if part == "edge / floor" else f"  {part:<32}{value:>8,.0f} µs")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"code": code_version(), "seconds": seconds, "rounds": rounds, "table": table,
-                               "runs": runs}, indent=2))
+                               "split": split, "runs": runs}, indent=2))
     print(f"wrote {out}")
 
 
@@ -161,8 +240,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--serve", nargs=3, metavar=("PORT", "UPSTREAM", "BODY"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-stages", nargs=3, metavar=("PORT", "UPSTREAM", "BODY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve:
-        serve(int(args.serve[0]), args.serve[1], args.serve[2])
+    if args.serve or args.serve_stages:
+        port, upstream, body = args.serve or args.serve_stages
+        serve(int(port), upstream, body, stages=bool(args.serve_stages))
     else:
         measure(args.seconds, args.rounds, args.out)

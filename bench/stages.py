@@ -1,0 +1,193 @@
+"""The CPU each stage of a non-streamed chat request costs the edge, one stage at a time, in process.
+
+    .venv/bin/python bench/stages.py [--quick] [--rounds 7]   -> results/stages.json
+
+The edge's whole CPU per request (`bench/floor.py`) is the sum of its stages and of what every proxy made of
+the same parts spends (aiohttp's server, our HTTP/1.1 client, the event loop: floor.py's bare proxy). This
+bench times each of the edge's own stages on the same 16 KB, 11-message request, with the functions the
+edge calls and the data they get there: the request decoded, routed, counted, guarded, given its passport,
+encoded; admitted and settled with a key and three limits (memory store); the demo service's answer
+verified and read, translated, encoded as JSON; the exchange's bookkeeping (request id, Server-Timing,
+metrics, the access line). Each stage is timed timeit-style on the thread's CPU clock (a calibrated loop,
+GC off inside it, as bench/micro.py does), the stages interleaved in a fresh random order each round; the
+figure is the median over rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "stages.json"
+
+
+def _time(fn: Callable[[], object], budget_s: float) -> float:
+    """CPU µs per call of `fn`: a loop sized to take about `budget_s` of the thread's CPU."""
+    n = 1
+    while True:
+        gc.disable()
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        spent = time.thread_time_ns() - t0
+        gc.enable()
+        if spent >= budget_s * 1e9 or n >= 1 << 20:
+            return spent / n / 1000
+        n *= 2 if spent < budget_s * 1e8 else max(2, int(budget_s * 1e9 / max(spent, 1)))
+
+
+def _demo_answer(encoded: bytes) -> bytes:
+    """The demo service's answer to `encoded`, as the edge receives it."""
+    import aiohttp
+
+    from ingress.app import serve_app
+    from ingress.demo.service import create_demo_app
+    from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
+
+    async def ask() -> bytes:
+        async with (serve_app(create_demo_app(), "127.0.0.1", 0) as url, aiohttp.ClientSession() as session,
+                    session.post(url + COMPLETE_PATH, data=encoded, headers={"Content-Type": CONTENT_TYPE}) as r):
+            return await r.read()
+
+    return asyncio.run(ask())
+
+
+def stages() -> dict[str, Callable[[], object]]:
+    """Each stage as a call on the data it gets in the edge."""
+    from multidict import CIMultiDict
+    from payloads import MODEL, chat_request
+
+    from ingress import log
+    from ingress.edge.handlers import _json_response
+    from ingress.edge.middleware import _record, request_id_of, server_timing
+    from ingress.exchange import Exchange
+    from ingress.oai.codec import decode_chat_request_forwarding
+    from ingress.passport import RequestMeta, compute_passport
+    from ingress.pipeline import Gateway
+    from ingress.pipeline.prepare import _guarded_chat, counter, prepared_for, route_decoded
+    from ingress.routing.budget import RetryBudget
+    from ingress.routing.table import RouteTable
+    from ingress.settings import Settings
+    from ingress.tenancy import build
+    from ingress.tenancy.keys import new_key
+    from ingress.tenancy.plan import Actual
+    from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
+    from ingress.translate.completion import translate_response
+    from ingress.wire.answer import decode_answer
+    from ingress.wire.encode import encode_request
+
+    log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the access line's stream, for the process
+    settings = Settings(models=(MODEL,), upstream="http://127.0.0.1:1")
+    _, routes = settings.resolved()
+    gw = Gateway(settings=settings, routes=RouteTable(routes), groups={}, budget=RetryBudget(0.2, 10, 0.0))
+    body = chat_request(16 * 1024, max_tokens=64)
+    meta = RequestMeta()
+    ex = Exchange("0123456789abcdef0123456789abcdef")
+    request, extra = decode_chat_request_forwarding(body, gw.forwards_extras)
+    match, _ = route_decoded(gw, ex, request.model, False, meta)
+    tokens = counter(gw, match).chat(request)
+    passport = compute_passport(request, meta, prompt_tokens=tokens)
+    encoded = bytes(encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                   extra))
+    answer = _demo_answer(encoded)
+    response = decode_answer(answer)
+    completion = translate_response(response)
+
+    secret, key_id, key_hash = new_key()  # as bench/tenancy.py: rpm and tpm on the key, tpm on its tenant
+    key = Key(id=key_id, tenant="t", hash=key_hash, limits=Limits(rpm=10**9, tpm=10**12))
+    tenancy = build(Tenancy(keys=(key,), tenants={"t": Tenant(limits=Limits(tpm=10**12))}), 1)
+    headers = CIMultiDict({"Authorization": f"Bearer {secret}"})  # as aiohttp gives them
+    principal = tenancy.policy.authenticate(headers)
+    def run(coro: Any) -> Any:
+        """A coroutine that never suspends (the memory store's), driven without a loop, as the edge's
+        own task drives it."""
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value
+        raise AssertionError("the memory store suspended")
+
+    def admit_settle() -> None:  # a plan is one admission's (its ticket): each gets its own
+        plan = tenancy.policy.plan(principal, MODEL, tokens, 64)
+        verdict = run(tenancy.limiter.admit(plan, principal.tenant_name))
+        tenancy.limiter.settle(verdict.admission, Actual(tokens, 16))
+
+    resource = SimpleNamespace(route=SimpleNamespace(resource=SimpleNamespace(canonical="/v1/chat/completions")))
+    fake_request = SimpleNamespace(match_info=resource)
+    done = Exchange(ex.request_id, model=MODEL, metric_model=MODEL, group=ex.group, upstream="u",
+                    decoded=ex.started, encoded=ex.started, upstream_sent=ex.started, upstream_done=ex.started,
+                    usage=response.usage)
+    fields = {"method": "POST", "path": "/v1/chat/completions", "status": 200, "outcome": "ok",
+              "duration_ms": 1.234, "model": MODEL, "stream": False, "upstream": "u"}
+    assert principal.key.id == key_id
+    return {
+        "decode": lambda: decode_chat_request_forwarding(body, gw.forwards_extras),
+        "route": lambda: route_decoded(gw, ex, request.model, False, meta),
+        "count tokens": lambda: counter(gw, match).chat(request),
+        "guardrails (none)": lambda: _guarded_chat(ex, request, tokens, "messages"),
+        "passport": lambda: compute_passport(request, meta, prompt_tokens=tokens),
+        "encode": lambda: encode_request(request, ex.request_id, passport, match.route.provider,
+                                         match.upstream_model, extra),
+        "hop headers": lambda: prepared_for(gw, ex, request, match, passport, encoded, meta, 64),
+        "verify + read answer": lambda: decode_answer(answer),
+        "translate": lambda: translate_response(response),
+        "JSON answer": lambda: _json_response(completion),
+        "exchange + request id": lambda: Exchange(request_id_of(None)),
+        "Server-Timing": lambda: server_timing(done, time.perf_counter()),
+        "metrics": lambda: _record(fake_request, done, 200, time.perf_counter()),  # type: ignore[arg-type]
+        "access line": lambda: log.access(20, dict(fields), done.request_id),
+        "tenancy: authenticate": lambda: tenancy.policy.authenticate(headers),
+        "tenancy: plan": lambda: tenancy.policy.plan(principal, MODEL, tokens, 64),
+        "tenancy: plan, admit, settle (memory)": admit_settle,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="3 rounds of shorter loops")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    rounds, budget = (3, 0.02) if args.quick else (args.rounds, 0.05)
+
+    from provenance import code_version, describe
+
+    cases = stages()
+    for fn in cases.values():  # warm every path once
+        fn()
+    runs: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        order = list(cases)
+        random.shuffle(order)
+        for name in order:
+            runs[name].append(_time(cases[name], budget))
+    table = {name: statistics.median(v) for name, v in runs.items()}
+    print(describe(code_version()))
+    print(f"CPU µs per call (thread time), median of {rounds} rounds; 16 KB, 11-message chat request")
+    width = max(map(len, table)) + 2
+    print(f"{'stage':<{width}}{'µs':>9}{'range':>17}")
+    for name, us in table.items():
+        print(f"{name:<{width}}{us:>9.1f}{f'{min(runs[name]):.1f}-{max(runs[name]):.1f}':>17}")
+    edge_own = sum(us for name, us in table.items() if not name.startswith("tenancy"))
+    print(f"{'sum of the edge own stages':<{width}}{edge_own:>9.1f}")
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps({"code": code_version(), "rounds": rounds, "table": table, "runs": runs,
+                                    "sum_us": edge_own}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
+    main()
