@@ -10,14 +10,14 @@ encoded; admitted and settled with a key and three limits (memory store); the de
 verified and read, translated, encoded as JSON; the exchange's bookkeeping (request id, Server-Timing,
 metrics, the access line). Each stage is timed timeit-style on the thread's CPU clock (a calibrated loop,
 GC off inside it, as bench/micro.py does), the stages interleaved in a fresh random order each round; the
-figure is the median over rounds.
+figure is the median over rounds. (`budget.py` times a few of these stages for `e2e.py`, beside the stock
+encoder; this is the whole path as it runs now, tenancy included, with budget.py's timer.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import random
@@ -31,21 +31,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "stages.json"
-
-
-def _time(fn: Callable[[], object], budget_s: float) -> float:
-    """CPU µs per call of `fn`: a loop sized to take about `budget_s` of the thread's CPU."""
-    n = 1
-    while True:
-        gc.disable()
-        t0 = time.thread_time_ns()
-        for _ in range(n):
-            fn()
-        spent = time.thread_time_ns() - t0
-        gc.enable()
-        if spent >= budget_s * 1e9 or n >= 1 << 20:
-            return spent / n / 1000
-        n *= 2 if spent < budget_s * 1e8 else max(2, int(budget_s * 1e9 / max(spent, 1)))
 
 
 def _demo_answer(encoded: bytes) -> bytes:
@@ -162,6 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     rounds, budget = (3, 0.02) if args.quick else (args.rounds, 0.05)
 
+    from budget import cpu_us
     from provenance import code_version, describe
 
     cases = stages()
@@ -172,7 +158,7 @@ def main() -> None:
         order = list(cases)
         random.shuffle(order)
         for name in order:
-            runs[name].append(_time(cases[name], budget))
+            runs[name].append(cpu_us(cases[name], budget, repeats=1))
     table = {name: statistics.median(v) for name, v in runs.items()}
     print(describe(code_version()))
     print(f"CPU µs per call (thread time), median of {rounds} rounds; 16 KB, 11-message chat request")
