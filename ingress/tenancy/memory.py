@@ -51,9 +51,9 @@ class MemoryStore:
         if plan.ticket in self._settled or plan.ticket in self._reserved:
             return Decision(False, (), None, 0, never=False, degraded="cancelled")
         costs = plan.costs()
+        limits = [self.limit(check) for check in plan.checks]  # once a request: each stage below reads them
         refused: list[tuple[bool, int, Check]] = []
-        for check, cost in zip(plan.checks, costs, strict=True):
-            limit = self.limit(check)
+        for check, cost, limit in zip(plan.checks, costs, limits, strict=True):
             if check.algorithm == "rate":
                 interval = check.period_us / limit
                 tat = max(self._tat.get(check.key, 0.0), now) + cost * interval
@@ -72,12 +72,12 @@ class MemoryStore:
         if refused:
             never = [r for r in refused if r[0]]
             _, wait, check = never[0] if never else max(refused, key=lambda r: r[1])
-            return Decision(False, self._states(plan.checks, now), check, wait, never=bool(never))
-        for check, cost in zip(plan.checks, costs, strict=True):
-            self._apply(check, cost, now, plan.ticket)
+            return Decision(False, self._states(plan.checks, limits, now), check, wait, never=bool(never))
+        for check, cost, limit in zip(plan.checks, costs, limits, strict=True):
+            self._apply(check, cost, now, plan.ticket, limit)
         lease = max((c.period_us for c in plan.checks if c.algorithm == "slots"), default=TOMBSTONE_US)
         self._reserved[plan.ticket] = _Reservation(plan.checks, costs, now + lease)
-        return Decision(True, self._states(plan.checks, now))
+        return Decision(True, self._states(plan.checks, limits, now))
 
     def settle(self, ticket: str, actual: Actual | None) -> bool:
         """Charge what the request used (refund or debt against its reservation), free its slots, once.
@@ -91,7 +91,7 @@ class MemoryStore:
             return False
         for check, reserved in zip(reservation.checks, reservation.costs, strict=True):
             used = 0 if actual is None else check.cost(actual.input_tokens, actual.output_tokens)
-            self._apply(check, used - reserved, now, ticket, release=True)
+            self._apply(check, used - reserved, now, ticket, self.limit(check), release=True)
         return True
 
     def renew(self, tickets: Iterable[str]) -> None:
@@ -132,9 +132,9 @@ class MemoryStore:
             metrics.LEASES_EXPIRED.inc(len(expired))
         return held
 
-    def _apply(self, check: Check, amount: int, now: int, ticket: str, release: bool = False) -> None:
+    def _apply(self, check: Check, amount: int, now: int, ticket: str, limit: float, release: bool = False) -> None:
         if check.algorithm == "rate":
-            interval = check.period_us / self.limit(check)
+            interval = check.period_us / limit
             self._tat[check.key] = max(self._tat.get(check.key, 0.0), now) + amount * interval
         elif check.algorithm == "quota":
             expires = self._quota.get(check.key, (0, now + check.period_us))[1]
@@ -144,12 +144,11 @@ class MemoryStore:
         else:
             self._slots.setdefault(check.key, {})[ticket] = now + check.period_us
 
-    def _states(self, checks: tuple[Check, ...], now: int) -> tuple[State, ...]:
+    def _states(self, checks: tuple[Check, ...], limits: list[float], now: int) -> tuple[State, ...]:
         states = []
-        for check in checks:
+        for check, limit in zip(checks, limits, strict=True):
             if check.algorithm != "rate":
                 continue
-            limit = self.limit(check)
             interval = check.period_us / limit
             ahead = max(self._tat.get(check.key, 0.0) - now, 0.0)
             remaining = min(math.floor((check.period_us - ahead) / interval), math.floor(limit))
