@@ -1,6 +1,6 @@
 """The floor under the edge's latency: what a proxy made of the same parts and nothing else adds.
 
-    python bench/floor.py [--seconds 4] [--rounds 5]   -> results/floor.json
+    python bench/floor.py [--seconds 4] [--rounds 5] [--connections 1]   -> results/floor.json
 
 Four paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat request), in turns:
 - direct: the request already encoded as FlatBuffers, POSTed to the demo;
@@ -129,7 +129,7 @@ def _staged(post: Any, upstream: str) -> Any:
     return handler
 
 
-def measure(seconds: int, rounds: int, out: Path) -> None:
+def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
     from payloads import MODEL, chat_request
     from procs import Server, free_port
     from provenance import code_version, describe
@@ -175,8 +175,8 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
             server.wait_ready()
         for _ in range(rounds):
             for name, (url, body, ctype, proc) in paths.items():
-                wrk.run(url, body, ctype, 1, 1)  # warm the path: connections, caches
-                runs[name].append(wrk.run(url, body, ctype, 1, seconds, {proc: servers[proc].pid}))
+                wrk.run(url, body, ctype, connections, 1)  # warm the path: connections, caches
+                runs[name].append(wrk.run(url, body, ctype, connections, seconds, {proc: servers[proc].pid}))
     finally:
         for server in servers.values():
             server.stop()
@@ -187,7 +187,7 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
         return [float(r[f"{q}_ms"]) - float(d[f"{q}_ms"]) for r, d in zip(runs[name], runs["direct"], strict=False)]
 
     print(describe(code_version()))
-    print(f"concurrency 1, 16 KB chat request, {rounds} rounds of {seconds} s per path, in turns; "
+    print(f"concurrency {connections}, 16 KB chat request, {rounds} rounds of {seconds} s per path, in turns; "
           "medians over rounds, and the range of p99 and of added p99")
     head = (f"{'path':<8}{'p50 ms':>9}{'p99 ms':>9}{'p99 range':>15}{'added p50':>11}{'added p99':>11}"
             f"{'added p99 range':>17}{'CPU µs/req':>12}")
@@ -228,7 +228,8 @@ def measure(seconds: int, rounds: int, out: Path) -> None:
     for part, value in split.items():
         print(f"  {part:<32}{value:>8.2f}x" if part == "edge / floor" else f"  {part:<32}{value:>8,.0f} µs")
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"code": code_version(), "seconds": seconds, "rounds": rounds, "table": table,
+    out.write_text(json.dumps({"code": code_version(), "seconds": seconds, "rounds": rounds, "connections": connections,
+                               "table": table,
                                "split": split, "runs": runs}, indent=2))
     print(f"wrote {out}")
 
@@ -238,6 +239,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=1, help="wrk's -c (the latency floor is at 1)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--serve", nargs=3, metavar=("PORT", "UPSTREAM", "BODY"), help=argparse.SUPPRESS)
     parser.add_argument("--serve-stages", nargs=3, metavar=("PORT", "UPSTREAM", "BODY"), help=argparse.SUPPRESS)
@@ -246,4 +248,4 @@ if __name__ == "__main__":
         port, upstream, body = args.serve or args.serve_stages
         serve(int(port), upstream, body, stages=bool(args.serve_stages))
     else:
-        measure(args.seconds, args.rounds, args.out)
+        measure(args.seconds, args.rounds, args.out, args.connections)
