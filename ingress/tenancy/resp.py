@@ -5,8 +5,9 @@ connection pool, its command packing and its parser's coroutines, around a reply
 client does what the store needs and no more:
 
 - `Client(url)` keeps one connection (an asyncio Protocol, as ingress/upstream/http1.py), made on the first
-  call and again on the first call after it was lost. Calls are pipelined on it: each is written at once,
-  and its reply is the next one to arrive (a deque of futures, in order).
+  call and again on the first call after it was lost. Calls are pipelined on it: the calls made in one turn
+  of the loop are written together at its end (one syscall; the server reads them at once and answers them
+  in one write), and each one's reply is the next to arrive (a deque of futures, in order).
 - `Script(source)` encodes the fixed head of its EVALSHA once (command name, sha); a call appends the keys
   and arguments. A NOSCRIPT reply (a restarted or flushed server) sends SCRIPT LOAD and the same EVALSHA
   back to back, once.
@@ -14,7 +15,8 @@ client does what the store needs and no more:
   errors (as `ReplyError` values; a call whose reply is one raises it).
 - Each call has a deadline (loop time): past it, the call raises TimeoutError, and nothing retries it. The
   connection it was on takes no more calls (a new one is made for the next) and closes once nothing on it
-  waits. One lazy timer a connection, as http1.py's: most calls end long before their deadline.
+  waits. One lazy timer a connection, as http1.py's: most calls end long before their deadline. A reply
+  that reached the socket by the deadline counts, though the loop was too busy to read it by then.
 - A lost connection fails every call still waiting on it at once, with ConnectionError.
 
 URLs: redis://[[user]:password@]host[:port][/db], rediss:// (TLS, the system's CAs, the host name checked),
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import select
 import socket
 import ssl
 from collections import deque
@@ -303,12 +306,17 @@ class _Connection(asyncio.Protocol):
         self.retired = False  # a call on it missed its deadline: no more calls go on it
         self.closed = False
         self._timer: asyncio.TimerHandle | None = None
+        self._out: list[bytes] = []  # sent in this turn of the loop, not written yet
+        self._poll = select.poll()  # its socket: whether replies wait there, unread, at a deadline
+        self._looked = False  # the timer was put off once, for the loop to read what had arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock is not None:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._poll.register(sock.fileno(), select.POLLIN)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -341,13 +349,28 @@ class _Connection(asyncio.Protocol):
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = self.loop.call_at(deadline, self._expire)
-        self.transport.write(data)
+        if not self._out:
+            self.loop.call_soon(self._write)
+        self._out.append(data)
         return future
+
+    def _write(self) -> None:
+        """What was sent in this turn of the loop, in one write (one syscall, and one read for the server)."""
+        out, self._out = self._out, []
+        if not self.closed and not self.transport.is_closing():  # else its calls fail as it goes
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _expire(self) -> None:
         """Every call past its deadline raises TimeoutError; the timer is set again for the next deadline."""
         self._timer = None
         now, due = self.loop.time(), None
+        if not self._looked and self._poll.poll(0):
+            # Replies arrived and the loop has not read them: uvloop runs timers before it polls, so a loop
+            # busy past a deadline would time out calls answered in time. Once: after its next poll.
+            self._looked = True
+            self._timer = self.loop.call_at(now + 0.001, self._expire)
+            return
+        self._looked = False
         for future, deadline in self.waiting:
             if future.done():
                 continue

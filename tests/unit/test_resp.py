@@ -6,12 +6,16 @@ a deadline missed, a NOSCRIPT that stays)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import uvloop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis._parsers import _AsyncRESP2Parser
@@ -344,3 +348,58 @@ async def test_a_script_still_missing_after_loading_is_an_error_not_a_loop(fake:
         assert bytes(received) == script.command([], []) + script.load + script.command([], [])
     finally:
         await client.close()
+
+
+class SlowPong:
+    """A server in a thread of its own: every command is answered +PONG, `delay` seconds after it came."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.listener.accept()
+            with conn:
+                while data := conn.recv(65536):
+                    time.sleep(self.delay)
+                    conn.sendall(b"+PONG\r\n" * data.count(b"*"))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_reply_that_arrived_by_the_deadline_counts_though_the_loop_was_busy_past_it() -> None:
+    """uvloop runs due timers before it polls: a loop busy past a call's deadline (here one I/O callback
+    taking 400 ms, as a long request's parsing would) once timed out a call whose reply had arrived 20 ms
+    after it was sent."""
+    server = SlowPong(delay=0.02)
+
+    async def body() -> Any:
+        loop = asyncio.get_running_loop()
+        client = Client(server.url, connect_timeout=5)
+        busy, wake = socket.socketpair()
+        try:
+            await client.call(encode("PING"), loop.time() + 5)  # connected
+
+            def stall() -> None:
+                busy.recv(1)
+                time.sleep(0.4)
+
+            loop.add_reader(busy.fileno(), stall)
+            call = loop.create_task(client.call(encode("PING"), loop.time() + 0.2))
+            loop.call_soon(lambda: loop.call_soon(wake.send, b"x"))  # just after the call is written
+            return await call
+        finally:
+            loop.remove_reader(busy.fileno())
+            busy.close()
+            wake.close()
+            await client.close()
+
+    try:
+        assert uvloop.run(body()) == b"PONG"
+    finally:
+        server.close()
