@@ -5,9 +5,10 @@ connection pool, its command packing and its parser's coroutines, around a reply
 client does what the store needs and no more:
 
 - `Client(url)` keeps one connection (an asyncio Protocol, as ingress/upstream/http1.py), made on the first
-  call and again on the first call after it was lost. Calls are pipelined on it: the calls made in one turn
-  of the loop are written together at its end (one syscall; the server reads them at once and answers them
-  in one write), and each one's reply is the next to arrive (a deque of futures, in order).
+  call and again on the first call after it was lost. Calls are pipelined on it: each is written at once,
+  and its reply is the next one to arrive (a deque of futures, in order). (Writing the calls of one turn of
+  the loop together at its end was tried: on an edge at 32 connections a turn can take tens of ms, and
+  calls held that long missed their 50 ms deadline, bench/tenancy.py.)
 - `Script(source)` encodes the fixed head of its EVALSHA once (command name, sha); a call appends the keys
   and arguments. A NOSCRIPT reply (a restarted or flushed server) sends SCRIPT LOAD and the same EVALSHA
   back to back, once.
@@ -306,7 +307,6 @@ class _Connection(asyncio.Protocol):
         self.retired = False  # a call on it missed its deadline: no more calls go on it
         self.closed = False
         self._timer: asyncio.TimerHandle | None = None
-        self._out: list[bytes] = []  # sent in this turn of the loop, not written yet
         self._poll = select.poll()  # its socket: whether replies wait there, unread, at a deadline
         self._looked = False  # the timer was put off once, for the loop to read what had arrived
 
@@ -349,16 +349,8 @@ class _Connection(asyncio.Protocol):
             if self._timer is not None:
                 self._timer.cancel()
             self._timer = self.loop.call_at(deadline, self._expire)
-        if not self._out:
-            self.loop.call_soon(self._write)
-        self._out.append(data)
+        self.transport.write(data)  # at once: held to the end of a busy turn of the loop, it would miss deadlines
         return future
-
-    def _write(self) -> None:
-        """What was sent in this turn of the loop, in one write (one syscall, and one read for the server)."""
-        out, self._out = self._out, []
-        if not self.closed and not self.transport.is_closing():  # else its calls fail as it goes
-            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
 
     def _expire(self) -> None:
         """Every call past its deadline raises TimeoutError; the timer is set again for the next deadline."""
