@@ -16,6 +16,12 @@ random order; the figures are over all rounds:
     calls        script calls per request (admission and settle), from INFO commandstats
     server cpu   the server process's CPU per request (INFO cpu), µs; script: its time per script call
 
+"the call alone" rows send only the admission's EVALSHA (the bytes the store sends for the same plan, made
+before the clock starts), awaited one at a time: through resp.py's client, through redis-py's (hiredis and
+its Python parser), and through a bare asyncio Protocol, the floor under any client (one write, the reply
+taken as one read, its status the only thing parsed; no deadline): what is left is the kernel's loopback
+and the loop's wake-up, which no client removes.
+
     .venv/bin/python bench/limits.py [--rounds N] [--batch N] [--baseline DIR] [--no-concurrency]
                                                 -> results/limits.json (limits-no-concurrency.json)
 

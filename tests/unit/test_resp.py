@@ -9,9 +9,12 @@ import asyncio
 import contextlib
 import re
 import socket
+import ssl
+import subprocess
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +26,7 @@ from redis._parsers.encoders import Encoder
 from redis.asyncio import Redis as RedisPy
 from redis.exceptions import NoScriptError as RedisNoScriptError
 from redis.exceptions import ResponseError
-from redis_servers import Server
+from redis_servers import Server, free_port, redis_binary
 from waiting import eventually
 
 from ingress.config import ConfigError, parse_config
@@ -403,3 +406,50 @@ def test_a_reply_that_arrived_by_the_deadline_counts_though_the_loop_was_busy_pa
         assert uvloop.run(body()) == b"PONG"
     finally:
         server.close()
+
+
+@contextlib.contextmanager
+def redis_with(tmp_path: Path, *argv: str) -> Iterator[None]:
+    """Debian's redis-server with these arguments, until the block ends (no TCP port unless given)."""
+    proc = subprocess.Popen([str(redis_binary()), "--port", "0", "--save", "", "--appendonly", "no", "--dir",
+                             str(tmp_path), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _answers(url: str) -> bytes | None:
+    async def ping() -> bytes | None:
+        client = Client(url, connect_timeout=2)
+        try:
+            reply: bytes = await client.call(encode("PING"), _deadline(2))
+            return reply
+        except OSError:
+            return None  # not listening yet
+        finally:
+            await client.close()
+
+    return await eventually(ping, f"a PONG from {url}", timeout=20)
+
+
+@pytest.mark.redis
+async def test_tls_with_the_host_name_checked_and_a_unix_socket(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # the system's CAs, as OpenSSL finds them
+    port, sock = free_port(), tmp_path / "redis.sock"
+    with redis_with(tmp_path, "--tls-port", str(port), "--tls-cert-file", str(tmp_path / "cert.pem"),
+                    "--tls-key-file", str(tmp_path / "key.pem"), "--tls-ca-cert-file", str(tmp_path / "cert.pem"),
+                    "--tls-auth-clients", "no", "--unixsocket", str(sock)):
+        assert await _answers(f"rediss://localhost:{port}/2") == b"PONG"
+        assert await _answers(f"unix://{sock}?db=1") == b"PONG"
+        wrong_name = Client(f"rediss://127.0.0.1:{port}", connect_timeout=2)  # the certificate names localhost
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await wrong_name.call(encode("PING"), _deadline(2))
+        finally:
+            await wrong_name.close()
