@@ -55,7 +55,13 @@ leaves = st.one_of(
     st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b).map(lambda b: ("simple", b)),
     st.sampled_from(ERRORS).map(lambda e: ("error", e)),
     st.just(("nil", None)), st.just(("nil array", None)))
-values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=6).map(lambda xs: ("array", xs)), max_leaves=30)
+
+
+def arrays(inner: st.SearchStrategy[Value]) -> st.SearchStrategy[Value]:
+    return st.lists(inner, max_size=6).map(lambda items: ("array", items))
+
+
+values = st.recursive(leaves, arrays, max_leaves=30)
 
 
 def wire(value: Value) -> bytes:
