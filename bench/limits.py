@@ -1,8 +1,8 @@
 """The limit stores side by side: what one request's admission and settle cost with the memory store, and
-with the Redis store against a real Redis and a real Valkey on loopback, each with redis-py's hiredis
-parser and its pure-Python one (the question whether hiredis pays); with --baseline DIR, also DIR's Redis
-store (its redis.py and limits.lua, e.g. main's in a second worktree) against the same servers, in the
-same rounds.
+with the Redis store (its own RESP2 client, tenancy/resp.py) against a real Redis and a real Valkey on
+loopback; with --baseline DIR, also DIR's Redis store (its redis.py and limits.lua, e.g. main's in a
+second worktree) against the same servers, in the same rounds; when DIR's store talks through redis-py,
+once with redis-py's hiredis parser and once with its pure-Python one.
 
 One admission is a real request's plan (policy.py's checks for a key with rpm, tpm and concurrency, and
 its tenant with tpm and a USD budget: 6 checks, 5 keys and the reservation in one script call), awaited
@@ -15,6 +15,12 @@ random order; the figures are over all rounds:
                  parser, asyncio), µs, until every settle of the batch has returned
     calls        script calls per request (admission and settle), from INFO commandstats
     server cpu   the server process's CPU per request (INFO cpu), µs; script: its time per script call
+
+"the call alone" rows send only the admission's EVALSHA (the bytes the store sends for the same plan, made
+before the clock starts), awaited one at a time: through resp.py's client, through redis-py's (hiredis and
+its Python parser), and through a bare asyncio Protocol, the floor under any client (one write, the reply
+taken as one read, its status the only thing parsed; no deadline): what is left is the kernel's loopback
+and the loop's wake-up, which no client removes.
 
     .venv/bin/python bench/limits.py [--rounds N] [--batch N] [--baseline DIR] [--no-concurrency]
                                                 -> results/limits.json (limits-no-concurrency.json)
@@ -34,10 +40,12 @@ import importlib.util
 import json
 import os
 import random
+import socket
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +61,9 @@ from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 from redis_servers import running  # noqa: E402
 
 from ingress.tenancy.plan import Actual, Plan, checks_of  # noqa: E402
-from ingress.tenancy.redis import RedisStore  # noqa: E402
+from ingress.tenancy.redis import LIMITS, RedisStore, _checks_of, record_of  # noqa: E402
+from ingress.tenancy.resp import Client as RespClient  # noqa: E402
+from ingress.tenancy.resp import address_of  # noqa: E402
 from ingress.tenancy.settings import Budget, Limits, Price, Redis  # noqa: E402
 from ingress.tenancy.store import LocalStore, Store  # noqa: E402
 
@@ -128,6 +138,96 @@ class Candidate:
         return out
 
 
+class Caller(Candidate):
+    """The admission's own call alone, the command the store sends, through one client (no store around it):
+    what the client costs an admission."""
+
+    def __init__(self, name: str, call: Callable[[list[str], list[Any]], Awaitable[Any]],
+                 close: Callable[[], Awaitable[None]], raw: Client, key: Limits = KEY) -> None:
+        super().__init__(name, LocalStore(), raw, key)
+        self.call, self.close = call, close
+
+    async def batch(self, n: int) -> None:
+        calls = [admission_call(request_plan(time.time(), self.key)) for _ in range(n)]
+        before = await server_stats(self.raw) if self.raw is not None else None
+        cpu0 = time.process_time()
+        for keys, args in calls:
+            t0 = time.perf_counter()
+            reply = await self.call(keys, args)
+            self.latencies.append(time.perf_counter() - t0)
+            self.degraded += reply[0] != 1
+        self.cpu += time.process_time() - cpu0
+        if self.raw is not None and before is not None:
+            after = await server_stats(self.raw)
+            self.server_cpu += after[0] - before[0]
+            self.script_calls += after[1] - before[1]
+            self.script_us += after[2] - before[2]
+        self.admissions += n
+
+
+def admission_call(plan: Plan, prefix: str = "{bench}:") -> tuple[list[str], list[Any]]:
+    """The keys and arguments of the store's admission EVALSHA for `plan` (as RedisStore.admit makes them)."""
+    keys = [prefix + c.key for c in plan.checks]
+    return ([f"{prefix}r:{plan.ticket}", f"{prefix}s:{plan.ticket}", *keys],
+            ["admit", plan.ticket, record_of(keys, plan), *_checks_of(plan)])
+
+
+def callers(kind: str, url: str, raw: Client, key: Limits) -> list[Candidate]:
+    """The admission's call through resp.py's client, and through redis-py's with each of its parsers."""
+    resp_client = RespClient(url, connect_timeout=1.0)
+
+    async def through_resp(keys: list[str], args: list[Any]) -> Any:
+        return await resp_client.evalsha(LIMITS, keys, args, asyncio.get_running_loop().time() + 1.0)
+
+    found: list[Candidate] = [Caller(f"{kind}, the call alone, resp.py", through_resp, resp_client.close, raw, key)]
+    bare = Bare(url)
+    found.append(Caller(f"{kind}, the call alone, bare Protocol (floor)", bare.call, bare.close, raw, key))
+    parsers = [("hiredis", _AsyncHiredisParser)] if HIREDIS_AVAILABLE else []
+    for parser_name, parser in [*parsers, ("python parser", _AsyncRESP2Parser)]:
+        client = Client.from_url(url, socket_timeout=1.0, protocol=2, parser_class=parser)
+
+        async def through_redis_py(keys: list[str], args: list[Any], client: Client = client) -> Any:
+            return await client.evalsha(LIMITS.sha, len(keys), *keys, *args)
+
+        found.append(Caller(f"{kind}, the call alone, redis-py {parser_name}", through_redis_py, client.aclose, raw,
+                            key))
+    return found
+
+
+class Bare(asyncio.Protocol):
+    """The floor under any client: the same bytes written once, the reply taken as one read (no parsing, no
+    deadline), the next call after it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.transport: asyncio.Transport | None = None
+        self.reply: asyncio.Future[bytes] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.reply is not None and not self.reply.done():
+            self.reply.set_result(data)
+
+    async def call(self, keys: list[str], args: list[Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            address = address_of(self.url)
+            transport, _ = await loop.create_connection(lambda: self, address.host, address.port)
+            self.transport = transport
+            self.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.reply = loop.create_future()
+            self.transport.write(LIMITS.load)
+            await self.reply
+        command = LIMITS.command(keys, args)
+        self.reply = loop.create_future()
+        self.transport.write(command)
+        data = await self.reply
+        return [int(data.split(b"\r\n", 2)[1][1:])]  # the status alone
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
 def baseline_store_class(root: Path) -> type[RedisStore]:
     """The RedisStore of another checkout (its redis.py, with its own limits.lua), beside this one's."""
     spec = importlib.util.spec_from_file_location("baseline_redis", root / "ingress" / "tenancy" / "redis.py")
@@ -141,11 +241,20 @@ def baseline_store_class(root: Path) -> type[RedisStore]:
     return cls
 
 
-def redis_store(url: str, parser: type, cls: type[RedisStore] = RedisStore) -> RedisStore:
+def redis_store(url: str, cls: type[RedisStore] = RedisStore, parser: type | None = None) -> RedisStore:
+    """A store on `url`; a redis-py client's parser replaced by `parser` (DIR's store, if it uses redis-py)."""
     store = cls(Redis(url=url, deadline_ms=1000, prefix="bench"), workers=1)
-    store.client = Client.from_url(url, retry=store.client.get_retry(), socket_timeout=store.deadline,
-                                   socket_connect_timeout=store.deadline, protocol=2, parser_class=parser)
+    if parser is not None:
+        client: Any = store.client
+        setattr(store, "client", Client.from_url(  # noqa: B010 (DIR's store's client is redis-py's, not resp.py's)
+            url, retry=client.get_retry(), socket_timeout=store.deadline, socket_connect_timeout=store.deadline,
+            protocol=2, parser_class=parser))
     return store
+
+
+def uses_redis_py(root: Path) -> bool:
+    """Whether another checkout's store talks through redis-py's client."""
+    return "from redis.asyncio import" in (root / "ingress" / "tenancy" / "redis.py").read_text()
 
 
 async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, Any]:
@@ -159,12 +268,17 @@ async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, An
         raws.append(raw)
         info = await raw.info("server")
         versions[kind] = f"{kind} {info.get('valkey_version') or info['redis_version']}"
+        candidates.append(Candidate(f"{kind}, resp.py", redis_store(url), raw, key))
+        candidates += callers(kind, url, raw, key)
+        if baseline is None:
+            continue
+        if not uses_redis_py(args.baseline):
+            candidates.append(Candidate(f"{kind}, baseline", redis_store(url, baseline), raw, key))
+            continue
         parsers = [("hiredis", _AsyncHiredisParser)] if HIREDIS_AVAILABLE else []
         for parser_name, parser in [*parsers, ("python parser", _AsyncRESP2Parser)]:
-            candidates.append(Candidate(f"{kind}, {parser_name}", redis_store(url, parser), raw, key))
-            if baseline is not None:
-                candidates.append(Candidate(f"{kind}, {parser_name}, baseline", redis_store(url, parser, baseline),
-                                            raw, key))
+            candidates.append(Candidate(f"{kind}, baseline, redis-py {parser_name}",
+                                        redis_store(url, baseline, parser), raw, key))
     for c in candidates:  # warm up: connections open, the script loaded
         await c.batch(20)
         c.reset()
@@ -172,7 +286,7 @@ async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, An
         for c in random.sample(candidates, len(candidates)):
             await c.batch(args.batch)
     for c in candidates:
-        await c.store.close()
+        await (c.close() if isinstance(c, Caller) else c.store.close())
     for raw in raws:
         await raw.aclose()
     return {"servers": versions, "results": {c.name: c.figures() for c in candidates}}

@@ -19,6 +19,7 @@ from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
 from ingress.tenancy.policy import read_keys_file
+from ingress.tenancy.resp import address_of
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
 from ingress.tokens import tokenizer_problem
 
@@ -166,6 +167,11 @@ def _check_tenancy(tenancy: Tenancy) -> None:
         raise ConfigError("tenancy.redis: backend = \"redis\" needs redis = { url = \"redis://...\" }")
     if tenancy.backend == "memory" and tenancy.redis is not None:
         raise ConfigError("tenancy.backend: redis is configured but backend is \"memory\"; set backend = \"redis\"")
+    if tenancy.redis is not None:
+        try:
+            address_of(tenancy.redis.url)  # what the store's client can connect to (the message hides the URL)
+        except ValueError as exc:
+            raise ConfigError(f"tenancy.redis.url: {exc}") from None
     keys, tenants = list(tenancy.keys), dict(tenancy.tenants)
     if tenancy.keys_file is not None:
         try:

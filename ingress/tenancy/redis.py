@@ -8,8 +8,8 @@
 Every key is under one hash tag, `{<prefix>}:`, so one request's keys share a Redis Cluster slot, and
 every key the script writes expires. Nothing secret is stored: keys hold key ids, tenant and model names.
 
-When Redis is slow or down, a call gives up at the deadline (no client-side retries: redis-py's own
-took 4 s a call against a dead server), a circuit breaker stops asking for a while, and each check's
+The calls go through resp.py's client, one pipelined connection. When Redis is slow or down, a call gives
+up at the deadline (no client-side retries), a circuit breaker stops asking for a while, and each check's
 `degraded` policy decides: "local" (a MemoryStore holding 1/(live processes) of each limit; the count
 comes from the processes' heartbeats in Redis, the last one kept), "allow", or "refuse" (503); refuse
 wins over local over allow. What Redis missed meanwhile (settles, and cancels of admissions that timed
@@ -24,7 +24,7 @@ ticket waits in the queue for Redis to answer again).
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import itertools
 import os
 import socket
@@ -35,24 +35,20 @@ from importlib import resources
 from typing import Any, Literal
 
 import msgspec
-from redis.asyncio import Redis as Client
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ingress import metrics
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.memory import MemoryStore
 from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
+from ingress.tenancy.resp import Client, ReplyError, Script, encode
 from ingress.tenancy.settings import Redis as RedisSettings
 
 log = get_logger("ingress.tenancy")
 
 SCRIPT = resources.files("ingress.tenancy").joinpath("limits.lua").read_text()
-SHA = hashlib.sha1(SCRIPT.encode()).hexdigest()
+LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp.py)
+SHA = LIMITS.sha
 ADMITTED, CANCELLED = 1, 2
 HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (or 3 gaps between renews)
 MAX_PENDING = 100_000  # settles and cancels kept for Redis while it cannot answer; the oldest go first
@@ -120,9 +116,9 @@ class Breaker:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError | RedisTimeoutError):
+    if isinstance(exc, TimeoutError):
         return "timeout"
-    if isinstance(exc, RedisConnectionError | OSError):
+    if isinstance(exc, OSError):  # ConnectionError among them
         return "connection"
     return "error"
 
@@ -145,9 +141,7 @@ class RedisStore:
     def __init__(self, settings: RedisSettings, workers: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.deadline = settings.deadline_ms / 1000
-        self.client = Client.from_url(
-            settings.url, retry=Retry(NoBackoff(), 0), socket_timeout=self.deadline,
-            socket_connect_timeout=self.deadline, protocol=2)  # RESP2: no HELLO round trip on connect
+        self.client = Client(settings.url, connect_timeout=self.deadline)  # one pipelined connection
         self.prefix = "{" + settings.prefix + "}:"
         self.registry = self.prefix + "procs"
         self.process = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
@@ -236,12 +230,10 @@ class RedisStore:
         await self.tasks.wait(self.deadline * 4)
         await self.tasks.close()
         if self.breaker.closed and self._registered:
-            try:
-                async with asyncio.timeout(self.deadline):
-                    await self.client.zrem(self.registry, self.process)
-            except (RedisError, OSError, TimeoutError):
-                pass  # its heartbeat expires by itself
-        await self.client.aclose()
+            with contextlib.suppress(ReplyError, OSError):  # TimeoutError among them; its heartbeat expires
+                await self.client.call(encode("ZREM", self.registry, self.process),
+                                       asyncio.get_running_loop().time() + self.deadline)
+        await self.client.close()
 
     # --- one call -----------------------------------------------------------------------------------
 
@@ -252,13 +244,9 @@ class RedisStore:
             raise _Unanswered(sent=False)
         started = time.perf_counter()
         outcome: BaseException | None = None
-        try:
-            async with asyncio.timeout(self.deadline):
-                try:
-                    reply = await self.client.evalsha(SHA, len(keys), *keys, *args)
-                except NoScriptError:  # a restarted or flushed server: EVAL loads the script again
-                    reply = await self.client.eval(SCRIPT, len(keys), *keys, *args)
-        except (RedisError, OSError, TimeoutError) as exc:
+        try:  # a restarted or flushed server (NOSCRIPT) is sent the script and the call again, once
+            reply = await self.client.evalsha(LIMITS, keys, args, asyncio.get_running_loop().time() + self.deadline)
+        except (ReplyError, OSError) as exc:  # TimeoutError (the deadline) among them
             outcome = exc
         except BaseException:
             self.breaker.abandoned()

@@ -1,0 +1,461 @@
+"""tenancy/resp.py: the reply parser against redis-py's own (the oracle), replies split at random byte
+boundaries; then the client against a real Redis and Valkey (pipelining, NOSCRIPT, AUTH and SELECT) and
+against a scripted fake server on loopback (replies byte by byte, a connection lost with calls pending,
+a deadline missed, a NOSCRIPT that stays)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis._parsers import _AsyncRESP2Parser
+from redis._parsers.encoders import Encoder
+from redis.asyncio import Redis as RedisPy
+from redis.exceptions import NoScriptError as RedisNoScriptError
+from redis.exceptions import ResponseError
+from redis_servers import Server, free_port, redis_binary
+from waiting import eventually
+
+from ingress.config import ConfigError, parse_config
+from ingress.tenancy.resp import (
+    Address,
+    Client,
+    NoScriptError,
+    ProtocolError,
+    ReplyError,
+    ReplyParser,
+    Script,
+    address_of,
+    encode,
+)
+
+# --- the parser, with redis-py's as the oracle --------------------------------------------------------
+
+ERRORS = ["ERR unknown command 'FOO'", "NOSCRIPT No matching script. Please use EVAL.",
+          "WRONGTYPE Operation against a key holding the wrong kind of value", "ERR Error running script",
+          "OOM command not allowed when used memory > 'maxmemory'.", "ERR é, a non-ASCII message"]
+
+Value = Any
+leaves = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1).map(lambda i: ("int", i)),
+    st.binary(max_size=40).map(lambda b: ("bulk", b)),
+    st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b).map(lambda b: ("simple", b)),
+    st.sampled_from(ERRORS).map(lambda e: ("error", e)),
+    st.just(("nil", None)), st.just(("nil array", None)))
+
+
+def arrays(inner: st.SearchStrategy[Value]) -> st.SearchStrategy[Value]:
+    return st.lists(inner, max_size=6).map(lambda items: ("array", items))
+
+
+values = st.recursive(leaves, arrays, max_leaves=30)
+
+
+def wire(value: Value) -> bytes:
+    kind, v = value
+    if kind == "int":
+        return b":%d\r\n" % v
+    if kind == "bulk":
+        return b"$%d\r\n%b\r\n" % (len(v), v)
+    if kind == "simple":
+        return b"+%b\r\n" % v
+    if kind == "error":
+        return b"-%b\r\n" % v.encode()
+    if kind == "nil":
+        return b"$-1\r\n"
+    if kind == "nil array":
+        return b"*-1\r\n"
+    return b"*%d\r\n" % len(v) + b"".join(map(wire, v))
+
+
+def same(ours: Any, theirs: Any) -> bool:
+    """The same reply; an error's message is our whole line, redis-py's without the codes it knows (ERR,
+    NOSCRIPT...), and a NOSCRIPT is each one's NoScriptError."""
+    if isinstance(ours, list):
+        return isinstance(theirs, list) and len(ours) == len(theirs) and all(map(same, ours, theirs))
+    if isinstance(ours, ReplyError):
+        return (isinstance(theirs, ResponseError) and ours.message.endswith(str(theirs))
+                and isinstance(ours, NoScriptError) == isinstance(theirs, RedisNoScriptError))
+    return type(ours) is type(theirs) and ours == theirs
+
+
+class _Stream:
+    """What redis-py's parser reads from: a connection with a StreamReader."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self.encoder = Encoder("utf-8", "strict", decode_responses=False)  # type: ignore[no-untyped-call]  # redis-py is untyped
+
+
+async def oracle(data: bytes, count: int) -> list[Any]:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    parser = _AsyncRESP2Parser(65536)
+    parser.on_connect(_Stream(reader))  # type: ignore[no-untyped-call]  # redis-py is untyped
+    return [await parser.read_response() for _ in range(count)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(replies=st.lists(values, min_size=1, max_size=5), cuts=st.lists(st.integers(min_value=0), max_size=12))
+def test_the_parser_reads_what_redis_py_reads_whatever_the_byte_boundaries(replies: list[Value],
+                                                                            cuts: list[int]) -> None:
+    data = b"".join(map(wire, replies))
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    parser, ours = ReplyParser(), []
+    for start, end in zip([0, *points], [*points, len(data)], strict=True):
+        ours += parser.feed(data[start:end])
+    theirs = asyncio.run(oracle(data, len(replies)))
+    assert len(ours) == len(theirs) and all(map(same, ours, theirs)), (ours, theirs)
+    assert parser.buffer == b""
+
+
+def test_a_noscript_reply_is_its_own_error_and_garbage_is_a_protocol_error() -> None:
+    (reply,) = ReplyParser().feed(b"-NOSCRIPT No matching script.\r\n")
+    assert isinstance(reply, NoScriptError) and reply.message == "NOSCRIPT No matching script."
+    for garbage in (b"?what\r\n", b":12x\r\n", b"$3\r\nabcd\r\n"):
+        with pytest.raises(ProtocolError):
+            ReplyParser().feed(garbage)
+
+
+def test_commands_are_encoded_as_arrays_of_bulk_strings() -> None:
+    assert encode("SET", "k", 12, b"\xff") == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n12\r\n$1\r\n\xff\r\n"
+    script = Script("return 1")
+    ascii_ = script.command(["k:é"], [b'{"a":1}', -7, "x"])  # a non-ASCII key: encoded byte by byte
+    assert ascii_ == encode("EVALSHA", script.sha, 1, "k:é", b'{"a":1}', -7, "x")
+    assert script.command(["k"], [b"\xff"]) == encode("EVALSHA", script.sha, 1, "k", b"\xff")
+    with pytest.raises(TypeError, match="not bool"):
+        script.command([], [True])
+    with pytest.raises(TypeError, match="not float"):
+        encode(1.5)  # type: ignore[arg-type]  # what the types refuse is refused at run time too
+
+
+# --- URLs -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("url", "address"), [
+    ("redis://10.0.0.5:6379/0", Address(host="10.0.0.5")),
+    ("redis://cache", Address(host="cache")),
+    ("redis://:s%40cret@cache:7000/3", Address(host="cache", port=7000, password="s@cret", db=3)),
+    ("redis://edge:pw@cache/0", Address(host="cache", username="edge", password="pw")),
+    ("rediss://cache.example:6380", Address(host="cache.example", port=6380, tls=True)),
+    ("redis://cache?db=2", Address(host="cache", db=2)),
+    ("unix:///run/redis.sock?db=1", Address(path="/run/redis.sock", db=1)),
+    ("unix://:pw@/run/redis.sock", Address(path="/run/redis.sock", password="pw")),
+])
+def test_the_urls_the_settings_allow(url: str, address: Address) -> None:
+    assert address_of(url) == address
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("redis://cache/0?ssl_cert_reqs=none", "the query parameter 'ssl_cert_reqs' is not supported"),
+    ("redis://cache/zero", "the database (the path, or ?db=) must be a number"),
+    ("redis://cache/1?db=2", "the database is given twice"),
+    ("unix://relative.sock", "a unix:// URL needs an absolute socket path"),
+    ("redis://:secret@cache:99999", "the port is not a number"),
+])
+def test_what_the_client_cannot_do_is_refused_by_name_without_the_url(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        address_of(url)
+    config = f'[tenancy]\nbackend = "redis"\nredis = {{ url = "{url}" }}\n'
+    with pytest.raises(ConfigError) as error:
+        parse_config(config)
+    assert "tenancy.redis.url: " + message in str(error.value) and "secret" not in str(error.value)
+
+
+# --- against real servers ----------------------------------------------------------------------------
+
+def _deadline(seconds: float = 5.0) -> float:
+    return asyncio.get_running_loop().time() + seconds
+
+
+async def test_pipelined_calls_each_get_their_own_reply(limit_server: Server) -> None:
+    client = Client(limit_server.url, connect_timeout=5)
+    key = f"resp:{time.monotonic_ns()}"
+    try:
+        calls = [client.call(encode("INCR", key), _deadline()) if i % 3 == 0 else
+                 client.call(encode("ECHO", f"echo {i}"), _deadline()) if i % 3 == 1 else
+                 client.call(encode("HGET", key, "f"), _deadline()) for i in range(300)]
+        replies = await asyncio.gather(*calls, return_exceptions=True)
+        assert replies[0::3] == list(range(1, 101))  # in the order sent, though all were in flight at once
+        assert replies[1::3] == [f"echo {i}".encode() for i in range(1, 300, 3)]
+        assert all(isinstance(r, ReplyError) and r.message.startswith("WRONGTYPE") for r in replies[2::3])
+        assert await client.call(encode("GET", key + ":none"), _deadline()) is None
+        assert await client.call(encode("PING"), _deadline()) == b"PONG"
+    finally:
+        await client.close()
+
+
+async def test_a_flushed_script_is_loaded_again_and_the_call_answered(limit_server: Server) -> None:
+    script = Script(f"return {{KEYS[1], ARGV[1], {time.time_ns()}}}")  # a script of this test's own
+    client = Client(limit_server.url, connect_timeout=5)
+    try:
+        async with RedisPy.from_url(limit_server.url) as raw:
+            await raw.script_flush()
+            assert await raw.script_exists(script.sha) == [False]
+            reply = await client.evalsha(script, ["k"], ["v"], _deadline())
+            assert reply[:2] == [b"k", b"v"] and await raw.script_exists(script.sha) == [True]
+            assert await client.evalsha(script, ["k2"], ["v2"], _deadline()) == [b"k2", b"v2", reply[2]]
+    finally:
+        await client.close()
+
+
+async def test_auth_and_select_are_sent_on_connect(own_limit_server: Server) -> None:
+    async with RedisPy.from_url(own_limit_server.url) as raw:
+        await raw.acl_setuser("edge", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all"])
+        await raw.config_set("requirepass", "top")
+    host = f"127.0.0.1:{own_limit_server.port}"
+    users = Client(f"redis://edge:pw@{host}/3", connect_timeout=5)
+    default = Client(f"redis://:top@{host}?db=3", connect_timeout=5)
+    wrong = Client(f"redis://:nope@{host}/0", connect_timeout=5)
+    try:
+        assert await users.call(encode("SET", "where", "db3"), _deadline()) == b"OK"
+        assert await default.call(encode("GET", "where"), _deadline()) == b"db3"
+        assert await users.call(encode("ACL", "WHOAMI"), _deadline()) == b"edge"
+        with pytest.raises(ReplyError, match=r"WRONGPASS|invalid password"):
+            await wrong.call(encode("PING"), _deadline())
+    finally:
+        for client in (users, default, wrong):
+            await client.close()
+
+
+# --- against a scripted fake server -------------------------------------------------------------------
+
+class FakeRedis:
+    """A loopback server that answers only when told: what each connection received, and its writer."""
+
+    def __init__(self) -> None:
+        self.connections: list[tuple[bytearray, asyncio.StreamWriter]] = []
+        self.ended: list[bool] = []  # per connection: the client closed it
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> FakeRedis:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received = bytearray()
+        self.connections.append((received, writer))
+        self.ended.append(False)
+        try:
+            while data := await reader.read(65536):
+                received += data
+        except ConnectionError:
+            pass
+        self.ended[[w for _, w in self.connections].index(writer)] = True
+
+    async def received(self, n: int, commands: int) -> bytearray:
+        """Connection n, once `commands` commands (arrays) have arrived on it."""
+        def arrived() -> bool:
+            return len(self.connections) > n and self.connections[n][0].count(b"*") >= commands
+        await eventually(arrived, f"{commands} commands on connection {n}")
+        return self.connections[n][0]
+
+    async def close(self) -> None:
+        for _, writer in self.connections:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeRedis]:
+    server = await FakeRedis().start()
+    yield server
+    await server.close()
+
+
+async def test_replies_split_byte_by_byte_reach_their_calls(fake: FakeRedis) -> None:
+    client = Client(fake.url, connect_timeout=5)
+    try:
+        loop = asyncio.get_running_loop()
+        calls = [loop.create_task(client.call(encode("ECHO", str(i)), _deadline())) for i in range(3)]
+        await fake.received(0, 3)
+        _, writer = fake.connections[0]
+        replies = b"*3\r\n:1\r\n$5\r\nhe\r\nl\r\n*-1\r\n" + b"-ERR no\r\n" + b"$-1\r\n"
+        for i in range(len(replies)):
+            writer.write(replies[i:i + 1])
+            await writer.drain()
+            await asyncio.sleep(0)
+        first, second, third = await asyncio.gather(*calls, return_exceptions=True)
+        assert first == [1, b"he\r\nl", None]
+        assert isinstance(second, ReplyError) and second.message == "ERR no"
+        assert third is None
+    finally:
+        await client.close()
+
+
+async def test_a_lost_connection_fails_every_pending_call_at_once_and_the_next_call_reconnects(
+        fake: FakeRedis) -> None:
+    client = Client(fake.url, connect_timeout=5)
+    try:
+        loop = asyncio.get_running_loop()
+        calls = [loop.create_task(client.call(encode("PING"), _deadline(60))) for _ in range(5)]
+        await fake.received(0, 5)
+        _, writer = fake.connections[0]
+        writer.write(b"+PONG\r\n")  # the first is answered, then the server goes
+        await writer.drain()
+        writer.transport.abort()
+        replies = await asyncio.gather(*calls, return_exceptions=True)
+        assert replies[0] == b"PONG"
+        assert all(type(r) is ConnectionError for r in replies[1:]), replies
+        again = loop.create_task(client.call(encode("PING"), _deadline()))
+        await fake.received(1, 1)
+        fake.connections[1][1].write(b"+PONG\r\n")
+        assert await again == b"PONG"
+    finally:
+        await client.close()
+
+
+async def test_a_missed_deadline_raises_timeout_and_the_next_call_takes_a_new_connection(fake: FakeRedis) -> None:
+    client = Client(fake.url, connect_timeout=5)
+    try:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.call(encode("ECHO", "late"), _deadline(0.2))
+        assert time.monotonic() - started < 0.6
+        await fake.received(0, 1)
+        await eventually(lambda: fake.ended[0], "the connection of the missed call closed (nothing waits on it)")
+        later = loop.create_task(client.call(encode("ECHO", "now"), _deadline()))
+        await fake.received(1, 1)
+        fake.connections[1][1].write(b"$3\r\nnow\r\n")
+        assert await later == b"now"
+    finally:
+        await client.close()
+
+
+async def test_a_script_still_missing_after_loading_is_an_error_not_a_loop(fake: FakeRedis) -> None:
+    client, script = Client(fake.url, connect_timeout=5), Script("return 1")
+    try:
+        call = asyncio.get_running_loop().create_task(client.evalsha(script, [], [], _deadline()))
+        received = await fake.received(0, 1)
+        writer = fake.connections[0][1]
+        writer.write(b"-NOSCRIPT No matching script.\r\n")
+        await fake.received(0, 3)  # SCRIPT LOAD and the call again, together
+        writer.write(b"$40\r\n" + script.sha.encode() + b"\r\n-NOSCRIPT No matching script.\r\n")
+        with pytest.raises(NoScriptError):
+            await call
+        assert bytes(received) == script.command([], []) + script.load + script.command([], [])
+    finally:
+        await client.close()
+
+
+class SlowPong:
+    """A server in a thread of its own: every command is answered +PONG, `delay` seconds after it came."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.listener.accept()
+            with conn:
+                while data := conn.recv(65536):
+                    time.sleep(self.delay)
+                    conn.sendall(b"+PONG\r\n" * data.count(b"*"))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_reply_that_arrived_by_the_deadline_counts_though_the_loop_was_busy_past_it() -> None:
+    """uvloop runs due timers before it polls: a loop busy past a call's deadline (here one I/O callback
+    taking 400 ms, as a long request's parsing would) once timed out a call whose reply had arrived 20 ms
+    after it was sent."""
+    server = SlowPong(delay=0.02)
+
+    async def body() -> Any:
+        loop = asyncio.get_running_loop()
+        client = Client(server.url, connect_timeout=5)
+        busy, wake = socket.socketpair()
+        try:
+            await client.call(encode("PING"), loop.time() + 5)  # connected
+
+            def stall() -> None:
+                busy.recv(1)
+                time.sleep(0.4)
+
+            loop.add_reader(busy.fileno(), stall)
+            call = loop.create_task(client.call(encode("PING"), loop.time() + 0.2))
+            loop.call_soon(lambda: loop.call_soon(wake.send, b"x"))  # just after the call is written
+            return await call
+        finally:
+            loop.remove_reader(busy.fileno())
+            busy.close()
+            wake.close()
+            await client.close()
+
+    try:
+        assert uvloop.run(body()) == b"PONG"
+    finally:
+        server.close()
+
+
+@contextlib.contextmanager
+def redis_with(tmp_path: Path, *argv: str) -> Iterator[None]:
+    """Debian's redis-server with these arguments, until the block ends (no TCP port unless given)."""
+    proc = subprocess.Popen([str(redis_binary()), "--port", "0", "--save", "", "--appendonly", "no", "--dir",
+                             str(tmp_path), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _answers(url: str) -> bytes | None:
+    async def ping() -> bytes | None:
+        client = Client(url, connect_timeout=2)
+        try:
+            reply: bytes = await client.call(encode("PING"), _deadline(2))
+            return reply
+        except OSError:
+            return None  # not listening yet
+        finally:
+            await client.close()
+
+    return await eventually(ping, f"a PONG from {url}", timeout=20)
+
+
+@pytest.mark.redis
+async def test_tls_with_the_host_name_checked_and_a_unix_socket(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "key.pem"),
+                    "-out", str(tmp_path / "cert.pem"), "-days", "1", "-subj", "/CN=localhost", "-addext",
+                    "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # the system's CAs, as OpenSSL finds them
+    port, sock = free_port(), tmp_path / "redis.sock"
+    with redis_with(tmp_path, "--tls-port", str(port), "--tls-cert-file", str(tmp_path / "cert.pem"),
+                    "--tls-key-file", str(tmp_path / "key.pem"), "--tls-ca-cert-file", str(tmp_path / "cert.pem"),
+                    "--tls-auth-clients", "no", "--unixsocket", str(sock)):
+        assert await _answers(f"rediss://localhost:{port}/2") == b"PONG"
+        assert await _answers(f"unix://{sock}?db=1") == b"PONG"
+        wrong_name = Client(f"rediss://127.0.0.1:{port}", connect_timeout=2)  # the certificate names localhost
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await wrong_name.call(encode("PING"), _deadline(2))
+        finally:
+            await wrong_name.close()
