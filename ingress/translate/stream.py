@@ -8,7 +8,7 @@ from ingress.errors import UpstreamProtocolError
 from ingress.oai import answers as out
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wt
-from ingress.wire.answer import decode_frame
+from ingress.wire.answer import content_delta, decode_frame
 
 
 class StreamTranslator:
@@ -32,8 +32,16 @@ class StreamTranslator:
 
     def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
         """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
-        Verifying and decoding the frame is `ingress.wire.answer.decode_frame`'s."""
-        return self.feed(decode_frame(frame, verify_frame=self._verify))
+        Verifying and decoding the frame is `ingress.wire.answer.decode_frame`'s; a token's delta, nearly
+        every frame, is read in place (`content_delta`) into the chunk `feed` would make of it."""
+        delta = content_delta(frame)
+        if delta is None or self.done or delta[0] != self._next_sequence:
+            return self.feed(decode_frame(frame, verify_frame=self._verify))
+        _, index, content = delta
+        self._next_sequence += 1
+        if content:
+            self.output.append(content)
+        return [self._wrap([out.ChunkChoiceOut(index=index, delta=out.DeltaOut(content=content))], usage=None)]
 
     def feed(self, chunk: wt.Chunk) -> list[out.ChatCompletionChunk]:
         if self.done:
