@@ -70,9 +70,11 @@ LEVELS = (64, 128, 256, 512)
 ZERO_CONNECTIONS = 32
 STEADY_FROM, STEADY_BEFORE_END = 0.25, 0.15
 CHAT, COMPLETE = "/v1/chat/completions", "/v1/complete"
-LABELS = {"direct_fb": "direct (frames)", "edge": "edge (frames -> SSE)", "edge_base": "edge, baseline",
+LABELS = {"direct_fb": "direct (frames)", "floor": "floor: a byte relay",
+          "edge": "edge (frames -> SSE)", "edge_base": "edge, baseline",
           "direct_oai": "direct (SSE)", "bridge": "edge + openai bridge", "bridge_base": "edge + bridge, baseline"}
-BASELINE = {"edge": "direct_fb", "edge_base": "direct_fb", "bridge": "direct_oai", "bridge_base": "direct_oai"}
+BASELINE = {"floor": "direct_fb", "edge": "direct_fb",
+            "edge_base": "direct_fb", "bridge": "direct_oai", "bridge_base": "direct_oai"}
 
 
 # --- the mock service ------------------------------------------------------------------------------
@@ -143,6 +145,61 @@ def serve_mock(port: int, pacing_ms: float) -> None:
             schedule(self, pieces, 1, self.loop.time() + pacing)
 
     serve(Mock, port, backlog=4096)
+
+
+def serve_relay(port: int, target: int) -> None:
+    """The floor: a byte relay of the same parts (uvloop, one Protocol a side, no parsing): each client
+    connection gets its own connection to the mock, and every read on either side is one write on the other.
+    What one read and one write per chunk cost a Python process here, before any work on the chunk."""
+    import gc
+
+    import uvloop
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self, client: asyncio.Transport) -> None:
+            self.client = client
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            self.client.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.client.close()
+
+    class Relay(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.pending: list[bytes] = []  # what came before the connection to the mock was made
+            self.upstream: Any = None
+            self.task = asyncio.get_running_loop().create_task(self.connect())
+
+        async def connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            _, self.upstream = await loop.create_connection(lambda: Upstream(self.transport), "127.0.0.1", target)
+            for data in self.pending:
+                self.upstream.transport.write(data)
+
+        def data_received(self, data: bytes) -> None:
+            if data.startswith(b"GET "):
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            elif self.upstream is None:
+                self.pending.append(data)
+            else:
+                self.upstream.transport.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.upstream is not None:
+                self.upstream.transport.close()
+
+    async def main() -> None:
+        gc.freeze()
+        server = await asyncio.get_running_loop().create_server(Relay, "127.0.0.1", port, backlog=4096)
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
 
 
 # --- the client ------------------------------------------------------------------------------------
@@ -411,6 +468,10 @@ def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict
     whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), "0"], 0, work / "mock0.log")
     whole.port = int(whole.argv[3])
     edges: dict[str, Any] = {}
+    for mock, tag in ((paced, ""), (whole, "0")):
+        port = free_port()
+        edges[f"floor{tag}"] = Server(f"floor{tag}", [PY, str(Path(__file__)), "--serve-relay", str(port),
+                                                      str(mock.port)], port, work / f"floor{tag}.log")
     for code, suffix in ((None, ""), (baseline, "_base")):
         if code is None and suffix:
             continue
@@ -456,7 +517,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     fb = bytes(fb_body(json_body))
     pacing = PACING_MS / 1000
     edges, paced, whole = start_all(work, args.baseline, PACING_MS)
-    subjects = ["direct_fb", "edge", "direct_oai", "bridge"]
+    subjects = ["direct_fb", "floor", "edge", "direct_oai", "bridge"]
     if args.baseline:
         subjects[2:2] = ["edge_base"]
         subjects.append("bridge_base")
@@ -470,6 +531,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             return mock.port, COMPLETE, fb, False, None
         if name == "direct_oai":
             return mock.port, CHAT, json_body, True, None
+        if name == "floor":
+            relay = edges["floor" + ("0" if zero_ else "")]
+            return relay.port, COMPLETE, fb, False, relay.pid
         edge = edges[name + ("0" if zero_ else "")]
         return edge.port, CHAT, json_body, True, edge.pid
 
@@ -659,9 +723,12 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--keep", type=Path, help="with --profile: keep the raw stacks here")
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "PACING_MS"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-relay", nargs=2, metavar=("PORT", "TARGET"), type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_mock:
         return serve_mock(int(args.serve_mock[0]), float(args.serve_mock[1]))
+    if args.serve_relay:
+        return serve_relay(*args.serve_relay)
     if os.nice(0) < 10:
         os.nice(10 - os.nice(0))
     if args.profile:
