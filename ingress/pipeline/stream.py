@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final
+
+from prometheus_client import Histogram
 
 from ingress import metrics, tasks
 from ingress.errors import (
@@ -130,17 +133,13 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                                       include_usage=include_usage, verify=gw.settings.verify_answers,
                                       legacy_functions=request.legacy_functions)
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
-    gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
-    last: float | None = None
+    gaps = Gaps(metrics.INTER_CHUNK.labels(ex.metric_model))
     try:
         while data:
             ex.mark_first_byte()
             for frame in decoder.feed(data):
                 for chunk in translator.feed_frame(frame):
-                    now = time.perf_counter()
-                    if last is not None:
-                        gaps.observe(now - last)
-                    last = now
+                    gaps.mark(time.perf_counter())
                     yield chunk
                 if translator.done:
                     break  # complete: whatever follows the final frame is not read, however it arrived
@@ -157,12 +156,46 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         yield failed(ex, exc)
         return
     finally:
+        gaps.flush()
         ex.usage = translator.usage
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()
     ex.upstream_ok = True
     yield DONE
+
+
+class Gaps:
+    """One stream's gaps between chunks, counted into the histogram's buckets here and added to it once,
+    at the end (`flush`): as `observe` would count each, for a fraction of its cost per chunk (two
+    locked increments and a scan of the bounds, ~2 µs)."""
+
+    __slots__ = ("_child", "_counts", "_last", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._counts = [0] * len(child._upper_bounds)
+        self._sum = 0.0
+        self._last: float | None = None
+
+    def mark(self, now: float) -> None:
+        """A chunk went out at `now` (perf_counter)."""
+        last, self._last = self._last, now
+        if last is not None:
+            gap = now - last
+            self._sum += gap
+            self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
+
+    def flush(self) -> None:
+        child, counts = self._child, self._counts
+        if not any(counts):
+            return
+        for bucket, n in zip(child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        child._sum.inc(self._sum)
+        self._counts = [0] * len(counts)
+        self._sum = 0.0
 
 
 def failed(ex: Exchange, exc: IngressError) -> Failed:
