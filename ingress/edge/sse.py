@@ -46,10 +46,23 @@ class SseWriter:
         """A failure once the stream has begun: OpenAI's error shape as a data line (the SDKs raise it)."""
         return self.event(exc.body())
 
+    def events(self, objs: list[Any]) -> bytes:
+        """Several events' bytes, one after the other."""
+        buf = self._buf
+        del buf[len(_PREFIX):]
+        for i, obj in enumerate(objs):
+            if i:
+                buf += _PREFIX
+            _encoder.encode_into(obj, buf, len(buf))
+            buf += b"\n\n"
+        return bytes(buf)
+
     def render(self, event: pipeline.StreamEvent) -> bytes:
-        """One event's bytes (b"" for OPENED, which only commits the response)."""
+        """One event's bytes (b"" for OPENED, which only commits the response); a Burst's, together."""
         if type(event) is ChatCompletionChunk or type(event) is TextCompletion:
             return self.event(event)
+        if type(event) is pipeline.Burst:
+            return self.events(event.chunks)
         if event is pipeline.HEARTBEAT:
             return HEARTBEAT
         if event is pipeline.DONE:

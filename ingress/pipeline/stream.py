@@ -59,7 +59,14 @@ class Failed:
     error: IngressError
 
 
-StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """The chunks of frames that arrived in one read: the edge sends them in one write."""
+
+    chunks: list[out.ChatCompletionChunk | TextCompletion]
+
+
+StreamEvent = out.ChatCompletionChunk | TextCompletion | Burst | Signal | Failed
 
 
 ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
@@ -137,12 +144,22 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     try:
         while data:
             ex.mark_first_byte()
-            for frame in decoder.feed(data):
-                for chunk in translator.feed_frame(frame):
-                    gaps.mark(time.perf_counter())
-                    yield chunk
-                if translator.done:
-                    break  # complete: whatever follows the final frame is not read, however it arrived
+            burst: list[out.ChatCompletionChunk | TextCompletion] = []
+            error: FrameError | IngressError | None = None
+            try:
+                for frame in decoder.feed(data):
+                    burst += translator.feed_frame(frame)
+                    if translator.done:
+                        break  # complete: whatever follows the final frame is not read, however it arrived
+            except (FrameError, IngressError) as exc:  # after what came before it in the same read
+                error = exc
+            if burst:
+                now = time.perf_counter()
+                for _ in burst:
+                    gaps.mark(now)
+                yield burst[0] if len(burst) == 1 else Burst(burst)
+            if error is not None:
+                raise error
             if translator.done:
                 break
             data = await anext(reads, b"")
@@ -215,6 +232,11 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
             if type(event) is out.ChatCompletionChunk:
                 for e in events.feed(event):
                     yield e
+            elif type(event) is Burst:
+                for chunk in event.chunks:
+                    assert type(chunk) is out.ChatCompletionChunk, chunk
+                    for e in events.feed(chunk):
+                        yield e
             elif event is OPENED:
                 yield OPENED
                 for e in events.opened():
