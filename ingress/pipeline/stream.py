@@ -27,7 +27,7 @@ from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
 from ingress.translate.responses import ResponseEvents
-from ingress.translate.stream import StreamTranslator
+from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.group import Lease
 from ingress.wire.framing import FrameDecoder, FrameError
@@ -63,10 +63,10 @@ class Failed:
 class Burst:
     """The chunks of frames that arrived in one read: the edge sends them in one write."""
 
-    chunks: list[out.ChatCompletionChunk | TextCompletion]
+    chunks: list[out.ChatCompletionChunk | TextCompletion | Delta]
 
 
-StreamEvent = out.ChatCompletionChunk | TextCompletion | Burst | Signal | Failed
+StreamEvent = out.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
 
 
 ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
@@ -140,15 +140,16 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                                       include_usage=include_usage, verify=gw.settings.verify_answers,
                                       legacy_functions=request.legacy_functions)
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
+    read = translator.read_frame if isinstance(translator, StreamTranslator) else translator.feed_frame
     gaps = Gaps(metrics.INTER_CHUNK.labels(ex.metric_model))
     try:
         while data:
             ex.mark_first_byte()
-            burst: list[out.ChatCompletionChunk | TextCompletion] = []
+            burst: list[out.ChatCompletionChunk | TextCompletion | Delta] = []
             error: FrameError | IngressError | None = None
             try:
                 for frame in decoder.feed(data):
-                    burst += translator.feed_frame(frame)
+                    burst += read(frame)
                     if translator.done:
                         break  # complete: whatever follows the final frame is not read, however it arrived
             except (FrameError, IngressError) as exc:  # after what came before it in the same read
@@ -229,11 +230,15 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
     its own, such as the drain's deadline)."""
     async with aclosing(stream(gw, prepared, ex)) as chunks:
         async for event in chunks:
-            if type(event) is out.ChatCompletionChunk:
+            if type(event) is Delta:
+                for e in events.feed(event.chunk()):
+                    yield e
+            elif type(event) is out.ChatCompletionChunk:
                 for e in events.feed(event):
                     yield e
             elif type(event) is Burst:
                 for chunk in event.chunks:
+                    chunk = chunk.chunk() if type(chunk) is Delta else chunk
                     assert type(chunk) is out.ChatCompletionChunk, chunk
                     for e in events.feed(chunk):
                         yield e
