@@ -149,15 +149,17 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
             error: FrameError | IngressError | None = None
             try:
                 for frame in decoder.feed(data):
-                    burst += read(frame)
+                    chunks = read(frame)
+                    if chunks:
+                        now = time.perf_counter()
+                        for _ in chunks:
+                            gaps.mark(now)
+                        burst += chunks
                     if translator.done:
                         break  # complete: whatever follows the final frame is not read, however it arrived
             except (FrameError, IngressError) as exc:  # after what came before it in the same read
                 error = exc
             if burst:
-                now = time.perf_counter()
-                for _ in burst:
-                    gaps.mark(now)
                 yield burst[0] if len(burst) == 1 else Burst(burst)
             if error is not None:
                 raise error
