@@ -708,6 +708,7 @@ def profile(args: argparse.Namespace) -> None:
         print(f"  {n / total * 100:5.1f}%  {f}")
     if args.keep:
         shutil.copy(raw, args.keep)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
