@@ -203,6 +203,7 @@ async def _stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, 
     answered with its status (by the middleware), after it in-band, and the stream ends without [DONE]."""
     drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
     response: web.StreamResponse | None = None
+    framed = False  # the head is out and the body is chunked: events may go straight to the transport
     async with aclosing(events):
         try:
             with drain.deadline():
@@ -210,7 +211,11 @@ async def _stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, 
                     if response is None:
                         response = await _start_sse(request, ex)
                     if data := sse.render(event):
-                        await _write(request, response, data, stall)
+                        if framed:
+                            await _write_event(request, response, data, stall)
+                        else:
+                            await _write(request, response, data, stall)  # with the head, which aiohttp holds
+                            framed = response.headers.get("Transfer-Encoding") == "chunked"
         except WriteTimeout as exc:  # the client stopped reading: nothing more can reach it
             ex.error = exc
             _abort(request)
@@ -244,6 +249,18 @@ async def _write(request: web.Request, response: web.StreamResponse, data: bytes
             await response.write(data)
     except TimeoutError:
         raise WriteTimeout(f"The client read nothing of its answer for {stall:g} s.") from None
+
+
+async def _write_event(request: web.Request, response: web.StreamResponse, data: bytes, stall: float) -> None:
+    """One event of a chunked SSE answer whose head is out: into an empty socket buffer it goes straight
+    to the transport, framed as a chunk here as aiohttp frames it (its StreamResponse.write and writer
+    cost more than the write itself); anything else through `_write`, with its backpressure."""
+    transport = request.transport
+    if transport is not None and not transport.get_write_buffer_size() and len(data) < _SMALL_WRITE \
+            and not transport.is_closing():
+        transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+        return
+    await _write(request, response, data, stall)
 
 
 def _abort(request: web.Request) -> None:

@@ -14,10 +14,12 @@ from ingress.errors import IngressError
 from ingress.oai.answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
 from ingress.translate.responses import ResponseEvents
+from ingress.translate.stream import Delta, Head
 
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": ping\n\n"  # a comment: clients ignore it, proxies see traffic
 _PREFIX = b"data: "
+_MARK = b'"\\u0000"'  # a Delta's content in its template: "\x00", as JSON encodes it
 
 _encoder = msgspec.json.Encoder()
 E = TypeVar("E", contravariant=True)
@@ -36,20 +38,47 @@ class SseWriter:
 
     def __init__(self) -> None:
         self._buf = bytearray(_PREFIX)
+        self._head: Head | None = None  # the template's: its bytes before and after a Delta's content
+        self._index = 0
+        self._before: bytes | None = None
+        self._after = b""
 
     def event(self, obj: Any) -> bytes:
         _encoder.encode_into(obj, self._buf, len(_PREFIX))
         self._buf += b"\n\n"
         return bytes(self._buf)
 
+    def delta(self, d: Delta) -> bytes:
+        """A Delta's event: the template of its head and choice, made once, around its content encoded
+        alone; the same bytes as `event(d.chunk())`."""
+        if d.head is not self._head or d.index != self._index:
+            self._template(d)
+        if self._before is None:
+            return self.event(d.chunk())
+        return b"".join((self._before, _encoder.encode(d.content), self._after))
+
+    def _template(self, d: Delta) -> None:
+        self._head, self._index = d.head, d.index
+        probe = self.event(Delta(d.head, d.index, "\x00").chunk())
+        parts = probe.split(_MARK)
+        self._before, self._after = (parts[0], parts[1]) if len(parts) == 2 else (None, b"")  # a head with a NUL
+
     def error(self, exc: IngressError) -> bytes:
         """A failure once the stream has begun: OpenAI's error shape as a data line (the SDKs raise it)."""
         return self.event(exc.body())
 
+    def events(self, objs: list[Any]) -> bytes:
+        """Several events' bytes, one after the other."""
+        return b"".join([self.delta(o) if type(o) is Delta else self.event(o) for o in objs])
+
     def render(self, event: pipeline.StreamEvent) -> bytes:
-        """One event's bytes (b"" for OPENED, which only commits the response)."""
+        """One event's bytes (b"" for OPENED, which only commits the response); a Burst's, together."""
+        if type(event) is Delta:
+            return self.delta(event)
         if type(event) is ChatCompletionChunk or type(event) is TextCompletion:
             return self.event(event)
+        if type(event) is pipeline.Burst:
+            return self.events(event.chunks)
         if event is pipeline.HEARTBEAT:
             return HEARTBEAT
         if event is pipeline.DONE:

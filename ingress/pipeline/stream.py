@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final
+
+from prometheus_client import Histogram
 
 from ingress import metrics, tasks
 from ingress.errors import (
@@ -24,7 +27,7 @@ from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
 from ingress.translate.responses import ResponseEvents
-from ingress.translate.stream import StreamTranslator
+from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.group import Lease
 from ingress.wire.framing import FrameDecoder, FrameError
@@ -56,7 +59,14 @@ class Failed:
     error: IngressError
 
 
-StreamEvent = out.ChatCompletionChunk | TextCompletion | Signal | Failed
+@dataclass(frozen=True, slots=True)
+class Burst:
+    """The chunks of frames that arrived in one read: the edge sends them in one write."""
+
+    chunks: list[out.ChatCompletionChunk | TextCompletion | Delta]
+
+
+StreamEvent = out.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
 
 
 ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
@@ -130,20 +140,29 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                                       include_usage=include_usage, verify=gw.settings.verify_answers,
                                       legacy_functions=request.legacy_functions)
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
-    gaps = metrics.INTER_CHUNK.labels(ex.metric_model)
-    last: float | None = None
+    read = translator.read_frame if isinstance(translator, StreamTranslator) else translator.feed_frame
+    gaps = Gaps(metrics.INTER_CHUNK.labels(ex.metric_model))
     try:
         while data:
             ex.mark_first_byte()
-            for frame in decoder.feed(data):
-                for chunk in translator.feed_frame(frame):
-                    now = time.perf_counter()
-                    if last is not None:
-                        gaps.observe(now - last)
-                    last = now
-                    yield chunk
-                if translator.done:
-                    break  # complete: whatever follows the final frame is not read, however it arrived
+            burst: list[out.ChatCompletionChunk | TextCompletion | Delta] = []
+            error: FrameError | IngressError | None = None
+            try:
+                for frame in decoder.feed(data):
+                    chunks = read(frame)
+                    if chunks:
+                        now = time.perf_counter()
+                        for _ in chunks:
+                            gaps.mark(now)
+                        burst += chunks
+                    if translator.done:
+                        break  # complete: whatever follows the final frame is not read, however it arrived
+            except (FrameError, IngressError) as exc:  # after what came before it in the same read
+                error = exc
+            if burst:
+                yield burst[0] if len(burst) == 1 else Burst(burst)
+            if error is not None:
+                raise error
             if translator.done:
                 break
             data = await anext(reads, b"")
@@ -157,12 +176,46 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         yield failed(ex, exc)
         return
     finally:
+        gaps.flush()
         ex.usage = translator.usage
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()
     ex.upstream_ok = True
     yield DONE
+
+
+class Gaps:
+    """One stream's gaps between chunks, counted into the histogram's buckets here and added to it once,
+    at the end (`flush`): as `observe` would count each, for a fraction of its cost per chunk (two
+    locked increments and a scan of the bounds, ~2 µs)."""
+
+    __slots__ = ("_child", "_counts", "_last", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._counts = [0] * len(child._upper_bounds)
+        self._sum = 0.0
+        self._last: float | None = None
+
+    def mark(self, now: float) -> None:
+        """A chunk went out at `now` (perf_counter)."""
+        last, self._last = self._last, now
+        if last is not None:
+            gap = now - last
+            self._sum += gap
+            self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
+
+    def flush(self) -> None:
+        child, counts = self._child, self._counts
+        if not any(counts):
+            return
+        for bucket, n in zip(child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        child._sum.inc(self._sum)
+        self._counts = [0] * len(counts)
+        self._sum = 0.0
 
 
 def failed(ex: Exchange, exc: IngressError) -> Failed:
@@ -179,9 +232,18 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
     its own, such as the drain's deadline)."""
     async with aclosing(stream(gw, prepared, ex)) as chunks:
         async for event in chunks:
-            if type(event) is out.ChatCompletionChunk:
+            if type(event) is Delta:
+                for e in events.feed(event.chunk()):
+                    yield e
+            elif type(event) is out.ChatCompletionChunk:
                 for e in events.feed(event):
                     yield e
+            elif type(event) is Burst:
+                for chunk in event.chunks:
+                    chunk = chunk.chunk() if type(chunk) is Delta else chunk
+                    assert type(chunk) is out.ChatCompletionChunk, chunk
+                    for e in events.feed(chunk):
+                        yield e
             elif event is OPENED:
                 yield OPENED
                 for e in events.opened():

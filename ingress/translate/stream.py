@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
 from ingress.oai import answers as out
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wt
-from ingress.wire.answer import decode_frame
+from ingress.wire.answer import content_delta, decode_frame
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The fields every chunk of a stream repeats, as they stand; a new Head when one of them changes."""
+
+    id: str
+    model: str
+    created: int
+    system_fingerprint: str | None
+    service_tier: str | None
+    include_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A chat.completion.chunk that carries a token's content at one choice and nothing else, its other
+    fields `head`'s: what nearly every frame becomes. `chunk()` is the general object it stands for; the
+    edge renders it from a template made once per head instead."""
+
+    head: Head
+    index: int
+    content: str
+
+    def chunk(self) -> out.ChatCompletionChunk:
+        h = self.head
+        return out.ChatCompletionChunk(
+            id=h.id, created=h.created, model=h.model,
+            choices=[out.ChunkChoiceOut(index=self.index, delta=out.DeltaOut(content=self.content))],
+            system_fingerprint=h.system_fingerprint if h.system_fingerprint is not None else UNSET,
+            service_tier=h.service_tier if h.service_tier is not None else UNSET,
+            usage=None if h.include_usage else UNSET,  # "usage": null on every chunk but the last
+        )
 
 
 class StreamTranslator:
@@ -29,11 +64,28 @@ class StreamTranslator:
         self._next_sequence = 0
         self._verify = verify
         self._legacy = legacy_functions
+        self._head: Head | None = None  # made at the first Delta, dropped when a chunk may change it
 
     def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
         """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
         Verifying and decoding the frame is `ingress.wire.answer.decode_frame`'s."""
-        return self.feed(decode_frame(frame, verify_frame=self._verify))
+        return [c.chunk() if isinstance(c, Delta) else c for c in self.read_frame(frame)]
+
+    def read_frame(self, frame: bytes) -> list[out.ChatCompletionChunk | Delta]:
+        """As `feed_frame`, but a token's delta, nearly every frame, is read in place (`content_delta`)
+        into the Delta of the chunk `feed` would make of it, for the edge to render from a template."""
+        delta = content_delta(frame)
+        if delta is None or self.done or delta[0] != self._next_sequence:
+            return list(self.feed(decode_frame(frame, verify_frame=self._verify)))
+        _, index, content = delta
+        self._next_sequence += 1
+        if content:
+            self.output.append(content)
+        head = self._head
+        if head is None:
+            head = self._head = Head(self.id, self.model, self.created, self.system_fingerprint, self.service_tier,
+                                     self.include_usage)
+        return [Delta(head, index, content)]
 
     def feed(self, chunk: wt.Chunk) -> list[out.ChatCompletionChunk]:
         if self.done:
@@ -43,6 +95,7 @@ class StreamTranslator:
                 f"The model service stream skipped frames (expected {self._next_sequence}, got {chunk.sequence})."
             )
         self._next_sequence += 1
+        self._head = None
         self.id = chunk.id or self.id
         self.model = chunk.model or self.model
         self.created = chunk.created or self.created

@@ -31,22 +31,30 @@ class FrameDecoder:
         loops over it gets the good frames, then the error, in the one loop."""
         if self._error is not None:
             raise self._error
-        self._buf += data
+        buf = self._buf
+        # With nothing held back (the common case: reads end where frames do), frames are cut from `data`
+        # itself, and a read that is one whole frame is that frame: no copy into the buffer and out again.
+        src = data if not buf and type(data) is bytes else buf
+        if src is buf:
+            buf += data
         frames: list[bytes] = []
         pos = 0
-        buf = self._buf
-        while len(buf) - pos >= PREFIX.size:
-            (size,) = PREFIX.unpack_from(buf, pos)
+        n = len(src)
+        while n - pos >= PREFIX.size:
+            (size,) = PREFIX.unpack_from(src, pos)
             if size < 8 or size > self._max:
                 self._error = FrameError(f"frame size {size} is outside 8..{self._max}")
                 break
             end = pos + PREFIX.size + size
-            if end > len(buf):
+            if end > n:
                 break
-            frames.append(bytes(buf[pos:end]))
+            frames.append(src if end == n and not pos and src is data else bytes(src[pos:end]))
             pos = end
-        if pos:
-            del buf[:pos]
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < n:
+            buf += memoryview(data)[pos:]
         if self._error is None:
             return iter(frames)
         if not frames:
