@@ -221,9 +221,12 @@ def serve_mock(port: int, pace_s: float) -> None:
 # --- the edge, with a dump on SIGUSR1 (--debug-edge) ------------------------------------------------------
 
 
-def run_edge(config: str, dump: Path, trace_frames: int) -> int:
-    """`ingress serve --config CONFIG --workers 1 --no-gc-freeze` in this process, which on SIGUSR1 appends
-    to `dump` one JSON line: the live objects the collector tracks, counted by type; every container of 500
+def run_edge(config: str, dump: Path, trace_frames: int, tombstone_s: float) -> int:
+    """`ingress serve --config CONFIG --workers 1` in this process. With `tombstone_s` > 0 the memory
+    store forgets settled tickets after that many seconds instead of its 600 (an experiment: what the
+    tombstones cost). With `trace_frames` >= 0, not frozen (`--no-gc-freeze`: gc.get_objects() leaves out
+    what gc.freeze() put aside, the long-lived state among it), and on SIGUSR1 it appends to `dump` one
+    JSON line: the live objects the collector tracks, counted by type; every container of 500
     items or more held in an attribute of an ingress object; and with `trace_frames` > 0 (tracemalloc on from the start:
     slower, and each snapshot stalls the loop) the allocation sites whose live memory grew most since the
     reference snapshot, which SIGUSR2 takes."""
@@ -233,7 +236,7 @@ def run_edge(config: str, dump: Path, trace_frames: int) -> int:
 
     from ingress.__main__ import main as ingress_main
 
-    if trace_frames:
+    if trace_frames > 0:
         tracemalloc.start(trace_frames)
     reference: list[tracemalloc.Snapshot] = []
 
@@ -276,7 +279,12 @@ def run_edge(config: str, dump: Path, trace_frames: int) -> int:
 
     signal.signal(signal.SIGUSR1, on_dump)
     signal.signal(signal.SIGUSR2, on_reference)
-    # Not frozen: gc.get_objects() leaves out what gc.freeze() put aside, the long-lived state among it.
+    if tombstone_s > 0:
+        from ingress.tenancy import memory
+
+        memory.TOMBSTONE_US = int(tombstone_s * 1_000_000)
+    if trace_frames < 0:
+        return ingress_main(["serve", "--config", config, "--workers", "1"])
     return ingress_main(["serve", "--config", config, "--workers", "1", "--no-gc-freeze"])
 
 
@@ -805,11 +813,14 @@ def main() -> int:
     parser.add_argument("--debug-edge", type=int, nargs="?", const=0, default=None, metavar="FRAMES",
                         help="dump the edge's objects by type at every sample (and with FRAMES > 0, tracemalloc's "
                              "growth: slower); for finding a leak, not for the figures")
+    parser.add_argument("--tombstone-s", type=float, default=0.0, metavar="S",
+                        help="an experiment: the edge's memory store keeps settled tickets S seconds, not 600")
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "PACE"), help=argparse.SUPPRESS)
-    parser.add_argument("--run-edge", nargs=3, metavar=("CONFIG", "DUMP", "FRAMES"), help=argparse.SUPPRESS)
+    parser.add_argument("--run-edge", nargs=4, metavar=("CONFIG", "DUMP", "FRAMES", "TOMBSTONE_S"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_edge:
-        return run_edge(args.run_edge[0], Path(args.run_edge[1]), int(args.run_edge[2]))
+        return run_edge(args.run_edge[0], Path(args.run_edge[1]), int(args.run_edge[2]), float(args.run_edge[3]))
     if args.serve_mock:
         serve_mock(int(args.serve_mock[0]), float(args.serve_mock[1]))
         return 0
@@ -839,8 +850,9 @@ def main() -> int:
                                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
     dump = work / "edge-dump.jsonl"
     argv = [PY, "-m", "ingress", "serve", "--config", str(config), "--workers", "1"]
-    if args.debug_edge is not None:
-        argv = [PY, str(Path(__file__)), "--run-edge", str(config), str(dump), str(args.debug_edge)]
+    if args.debug_edge is not None or args.tombstone_s:
+        frames = -1 if args.debug_edge is None else args.debug_edge
+        argv = [PY, str(Path(__file__)), "--run-edge", str(config), str(dump), str(frames), str(args.tombstone_s)]
     with open(access_log, "wb") as log_out, open(edge_err, "wb") as err:
         edge = subprocess.Popen(argv, stdout=log_out, stderr=err, cwd=ROOT)
     tally = Tally()
