@@ -3,6 +3,7 @@ of mixed traffic with injected upstream faults, and every request's single outco
 
     nice -n 10 .venv/bin/python bench/soak.py            # 30 minutes -> results/soak.json (+ soak.png)
     nice -n 10 .venv/bin/python bench/soak.py --quick    # 3 minutes, a sample every 20 s -> results/soak-quick.json
+    .venv/bin/python bench/soak.py --hangups 2000 --pace 0.001   # ~20 s: streams reset mid-way, client / edge
 
 The rig, on loopback, all of it niced (the script renices itself to 10):
 
@@ -802,6 +803,20 @@ async def drive(port: int, connections: int, keys: dict[str, str], tally: Tally,
     return time.perf_counter() - closing
 
 
+async def hangup_burst(port: int, keys: dict[str, str], tally: Tally, n: int) -> None:
+    """`n` streams of soak-ok, 50 at a time, each reset by its client once its first delta arrives."""
+    gate = asyncio.Semaphore(50)
+
+    async def one(i: int) -> None:
+        async with gate:
+            conn = Conn(port, f"burst{i}", keys["main"], tally)
+            await conn.connect()
+            await conn.chat("soak-ok", stream=True, words=64, hang_after=1, reset=True)
+            conn.close()
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the soak (default 30)")
@@ -813,6 +828,9 @@ def main() -> int:
     parser.add_argument("--debug-edge", type=int, nargs="?", const=0, default=None, metavar="FRAMES",
                         help="dump the edge's objects by type at every sample (and with FRAMES > 0, tracemalloc's "
                              "growth: slower); for finding a leak, not for the figures")
+    parser.add_argument("--hangups", type=int, default=0, metavar="N",
+                        help="instead of the soak: N streams reset by their clients mid-way (with --pace 0.001: the "
+                             "hang-ups the edge logs as 500s), and the client / edge classes")
     parser.add_argument("--tombstone-s", type=float, default=0.0, metavar="S",
                         help="an experiment: the edge's memory store keeps settled tickets S seconds, not 600")
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "PACE"), help=argparse.SUPPRESS)
@@ -870,6 +888,15 @@ def main() -> int:
         print(row(baseline), flush=True)
         thread = sampler.start()
         keys = {n: k[0] for n, k in made.items()}
+        if args.hangups:
+            sampler.stop(thread)
+            uvloop.run(hangup_burst(port, keys, tally, args.hangups))
+            time.sleep(2.0)
+            check = cross_check(tally, access_log, scrape(port))
+            print(f"{args.hangups} streams, each reset by its client after its first delta, {args.pace * 1000:g} ms "
+                  "between deltas: client / edge " + ", ".join(f"{k}: {v}" for k, v in check["pairs"].items()))
+            print("edge error codes: " + ", ".join(f"{k}: {v}" for k, v in check["edge_error_codes"].items()))
+            return 0 if check["disagree"] == 0 else 1
         closing_s = uvloop.run(drive(port, args.connections, keys, tally, ramp_s, total_s - ramp_s, sampler))
         sampler.stop(thread)
         sampler.phase = "closed"
