@@ -97,6 +97,7 @@ METRICS: dict[str, str] = {
     "ingress_limit_breaker_open": "gauge",
     "ingress_gc_collections_total": "counter",
     "ingress_gc_pause_seconds": "histogram",
+    "ingress_event_loop_tasks": "gauge",
     "ingress_build_info": "gauge",
 }
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")

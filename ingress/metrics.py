@@ -7,6 +7,8 @@ Labels stay bounded: `model` is a name some route serves (or "other"), never an 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import os
 import platform
@@ -66,6 +68,10 @@ BREAKER_OPEN = Gauge("ingress_limit_breaker_open", "1 while the limit store's ci
                      multiprocess_mode="livemax")
 GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])
 GC_PAUSE = Histogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
+# Read on scrape (not on the request path): with several workers, the sum of each live worker's count as
+# of the last scrape it served.
+EVENT_LOOP_TASKS = Gauge("ingress_event_loop_tasks", "Asyncio tasks alive in the event loop, counted on scrape: "
+                         "a count that keeps growing at a steady load is a leak.", multiprocess_mode="livesum")
 BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", "flatbuffers"],
               multiprocess_mode="max")
 
@@ -117,8 +123,15 @@ def record_gc() -> None:
         gc.callbacks.append(_gc_recorder)
 
 
+def count_tasks() -> None:
+    """Set EVENT_LOOP_TASKS from the running loop (none running: left as it was)."""
+    with contextlib.suppress(RuntimeError):  # no running event loop
+        EVENT_LOOP_TASKS.set(len(asyncio.all_tasks()))
+
+
 def render() -> tuple[bytes, str]:
     """The exposition text: this process's metrics, or every worker's when running several."""
+    count_tasks()
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream

@@ -1,4 +1,5 @@
-"""ingress.metrics: the build gauge, the GC hook, and the exposition of one process or of several.
+"""ingress.metrics: the build gauge, the GC hook, the event loop's task count, and the exposition of one
+process or of several.
 
 The multi-process case runs real processes: prometheus_client picks file-backed values at import
 time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
@@ -6,6 +7,7 @@ time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import platform
@@ -123,3 +125,19 @@ def test_render_several_processes_sums_counters_and_keeps_gauges_per_edge(tmp_pa
     assert value("ingress_build_info", version=__version__, python=platform.python_version(),
                  flatbuffers=metadata.version("flatbuffers")) == 1
     assert not [key for key in samples if "pid" in dict(key[1])], "one series per edge, not per worker"
+
+
+async def test_render_counts_the_event_loop_tasks_alive_at_the_scrape() -> None:
+    release = asyncio.Event()
+    waiting = [asyncio.create_task(release.wait()) for _ in range(5)]
+    await asyncio.sleep(0)
+    try:
+        text = metrics.render()[0].decode()
+        [family] = [f for f in text_string_to_metric_families(text) if f.name == "ingress_event_loop_tasks"]
+        assert family.samples[0].value == len(asyncio.all_tasks()) >= len(waiting) + 1  # and this test's own
+    finally:
+        release.set()
+        await asyncio.gather(*waiting)
+    text = metrics.render()[0].decode()
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "ingress_event_loop_tasks"]
+    assert family.samples[0].value == len(asyncio.all_tasks())
