@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 import structlog
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
 from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY
@@ -119,6 +119,12 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except asyncio.CancelledError:
         status, outcome = 499, "client_closed"
         raise
+    except ClientConnectionResetError:
+        # The client went away and a write of its answer failed before aiohttp cancelled the handler (its
+        # reset and the stream's next event in one turn of the loop): gone, as above, not the server's error.
+        # The response returned is never sent: aiohttp finds the transport closed and lets it go.
+        status, outcome = 499, "client_closed"
+        return web.Response(status=499)
     except Exception:
         log.exception("unhandled", path=request.path)
         internal = IngressError("The server had an error while processing your request.")

@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import struct
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 from aiohttp import web
+from fakes.processes import EdgeProcess, free_port
 from fakes.upstream import Call, FakeUpstream
 from recording import recording_edge
 from waiting import eventually
@@ -147,3 +151,47 @@ async def test_a_client_hanging_up_mid_stream_still_ends_its_exchange(stack: Asy
 
     await eventually(lambda: group.states[0].in_flight == 0, "the endpoint's slot released")
     assert exchanges[0].upstream_done is not None and exchanges[0].lease is None
+
+
+async def fast_small(call: Call) -> web.StreamResponse:
+    """A stream of one-word deltas a millisecond apart, that never ends."""
+    out = await call.open_stream()
+    await call.send(out, wire.write_chunk(wire.Chunk(sequence=0, id=call.answer_id, model="chat", role="assistant")))
+    sequence = 1
+    while True:
+        await asyncio.sleep(0.001)
+        await call.send(out, wire.write_chunk(wire.Chunk(sequence=sequence, content="word ")))
+        sequence += 1
+
+
+async def _reset_after_first_bytes(url: str) -> None:
+    """A streamed request whose client resets the connection once its answer has begun (RST, not FIN)."""
+    sock = await _stop_reading(url)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+async def test_a_client_that_resets_mid_stream_is_logged_as_gone_never_as_a_server_error(
+        stack: AsyncExitStack, tmp_path: Path) -> None:
+    """A reset can reach the edge as a failed write before aiohttp cancels the handler (the reset and the
+    stream's next event in one turn of the loop; the edge in a process of its own, as served): the client
+    is gone either way, 499 `client_closed`, never a 500 `internal_error` with 'unhandled' in the log."""
+    fake = FakeUpstream(default=fast_small)
+    await stack.enter_async_context(fake.running())
+    edge = EdgeProcess(tmp_path, "edge", free_port(), ["--upstream", fake.url, "--model", "chat"], 1, None)
+    stack.callback(edge.kill)
+    await edge.started()
+    gate = asyncio.Semaphore(50)
+
+    async def one() -> None:
+        async with gate:
+            await _reset_after_first_bytes(edge.url)
+
+    await asyncio.gather(*(one() for _ in range(STREAMS)))
+    await eventually(lambda: len(edge.events("request")) == STREAMS, "every stream logged", timeout=30.0)
+    outcomes = Counter((e["status"], e["outcome"]) for e in edge.events("request"))
+    assert outcomes == {(499, "client_closed"): STREAMS}
+    assert not edge.events("unhandled")
+
+
+STREAMS = 300
