@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ingress.tenancy.memory import MemoryStore
+from ingress.tenancy.memory import LOCAL_TOMBSTONE_US, MemoryStore
 from ingress.tenancy.plan import Actual, Decision, Plan
 
 
@@ -29,7 +29,7 @@ class LocalStore:
     """The memory backend: `share` of every limit (1/N for each of N workers)."""
 
     def __init__(self, share: float = 1.0) -> None:
-        self.memory = MemoryStore(share)
+        self.memory = MemoryStore(share, tombstone_us=LOCAL_TOMBSTONE_US)
 
     async def admit(self, plan: Plan) -> Decision:
         return self.memory.admit(plan)
