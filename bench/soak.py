@@ -224,13 +224,13 @@ def serve_mock(port: int, pace_s: float) -> None:
 
 def run_edge(config: str, dump: Path, trace_frames: int, tombstone_s: float) -> int:
     """`ingress serve --config CONFIG --workers 1` in this process. With `tombstone_s` > 0 the memory
-    store forgets settled tickets after that many seconds instead of its 600 (an experiment: what the
-    tombstones cost). With `trace_frames` >= 0, not frozen (`--no-gc-freeze`: gc.get_objects() leaves out
-    what gc.freeze() put aside, the long-lived state among it), and on SIGUSR1 it appends to `dump` one
-    JSON line: the live objects the collector tracks, counted by type; every container of 500
-    items or more held in an attribute of an ingress object; and with `trace_frames` > 0 (tracemalloc on from the start:
-    slower, and each snapshot stalls the loop) the allocation sites whose live memory grew most since the
-    reference snapshot, which SIGUSR2 takes."""
+    backend forgets settled tickets after that many seconds instead of its 30 (600 before 427d5e6; an
+    experiment: what the tombstones cost). With `trace_frames` >= 0, not frozen (`--no-gc-freeze`:
+    gc.get_objects() leaves out what gc.freeze() put aside, the long-lived state among it), and on
+    SIGUSR1 it appends to `dump` one JSON line: the live objects the collector tracks, counted by type;
+    every container of 500 items or more held in an attribute of an ingress object; and with
+    `trace_frames` > 0 (tracemalloc on from the start: slower, and each snapshot stalls the loop) the
+    allocation sites whose live memory grew most since the reference snapshot, which SIGUSR2 takes."""
     import gc
     import signal
     import tracemalloc
@@ -281,9 +281,9 @@ def run_edge(config: str, dump: Path, trace_frames: int, tombstone_s: float) -> 
     signal.signal(signal.SIGUSR1, on_dump)
     signal.signal(signal.SIGUSR2, on_reference)
     if tombstone_s > 0:
-        from ingress.tenancy import memory
+        from ingress.tenancy import store
 
-        memory.TOMBSTONE_US = int(tombstone_s * 1_000_000)
+        store.LOCAL_TOMBSTONE_US = int(tombstone_s * 1_000_000)
     if trace_frames < 0:
         return ingress_main(["serve", "--config", config, "--workers", "1"])
     return ingress_main(["serve", "--config", config, "--workers", "1", "--no-gc-freeze"])
@@ -832,7 +832,7 @@ def main() -> int:
                         help="instead of the soak: N streams reset by their clients mid-way (with --pace 0.001: the "
                              "hang-ups the edge logs as 500s), and the client / edge classes")
     parser.add_argument("--tombstone-s", type=float, default=0.0, metavar="S",
-                        help="an experiment: the edge's memory store keeps settled tickets S seconds, not 600")
+                        help="an experiment: the edge's memory backend keeps settled tickets S seconds, not 30")
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "PACE"), help=argparse.SUPPRESS)
     parser.add_argument("--run-edge", nargs=4, metavar=("CONFIG", "DUMP", "FRAMES", "TOMBSTONE_S"),
                         help=argparse.SUPPRESS)
