@@ -94,8 +94,10 @@ class Response:
         return data
 
     def close(self) -> None:
-        """End the exchange: the connection is kept for another one only if this response came whole."""
+        """End the exchange: the connection is kept for another one only if this response came whole.
+        Its error is let go: raised, it holds the frames that hold this response, a cycle otherwise."""
         conn, self._conn = self._conn, None
+        self.error = None
         if conn is not None:
             conn.release()
 
@@ -145,6 +147,7 @@ class Connection(asyncio.Protocol):
         self.pool.lost(self)
         if self._timer is not None:
             self._timer.cancel()
+            self._timer = None  # its callback is a method of this connection: a cycle, kept
         response = self.response
         if response is not None and response.error is None:
             try:
@@ -152,6 +155,7 @@ class Connection(asyncio.Protocol):
             except IngressError as error:
                 error.__cause__, error.__suppress_context__ = exc, True  # as `raise error from exc`
                 response.error = error
+        self.decoder.release()
         self._wake()
 
     def reusable(self, idle_after: float, poll_before: float) -> bool:

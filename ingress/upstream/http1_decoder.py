@@ -23,7 +23,7 @@ class ResponseDecoder:
     def __init__(self) -> None:
         # One parser for the connection's life: llhttp reads kept-alive responses back to back, and
         # one made per response would tie it and this object in a cycle for the GC to collect.
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.start()
 
     def start(self) -> None:
@@ -45,8 +45,11 @@ class ResponseDecoder:
             return
         if not self.head_done:
             self._head_bytes += len(data)
+        parser = self._parser
+        if parser is None:  # the connection has ended: nothing more is read from it
+            raise UpstreamProtocolError(MALFORMED)
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             if self.done:  # the response is whole; what follows it is not ours to read
                 self.keep_alive = False
@@ -54,6 +57,11 @@ class ResponseDecoder:
             raise UpstreamProtocolError(HEAD_TOO_LARGE if self._head_size > HEAD_LIMIT else MALFORMED) from exc
         if not self.head_done and self._head_bytes > HEAD_LIMIT:  # a head that never ends
             raise UpstreamProtocolError(HEAD_TOO_LARGE)
+
+    def release(self) -> None:
+        """The connection is gone: the parser, which holds this object as its protocol, is let go with it
+        (freed now, not left in a cycle for the collector; the soak found one a closed connection)."""
+        self._parser = None
 
     def finish(self) -> None:
         """The connection ended: a body delimited by that is complete; anything else was cut short."""
@@ -94,6 +102,7 @@ class ResponseDecoder:
         self.headers[key] = text if seen is None else f"{seen}, {text}"
 
     def on_headers_complete(self) -> None:
+        assert self._parser is not None  # a callback of the parser's own feed_data
         status = self._parser.get_status_code()
         if status < 200:  # 100 Continue, 103 Early Hints: the final response follows
             self.headers = {}
@@ -109,4 +118,6 @@ class ResponseDecoder:
         if not self.head_done:  # the end of a 1xx response
             return
         self.done = True
-        self.keep_alive = self._parser.should_keep_alive() and self._parser.get_http_version() == "1.1"
+        parser = self._parser
+        assert parser is not None  # a callback of the parser's own feed_data
+        self.keep_alive = parser.should_keep_alive() and parser.get_http_version() == "1.1"
