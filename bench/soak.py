@@ -270,7 +270,8 @@ def run_edge(config: str, dump: Path, trace_frames: int, tombstone_s: float) -> 
                     held[where] = held.get(where, 0) + len(value)
         del objects
         record: dict[str, Any] = {"t": time.time(), "objects": counts.most_common(80), "held": held,
-                                  "gc": gc.get_count(), "frozen": gc.get_freeze_count()}
+                                  "gc": gc.get_count(), "frozen": gc.get_freeze_count(),
+                                  "unreachable": gc.collect()}  # garbage in cycles, left to the collector
         if tracemalloc.is_tracing() and reference:
             record["traced_mib"] = tracemalloc.get_traced_memory()[0] / MIB
             record["grown"] = [[str(d.traceback), d.size_diff, d.count_diff]
@@ -301,6 +302,8 @@ def report_dumps(dump: Path, phases: list[str]) -> None:
     grown = sorted(((end.get(k, 0) - start.get(k, 0), k) for k in set(start) | set(end)), reverse=True)
     print(f"\nthe edge's objects by type, the last dump under load against the first "
           f"({loaded[-1]['t'] - loaded[0]['t']:.0f} s apart): " + ", ".join(f"{k} {d:+d}" for d, k in grown[:15] if d))
+    print("unreachable objects a full collection found at each dump under load (cycles waiting for the "
+          "collector): " + ", ".join(str(r.get("unreachable")) for r in loaded))
     print("containers of 500+ held by ingress objects, under load: " + "; ".join(
         f"{k} {loaded[0]['held'].get(k, 0)} -> {v}" for k, v in sorted(loaded[-1]["held"].items())))
     if "grown" in loaded[-1]:
