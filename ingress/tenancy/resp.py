@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import select
-import socket
 import ssl
 from collections import deque
 from collections.abc import Sequence
@@ -38,6 +37,8 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ingress.sockets import watch
 
 Arg = str | bytes | int
 DEFAULT_PORT = 6379
@@ -312,11 +313,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._poll.register(sock.fileno(), select.POLLIN)
+        watch(transport, self._poll)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import select
-import socket
 import ssl
 from collections import deque
 from collections.abc import Mapping
@@ -47,6 +46,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from ingress.errors import IngressError, UpstreamConnectFailed
+from ingress.sockets import watch
 from ingress.upstream.http1_decoder import UNAVAILABLE, ResponseDecoder
 
 HIGH_WATER = 1 << 20  # unread body bytes at which reading from the socket pauses
@@ -121,11 +121,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._poll.register(sock.fileno(), select.POLLIN)
+        watch(transport, self._poll)
         self.pool.opened(self)
 
     def data_received(self, data: bytes) -> None:
