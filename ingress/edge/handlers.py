@@ -159,7 +159,9 @@ async def _answer(request: web.Request, ex: Exchange,
         with drain.deadline():
             completion = await pipeline.complete(gw, prepared, ex)
         return _json_response(completion)
-    return await _stream(request, ex, pipeline.stream(gw, prepared, ex), SseWriter())
+    sse = SseWriter()
+    outlet = Outlet(request, sse)
+    return await _stream(request, ex, pipeline.stream(gw, prepared, ex, outlet), sse, outlet)
 
 
 async def embeddings(request: web.Request) -> web.Response:
@@ -197,10 +199,32 @@ async def stored_response(request: web.Request) -> web.Response:
 E = TypeVar("E")
 
 
+class Outlet:
+    """A chat stream's chunks straight from the upstream connection's callback (`pipeline.Direct`): to the
+    client's transport, framed as a chunk as `_write_event` frames it, once the head is out and while
+    the transport's buffer is empty. Otherwise declined: the stream's task writes them, with backpressure."""
+
+    __slots__ = ("_render", "_transport", "framed")
+
+    def __init__(self, request: web.Request, sse: SseWriter) -> None:
+        self.framed = False  # set by `_stream` once the head is out and the body chunked
+        self._render = sse.render
+        self._transport = request.transport
+
+    def __call__(self, event: pipeline.StreamEvent) -> bool:
+        transport = self._transport
+        if not self.framed or transport is None or transport.get_write_buffer_size() or transport.is_closing():
+            return False
+        data = self._render(event)
+        transport.write(b"%x\r\n%s\r\n" % (len(data), data))  # into an empty buffer: the next write sees any backlog
+        return True
+
+
 async def _stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, None],
-                  sse: EventWriter[E]) -> web.StreamResponse:
+                  sse: EventWriter[E], outlet: Outlet | None = None) -> web.StreamResponse:
     """Write the events as SSE. The response begins with the first event; a failure before it is
-    answered with its status (by the middleware), after it in-band, and the stream ends without [DONE]."""
+    answered with its status (by the middleware), after it in-band, and the stream ends without [DONE].
+    With an `outlet`, the pipeline writes what it can itself once the head is out."""
     drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
     response: web.StreamResponse | None = None
     framed = False  # the head is out and the body is chunked: events may go straight to the transport
@@ -216,6 +240,8 @@ async def _stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, 
                         else:
                             await _write(request, response, data, stall)  # with the head, which aiohttp holds
                             framed = response.headers.get("Transfer-Encoding") == "chunked"
+                            if outlet is not None:
+                                outlet.framed = framed
         except WriteTimeout as exc:  # the client stopped reading: nothing more can reach it
             ex.error = exc
             _abort(request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from bisect import bisect_left
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final
@@ -29,6 +29,7 @@ from ingress.pipeline.send import send
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
+from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
 from ingress.wire.framing import FrameDecoder, FrameError
 
@@ -69,14 +70,22 @@ class Burst:
 StreamEvent = out.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
 
 
+Direct = Callable[[StreamEvent], bool]
+"""Where a read's chunks may go at once, from the upstream connection's callback: True when it took them
+(the edge wrote them to its client), False to have them yielded instead (the edge then writes them with
+its backpressure). Only chunks and Bursts are offered."""
+
+
 ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
 
 
-async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
+                 direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
     """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
     loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
-    at a time, then DONE or Failed. A failure before the first event raises instead, so that the edge
-    can answer it with its status. The upstream stream is closed when the generator is."""
+    at a time (or a Burst of those of one read), then DONE or Failed; chunks `direct` takes are not
+    yielded. A failure before the first event raises instead, so that the edge can answer it with its
+    status. The upstream stream is closed when the generator is."""
     head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     yielded = False
     async with AsyncExitStack() as upstream:
@@ -101,16 +110,16 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> A
                     raise
                 yield failed(ex, exc)
                 return
-        async with aclosing(_translate(gw, prepared, ex, reads, data)) as events:  # its usage, however it ends
+        async with aclosing(_translate(gw, prepared, ex, reads, data, direct)) as events:  # its usage, however it ends
             async for event in events:
                 yield event
 
 
 async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
-                head: asyncio.Future[None]) -> tuple[AsyncIterator[bytes], bytes]:
+                head: asyncio.Future[None]) -> tuple[Reads, bytes]:
     """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
 
-    async def attempt(lease: Lease) -> tuple[AsyncExitStack, AsyncIterator[bytes]]:
+    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads]:
         stack = AsyncExitStack()
         try:
             reads = await stack.enter_async_context(
@@ -126,9 +135,11 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
     return reads, await anext(reads, b"")
 
 
-async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: AsyncIterator[bytes],
-                     data: bytes) -> AsyncGenerator[StreamEvent, None]:
-    """Frames → chunks, from the first read on; DONE at the final frame, or Failed."""
+async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: Reads, data: bytes,
+                     direct: Direct | None) -> AsyncGenerator[StreamEvent, None]:
+    """Frames → chunks, from the first read on; DONE at the final frame, or Failed. With `direct`, each
+    later read is translated in the upstream connection's callback and its chunks offered there; only
+    what `direct` declines, a failure or the end come back to this generator."""
     request = prepared.request
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     translator: StreamTranslator | TextStreamTranslator
@@ -142,30 +153,50 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     decoder = FrameDecoder(gw.settings.max_frame_bytes)
     read = translator.read_frame if isinstance(translator, StreamTranslator) else translator.feed_frame
     gaps = Gaps(metrics.INTER_CHUNK.labels(ex.metric_model))
+
+    def take(data: bytes) -> Step:
+        """One read: its chunks, and the error that came after them in it (or None)."""
+        ex.mark_first_byte()
+        burst: list[out.ChatCompletionChunk | TextCompletion | Delta] = []
+        try:
+            for frame in decoder.feed(data):
+                chunks = read(frame)
+                if chunks:
+                    now = time.perf_counter()
+                    for _ in chunks:
+                        gaps.mark(now)
+                    burst += chunks
+                if translator.done:
+                    break  # complete: whatever follows the final frame is not read, however it arrived
+        except (FrameError, IngressError) as exc:  # after what came before it in the same read
+            return burst, exc
+        return burst, None
+
+    def consume(data: bytes) -> Step | None:
+        """A read in the connection's callback: None when `direct` took its chunks (or it had none)."""
+        try:
+            burst, error = step = take(data)
+            if error is None and not translator.done and (not burst or direct(_event(burst))):  # type: ignore[misc]
+                return None
+            return step
+        except Exception as exc:  # raised in the stream's task, not in the connection's callback
+            return [], exc
+
     try:
-        while data:
-            ex.mark_first_byte()
-            burst: list[out.ChatCompletionChunk | TextCompletion | Delta] = []
-            error: FrameError | IngressError | None = None
-            try:
-                for frame in decoder.feed(data):
-                    chunks = read(frame)
-                    if chunks:
-                        now = time.perf_counter()
-                        for _ in chunks:
-                            gaps.mark(now)
-                        burst += chunks
-                    if translator.done:
-                        break  # complete: whatever follows the final frame is not read, however it arrived
-            except (FrameError, IngressError) as exc:  # after what came before it in the same read
-                error = exc
+        step = take(data) if data else None
+        while step is not None:
+            burst, error = step
             if burst:
-                yield burst[0] if len(burst) == 1 else Burst(burst)
+                yield _event(burst)
             if error is not None:
                 raise error
             if translator.done:
                 break
-            data = await anext(reads, b"")
+            if direct is not None:
+                step = await reads.pump(consume)
+            else:
+                data = await anext(reads, b"")
+                step = take(data) if data else None
         else:
             decoder.finish()
             translator.finish()
@@ -183,6 +214,14 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         ex.upstream_done = time.perf_counter()
     ex.upstream_ok = True
     yield DONE
+
+
+Chunks = list[out.ChatCompletionChunk | TextCompletion | Delta]
+Step = tuple[Chunks, Exception | None]
+
+
+def _event(burst: Chunks) -> StreamEvent:
+    return burst[0] if len(burst) == 1 else Burst(burst)
 
 
 class Gaps:

@@ -4,8 +4,9 @@ oversized answers and error statuses become IngressErrors here (transport failur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from ingress.errors import IngressError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
@@ -14,6 +15,8 @@ from ingress.wire import identifiers
 from ingress.wire.answer import decode_refusal
 
 TOO_LARGE = "The model service answer is too large."
+
+R = TypeVar("R")
 
 
 def _timeout(waiting_for: str, *, after_head: bool = False) -> UpstreamTimeout:
@@ -114,7 +117,7 @@ class UpstreamClient:
 
     @asynccontextmanager
     async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
-                     timeouts: Timeouts | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
+                     timeouts: Timeouts | None = None) -> AsyncIterator[Reads]:
         """A streamed exchange: entering raises before the first byte; the body is read inside."""
         t = timeouts or self.timeouts
         deadline = None if t.total is None else asyncio.get_running_loop().time() + t.total
@@ -123,21 +126,9 @@ class UpstreamClient:
             response.close()
             raise UpstreamProtocolError("The model service did not answer with a stream.")
         try:
-            yield self._reads(response, t, deadline)
+            yield Reads(response, t.idle, deadline)
         finally:
             response.close()  # also on cancellation: the upstream call ends with the client's
-
-    async def _reads(self, response: Response, t: Timeouts, deadline: float | None) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                wait = t.idle if deadline is None else max(min(t.idle, deadline - loop.time()), 0.0)
-                data = await response.read(wait)
-                if not data:
-                    return
-                yield data
-        except TimeoutError as exc:
-            raise _timeout("send the next part of its answer") from exc
 
     async def probe(self, path: str, timeout: float) -> bool:
         """An active health check: GET `path`, healthy on any 2xx."""
@@ -150,7 +141,7 @@ class UpstreamClient:
         return 200 <= response.status < 300
 
     async def forward(self, body: bytes, headers: Mapping[str, str],
-                    timeouts: Timeouts | None = None) -> tuple[Response, AsyncIterator[bytes]]:
+                    timeouts: Timeouts | None = None) -> tuple[Response, Reads]:
         """Binary ingress: send, and hand back the open response of any status below 500 with its reads
         (idle and total deadlines applied), for relaying unmodified; the caller closes it. A 5xx is raised
         as the service's error, before anything is relayed, so that a fallback may serve the request."""
@@ -159,4 +150,38 @@ class UpstreamClient:
         response = await self._post(body, headers, t)
         if response.status >= 500:
             raise await self._refusal(response, t)
-        return response, self._reads(response, t, deadline)
+        return response, Reads(response, t.idle, deadline)
+
+
+class Reads:
+    """A streamed answer's body, read by read (an async iterator of bytes, b"" never), or pumped: each read
+    handed to a callback as it arrives (`pump`). Between two reads the service has `idle` seconds, and
+    the whole answer must be in by `deadline` (loop time); past either, UpstreamTimeout."""
+
+    __slots__ = ("_deadline", "_idle", "_response")
+
+    def __init__(self, response: Response, idle: float, deadline: float | None) -> None:
+        self._response, self._idle, self._deadline = response, idle, deadline
+
+    def __aiter__(self) -> Reads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        wait = self._idle
+        if self._deadline is not None:
+            wait = max(min(wait, self._deadline - asyncio.get_running_loop().time()), 0.0)
+        try:
+            data = await self._response.read(wait)
+        except TimeoutError as exc:
+            raise _timeout("send the next part of its answer") from exc
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+    async def pump(self, consume: Callable[[bytes], R | None]) -> R | None:
+        """`consume` each read as it arrives, in the connection's callback, until it returns something
+        (returned) or the body ends (None). `consume` must not raise."""
+        try:
+            return await self._response.pump(consume, self._idle, self._deadline)
+        except TimeoutError as exc:
+            raise _timeout("send the next part of its answer") from exc

@@ -40,9 +40,9 @@ import asyncio
 import select
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
-from typing import cast
+from typing import TypeVar, cast
 from urllib.parse import urlsplit
 
 from ingress.errors import IngressError, UpstreamConnectFailed
@@ -52,6 +52,8 @@ from ingress.upstream.http1_decoder import UNAVAILABLE, ResponseDecoder
 HIGH_WATER = 1 << 20  # unread body bytes at which reading from the socket pauses
 KEEPALIVE = 4.0  # seconds an idle connection is kept for reuse, by default: below common servers' 5 s
 POLL_AFTER = 0.25  # of the keepalive: a connection idle longer is polled before reuse
+
+R = TypeVar("R")
 
 
 class Response:
@@ -93,6 +95,34 @@ class Response:
             conn.resume()
         return data
 
+    async def pump(self, consume: Callable[[bytes], R | None], idle: float, deadline: float | None) -> R | None:
+        """The body handed to `consume` as it arrives, in the connection's own callback (no task wakes
+        for a read `consume` takes), until it returns something, which is returned, or the body ends
+        (None). TimeoutError when nothing arrives for `idle` seconds, or at `deadline` (loop time). What
+        arrived before a failure is consumed first; then the failure is raised. `consume` must not raise."""
+        conn, decoder = self._conn, self.decoder
+        if conn is None:
+            raise RuntimeError("read from a closed response")
+        while True:
+            if decoder.buffered:
+                got = consume(decoder.take())
+                if conn.paused:
+                    conn.resume()
+                if got is not None:
+                    return got
+                continue
+            if decoder.done:
+                return None
+            if self.error is not None:
+                raise self.error
+            conn.pumping(consume, idle, deadline)
+            try:
+                woke = await conn.wait(conn.next_deadline())  # what `consume` returned there, or None
+            finally:
+                conn.pumping(None, idle, deadline)
+            if woke is not None:
+                return cast(R, woke)
+
     def close(self) -> None:
         """End the exchange: the connection is kept for another one only if this response came whole.
         Its error is let go: raised, it holds the frames that hold this response, a cycle otherwise."""
@@ -115,9 +145,12 @@ class Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self.paused = False
         self._poll = select.poll()  # its socket, to see what arrived since the loop last looked
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[object] | None = None
         self._deadline: float | None = None  # the waiter's
         self._timer: asyncio.TimerHandle | None = None
+        self._consume: Callable[[bytes], object] | None = None  # a pump's, while it waits
+        self._idle = 0.0  # the pump's: its deadline moves to this long after each read
+        self._total: float | None = None  # and never past this one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -129,12 +162,23 @@ class Connection(asyncio.Protocol):
         if response is None:  # the server spoke out of turn: not to be trusted with a request
             self.transport.abort()
             return
+        decoder = self.decoder
         try:
-            self.decoder.feed(data)
+            decoder.feed(data)
         except IngressError as exc:
             response.error = exc
             self.transport.abort()
-        if self.decoder.buffered > HIGH_WATER and not self.paused:
+        consume, waiter = self._consume, self._waiter
+        if consume is not None and decoder.buffered and waiter is not None and not waiter.done():
+            got = consume(decoder.take())
+            if got is not None:
+                self._consume = None
+                waiter.set_result(got)
+                return
+            if response.error is None and not decoder.done:
+                self._deadline = self.next_deadline()  # the lazy timer, firing early, re-arms for it
+                return
+        if decoder.buffered > HIGH_WATER and not self.paused:
             self.paused = True
             self.transport.pause_reading()
         self._wake()
@@ -163,8 +207,18 @@ class Connection(asyncio.Protocol):
             return False
         return since > poll_before or not self._poll.poll(0)
 
-    async def wait(self, deadline: float | None) -> None:
-        """Until more arrives or the connection ends; TimeoutError at `deadline` (loop time).
+    def pumping(self, consume: Callable[[bytes], object] | None, idle: float, total: float | None) -> None:
+        """What `data_received` hands the body to while a pump waits (None: nothing, it is buffered)."""
+        self._consume, self._idle, self._total = consume, idle, total
+
+    def next_deadline(self) -> float:
+        """A pump's deadline from now: `idle` seconds on, and not past its total."""
+        deadline = self.loop.time() + self._idle
+        return deadline if self._total is None or deadline < self._total else self._total
+
+    async def wait(self, deadline: float | None) -> object:
+        """Until more arrives or the connection ends (None), or a pump's `consume` returns something (that);
+        TimeoutError at `deadline` (loop time).
 
         The timer is lazy: one per connection, left running when the wait ends, and moved only when
         it would fire too late. Firing early, it re-arms for the waiter of the moment; timers cost
@@ -176,7 +230,7 @@ class Connection(asyncio.Protocol):
                 self._timer.cancel()
             self._timer = self.loop.call_at(deadline, self._expire)
         try:
-            await waiter
+            return await waiter
         finally:
             self._waiter = None
 

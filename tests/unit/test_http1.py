@@ -1048,3 +1048,99 @@ async def test_an_https_endpoint(start_server: StartServer, pools: list[Connecti
     for _ in range(2):
         assert await _read_all(await _request(pool)) == b"hello world"
     assert server.connections == 1
+
+
+# --- pumped bodies: each read consumed in the connection's callback -------------------------------
+
+STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+               % identifiers.STREAM_CONTENT_TYPE.encode())
+
+
+def _paced(*pieces: bytes, pace: float = 0.02, end: bytes = b"0\r\n\r\n") -> Handler:
+    """Read the request, write the stream's head, then each piece as its own HTTP chunk `pace` seconds
+    apart, then `end` (default the last chunk; b"" to hang), then wait for the client to hang up."""
+
+    async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD)
+        for piece in pieces:
+            await asyncio.sleep(pace)
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        if end:
+            await asyncio.sleep(pace)
+            writer.write(end)
+        await server.wait_for_hangup(reader)
+
+    return handler
+
+
+def _keeping(consumed: list[bytes]) -> Callable[[bytes], object]:
+    """A pump's consumer that keeps every read and never stops the pump."""
+    return consumed.append
+
+
+async def test_a_pumped_body_is_consumed_in_the_callback_until_the_consumer_stops_it(
+        start_server: StartServer) -> None:
+    server = await start_server(_paced(b"one", b"two", b"stop", b"four", b"five"))
+    client = UpstreamClient(server.url, Timeouts(connect=1.0, first_byte=2.0, idle=2.0), 1 << 20)
+    consumed: list[tuple[bytes, bool]] = []
+
+    def consume(data: bytes) -> str | None:
+        consumed.append((data, asyncio.current_task() is None))
+        return "stopped" if b"stop" in data else None
+
+    async with client.stream(b"ping", {}) as reads:
+        assert await reads.pump(consume) == "stopped"
+        rest = [data async for data in reads]
+        assert await reads.pump(consume) is None  # the body's end
+    await client.close()
+
+    assert [data for data, _ in consumed] == [b"one", b"two", b"stop"]
+    assert all(in_callback for _, in_callback in consumed)  # no task woke for them
+    assert b"".join(rest) == b"fourfive"
+
+
+async def test_a_pump_consumes_what_was_buffered_before_it_first(start_server: StartServer) -> None:
+    server = await start_server(then_hang(STREAM_HEAD + b"3\r\none\r\n3\r\ntwo\r\n0\r\n\r\n"))
+    client = UpstreamClient(server.url, Timeouts(connect=1.0, first_byte=2.0, idle=2.0), 1 << 20)
+    consumed: list[bytes] = []
+    async with client.stream(b"ping", {}) as reads:
+        await asyncio.sleep(0.05)  # everything has arrived
+        assert await reads.pump(_keeping(consumed)) is None
+    await client.close()
+    assert b"".join(consumed) == b"onetwo"
+
+
+async def test_a_pumps_idle_deadline_moves_with_each_read_and_a_stall_beyond_it_is_a_timeout(
+        start_server: StartServer) -> None:
+    # 8 reads 0.1 s apart, 0.8 s in all, under an idle timeout of 0.3 s; then nothing
+    server = await start_server(_paced(*(b"%d" % i for i in range(8)), pace=0.1, end=b""))
+    client = UpstreamClient(server.url, Timeouts(connect=1.0, first_byte=2.0, idle=0.3), 1 << 20)
+    consumed: list[bytes] = []
+    started = time.perf_counter()
+    with pytest.raises(UpstreamTimeout, match="did not send the next part of its answer in time"):
+        async with client.stream(b"ping", {}) as reads:
+            await reads.pump(_keeping(consumed))
+    await client.close()
+    assert b"".join(consumed) == b"01234567"
+    assert time.perf_counter() - started >= 0.8 + 0.3 - 0.05  # the stall's 0.3 s counted from the last read
+
+
+async def test_what_arrived_before_a_pumped_bodys_failure_is_consumed_then_the_failure_raised(
+        start_server: StartServer) -> None:
+    async def cut(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(STREAM_HEAD + b"3\r\none\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"3\r\ntwo\r\n5\r\nthr")  # then the connection ends inside a chunk
+
+    server = await start_server(cut)
+    client = UpstreamClient(server.url, Timeouts(connect=1.0, first_byte=2.0, idle=2.0), 1 << 20)
+    consumed: list[bytes] = []
+    with pytest.raises(UpstreamProtocolError):
+        async with client.stream(b"ping", {}) as reads:
+            await reads.pump(_keeping(consumed))
+    await client.close()
+    assert b"".join(consumed).startswith(b"onetwo")
