@@ -141,14 +141,42 @@ async def _whole(call: EngineCall, response: Response, t: Timeouts) -> web.Respo
 
 async def _stream(request: web.Request, call: EngineCall, response: Response, t: Timeouts) -> web.StreamResponse:
     """Frames as the engine's events arrive. Before the first frame a failure keeps its status; after,
-    it is the stream's last frame, an Error."""
+    it is the stream's last frame, an Error. Once the head is out, each read is translated in the
+    engine connection's callback, and its frames written there while the edge's socket buffer is empty."""
     decoder = call.stream()
+    transport = request.transport
     out: web.StreamResponse | None = None
+    framed = False  # the head is out and the body chunked: frames may go straight to the transport
     sent_done = False
+
+    def consume(data: bytes) -> tuple[list[wire.Chunk], Exception | None] | None:
+        """A read in the engine connection's callback: None when its frames went out there (or it had none)."""
+        try:
+            chunks = decoder.feed(data)
+            if not chunks:
+                return None
+            if chunks[-1].done or transport is None or transport.get_write_buffer_size() or transport.is_closing():
+                return chunks, None
+            frames = b"".join(wire.write_chunk(c) for c in chunks)
+            transport.write(b"%x\r\n%s\r\n" % (len(frames), frames))  # as aiohttp frames a chunk
+            return None
+        except Exception as exc:  # EngineFailed, or a fault: raised in the handler's task
+            return [], exc
+
     try:
         while True:
-            data = await response.read(t.idle)
-            chunks = decoder.feed(data) if data else decoder.finish()
+            if framed:
+                got = await response.pump(consume, t.idle, None)
+                ended = got is None
+                chunks, error = got or ([], None)
+                if error is not None:
+                    raise error
+                if ended:
+                    chunks = decoder.finish()
+            else:
+                data = await response.read(t.idle)
+                ended = not data
+                chunks = decoder.feed(data) if data else decoder.finish()
             if chunks and out is None:
                 out = web.StreamResponse(headers={"Content-Type": identifiers.STREAM_CONTENT_TYPE})
                 await out.prepare(request)
@@ -156,7 +184,8 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
                 assert out is not None
                 await out.write(b"".join(wire.write_chunk(c) for c in chunks))
                 sent_done = chunks[-1].done
-            if not data or sent_done:
+                framed = out.headers.get("Transfer-Encoding") == "chunked"
+            if ended or sent_done:
                 break
     except EngineFailed as exc:
         info, before = exc.info, exc.chunks

@@ -120,8 +120,12 @@ class Engine:
                 return web.json_response({"text": doc["text"]})
             out = web.StreamResponse()
             await out.prepare(request)
+            paced = behaviour.startswith("paced ")  # each event a read of its own at the bridge
+            behaviour = behaviour.removeprefix("paced ")
             for word in doc["text"].split():
                 await out.write(word.encode() + b"\n")
+                if paced:
+                    await asyncio.sleep(0.005)
             if behaviour == "answer":
                 await out.write(b"END\n")
             elif behaviour == "error":
@@ -189,6 +193,34 @@ async def test_a_stream_goes_through_as_frames(served: Stack, client: openai.Asy
     chunks = [c async for c in stream]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "one two three"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+
+
+@pytest.mark.parametrize("ending", ["answer", "error"])
+async def test_paced_events_become_frames_in_the_engine_connections_callback(
+        served: Stack, client: openai.AsyncOpenAI, monkeypatch: pytest.MonkeyPatch, ending: str) -> None:
+    in_callback: list[bool] = []
+    write_chunk = wire.write_chunk
+
+    def spied(chunk: wire.Chunk) -> bytearray:
+        in_callback.append(asyncio.current_task() is None)
+        return write_chunk(chunk)
+
+    monkeypatch.setattr(wire, "write_chunk", spied)  # as the service calls it
+    words = " ".join(f"w{i}" for i in range(20))
+    served.engine.script.append(f"paced {ending}")
+    stream = await client.chat.completions.create(model="m", messages=_say(words), stream=True,
+                                                  stream_options={"include_usage": True})
+    seen: list[str] = []
+    if ending == "answer":
+        chunks = [c async for c in stream]
+        seen = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 20
+    else:
+        with pytest.raises(openai.APIError, match="the engine fell over"):
+            async for chunk in stream:
+                seen.append(chunk.choices[0].delta.content or "")
+    assert "".join(seen) == words
+    assert sum(in_callback) >= 15  # the words after the first few: no task step for them
 
 
 async def test_an_engine_refusal_keeps_its_status_and_retry_after_and_is_scrubbed_by_the_dialect(
