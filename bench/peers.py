@@ -8,7 +8,7 @@ place when it is complete, then reused): LiteLLM's proxy (PyPI `litellm[proxy]`,
 virtualenv, and Portkey's gateway (npm `@portkey-ai/gateway`, PORTKEY below), run with the machine's `node`.
 A peer that cannot be installed or started is reported with the reason, and the run goes on without it.
 
-Five subjects, one process each, side by side with rounds interleaved (a different one first each round):
+Six subjects, one process each, side by side with rounds interleaved (a different one first each round):
 
 - `mock (OpenAI)`: bridge.py's zero-delay mock (a raw asyncio Protocol on uvloop) answering every POST with
   one fixed chat.completion JSON made once at start-up; called directly with the JSON request;
@@ -23,6 +23,10 @@ Five subjects, one process each, side by side with rounds interleaved (a differe
 - `edge`: `ingress serve --workers 1` in front of the FlatBuffers mock with `[tenancy]` on: the memory
   backend, one key with rpm and tpm limits and its tenant with a tpm limit, all far above what a run
   reaches (3 checks a request, nothing refused), the key sent by the client.
+- `floor`: `bench/floor.py --serve` in front of the FlatBuffers mock: an aiohttp handler that reads the JSON
+  body, POSTs a FlatBuffers body encoded once at start-up through `ingress.upstream.http1`, and answers a
+  fixed JSON body; no decoding, counting, keys, limits, encoding, verification, metrics or logging. The most
+  a gateway made of the edge's parts can do here: its ratios to the peers bound the edge's.
 
 The same 16 KB, 11-message request (bench/payloads.py, max_tokens 64) to every subject, `wrk -t1` at 1 and 32
 connections: requests/s, p50/p99, the added p99 against the direct mock of the same round (the peers against
@@ -77,11 +81,13 @@ PORTKEY = "1.15.2"
 JSON_TYPE = "application/json"
 CHAT = "/v1/chat/completions"
 CONNECTIONS = (1, 32)
-SUBJECTS = ("mock_oai", "mock_fb", "litellm", "portkey", "edge")
+SUBJECTS = ("mock_oai", "mock_fb", "litellm", "portkey", "edge", "floor")
 LABELS = {"mock_oai": "mock (OpenAI JSON), direct", "mock_fb": "mock (CompletionResponse), direct",
-          "litellm": f"LiteLLM {LITELLM}", "portkey": f"Portkey {PORTKEY}", "edge": "edge (ingress)"}
-BASELINE = {"litellm": "mock_oai", "portkey": "mock_oai", "edge": "mock_fb"}
-GATEWAYS = ("litellm", "portkey", "edge")
+          "litellm": f"LiteLLM {LITELLM}", "portkey": f"Portkey {PORTKEY}", "edge": "edge (ingress)",
+          "floor": "floor: bare aiohttp proxy, no work"}
+BASELINE = {"litellm": "mock_oai", "portkey": "mock_oai", "edge": "mock_fb", "floor": "mock_fb"}
+GATEWAYS = ("litellm", "portkey", "edge", "floor")
+OURS = ("edge", "floor")  # each with its ratios to the peers
 MASTER_KEY = "sk-bench-litellm-master"
 FAR = {"rpm": 10**9, "tpm": 10**12}  # never reached: nothing is refused
 STREAM_DELTAS = 64
@@ -548,6 +554,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "--port", str(ports["litellm"]), "--num_workers", "1"],
             ports["litellm"], work / "litellm.log", CHAT, "chat.json", JSON_TYPE,
             {"Authorization": f"Bearer {MASTER_KEY}"}, "/health/liveliness", LITELLM_ENV)
+    subjects["floor"] = Subject("floor", [PY, str(HERE / "floor.py"), "--serve", str(ports["floor"]), fb_url,
+                                          str(work / "chat.fb")],
+                                ports["floor"], work / "floor.log", CHAT, "chat.json", JSON_TYPE)
     if node_script is not None:
         subjects["portkey"] = Subject(
             "portkey", ["node", str(node_script), f"--port={ports['portkey']}", "--headless"],
@@ -577,7 +586,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     peer.start()
                     peer.wait_ready()
                 status, answer = subjects[name].post(work)
-                if status != 200 or (name not in ("mock_fb", "paced_fb", "edge_paced") and marker not in answer):
+                unmarked = name in ("mock_fb", "paced_fb", "edge_paced", "floor")  # answers without the mock's id
+                if status != 200 or (not unmarked and marker not in answer):
                     raise Unavailable(f"{name} answered {status}: {answer[:500]!r}")
             except Unavailable as exc:
                 if name not in GATEWAYS[:2]:
@@ -673,19 +683,20 @@ def table(runs: dict[str, list[dict[str, Any]]], rss_after: dict[str, float]) ->
         else:
             row["cpu_us_per_request"] = _med([r["cpu_us_per_request"]["mock"] for r in rs])
         rows[name] = row
-    edge = runs.get("edge") or []
-    for peer in ("litellm", "portkey"):
-        if runs.get(peer) and edge:
-            # a round in which the peer answered nothing has no ratio
-            pairs = [(e, p) for e, p in zip(edge, runs[peer], strict=True) if p["requests"]]
-            ratios = [e["rps"] / p["rps"] for e, p in pairs]
-            rows[f"edge/{peer}"] = {
-                "rps_ratio": _med(ratios),
-                "cpu_ratio": _med([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
-                                   for e, p in pairs]),
-                "rps_ratio_range": [min(ratios, default=float("nan")), max(ratios, default=float("nan"))],
-                "rounds_without_a_peer_answer": len(edge) - len(pairs),
-            }
+    for who in OURS:
+        ours = runs.get(who) or []
+        for peer in ("litellm", "portkey"):
+            if runs.get(peer) and ours:
+                # a round in which the peer answered nothing has no ratio
+                pairs = [(e, p) for e, p in zip(ours, runs[peer], strict=True) if p["requests"]]
+                ratios = [e["rps"] / p["rps"] for e, p in pairs]
+                rows[f"{who}/{peer}"] = {
+                    "rps_ratio": _med(ratios),
+                    "cpu_ratio": _med([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
+                                       for e, p in pairs]),
+                    "rps_ratio_range": [min(ratios, default=float("nan")), max(ratios, default=float("nan"))],
+                    "rounds_without_a_peer_answer": len(ours) - len(pairs),
+                }
     return rows
 
 
@@ -706,12 +717,13 @@ def print_tables(result: dict[str, Any]) -> None:
             print(f"c={conns:<4} {LABELS[name]:<36} {_f(row['rps'], 0):>8} {_f(row['p50_ms']):>8} "
                   f"{_f(row['p99_ms']):>8} {_f(row.get('added_p99_ms')):>8} {_f(row['cpu_us_per_request'], 0):>11} "
                   f"{_f(row['rss_after_mb'], 1):>7} {row['errors']:>6}")
-        for peer in ("litellm", "portkey"):
-            ratio = rows.get(f"edge/{peer}")
-            if ratio:
-                lo, hi = ratio["rps_ratio_range"]
-                print(f"c={conns:<4} {'edge / ' + LABELS[peer]:<36} {ratio['rps_ratio']:>7.1f}x  (rounds "
-                      f"{lo:.1f}-{hi:.1f}x); CPU per request {ratio['cpu_ratio']:.1f}x less")
+        for who in OURS:
+            for peer in ("litellm", "portkey"):
+                ratio = rows.get(f"{who}/{peer}")
+                if ratio:
+                    lo, hi = ratio["rps_ratio_range"]
+                    print(f"c={conns:<4} {who + ' / ' + LABELS[peer]:<36} {ratio['rps_ratio']:>7.1f}x  (rounds "
+                          f"{lo:.1f}-{hi:.1f}x); CPU per request {ratio['cpu_ratio']:.1f}x less")
     streams = result.get("streams")
     if streams:
         print(f"\npaced streams: {STREAM_DELTAS} deltas {PACING_MS:.0f} ms apart; a level is held with no error and an "
