@@ -12,6 +12,9 @@ It does only what the hop needs, for a fraction of the CPU aiohttp's ClientSessi
 - `Response.read()` gives the body as it arrives, delimited by Content-Length, chunked coding or the
   end of the connection. Past `HIGH_WATER` unread bytes, reading from the socket pauses until the
   reader has taken what is buffered.
+- `Response.pump(consume, idle, deadline)` hands each read to `consume` in the connection's own
+  `data_received`, until it returns something or the body ends: a stream's reads then cost no task
+  wake-up each (the pipeline translates and writes them there).
 - `Response.close()` ends the exchange. The connection goes back to the pool only if the whole response
   arrived, it was HTTP/1.1 and neither side asked to close; after an error, a timeout, a cancellation
   or a close before the end it is aborted, so a connection with unread body is never reused.
