@@ -6,7 +6,8 @@
              complete  send → translate                                    one chat.completion
              respond / stream_response  as complete / stream, answered as a Responses object / events
              embed     as prepare, then send → translate                   one embeddings list
-             stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent
+             stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent;
+                       a `direct` callable takes chunks in the upstream connection's callback (the edge's outlet)
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
     tenancy  (authenticate, in the edge's middleware) → prepare: the key may use the model →
              admit     the request's limits in one round trip to the store: a refusal raises, having
