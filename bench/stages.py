@@ -1,4 +1,5 @@
-"""The CPU each stage of a non-streamed chat request costs the edge, one stage at a time, in process.
+"""The CPU each stage of a non-streamed chat request costs the edge, one stage at a time, in process; and
+each stage of a streamed token's path (`chunk:`), from the upstream's HTTP chunk to the client's.
 
     .venv/bin/python bench/stages.py [--quick] [--rounds 7]   -> results/stages.json
 
@@ -139,6 +140,63 @@ def stages() -> dict[str, Callable[[], object]]:
     }
 
 
+def chunk_stages() -> dict[str, Callable[[], object]]:
+    """A streamed token's path through the edge, each stage on the data it gets there: one HTTP chunk of the
+    upstream body decoded, its frame cut, read in place into a Delta, the gap counted, the SSE event rendered
+    from the stream's template and framed as a chunk for the client's transport; and all of it at once, as
+    the upstream connection's callback runs it (the write itself left out: it is the kernel's)."""
+    from ingress import metrics, wire
+    from ingress.edge.sse import SseWriter
+    from ingress.pipeline.stream import Gaps
+    from ingress.translate.stream import StreamTranslator
+    from ingress.upstream.http1_decoder import ResponseDecoder
+    from ingress.wire.framing import FrameDecoder
+
+    head = bytes(wire.write_chunk(wire.Chunk(sequence=0, id="chatcmpl-x", model="m", created=1, role="assistant",
+                                             content="")))
+    frame = bytes(wire.write_chunk(wire.Chunk(sequence=1, content=" token")))
+    piece = b"%x\r\n%s\r\n" % (len(frame), frame)
+
+    def decoder() -> ResponseDecoder:
+        d = ResponseDecoder()
+        d.start()
+        d.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        return d
+
+    def translator() -> StreamTranslator:
+        t = StreamTranslator(id="chatcmpl-0123456789abcdef", model="m", created=1, include_usage=False)
+        t.read_frame(head)
+        return t
+
+    http, frames, tr, sse = decoder(), FrameDecoder(), translator(), SseWriter()
+    gaps = Gaps(metrics.INTER_CHUNK.labels("bench"))
+    delta = tr.read_frame(frame)[0]
+
+    def read(t: StreamTranslator) -> object:
+        t._next_sequence, t.output = 1, []  # the frame is always the stream's next one
+        return t.read_frame(frame)
+
+    def whole() -> bytes:
+        http.feed(piece)
+        for _ in frames.feed(http.take()):
+            chunks = read(tr)
+            now = time.perf_counter()
+            for _ in chunks:
+                gaps.mark(now)
+            data = sse.render(chunks[0])  # type: ignore[arg-type]
+            return b"%x\r\n%s\r\n" % (len(data), data)
+        raise AssertionError("no frame")
+
+    return {
+        "chunk: HTTP decode": lambda: (http.feed(piece), http.take()),
+        "chunk: frame cut": lambda: frames.feed(frame),
+        "chunk: read in place": lambda: read(tr),
+        "chunk: gap counted": lambda: gaps.mark(time.perf_counter()),
+        "chunk: SSE render + framing": lambda: b"%x\r\n%s\r\n" % (len(d := sse.render(delta)), d),
+        "chunk: all of it, as the callback runs it": whole,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
@@ -150,7 +208,7 @@ def main() -> None:
     from budget import cpu_us
     from provenance import code_version, describe
 
-    cases = stages()
+    cases = {**stages(), **chunk_stages()}
     for fn in cases.values():  # warm every path once
         fn()
     runs: dict[str, list[float]] = {name: [] for name in cases}
@@ -166,8 +224,8 @@ def main() -> None:
     print(f"{'stage':<{width}}{'µs':>9}{'range':>17}")
     for name, us in table.items():
         print(f"{name:<{width}}{us:>9.1f}{f'{min(runs[name]):.1f}-{max(runs[name]):.1f}':>17}")
-    edge_own = sum(us for name, us in table.items() if not name.startswith("tenancy"))
-    print(f"{'sum of the edge own stages':<{width}}{edge_own:>9.1f}")
+    edge_own = sum(us for name, us in table.items() if not name.startswith(("tenancy", "chunk")))
+    print(f"{'sum of the edge own stages':<{width}}{edge_own:>9.1f}  (a request's, without tenancy and chunks)")
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps({"code": code_version(), "rounds": rounds, "table": table, "runs": runs,
                                     "sum_us": edge_own}, indent=2))
