@@ -866,6 +866,10 @@ def main() -> int:
     ramp_s = min(60.0, total_s / 6)
     load_before = os.getloadavg()
     started_at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    def terminated(signum: int, _frame: object) -> None:  # stopped from outside: the mock and edge with it
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
     with open(mock_log, "wb") as err:
         mock = subprocess.Popen([PY, str(Path(__file__)), "--serve-mock", str(mock_port), str(args.pace)],
                                 stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
