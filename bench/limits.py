@@ -118,6 +118,10 @@ class Candidate:
         while settles:
             await asyncio.wait(list(settles))
         self.cpu += time.process_time() - cpu0
+        await self.counted(before, n)
+
+    async def counted(self, before: tuple[float, int, int] | None, n: int) -> None:
+        """A batch of `n` is done: the admissions, and the server's CPU and script calls since `before`."""
         if self.raw is not None and before is not None:
             after = await server_stats(self.raw)
             self.server_cpu += after[0] - before[0]
@@ -157,12 +161,7 @@ class Caller(Candidate):
             self.latencies.append(time.perf_counter() - t0)
             self.degraded += reply[0] != 1
         self.cpu += time.process_time() - cpu0
-        if self.raw is not None and before is not None:
-            after = await server_stats(self.raw)
-            self.server_cpu += after[0] - before[0]
-            self.script_calls += after[1] - before[1]
-            self.script_us += after[2] - before[2]
-        self.admissions += n
+        await self.counted(before, n)
 
 
 def admission_call(plan: Plan, prefix: str = "{bench}:") -> tuple[list[str], list[Any]]:
