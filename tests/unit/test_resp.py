@@ -303,6 +303,14 @@ async def test_replies_split_byte_by_byte_reach_their_calls(fake: FakeRedis) -> 
         await client.close()
 
 
+async def _on_a_second_connection(fake: FakeRedis, client: Client, command: bytes, reply: bytes) -> object:
+    """`command` sent once the first connection is gone: it must go out on a second one, which answers `reply`."""
+    call = asyncio.get_running_loop().create_task(client.call(command, _deadline()))
+    await fake.received(1, 1)
+    fake.connections[1][1].write(reply)
+    return await call
+
+
 async def test_a_lost_connection_fails_every_pending_call_at_once_and_the_next_call_reconnects(
         fake: FakeRedis) -> None:
     client = Client(fake.url, connect_timeout=5)
@@ -317,10 +325,7 @@ async def test_a_lost_connection_fails_every_pending_call_at_once_and_the_next_c
         replies = await asyncio.gather(*calls, return_exceptions=True)
         assert replies[0] == b"PONG"
         assert all(type(r) is ConnectionError for r in replies[1:]), replies
-        again = loop.create_task(client.call(encode("PING"), _deadline()))
-        await fake.received(1, 1)
-        fake.connections[1][1].write(b"+PONG\r\n")
-        assert await again == b"PONG"
+        assert await _on_a_second_connection(fake, client, encode("PING"), b"+PONG\r\n") == b"PONG"
     finally:
         await client.close()
 
@@ -328,17 +333,13 @@ async def test_a_lost_connection_fails_every_pending_call_at_once_and_the_next_c
 async def test_a_missed_deadline_raises_timeout_and_the_next_call_takes_a_new_connection(fake: FakeRedis) -> None:
     client = Client(fake.url, connect_timeout=5)
     try:
-        loop = asyncio.get_running_loop()
         started = time.monotonic()
         with pytest.raises(TimeoutError):
             await client.call(encode("ECHO", "late"), _deadline(0.2))
         assert time.monotonic() - started < 0.6
         await fake.received(0, 1)
         await eventually(lambda: fake.ended[0], "the connection of the missed call closed (nothing waits on it)")
-        later = loop.create_task(client.call(encode("ECHO", "now"), _deadline()))
-        await fake.received(1, 1)
-        fake.connections[1][1].write(b"$3\r\nnow\r\n")
-        assert await later == b"now"
+        assert await _on_a_second_connection(fake, client, encode("ECHO", "now"), b"$3\r\nnow\r\n") == b"now"
     finally:
         await client.close()
 
