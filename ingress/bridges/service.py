@@ -24,6 +24,7 @@ from ingress.bridges.dialect import Dialect, EngineCall, EngineFailed, Target, U
 from ingress.errors import IngressError, UpstreamConnectFailed
 from ingress.log import get_logger
 from ingress.settings import Timeouts
+from ingress.sockets import chunk, clear
 from ingress.upstream.http1 import ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
@@ -155,10 +156,9 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
             chunks = decoder.feed(data)
             if not chunks:
                 return None
-            if chunks[-1].done or transport is None or transport.get_write_buffer_size() or transport.is_closing():
+            if chunks[-1].done or not clear(transport):
                 return chunks, None
-            frames = b"".join(wire.write_chunk(c) for c in chunks)
-            transport.write(b"%x\r\n%s\r\n" % (len(frames), frames))  # as aiohttp frames a chunk
+            transport.write(chunk(b"".join(wire.write_chunk(c) for c in chunks)))
             return None
         except Exception as exc:  # EngineFailed, or a fault: raised in the handler's task
             return [], exc

@@ -7,7 +7,7 @@ import time
 import zlib
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TypeGuard, TypeVar
+from typing import TypeVar
 
 import msgspec
 from aiohttp import web
@@ -28,6 +28,7 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import answers as out
 from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
+from ingress.sockets import chunk, clear
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 
@@ -201,7 +202,7 @@ E = TypeVar("E")
 
 class Outlet:
     """A chat stream's chunks straight from the upstream connection's callback (`pipeline.Direct`): to the
-    client's transport, framed as one chunk (`_chunk`), once the head is out and while
+    client's transport, framed as one chunk (`sockets.chunk`), once the head is out and while
     the transport's buffer is empty. Otherwise declined: the stream's task writes them, with backpressure."""
 
     __slots__ = ("_render", "_transport", "framed")
@@ -213,9 +214,9 @@ class Outlet:
 
     def __call__(self, event: pipeline.StreamEvent) -> bool:
         transport = self._transport
-        if not self.framed or not _clear(transport):
+        if not self.framed or not clear(transport):
             return False
-        transport.write(_chunk(self._render(event)))  # into an empty buffer: the next write sees any backlog
+        transport.write(chunk(self._render(event)))  # into an empty buffer: the next write sees any backlog
         return True
 
 
@@ -281,20 +282,10 @@ async def _write_event(request: web.Request, response: web.StreamResponse, data:
     to the transport, framed as a chunk here as aiohttp frames it (its StreamResponse.write and writer
     cost more than the write itself); anything else through `_write`, with its backpressure."""
     transport = request.transport
-    if len(data) < _SMALL_WRITE and _clear(transport):
-        transport.write(_chunk(data))
+    if len(data) < _SMALL_WRITE and clear(transport):
+        transport.write(chunk(data))
         return
     await _write(request, response, data, stall)
-
-
-def _clear(transport: asyncio.Transport | None) -> TypeGuard[asyncio.Transport]:
-    """Open, with nothing waiting in its buffer: a write goes straight to the socket."""
-    return transport is not None and not transport.get_write_buffer_size() and not transport.is_closing()
-
-
-def _chunk(data: bytes) -> bytes:
-    """`data` framed as one HTTP/1.1 chunk, as aiohttp frames a write of a chunked body."""
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def _abort(request: web.Request) -> None:
