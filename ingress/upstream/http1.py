@@ -122,7 +122,7 @@ class Response:
             try:
                 woke = await conn.wait(conn.next_deadline())  # what `consume` returned there, or None
             finally:
-                conn.pumping(None, idle, deadline)
+                conn.pumping(None)
             if woke is not None:
                 return cast(R, woke)
 
@@ -210,7 +210,8 @@ class Connection(asyncio.Protocol):
             return False
         return since > poll_before or not self._poll.poll(0)
 
-    def pumping(self, consume: Callable[[bytes], object] | None, idle: float, total: float | None) -> None:
+    def pumping(self, consume: Callable[[bytes], object] | None, idle: float = 0.0,
+                total: float | None = None) -> None:
         """What `data_received` hands the body to while a pump waits (None: nothing, it is buffered)."""
         self._consume, self._idle, self._total = consume, idle, total
 
