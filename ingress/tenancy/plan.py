@@ -152,16 +152,24 @@ def duration(us: int) -> str:
 
 
 def headers_of(decision: Decision) -> dict[str, str]:
-    """x-ratelimit-limit/remaining/reset for requests and tokens: of the tightest rate check of each."""
-    headers: dict[str, str] = {}
-    for kind, suffix in (("requests", "requests"), ("tokens", "tokens")):
-        states = [s for s in decision.states if s.check.kind == kind]
-        if not states:
+    """x-ratelimit-limit/remaining/reset for requests and tokens: of the tightest rate check of each (the
+    least left of its limit; of those, the longest to reset; of those, the first)."""
+    tight: dict[str, State] = {}
+    for state in decision.states:
+        kind = state.check.kind
+        if kind != "requests" and kind != "tokens":
             continue
-        tight = min(states, key=lambda s: (s.remaining / s.check.limit, -s.reset_us))
-        headers[f"x-ratelimit-limit-{suffix}"] = str(tight.check.limit)
-        headers[f"x-ratelimit-remaining-{suffix}"] = str(max(tight.remaining, 0))
-        headers[f"x-ratelimit-reset-{suffix}"] = duration(tight.reset_us)
+        best = tight.get(kind)
+        if best is None or (state.remaining / state.check.limit, -state.reset_us) < (
+                best.remaining / best.check.limit, -best.reset_us):
+            tight[kind] = state
+    headers: dict[str, str] = {}
+    for kind in ("requests", "tokens"):
+        state = tight.get(kind)
+        if state is not None:
+            headers[f"x-ratelimit-limit-{kind}"] = str(state.check.limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(max(state.remaining, 0))
+            headers[f"x-ratelimit-reset-{kind}"] = duration(state.reset_us)
     return headers
 
 

@@ -43,6 +43,8 @@ _AUDIO_BYTES_PER_S = {"wav": 32_000, "mp3": 2_000}  # 16 kHz 16-bit mono; 16 kbi
 FILE_BYTES_PER_TOKEN = 4
 FILE_BY_ID = 1_000  # a file the service holds: its size is not known at the edge
 _decode = msgspec.json.Decoder()
+# Each message class's role (its tag), read once: the struct's config is built anew on each access.
+_ROLES: dict[type, str] = {kind: kind.__struct_config__.tag for kind in oai.Message.__args__}  # type: ignore[attr-defined, misc]
 
 
 def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
@@ -50,15 +52,19 @@ def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
     """`functions`: a memo of each function definition's count, for a `count` that depends on nothing but
     its text (the estimate; a tokenizer's `_Budget` runs out): clients send the same tools every turn."""
     total = fmt.priming
-    for message in request.messages:
-        total += fmt.per_message + count(message.__struct_config__.tag)  # type: ignore[arg-type]  # a str tag
-        total += _content(message.content, count, fmt)
+    per_message, per_name = fmt.per_message, fmt.per_name
+    for message in request.messages:  # one pass a message, no call it does not need: 11 of them are ~15 µs
+        kind = type(message)
+        content = message.content
+        total += per_message + count(_ROLES[kind])
+        total += count(content) if type(content) is str else _content(content, count, fmt)
         name = getattr(message, "name", None)
         if name:
-            total += count(name) + fmt.per_name
-        if isinstance(message, oai.AssistantMessage):
-            total += _assistant_extras(message, count, fmt)
-        elif isinstance(message, oai.ToolMessage):
+            total += count(name) + per_name
+        if kind is oai.AssistantMessage:
+            if message.tool_calls or message.refusal or message.function_call is not None or message.audio is not None:
+                total += _assistant_extras(message, count, fmt)
+        elif kind is oai.ToolMessage:
             total += count(message.tool_call_id)  # the cookbook counts every value a message holds
     functions_: list[oai.FunctionDef | oai.LegacyFunction] = [t.function for t in request.tools or () if t.function]
     functions_ += request.functions or []

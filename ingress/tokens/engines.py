@@ -164,5 +164,5 @@ def estimate(text: str) -> int:
 def estimate_bytes(data: bytes) -> int:
     """The estimate of the text whose UTF-8 is `data`."""
     rest = data.translate(None, _WORDS)
-    non_ascii = len(rest.translate(None, _OTHER_ASCII))
+    non_ascii = 0 if rest.isascii() else len(rest.translate(None, _OTHER_ASCII))
     return 1 + int(0.3 * (len(data) - len(rest)) + 1.0 * (len(rest) - non_ascii) + 0.8 * non_ascii)
