@@ -9,15 +9,17 @@ quote the raw request, keys and prompts included), and another library's message
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import datetime
+import io
 import logging
 import re
 import sys
 import threading
 import traceback
 from types import TracebackType
-from typing import Any, TextIO, cast
+from typing import Any, BinaryIO, TextIO, cast
 
 import msgspec
 import structlog
@@ -115,8 +117,9 @@ def _route_stdlib(stream: TextIO, level: int) -> None:
 
 def configure(level: str = "info", stream: TextIO | None = None, *, cache: bool = True) -> None:
     """`cache=False` lets a later configure() reach loggers already used (tests reconfigure)."""
-    global _stream, _min_level
+    global _stream, _min_level, _binary
     _stream, _min_level = stream or sys.stdout, logging.getLevelNamesMapping()[level.upper()]
+    _binary = _binary_of(_stream)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -157,7 +160,16 @@ def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(name))
 
 
+def _binary_of(stream: TextIO) -> BinaryIO | None:
+    """The UTF-8 byte stream under `stream`, if it has one: every writer here writes a whole line and flushes
+    it, so nothing waits in the text layer and the access line can skip it (no decode, no encode again)."""
+    buffer = getattr(stream, "buffer", None)
+    encoding = codecs.lookup(getattr(stream, "encoding", None) or "ascii").name
+    return buffer if isinstance(buffer, io.BufferedIOBase) and encoding == "utf-8" else None
+
+
 _stream: TextIO = sys.stdout
+_binary: BinaryIO | None = None
 _min_level = logging.INFO
 _UTC = datetime.UTC
 
@@ -172,5 +184,10 @@ def access(level: int, fields: dict[str, Any], request_id: str) -> None:
     fields["request_id"] = request_id
     fields["level"] = logging.getLevelName(level).lower()
     fields["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
-    _stream.write(_encoder.encode(fields).decode() + "\n")  # one write a line: workers share stdout
-    _stream.flush()
+    line = _encoder.encode(fields) + b"\n"  # one write a line: workers share stdout
+    if _binary is not None:
+        _binary.write(line)
+        _binary.flush()
+    else:
+        _stream.write(line.decode())
+        _stream.flush()

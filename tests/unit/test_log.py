@@ -103,6 +103,31 @@ def test_the_access_line_is_what_structlog_would_write(log_stream: io.StringIO, 
     assert list(direct.items()) == list(via_structlog.items())
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_the_access_line_keeps_its_place_among_the_other_lines_on_a_byte_stream(encoding: str) -> None:
+    """On a UTF-8 text stream over bytes (stdout), the access line goes to the bytes directly; the lines the
+    structlog chain and the standard library's loggers write around it stay in order, each whole. A stream of
+    another encoding gets the line through its text layer, as any other writer's."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding=encoding, errors="backslashreplace", write_through=False)
+    configure("info", stream, cache=False)
+    try:
+        structlog.get_logger("ingress.edge").info("before")
+        access(logging.INFO, {"status": 200, "model": "modèle"}, "r1")
+        logging.getLogger("aiohttp.server").warning("between")
+        access(logging.WARNING, {"status": 503}, "r2")
+        structlog.get_logger("ingress.edge").info("after")
+        assert (log._binary is not None) == (encoding == "utf-8")
+    finally:
+        structlog.reset_defaults()
+        configure("info", cache=False)
+    stream.flush()
+    parsed = [json.loads(line) for line in raw.getvalue().decode(encoding).splitlines()]
+    assert [line["event"] for line in parsed] == ["before", "request", "between", "request", "after"]
+    assert parsed[1]["model"] == "modèle"
+    assert [line.get("request_id") for line in parsed if line["event"] == "request"] == ["r1", "r2"]
+
+
 def test_the_access_line_follows_the_configured_level() -> None:
     stream = io.StringIO()
     configure("warning", stream, cache=False)
