@@ -6,7 +6,8 @@
 A checkout is a directory holding a copy of the project (`git archive <commit> | tar -x -C DIR`). Each
 edge runs from its own directory (PYTHONPATH) with one worker, in front of one demo service of the
 `--after` checkout; wrk sends the 16 KB, 11-message chat request on kept-alive connections (and, with
-`--close`, a new connection each request). Rounds alternate the order of the two edges, so a drift
+`--close`, a new connection each request); with `--keys`, as peers.py runs it: a key with an rpm and a tpm
+limit and its tenant's tpm (memory backend), never reached, the key sent with each request. Rounds alternate the order of the two edges, so a drift
 of the host is shared; the table gives medians over rounds and the after/before ratio.
 """
 
@@ -47,6 +48,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--close", action="store_true", help="also a run with a new connection each request")
+    parser.add_argument("--keys", action="store_true", help="a key and limits on, as bench/peers.py runs the edge")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
 
@@ -57,14 +59,28 @@ def main() -> int:
     demo = Server("demo", [*_python_in(args.after), "-m", "ingress", "demo-upstream", "--port", str(demo_port)],
                   demo_port, work / "demo.log")
     edges = {}
+    script = SCRIPT
+    if args.keys:
+        from peers import FAR
+        from tenancy import edge_config, tenancy_section
+
+        from ingress.tenancy.keys import new_key
+
+        key, key_id, key_hash = new_key()
+        limits = f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}"
+        section = tenancy_section("memory", "", "bench", [(key_id, key_hash, "bench", limits)],
+                                  {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50)
+        script = SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n'
     for name, checkout in (("before", args.before), ("after", args.after)):
         port = free_port()
-        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--workers", "1", "--model", MODEL,
-                                    "--port", str(port), "--upstream", demo.url], port, work / f"{name}.log")
+        where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section))] if args.keys else
+                 ["--model", MODEL, "--port", str(port), "--upstream", demo.url])
+        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--workers", "1", *where],
+                             port, work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
-    wrk.script.write_text(SCRIPT)
+    wrk.script.write_text(script)
     ctype = 'wrk.headers["Content-Type"]'
-    closing = SCRIPT.replace(ctype, f'wrk.headers["Connection"] = "close"\n{ctype}')
+    closing = script.replace(ctype, f'wrk.headers["Connection"] = "close"\n{ctype}')
     cells = [(c, False) for c in args.connections] + ([(args.connections[-1], True)] if args.close else [])
     runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
                                              for n in edges for c, close in cells}
@@ -78,7 +94,7 @@ def main() -> int:
             for connections, close in cells:
                 for name in order:
                     url = f"{edges[name].url}/v1/chat/completions"
-                    wrk.script.write_text(closing if close else SCRIPT)
+                    wrk.script.write_text(closing if close else script)
                     result = wrk.run(url, body, "application/json", connections, args.seconds,
                                      watch={name: edges[name].pid})
                     if result["errors"]:
@@ -92,8 +108,8 @@ def main() -> int:
             server.stop()
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
-    print(f"\nbefore = {before_id}, after = {after_id}; "
-          f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
+    print(f"\nbefore = {before_id}, after = {after_id}; " + ("a key and limits on; " if args.keys else "")
+          + f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
     header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
     print(header)
     print("-" * len(header))
@@ -111,7 +127,7 @@ def main() -> int:
               f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios)")
         table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios)})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "rounds": args.rounds,
+    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "rounds": args.rounds,
                                     "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
     return 0
