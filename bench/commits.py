@@ -7,7 +7,8 @@ A checkout is a directory holding a copy of the project (`git archive <commit> |
 edge runs from its own directory (PYTHONPATH) with one worker, in front of one demo service of the
 `--after` checkout; wrk sends the 16 KB, 11-message chat request on kept-alive connections (and, with
 `--close`, a new connection each request); with `--keys`, as peers.py runs it: a key with an rpm and a tpm
-limit and its tenant's tpm (memory backend), never reached, the key sent with each request. Rounds alternate the order of the two edges, so a drift
+limit and its tenant's tpm (memory backend), never reached, the key sent with each request; with `--fixed`,
+peers.py's mock (one fixed CompletionResponse, no work a request) in the demo service's place. Rounds alternate the order of the two edges, so a drift
 of the host is shared; the table gives medians over rounds and the after/before ratio.
 """
 
@@ -49,6 +50,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--close", action="store_true", help="also a run with a new connection each request")
     parser.add_argument("--keys", action="store_true", help="a key and limits on, as bench/peers.py runs the edge")
+    parser.add_argument("--fixed", action="store_true",
+                        help="behind the edges, peers.py's mock (one fixed answer, no work) for the demo service")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
 
@@ -56,8 +59,9 @@ def main() -> int:
     body = work / "16KB.json"
     body.write_bytes(chat_request(16 * 1024))
     demo_port = free_port()
-    demo = Server("demo", [*_python_in(args.after), "-m", "ingress", "demo-upstream", "--port", str(demo_port)],
-                  demo_port, work / "demo.log")
+    serve = (["-m", "ingress", "demo-upstream", "--port", str(demo_port)] if not args.fixed else
+             [str(HERE / "tenancy.py"), "--serve-mock", str(demo_port), "0"])
+    demo = Server("demo", [*_python_in(args.after), *serve], demo_port, work / "demo.log")
     edges = {}
     script = SCRIPT
     if args.keys:
@@ -108,7 +112,7 @@ def main() -> int:
             server.stop()
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
-    print(f"\nbefore = {before_id}, after = {after_id}; " + ("a key and limits on; " if args.keys else "")
+    print(f"\nbefore = {before_id}, after = {after_id}; " + ("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
           + f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
     header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
     print(header)
@@ -127,7 +131,7 @@ def main() -> int:
               f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios)")
         table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios)})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "rounds": args.rounds,
+    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "fixed": args.fixed, "rounds": args.rounds,
                                     "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
     return 0
