@@ -10,7 +10,7 @@ import time
 import msgspec
 
 from ingress.oai.embeddings import EmbeddingRequest
-from ingress.oai.models import ChatCompletionRequest
+from ingress.oai.models import ROLES, ChatCompletionRequest
 from ingress.tokens import TokenCounter
 from ingress.wire.encode import message_text as message_text
 from ingress.wire.types import PassportData
@@ -47,7 +47,7 @@ def _prompt_facts(request: ChatCompletionRequest) -> tuple[bytes, int]:
         text = message_text(m)
         chars += len(text)
         if size < PREFIX_BYTES:
-            piece = f"{m.__struct_config__.tag}\x1f{text[:PREFIX_BYTES]}\x1e".encode()
+            piece = f"{ROLES[type(m)]}\x1f{text[:PREFIX_BYTES]}\x1e".encode()
             parts.append(piece)
             size += len(piece)
     return b"".join(parts)[:PREFIX_BYTES], chars
