@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import datetime
 import io
 import logging
 import re
 import sys
 import threading
+import time
 import traceback
 from types import TracebackType
 from typing import Any, BinaryIO, TextIO, cast
@@ -171,7 +171,19 @@ def _binary_of(stream: TextIO) -> BinaryIO | None:
 _stream: TextIO = sys.stdout
 _binary: BinaryIO | None = None
 _min_level = logging.INFO
-_UTC = datetime.UTC
+
+
+_second, _prefix = -1, ""
+
+
+def timestamp(now_ns: int | None = None) -> str:
+    """Now, as structlog's TimeStamper(fmt="iso", utc=True) writes it (`datetime.now(UTC).isoformat()` with
+    a Z): the date and time of day formatted once a second, not once a line (a third of the cost)."""
+    global _second, _prefix
+    second, micro = divmod((time.time_ns() if now_ns is None else now_ns) // 1000, 1_000_000)
+    if second != _second:
+        _second, _prefix = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+    return f"{_prefix}.{micro:06d}Z" if micro else f"{_prefix}Z"
 
 
 def access(level: int, fields: dict[str, Any], request_id: str) -> None:
@@ -183,7 +195,7 @@ def access(level: int, fields: dict[str, Any], request_id: str) -> None:
     fields["event"] = "request"
     fields["request_id"] = request_id
     fields["level"] = logging.getLevelName(level).lower()
-    fields["timestamp"] = datetime.datetime.now(_UTC).isoformat().replace("+00:00", "Z")
+    fields["timestamp"] = timestamp()
     line = _encoder.encode(fields) + b"\n"  # one write a line: workers share stdout
     if _binary is not None:
         _binary.write(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import io
 import json
 import logging
@@ -126,6 +127,20 @@ def test_the_access_line_keeps_its_place_among_the_other_lines_on_a_byte_stream(
     assert [line["event"] for line in parsed] == ["before", "request", "between", "request", "after"]
     assert parsed[1]["model"] == "modèle"
     assert [line.get("request_id") for line in parsed if line["event"] == "request"] == ["r1", "r2"]
+
+
+def test_the_access_lines_timestamp_is_the_one_structlog_writes() -> None:
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    seconds = [0, 951_782_399, 951_782_400, 1_796_083_199, 1_796_083_200, 4_102_444_799]  # 2000-02-29, a year's end
+    for second in seconds:
+        for micro in (0, 1, 999_999, 123_456):
+            for ns in (0, 999):  # the nanoseconds below a microsecond are dropped, as datetime.now drops them
+                now_ns = (second * 1_000_000 + micro) * 1000 + ns
+                expected = (epoch + datetime.timedelta(microseconds=now_ns // 1000)).isoformat().replace("+00:00", "Z")
+                assert log.timestamp(now_ns) == expected
+    before = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.fromisoformat(log.timestamp())
+    assert before - datetime.timedelta(seconds=1) <= now <= datetime.datetime.now(datetime.UTC)
 
 
 def test_the_access_line_follows_the_configured_level() -> None:
