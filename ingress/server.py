@@ -71,7 +71,7 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     # which aiohttp would otherwise wait on for the whole timeout).
     runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
-    site = EdgeSite(runner, sock, settings.client)  # the connections' deadlines and cap
+    site = EdgeSite(runner, sock, settings.client, settings.worker_count())  # the connections' deadlines and cap
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

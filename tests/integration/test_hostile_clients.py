@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from fakes.processes import EdgeProcess, free_port
 
+from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.settings import Client, Settings
 
 StartEdge = Callable[[Settings], Awaitable[str]]  # the `start_edge` fixture
@@ -245,3 +248,35 @@ async def test_beyond_the_connection_cap_a_connection_waits_for_a_free_one(start
     finally:
         for _, writer in [*held, extra]:
             writer.close()
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+async def test_a_burst_of_new_connections_is_taken_in_together(workers: int) -> None:
+    """Connections waiting in the backlog are accepted in a turn or two of the loop, not one a turn: a busy
+    worker's turns are long, and a connection accepted late waited for all of them before its first request
+    was read. With several workers on one listener, each takes a share of a burst a turn, not all of it."""
+    burst, batch = 48, 64 // (2 * workers) if workers > 1 else 64
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    sock = listening_socket("127.0.0.1", 0)
+    site = EdgeSite(runner, sock, Client(), workers)
+    await site.start()
+    clients: list[socket.socket] = []
+    try:
+        for _ in range(burst):  # the kernel completes each: they wait in the backlog
+            clients.append(socket.create_connection(sock.getsockname()[:2]))
+        assert runner.server is not None
+        counts = [0]
+        for _ in range(300):
+            await asyncio.sleep(0)
+            counts.append(len(runner.server.connections))
+            if counts[-1] == burst:
+                break
+        assert counts[-1] == burst, counts
+        assert max(b - a for a, b in zip(counts, counts[1:])) <= batch, counts
+        if workers == 1:
+            assert len(counts) <= 6, counts  # all of them within a few turns
+    finally:
+        for client in clients:
+            client.close()
+        await runner.cleanup()
