@@ -8,8 +8,9 @@ edge runs from its own directory (PYTHONPATH) with one worker, in front of one d
 `--after` checkout; wrk sends the 16 KB, 11-message chat request on kept-alive connections (and, with
 `--close`, a new connection each request); with `--keys`, as peers.py runs it: a key with an rpm and a tpm
 limit and its tenant's tpm (memory backend), never reached, the key sent with each request; with `--fixed`,
-peers.py's mock (one fixed CompletionResponse, no work a request) in the demo service's place. Rounds alternate the order of the two edges, so a drift
-of the host is shared; the table gives medians over rounds and the after/before ratio.
+peers.py's mock (one fixed CompletionResponse, no work a request) in the demo service's place. Rounds
+alternate the order of the two edges, so a drift of the host is shared; the table gives medians over rounds
+and the after/before ratio.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def main() -> int:
             server.stop()
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
-    print(f"\nbefore = {before_id}, after = {after_id}; " + ("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
-          + f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
+    setup = ("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
+    print(f"\nbefore = {before_id}, after = {after_id}; {setup}"
+          f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
     header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
     print(header)
     print("-" * len(header))
@@ -131,7 +133,8 @@ def main() -> int:
               f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios)")
         table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios)})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "fixed": args.fixed, "rounds": args.rounds,
+    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "fixed": args.fixed,
+                                    "rounds": args.rounds,
                                     "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
     return 0

@@ -165,7 +165,7 @@ def _binary_of(stream: TextIO) -> BinaryIO | None:
     it, so nothing waits in the text layer and the access line can skip it (no decode, no encode again)."""
     buffer = getattr(stream, "buffer", None)
     encoding = codecs.lookup(getattr(stream, "encoding", None) or "ascii").name
-    return buffer if isinstance(buffer, io.BufferedIOBase) and encoding == "utf-8" else None
+    return cast(BinaryIO, buffer) if isinstance(buffer, io.BufferedIOBase) and encoding == "utf-8" else None
 
 
 _stream: TextIO = sys.stdout

@@ -162,7 +162,7 @@ class FunctionMessage(_Message, tag="function"):
 
 Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
 # Each message class's role (its tag), read once: msgspec builds a struct's config anew on each access.
-ROLES: dict[type, str] = {kind: kind.__struct_config__.tag for kind in Message.__args__}  # type: ignore[attr-defined, misc]
+ROLES: dict[type, str] = {kind: str(kind.__struct_config__.tag) for kind in Message.__args__}
 
 # --- tools and formats ----------------------------------------------------------------------------
 

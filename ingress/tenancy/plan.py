@@ -165,11 +165,11 @@ def headers_of(decision: Decision) -> dict[str, str]:
             tight[kind] = state
     headers: dict[str, str] = {}
     for kind in ("requests", "tokens"):
-        state = tight.get(kind)
-        if state is not None:
-            headers[f"x-ratelimit-limit-{kind}"] = str(state.check.limit)
-            headers[f"x-ratelimit-remaining-{kind}"] = str(max(state.remaining, 0))
-            headers[f"x-ratelimit-reset-{kind}"] = duration(state.reset_us)
+        chosen = tight.get(kind)
+        if chosen is not None:
+            headers[f"x-ratelimit-limit-{kind}"] = str(chosen.check.limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(max(chosen.remaining, 0))
+            headers[f"x-ratelimit-reset-{kind}"] = duration(chosen.reset_us)
     return headers
 
 

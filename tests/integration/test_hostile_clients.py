@@ -6,6 +6,7 @@ Each is refused in OpenAI's error shape, and nothing the client sent reaches the
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 from collections.abc import Awaitable, Callable
@@ -273,7 +274,7 @@ async def test_a_burst_of_new_connections_is_taken_in_together(workers: int) -> 
             if counts[-1] == burst:
                 break
         assert counts[-1] == burst, counts
-        assert max(b - a for a, b in zip(counts, counts[1:])) <= batch, counts
+        assert max(b - a for a, b in itertools.pairwise(counts)) <= batch, counts
         if workers == 1:
             assert len(counts) <= 6, counts  # all of them within a few turns
     finally:

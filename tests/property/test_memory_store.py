@@ -5,6 +5,7 @@ and the clock moving, with every algorithm, shares below one and limits that sca
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -114,7 +115,8 @@ steps = st.lists(st.one_of(
 
 @SETTINGS
 @given(share=st.sampled_from([1.0, 0.5, 1 / 3, 1 / 7, 0.01]), steps=steps)
-def test_the_inline_store_decides_and_keeps_what_the_general_form_does(share: float, steps: list[tuple]) -> None:
+def test_the_inline_store_decides_and_keeps_what_the_general_form_does(share: float,
+                                                                      steps: list[tuple[Any, ...]]) -> None:
     clock = Clock()
     fast, reference = MemoryStore(share, clock), Reference(share, clock)
     tickets: list[str] = []
