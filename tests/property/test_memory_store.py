@@ -1,4 +1,4 @@
-"""The memory store's inline admit and settle against the general form they replaced: the same decisions
+"""The memory store's inline admission against the general form it replaced: the same decisions
 and the same state, step by step, over random sequences of admissions, settles, cancels, renewals, sweeps
 and the clock moving, with every algorithm, shares below one and limits that scale below one."""
 
@@ -18,7 +18,8 @@ SECOND = 1_000_000
 
 
 class Reference(MemoryStore):
-    """The general form: each stage a call a check (the store's code before its inline admit and settle)."""
+    """The general form: each stage a call a check (the store's admission before it was made inline; settling
+    and applying a check are the store's own, shared)."""
 
     def admit(self, plan: Plan) -> Decision:
         now = self.clock()
@@ -48,30 +49,10 @@ class Reference(MemoryStore):
             _, wait, check = never[0] if never else max(refused, key=lambda r: r[1])
             return Decision(False, self._reference_states(plan.checks, limits, now), check, wait, never=bool(never))
         for check, cost, limit in zip(plan.checks, costs, limits, strict=True):
-            self._reference_apply(check, cost, now, plan.ticket, limit)
+            self._apply(check, cost, now, plan.ticket, limit)
         lease = max((c.period_us for c in plan.checks if c.algorithm == "slots"), default=TOMBSTONE_US)
         self._reserved[plan.ticket] = _Reservation(plan.checks, costs, now + lease)
         return Decision(True, self._reference_states(plan.checks, limits, now))
-
-    def settle(self, ticket: str, actual: Actual | None) -> bool:
-        now = self.clock()
-        reservation = self._reserved.pop(ticket, None)
-        if ticket not in self._settled:
-            self._settled[ticket] = now + self.tombstone_us
-        if reservation is None:
-            return False
-        for check, reserved in zip(reservation.checks, reservation.costs, strict=True):
-            used = 0 if actual is None else check.cost(actual.input_tokens, actual.output_tokens)
-            self._reference_apply(check, used - reserved, now, ticket, self.limit(check), release=True)
-        return True
-
-    def _reference_apply(self, check: Check, amount: int, now: int, ticket: str, limit: float,
-                         release: bool = False) -> None:
-        if check.algorithm == "rate":
-            interval = check.period_us / limit
-            self._tat[check.key] = max(self._tat.get(check.key, 0.0), now) + amount * interval
-        else:
-            self._apply(check, amount, now, ticket, limit, release)
 
     def _reference_states(self, checks: tuple[Check, ...], limits: list[float], now: int) -> tuple[State, ...]:
         states = []
@@ -150,5 +131,5 @@ def test_the_inline_store_decides_and_keeps_what_the_general_form_does(share: fl
 
 def test_the_reference_is_the_general_form_and_not_the_store_itself() -> None:
     """The comparison above means something only if the two are different code."""
-    assert Reference.admit is not MemoryStore.admit and Reference.settle is not MemoryStore.settle
+    assert Reference.admit is not MemoryStore.admit
     assert Reference._reference_states is not MemoryStore._states
