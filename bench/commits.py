@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,14 +28,26 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from payloads import chat_request  # noqa: E402  # bench/ is not a package
-from procs import Server, free_port  # noqa: E402
+from procs import ROOT, Server, free_port  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 MODEL = "ingress-demo"
 
 
 def _python_in(checkout: Path) -> list[str]:
-    return ["env", f"PYTHONPATH={checkout}", sys.executable]
+    """Python running `checkout`'s code. `-P`: the servers start in the project's root, and `python -m`
+    would otherwise put the working directory first on sys.path, ahead of PYTHONPATH: both edges would
+    run the working tree's code."""
+    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
+
+
+def _check_code(checkout: Path) -> None:
+    """Refuse to compare unless `checkout`'s edge imports `ingress` from `checkout`, from where the servers start."""
+    done = subprocess.run([*_python_in(checkout), "-c", "import ingress; print(ingress.__file__)"],
+                          capture_output=True, text=True, cwd=ROOT)
+    found = Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
+    if found is None or not found.is_relative_to(checkout.resolve()):
+        raise SystemExit(f"{checkout}: its edge would import ingress from {found or done.stderr[-300:]}")
 
 
 def _commit_of(checkout: Path) -> str:
@@ -55,6 +68,8 @@ def main() -> int:
                         help="behind the edges, peers.py's mock (one fixed answer, no work) for the demo service")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
+    for checkout in (args.before, args.after):
+        _check_code(checkout)
 
     work = Path(tempfile.mkdtemp(prefix="ingress-commits-"))
     body = work / "16KB.json"
