@@ -12,6 +12,8 @@ import struct
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError
 from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
+from ingress.wire._generated import readers
+from ingress.wire.decode import FINISH_NAMES
 from ingress.wire.runtime import MAX_SIZE
 
 
@@ -39,6 +41,8 @@ def decode_refusal(body: bytes, *, retry_after: int | None) -> UpstreamError:
 def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
     """A non-streamed answer body: a CompletionResponse, or an Error raised as UpstreamAnswered."""
     kind = identifiers.identifier_of(body)
+    if kind == _RESPONSE and (common := common_response(body)) is not None:  # nearly every answer
+        return common
     try:
         if kind == identifiers.ERROR:
             raise error_of(body, verify_error=verify_answer)
@@ -139,3 +143,192 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
     except UnicodeDecodeError:
         return None
     return (_U64(frame, t + o_seq)[0] if o_seq else 0, _U32(frame, t + o_choice)[0] if o_choice else 0, content)
+
+
+# --- the common answer, read in place ----------------------------------------------------------------
+
+_RESPONSE = identifiers.RESPONSE
+_I64 = struct.Struct("<q").unpack_from
+_U16 = struct.Struct("<H").unpack_from
+_ENTRIES = {n: struct.Struct(f"<{n}H").unpack_from for n in range(1, 64)}
+_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 7, 9, 13
+_MAX_CHOICES = 64  # more are read the general way (and a verifier's table count stays far below its limit)
+
+
+class _NotCommon(Exception):
+    """Raised inside `common_response` for anything it does not read in place."""
+
+
+_NOT_COMMON = _NotCommon()
+
+
+def common_response(body: bytes) -> wt.Response | None:
+    """The CompletionResponse nearly every non-streamed answer is, read in place: its id, model, created,
+    usage, system fingerprint and service tier, and choices that carry a message's content and refusal,
+    a finish reason and reasoning, and nothing else (a message's role may be there; every other field of
+    a choice or its message absent). Each field it reads gets the generated verifier's strict checks, and
+    the offsets and string bytes it follows are bounded as the verifier bounds them (counted each time they
+    are reached, which is never fewer than the verifier counts). None for every other buffer, and for any
+    that those checks would refuse: the caller then reads it the general way (`decode_answer`), which
+    accepts or refuses it. A buffer this accepts, the verifier accepts, and decodes to the same value."""
+    try:
+        return _response(body)
+    except _NotCommon:
+        return None
+    except UnicodeDecodeError:  # a string that is not UTF-8: the verifier refuses it
+        return None
+
+
+def _response(buf: bytes) -> wt.Response:
+    n = len(buf)
+    if n < 12 or n >= MAX_SIZE or buf[4:8] != _RESPONSE:
+        raise _NOT_COMMON
+    t = _offset(buf, n, 0)
+    refs = 1
+    e = _table(buf, n, t, _RESPONSE_SLOTS)
+    o_id, o_model, o_created, o_choices, o_usage, o_fingerprint, o_tier = e
+    decoded = 0
+    id_ = model = fingerprint = tier = None
+    if o_id:
+        id_, size = _string(buf, n, _offset(buf, n, t + o_id))
+        refs += 1
+        decoded += size
+    if o_model:
+        model, size = _string(buf, n, _offset(buf, n, t + o_model))
+        refs += 1
+        decoded += size
+    created = 0
+    if o_created:
+        p = t + o_created
+        if p & 7 or p > n - 8:
+            raise _NOT_COMMON
+        created = _I64(buf, p)[0]
+    choices: list[wt.Choice] = []
+    if o_choices:
+        x = _offset(buf, n, t + o_choices)
+        if x & 3 or x > n - 4:
+            raise _NOT_COMMON
+        count = _U32(buf, x)[0]
+        if count > _MAX_CHOICES or x + 4 + 4 * count > n or 4 + 4 * count >= n:  # the verifier's vector bounds
+            raise _NOT_COMMON
+        refs += 1 + count
+        for i in range(count):
+            at = x + 4 + 4 * i
+            choice, r, d = _choice(buf, n, at + _U32(buf, at)[0])
+            choices.append(choice)
+            refs += r
+            decoded += d
+    usage = None
+    if o_usage:
+        usage = _usage(buf, n, _offset(buf, n, t + o_usage))
+        refs += 1
+    if o_fingerprint:
+        fingerprint, size = _string(buf, n, _offset(buf, n, t + o_fingerprint))
+        refs += 1
+        decoded += size
+    if o_tier:
+        tier, size = _string(buf, n, _offset(buf, n, t + o_tier))
+        refs += 1
+        decoded += size
+    if refs > n // 4 or decoded > n:  # the verifier's strict bounds on the work a buffer can ask for
+        raise _NOT_COMMON
+    return wt.Response(id=id_ or "", model=model or "", created=created, choices=choices, usage=usage,
+                       system_fingerprint=fingerprint, service_tier=tier)
+
+
+def _choice(buf: bytes, n: int, t: int) -> tuple[wt.Choice, int, int]:
+    """A choice of the common shape, with the offsets it followed and the string bytes it decoded."""
+    o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning = _table(
+        buf, n, t, _CHOICE_SLOTS)
+    if o_logprobs or o_refusal_logprobs or o_annotations:
+        raise _NOT_COMMON
+    refs = decoded = 0
+    index = 0
+    if o_index:
+        p = t + o_index
+        if p & 3 or p > n - 4:
+            raise _NOT_COMMON
+        index = _U32(buf, p)[0]
+    finish = 0
+    if o_finish:
+        p = t + o_finish
+        if p > n - 1:
+            raise _NOT_COMMON
+        finish = buf[p]
+    if finish >= len(FINISH_NAMES):  # the general way refuses it, naming the value
+        raise _NOT_COMMON
+    content = refusal = reasoning = None
+    if o_message:
+        m = _offset(buf, n, t + o_message)
+        refs += 1
+        o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function = _table(
+            buf, n, m, _MESSAGE_SLOTS)
+        if o_parts or o_name or o_calls or o_call_id or o_audio or o_function:
+            raise _NOT_COMMON
+        if o_role and m + o_role > n - 1:
+            raise _NOT_COMMON
+        if o_content:
+            content, size = _string(buf, n, _offset(buf, n, m + o_content))
+            refs += 1
+            decoded += size
+        if o_refusal:
+            refusal, size = _string(buf, n, _offset(buf, n, m + o_refusal))
+            refs += 1
+            decoded += size
+    if o_reasoning:
+        reasoning, size = _string(buf, n, _offset(buf, n, t + o_reasoning))
+        refs += 1
+        decoded += size
+    choice = wt.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
+                       reasoning=reasoning)
+    return choice, refs, decoded
+
+
+def _usage(buf: bytes, n: int, t: int) -> wt.Usage:
+    """The Usage table at `t`, its fields (all uint32) checked as the verifier checks them, then read by
+    the generated reader."""
+    for o in _table(buf, n, t, _USAGE_SLOTS):
+        if o and ((t + o) & 3 or t + o > n - 4):
+            raise _NOT_COMMON
+    return readers._read_Usage(buf, t)
+
+
+def _offset(buf: bytes, n: int, p: int) -> int:
+    """The target of the uoffset at `p`, checked as the verifier checks it."""
+    if p & 3 or p > n - 4:
+        raise _NOT_COMMON
+    u: int = _U32(buf, p)[0]
+    if u == 0 or u > 0x7FFFFFFF or p + u > n - 1:
+        raise _NOT_COMMON
+    return p + u
+
+
+def _table(buf: bytes, n: int, t: int, slots: int) -> tuple[int, ...]:
+    """The first `slots` vtable entries of the table at `t` (0: absent), checked as the strict verifier
+    checks a table's start."""
+    if t & 3 or t > n - 4:
+        raise _NOT_COMMON
+    vt = t - _I32(buf, t)[0]
+    if vt & 1 or vt < 0 or vt > n - 2:
+        raise _NOT_COMMON
+    vs = _U16(buf, vt)[0]
+    if vs & 1 or vs < 4 or vs >= n or vt > n - vs:  # then its two header entries are inside the buffer
+        raise _NOT_COMMON
+    ts = _U16(buf, vt + 2)[0]
+    if ts < 4 or ts >= n or t > n - ts:
+        raise _NOT_COMMON
+    have = (vs - 4) >> 1
+    if have >= slots:
+        return _ENTRIES[slots](buf, vt + 4)
+    return _ENTRIES[have](buf, vt + 4) + (0,) * (slots - have) if have else (0,) * slots
+
+
+def _string(buf: bytes, n: int, s: int) -> tuple[str, int]:
+    """The string at `s` and its length in bytes, checked as the strict verifier checks it."""
+    if s & 3 or s > n - 4:
+        raise _NOT_COMMON
+    size = _U32(buf, s)[0]
+    end = s + 4 + size
+    if end >= n or buf[end]:
+        raise _NOT_COMMON
+    return str(buf[s + 4:end], "utf-8"), size

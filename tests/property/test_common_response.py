@@ -1,0 +1,159 @@
+"""The common answer read in place (`common_response`) against the general path (verify, then decode): what
+the fast read accepts, the verifier accepts and the readers decode to the same value, for answers of every
+shape (written by the generated encoder and by the stock flatbuffers Builder) and for mutants of them; and
+every answer of the common shape is read in place."""
+
+from __future__ import annotations
+
+import random
+
+import flatbuffers
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingress import wire
+from ingress.wire import decode, verify
+from ingress.wire._generated.LLMGateway import Choice, CompletionResponse, Message
+from ingress.wire.answer import common_response, decode_answer
+from ingress.wire.decode import FINISH_NAMES, WireError
+from ingress.wire.stock import BuilderPool, encode_response_stock
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
+U32 = st.integers(0, 2**32 - 1)
+FINISH = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
+USAGE = st.builds(wire.Usage, prompt_tokens=U32, completion_tokens=U32, total_tokens=U32, cached_tokens=U32,
+                  reasoning_tokens=U32, completion_text_tokens=U32)
+POOL = BuilderPool()
+
+common_choices = st.builds(wire.Choice, index=U32, content=st.none() | TEXT, refusal=st.none() | TEXT,
+                           finish_reason=FINISH, reasoning=st.none() | TEXT)
+other_choices = st.builds(
+    wire.Choice, index=st.integers(0, 3), content=st.none() | TEXT, finish_reason=FINISH,
+    tool_calls=st.lists(st.builds(wire.FunctionCall, id=TEXT, name=TEXT, arguments=TEXT), max_size=2),
+    logprobs=st.none() | st.lists(st.builds(wire.TokenLogprob, token=TEXT, logprob=st.floats(-5, 0, width=32)),
+                                  max_size=2),
+    annotations=st.lists(st.builds(wire.Annotation, url=TEXT, title=TEXT), max_size=1))
+
+
+def _responses(choices: st.SearchStrategy[wire.Choice], most: int) -> st.SearchStrategy[wire.Response]:
+    return st.builds(wire.Response, id=TEXT, model=TEXT, created=st.integers(-(2**63), 2**63 - 1),
+                     choices=st.lists(choices, max_size=most), usage=st.none() | USAGE,
+                     system_fingerprint=st.none() | TEXT, service_tier=st.none() | TEXT)
+
+
+def _common(r: wire.Response) -> bool:
+    return len(r.choices) <= 64 and all(
+        not c.tool_calls and c.logprobs is None and c.refusal_logprobs is None and not c.annotations
+        for c in r.choices)
+
+
+def _agrees(buf: bytes) -> None:
+    """If the fast read accepts `buf`, the general path accepts it and reads the same answer."""
+    fast = common_response(buf)
+    if fast is None:
+        return
+    verify.verify_response(buf)  # raises WireError if the verifier refuses what the fast read accepted
+    assert decode.decode_response(buf) == fast
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(_responses(common_choices, 3) | _responses(other_choices | common_choices, 3), st.booleans())
+def test_a_common_answer_is_read_in_place_and_nothing_else_is(response: wire.Response, stock: bool) -> None:
+    buf = encode_response_stock(POOL, response) if stock else bytes(wire.write_response(response))
+    fast = common_response(buf)
+    if _common(response):
+        assert fast == decode.decode_response(buf)
+        assert fast is not None
+    else:
+        assert fast is None
+    _agrees(buf)
+    assert decode_answer(buf) == decode.decode_response(buf)
+
+
+def test_many_choices_are_read_the_general_way() -> None:
+    response = wire.Response(id="a", model="m", created=1, choices=[wire.Choice(index=i, content="x")
+                                                                   for i in range(65)])
+    buf = bytes(wire.write_response(response))
+    assert common_response(buf) is None
+    assert decode_answer(buf) == decode.decode_response(buf)
+    assert common_response(bytes(wire.write_response(wire.Response(
+        id="a", model="m", created=1, choices=response.choices[:64])))) is not None
+
+
+def test_an_unknown_finish_reason_is_left_to_the_general_way() -> None:
+    buf = bytes(wire.write_response(wire.Response(id="a", model="m", created=1, choices=[
+        wire.Choice(index=0, content="x", finish_reason="length")])))
+    assert common_response(buf) is not None
+    mutants = [buf[:at] + bytes([value]) + buf[at + 1:] for at in range(len(buf)) if buf[at] == 2
+               for value in (len(FINISH_NAMES), 9, 255)]
+    refused = [m for m in mutants if _refused(m)]  # the finish reason's byte: the general way names it
+    assert refused
+    assert all(common_response(m) is None for m in refused)
+
+
+def test_a_choice_reached_many_times_is_left_to_the_general_way() -> None:
+    """One Choice table behind all 64 of the vector's offsets: the verifier walks it once (its memo), the fast
+    read counts what it follows each time, past the offsets a buffer this size holds, and leaves it."""
+    b = flatbuffers.Builder(0)
+    content = b.CreateString("x")
+    Message.Start(b)
+    Message.AddContent(b, content)
+    message = Message.End(b)
+    Choice.Start(b)
+    Choice.AddMessage(b, message)
+    choice = Choice.End(b)
+    CompletionResponse.StartChoicesVector(b, 64)
+    for _ in range(64):
+        b.PrependUOffsetTRelative(choice)
+    choices = b.EndVector()
+    CompletionResponse.Start(b)
+    CompletionResponse.AddChoices(b, choices)
+    b.Finish(CompletionResponse.End(b), file_identifier=b"LGRS")
+    buf = bytes(b.Output())
+    verify.verify_response(buf)
+    assert common_response(buf) is None
+    answer = decode_answer(buf)
+    assert [c.content for c in answer.choices] == ["x"] * 64
+
+
+def _refused(buf: bytes) -> bool:
+    try:
+        decode_answer(buf)
+    except Exception:
+        return True
+    return False
+
+
+def _mutants(buf: bytes, rng: random.Random) -> list[bytes]:
+    out = []
+    for _ in range(40):
+        b = bytearray(buf)
+        kind = rng.randrange(5)
+        if kind == 0:
+            at = rng.randrange(len(b))
+            b[at] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            at = rng.randrange(len(b))
+            b[at] = rng.choice([0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)])
+        elif kind == 2:  # a structural word: every aligned u32/u16 set to a boundary value
+            at = rng.randrange(0, len(b) - 4, 2)
+            b[at:at + 2] = rng.choice([0, 1, 2, 3, 4, 0xFFFF, 0x7FFF, len(b) & 0xFFFF]).to_bytes(2, "little")
+        elif kind == 3:
+            del b[rng.randrange(8, len(b)):]
+        else:
+            at = rng.randrange(len(b))
+            b[at:at] = bytes(rng.randrange(1, 8))
+        out.append(bytes(b))
+    return out
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(_responses(common_choices, 2), st.booleans(), st.integers(0, 2**32))
+def test_what_the_fast_read_accepts_of_a_mutant_the_verifier_accepts(response: wire.Response, stock: bool,
+                                                                      seed: int) -> None:
+    buf = encode_response_stock(POOL, response) if stock else bytes(wire.write_response(response))
+    for mutant in _mutants(buf, random.Random(seed)):
+        try:
+            _agrees(mutant)
+        except WireError as exc:
+            raise AssertionError(f"accepted in place, refused by the verifier: {mutant.hex()}") from exc
