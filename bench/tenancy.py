@@ -79,17 +79,24 @@ if auth and auth ~= "" then wrk.headers["Authorization"] = auth end
 # --- the mock internal service ---------------------------------------------------------------------
 
 
-def serve_mock(port: int, hold_s: float) -> None:
-    """Answers every POST with one fixed CompletionResponse; a request for SLOW_MODEL `hold_s` later."""
-    from mockhttp import Requests, response, serve
+def mock_answer() -> Any:
+    """The mock's one answer (a wire.Response: 64 words, usage)."""
     from payloads import MODEL, words
 
     from ingress import wire
 
     usage = wire.Usage(prompt_tokens=4000, completion_tokens=64, total_tokens=4064)
-    completion = wire.Response(id="chatcmpl-mock", model=MODEL, created=1, usage=usage,
-                             choices=[wire.Choice(index=0, content=words(64, seed=3), finish_reason="stop")])
-    answer = response(wire.CONTENT_TYPE.encode(), bytes(wire.write_response(completion)))
+    return wire.Response(id="chatcmpl-mock", model=MODEL, created=1, usage=usage,
+                         choices=[wire.Choice(index=0, content=words(64, seed=3), finish_reason="stop")])
+
+
+def serve_mock(port: int, hold_s: float) -> None:
+    """Answers every POST with one fixed CompletionResponse; a request for SLOW_MODEL `hold_s` later."""
+    from mockhttp import Requests, response, serve
+
+    from ingress import wire
+
+    answer = response(wire.CONTENT_TYPE.encode(), bytes(wire.write_response(mock_answer())))
     slow = SLOW_MODEL.encode()
 
     class Mock(Requests):
