@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 import flatbuffers
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,6 +115,25 @@ def test_a_choice_reached_many_times_is_left_to_the_general_way() -> None:
     assert common_response(buf) is None
     answer = decode_answer(buf)
     assert [c.content for c in answer.choices] == ["x"] * 64
+
+
+def _empty(vtable_at: int) -> bytes:
+    """A CompletionResponse with no fields, by hand: the root table at 12, its 4-byte vtable at `vtable_at`."""
+    buf = bytearray(24)
+    buf[0:4] = (12).to_bytes(4, "little")
+    buf[4:8] = b"LGRS"
+    buf[12:16] = (12 - vtable_at).to_bytes(4, "little", signed=True)
+    buf[vtable_at:vtable_at + 4] = (4).to_bytes(2, "little") + (4).to_bytes(2, "little")
+    return bytes(buf)
+
+
+def test_a_vtable_out_of_alignment_is_left_to_the_general_way() -> None:
+    aligned, odd = _empty(16), _empty(17)
+    assert common_response(aligned) == decode.decode_response(aligned) == wire.Response(
+        id="", model="", created=0, choices=[])
+    with pytest.raises(WireError, match="misaligned"):
+        verify.verify_response(odd)
+    assert common_response(odd) is None
 
 
 def _refused(buf: bytes) -> bool:
