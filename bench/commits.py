@@ -10,13 +10,16 @@ edge runs from its own directory (PYTHONPATH) with one worker, in front of one d
 limit and its tenant's tpm (memory backend), never reached, the key sent with each request; with `--fixed`,
 peers.py's mock (one fixed CompletionResponse, no work a request) in the demo service's place. Rounds
 alternate the order of the two edges, so a drift of the host is shared; the table gives medians over rounds
-and the after/before ratio.
+and the after/before ratio. With `--fresh`, each edge is a new process each round (two processes of one tree
+differ by a few per cent: their memory layouts); with `--pin`, the edges run on CPU 1, the service and wrk on
+CPU 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -66,6 +69,9 @@ def main() -> int:
     parser.add_argument("--keys", action="store_true", help="a key and limits on, as bench/peers.py runs the edge")
     parser.add_argument("--fixed", action="store_true",
                         help="behind the edges, peers.py's mock (one fixed answer, no work) for the demo service")
+    parser.add_argument("--fresh", action="store_true",
+                        help="a fresh process for each edge each round (two processes of one tree differ by a few %%)")
+    parser.add_argument("--pin", action="store_true", help="the edges on CPU 1, the service and wrk on CPU 0")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
     for checkout in (args.before, args.after):
@@ -77,7 +83,10 @@ def main() -> int:
     demo_port = free_port()
     serve = (["-m", "ingress", "demo-upstream", "--port", str(demo_port)] if not args.fixed else
              [str(HERE / "tenancy.py"), "--serve-mock", str(demo_port), "0"])
-    demo = Server("demo", [*_python_in(args.after), *serve], demo_port, work / "demo.log")
+    pin_edge, pin_rest = (["taskset", "-c", "1"], ["taskset", "-c", "0"]) if args.pin else ([], [])
+    if args.pin:
+        os.sched_setaffinity(0, {0})  # wrk, started from here, beside the service
+    demo = Server("demo", [*pin_rest, *_python_in(args.after), *serve], demo_port, work / "demo.log")
     edges = {}
     script = SCRIPT
     if args.keys:
@@ -95,7 +104,8 @@ def main() -> int:
         port = free_port()
         where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section))] if args.keys else
                  ["--model", MODEL, "--port", str(port), "--upstream", demo.url])
-        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--workers", "1", *where],
+        edges[name] = Server(name, [*pin_edge, *_python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
+                                    *where],
                              port, work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(script)
@@ -105,30 +115,38 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
                                              for n in edges for c, close in cells}
     try:
-        for server in (demo, *edges.values()):
+        for server in (demo, *([] if args.fresh else edges.values())):
             server.start()
-        for server in (demo, *edges.values()):
+        for server in (demo, *([] if args.fresh else edges.values())):
             server.wait_ready()
         for r in range(args.rounds):
             order = ("before", "after") if r % 2 == 0 else ("after", "before")
-            for connections, close in cells:
-                for name in order:
-                    url = f"{edges[name].url}/v1/chat/completions"
+            for name in order:
+                edge = edges[name]
+                url = f"{edge.url}/v1/chat/completions"
+                if args.fresh:
+                    edge.start()
+                    edge.wait_ready()
+                    wrk.script.write_text(script)
+                    wrk.run(url, body, "application/json", args.connections[-1], 1, watch={name: edge.pid})  # warm
+                for connections, close in cells:
                     wrk.script.write_text(closing if close else script)
-                    result = wrk.run(url, body, "application/json", connections, args.seconds,
-                                     watch={name: edges[name].pid})
+                    result = wrk.run(url, body, "application/json", connections, args.seconds, watch={name: edge.pid})
                     if result["errors"]:
                         raise SystemExit(f"{name}: errors {result['errors']}")
                     runs[f"{name}/{connections}{'/close' if close else ''}"].append(
                         {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
                          "cpu_us": result["cpu_us_per_request"][name]})
+                if args.fresh:
+                    edge.kill()
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
         for server in (*edges.values(), demo):
             server.stop()
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
-    setup = ("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
+    setup = (("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
+             + ("fresh processes each round; " if args.fresh else "") + ("pinned; " if args.pin else ""))
     print(f"\nbefore = {before_id}, after = {after_id}; {setup}"
           f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
     header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
@@ -145,11 +163,13 @@ def main() -> int:
                   f"{med[n]['cpu_us']:>12.0f}")
         ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[f"after/{key}"], runs[f"before/{key}"], strict=True)]
         print(f"{'':<16}{'ratio':<8}{med['after']['rps'] / med['before']['rps']:>9.3f}{'':>18}"
-              f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios)")
-        table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios)})
+              f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios, "
+              f"{min(ratios):.2f}-{max(ratios):.2f})")
+        table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios),
+                      "cpu_ratio_range": [min(ratios), max(ratios)]})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "fixed": args.fixed,
-                                    "rounds": args.rounds,
+                                    "rounds": args.rounds, "fresh": args.fresh, "pin": args.pin,
                                     "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
     return 0

@@ -100,13 +100,6 @@ def make_subjects(work: Path, fixed: bytes) -> dict[str, Path]:
     return trees
 
 
-def _kill(server: Server) -> None:
-    """Stopped at once: a drain (SIGTERM's) would add seconds a subject, and nothing here needs one."""
-    if server.proc is not None and server.proc.poll() is None:
-        server.proc.kill()
-        server.proc.wait(10)
-
-
 def _answer_json() -> bytes:
     """The whole edge's answer to the benchmark's request: the mock's answer read and translated."""
     import msgspec
@@ -168,7 +161,7 @@ def main() -> int:
                     result = wrk.run(url, body, "application/json", args.connections, args.seconds,
                                      watch={name: edge.pid})
                 finally:
-                    _kill(edge)
+                    edge.kill()
                 if result["errors"]:
                     raise SystemExit(f"{name}: errors {result['errors']}")
                 runs[name].append({"rps": result["rps"], "cpu_us": result["cpu_us_per_request"][name],
@@ -176,7 +169,7 @@ def main() -> int:
             print(f"round {r + 1}/{args.rounds}: " + "  ".join(f"{n} {runs[n][-1]['cpu_us']:.0f}" for n in SUBJECTS),
                   flush=True)
     finally:
-        _kill(mock)
+        mock.kill()
         shutil.rmtree(work, ignore_errors=True)
 
     table = []
