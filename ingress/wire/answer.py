@@ -172,128 +172,134 @@ def common_response(body: bytes) -> wt.Response | None:
     that those checks would refuse: the caller then reads it the general way (`decode_answer`), which
     accepts or refuses it. A buffer this accepts, the verifier accepts, and decodes to the same value."""
     try:
-        return _response(_Walk(body))
+        return _response(body)
     except _NotCommon:
         return None
     except UnicodeDecodeError:  # a string that is not UTF-8: the verifier refuses it
         return None
 
 
-class _Walk:
-    """One buffer's fast read: its reads, each checked as the strict verifier checks it, and the offsets and
-    string bytes followed so far (the verifier's bounds on the work a buffer can ask for)."""
-
-    __slots__ = ("buf", "decoded", "n", "refs")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf, self.n, self.refs, self.decoded = buf, len(buf), 0, 0
-
-    def offset(self, p: int) -> int:
-        """The target of the uoffset at `p`."""
-        n = self.n
-        if p & 3 or p > n - 4:
-            raise _NOT_COMMON
-        u: int = _U32(self.buf, p)[0]
-        if u == 0 or p + u > n - 1:  # one past 0x7FFFFFFF (negative as signed) points past any buffer we read
-            raise _NOT_COMMON
-        self.refs += 1
-        return p + u
-
-    def table(self, t: int, slots: int) -> tuple[int, ...]:
-        """The first `slots` vtable entries of the table at `t` (0: absent), its start checked."""
-        buf, n = self.buf, self.n
-        if t & 3 or t > n - 4:
-            raise _NOT_COMMON
-        vt = t - _I32(buf, t)[0]
-        if vt & 1 or vt < 0 or vt > n - 2:
-            raise _NOT_COMMON
-        vs = _U16(buf, vt)[0]
-        if vs & 1 or vs < 4 or vs >= n or vt > n - vs:  # then its two header entries are inside the buffer
-            raise _NOT_COMMON
-        ts = _U16(buf, vt + 2)[0]
-        if ts < 4 or ts >= n or t > n - ts:
-            raise _NOT_COMMON
-        have = (vs - 4) >> 1
-        if have >= slots:
-            return _ENTRIES[slots](buf, vt + 4)
-        return _ENTRIES[have](buf, vt + 4) + (0,) * (slots - have) if have else (0,) * slots
-
-    def text(self, t: int, o: int) -> str | None:
-        """The string field at vtable offset `o` of the table at `t`; None if absent."""
-        if not o:
-            return None
-        buf, n, s = self.buf, self.n, self.offset(t + o)
-        if s & 3 or s > n - 4:
-            raise _NOT_COMMON
-        size = _U32(buf, s)[0]
-        end = s + 4 + size
-        if end >= n or buf[end]:
-            raise _NOT_COMMON
-        self.decoded += size
-        return str(buf[s + 4:end], "utf-8")
-
-    def scalar(self, t: int, o: int, size: int) -> int:
-        """The position of the scalar field of `size` bytes at vtable offset `o` (present) of the table at `t`."""
-        p = t + o
-        if p & (size - 1) or p > self.n - size:
-            raise _NOT_COMMON
-        return p
-
-
-def _response(w: _Walk) -> wt.Response:
-    buf, n = w.buf, w.n
+def _response(buf: bytes) -> wt.Response:
+    n = len(buf)
     if n < 12 or n >= MAX_SIZE or buf[4:8] != _RESPONSE:
         raise _NOT_COMMON
-    t = w.offset(0)
-    o_id, o_model, o_created, o_choices, o_usage, o_fingerprint, o_tier = w.table(t, _RESPONSE_SLOTS)
-    id_, model = w.text(t, o_id), w.text(t, o_model)
-    created = _I64(buf, w.scalar(t, o_created, 8))[0] if o_created else 0
+    t = _offset(buf, n, 0)
+    o_id, o_model, o_created, o_choices, o_usage, o_fingerprint, o_tier = _table(buf, n, t, _RESPONSE_SLOTS)
+    # the offsets followed: the root's, and one for each field that is an offset
+    refs = 1 + bool(o_id) + bool(o_model) + bool(o_choices) + bool(o_usage) + bool(o_fingerprint) + bool(o_tier)
+    (id_, d_id), (model, d_model) = _text(buf, n, t, o_id), _text(buf, n, t, o_model)
+    (fingerprint, d_fingerprint), (tier, d_tier) = _text(buf, n, t, o_fingerprint), _text(buf, n, t, o_tier)
+    decoded = d_id + d_model + d_fingerprint + d_tier
+    created = _I64(buf, _at(n, t, o_created, 8))[0] if o_created else 0
     choices: list[wt.Choice] = []
     if o_choices:
-        x = w.offset(t + o_choices)
+        x = _offset(buf, n, t + o_choices)
         if x & 3 or x > n - 4:
             raise _NOT_COMMON
         count = _U32(buf, x)[0]
         if count > _MAX_CHOICES or x + 4 + 4 * count > n:  # x > 0: so the vector is shorter than the buffer
             raise _NOT_COMMON
-        w.refs += count
+        refs += count
         for at in range(x + 4, x + 4 + 4 * count, 4):
-            choices.append(_choice(w, at + _U32(buf, at)[0]))
-    usage = _usage(w, w.offset(t + o_usage)) if o_usage else None
-    fingerprint, tier = w.text(t, o_fingerprint), w.text(t, o_tier)
-    if w.refs > n // 4 or w.decoded > n:  # the verifier's strict bounds on the work a buffer can ask for
+            choice, r, d = _choice(buf, n, at + _U32(buf, at)[0])
+            choices.append(choice)
+            refs += r
+            decoded += d
+    usage = _usage(buf, n, _offset(buf, n, t + o_usage)) if o_usage else None
+    if refs > n // 4 or decoded > n:  # the verifier's strict bounds on the work a buffer can ask for
         raise _NOT_COMMON
     return wt.Response(id=id_ or "", model=model or "", created=created, choices=choices, usage=usage,
                        system_fingerprint=fingerprint, service_tier=tier)
 
 
-def _choice(w: _Walk, t: int) -> wt.Choice:
-    """A choice of the common shape."""
-    o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning = w.table(
-        t, _CHOICE_SLOTS)
+def _choice(buf: bytes, n: int, t: int) -> tuple[wt.Choice, int, int]:
+    """A choice of the common shape, with the offsets it followed and the string bytes it decoded."""
+    o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning = _table(
+        buf, n, t, _CHOICE_SLOTS)
     if o_logprobs or o_refusal_logprobs or o_annotations:
         raise _NOT_COMMON
-    index = _U32(w.buf, w.scalar(t, o_index, 4))[0] if o_index else 0
-    finish = w.buf[w.scalar(t, o_finish, 1)] if o_finish else 0
+    index = _U32(buf, _at(n, t, o_index, 4))[0] if o_index else 0
+    finish = buf[_at(n, t, o_finish, 1)] if o_finish else 0
     if finish >= len(FINISH_NAMES):  # the general way refuses it, naming the value
         raise _NOT_COMMON
+    reasoning, decoded = _text(buf, n, t, o_reasoning)
+    refs = bool(o_message) + bool(o_reasoning)
     content = refusal = None
     if o_message:
-        m = w.offset(t + o_message)
-        o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function = w.table(
-            m, _MESSAGE_SLOTS)
+        m = _offset(buf, n, t + o_message)
+        o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function = _table(
+            buf, n, m, _MESSAGE_SLOTS)
         if o_parts or o_name or o_calls or o_call_id or o_audio or o_function:
             raise _NOT_COMMON
         if o_role:
-            w.scalar(m, o_role, 1)
-        content, refusal = w.text(m, o_content), w.text(m, o_refusal)
-    return wt.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
-                     reasoning=w.text(t, o_reasoning))
+            _at(n, m, o_role, 1)
+        (content, d_content), (refusal, d_refusal) = _text(buf, n, m, o_content), _text(buf, n, m, o_refusal)
+        refs += bool(o_content) + bool(o_refusal)
+        decoded += d_content + d_refusal
+    choice = wt.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
+                       reasoning=reasoning)
+    return choice, refs, decoded
 
 
-def _usage(w: _Walk, t: int) -> wt.Usage:
-    """The Usage table at `t`, its fields (all uint32) checked, then read by the generated reader."""
-    for o in w.table(t, _USAGE_SLOTS):
+def _usage(buf: bytes, n: int, t: int) -> wt.Usage:
+    """The Usage table at `t`, its fields (all uint32) checked as the verifier checks them, then read by
+    the generated reader."""
+    for o in _table(buf, n, t, _USAGE_SLOTS):
         if o:
-            w.scalar(t, o, 4)
-    return readers._read_Usage(w.buf, t)
+            _at(n, t, o, 4)
+    return readers._read_Usage(buf, t)
+
+
+def _offset(buf: bytes, n: int, p: int) -> int:
+    """The target of the uoffset at `p`, checked as the verifier checks it."""
+    if p & 3 or p > n - 4:
+        raise _NOT_COMMON
+    u: int = _U32(buf, p)[0]
+    if u == 0 or p + u > n - 1:  # one past 0x7FFFFFFF (negative as signed) points past any buffer we read
+        raise _NOT_COMMON
+    return p + u
+
+
+def _table(buf: bytes, n: int, t: int, slots: int) -> tuple[int, ...]:
+    """The first `slots` vtable entries of the table at `t` (0: absent), checked as the strict verifier
+    checks a table's start."""
+    if t & 3 or t > n - 4:
+        raise _NOT_COMMON
+    vt = t - _I32(buf, t)[0]
+    if vt & 1 or vt < 0 or vt > n - 2:
+        raise _NOT_COMMON
+    vs = _U16(buf, vt)[0]
+    if vs & 1 or vs < 4 or vs >= n or vt > n - vs:  # then its two header entries are inside the buffer
+        raise _NOT_COMMON
+    ts = _U16(buf, vt + 2)[0]
+    if ts < 4 or ts >= n or t > n - ts:
+        raise _NOT_COMMON
+    have = (vs - 4) >> 1
+    if have >= slots:
+        return _ENTRIES[slots](buf, vt + 4)
+    return _ENTRIES[have](buf, vt + 4) + (0,) * (slots - have) if have else (0,) * slots
+
+
+def _at(n: int, t: int, o: int, size: int) -> int:
+    """The position of the scalar field of `size` bytes at vtable offset `o` (present) of the table at `t`,
+    aligned to its size and inside the buffer."""
+    p = t + o
+    if p & (size - 1) or p > n - size:
+        raise _NOT_COMMON
+    return p
+
+
+def _text(buf: bytes, n: int, t: int, o: int) -> tuple[str | None, int]:
+    """The string field at vtable offset `o` of the table at `t` (None if absent), and its length in bytes."""
+    return _string(buf, n, _offset(buf, n, t + o)) if o else (None, 0)
+
+
+def _string(buf: bytes, n: int, s: int) -> tuple[str, int]:
+    """The string at `s` and its length in bytes, checked as the strict verifier checks it."""
+    if s & 3 or s > n - 4:
+        raise _NOT_COMMON
+    size = _U32(buf, s)[0]
+    end = s + 4 + size
+    if end >= n or buf[end]:
+        raise _NOT_COMMON
+    return str(buf[s + 4:end], "utf-8"), size

@@ -11,6 +11,7 @@ import flatbuffers
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mutation import mutants
 
 from ingress import wire
 from ingress.wire import decode, verify
@@ -144,35 +145,12 @@ def _refused(buf: bytes) -> bool:
     return False
 
 
-def _mutants(buf: bytes, rng: random.Random) -> list[bytes]:
-    out = []
-    for _ in range(40):
-        b = bytearray(buf)
-        kind = rng.randrange(5)
-        if kind == 0:
-            at = rng.randrange(len(b))
-            b[at] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            at = rng.randrange(len(b))
-            b[at] = rng.choice([0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)])
-        elif kind == 2:  # a structural word: every aligned u32/u16 set to a boundary value
-            at = rng.randrange(0, len(b) - 4, 2)
-            b[at:at + 2] = rng.choice([0, 1, 2, 3, 4, 0xFFFF, 0x7FFF, len(b) & 0xFFFF]).to_bytes(2, "little")
-        elif kind == 3:
-            del b[rng.randrange(8, len(b)):]
-        else:
-            at = rng.randrange(len(b))
-            b[at:at] = bytes(rng.randrange(1, 8))
-        out.append(bytes(b))
-    return out
-
-
 @settings(max_examples=300, deadline=None, database=None)
 @given(_responses(common_choices, 2), st.booleans(), st.integers(0, 2**32))
 def test_what_the_fast_read_accepts_of_a_mutant_the_verifier_accepts(response: wire.Response, stock: bool,
                                                                       seed: int) -> None:
     buf = encode_response_stock(POOL, response) if stock else bytes(wire.write_response(response))
-    for mutant in _mutants(buf, random.Random(seed)):
+    for mutant in mutants(buf, random.Random(seed)):
         try:
             _agrees(mutant)
         except WireError as exc:

@@ -9,6 +9,7 @@ import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mutation import mutants
 
 from ingress import wire
 from ingress.translate.stream import Delta, StreamTranslator
@@ -62,36 +63,11 @@ def test_a_delta_is_read_in_place_and_nothing_else_is(chunk: wire.Chunk) -> None
     _agrees(frame)
 
 
-def _mutants(frame: bytes, rng: random.Random) -> list[bytes]:
-    out = []
-    for _ in range(40):
-        b = bytearray(frame)
-        kind = rng.randrange(5)
-        if kind == 0:
-            at = rng.randrange(len(b))
-            b[at] ^= 1 << rng.randrange(8)
-        elif kind == 1:
-            at = rng.randrange(len(b))
-            b[at] = rng.choice([0x00, 0xFF, 0x7F, 0x80, rng.randrange(256)])
-        elif kind == 2:  # a structural word: every aligned u32/u16 set to a boundary value
-            at = rng.randrange(0, len(b) - 4, 2)
-            b[at:at + 2] = rng.choice([0, 1, 2, 3, 4, 0xFFFF, 0x7FFF, len(b) & 0xFFFF]).to_bytes(2, "little")
-        elif kind == 3:
-            del b[rng.randrange(4, len(b)):]
-        else:
-            at = rng.randrange(len(b))
-            b[at:at] = bytes(rng.randrange(1, 8))
-        if kind >= 3:  # keep the size prefix true, so that the checks past it are reached
-            b[0:4] = (len(b) - 4).to_bytes(4, "little")
-        out.append(bytes(b))
-    return out
-
-
 @settings(max_examples=300, deadline=None, database=None)
 @given(st.builds(wire.Chunk, sequence=st.integers(0, 2**64 - 1), choice_index=st.integers(0, 9), content=TEXT),
        st.integers(0, 2**32))
 def test_what_the_fast_read_accepts_of_a_mutant_the_verifier_accepts(chunk: wire.Chunk, seed: int) -> None:
-    for mutant in _mutants(bytes(wire.write_chunk(chunk)), random.Random(seed)):
+    for mutant in mutants(bytes(wire.write_chunk(chunk)), random.Random(seed), size_prefixed=True):
         try:
             _agrees(mutant)
         except WireError as exc:
