@@ -14,7 +14,7 @@ from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wt
 from ingress.wire._generated import readers
 from ingress.wire.decode import FINISH_NAMES
-from ingress.wire.runtime import MAX_SIZE
+from ingress.wire.runtime import ABSENT, ENTRIES, MAX_SIZE, u16
 
 
 def error_of(buf: bytes, *, verify_error: bool = True, size_prefixed: bool = False,
@@ -40,9 +40,9 @@ def decode_refusal(body: bytes, *, retry_after: int | None) -> UpstreamError:
 
 def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
     """A non-streamed answer body: a CompletionResponse, or an Error raised as UpstreamAnswered."""
-    kind = identifiers.identifier_of(body)
-    if kind == _RESPONSE and (common := common_response(body)) is not None:  # nearly every answer
+    if (common := common_response(body)) is not None:  # nearly every answer
         return common
+    kind = identifiers.identifier_of(body)
     try:
         if kind == identifiers.ERROR:
             raise error_of(body, verify_error=verify_answer)
@@ -149,8 +149,6 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
 
 _RESPONSE = identifiers.RESPONSE
 _I64 = struct.Struct("<q").unpack_from
-_U16 = struct.Struct("<H").unpack_from
-_ENTRIES = {n: struct.Struct(f"<{n}H").unpack_from for n in range(1, 64)}
 _RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 7, 9, 13
 _MAX_CHOICES = 64  # more are read the general way (and a verifier's table count stays far below its limit)
 
@@ -268,16 +266,16 @@ def _table(buf: bytes, n: int, t: int, slots: int) -> tuple[int, ...]:
     vt = t - _I32(buf, t)[0]
     if vt & 1 or vt < 0 or vt > n - 2:
         raise _NOT_COMMON
-    vs = _U16(buf, vt)[0]
+    vs: int = u16(buf, vt)[0]
     if vs & 1 or vs < 4 or vs >= n or vt > n - vs:  # then its two header entries are inside the buffer
         raise _NOT_COMMON
-    ts = _U16(buf, vt + 2)[0]
+    ts: int = u16(buf, vt + 2)[0]
     if ts < 4 or ts >= n or t > n - ts:
         raise _NOT_COMMON
     have = (vs - 4) >> 1
-    if have >= slots:
-        return _ENTRIES[slots](buf, vt + 4)
-    return _ENTRIES[have](buf, vt + 4) + (0,) * (slots - have) if have else (0,) * slots
+    if have >= slots:  # the runtime's unpackers, as the generated readers and verifier read a vtable
+        return ENTRIES[slots](buf, vt + 4)
+    return ENTRIES[have](buf, vt + 4) + ABSENT[slots - have]
 
 
 def _at(n: int, t: int, o: int, size: int) -> int:
