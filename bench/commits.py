@@ -90,15 +90,10 @@ def main() -> int:
     edges = {}
     script = SCRIPT
     if args.keys:
-        from peers import FAR
-        from tenancy import edge_config, tenancy_section
+        from peers import key_section
+        from tenancy import edge_config
 
-        from ingress.tenancy.keys import new_key
-
-        key, key_id, key_hash = new_key()
-        limits = f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}"
-        section = tenancy_section("memory", "", "bench", [(key_id, key_hash, "bench", limits)],
-                                  {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50)
+        section, key, _ = key_section()
         script = SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n'
     for name, checkout in (("before", args.before), ("after", args.after)):
         port = free_port()

@@ -120,11 +120,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from peers import FAR
+    from peers import key_section
     from provenance import code_version
-    from tenancy import edge_config, tenancy_section
-
-    from ingress.tenancy.keys import new_key
+    from tenancy import edge_config
 
     work = Path(tempfile.mkdtemp(prefix="ingress-layers-"))
     trees = make_subjects(work, _answer_json())
@@ -135,10 +133,7 @@ def main() -> int:
     mock_port = free_port()
     mock = Server("mock", [*pin0, sys.executable, str(HERE / "tenancy.py"), "--serve-mock", str(mock_port), "0"],
                   mock_port, work / "mock.log")
-    key, key_id, key_hash = new_key()
-    limits = f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}"
-    section = tenancy_section("memory", "", "bench", [(key_id, key_hash, "bench", limits)],
-                              {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50)
+    section, key, _ = key_section()
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n')
     ports = {name: free_port() for name in SUBJECTS}

@@ -482,6 +482,18 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
     return {"levels": out, "held": held}
 
 
+def key_section() -> tuple[str, str, str]:
+    """The edge's `[tenancy]` as these runs set it (memory backend): one key with an rpm and a tpm limit and
+    its tenant's tpm, all far above anything a run reaches; the key, sent with every request; its hash."""
+    from tenancy import tenancy_section
+
+    from ingress.tenancy.keys import new_key
+
+    key, key_id, key_hash = new_key()
+    keys = [(key_id, key_hash, "bench", f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}")]
+    return tenancy_section("memory", "", "bench", keys, {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50), key, key_hash
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 
@@ -490,10 +502,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from payloads import MODEL, chat_request, stream_request
     from procs import free_port, rss_kb
     from provenance import code_version, describe
-    from tenancy import edge_config, tenancy_section
+    from tenancy import edge_config
     from wrk import SCRIPT, Wrk, ensure_wrk
 
-    from ingress.tenancy.keys import new_key
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     started = time.perf_counter()
@@ -524,9 +535,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     ports = {name: free_port() for name in (*SUBJECTS, "paced_oai", "paced_fb", "edge_paced")}
     oai_url, fb_url, paced_oai, paced_fb = (f"http://127.0.0.1:{ports[n]}"
                                             for n in ("mock_oai", "mock_fb", "paced_oai", "paced_fb"))
-    key, key_id, key_hash = new_key()
-    keys = [(key_id, key_hash, "bench", f"{{ rpm = {FAR['rpm']}, tpm = {FAR['tpm']} }}")]
-    section = tenancy_section("memory", "", "bench", keys, {"bench": f"{{ tpm = {FAR['tpm']} }}"}, 50)
+    section, key, key_hash = key_section()
     edge_toml = edge_config(work / "edge.toml", ports["edge"], fb_url, section)
     paced_toml = edge_config(work / "edge_paced.toml", ports["edge_paced"], paced_fb, section)
     subjects = {
