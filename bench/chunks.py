@@ -655,9 +655,11 @@ def profile(args: argparse.Namespace) -> None:
     import uvloop
     from payloads import stream_request
 
-    pyspy = shutil.which("py-spy") or str(Path(PY).parent / "py-spy")
+    pyspy = str(Path(PY).parent / "py-spy")  # the dev extra's, beside this interpreter
     if not Path(pyspy).exists():
-        pyspy = "/work/main/.venv/bin/py-spy"
+        pyspy = shutil.which("py-spy") or ""
+    if not pyspy:
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install -e '.[dev]' (or pip install py-spy)")
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-chunks-prof-"))
     json_body = stream_request(DELTAS)
     edges, paced, whole = start_all(work, None, PACING_MS)

@@ -333,7 +333,7 @@ def _med(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
-def _versions(litellm_py: Path | None, node_script: Path | None) -> dict[str, str]:
+def _versions(litellm_py: Path | None, node_script: Path | None, wrk_bin: str) -> dict[str, str]:
     out = {"python": platform.python_version()}
     if litellm_py is not None:
         found = subprocess.run([str(litellm_py), "-c", "import importlib.metadata as m; print(*(m.version(p) for p in "
@@ -345,7 +345,7 @@ def _versions(litellm_py: Path | None, node_script: Path | None) -> dict[str, st
         pkg = json.loads((node_script.parent.parent / "package.json").read_text())
         out["portkey"] = pkg["version"]
         out["node"] = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
-    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout
+    wrk = subprocess.run([wrk_bin, "-v"], capture_output=True, text=True).stdout
     out["wrk"] = wrk.split(" [")[0].removeprefix("wrk ")
     return out
 
@@ -521,7 +521,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         node_script = None if "portkey" in args.without else install_portkey()
     except Unavailable as exc:
         unavailable["portkey"] = str(exc)
-    versions = _versions(litellm_py, node_script)
+    wrk_bin = ensure_wrk()  # before its version is asked: a new machine has no wrk yet
+    versions = _versions(litellm_py, node_script, wrk_bin)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-peers-"))
@@ -571,7 +572,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "portkey", ["node", str(node_script), f"--port={ports['portkey']}", "--headless"],
             ports["portkey"], work / "portkey.log", CHAT, "chat.json", JSON_TYPE,
             {"x-portkey-config": portkey_config(oai_url)}, "/", {"NODE_ENV": "production"})
-    wrk = Wrk(ensure_wrk(), work / "post.lua")
+    wrk = Wrk(wrk_bin, work / "post.lua")
     wrk.script.write_text(SCRIPT + HEADERS_SCRIPT)
     runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {s: [] for s in SUBJECTS} for c in CONNECTIONS}
     rss_after: dict[str, float] = {}
