@@ -33,7 +33,9 @@ counted), then, once all have, N counted streams started spread over one pacing 
   arrival time: what one more chunk costs, without the requests;
 - inter-chunk gap p50/p99 (63 gaps a stream) and its addition over the direct mock's at the same level in
   the same round; a level is held with every stream whole, no error, and +p99 <= 5 ms;
-- chunks per CPU-second (the inverse of the first figure).
+- chunks per CPU-second (the inverse of the first figure);
+- for the edges, their garbage collector over the counted phase (from their /metrics): the time paused,
+  and the pauses longer than the stall margin, each of which delays every stream's next chunk at once.
 
 Zero pacing: 32 connections running streams back to back for a few seconds, the mock writing each answer
 whole: the edge's chunks per CPU-second when frames come as fast as they can. Rounds interleave subjects;
@@ -73,6 +75,7 @@ CHAT, COMPLETE = "/v1/chat/completions", "/v1/complete"
 LABELS = {"direct_fb": "direct (frames)", "floor": "floor: a byte relay",
           "edge": "edge (frames -> SSE)", "edge_base": "edge, baseline",
           "direct_oai": "direct (SSE)", "bridge": "edge + openai bridge", "bridge_base": "edge + bridge, baseline"}
+GC_SEEN = ("edge", "edge_base", "bridge", "bridge_base")  # the edges: their /metrics count GC pauses
 BASELINE = {"floor": "direct_fb", "edge": "direct_fb",
             "edge_base": "direct_fb", "bridge": "direct_oai", "bridge_base": "direct_oai"}
 
@@ -315,6 +318,24 @@ def cpu_of(pid: int | None) -> float:
     return sum(cpu_seconds(pid))
 
 
+def gc_of(port: int) -> tuple[float, float, float] | None:
+    """The edge's garbage-collector pauses so far, from its /metrics: (count, seconds, pauses over 5 ms,
+    its histogram's bound at STALL_MS)."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    got = dict(re.findall(r'^ingress_gc_pause_seconds_(count|sum|bucket\{le="0\.005"\}) (\S+)$', text, re.M))
+    if len(got) < 3:
+        return None
+    count, below = float(got["count"]), float(got['bucket{le="0.005"}'])
+    return count, float(got["sum"]), count - below
+
+
 def sys_of(pid: int | None) -> float:
     """The kernel's share of cpu_of: syscalls, and on loopback the peer's receive path that a send runs."""
     if pid is None:
@@ -551,7 +572,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     if name in stalled:
                         continue
                     port, path, body, sse, pid = target(name, False)
+                    gc0 = gc_of(port) if name in GC_SEEN else None
                     st = loop.run_until_complete(paced_level(port, path, body, sse, n, pid, pacing, paced.pid))
+                    gc1 = gc_of(port) if gc0 is not None else None
+                    if gc0 is not None and gc1 is not None:
+                        st["gc_pauses"], st["gc_ms"], st["gc_over_stall"] = (gc1[0] - gc0[0],
+                                                                             (gc1[1] - gc0[1]) * 1000, gc1[2] - gc0[2])
                     if name in BASELINE:
                         base = levels[BASELINE[name]][n][-1]
                         st["added_gap_p99_ms"] = st["gap_p99_ms"] - base["gap_p99_ms"]
@@ -562,6 +588,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     cost = f" {st['us_per_chunk']:.0f}/{st.get('steady_us_per_chunk', float('nan')):.0f} µs" \
                         f" (sys {st.get('sys_us_per_chunk', float('nan')):.0f})" \
                         if "us_per_chunk" in st else ""
+                    if "gc_ms" in st:
+                        cost += f" GC {st['gc_pauses']:.0f}: {st['gc_ms']:.0f} ms, {st['gc_over_stall']:.0f} over 5 ms"
                     said.append(f"{name} p99 {st['gap_p99_ms']:.1f}{cost} (mock {st['mock_cpu_percent']:.0f}%, "
                                 f"client {st['client_cpu_percent']:.0f}%)"
                                 + ("" if st.get("held", True) else " STALL") + (f" {st['error_kinds']}"
@@ -600,7 +628,7 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
         for n, runs in by.items():
             row = {k: _med([r[k] for r in runs if k in r]) for k in (
                 "gap_p50_ms", "gap_p99_ms", "added_gap_p99_ms", "steady_gap_p99_ms", "ttft_p50_ms", "us_per_chunk",
-                "steady_us_per_chunk", "chunks_per_cpu_s")}
+                "steady_us_per_chunk", "chunks_per_cpu_s", "gc_ms", "gc_over_stall")}
             row["errors"] = sum(r["errors"] for r in runs)
             row["held"] = all(r.get("held", True) for r in runs) if name in BASELINE else None
             row["runs"] = len(runs)
@@ -625,7 +653,8 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"\npaced streams: {DELTAS} deltas {PACING_MS:.0f} ms apart; held = every stream whole and inter-chunk "
           f"p99 within {STALL_MS:.0f} ms of the direct mock's")
     print(f"{'subject':<26} {'streams':>7} {'gap p50':>8} {'gap p99':>8} {'+p99':>6} {'TTFT':>6} "
-          f"{'steady p99':>10} {'µs/chunk':>9} {'steady':>7} {'chunks/CPU-s':>12} {'errors':>6}  held")
+          f"{'steady p99':>10} {'µs/chunk':>9} {'steady':>7} {'chunks/CPU-s':>12} {'GC ms':>6} {'>5 ms':>5} "
+          f"{'errors':>6}  held")
     for name, by in rows.items():
         for n, row in by.items():
             if not n.isdigit():
@@ -634,7 +663,8 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"{LABELS[name]:<26} {n:>7} {_f(row['gap_p50_ms'])} {_f(row['gap_p99_ms']):>8} "
                   f"{_f(row['added_gap_p99_ms']):>6} {_f(row['ttft_p50_ms']):>6} {_f(row['steady_gap_p99_ms']):>10} "
                   f"{_f(row['us_per_chunk']):>9} {_f(row['steady_us_per_chunk']):>7} "
-                  f"{_f(row['chunks_per_cpu_s'], 0):>12} {row['errors']:>6}  {held}")
+                  f"{_f(row['chunks_per_cpu_s'], 0):>12} {_f(row['gc_ms']):>6} {_f(row['gc_over_stall'], 0):>5} "
+                  f"{row['errors']:>6}  {held}")
     print(f"\nzero pacing ({ZERO_CONNECTIONS} connections, whole answers back to back):")
     print(f"{'subject':<26} {'chunks/s':>9} {'µs/chunk':>9} {'chunks/CPU-s':>12}")
     for name, by in rows.items():
