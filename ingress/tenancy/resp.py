@@ -17,7 +17,8 @@ client does what the store needs and no more:
 - Each call has a deadline (loop time): past it, the call raises TimeoutError, and nothing retries it. The
   connection it was on takes no more calls (a new one is made for the next) and closes once nothing on it
   waits. One lazy timer a connection, as http1.py's: most calls end long before their deadline. A reply
-  that reached the socket by the deadline counts, though the loop was too busy to read it by then.
+  that reached the socket by the deadline counts, though the loop was too busy to read it by then (the
+  timer waits up to UNREAD_GRACE for the loop to read what sits in the socket).
 - A lost connection fails every call still waiting on it at once, with ConnectionError.
 
 URLs: redis://[[user]:password@]host[:port][/db], rediss:// (TLS, the system's CAs, the host name checked),
@@ -296,6 +297,9 @@ class ReplyParser:
 # --- the connection ---------------------------------------------------------------------------------
 
 
+UNREAD_GRACE = 0.064  # seconds a call past its deadline waits for the loop to read replies already in the socket
+
+
 class _Connection(asyncio.Protocol):
     """One connection: the calls waiting for their replies, oldest first, each with its deadline."""
 
@@ -309,13 +313,14 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._poll = select.poll()  # its socket: whether replies wait there, unread, at a deadline
-        self._looked = False  # the timer was put off once, for the loop to read what had arrived
+        self._unread_since: float | None = None  # when the timer first found replies unread, and put itself off
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         watch(transport, self._poll)
 
     def data_received(self, data: bytes) -> None:
+        self._unread_since = None
         try:
             replies = self.parser.feed(data)
         except ProtocolError as exc:
@@ -353,17 +358,22 @@ class _Connection(asyncio.Protocol):
         """Every call past its deadline raises TimeoutError; the timer is set again for the next deadline."""
         self._timer = None
         now, due = self.loop.time(), None
-        if not self._looked and self._poll.poll(0):
-            # Replies arrived and the loop has not read them: uvloop runs timers before it polls, so a loop
-            # busy past a deadline would time out calls answered in time. Once: after its next poll.
-            self._looked = True
-            self._timer = self.loop.call_at(now + 0.001, self._expire)
-            return
-        self._looked = False
+        due_by = now + 0.0005  # a deadline this close is due: the loop's clock counts whole milliseconds
+        if self._late(due_by) and self._poll.poll(0):
+            # Replies arrived and the loop has not read them: uvloop runs due timers before it polls again,
+            # so a loop busy past a deadline would time out calls answered in time. Put off until the loop
+            # has read them (data_received), a millisecond at a time: a loaded machine can take several of
+            # its turns to read them. For UNREAD_GRACE at most, lest a socket that never reads hold calls.
+            if self._unread_since is None:
+                self._unread_since = now
+            if now - self._unread_since < UNREAD_GRACE:
+                self._timer = self.loop.call_at(now + 0.001, self._expire)
+                return
+        self._unread_since = None
         for future, deadline in self.waiting:
             if future.done():
                 continue
-            if deadline <= now + 0.0005:
+            if deadline <= due_by:
                 future.set_exception(TimeoutError())
                 self.retired = True
             elif due is None or deadline < due:
@@ -372,6 +382,9 @@ class _Connection(asyncio.Protocol):
             self._timer = self.loop.call_at(due, self._expire)
         elif self.retired:
             self.transport.abort()  # nothing waits on it any more
+
+    def _late(self, due_by: float) -> bool:
+        return any(not future.done() and deadline <= due_by for future, deadline in self.waiting)
 
     def _awaited(self) -> bool:
         return any(not future.done() for future, _ in self.waiting)

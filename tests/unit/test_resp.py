@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import select
 import socket
 import ssl
 import subprocess
@@ -31,6 +32,7 @@ from waiting import eventually
 
 from ingress.config import ConfigError, parse_config
 from ingress.tenancy.resp import (
+    UNREAD_GRACE,
     Address,
     Client,
     NoScriptError,
@@ -38,6 +40,7 @@ from ingress.tenancy.resp import (
     ReplyError,
     ReplyParser,
     Script,
+    _Connection,
     address_of,
     encode,
 )
@@ -413,6 +416,51 @@ def test_a_reply_that_arrived_by_the_deadline_counts_though_the_loop_was_busy_pa
         assert uvloop.run(body()) == b"PONG"
     finally:
         server.close()
+
+
+class Unread:
+    """A socket's poll that always finds bytes waiting: a loop that runs its timers and does not read."""
+
+    def poll(self, timeout: float) -> list[tuple[int, int]]:
+        return [(0, select.POLLIN)]
+
+
+class Recorded:
+    """The transport a connection writes to: what it was given, and whether it was aborted."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_a_deadline_waits_for_the_loop_to_read_replies_in_the_socket_however_many_turns_but_not_forever(
+) -> None:
+    """On a loaded machine the loop can run a connection's timer several times before it reads what
+    arrived (once, a reply that came 20 ms after its call waited 23 ms past the first look): each time the
+    timer finds bytes unread, it puts itself off again, until data_received runs or UNREAD_GRACE passes."""
+    loop = asyncio.get_running_loop()
+    conn, transport = _Connection(loop), Recorded()
+    conn.transport, conn._poll = transport, Unread()  # type: ignore[assignment]
+
+    answered = conn.send(encode("PING"), loop.time())  # due at once; its reply is in the socket, unread
+    await asyncio.sleep(0.02)  # the timer looks ~20 times, and the loop reads nothing
+    assert not answered.done()
+    conn.data_received(b"+PONG\r\n")
+    assert answered.result() == b"PONG" and not conn.retired
+
+    start = loop.time()
+    unread = conn.send(encode("PING"), start)  # what waits in the socket is never read
+    await asyncio.wait([unread], timeout=10)
+    assert isinstance(unread.exception(), TimeoutError)
+    assert loop.time() - start >= UNREAD_GRACE - 1e-9
+    assert conn.retired and transport.aborted  # nothing waits on it any more
+    assert transport.written == [encode("PING")] * 2
 
 
 @contextlib.contextmanager
