@@ -27,11 +27,12 @@ from ingress.log import configure
 from ingress.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gc_pauses.json"
-CONFIGS = [
-    ("default (700, no freeze)", 700, False),
-    ("freeze, 700", 700, True),
-    ("freeze, 10000", 10_000, True),
-    ("freeze, 50000", 50_000, True),
+CONFIGS = [  # name, gc thresholds 0 and 1, freeze
+    ("default (700, no freeze)", 700, 10, False),
+    ("freeze, 700", 700, 10, True),
+    ("freeze, 2000 x 100", 2_000, 100, True),  # the edge's default
+    ("freeze, 10000", 10_000, 10, True),
+    ("freeze, 50000", 50_000, 10, True),
 ]
 
 LOADER = textwrap.dedent('''
@@ -59,12 +60,12 @@ def _body() -> str:
     return msgspec.json.encode({"model": "ingress-demo", "messages": messages}).decode()
 
 
-async def _run(threshold0: int, freeze: bool, requests: int, concurrency: int) -> dict[str, object]:
+async def _run(threshold0: int, threshold1: int, freeze: bool, requests: int, concurrency: int) -> dict[str, object]:
     gc.unfreeze()
     gc.collect()
     gc.set_threshold(700, 10, 10)
     async with serve_app(create_app(Settings()), "127.0.0.1", 0) as url:
-        gctune.tune(threshold0, freeze=freeze)
+        gctune.tune(threshold0, threshold1, freeze=freeze)
         stats = gctune.GcStats().install()
         started = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(
@@ -93,8 +94,8 @@ async def main() -> None:
     args = parser.parse_args()
     configure("info", stream=open(os.devnull, "w"), cache=False)  # noqa: SIM115  # the access lines, as in production, unread
     results = {}
-    for name, threshold0, freeze in CONFIGS:
-        results[name] = await _run(threshold0, freeze, args.requests, args.concurrency)
+    for name, threshold0, threshold1, freeze in CONFIGS:
+        results[name] = await _run(threshold0, threshold1, freeze, args.requests, args.concurrency)
     head = (f"{'configuration':<26}{'req/s':>8}{'gen0':>7}{'gen1':>6}{'gen2':>6}"
             f"{'GC ms':>9}{'p99 ms':>9}{'max ms':>9}{'GC %':>7}")
     print(f"GC in the edge process, {args.requests} requests (16 KB, 11 messages), concurrency {args.concurrency}")

@@ -21,7 +21,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     overrides = {k: v for k, v in {
         "host": args.host, "port": args.port, "unix": args.unix, "upstream": args.upstream,
         "models": tuple(args.model) if args.model else None, "log_level": args.log_level,
-        "gc_threshold0": args.gc_threshold0, "gc_freeze": False if args.no_gc_freeze else None,
+        "gc_threshold0": args.gc_threshold0, "gc_threshold1": args.gc_threshold1,
+        "gc_freeze": False if args.no_gc_freeze else None,
         "workers": args.workers,
     }.items() if v is not None}
     try:
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", action="append", help="a served model name (repeat); default: any")
     serve.add_argument("--workers", type=int, help="worker processes sharing the listener (default: one per CPU)")
     serve.add_argument("--log-level", choices=typing.get_args(LogLevel))
-    serve.add_argument("--gc-threshold0", type=int, help="young-generation GC threshold (default 10000)")
+    serve.add_argument("--gc-threshold0", type=int, help="young-generation GC threshold (default 2000)")
+    serve.add_argument("--gc-threshold1", type=int,
+                       help="young collections per middle-generation collection (default 100)")
     serve.add_argument("--no-gc-freeze", action="store_true", help="do not gc.freeze() start-up objects")
     serve.set_defaults(run=_serve)
     check = sub.add_parser("check-config", help="validate a configuration file without serving")

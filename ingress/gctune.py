@@ -40,11 +40,12 @@ class GcStats:
             gc.callbacks.remove(self.callback)
 
 
-def tune(threshold0: int, freeze: bool = True) -> None:
+def tune(threshold0: int, threshold1: int | None = None, freeze: bool = True) -> None:
     """After start-up: move every live object to the permanent generation (so full collections stop
-    rescanning imports and settings), then collect the young generation less often."""
+    rescanning imports and settings), then set the young and middle generations' thresholds (the middle
+    one left as it is if None)."""
     if freeze:
         gc.collect()
         gc.freeze()
     _, t1, t2 = gc.get_threshold()
-    gc.set_threshold(threshold0, t1, t2)
+    gc.set_threshold(threshold0, t1 if threshold1 is None else threshold1, t2)

@@ -175,8 +175,12 @@ class Settings(_Config, frozen=True):
     verify_answers: bool = True  # verify every upstream buffer before reading it
     log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
-    # Above the in-flight working set (bench/gc_pauses.py measured no collections); 0 turns collection off.
-    gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 10_000
+    # A young collection's pause grows with the objects alive in the young generation: at 2,000 a
+    # collection takes ~0.7 ms at 256 streams, where at 10,000 it took 4-6 ms (bench/README.md, gc).
+    gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 2_000
+    # Young collections between two of the middle generation's, each of which scans everything the young
+    # ones kept alive since (8-20 ms at 256 streams): one per ~200,000 objects kept, as 10,000 x 10 was.
+    gc_threshold1: Annotated[int, Meta(ge=1, le=1_000_000)] = 100
 
     def worker_count(self) -> int:
         return self.workers or os.cpu_count() or 1

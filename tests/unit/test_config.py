@@ -332,6 +332,7 @@ BAD_VALUES = [  # a top-level line added to a minimal file, the key named, what 
     pytest.param("gc_threshold0 = 0", "gc_threshold0", ">= 1", id="gc-threshold-0-turns-collection-off"),
     pytest.param("gc_threshold0 = -100", "gc_threshold0", ">= 1", id="negative-gc-threshold"),
     pytest.param("gc_threshold0 = 10000000000", "gc_threshold0", "<= 1000000", id="gc-threshold-beyond-a-c-int"),
+    pytest.param("gc_threshold1 = 0", "gc_threshold1", ">= 1", id="no-young-collection-between-middle-ones"),
     pytest.param('host = ""', "host", "matching regex", id="empty-host"),
     pytest.param('host = "local host"', "host", "matching regex", id="host-with-a-space"),
     pytest.param("port = 65536", "port", "<= 65535", id="port-out-of-range"),
@@ -386,6 +387,7 @@ def test_every_log_level_check_config_accepts_can_be_served(level: str) -> None:
 @pytest.mark.timeout(10)  # a value let through would start serving
 @pytest.mark.parametrize(("flags", "key"), [
     (["--gc-threshold0", "0"], "gc_threshold0"),
+    (["--gc-threshold1", "0"], "gc_threshold1"),
     (["--workers", "-1"], "workers"),
     (["--upstream", "ftp://10.0.0.1"], "upstream"),
     (["--port", "70000"], "port"),

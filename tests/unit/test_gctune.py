@@ -24,10 +24,13 @@ def restored_gc() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def test_tune_raises_only_the_young_threshold() -> None:
+def test_tune_sets_the_young_threshold_and_the_middle_one_only_when_given() -> None:
     _, t1, t2 = gc.get_threshold()
     gctune.tune(12_345, freeze=False)
     assert gc.get_threshold() == (12_345, t1, t2)
+    gctune.tune(2_000, 100, freeze=False)
+    assert gc.get_threshold() == (2_000, 100, t2)  # the oldest generation's left to CPython
+
 
 
 class Node:
@@ -96,3 +99,15 @@ def test_stats_keep_a_bounded_list_of_pauses() -> None:
         stats.remove()
     assert stats.collections[0] >= 5
     assert len(stats.pauses_s) == 3  # every collection counted, only the first `keep` pauses listed
+
+
+async def test_a_serving_process_takes_both_thresholds_from_its_settings() -> None:
+    from aiohttp import web
+
+    from ingress.app import tune_gc
+    from ingress.appkeys import SETTINGS
+
+    app = web.Application()
+    app[SETTINGS] = Settings(gc_threshold0=3_000, gc_threshold1=7, gc_freeze=False)
+    await tune_gc(app)
+    assert gc.get_threshold()[:2] == (3_000, 7)
