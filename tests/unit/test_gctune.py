@@ -32,7 +32,6 @@ def test_tune_sets_the_young_threshold_and_the_middle_one_only_when_given() -> N
     assert gc.get_threshold() == (2_000, 100, t2)  # the oldest generation's left to CPython
 
 
-
 class Node:
     """An object in a reference cycle with itself: only the cyclic collector frees it."""
 
