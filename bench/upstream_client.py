@@ -122,7 +122,7 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     }
     expected = {False: len(ANSWER), True: sum(len(f) for f in FRAMES)}
     cells = [(c, s, m) for c in candidates for s in SIZES for m in (False, True)]
-    gctune.tune(Settings().gc_threshold0, Settings().gc_threshold1)  # as the edge runs
+    gctune.tune_as_served(Settings())  # as the edge runs
     bodies = {s: os.urandom(n) for s, n in SIZES.items()}
     figures: dict[tuple[str, str, bool], dict[str, list[float]]] = {k: {"proc": [], "thread": [], "wall": []}
                                                                      for k in cells}

@@ -106,8 +106,7 @@ def _bridge_app(bridge: Bridge) -> web.Application:
 
 async def tune_gc(app: web.Application) -> None:
     """An on_startup hook for a serving process (tests leave their own interpreter alone)."""
-    settings = app[SETTINGS]
-    gctune.tune(settings.gc_threshold0, settings.gc_threshold1, freeze=settings.gc_freeze)
+    gctune.tune_as_served(app[SETTINGS])
 
 
 def create_app(settings: Settings) -> web.Application:

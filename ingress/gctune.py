@@ -5,7 +5,10 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingress.settings import Settings
 
 
 @dataclass
@@ -49,3 +52,8 @@ def tune(threshold0: int, threshold1: int | None = None, freeze: bool = True) ->
         gc.freeze()
     _, t1, t2 = gc.get_threshold()
     gc.set_threshold(threshold0, t1 if threshold1 is None else threshold1, t2)
+
+
+def tune_as_served(settings: Settings) -> None:
+    """tune() as a serving process with these settings runs it."""
+    tune(settings.gc_threshold0, settings.gc_threshold1, freeze=settings.gc_freeze)

@@ -53,7 +53,7 @@ REQUESTS: dict[str, tuple[Callable[[], bytes | AsyncIterator[bytes]], int]] = {
 def production_gc() -> Iterator[None]:
     """The collector as a serving process tunes it (gctune), restored afterwards."""
     before = gc.get_threshold()
-    gctune.tune(Settings().gc_threshold0, Settings().gc_threshold1)
+    gctune.tune_as_served(Settings())
     try:
         yield
     finally:
