@@ -78,6 +78,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if config.health_check is not None:
                 tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
+        tasks.spawn(metrics.flush_gc_forever(), "gc-metrics")
         tenancy = None
         if settings.tenancy is not None:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())

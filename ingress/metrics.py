@@ -99,17 +99,31 @@ def set_build_info() -> None:
 
 
 class GcRecorder:
-    """A gc.callbacks hook feeding the GC metrics."""
+    """A gc.callbacks hook feeding the GC metrics.
+
+    A collection starts inside whatever allocation crosses the threshold, and prometheus-client's locks are
+    not reentrant: a collection started while this thread held one (in multiprocess mode one lock guards
+    every value, and creating a labelled child allocates under it) would block on it forever if the hook
+    updated a metric. So the hook only notes the pause, and `flush()` records what it noted from ordinary
+    code: every second (`flush_gc_forever`) and before each scrape."""
 
     def __init__(self) -> None:
         self._started = 0.0
+        self.pending: list[tuple[int, float]] = []  # (generation, seconds paused), not yet recorded
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
             return
-        GC_PAUSE.observe(time.perf_counter() - self._started)
-        GC_COLLECTIONS.labels(str(info["generation"])).inc()
+        self.pending.append((info["generation"], time.perf_counter() - self._started))
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []  # a collection during the updates notes into the new list
+        for generation, seconds in pending:
+            GC_PAUSE.observe(seconds)
+            child(GC_COLLECTIONS, str(generation)).inc()
 
 
 _gc_recorder: GcRecorder | None = None
@@ -123,6 +137,18 @@ def record_gc() -> None:
         gc.callbacks.append(_gc_recorder)
 
 
+def flush_gc() -> None:
+    """Record the collections noted since the last flush (see GcRecorder)."""
+    if _gc_recorder is not None:
+        _gc_recorder.flush()
+
+
+async def flush_gc_forever(interval: float = 1.0) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        flush_gc()
+
+
 def count_tasks() -> None:
     """Set EVENT_LOOP_TASKS from the running loop (none running: left as it was)."""
     with contextlib.suppress(RuntimeError):  # no running event loop
@@ -132,6 +158,7 @@ def count_tasks() -> None:
 def render() -> tuple[bytes, str]:
     """The exposition text: this process's metrics, or every worker's when running several."""
     count_tasks()
+    flush_gc()
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream

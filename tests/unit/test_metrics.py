@@ -14,12 +14,14 @@ import platform
 import subprocess
 import sys
 import textwrap
+import threading
 from importlib import metadata
 from pathlib import Path
 from unittest import mock
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
+from waiting import eventually
 
 from ingress import __version__, metrics
 
@@ -50,6 +52,8 @@ def test_gc_recorder_times_each_collection_by_generation() -> None:
         with mock.patch("time.perf_counter", side_effect=[10.0, 10.004]):
             recorder("start", {"generation": 1})
             recorder("stop", {"generation": 1, "collected": 0, "uncollectable": 0})
+        assert value("ingress_gc_pause_seconds_count") == count  # noted, recorded at the next flush
+        recorder.flush()
         assert value("ingress_gc_pause_seconds_count") == count + 1
         assert abs(value("ingress_gc_pause_seconds_sum") - total - 0.004) < 1e-9
         assert value("ingress_gc_pause_seconds_bucket", {"le": "0.005"}) == fast + 1
@@ -57,6 +61,48 @@ def test_gc_recorder_times_each_collection_by_generation() -> None:
     finally:
         if enabled:
             gc.enable()
+
+
+def test_a_collection_inside_a_metric_update_does_not_wait_for_the_metric_lock() -> None:
+    """prometheus-client's locks are not reentrant, and a collection can start inside any allocation, one
+    made while a metric's lock is held included (in multiprocess mode one lock guards every value, and a new
+    labelled child allocates under it). The hook must not take a lock: here the pause histogram's own is
+    held by another thread; a hook that observed into it would block until that thread let go."""
+    recorder = metrics.GcRecorder()
+    lock = metrics.GC_PAUSE._sum._lock  # single-process mode: each value has its own Lock
+    done = threading.Event()
+
+    def collection() -> None:
+        recorder("start", {"generation": 0})
+        recorder("stop", {"generation": 0, "collected": 0, "uncollectable": 0})
+        done.set()
+
+    with lock:
+        worker = threading.Thread(target=collection, daemon=True)
+        worker.start()
+        finished = done.wait(5)
+    worker.join(5)
+    assert finished, "the GC hook waited for a metric's lock"
+    assert len(recorder.pending) == 1
+    recorder.flush()
+    assert recorder.pending == []
+
+
+async def test_the_noted_collections_reach_the_metrics_every_second_and_on_each_scrape() -> None:
+    metrics.record_gc()
+    recorder = metrics._gc_recorder
+    assert recorder is not None
+    recorder("start", {"generation": 2})
+    recorder("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    metrics.render()
+    assert recorder.pending == []
+    recorder("start", {"generation": 2})
+    recorder("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    flusher = asyncio.get_running_loop().create_task(metrics.flush_gc_forever(0.01))
+    try:
+        await eventually(lambda: not recorder.pending, "the pause flushed")
+    finally:
+        flusher.cancel()
 
 
 def test_record_gc_installs_one_recorder_per_process() -> None:
@@ -125,6 +171,24 @@ def test_render_several_processes_sums_counters_and_keeps_gauges_per_edge(tmp_pa
     assert value("ingress_build_info", version=__version__, python=platform.python_version(),
                  flatbuffers=metadata.version("flatbuffers")) == 1
     assert not [key for key in samples if "pid" in dict(key[1])], "one series per edge, not per worker"
+
+
+_COLLECTING_WORKER = """
+import gc, sys
+from ingress import metrics
+metrics.record_gc()
+gc.set_threshold(1)  # a collection at nearly every allocation, those under prometheus-client's lock included
+for i in range(int(sys.argv[1])):
+    metrics.REQUESTS.labels(f"/route-{i}", "m", "200").inc()  # each new child allocates under the lock
+metrics.flush_gc()
+print(metrics.GC_PAUSE._sum.get() > 0)
+"""
+
+
+def test_a_worker_whose_collections_start_under_the_metrics_lock_goes_on(tmp_path: Path) -> None:
+    # A worker (PROMETHEUS_MULTIPROC_DIR set) hung forever here when the GC hook observed a metric itself.
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    assert _run(_COLLECTING_WORKER, env, "300").strip() == "True"
 
 
 async def test_render_counts_the_event_loop_tasks_alive_at_the_scrape() -> None:
