@@ -11,12 +11,13 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from aiohttp import web
 
 from ingress import gctune, metrics
-from ingress.appkeys import DRAIN, GATEWAY, SETTINGS, STARTED, TASKS
+from ingress.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
 from ingress.demo.service import create_demo_app
 from ingress.drain import Drain
 from ingress.edge import handlers
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.middleware import edge_middleware
+from ingress.pacing import StartPacer
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
@@ -116,6 +117,8 @@ def create_app(settings: Settings) -> web.Application:
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SETTINGS] = settings
     app[DRAIN] = Drain()
+    if settings.start_pacing_ms:
+        app[PACER] = StartPacer(settings.start_pacing_ms / 1000)
     app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
     handlers.add_routes(app)

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from ingress.drain import Drain
 from ingress.exchange import Exchange
+from ingress.pacing import StartPacer
 from ingress.pipeline import Gateway
 from ingress.settings import Settings
 from ingress.tasks import BackgroundTasks
@@ -14,5 +15,6 @@ SETTINGS = web.AppKey("settings", Settings)
 TASKS = web.AppKey("tasks", BackgroundTasks)
 GATEWAY = web.AppKey("gateway", Gateway)  # built at start-up, in the app's cleanup context
 DRAIN = web.AppKey("drain", Drain)
+PACER = web.AppKey("pacer", StartPacer)  # absent: starts are not paced
 STARTED = web.AppKey("started", int)  # the Unix time the app was made: the models' `created`
 EXCHANGE = web.RequestKey("exchange", Exchange)

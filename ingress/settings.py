@@ -173,6 +173,10 @@ class Settings(_Config, frozen=True):
     timeouts: Timeouts = Timeouts()
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     verify_answers: bool = True  # verify every upstream buffer before reading it
+    # New requests' starts get at most this much of one turn of the event loop while others wait for the
+    # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/pacing).
+    # 0: no pacing.
+    start_pacing_ms: Annotated[float, Meta(ge=0, le=1_000)] = 2.0
     log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
     # A young collection's pause grows with the objects alive in the young generation: at 2,000 a

@@ -14,7 +14,7 @@ import structlog
 from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
-from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY
+from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
@@ -89,6 +89,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         drain.enter()
     try:
         try:
+            pacer = request.app.get(PACER)
+            if pacer is not None:
+                await pacer.start()
             gw = request.app.get(GATEWAY)
             tenancy = gw.tenancy if gw is not None else None
             if tenancy is not None and request.path.startswith("/v1/"):

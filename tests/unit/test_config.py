@@ -333,6 +333,7 @@ BAD_VALUES = [  # a top-level line added to a minimal file, the key named, what 
     pytest.param("gc_threshold0 = -100", "gc_threshold0", ">= 1", id="negative-gc-threshold"),
     pytest.param("gc_threshold0 = 10000000000", "gc_threshold0", "<= 1000000", id="gc-threshold-beyond-a-c-int"),
     pytest.param("gc_threshold1 = 0", "gc_threshold1", ">= 1", id="no-young-collection-between-middle-ones"),
+    pytest.param("start_pacing_ms = -1", "start_pacing_ms", ">= 0", id="negative-start-pacing"),
     pytest.param('host = ""', "host", "matching regex", id="empty-host"),
     pytest.param('host = "local host"', "host", "matching regex", id="host-with-a-space"),
     pytest.param("port = 65536", "port", "<= 65535", id="port-out-of-range"),

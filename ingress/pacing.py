@@ -1,0 +1,69 @@
+"""Start pacing: a burst of new requests takes the event loop a few at a time, so that the streams already
+flowing are not held behind it.
+
+All of a request's start (its parse, encoding, admission and upstream send) runs in one step of its task,
+and every task made ready by one poll of the loop runs before the next poll. A burst of 256 new requests
+is ~100 ms of such steps in one turn, and every stream's next chunk waits for all of them (bench/README.md,
+"what delays the loop"). Here a request starts at once while the current turn has spent less than `budget`
+since its first start; later ones wait, in arrival order, and each following turn lets through as many as
+fit in the budget at the mean cost of a start measured so far. Chunks read by each poll are written in the
+turn between two such batches."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class StartPacer:
+    def __init__(self, budget: float, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.budget = budget
+        self._clock = clock
+        self._turn: float | None = None  # when this turn's first start ran
+        self._last = 0.0  # when this turn's latest start ran
+        self._cost = 0.0  # a start's mean cost: the gap between two starts in one turn, averaged
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._armed = False  # a call of _next_turn is due
+        self.deferred = 0  # starts that waited for a later turn, ever
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    async def start(self) -> None:
+        """Return once the caller may start: at once, or in a later turn of the loop."""
+        if self._waiting or (self._turn is not None and self._clock() - self._turn >= self.budget):
+            turn = asyncio.get_running_loop().create_future()
+            self._waiting.append(turn)
+            self.deferred += 1
+            await turn  # cancelled: the future is done, and _next_turn passes over it
+        self._started(self._clock())
+
+    def _started(self, now: float) -> None:
+        if self._turn is None:
+            self._turn = now
+            self._arm()
+        else:
+            gap = now - self._last
+            self._cost = gap if not self._cost else self._cost + (gap - self._cost) / 8
+        self._last = now
+
+    def _arm(self) -> None:
+        if not self._armed:
+            self._armed = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """Called once a turn while starts run or wait: the turn is over; let the next batch go."""
+        self._armed = False
+        self._turn = None
+        batch = max(1, round(self.budget / self._cost)) if self._cost else 1
+        while self._waiting and batch:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                batch -= 1
+        if self._waiting:
+            self._arm()

@@ -1,0 +1,132 @@
+"""StartPacer: how many starts one turn of the event loop runs, in what order, and that every one runs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import aiohttp
+import pytest
+import uvloop
+
+from ingress.app import create_app, serve_app
+from ingress.appkeys import PACER
+from ingress.pacing import StartPacer
+from ingress.settings import DEMO_MODEL, Settings
+
+BUDGET = 0.002
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"), pytest.param(uvloop.new_event_loop, id="uvloop")]
+
+
+class Clock:
+    """A perf_counter that moves only when a start says it spent time."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(loop_factory: LoopFactory, main: Coroutine[Any, Any, None]) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(asyncio.wait_for(main, 10))
+
+
+async def burst(pacer: StartPacer, clock: Clock, costs: list[float], log: list[object],
+                cancel: frozenset[int] = frozenset()) -> None:
+    """Start len(costs) requests in one turn, each spending its cost once started, while a ticker (standing for
+    the chunks every poll reads) marks each turn of the loop in `log` until all have started or been cancelled."""
+
+    async def one(i: int) -> None:
+        await pacer.start()
+        log.append(i)
+        clock.now += costs[i]
+
+    tasks = [asyncio.get_running_loop().create_task(one(i)) for i in range(len(costs))]
+
+    def tick() -> None:
+        log.append("turn")
+        if not all(t.done() for t in tasks):
+            asyncio.get_running_loop().call_soon(tick)
+
+    asyncio.get_running_loop().call_soon(tick)
+    await asyncio.sleep(0)
+    for i in cancel:
+        tasks[i].cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def batches(log: list[object]) -> list[list[int]]:
+    """The starts between two turns, for each turn that had any."""
+    out: list[list[int]] = [[]]
+    for item in log:
+        if item == "turn":
+            out.append([])
+        else:
+            assert isinstance(item, int)
+            out[-1].append(item)
+    return [b for b in out if b]
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_burst_starts_a_budget_of_requests_a_turn_in_arrival_order(loop_factory: LoopFactory) -> None:
+    clock, log = Clock(), list[object]()
+    pacer = StartPacer(BUDGET, clock)
+    run(loop_factory, burst(pacer, clock, [0.0005] * 40, log))
+    got = batches(log)
+    assert [i for b in got for i in b] == list(range(40))  # every one, first come first started
+    assert max(len(b) for b in got) == 4  # 2 ms at 0.5 ms each: the fifth would start past the budget
+    assert len(got) <= 12  # batches of the measured size, not one start a turn
+    assert pacer.waiting == 0
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_start_dearer_than_the_budget_still_lets_one_start_every_turn(loop_factory: LoopFactory) -> None:
+    clock, log = Clock(), list[object]()
+    run(loop_factory, burst(StartPacer(BUDGET, clock), clock, [0.010] * 6, log))
+    assert batches(log) == [[0], [1], [2], [3], [4], [5]]
+
+
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_a_request_cancelled_while_waiting_leaves_its_place_to_the_next(loop_factory: LoopFactory) -> None:
+    clock, log = Clock(), list[object]()
+    pacer = StartPacer(BUDGET, clock)
+    run(loop_factory, burst(pacer, clock, [0.001] * 10, log, cancel=frozenset({2, 3, 9})))
+    assert [i for b in batches(log) for i in b] == [0, 1, 4, 5, 6, 7, 8]
+    assert pacer.waiting == 0
+
+
+async def test_a_start_within_the_budget_does_not_wait_for_a_turn() -> None:
+    clock = Clock()
+    pacer = StartPacer(BUDGET, clock)
+    for _ in range(3):  # three in one turn, 0.5 ms apart: all within 2 ms
+        with pytest.raises(StopIteration):
+            pacer.start().send(None)  # finished without suspending
+        clock.now += 0.0005
+    await asyncio.sleep(0)  # the turn is over; the next one starts afresh
+    clock.now += 0.0100
+    with pytest.raises(StopIteration):
+        pacer.start().send(None)
+
+
+def test_the_setting_turns_pacing_off_at_zero_and_sets_its_budget() -> None:
+    assert PACER not in create_app(Settings(start_pacing_ms=0))
+    assert create_app(Settings())[PACER].budget == pytest.approx(Settings().start_pacing_ms / 1000)
+
+
+async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_a_turn() -> None:
+    app = create_app(Settings(start_pacing_ms=0.001))  # every start past the first of a turn waits
+    body = {"model": DEMO_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with serve_app(app, "127.0.0.1", 0) as url, aiohttp.ClientSession() as session:
+
+        async def one() -> tuple[int, bytes]:
+            async with session.post(url + "/v1/chat/completions", json=body) as response:
+                return response.status, await response.read()
+
+        answers = await asyncio.gather(*(one() for _ in range(40)))
+        assert app[PACER].waiting == 0
+        assert app[PACER].deferred >= 20  # most of them waited for a turn of their own
+    assert all(status == 200 and text.rstrip().endswith(b"data: [DONE]") for status, text in answers)
