@@ -32,14 +32,16 @@ class StartPacer:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def start(self) -> None:
-        """Return once the caller may start: at once, or in a later turn of the loop."""
-        if self._waiting or (self._turn is not None and self._clock() - self._turn >= self.budget):
+    async def start(self) -> bool:
+        """Return once the caller may start: at once (False), or in a later turn of the loop (True)."""
+        waited = bool(self._waiting) or (self._turn is not None and self._clock() - self._turn >= self.budget)
+        if waited:
             turn = asyncio.get_running_loop().create_future()
             self._waiting.append(turn)
             self.deferred += 1
             await turn  # cancelled: the future is done, and _next_turn passes over it
         self._started(self._clock())
+        return waited
 
     def _started(self, now: float) -> None:
         if self._turn is None:

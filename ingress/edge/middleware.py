@@ -67,8 +67,9 @@ def _draining(request: web.Request) -> bool:
 
 def server_timing(ex: Exchange, now: float | None = None) -> str:
     """Server-Timing: the stages done so far, in milliseconds, and the request id."""
-    marks = [("decode", ex.started, ex.decoded), ("encode", ex.decoded, ex.encoded),
-             ("admit", ex.encoded, ex.admitted), ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
+    marks = [("pacing", ex.started, ex.paced), ("decode", ex.paced or ex.started, ex.decoded),
+             ("encode", ex.decoded, ex.encoded), ("admit", ex.encoded, ex.admitted),
+             ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
              ("translate", ex.upstream_done or ex.upstream_head, now)]
     parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
              if start is not None and end is not None]
@@ -90,8 +91,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         try:
             pacer = request.app.get(PACER)
-            if pacer is not None:
-                await pacer.start()
+            if pacer is not None and await pacer.start():
+                ex.paced = time.perf_counter()
             gw = request.app.get(GATEWAY)
             tenancy = gw.tenancy if gw is not None else None
             if tenancy is not None and request.path.startswith("/v1/"):
@@ -201,6 +202,8 @@ def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str)
         fields["limit"] = ex.limit_outcome
     if ex.first_byte is not None:
         fields["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
+    if ex.paced is not None:
+        fields["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
     if ex.usage is not None:
         fields.update(prompt_tokens=ex.usage.prompt_tokens, completion_tokens=ex.usage.completion_tokens)
     if ex.error is not None:

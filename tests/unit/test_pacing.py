@@ -122,11 +122,13 @@ async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_
     body = {"model": DEMO_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     async with serve_app(app, "127.0.0.1", 0) as url, aiohttp.ClientSession() as session:
 
-        async def one() -> tuple[int, bytes]:
+        async def one() -> tuple[int, str, bytes]:
             async with session.post(url + "/v1/chat/completions", json=body) as response:
-                return response.status, await response.read()
+                return response.status, response.headers["Server-Timing"], await response.read()
 
         answers = await asyncio.gather(*(one() for _ in range(40)))
         assert app[PACER].waiting == 0
         assert app[PACER].deferred >= 20  # most of them waited for a turn of their own
-    assert all(status == 200 and text.rstrip().endswith(b"data: [DONE]") for status, text in answers)
+    assert all(status == 200 and text.rstrip().endswith(b"data: [DONE]") for status, _, text in answers)
+    waited = [timing for _, timing, _ in answers if "pacing;dur=" in timing]
+    assert len(waited) == app[PACER].deferred  # each wait is its own Server-Timing entry, apart from decode
