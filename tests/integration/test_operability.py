@@ -6,6 +6,7 @@ registry, so each test compares a scrape taken before its requests with one take
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import platform
@@ -14,6 +15,7 @@ from importlib import metadata
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
@@ -221,6 +223,30 @@ async def test_server_timing_of_a_stream(demo_edge: str, http: aiohttp.ClientSes
     # The head leaves before the stream is read: only the stages done by then.
     assert set(timing) == {"decode", "encode", "upstream", "request"}
     assert timing["request"] == request_id
+
+
+async def test_a_burst_of_sdk_streams_with_starts_paced_is_answered_whole_and_shows_each_wait(
+        start_edge: Callable[[Settings], Awaitable[str]]) -> None:
+    # A budget of 1 µs: in a burst, every start after a turn's first waits for a later turn.
+    url = await start_edge(Settings(start_pacing_ms=0.001))
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
+
+        async def one(i: int) -> tuple[dict[str, Any], str, str | None]:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=[{"role": "user", "content": f"burst {i}"}], stream=True)
+            text, finish = "", None
+            async for chunk in raw.parse():
+                if chunk.choices:
+                    text += chunk.choices[0].delta.content or ""
+                    finish = chunk.choices[0].finish_reason or finish
+            return _server_timing(raw.headers["Server-Timing"]), text, finish
+
+        answers = await asyncio.gather(*(one(i) for i in range(32)))
+    assert [(text, finish) for _, text, finish in answers] == [(f"burst {i}", "stop") for i in range(32)]
+    waited = [timing for timing, _, _ in answers if "pacing" in timing]
+    assert len(waited) >= 16, "the burst's starts were not paced"
+    for timing in waited:  # the wait is its own entry, decode's time after it
+        assert timing["pacing"] > 0 and "decode" in timing
 
 
 @pytest.mark.parametrize(("path", "body", "status", "stages"), [
