@@ -49,6 +49,13 @@ async def serve_app(app: web.Application, host: str, port: int, unix: str | None
         sock.close()
 
 
+async def flush_gc_forever(interval: float = 1.0) -> None:
+    """Record the GC pauses noted since the last flush, every `interval` seconds (metrics.GcRecorder)."""
+    while True:
+        await asyncio.sleep(interval)
+        metrics.flush_gc()
+
+
 async def _gateway(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     groups_config, routes = settings.resolved()
@@ -79,7 +86,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if config.health_check is not None:
                 tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
-        tasks.spawn(metrics.flush_gc_forever(), "gc-metrics")
+        tasks.spawn(flush_gc_forever(), "gc-metrics")
         tenancy = None
         if settings.tenancy is not None:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())

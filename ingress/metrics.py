@@ -105,7 +105,7 @@ class GcRecorder:
     not reentrant: a collection started while this thread held one (in multiprocess mode one lock guards
     every value, and creating a labelled child allocates under it) would block on it forever if the hook
     updated a metric. So the hook only notes the pause, and `flush()` records what it noted from ordinary
-    code: every second (`flush_gc_forever`) and before each scrape."""
+    code: every second (the app's `gc-metrics` task) and before each scrape."""
 
     def __init__(self) -> None:
         self._started = 0.0
@@ -141,12 +141,6 @@ def flush_gc() -> None:
     """Record the collections noted since the last flush (see GcRecorder)."""
     if _gc_recorder is not None:
         _gc_recorder.flush()
-
-
-async def flush_gc_forever(interval: float = 1.0) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        flush_gc()
 
 
 def count_tasks() -> None:
