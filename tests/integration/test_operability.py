@@ -226,7 +226,7 @@ async def test_server_timing_of_a_stream(demo_edge: str, http: aiohttp.ClientSes
 
 
 async def test_a_burst_of_sdk_streams_with_starts_paced_is_answered_whole_and_shows_each_wait(
-        start_edge: Callable[[Settings], Awaitable[str]]) -> None:
+        start_edge: StartEdge) -> None:
     # A budget of 1 µs: in a burst, every start after a turn's first waits for a later turn.
     url = await start_edge(Settings(start_pacing_ms=0.001))
     async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
