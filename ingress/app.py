@@ -16,7 +16,6 @@ from ingress.demo.service import create_demo_app
 from ingress.drain import Drain
 from ingress.edge import handlers
 from ingress.edge.connections import EdgeSite, listening_socket
-from ingress.edge.dispatch import EdgeRunner
 from ingress.edge.middleware import edge_middleware
 from ingress.pacing import StartPacer
 from ingress.pipeline import Gateway
@@ -36,7 +35,7 @@ async def serve_app(app: web.Application, host: str, port: int, unix: str | None
     base URL (`unix:/path` for a socket). Its connections keep the app's `client` settings."""
     settings = app.get(SETTINGS)
     sock = listening_socket(host, port, unix)
-    runner = EdgeRunner(app, handler_cancellation=True)
+    runner = web.AppRunner(app, handler_cancellation=True)
     try:
         await runner.setup()
         await EdgeSite(runner, sock, settings.client if settings is not None else Client()).start()

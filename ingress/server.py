@@ -30,7 +30,6 @@ from aiohttp import web
 from ingress.app import create_app, tune_gc
 from ingress.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
-from ingress.edge.dispatch import EdgeRunner
 from ingress.log import capture_uncaught, configure, get_logger
 from ingress.settings import Settings
 
@@ -70,7 +69,7 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
     # cover handlers finishing their last write (and a connection accepted as the listener closed,
     # which aiohttp would otherwise wait on for the whole timeout).
-    runner = EdgeRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=2.0)
     await runner.setup()
     site = EdgeSite(runner, sock, settings.client, settings.worker_count())  # the connections' deadlines and cap
     await site.start()
