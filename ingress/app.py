@@ -4,6 +4,9 @@ health checks, and the embedded demo service."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -63,13 +66,13 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         demo_url = None
         if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
-            demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "127.0.0.1", 0))
-        bridged: dict[Bridge, str] = {}  # each distinct bridge, served on a loopback port of its own
+            demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "", 0, _inner_socket(stack)))
+        bridged: dict[Bridge, str] = {}  # each distinct bridge, served on a Unix socket of its own
         for config in groups_config.values():
             for endpoint in config.endpoints:
                 if endpoint.bridge is not None and endpoint.bridge not in bridged:
                     bridged[endpoint.bridge] = await stack.enter_async_context(
-                        serve_app(_bridge_app(endpoint.bridge), "127.0.0.1", 0))
+                        serve_app(_bridge_app(endpoint.bridge), "", 0, _inner_socket(stack)))
         groups: dict[str, EndpointGroup] = {}
         for name, config in groups_config.items():
             clients = []
@@ -104,6 +107,16 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy=tenancy,
         )
         yield
+
+
+def _inner_socket(stack: AsyncExitStack) -> str:
+    """A path for a service the edge runs inside itself (a bridge, the demo): a Unix socket in a directory
+    of its own that only this user may enter, removed when the stack closes. Not a loopback port, which
+    every local user could connect to, and a bridge spends its provider's key for whoever calls it. A
+    Unix socket also costs the kernel less a message than TCP on loopback."""
+    where = tempfile.mkdtemp(prefix="ingress-")  # mode 0700
+    stack.callback(shutil.rmtree, where, ignore_errors=True)
+    return os.path.join(where, "service.sock")
 
 
 def _bridge_app(bridge: Bridge) -> web.Application:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +23,8 @@ import pytest
 from aiohttp import web
 
 from ingress.app import create_app, serve_app
-from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
+from ingress.appkeys import GATEWAY
+from ingress.settings import DEMO_MODEL, EMBEDDED, Bridge, Endpoint, Group, Route, Settings, Timeouts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"
 GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)
@@ -176,3 +179,36 @@ async def test_a_legacy_text_completion_goes_to_the_engines_completions(served: 
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
     [(path, _, body)] = served.engine.received
     assert path == "/v1/completions" and body["prompt"] == "Once upon"
+
+
+async def test_a_service_inside_the_edge_listens_on_a_unix_socket_only_this_user_can_reach(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bridge holds the engine's key: on a loopback port, any local user could spend it through the
+    bridge. It (and the embedded demo, the same way) listens in a directory of mode 0700 instead, gone
+    once the edge stops."""
+    monkeypatch.setenv("ENGINE_KEY", "sk-engine-secret")
+    engine = Engine()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", engine.handle)
+    async with serve_app(app, "127.0.0.1", 0) as engine_url:
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", api_key_env="ENGINE_KEY", timeouts=GENEROUS)
+        settings = Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)]),
+                                    "demo": Group(endpoints=[Endpoint(url=EMBEDDED)])},
+                            routes=(Route(model="qwen", group="engine"), Route(model=DEMO_MODEL, group="demo")),
+                            timeouts=GENEROUS)
+        edge_app = create_app(settings)
+        async with serve_app(edge_app, "127.0.0.1", 0) as edge, \
+                openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0) as client:
+            groups = edge_app[GATEWAY].groups
+            inside = [url for name in ("engine", "demo") for url in groups[name].clients]
+            assert len(inside) == 2 and all(url.startswith("unix:/") for url in inside), inside
+            places = [Path(url.removeprefix("unix:")).parent for url in inside]
+            assert places[0] != places[1]
+            for place in places:
+                assert (stat.S_IMODE(place.stat().st_mode), place.stat().st_uid) == (0o700, os.getuid())
+            answer = await client.chat.completions.create(model="qwen", messages=HELLO)
+            assert answer.choices[0].message.content == "Paris."
+            demo = await client.chat.completions.create(model=DEMO_MODEL, messages=HELLO, max_tokens=4)
+            assert demo.choices[0].message.content
+        assert [place.exists() for place in places] == [False, False]

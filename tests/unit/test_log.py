@@ -45,7 +45,7 @@ async def test_one_line_per_request_without_secrets(log_stream: io.StringIO, str
     assert line["model"] == "ingress-demo"
     assert line["status"] == 200 and line["outcome"] == "ok"
     assert line["stream"] is stream
-    assert str(line["upstream"]).startswith("http://127.0.0.1:")
+    assert str(line["upstream"]).startswith("unix:/")  # the embedded demo, on its own Unix socket
     assert isinstance(line["duration_ms"], float) and isinstance(line["ttfb_ms"], float)
     assert 0 < line["ttfb_ms"] <= line["duration_ms"]
     assert line["prompt_tokens"] == len(SECRET_PROMPT.split())
