@@ -109,12 +109,16 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         yield
 
 
+INNER_DIR = "INGRESS_INNER_DIR"  # where the services inside the edge listen: a supervisor's, for its workers
+
+
 def _inner_socket(stack: AsyncExitStack) -> str:
     """A path for a service the edge runs inside itself (a bridge, the demo): a Unix socket in a directory
-    of its own that only this user may enter, removed when the stack closes. Not a loopback port, which
-    every local user could connect to, and a bridge spends its provider's key for whoever calls it. A
-    Unix socket also costs the kernel less a message than TCP on loopback."""
-    where = tempfile.mkdtemp(prefix="ingress-")  # mode 0700
+    of its own that only this user may enter, removed when the stack closes (and, under a supervisor, in
+    the supervisor's directory, removed when it stops, whatever became of the worker). Not a loopback
+    port, which every local user could connect to, and a bridge spends its provider's key for whoever
+    calls it. A Unix socket also costs the kernel less a message than TCP on loopback."""
+    where = tempfile.mkdtemp(prefix="ingress-", dir=os.environ.get(INNER_DIR))  # mode 0700
     stack.callback(shutil.rmtree, where, ignore_errors=True)
     return os.path.join(where, "service.sock")
 

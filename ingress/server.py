@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from ingress.app import create_app, tune_gc
+from ingress.app import INNER_DIR, create_app, tune_gc
 from ingress.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
@@ -150,9 +150,11 @@ FAST_CRASHES = 5  # ...and this many such deaths in a row end the supervisor wit
 
 def _supervise(settings: Settings, sock: socket.socket) -> int:
     metrics_dir, made = _metrics_dir()
+    inner = os.environ[INNER_DIR] = tempfile.mkdtemp(prefix="ingress-inner-")  # the workers' bridges' sockets
     try:
         return _run_workers(settings, sock)
     finally:
+        shutil.rmtree(inner, ignore_errors=True)  # a worker killed had no chance to remove its own
         if made:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,11 @@ class EdgeProcess:
         self.log = tmp_path / f"{name}.log"
         self.err = tmp_path / f"{name}.stderr" if stderr_apart else self.log
         env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+        # What the edge makes in the temporary directory (its workers' metrics, its bridges' sockets) goes
+        # here, removed once the group is killed: a SIGKILL gives the edge no chance to remove its own.
+        # Not under tmp_path: a Unix socket's path must stay under 108 bytes.
+        self.temp = Path(tempfile.mkdtemp(prefix="edge-"))
+        env["TMPDIR"] = str(self.temp)
         if metrics_dir is not None:
             metrics_dir.mkdir()
             env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
@@ -88,3 +95,4 @@ class EdgeProcess:
         with contextlib.suppress(ProcessLookupError):  # the whole group: workers too
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        shutil.rmtree(self.temp, ignore_errors=True)

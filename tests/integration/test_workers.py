@@ -266,6 +266,25 @@ async def test_the_supervisor_removes_the_metrics_directory_it_made(tmp_path: Pa
             _remove(dirs)
 
 
+async def test_the_workers_demo_sockets_are_removed_with_the_supervisor_even_a_killed_workers(
+        tmp_path: Path, fresh: aiohttp.ClientSession) -> None:
+    config = tmp_path / "drain.toml"
+    config.write_text("[drain]\ndelay = 0.1\ndeadline = 1.0\n")
+    with supervisor(tmp_path, "--config", str(config)) as edge:
+        await edge.started()
+        (inner,) = edge.temp.glob("ingress-inner-*")  # the supervisor's; the embedded demo of each worker inside
+        assert (inner.stat().st_mode & 0o777, inner.stat().st_uid) == (0o700, os.getuid())
+        assert len(list(inner.glob("*/service.sock"))) == 2
+        await _chat(fresh, edge.url, "through a worker's own demo")
+        victim = min(edge.worker_pids())
+        os.kill(victim, signal.SIGKILL)  # it cannot remove its socket's directory
+        await _until(edge, "the killed worker replaced", lambda: len(edge.events("ready")) == 3)
+        assert len(list(inner.glob("*/service.sock"))) == 3
+        edge.proc.send_signal(signal.SIGTERM)
+        assert await edge.exit_code(timeout=10) == 0
+        assert not inner.exists(), sorted(str(p) for p in inner.rglob("*"))
+
+
 # --- what a served process exports ----------------------------------------------------------------
 
 
