@@ -25,6 +25,7 @@ from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
 from ingress.settings import EMBEDDED, Bridge, Client, Settings
+from ingress.sockets import name_server
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy import build as build_tenancy
 from ingress.tokens import counter_for
@@ -146,4 +147,5 @@ def create_app(settings: Settings) -> web.Application:
     app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
     handlers.add_routes(app)
+    name_server(app)
     return app

@@ -24,7 +24,7 @@ from ingress.bridges.dialect import Dialect, EngineCall, EngineFailed, Target, U
 from ingress.errors import IngressError, UpstreamConnectFailed
 from ingress.log import get_logger
 from ingress.settings import Timeouts
-from ingress.sockets import chunk, clear
+from ingress.sockets import chunk, clear, name_server
 from ingress.upstream.http1 import ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
@@ -226,6 +226,7 @@ def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | Non
     app.router.add_post(identifiers.COMPLETE_PATH, complete)
     app.router.add_post(identifiers.EMBED_PATH, embed)
     app.router.add_get("/healthz", healthz)
+    name_server(app)
 
     async def close_pool(app: web.Application) -> None:
         await app[BRIDGE].pool.close()

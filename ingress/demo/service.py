@@ -11,6 +11,7 @@ from ingress import wire
 from ingress.demo import embed as embedding
 from ingress.demo.answer import Plan, logprob, plan
 from ingress.demo.text import TextPlan, plan_text, usage_of
+from ingress.sockets import name_server
 
 DELAY = web.AppKey("delay", float)
 FINGERPRINT = "fp_ingress_demo"  # the demo's one configuration
@@ -160,4 +161,5 @@ def create_demo_app(delay_s: float = 0.0) -> web.Application:
     app.router.add_post(wire.COMPLETE_PATH, complete)
     app.router.add_post(wire.EMBED_PATH, embed)
     app.router.add_get("/healthz", healthz)
+    name_server(app)
     return app

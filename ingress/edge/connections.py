@@ -25,6 +25,7 @@ from ingress.edge.middleware import error_response, request_id_of
 from ingress.errors import IngressError, InvalidRequest, RequestTimeout
 from ingress.log import get_logger
 from ingress.settings import Client
+from ingress.sockets import SERVER
 from ingress.tasks import BackgroundTasks
 
 log = get_logger("ingress.connections")
@@ -35,7 +36,8 @@ def _raw_response(error: IngressError) -> bytes:
     """A whole response written straight to the transport, when no request object exists."""
     body = _json.encode(error.body())
     return (f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nx-request-id: {request_id_of(None)}\r\n\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\nServer: {SERVER}\r\n"
+            f"x-request-id: {request_id_of(None)}\r\n\r\n"
             ).encode() + body
 
 

@@ -309,7 +309,10 @@ async def test_a_bad_buffer_sent_to_the_bridge_is_a_400(served: Stack, http: aio
                          headers={"Content-Type": wire.CONTENT_TYPE}) as r:
         assert r.status == 400
         error = wire.decode_error(await r.read())
+        assert r.headers.getall("Server") == ["ingress"]  # the software, never its version
     assert error.code == "invalid_flatbuffer"
+    async with http.get(f"{served.bridge}/healthz") as r:
+        assert r.headers.getall("Server") == ["ingress"]
 
 
 async def test_the_targets_path_and_credentials_are_used(http: aiohttp.ClientSession) -> None:

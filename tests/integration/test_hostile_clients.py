@@ -16,6 +16,8 @@ import pytest
 from aiohttp import web
 from fakes.processes import EdgeProcess, free_port
 
+from ingress.app import serve_app
+from ingress.demo.service import create_demo_app
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.settings import Client, Settings
 
@@ -57,6 +59,47 @@ async def _exchange(port: int, raw: bytes) -> bytes:
         writer.close()
 
 
+def _server(head: bytes) -> bytes | None:
+    """The Server header's value in a raw response head (None without one)."""
+    values = [line.partition(b":")[2].strip() for line in head.split(b"\r\n")[1:]
+              if line.partition(b":")[0].strip().lower() == b"server"]
+    assert len(values) <= 1, head
+    return values[0] if values else None
+
+
+async def test_every_answer_names_the_server_without_its_version(start_edge: StartEdge) -> None:
+    url = await start_edge(Settings())
+    port = _port(url)
+    chat = b'{"model": "ingress-demo", "messages": [{"role": "user", "content": "hi"}]}'
+    stream = chat[:-1] + b', "stream": true}'
+    requests = {
+        "an answer": _post(b"/v1/chat/completions", chat),
+        "a stream": _post(b"/v1/chat/completions", stream),
+        "a refused body": _post(b"/v1/chat/completions", b'{"model": 1}'),
+        "an unknown path": b"GET /v1/nothing HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n",
+        "the models": b"GET /v1/models HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n",
+        "metrics": b"GET /metrics HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n",
+    }
+    for name, raw in requests.items():
+        answer = await _exchange(port, raw)
+
+        head = answer.partition(b"\r\n\r\n")[0]
+        assert head.startswith(b"HTTP/1.1 "), (name, answer[:200])
+        assert _server(head) == b"ingress", (name, head)
+        assert b"aiohttp" not in head and b"Python" not in head, (name, head)
+
+
+async def test_the_demo_service_names_itself_as_the_edge_does() -> None:
+    async with serve_app(create_demo_app(), "127.0.0.1", 0) as url:
+        answer = await _exchange(_port(url), b"GET /healthz HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 ") and _server(answer.partition(b"\r\n\r\n")[0]) == b"ingress"
+
+
+def _post(path: bytes, body: bytes) -> bytes:
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
+
 async def test_malformed_requests_never_put_keys_or_prompts_in_the_logs(tmp_path: Path) -> None:
     config = tmp_path / "quick-drain.toml"
     config.write_text("[drain]\ndelay = 0.1\ndeadline = 2.0\n")
@@ -90,6 +133,7 @@ async def test_malformed_requests_are_refused_in_openai_s_shape_without_echoing_
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith((b"HTTP/1.0 400 ", b"HTTP/1.1 400 ")), (param.id, answer[:300])  # 1.0: unparsed
         assert b"Content-Type: application/json" in head, (param.id, head)
+        assert _server(head) == b"ingress", (param.id, head)
         assert json.loads(body) == {"error": {"message": "The request is not valid HTTP/1.1.", "type":
                                               "invalid_request_error", "param": None, "code": "invalid_http"}}
         assert API_KEY[3:] not in answer and PROMPT not in answer
@@ -189,6 +233,7 @@ async def test_a_trickled_head_is_closed_by_the_header_deadline(start_edge: Star
     assert sent < len(head) // 2, f"{sent} of {len(head)} bytes went before the edge closed"
     assert asyncio.get_running_loop().time() - started >= 1.0
     assert answer.startswith(b"HTTP/1.1 408 ") and b'"request_timeout"' in answer, answer
+    assert _server(answer.partition(b"\r\n\r\n")[0]) == b"ingress"
 
 
 async def test_a_head_that_arrives_in_time_is_served_however_slowly(start_edge: StartEdge) -> None:
