@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 from ingress.oai.answers import TokenLogprobOut
 from ingress.oai.models import TextFormat
@@ -47,7 +46,7 @@ class UrlCitationOut(_Out, kw_only=True, tag_field="type", tag="url_citation"):
 class OutputTextOut(_Out, kw_only=True, tag_field="type", tag="output_text"):
     text: str
     annotations: list[UrlCitationOut]
-    logprobs: list[LogprobOut] | UnsetType = UNSET
+    logprobs: list[LogprobOut] = msgspec.field(default_factory=list)  # required: [] when none were asked
 
 
 class RefusalOut(_Out, kw_only=True, tag_field="type", tag="refusal"):
@@ -87,7 +86,7 @@ OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut
 
 class InputTokensDetails(_Out, kw_only=True):
     cached_tokens: int = 0
-    cache_write_tokens: int | UnsetType = UNSET  # written when counted (0 on the wire: not counted)
+    cache_write_tokens: int = 0  # required by OpenAI's reference: 0 when nothing was written
 
 
 class OutputTokensDetails(_Out, kw_only=True):

@@ -15,8 +15,6 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any, TypeVar
 
-from msgspec import UNSET
-
 from ingress.errors import IngressError
 from ingress.oai import answers as chat
 from ingress.oai import response_objects as ro
@@ -34,7 +32,7 @@ def _usage(u: wt.Usage | None) -> ro.UsageOut | None:
     return ro.UsageOut(
         input_tokens=u.prompt_tokens,
         input_tokens_details=ro.InputTokensDetails(cached_tokens=u.cached_tokens,
-                                                   cache_write_tokens=u.cache_write_tokens or UNSET),
+                                                   cache_write_tokens=u.cache_write_tokens),
         output_tokens=u.completion_tokens,
         output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
         total_tokens=u.total_tokens or u.prompt_tokens + u.completion_tokens,
@@ -83,7 +81,7 @@ def translate_response_object(call: Call, r: wt.Response, *, request_id: str) ->
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[ro.OutputTextOut | ro.RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
-            logprobs = [translate_token(t) for t in choice.logprobs or ()] if call.logprobs else UNSET
+            logprobs = [translate_token(t) for t in choice.logprobs or ()] if call.logprobs else []
             parts.append(ro.OutputTextOut(text=choice.content or "", logprobs=logprobs,
                                           annotations=[_citation(a) for a in choice.annotations]))
         if choice.refusal is not None:
@@ -184,12 +182,12 @@ class ResponseEvents:
 
     def _text(self, text: str, logprobs: list[chat.TokenLogprobOut]) -> list[ro.StreamEvent]:
         events = [] if isinstance(self._part, ro.OutputTextOut) else self._open_part(
-            ro.OutputTextOut(text="", annotations=[], logprobs=[] if self._call.logprobs else UNSET))
+            ro.OutputTextOut(text="", annotations=[]))
         part = self._part
         assert isinstance(part, ro.OutputTextOut)
         part.text += text
         deltas = [_delta_logprob(t) for t in logprobs] if self._call.logprobs else []
-        if isinstance(part.logprobs, list):
+        if self._call.logprobs:
             part.logprobs += logprobs
         self._part_logprobs += deltas
         events.append(ro.TextDeltaEvent(sequence_number=self._n(), delta=text, logprobs=deltas, **self._where()))
@@ -283,8 +281,7 @@ class ResponseEvents:
         status: ro.Status = "incomplete" if self._finish in _INCOMPLETE else "completed"
         events = self._close_message(status) + self._close_calls(status)
         if not self.output:  # an empty answer is still one message with one (empty) text
-            events += self._open_part(ro.OutputTextOut(text="", annotations=[],
-                                                       logprobs=[] if self._call.logprobs else UNSET))
+            events += self._open_part(ro.OutputTextOut(text="", annotations=[]))
             events += self._close_message(status)
         self.ended = True
         snapshot = self._snapshot("completed", usage=_usage(usage))

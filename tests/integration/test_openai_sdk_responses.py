@@ -8,6 +8,7 @@ front of the scripted fake upstream, the fake shows the chat request the Respons
 
 from __future__ import annotations
 
+import json
 import typing
 from typing import Any
 
@@ -98,10 +99,31 @@ def test_logprobs_are_answered_when_included(client: openai.OpenAI) -> None:
     assert "".join(t.token for t in part.logprobs) == "alpha beta"
     assert all(len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token for t in part.logprobs)
     plain: Any = client.responses.create(model=MODEL, input="alpha beta")
-    assert plain.output[0].content[0].logprobs is None
+    assert plain.output[0].content[0].logprobs == []  # not asked: OpenAI sends an empty list, never none
     with client.responses.stream(model=MODEL, input="alpha beta", include=["message.output_text.logprobs"]) as stream:
         deltas = [e for e in stream if e.type == "response.output_text.delta"]
     assert [[t.token for t in e.logprobs] for e in deltas] == [["alpha"], [" beta"]]
+
+
+def _text_parts(response: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for item in response["output"] if item["type"] == "message" for p in item["content"]
+            if p["type"] == "output_text"]
+
+
+def test_answers_carry_every_field_openai_s_reference_requires(client: openai.OpenAI) -> None:
+    """An output_text part's `logprobs` and usage's `cache_write_tokens` are required by OpenAI's published
+    reference, whole and streamed, even when empty or 0 (the SDK tolerates them missing; typed clients not)."""
+    doc = client.responses.with_raw_response.create(model=MODEL, input="alpha beta").http_response.json()
+    assert [p["logprobs"] for p in _text_parts(doc)] == [[]]
+    assert doc["usage"]["input_tokens_details"]["cache_write_tokens"] == 0
+    with client.responses.with_streaming_response.create(model=MODEL, input="alpha beta", stream=True) as raw:
+        events = [json.loads(line[len("data: "):]) for line in raw.iter_lines() if line.startswith("data: ")]
+    parts = [e["part"] for e in events if e["type"].startswith("response.content_part.")]
+    parts += [p for e in events if e["type"].startswith("response.output_item.") for p in e["item"].get("content", ())]
+    completed = events[-1]["response"]
+    parts += _text_parts(completed)
+    assert len(parts) == 4 and all(p["logprobs"] == [] for p in parts), parts
+    assert completed["usage"]["input_tokens_details"]["cache_write_tokens"] == 0
 
 
 def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -> None:

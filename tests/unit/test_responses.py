@@ -249,4 +249,5 @@ def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
                                   output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=2))
     written = msgspec.json.decode(msgspec.json.encode(translate_response_object(call(), wt.Response(
         id="x", model="m", created=1, usage=wt.Usage(prompt_tokens=1), choices=[]), request_id="r")))
-    assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0}  # a write count only when counted
+    # OpenAI's reference requires both, 0 when nothing was read or written
+    assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
