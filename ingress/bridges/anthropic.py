@@ -265,7 +265,7 @@ _BY_TYPE: dict[str, tuple[int, str, str]] = {
 _BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
               403: "permission_error", 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
               500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
-OVERLOADED_RETRY_AFTER = 1  # seconds: Anthropic's 529 asks for a wait; when it names none, a short one
+OVERLOADED_RETRY_AFTER = 1  # seconds: an overloaded Anthropic asks for a wait; when it names none, a short one
 
 
 def _by_type(kind: str, message: str, status: int | None = None) -> wt.ErrorInfo:
@@ -279,7 +279,10 @@ def _by_type(kind: str, message: str, status: int | None = None) -> wt.ErrorInfo
         text = f"Anthropic refused the request: {said}"
     else:
         text = f"Anthropic failed: {said}"
-    return wt.ErrorInfo(status=code_status, type=type_, code=code, message=text)
+    # Overloaded, as a 529 or as an `error` event in a stream, asks the client to wait: the wait it named
+    # (a 529's Retry-After, set by `error`), else a short one. An event names none.
+    wait = OVERLOADED_RETRY_AFTER if code == "upstream_overloaded" else None
+    return wt.ErrorInfo(status=code_status, type=type_, code=code, message=text, retry_after=wait)
 
 
 def decode_error(status: int, body: bytes) -> wt.ErrorInfo:
@@ -336,10 +339,8 @@ class AnthropicDialect:
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wt.ErrorInfo:
         info = decode_error(status, body)
-        wait = retry_after(headers)
-        if wait is None and info.status == 503:
-            wait = OVERLOADED_RETRY_AFTER  # an overloaded Anthropic that named no wait: a short one, not none
-        info.retry_after = wait
+        if (wait := retry_after(headers)) is not None:
+            info.retry_after = wait
         return info
 
 

@@ -141,12 +141,15 @@ async def _whole(call: EngineCall, response: Response, t: Timeouts) -> web.Respo
 
 
 async def _stream(request: web.Request, call: EngineCall, response: Response, t: Timeouts) -> web.StreamResponse:
-    """Frames as the engine's events arrive. Before the first frame a failure keeps its status; after,
-    it is the stream's last frame, an Error. Once the head is out, each read is translated in the
-    engine connection's callback, and its frames written there while the edge's socket buffer is empty."""
+    """Frames as the engine's events arrive. The head waits for the first frame that says something (a
+    chunk with only the role, as a stream's first one, is held back with it): a failure before then keeps
+    its status and Retry-After, so the edge can still retry, fall back or answer it as an HTTP error; after,
+    it is the stream's last frame, an Error. Once the head is out, each read is translated in the engine
+    connection's callback, and its frames written there while the edge's socket buffer is empty."""
     decoder = call.stream()
     transport = request.transport
     out: web.StreamResponse | None = None
+    held: list[wire.Chunk] = []  # chunks with nothing to say yet, while the head waits
     framed = False  # the head is out and the body chunked: frames may go straight to the transport
     sent_done = False
 
@@ -178,6 +181,10 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
                 ended = not data
                 chunks = decoder.feed(data) if data else decoder.finish()
             if chunks and out is None:
+                if not any(map(_says_something, chunks)):
+                    held += chunks
+                    continue
+                chunks, held = held + chunks, []
                 out = web.StreamResponse(headers={"Content-Type": identifiers.STREAM_CONTENT_TYPE})
                 await out.prepare(request)
             if chunks:
@@ -188,14 +195,14 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
             if ended or sent_done:
                 break
     except EngineFailed as exc:
-        info, before = exc.info, exc.chunks
+        info, before = exc.info, held + exc.chunks
     except (IngressError, OSError) as exc:
-        info, before = _hop_failure(exc, "send the next part of its answer"), []
+        info, before = _hop_failure(exc, "send the next part of its answer"), held
     else:
         assert out is not None  # a finished decoder has sent its done chunk
         await out.write_eof()
         return out
-    if out is None and not before:
+    if out is None and not any(map(_says_something, before)):
         return _error(info)
     if out is None:
         out = web.StreamResponse(headers={"Content-Type": identifiers.STREAM_CONTENT_TYPE})
@@ -203,6 +210,12 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
     await out.write(b"".join(wire.write_chunk(c) for c in before) + wire.write_error(info, framed=True))
     await out.write_eof()
     return out
+
+
+def _says_something(chunk: wire.Chunk) -> bool:
+    """More than a role (an engine's first chunk, Anthropic's message_start): text, a call, the end..."""
+    return bool(chunk.content or chunk.reasoning or chunk.refusal or chunk.tool_calls or chunk.finish_reason
+                or chunk.usage is not None or chunk.done or chunk.logprobs or chunk.refusal_logprobs)
 
 
 async def embed(request: web.Request) -> web.Response:

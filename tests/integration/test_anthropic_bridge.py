@@ -102,6 +102,15 @@ async def test_the_providers_refusals(stack: Stack, status: int, error: type[ope
         assert raised.value.response.headers["retry-after"] == "7"
 
 
+async def test_an_overloaded_event_before_any_content_is_a_503_with_retry_after_as_a_529_is(stack: Stack) -> None:
+    stack.anthropic.play(stream("overloaded_at_start"), refuse(529))
+    for _ in range(2):  # the event in a 200 stream, then the HTTP 529 that named no wait
+        with pytest.raises(openai.InternalServerError) as raised:
+            await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK, stream=True)
+        assert (raised.value.status_code, raised.value.code) == (503, "upstream_overloaded")
+        assert raised.value.response.headers["retry-after"] == "1"
+
+
 async def test_a_stream_cut_by_the_provider_is_an_error_not_an_ending(stack: Stack) -> None:
     stack.anthropic.play(stream("cut"))
     events = await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK, stream=True)

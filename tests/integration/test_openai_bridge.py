@@ -145,13 +145,22 @@ async def test_every_engines_stream_ends_with_its_usage_when_asked(served: Serve
 
 
 @pytest.mark.parametrize(("fixture", "said"), [("openai_truncated", "ended before it was complete"),
-                                               ("vllm_error", "EngineCore encountered an issue")])
+                                               ("vllm_error_flat", "The decoder prompt")])
 async def test_a_stream_cut_short_or_failing_is_an_error_in_band(served: Served, fixture: str, said: str) -> None:
     served.engine.script.append(fixture)
     stream = await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
     with pytest.raises(openai.APIError, match=said):
         async for _ in stream:
             pass
+
+
+async def test_a_stream_failing_before_any_content_keeps_its_status(served: Served) -> None:
+    """vLLM's role-only first chunk, then its error: nothing was said, so the head waits and the failure
+    is an HTTP error the client's SDK (or the edge's fallback) can act on, not an in-band event."""
+    served.engine.script.append("vllm_error")
+    with pytest.raises(openai.APIStatusError, match="EngineCore encountered an issue") as caught:
+        await served.client.chat.completions.create(model="qwen", messages=HELLO, stream=True)
+    assert caught.value.status_code == 502
 
 
 async def test_the_engines_rate_limit_is_the_clients_429_with_its_retry_after(served: Served) -> None:

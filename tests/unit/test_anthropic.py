@@ -410,6 +410,15 @@ def test_an_error_event_is_an_engine_failure_with_its_status() -> None:
     with pytest.raises(EngineFailed) as raised:
         stream.feed(fixture("overloaded.sse"))
     assert (raised.value.info.status, raised.value.info.code) == (503, "upstream_overloaded")
+    assert raised.value.info.retry_after == 1  # as for a 529 that named no wait
+
+
+def test_an_overloaded_event_before_any_content_fails_with_no_content_and_a_wait() -> None:
+    stream = DIALECT.build(buffer({"messages": HELLO, "stream": True}), TARGET).stream()
+    with pytest.raises(EngineFailed) as raised:
+        stream.feed(fixture("overloaded_at_start.sse"))
+    assert [(c.role, c.content) for c in raised.value.chunks] == [("assistant", "")]  # message_start's: no content
+    assert (raised.value.info.status, raised.value.info.retry_after) == (503, 1)
 
 
 def test_an_event_before_message_start_or_for_an_unknown_block_is_broken() -> None:
