@@ -44,6 +44,7 @@ class Guard:
 
     def __init__(self, guardrails: Guardrails, scanner: Scanner | None, rules: tuple[str, ...]) -> None:
         self._max_tokens = guardrails.max_prompt_tokens
+        self.counts_tokens = self._max_tokens is not None  # its max_prompt_tokens needs the prompt's exact count
         self._every_role = guardrails.scope == "all"
         self._history = guardrails.messages == "all"
         self._scanner = scanner

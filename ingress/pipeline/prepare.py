@@ -41,7 +41,7 @@ class Prepared(Generic[R]):
     encoded: bytes | bytearray
     headers: dict[str, str]
     timeouts: Timeouts
-    prompt_tokens: int  # the passport's count, and what admission reserves with the output's bound
+    prompt_tokens: int  # the passport's count (exact only where a limit needs it), and what admission reserves
     max_output_tokens: int | None  # the most the request may generate (None: unbounded by the request)
 
 
@@ -73,6 +73,14 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
 def counter(gw: Gateway, match: Match) -> TokenCounter:
     """The prompt's token counter: the route's tokenizer, else the one the model's name implies (cached)."""
     return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
+
+
+def counts_exactly(gw: Gateway, ex: Exchange) -> bool:
+    """Whether the prompt is counted exactly: only when a limit charges its tokens or a guardrail bounds
+    them (the key's plan says). Otherwise the estimate is its count, for the passport too."""
+    principal = ex.principal
+    return principal is not None and gw.tenancy is not None and gw.tenancy.policy.counts_prompt(principal,
+                                                                                                ex.model or "")
 
 
 def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, param: str) -> ChatCompletionRequest:
@@ -125,7 +133,7 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     """A decoded chat request (as sent, or what a Responses request amounts to): routed, counted, guarded,
     given its passport, encoded."""
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = counter(gw, match).chat(request)
+    tokens = counter(gw, match).chat(request, counts_exactly(gw, ex))
     request = _guarded_chat(ex, request, tokens, prompt_param)
     passport = compute_passport(request, meta, prompt_tokens=tokens)
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -138,7 +146,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = counter(gw, match).texts(request.prompts)
+    tokens = counter(gw, match).texts(request.prompts, counts_exactly(gw, ex))
     request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
     passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens)
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -157,7 +165,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta)
-    tokens = counter(gw, match).texts(request.inputs)
+    tokens = counter(gw, match).texts(request.inputs, counts_exactly(gw, ex))
     request = _guarded_texts(ex, request, "input", request.inputs, tokens)
     passport = compute_embedding_passport(request, meta, prompt_tokens=tokens)
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)

@@ -105,6 +105,15 @@ class Policy:
             return model, policy
         return next(((name, p) for name, pattern, p in self._globs if pattern.match(model)), None)
 
+    def counts_prompt(self, principal: Principal, model: str) -> bool:
+        """Whether a request of `principal` for `model` needs its prompt's exact count: a limit charges its
+        input tokens (tpm, input_tpm, a token budget, a USD budget at a price per input token) or a
+        guardrail's max_prompt_tokens reads them. Otherwise the estimate is all it needs (ingress/tokens)."""
+        if any(guard.counts_tokens for guard in principal.guards):
+            return True
+        checks = self._checks(principal, model, self.model_policy(model), time.time())
+        return any(check.per_input for check in checks)
+
     def plan(self, principal: Principal, model: str, input_tokens: int, max_tokens: int | None) -> Plan:
         """The request's checks (its key's, its tenant's, its model's) and the estimate to reserve: the
         prompt's tokens and `max_tokens`, or the model's capped default when the request sets none."""

@@ -3,6 +3,14 @@
 `counter_for(model, tokenizer)` gives the model's `TokenCounter`: `.chat(request)` for a chat request,
 `.texts(prompts)` for legacy completion prompts and embeddings inputs (a token-id list counts its length).
 
+**Exact only where it is needed.** The pipeline (pipeline/prepare.py `counts_exactly`) asks for the exact
+count only when the key's plan charges the prompt's tokens (tpm, input_tpm, a token budget, a USD budget
+with an input price) or a guardrail's max_prompt_tokens reads them (tenancy/policy.py `counts_prompt`);
+every other request, and every request without `[tenancy]`, is counted with the estimate (`exact=False`),
+which the passport then carries: an upper bound is all a service needs to plan by. Counted exactly, a
+text is looked up first by its content's hash in its engine's `CountCache` (cache.py), so a conversation
+sent again with one more turn costs the count of that turn; what is counted never depends on the cache.
+
 **Which tokenizer.** A route's `tokenizer` ("o200k", "cl100k" or a tokenizer.json path) wins; otherwise
 OpenAI's own table (tiktoken's model.py, 0.14.0) picks o200k for gpt-4o*, chatgpt-4o*, gpt-4.1*, gpt-4.5*,
 gpt-5*, o1*, o3*, o4*, gpt-oss-*, and cl100k for gpt-4*, gpt-3.5*, text-embedding-3*, text-embedding-ada-002
@@ -47,7 +55,10 @@ word of random letters at 4.5-9 MB/s, 2 MB of random Unicode at 11-18 MB/s, 2 MB
 on English (2 MB in 4-7 ms), 300-1700 MB/s on the adversarial bodies. So one request's texts are counted
 exactly up to `max_exact_count_bytes` of UTF-8 (32 KiB by default: 1.6-3.5 ms of English, ~4-7 ms at worst;
 a tokenizer.json gets an eighth of it), in order: the text that crosses the limit is counted exactly up to
-it and estimated past it, and every text after it is estimated. A 2 MB body then costs 2-15 ms (the
+it and estimated past it, and every text after it is estimated. A text found in the `CountCache` spends
+its bytes of the limit as if it were counted, so the limit cuts at the same byte and the total is the
+same with the cache as without it (the cache saves the time, never changes the count); a text cut by the
+limit is never put in the cache, only texts counted whole. A 2 MB body then costs 2-15 ms (the
 largest, the default 8 MiB, ~4 times that: about what decoding its JSON costs), where the exact count
 took 40-190 ms.
 """
@@ -57,22 +68,27 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ingress.oai.models import ChatCompletionRequest
+from ingress.tokens.cache import CountCache
 from ingress.tokens.chat import CL100K, O200K, OTHER, Format, count_chat
 from ingress.tokens.engines import Engine, engine, estimate, estimate_bytes, tokenizer_problem, vocabulary_of
 from ingress.tokens.images import tile_costs
 
-__all__ = ["MAX_EXACT_COUNT_BYTES", "TokenCounter", "counter_for", "estimate", "tokenizer_problem"]
+__all__ = ["MAX_EXACT_COUNT_BYTES", "CountCache", "TokenCounter", "count_cache", "counter_for", "estimate",
+           "tokenizer_problem"]
 
 MAX_EXACT_COUNT_BYTES = 32 * 1024
 
 
 class _Budget:
-    """One request's counting: exact while its bytes last, the estimate after."""
+    """One request's counting: exact while its bytes last, the estimate after. A text counted whole is
+    looked up in its engine's `CountCache` first; it spends the budget all the same, so the limit cuts at
+    the same byte whatever was counted before, and the total is the one counting every text would give."""
 
-    __slots__ = ("_engine", "left")
+    __slots__ = ("_cache", "_engine", "left")
 
-    def __init__(self, engine: Engine | None, limit: int) -> None:
+    def __init__(self, engine: Engine | None, limit: int, cache: CountCache | None = None) -> None:
         self._engine = engine
+        self._cache = cache
         self.left = limit // engine.slowdown if engine is not None else 0
 
     def __call__(self, text: str) -> int:
@@ -85,7 +101,7 @@ class _Budget:
         size = len(text) if data is None else len(data)
         self.left = max(0, left - size)
         if size <= left:
-            return self._engine.count(text)
+            return self._engine.count(text) if self._cache is None else self._cache.count(self._engine, text, data)
         if data is None:  # cut at the limit
             return self._engine.count(text[:left]) + estimate(text[left:])
         # cut at the limit's byte: a character it splits goes to the estimate
@@ -110,31 +126,38 @@ def _estimated(text: str) -> int:
 
 
 class TokenCounter:
-    """A model's prompt counts. `exact`: a real tokenizer counts (up to the size limit), not the estimate."""
+    """A model's prompt counts. `exact`: a real tokenizer counts (up to the size limit), not the estimate.
+    Each method takes `exact=False` for the estimate alone, whatever the model: what a request no token
+    limit governs is counted with (see the package's docstring)."""
 
-    def __init__(self, name: str, engine: Engine | None, fmt: Format, max_exact_bytes: int) -> None:
+    def __init__(self, name: str, engine: Engine | None, fmt: Format, max_exact_bytes: int,
+                 cache: CountCache | None = None) -> None:
         self.name = name
         self.exact = engine is not None
         self._engine = engine
         self._format = fmt
         self._limit = max_exact_bytes
+        self._cache = cache
         self._functions: dict[tuple[str, str | None, bytes], int] = {}  # the estimate's, by definition
 
     def __repr__(self) -> str:
         return f"TokenCounter({self.name!r}, exact={self.exact})"
 
-    def text(self, text: str) -> int:
-        return _Budget(self._engine, self._limit)(text)
+    def _budget(self) -> _Budget:
+        return _Budget(self._engine, self._limit, self._cache)
 
-    def texts(self, prompts: list[str | list[int]]) -> int:
+    def text(self, text: str, exact: bool = True) -> int:
+        return self._budget()(text) if exact else estimate(text)
+
+    def texts(self, prompts: list[str | list[int]], exact: bool = True) -> int:
         """Texts counted, token-id lists by their length."""
-        count = _Budget(self._engine, self._limit) if self._engine is not None else _estimated
+        count = self._budget() if exact and self._engine is not None else _estimated
         return sum(len(p) if isinstance(p, list) else count(p) for p in prompts)
 
-    def chat(self, request: ChatCompletionRequest) -> int:
-        if self._engine is None:  # the estimate depends on the text alone: what repeats is remembered
+    def chat(self, request: ChatCompletionRequest, exact: bool = True) -> int:
+        if self._engine is None or not exact:  # the estimate depends on the text alone: what repeats is remembered
             return count_chat(request, _estimated, self._format, self._functions)
-        return count_chat(request, _Budget(self._engine, self._limit), self._format)
+        return count_chat(request, self._budget(), self._format)
 
 
 @lru_cache(maxsize=1024)  # bounded: a glob route passes on whatever model name a client sends
@@ -148,4 +171,11 @@ def counter_for(model: str, tokenizer: str | None = None, max_exact_bytes: int =
     fmt = O200K if name == "o200k" else CL100K if name == "cl100k" else OTHER
     if costs != fmt.image_costs:
         fmt = Format(**{**fmt.__dict__, "image_costs": costs})
-    return TokenCounter(name, engine(name), fmt, max_exact_bytes)
+    return TokenCounter(name, engine(name), fmt, max_exact_bytes, count_cache(name))
+
+
+@lru_cache(maxsize=64)  # one per vocabulary or tokenizer.json a route names
+def count_cache(tokenizer: str) -> CountCache:
+    """The exact counts remembered for one engine (a vocabulary's name or a tokenizer.json's path), shared
+    by every model and route that counts with it."""
+    return CountCache()

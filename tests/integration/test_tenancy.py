@@ -29,7 +29,7 @@ from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Settings
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Budget, Key, Limits, Tenancy, Tenant
-from ingress.tokens import counter_for
+from ingress.tokens import count_cache, counter_for
 from ingress.wire.decode import read_request
 from ingress.wire.encode import encode_request
 
@@ -241,6 +241,33 @@ async def test_an_open_edge_stays_open_without_tenancy(stack: AsyncExitStack) ->
     raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=HELLO)
     assert "x-ratelimit-limit-requests" not in raw.headers
     assert json.loads(raw.text)["choices"]
+
+
+async def test_only_a_key_whose_limits_charge_the_prompt_has_it_counted_exactly(stack: AsyncExitStack) -> None:
+    """gpt-4o's prompt is counted with o200k only for the key with a tpm limit; the key with an rpm limit
+    alone (and the open edge) get the estimate, in the passport and the reservation, and no tokenizer runs."""
+    rpm_key, rpm_id, rpm_hash = new_key()
+    tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, limits=Limits(tpm=10**9)),
+                            Key(id=rpm_id, tenant="acme", hash=rpm_hash, limits=Limits(rpm=10**6))))
+    e = await edge(stack, Settings(models=("gpt-4o",), tenancy=tenancy, workers=1))
+    cache = count_cache("o200k")
+
+    def messages(n: int) -> list[Any]:
+        return [{"role": "user", "content": f"{n} {time.time_ns()}: how far is the river from the city? " * 4}]
+
+    for key, exact in ((rpm_key, False), (KEY, True)):
+        sent = messages(0)
+        misses = cache.misses
+        await e.client(key).chat.completions.create(model="gpt-4o", messages=sent, max_tokens=5)
+        request = ChatCompletionRequest(model="gpt-4o", messages=[UserMessage(content=sent[0]["content"])])
+        assert e.exchanges[-1].prompt_tokens == counter_for("gpt-4o").chat(request, exact=exact)
+        assert cache.misses == misses + exact  # the tokenizer ran for the tpm key alone
+    url, _, exchanges = await recording_edge(stack, Settings(models=("gpt-4o",)))
+    sent = messages(1)
+    misses = cache.misses
+    await Edge(stack, url, exchanges).client("anything").chat.completions.create(model="gpt-4o", messages=sent)
+    request = ChatCompletionRequest(model="gpt-4o", messages=[UserMessage(content=sent[0]["content"])])
+    assert exchanges[-1].prompt_tokens == counter_for("gpt-4o").chat(request, exact=False) and cache.misses == misses
 
 
 @pytest.mark.parametrize("n", [8, 32])

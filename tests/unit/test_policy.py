@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from ingress.errors import Unauthenticated
+from ingress.guardrails import Guardrails
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.policy import Policy, presented_key
-from ingress.tenancy.settings import Key, Limits, ModelPolicy, Price, Tenancy, Tenant
+from ingress.tenancy.settings import Budget, Key, Limits, ModelPolicy, Price, Tenancy, Tenant
 
 KEY, KEY_ID, KEY_HASH = new_key()
 
@@ -78,3 +79,29 @@ def test_a_keys_checks_are_made_again_when_a_budget_period_ends(monkeypatch: pyt
     assert first.checks[1].key == f"k:{KEY_ID}:btok:2026-12-31"
     clock[0] += 31  # past midnight: the day's budget is a new counter
     assert p.plan(principal, "m", 1, 1).checks[1].key == f"k:{KEY_ID}:btok:2027-01-01"
+
+
+@pytest.mark.parametrize(("key", "tenant", "model", "counts"), [
+    (Limits(rpm=5), Limits(), "llama-3", False),  # requests and slots only: the estimate will do
+    (Limits(rpm=5, output_tpm=100, concurrency=2), Limits(), "gpt-4o-mini", False),
+    (Limits(rpm=5), Limits(tpm=1000), "llama-3", True),  # the tenant's tpm charges the prompt
+    (Limits(input_tpm=1000), Limits(), "llama-3", True),
+    (Limits(budget=Budget(tokens=10**6)), Limits(), "llama-3", True),
+    (Limits(budget=Budget(usd=5.0)), Limits(), "gpt-4o-mini", True),  # priced per input token
+    (Limits(budget=Budget(usd=5.0)), Limits(), "llama-3", False),  # no price: the budget never sees the prompt
+    (Limits(), Limits(), "gpt-4o-mini", False),
+])
+def test_a_request_needs_its_prompts_exact_count_only_when_a_limit_charges_it(key: Limits, tenant: Limits, model: str,
+                                                                              counts: bool) -> None:
+    settings = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=("*",), limits=key),),
+                       tenants={"acme": Tenant(limits=tenant)},
+                       models={"gpt-4o-mini": ModelPolicy(price=Price(input=0.15, output=0.6))})
+    p = Policy(settings)
+    assert p.counts_prompt(p.authenticate({"x-api-key": KEY}), model) is counts
+
+
+def test_a_guardrail_bounding_the_prompts_tokens_needs_its_exact_count() -> None:
+    for guardrails, counts in ((Guardrails(max_prompt_tokens=100), True), (Guardrails(blocked_terms=("x",)), False)):
+        settings = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, guardrails=guardrails),))
+        p = Policy(settings)
+        assert p.counts_prompt(p.authenticate({"x-api-key": KEY}), "llama-3") is counts
