@@ -92,20 +92,22 @@ class _Budget:
         self.left = limit // engine.slowdown if engine is not None else 0
 
     def __call__(self, text: str) -> int:
-        if not text:
-            return 0
-        if self._engine is None or self.left <= 0:
-            return estimate(text)
-        left = self.left
-        data = None if text.isascii() else text.encode("utf-8", "surrogatepass")
-        size = len(text) if data is None else len(data)
-        self.left = max(0, left - size)
+        engine, left = self._engine, self.left
+        if engine is None or left <= 0 or not text:
+            return estimate(text)  # 0 for ""
+        if text.isascii():
+            data, size = None, len(text)
+        else:
+            data = text.encode("utf-8", "surrogatepass")
+            size = len(data)
         if size <= left:
-            return self._engine.count(text) if self._cache is None else self._cache.count(self._engine, text, data)
+            self.left = left - size
+            return engine.count(text) if self._cache is None else self._cache.count(engine, text, data)
+        self.left = 0
         if data is None:  # cut at the limit
-            return self._engine.count(text[:left]) + estimate(text[left:])
+            return engine.count(text[:left]) + estimate(text[left:])
         # cut at the limit's byte: a character it splits goes to the estimate
-        return self._engine.count(data[:left].decode("utf-8", "ignore")) + estimate_bytes(data[left:])
+        return engine.count(data[:left].decode("utf-8", "ignore")) + estimate_bytes(data[left:])
 
 
 SHORT = 32  # characters: a text this short (a role, a name, an id) is estimated once, then remembered

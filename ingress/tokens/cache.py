@@ -18,8 +18,8 @@ asked before (`_Budget` in `__init__.py` keeps the per-request byte limit the sa
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
+from hashlib import sha256
 from typing import Protocol
 
 ENTRIES = 16_384  # counts kept per engine: ~3.3 MB
@@ -54,7 +54,7 @@ class CountCache:
                     self._short.clear()
                 found = self._short[text] = engine.count(text)
             return found
-        key = hashlib.sha256(text.encode("utf-8", "surrogatepass") if data is None else data).digest()
+        key = sha256(text.encode("utf-8", "surrogatepass") if data is None else data).digest()
         counts = self._counts
         found = counts.get(key)
         if found is not None:
