@@ -11,7 +11,7 @@ from ingress import metrics
 from ingress.errors import IngressError, LimitsUnavailable, QuotaExceeded, RateLimited
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
-from ingress.tenancy.plan import Actual, Decision, Plan, headers_of, refusal_message
+from ingress.tenancy.plan import Actual, Decision, Plan, fitted, headers_of, refusal_message
 from ingress.tenancy.store import LocalStore, Store
 
 log = get_logger("ingress.tenancy")
@@ -41,13 +41,15 @@ def refusal(plan: Plan, decision: Decision) -> tuple[IngressError, dict[str, str
     headers = {"retry-after-ms": str(max(math.ceil(decision.retry_after_us / 1000), 1))}
     message = refusal_message(check, plan, decision)
     error: IngressError
-    if check.algorithm == "quota":
+    if check.algorithm == "quota" and decision.never:  # spent: retrying before it renews cannot succeed
         error = QuotaExceeded(message, retry_after=wait_s)
-    else:
+    else:  # a budget not spent, but held by reservations in flight, is a rate limit: soon, it admits
         error = RateLimited(message, type_="requests" if check.kind in ("requests", "concurrency") else "tokens",
                             retry_after=wait_s)
-    if decision.never or check.algorithm == "quota":
+    if decision.never:
         headers["x-should-retry"] = "false"
+    elif check.algorithm == "quota":  # said outright, beside a message about a budget
+        headers["x-should-retry"] = "true"
     return error, headers
 
 
@@ -59,7 +61,9 @@ class Limiter:
         self.tasks = BackgroundTasks()
 
     async def admit(self, plan: Plan, tenant: str) -> Verdict:
-        """The store's decision, as what the edge does with it: a reservation to settle, or an error."""
+        """The store's decision, as what the edge does with it: a reservation to settle, or an error. A
+        default output bound is first lowered to what the limits, at the store's share, can ever admit."""
+        plan = fitted(plan, self.store.share)
         decision = await self.store.admit(plan)
         headers = headers_of(decision)
         outcome = "admitted" if decision.degraded is None else f"degraded_{decision.degraded}"

@@ -12,8 +12,14 @@
 -- Admission reads its checks from ARGV, not from the record: cjson.decode costs more than the rest of a
 -- check (18 µs of 91 for a request's 5 checks, measured). Every key written here gets a TTL. Numbers go to Redis through string.format: Lua's own conversion
 -- keeps 14 digits, and a time in microseconds has 16.
+--
+-- A quota's counter holds what is spent and what reservations not yet settled hold; beside it, under
+-- its key and ':held', a sorted set of those reservations ('<reserved>:<ticket>' -> when the reservation
+-- expires, µs) tells them apart when a request is refused: only a spent budget refuses for good. It is
+-- read only then (memory.py keeps a sum instead; its reservations expire only when swept).
 
 local TOMBSTONE_US = 600000000  -- memory.py's TOMBSTONE_US: settling twice refunds once
+local IN_FLIGHT_US = 1000000  -- plan.py's IN_FLIGHT_US: a budget held by reservations in flight, not spent
 local ADMITTED, REFUSED, CANCELLED = 1, 0, 2
 
 local function now_us()
@@ -64,6 +70,26 @@ local function add_quota(key, amount, period)
     values[key] = math.max(amount, 0)
     redis.call('SET', key, int(values[key]), 'PX', ms(period))
   end
+end
+
+-- what reservations in flight hold of a quota: each one's member lives as long as its reservation
+local function held_key(key) return key .. ':held' end
+
+local function held_member(reserved, ticket) return int(reserved) .. ':' .. ticket end
+
+local function hold(key, ticket, reserved, now, life)  -- made, or renewed: until its reservation expires
+  redis.call('ZADD', held_key(key), int(now + life), held_member(reserved, ticket))
+  at_least(held_key(key), ms(life))
+end
+
+local function in_flight(key, now)
+  local set = held_key(key)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', int(now))  -- reservations that expired stay charged, as spent
+  local sum = 0
+  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    sum = sum + tonumber(string.match(member, '^(%d+):'))
+  end
+  return sum
 end
 
 -- slots: a sorted set of ticket -> lease expiry (µs); expired leases are removed and counted. The set
@@ -129,8 +155,14 @@ local function admit(ticket, record)
         refused, w = true, math.ceil(tat - now - period)
       end
     elseif algorithm == 'q' then
-      if cost > limit or number(key) + cost > limit then
-        refused, never, w = true, true, period
+      local used = number(key)
+      if cost > limit or used + cost > limit then
+        refused = true
+        if cost > limit or used - in_flight(key, now) + cost > limit then
+          never, w = true, period  -- spent: until the period renews
+        else
+          w = IN_FLIGHT_US  -- what is spent leaves room, and reservations in flight hold it
+        end
       end
     else
       local n, gone = held(key, now)
@@ -149,11 +181,14 @@ local function admit(ticket, record)
     return states(checks, now, {REFUSED, wait_at, wait, 0, expired})
   end
   local life = 0
-  for i, c in ipairs(checks) do
-    apply(KEYS[i + 2], c, c[4], now, ticket, false)
+  for _, c in ipairs(checks) do
     if c[1] == 's' then life = math.max(life, c[3]) end
   end
   if life == 0 then life = TOMBSTONE_US end
+  for i, c in ipairs(checks) do
+    apply(KEYS[i + 2], c, c[4], now, ticket, false)
+    if c[1] == 'q' then hold(KEYS[i + 2], ticket, c[4], now, life) end
+  end
   redis.call('SET', KEYS[1], record, 'PX', ms(life))
   return states(checks, now, {ADMITTED, 0, 0, 0, expired})
 end
@@ -170,6 +205,7 @@ local function settle(reservation, tombstone, ticket, actual, input, output, now
     local used = 0
     if actual then used = c[5] + c[6] * input + c[7] * output end
     apply(r.k[i], c, used - c[4], now, ticket, true)
+    if c[1] == 'q' then redis.call('ZREM', held_key(r.k[i]), held_member(c[4], ticket)) end
   end
   return 1
 end
@@ -193,6 +229,7 @@ local function renew(process, life)
       at_least(KEYS[i], ms(TOMBSTONE_US))  -- a request in progress is reconciled however long it runs
       for j, c in ipairs(r.c) do
         if c[1] == 's' then lease(r.k[j], ticket, now, c[3]) end
+        if c[1] == 'q' then hold(r.k[j], ticket, c[4], now, TOMBSTONE_US) end
       end
     end
   end

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ingress import metrics
-from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
+from ingress.tenancy.plan import IN_FLIGHT_US, Actual, Check, Decision, Plan, State
 
 TOMBSTONE_US = 600_000_000  # a settled ticket is remembered this long: settling twice refunds once
 # The memory backend's own tickets: its admissions are decided in the request's own call (no cancel can
@@ -41,6 +41,7 @@ class MemoryStore:
         self.tombstone_us = tombstone_us
         self._tat: dict[str, float] = {}  # rate: the theoretical arrival time of the next request, in µs
         self._quota: dict[str, tuple[int, int]] = {}  # quota: (used, expires)
+        self._inflight: dict[str, int] = {}  # quota: how much of `used` reservations not yet settled hold
         self._slots: dict[str, dict[str, int]] = {}  # slots: ticket → lease expiry
         self._reserved: dict[str, _Reservation] = {}
         self._settled: dict[str, int] = {}  # ticket → when it may be forgotten
@@ -89,7 +90,7 @@ class MemoryStore:
             if algorithm == "quota":
                 used = self._used(check.key, now)
                 if cost > limit or used + cost > limit:
-                    refused.append((True, check.period_us, check))
+                    refused.append(self._spent(check, cost, limit, used))
             else:
                 lease = check.period_us if lease is None else max(lease, check.period_us)
                 if len(self._held(check.key, now)) + 1 > limit:
@@ -115,6 +116,8 @@ class MemoryStore:
             return False
         for check, reserved in zip(reservation.checks, reservation.costs, strict=True):
             used = 0 if actual is None else check.cost(actual.input_tokens, actual.output_tokens)
+            if check.algorithm == "quota":
+                self._hold(check.key, -reserved)
             self._apply(check, used - reserved, now, ticket, self.limit(check), release=True)
         return True
 
@@ -140,7 +143,25 @@ class MemoryStore:
                 del self._slots[key]
         self._settled = {k: v for k, v in self._settled.items() if v > now}
         for ticket in [t for t, r in self._reserved.items() if r.expires <= now]:
-            del self._reserved[ticket]  # its worker died: the reservation stays charged
+            reservation = self._reserved.pop(ticket)  # its worker died: the reservation stays charged, as spent
+            for check, reserved in zip(reservation.checks, reservation.costs, strict=True):
+                if check.algorithm == "quota":
+                    self._hold(check.key, -reserved)
+
+    def _spent(self, check: Check, cost: int, limit: int, used: int) -> tuple[bool, int, Check]:
+        """A budget's refusal: for good when what is spent leaves no room for `cost` (until the period
+        renews); else the reservations of requests in flight hold the room, and settle soon."""
+        spent = used - self._inflight.get(check.key, 0)
+        if cost > limit or spent + cost > limit:
+            return True, check.period_us, check
+        return False, IN_FLIGHT_US, check
+
+    def _hold(self, key: str, amount: int) -> None:
+        held = self._inflight.get(key, 0) + amount
+        if held > 0:
+            self._inflight[key] = held
+        else:
+            self._inflight.pop(key, None)
 
     def _used(self, key: str, now: int) -> int:
         used, expires = self._quota.get(key, (0, 0))
@@ -163,6 +184,8 @@ class MemoryStore:
         elif check.algorithm == "quota":
             expires = self._quota.get(check.key, (0, now + check.period_us))[1]
             self._quota[check.key] = (max(self._used(check.key, now) + amount, 0), expires)
+            if not release:
+                self._hold(check.key, amount)
         elif release:
             self._slots.get(check.key, {}).pop(ticket, None)
         else:

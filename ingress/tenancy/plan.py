@@ -8,6 +8,8 @@ with its algorithm, its store key and its cost, and the decision a store returns
 
 A check's cost is `per_request + per_input * input + per_output * output`: what is reserved at admission
 from the estimate, and what settling charges from the real usage (the difference is refunded or owed).
+A request that sets no output bound reserves a default, lowered to what its limits can ever admit beside
+its prompt (`fitted`): only a prompt and an output bound of the request's own can be too large for good.
 Everything here is pure: stores (memory.py, redis.py) apply checks, and only they keep state.
 """
 
@@ -16,13 +18,17 @@ from __future__ import annotations
 import calendar
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ingress.tenancy.settings import Limits, Price
 
 MINUTE_US = 60_000_000
 NANO_USD_PER_USD = 10**9
+# A budget whose spending leaves room for a request, but whose room the reservations of requests not yet
+# settled hold, refuses it for this long (not for good): a finished request's settle lands within
+# milliseconds, and Retry-After is in whole seconds. A request still running frees its room when it ends.
+IN_FLIGHT_US = 1_000_000
 
 Algorithm = Literal["rate", "quota", "slots"]
 Kind = Literal["requests", "tokens", "input_tokens", "output_tokens", "concurrency", "budget"]
@@ -50,15 +56,49 @@ class Check:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A request's checks and the estimate they reserve; `ticket` names its reservation in the store."""
+    """A request's checks and the estimate they reserve; `ticket` names its reservation in the store.
+    `default_output`: the request set no output bound, so `output_tokens` is a configured default."""
 
     ticket: str
     checks: tuple[Check, ...]
     input_tokens: int
     output_tokens: int
+    default_output: bool = False
 
     def costs(self) -> list[int]:
         return [c.cost(self.input_tokens, self.output_tokens) for c in self.checks]
+
+
+def room(check: Check, input_tokens: int, share: float = 1.0) -> int | None:
+    """The most output a request with this prompt could ever be admitted with by `check` (at `share` of its
+    limit, as the stores scale it): negative when the prompt alone is too large; None when output costs
+    it nothing. A rate check's test is the stores' own, in floating point (`cost * interval > period`)."""
+    if not check.per_output or check.algorithm == "slots":
+        return None
+    scaled = check.limit * share
+    limit = max(scaled, 1.0) if check.algorithm == "rate" else max(math.floor(scaled), 1)
+    base = check.per_request + check.per_input * input_tokens
+    most = math.floor((limit - base) / check.per_output)
+    if check.algorithm == "rate":
+        interval = check.period_us / limit
+        while most >= 0 and check.cost(input_tokens, most) * interval > check.period_us:
+            most -= 1
+    return most
+
+
+def fitted(plan: Plan, share: float = 1.0) -> Plan:
+    """A default output reservation lowered to the least room among the plan's checks, so that a request
+    without max_tokens is never refused for good for a bound it did not ask for (its usage settles the
+    difference); not below 0, so a prompt too large on its own still cannot fit. A request's own bound
+    stands as it is."""
+    if not plan.default_output:
+        return plan
+    output = plan.output_tokens
+    for check in plan.checks:
+        most = room(check, plan.input_tokens, share)
+        if most is not None and most < output:
+            output = max(most, 0)
+    return plan if output == plan.output_tokens else replace(plan, output_tokens=output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,5 +227,9 @@ def refusal_message(check: Check, plan: Plan, decision: Decision) -> str:
     if check.algorithm == "slots":
         return (f"Too many requests in progress for {scope} '{owner}': limit {limit}. Please try again when one "
                 "has finished.")
-    return (f"Budget exhausted for {scope} '{owner}': {limit} {check.unit.replace('USD ', '')}. "
-            f"It renews in {duration(check.period_us)}.")
+    per = check.unit.replace('USD ', '')
+    if not decision.never:
+        return (f"Budget for {scope} '{owner}' ({limit} {per}) is held by requests in flight: what is spent "
+                "leaves room for this request, but the reservations of requests not yet settled hold the rest. "
+                f"Please try again in {duration(decision.retry_after_us)}.")
+    return f"Budget exhausted for {scope} '{owner}': {limit} {per}. It renews in {duration(check.period_us)}."

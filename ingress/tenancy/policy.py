@@ -116,16 +116,16 @@ class Policy:
 
     def plan(self, principal: Principal, model: str, input_tokens: int, max_tokens: int | None) -> Plan:
         """The request's checks (its key's, its tenant's, its model's) and the estimate to reserve: the
-        prompt's tokens and `max_tokens`, or the model's capped default when the request sets none."""
+        prompt's tokens and `max_tokens`, or, when the request sets none, a default (the model's, else
+        `[tenancy] default_max_tokens`) that admission lowers to what the limits can ever admit (plan.fitted)."""
         now = time.time()
         found = self.model_policy(model)
         model_policy = found[1] if found is not None else ModelPolicy()
         checks = self._checks(principal, model, found, now)
         if max_tokens is not None:  # 0 for embeddings
-            output = max_tokens
-        else:
-            output = model_policy.default_max_tokens or self.settings.default_max_tokens
-        return Plan(os.urandom(12).hex(), checks, input_tokens, output)
+            return Plan(os.urandom(12).hex(), checks, input_tokens, max_tokens)
+        output = model_policy.default_max_tokens or self.settings.default_max_tokens
+        return Plan(os.urandom(12).hex(), checks, input_tokens, output, default_output=True)
 
     def _checks(self, principal: Principal, model: str, found: tuple[str, ModelPolicy] | None,
                 now: float) -> tuple[Check, ...]:

@@ -40,7 +40,7 @@ from ingress import metrics
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.memory import MemoryStore
-from ingress.tenancy.plan import Actual, Check, Decision, Plan, State
+from ingress.tenancy.plan import Actual, Check, Decision, Plan, State, fitted
 from ingress.tenancy.resp import Client, ReplyError, Script, encode
 from ingress.tenancy.settings import Redis as RedisSettings
 
@@ -138,6 +138,8 @@ def _checks_of(plan: Plan) -> list[str | int]:
 
 
 class RedisStore:
+    share = 1.0  # the fleet's limits, whole (the local fallback holds its share, self.local.share)
+
     def __init__(self, settings: RedisSettings, workers: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.deadline = settings.deadline_ms / 1000
@@ -380,7 +382,7 @@ class RedisStore:
             self._allowed.add(plan.ticket)
             return Decision(True, (), degraded="allow")
         local: tuple[Check, ...] = tuple(c for c in plan.checks if c.degraded == "local")
-        decision = self.local.admit(replace(plan, checks=local))
+        decision = self.local.admit(fitted(replace(plan, checks=local), self.local.share))
         if decision.admitted:
             self._local.add(plan.ticket)
         return replace(decision, degraded=decision.degraded or "local")

@@ -11,6 +11,10 @@ from ingress.tenancy.plan import Actual, Decision, Plan
 
 
 class Store(Protocol):
+    @property
+    def share(self) -> float:
+        """Of every limit, what this store admits: a worker's 1/N in memory, the whole of it in Redis."""
+
     async def admit(self, plan: Plan) -> Decision:
         """Every check passes and is applied, or none is. Never raises: a store that cannot answer decides
         by each check's degraded policy, and says so in `Decision.degraded`."""
@@ -30,6 +34,10 @@ class LocalStore:
 
     def __init__(self, share: float = 1.0) -> None:
         self.memory = MemoryStore(share, tombstone_us=LOCAL_TOMBSTONE_US)
+
+    @property
+    def share(self) -> float:
+        return self.memory.share
 
     async def admit(self, plan: Plan) -> Decision:
         return self.memory.admit(plan)

@@ -32,7 +32,7 @@ from waiting import eventually
 from ingress.tenancy import redis as redis_module
 from ingress.tenancy.limiter import Limiter
 from ingress.tenancy.memory import MemoryStore
-from ingress.tenancy.plan import MINUTE_US, Actual, Check, Plan
+from ingress.tenancy.plan import IN_FLIGHT_US, MINUTE_US, Actual, Check, Plan
 from ingress.tenancy.redis import BATCH, SHA, RedisStore
 from ingress.tenancy.settings import Breaker, Redis
 from ingress.tenancy.store import LocalStore, Store
@@ -222,11 +222,49 @@ async def test_budget_counters_reserve_and_reconcile_in_integers(subject: Subjec
     await store.settle(p.ticket, Actual(100, 400))  # used 500 of the 300 reserved
     over = await store.admit(plan(budget, input_tokens=600))
     assert not over.admitted and over.never and over.refused == budget and over.retry_after_us == DAY_US
-    assert (await store.admit(plan(budget, input_tokens=500))).admitted
+    rest = plan(budget, input_tokens=500)
+    assert (await store.admit(rest)).admitted
+    held = await store.admit(plan(budget, input_tokens=1))
+    assert not held.admitted and not held.never  # the 500 are reserved, not yet spent
+    await store.settle(rest.ticket, Actual(500, 0))
     spent = await store.admit(plan(budget, input_tokens=1))
     assert not spent.admitted and spent.never
     too_big = await store.admit(plan(quota("t:acme:btok:other", 10), input_tokens=11))
     assert not too_big.admitted and too_big.never
+
+
+async def test_a_budget_held_by_reservations_in_flight_is_told_from_a_spent_one(subject: Subject) -> None:
+    """Issue 29, 5: 24 tokens; each request reserves 12 and uses 2. Two unsettled reservations refuse a
+    third for a second, not for good (nothing is spent); once what is spent leaves no room, for good."""
+    store, budget = subject.store, quota("t:acme:btok:held", 24)
+    first, second = (plan(budget, input_tokens=10, output_tokens=2) for _ in range(2))
+    assert (await store.admit(first)).admitted and (await store.admit(second)).admitted
+    held = await store.admit(plan(budget, input_tokens=10, output_tokens=2))
+    assert not held.admitted and held.refused == budget and not held.never and held.retry_after_us == IN_FLIGHT_US
+    await store.settle(first.ticket, Actual(1, 1))
+    assert not (await store.admit(plan(budget, input_tokens=10, output_tokens=2))).never  # second still holds 12
+    await store.settle(second.ticket, Actual(1, 1))
+    for _ in range(5):  # 4 spent, then 2 more each: the fifth finds 12 spent and 12 room
+        p = plan(budget, input_tokens=10, output_tokens=2)
+        assert (await store.admit(p)).admitted
+        await store.settle(p.ticket, Actual(1, 1))
+    spent = await store.admit(plan(budget, input_tokens=10, output_tokens=2))  # 14 spent
+    assert not spent.admitted and spent.never and spent.retry_after_us == DAY_US
+    in_flight = plan(budget, input_tokens=5)
+    assert (await store.admit(in_flight)).admitted  # 19 of 24: a request of 5 fits what is spent, not what is held
+    assert not (await store.admit(plan(budget, input_tokens=5))).never
+    assert (await store.admit(plan(budget, input_tokens=11))).never  # 14 + 11: too much whatever in_flight uses
+
+
+async def test_a_reservation_that_expired_unsettled_counts_as_spent(subject: Subject) -> None:
+    """A worker that died holding a reservation: it stays charged, and once its life is over it no longer
+    passes for a reservation in flight (a budget it filled is spent, and refused for good)."""
+    store, budget, conc = subject.store, quota("t:acme:btok:dead", 10), slots("k:d:conc", 5, 200_000)
+    assert (await store.admit(plan(budget, conc, input_tokens=8))).admitted  # never settled; lives 0.2 s
+    assert not (await store.admit(plan(budget, input_tokens=5))).never
+    await asyncio.sleep(0.5)
+    await store.renew([])  # the memory store forgets expired reservations as it sweeps
+    assert (await store.admit(plan(budget, input_tokens=5))).never
 
 
 async def test_the_refusal_names_the_check_that_can_never_pass_else_the_one_that_frees_last(subject: Subject) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -19,6 +20,7 @@ from fakes.upstream import FakeUpstream, answer, slow_head
 from logcapture import lines
 from prometheus_client import REGISTRY
 from recording import recording_edge
+from redis_servers import Server
 from waiting import eventually
 
 from ingress import wire
@@ -27,8 +29,9 @@ from ingress.guardrails import Guardrails, Pii
 from ingress.oai.models import ChatCompletionRequest, UserMessage
 from ingress.passport import RequestMeta, compute_passport
 from ingress.settings import Settings
+from ingress.tenancy import redis as redis_store
 from ingress.tenancy.keys import new_key
-from ingress.tenancy.settings import Budget, Key, Limits, Tenancy, Tenant
+from ingress.tenancy.settings import Budget, Key, Limits, Redis, Tenancy, Tenant
 from ingress.tokens import count_cache, counter_for
 from ingress.wire.decode import read_request
 from ingress.wire.encode import encode_request
@@ -41,9 +44,13 @@ HELLO: list[Any] = [{"role": "user", "content": "Say hello to the edge"}]
 NONE = Limits()
 
 
-def settings(limits: Limits = NONE, tenant: Limits = NONE, upstream: str | None = None) -> Settings:
+def settings(limits: Limits = NONE, tenant: Limits = NONE, upstream: str | None = None,
+             store: Server | None = None) -> Settings:
+    """One key of tenant acme; its limits in this process's memory, or in `store` (a real Redis or Valkey)."""
+    shared = {} if store is None else {"backend": "redis", "redis": Redis(
+        url=store.url, prefix="t" + os.urandom(5).hex(), deadline_ms=5000)}  # never the degraded fallback
     tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=(MODEL,), limits=limits),),
-                      tenants={"acme": Tenant(limits=tenant)})
+                      tenants={"acme": Tenant(limits=tenant)}, **shared)  # type: ignore[arg-type]
     if upstream is not None:
         return Settings(upstream=upstream, models=(MODEL, HIDDEN), tenancy=tenancy, workers=1)
     return Settings(models=(MODEL, HIDDEN), tenancy=tenancy, workers=1)  # one process: the whole of each limit
@@ -150,6 +157,107 @@ async def test_a_spent_budget_is_insufficient_quota_and_not_retried(stack: Async
     assert "Budget exhausted for tenant 'acme': 500 tokens per month" in spent.value.message
     statuses = e.statuses()
     assert statuses[-1] == 429 and set(statuses[:-1]) == {200} and len(statuses) > 5  # one attempt, not four
+
+
+async def _create(client: openai.AsyncOpenAI, endpoint: str, prompt: str, max_tokens: int | None = None) -> Any:
+    """One request on `endpoint` with its own output bound, or none; the raw response."""
+    if endpoint == "chat":
+        bound: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+        return await client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": prompt}], **bound)
+    if endpoint == "completions":
+        bound = {} if max_tokens is None else {"max_tokens": max_tokens}
+        return await client.completions.with_raw_response.create(model=MODEL, prompt=prompt, **bound)
+    bound = {} if max_tokens is None else {"max_output_tokens": max_tokens}
+    return await client.responses.with_raw_response.create(model=MODEL, input=prompt, **bound)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions", "responses"])
+async def test_a_request_without_max_tokens_fits_a_small_token_limit_and_only_its_own_bound_cannot(
+        stack: AsyncExitStack, endpoint: str) -> None:
+    """Issue 29, 4: under tpm = 100, a request that sets no output bound reserved the 4,096 default and was
+    refused for good ("needs 4107 tokens"). Its default is now what the limit leaves beside its prompt;
+    only a prompt, or a prompt and a bound of the request's own, too large for the limit is refused for good."""
+    e = await edge(stack, settings(Limits(tpm=100)))
+    client = e.client(max_retries=0)
+    raw = await _create(client, endpoint, HELLO[0]["content"])
+    assert raw.status_code == 200
+    assert raw.headers["x-ratelimit-remaining-tokens"] == "0"  # the prompt and the rest of the limit, no more
+    prompt = e.exchanges[-1].prompt_tokens
+    assert prompt is not None and prompt < 50
+    with pytest.raises(openai.RateLimitError) as own:
+        await _create(client, endpoint, HELLO[0]["content"], max_tokens=100)
+    assert own.value.response.headers["x-should-retry"] == "false"
+    assert f"this request needs {prompt + 100} tokens, more than the limit allows at once" in own.value.message
+    with pytest.raises(openai.RateLimitError) as long:
+        await _create(client, endpoint, "hello " * 200)
+    assert long.value.response.headers["x-should-retry"] == "false"
+    long_prompt = e.exchanges[-1].prompt_tokens
+    assert long_prompt is not None and long_prompt > 100
+    assert f"this request needs {long_prompt} tokens" in long.value.message  # its prompt: no output reserved
+    assert e.statuses() == [200, 429, 429]
+
+
+async def _budget_edge(stack: AsyncExitStack, holds: int, store: Server | None = None,
+                       upstream: str | None = None) -> Edge:
+    """An edge whose key has a daily token budget that holds `holds` reservations of HELLO with max_tokens
+    100 at once, never one more (50 tokens more, less than one); each such request uses about ten."""
+    hello = ChatCompletionRequest(model=MODEL, messages=[UserMessage(content=HELLO[0]["content"])])
+    reserved = counter_for(MODEL).chat(hello) + 100
+    budget = Limits(budget=Budget(tokens=holds * reserved + 50, period="day"))
+    return await edge(stack, settings(budget, upstream=upstream, store=store))
+
+
+async def test_a_budget_held_by_unsettled_reservations_is_retried_not_spent(
+        stack: AsyncExitStack, limit_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29, 5, as reported, on a real Redis and a real Valkey: settles are batched (BATCH_DELAY after
+    a request ends; half a second here, so that back-to-back requests find them unsettled however slow
+    this machine is). The budget holds two reservations; each request uses about ten tokens. Five
+    requests back to back on one connection: the two reservations hold the rest, so the third to fifth
+    are refused, but as a rate limit that says so, with a true Retry-After, not as a spent budget; the
+    SDK's own retry then succeeds."""
+    monkeypatch.setattr(redis_store, "BATCH_DELAY", 0.5)
+    e = await _budget_edge(stack, 2, limit_server)
+    client = e.client(max_retries=0)
+    refusals: list[openai.RateLimitError] = []
+    for _ in range(5):
+        try:
+            await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=100)
+        except openai.RateLimitError as exc:
+            refusals.append(exc)
+    assert e.statuses() == [200, 200, 429, 429, 429]
+    for refused in refusals:
+        headers = refused.response.headers
+        assert refused.code == "rate_limit_exceeded" and refused.type == "tokens"
+        assert "held by requests in flight" in refused.message and "Budget exhausted" not in refused.message
+        assert headers["x-should-retry"] == "true"
+        assert headers["retry-after"] == "1" and headers["retry-after-ms"] == "1000"
+    attempts = len(e.exchanges)
+    await e.client(max_retries=2).chat.completions.create(model=MODEL, messages=HELLO, max_tokens=100)
+    assert e.statuses()[attempts:] == [429, 200]  # the SDK waited the Retry-After, and the settles had landed
+
+
+async def test_a_budget_held_by_a_request_in_progress_is_retried_not_spent(stack: AsyncExitStack) -> None:
+    """Issue 29, 5, in one process's memory, where settling is immediate: a stream in progress holds its
+    reservation, and a request that what is spent leaves room for is told to retry; the SDK's own
+    retry succeeds once the stream has ended."""
+    fake = FakeUpstream()
+    upstream = await stack.enter_async_context(fake.running())
+    e = await _budget_edge(stack, 1, upstream=upstream)
+    fake.play(answer("one two three four five six seven eight"), pace=0.3)
+    client = e.client(max_retries=0)
+    stream = await client.chat.completions.create(model=MODEL, messages=HELLO, stream=True, max_tokens=100)
+    assert (await anext(aiter(stream))).choices
+    with pytest.raises(openai.RateLimitError) as held:
+        await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=100)
+    assert held.value.code == "rate_limit_exceeded" and "held by requests in flight" in held.value.message
+    assert held.value.response.headers["x-should-retry"] == "true"
+    retried = asyncio.ensure_future(e.client(max_retries=2).chat.completions.create(
+        model=MODEL, messages=HELLO, max_tokens=100))
+    await eventually(lambda: len(e.exchanges) == 3, "the SDK's first attempt refused")
+    await stream.close()  # the stream ends: its reservation settles, and the budget has room again
+    assert (await retried).choices
+    assert e.statuses() == [200, 429, 429, 200]
 
 
 async def test_every_answer_carries_the_headers_a_stream_in_its_head(stack: AsyncExitStack) -> None:

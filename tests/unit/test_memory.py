@@ -7,7 +7,7 @@ import random
 import pytest
 
 from ingress.tenancy.memory import LOCAL_TOMBSTONE_US, TOMBSTONE_US, MemoryStore
-from ingress.tenancy.plan import Actual, Check, Plan, checks_of
+from ingress.tenancy.plan import IN_FLIGHT_US, Actual, Check, Plan, checks_of
 from ingress.tenancy.settings import Budget, Limits, Price
 from ingress.tenancy.store import LocalStore
 
@@ -126,10 +126,13 @@ def test_budgets_are_integer_counters_in_nano_usd(clock: Clock) -> None:
     budget = cs[0]
     assert budget.limit == 1_000_000 and (budget.per_input, budget.per_output) == (2000, 8000)
     assert store.admit(plan(cs, "a", input_tokens=100, output_tokens=100)).admitted  # 1,000,000
-    refused = store.admit(plan(cs, "b", input_tokens=1))
-    assert not refused.admitted and refused.never
+    held = store.admit(plan(cs, "b", input_tokens=1))
+    assert not held.admitted and not held.never  # a's reservation holds the budget; nothing is spent yet
     store.settle("a", Actual(100, 0))  # 800,000 refunded
     assert store.admit(plan(cs, "b", input_tokens=100, output_tokens=75)).admitted
+    store.settle("b", Actual(100, 75))  # 800,000 spent
+    spent = store.admit(plan(cs, "c", input_tokens=101))
+    assert not spent.admitted and spent.never
 
 
 def test_a_share_scales_every_limit(clock: Clock) -> None:
@@ -154,6 +157,7 @@ def test_random_cancellations_leave_nothing_behind_once_expired(clock: Clock) ->
     clock.now += 10**13  # past every lease, tombstone, bucket and budget period
     store.sweep()
     assert (store._tat, store._quota, store._slots, store._reserved, store._settled) == ({}, {}, {}, {}, {})
+    assert store._inflight == {}
 
 
 def test_the_memory_backend_forgets_settled_tickets_within_a_minute(clock: Clock) -> None:
@@ -171,3 +175,41 @@ def test_the_memory_backend_forgets_settled_tickets_within_a_minute(clock: Clock
     clock.now += 2 * SECOND
     store.sweep()
     assert store._settled == {}
+
+
+def test_a_budget_held_by_reservations_in_flight_is_refused_for_a_second_and_a_spent_one_for_good(
+        clock: Clock) -> None:
+    """Issue 29, 5: a budget of 24 tokens, requests that reserve 12 and use 2. While two reservations are
+    unsettled, a third is refused, but 0 of 24 is spent: that refusal is not final, and says to retry in
+    IN_FLIGHT_US. Only what is spent refuses until the period renews."""
+    store, cs = MemoryStore(clock=clock), checks(budget=Budget(tokens=24, period="day"))
+    assert store.admit(plan(cs, "a", input_tokens=10, output_tokens=2)).admitted
+    assert store.admit(plan(cs, "b", input_tokens=10, output_tokens=2)).admitted
+    held = store.admit(plan(cs, "c", input_tokens=10, output_tokens=2))
+    assert not held.admitted and not held.never and held.retry_after_us == IN_FLIGHT_US
+    assert store._inflight == {cs[0].key: 24}
+    store.settle("a", Actual(1, 1))
+    store.settle("b", Actual(1, 1))
+    assert store._inflight == {}
+    for ticket in ("c", "d", "e", "f", "g"):  # 2 spent each, 4 after a and b: the last finds 12 spent
+        assert store.admit(plan(cs, ticket, input_tokens=10, output_tokens=2)).admitted, ticket
+        store.settle(ticket, Actual(1, 1))
+    spent = store.admit(plan(cs, "h", input_tokens=10, output_tokens=2))  # 14 spent: 12 more cannot fit
+    assert not spent.admitted and spent.never and spent.retry_after_us == cs[0].period_us
+    assert store._inflight == {}
+
+
+def test_what_is_spent_alone_decides_whether_a_refused_budget_is_final(clock: Clock) -> None:
+    store, cs = MemoryStore(clock=clock), checks(budget=Budget(tokens=100, period="day"))
+    assert store.admit(plan(cs, "a", input_tokens=60)).admitted
+    store.settle("a", Actual(60, 0))  # 60 spent
+    assert store.admit(plan(cs, "b", input_tokens=30)).admitted  # 30 in flight
+    soon = store.admit(plan(cs, "c", input_tokens=20))  # 60 + 20 would fit, 60 + 30 + 20 does not
+    assert not soon.admitted and not soon.never and soon.retry_after_us == IN_FLIGHT_US
+    never = store.admit(plan(cs, "d", input_tokens=41))  # 60 + 41 cannot fit whatever b uses
+    assert not never.admitted and never.never
+    too_big = store.admit(plan(cs, "e", input_tokens=101))
+    assert not too_big.admitted and too_big.never
+    clock.now += TOMBSTONE_US + 1  # b's worker died: its reservation expires and stays charged, as spent
+    store.sweep()
+    assert store._inflight == {} and store.admit(plan(cs, "c", input_tokens=20)).never

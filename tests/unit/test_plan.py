@@ -7,15 +7,19 @@ import calendar
 import pytest
 
 from ingress.tenancy.plan import (
+    IN_FLIGHT_US,
+    Check,
     Decision,
     Plan,
     State,
     checks_of,
     duration,
+    fitted,
     headers_of,
     nano_usd_per_token,
     period_of,
     refusal_message,
+    room,
 )
 from ingress.tenancy.settings import Budget, Limits, Price
 
@@ -78,3 +82,53 @@ def test_messages_name_the_limit_and_the_wait_and_never_more() -> None:
     (budget,) = checks_of(Limits(budget=Budget(usd=2.5)), "tenant", "acme", Price(), NOW, 1, "local")
     spent = refusal_message(budget, plan, Decision(False, (), budget, 0, never=True))
     assert spent.startswith("Budget exhausted for tenant 'acme': 2.5 USD per month.")
+
+    held = refusal_message(budget, plan, Decision(False, (), budget, IN_FLIGHT_US))
+    assert held == ("Budget for tenant 'acme' (2.5 USD per month) is held by requests in flight: what is spent "
+                    "leaves room for this request, but the reservations of requests not yet settled hold the rest. "
+                    "Please try again in 1s.")
+
+
+PRICE = Price(input=0.15, output=0.6)  # 150 and 600 nano-USD a token
+
+
+def _checks(**limits: object) -> tuple[Check, ...]:
+    return tuple(checks_of(Limits(**limits), "key", "k1", PRICE, NOW, 1, "local"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("limits", "prompt", "share", "expected"), [
+    ({"tpm": 100}, 11, 1.0, 89),  # issue 29, 4: not 4,096 against a limit of 100
+    ({"tpm": 100}, 100, 1.0, 0),  # the prompt fills the limit: nothing left for output
+    ({"tpm": 100}, 150, 1.0, -50),  # the prompt alone is too large
+    ({"tpm": 100}, 11, 0.5, 39),  # one of two workers: 50 tokens a minute
+    ({"tpm": 7}, 1, 1.0, 6),  # 60 s / 7 is not exact in floating point: the stores' own test passes at 7
+    ({"output_tpm": 300}, 10_000, 1.0, 300),  # counts no input
+    ({"input_tpm": 300}, 10, 1.0, None),  # counts no output
+    ({"rpm": 5}, 10, 1.0, None),
+    ({"concurrency": 2}, 10, 1.0, None),
+    ({"budget": Budget(tokens=24)}, 11, 1.0, 13),
+    ({"budget": Budget(tokens=24)}, 11, 1 / 3, -3),  # floor(24 / 3) = 8
+    ({"budget": Budget(usd=0.001)}, 1000, 1.0, (1_000_000 - 150_000) // 600),
+])
+def test_the_room_a_check_leaves_for_output_beside_a_prompt(limits: dict[str, object], prompt: int, share: float,
+                                                           expected: int | None) -> None:
+    (check,) = _checks(**limits)
+    assert room(check, prompt, share) == expected
+    if expected is not None and expected >= 0 and check.algorithm == "rate":  # the most the store admits at once
+        limit = max(check.limit * share, 1.0)
+        assert check.cost(prompt, expected) * (check.period_us / limit) <= check.period_us
+        assert check.cost(prompt, expected + 1) * (check.period_us / limit) > check.period_us
+
+
+def test_a_default_output_bound_is_fitted_to_the_least_room_and_a_requests_own_bound_is_not() -> None:
+    checks = _checks(rpm=60, tpm=1000, output_tpm=500, budget=Budget(tokens=300))
+    default = Plan("t", checks, 11, 4096, default_output=True)
+    assert fitted(default).output_tokens == 300 - 11  # the budget's room, the least of tpm, output_tpm, budget
+    assert fitted(default, share=0.5).output_tokens == 150 - 11
+    own = Plan("t", checks, 11, 4096)
+    assert fitted(own) is own  # the request asked for 4,096: it can never fit, and is told so
+    small = Plan("t", checks, 11, 50, default_output=True)
+    assert fitted(small) is small  # a default that fits stands
+    assert fitted(Plan("t", _checks(rpm=60), 11, 4096, default_output=True)).output_tokens == 4096  # no token limit
+    too_big = fitted(Plan("t", checks, 400, 4096, default_output=True))
+    assert too_big.output_tokens == 0 and too_big.costs()[1:] == [400, 0, 400]  # the prompt alone: still never

@@ -56,7 +56,9 @@ def test_a_plan_holds_the_key_tenant_and_model_checks_and_reserves_the_output_bo
     plan = p.plan(principal, "gpt-4o-mini", 120, None)
     assert [c.key for c in plan.checks] == [f"k:{KEY_ID}:rpm", "t:acme:tpm"]  # the model has no limits
     assert (plan.input_tokens, plan.output_tokens) == (120, 256)  # the model's default bound
-    assert p.plan(principal, "gpt-4o-mini", 120, 10).output_tokens == 10
+    assert plan.default_output  # admission may lower it to what the limits can ever admit (plan.fitted)
+    own = p.plan(principal, "gpt-4o-mini", 120, 10)
+    assert own.output_tokens == 10 and not own.default_output
     assert p.plan(principal, "llama-3", 1, None).output_tokens == 4096  # [tenancy] default_max_tokens
     assert p.plan(principal, "llama-3", 1, 0).output_tokens == 0  # embeddings: prepare bounds their output at 0
     assert [c.key for c in p.plan(principal, "llama-3", 1, 1).checks][-1] == "m:llama-*:conc"
