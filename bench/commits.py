@@ -5,7 +5,8 @@
 
 A checkout is a directory holding a copy of the project (`git archive <commit> | tar -x -C DIR`). Each
 edge runs from its own directory (PYTHONPATH) with one worker, in front of one demo service of the
-`--after` checkout; wrk sends the 16 KB, 11-message chat request on kept-alive connections (and, with
+`--after` checkout; wrk sends the 16 KB, 11-message chat request for `--model` (ingress-demo, or a real name:
+gpt-4o's prompt is counted with o200k where a limit charges it) on kept-alive connections (and, with
 `--close`, a new connection each request); with `--keys`, as peers.py runs it: a key with an rpm and a tpm
 limit and its tenant's tpm (memory backend), never reached, the key sent with each request; with `--fixed`,
 peers.py's mock (one fixed CompletionResponse, no work a request) in the demo service's place. Rounds
@@ -30,11 +31,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import chat_request  # noqa: E402  # bench/ is not a package
+from payloads import MODEL, chat_request  # noqa: E402  # bench/ is not a package
 from procs import ROOT, Server, free_port  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
-
-MODEL = "ingress-demo"
 
 
 def _python_in(checkout: Path) -> list[str]:
@@ -72,6 +71,7 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true",
                         help="a fresh process for each edge each round (two processes of one tree differ by a few %%)")
     parser.add_argument("--pin", action="store_true", help="the edges on CPU 1, the service and wrk on CPU 0")
+    parser.add_argument("--model", default=MODEL, help="the model name each request sends (routed to the service)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
     for checkout in (args.before, args.after):
@@ -79,7 +79,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="ingress-commits-"))
     body = work / "16KB.json"
-    body.write_bytes(chat_request(16 * 1024))
+    body.write_bytes(chat_request(16 * 1024, model=args.model))
     demo_port = free_port()
     serve = (["-m", "ingress", "demo-upstream", "--port", str(demo_port)] if not args.fixed else
              [str(HERE / "tenancy.py"), "--serve-mock", str(demo_port), "0"])
@@ -97,8 +97,8 @@ def main() -> int:
         script = SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n'
     for name, checkout in (("before", args.before), ("after", args.after)):
         port = free_port()
-        where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section))] if args.keys else
-                 ["--model", MODEL, "--port", str(port), "--upstream", demo.url])
+        where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section, args.model))]
+                 if args.keys else ["--model", args.model, "--port", str(port), "--upstream", demo.url])
         edges[name] = Server(name, [*pin_edge, *_python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
                                     *where],
                              port, work / f"{name}.log")
@@ -142,7 +142,7 @@ def main() -> int:
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
     setup = (("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
              + ("fresh processes each round; " if args.fresh else "") + ("pinned; " if args.pin else ""))
-    print(f"\nbefore = {before_id}, after = {after_id}; {setup}"
+    print(f"\nbefore = {before_id}, after = {after_id}; model {args.model}; {setup}"
           f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
     header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
     print(header)
@@ -163,7 +163,8 @@ def main() -> int:
         table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios),
                       "cpu_ratio_range": [min(ratios), max(ratios)]})
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "keys": args.keys, "fixed": args.fixed,
+    args.out.write_text(json.dumps({"before": before_id, "after": after_id, "model": args.model, "keys": args.keys,
+                                    "fixed": args.fixed,
                                     "rounds": args.rounds, "fresh": args.fresh, "pin": args.pin,
                                     "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")

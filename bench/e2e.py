@@ -343,7 +343,7 @@ def run(profile: Profile, pacing_ms: float, out_path: Path) -> dict[str, Any]:
     try:
         rig.start()
         result["rss_at_rest_kb"] = rest = {name: rss_kb(rig.pid(name)) for name in edges}
-        print(describe(result["meta"]["code"]))
+        print(f"{describe(result['meta']['code'])}; model {MODEL} (the estimate counts its prompts)")
         print(f"servers up in {time.perf_counter() - started:.1f} s; edge RSS at rest {rest['edge'] / 1024:.1f} MiB"
               f" (stock edge {rest['stock'] / 1024:.1f} MiB); stock edge via {result['meta']['stock_edge_started_by']}",
               flush=True)

@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import chat_request  # noqa: E402  # bench/ is not a package
+from payloads import MODEL, chat_request  # noqa: E402  # bench/ is not a package
 from procs import ROOT, Server, free_port  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -177,7 +177,8 @@ def main() -> int:
             row |= {"layer_us": statistics.median(diffs), "layer_low": diffs[0], "layer_high": diffs[-1]}
         table.append(row)
         previous = name
-    print(f"\nc={args.connections}; medians over {args.rounds} rounds (fresh processes, the edge pinned to a core)")
+    print(f"\nc={args.connections}; model {MODEL}; medians over {args.rounds} rounds (fresh processes, the edge pinned "
+          "to a core)")
     header = f"{'subject':<12}{'req/s':>8}{'CPU µs/req':>12}{'sys':>7}{'its layer µs':>14}   rounds"
     print(header)
     print("-" * len(header))

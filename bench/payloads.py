@@ -7,11 +7,15 @@ from typing import Any
 
 import msgspec
 
-MODEL = "ingress-demo"
+MODEL = "ingress-demo"  # the demo's own name: the prompt is counted by the estimate
+# Real names, which edges count differently: an OpenAI-family one has its prompt counted with o200k where a
+# limit charges it (ingress/tokens), an open-weights one by the estimate. bench/model_names.py compares them.
+OPENAI_MODEL = "gpt-4o"
+OPEN_MODEL = "llama-3.1-8b-instruct"
 SIZES = {"1KB": 1024, "16KB": 16 * 1024, "128KB": 128 * 1024, "1MB": 1024 * 1024}
 
 # ASCII only, so a character is a byte and JSON needs no escapes: the body is exactly `size` bytes.
-_VOCABULARY = ["the", "model", "service", "reads", "fields", "it", "needs", "in", "place", "without", "parsing", "json",
+VOCABULARY = ["the", "model", "service", "reads", "fields", "it", "needs", "in", "place", "without", "parsing", "json",
                "or", "allocating", "per", "field", "while", "the", "edge", "validates", "every", "request", "once",
                "and", "encodes", "it", "into", "a", "flatbuffer", "for", "the", "internal", "hop", "latency",
                "throughput", "stream", "token", "prompt", "tenant", "routing", "cache", "prefix", "passport", "schema",
@@ -34,24 +38,26 @@ TOOL: dict[str, Any] = {
 
 def words(count: int, seed: int = 7) -> str:
     rng = random.Random(seed)
-    return " ".join(rng.choice(_VOCABULARY) for _ in range(count))
+    return " ".join(rng.choice(VOCABULARY) for _ in range(count))
 
 
 def _text(length: int, rng: random.Random) -> str:
     out: list[str] = []
     total = -1  # the length of " ".join(out)
     while total < length:
-        word = rng.choice(_VOCABULARY)
+        word = rng.choice(VOCABULARY)
         out.append(word)
         total += len(word) + 1
     return " ".join(out)[:length]
 
 
-def chat_request(size: int, *, stream: bool = False, max_tokens: int | None = None, seed: int = 1) -> bytes:
-    """An 11-message request (a system prompt, then user/assistant turns) with one tool, `size` bytes long."""
+def chat_request(size: int, *, stream: bool = False, max_tokens: int | None = None, seed: int = 1,
+                 model: str = MODEL) -> bytes:
+    """An 11-message request (a system prompt, then user/assistant turns) with one tool, `size` bytes long
+    whatever `model` is: a longer name leaves each message a byte or two less of the same words."""
     roles = ["system"] + ["user", "assistant"] * 5
     body: dict[str, Any] = {
-        "model": MODEL,
+        "model": model,
         "messages": [{"role": role, "content": ""} for role in roles],
         "tools": [TOOL],
         "temperature": 0.7,
@@ -72,10 +78,10 @@ def chat_request(size: int, *, stream: bool = False, max_tokens: int | None = No
     return encoded
 
 
-def stream_request(word_count: int) -> bytes:
+def stream_request(word_count: int, model: str = MODEL) -> bytes:
     """One user message of `word_count` words: the demo service echoes it as that many deltas."""
     return msgspec.json.encode({
-        "model": MODEL,
+        "model": model,
         "messages": [{"role": "user", "content": words(word_count)}],
         "stream": True,
     })

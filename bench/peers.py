@@ -717,6 +717,10 @@ def _f(v: float | None, digits: int = 2) -> str:
 
 
 def print_tables(result: dict[str, Any]) -> None:
+    from payloads import MODEL
+
+    print(f"\nevery subject is sent model {MODEL} (the edge counts its prompts by the estimate; bench/model_names.py "
+          "compares real names)")
     print(f"\n{'load':<6} {'subject':<36} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'+p99 ms':>8} "
           f"{'CPU µs/req':>11} {'RSS MB':>7} {'errors':>6}")
     for conns, rows in result["tables"].items():

@@ -1,7 +1,7 @@
 """The CPU each stage of a non-streamed chat request costs the edge, one stage at a time, in process; and
 each stage of a streamed token's path (`chunk:`), from the upstream's HTTP chunk to the client's.
 
-    .venv/bin/python bench/stages.py [--quick] [--rounds 7]   -> results/stages.json
+    .venv/bin/python bench/stages.py [--quick] [--rounds 7] [--model NAME]   -> results/stages.json
 
 The edge's whole CPU per request (`bench/floor.py`) is the sum of its stages and of what every proxy made of
 the same parts spends (aiohttp's server, our HTTP/1.1 client, the event loop: floor.py's bare proxy). This
@@ -11,8 +11,11 @@ encoded; admitted and settled with a key and three limits (memory store); the de
 verified and read, translated, encoded as JSON; the exchange's bookkeeping (request id, Server-Timing,
 metrics, the access line). Each stage is timed timeit-style on the thread's CPU clock (a calibrated loop,
 GC off inside it, as bench/micro.py does), the stages interleaved in a fresh random order each round; the
-figure is the median over rounds. (`budget.py` times a few of these stages for `e2e.py`, beside the stock
-encoder; this is the whole path as it runs now, tenancy included, with budget.py's timer.)
+figure is the median over rounds. `--model` names the model (ingress-demo by default: the estimate counts
+its prompt; gpt-4o's is counted with o200k, as the key's tpm limit asks, each text once: the stage then
+shows the cost of finding the texts' counts, the same request every time). (`budget.py` times a few of
+these stages for `e2e.py`, beside the stock encoder; this is the whole path as it runs now, tenancy
+included, with budget.py's timer.)
 """
 
 from __future__ import annotations
@@ -50,10 +53,10 @@ def _demo_answer(encoded: bytes) -> bytes:
     return asyncio.run(ask())
 
 
-def stages() -> dict[str, Callable[[], object]]:
-    """Each stage as a call on the data it gets in the edge."""
+def stages(model: str) -> dict[str, Callable[[], object]]:
+    """Each stage as a call on the data it gets in the edge, for a request to `model`."""
     from multidict import CIMultiDict
-    from payloads import MODEL, chat_request
+    from payloads import chat_request
 
     from ingress import log
     from ingress.edge.handlers import _json_response
@@ -75,10 +78,10 @@ def stages() -> dict[str, Callable[[], object]]:
     from ingress.wire.encode import encode_request
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the access line's stream, for the process
-    settings = Settings(models=(MODEL,), upstream="http://127.0.0.1:1")
+    settings = Settings(models=(model,), upstream="http://127.0.0.1:1")
     _, routes = settings.resolved()
     gw = Gateway(settings=settings, routes=RouteTable(routes), groups={}, budget=RetryBudget(0.2, 10, 0.0))
-    body = chat_request(16 * 1024, max_tokens=64)
+    body = chat_request(16 * 1024, max_tokens=64, model=model)
     meta = RequestMeta()
     ex = Exchange("0123456789abcdef0123456789abcdef")
     request, extra = decode_chat_request_forwarding(body, gw.forwards_extras)
@@ -106,17 +109,17 @@ def stages() -> dict[str, Callable[[], object]]:
         raise AssertionError("the memory store suspended")
 
     def admit_settle() -> None:  # a plan is one admission's (its ticket): each gets its own
-        plan = tenancy.policy.plan(principal, MODEL, tokens, 64)
+        plan = tenancy.policy.plan(principal, model, tokens, 64)
         verdict = run(tenancy.limiter.admit(plan, principal.tenant_name))
         tenancy.limiter.settle(verdict.admission, Actual(tokens, 16))
 
     resource = SimpleNamespace(route=SimpleNamespace(resource=SimpleNamespace(canonical="/v1/chat/completions")))
     fake_request = SimpleNamespace(match_info=resource)
-    done = Exchange(ex.request_id, model=MODEL, metric_model=MODEL, group=ex.group, upstream="u",
+    done = Exchange(ex.request_id, model=model, metric_model=model, group=ex.group, upstream="u",
                     decoded=ex.started, encoded=ex.started, upstream_sent=ex.started, upstream_done=ex.started,
                     usage=response.usage)
     fields = {"method": "POST", "path": "/v1/chat/completions", "status": 200, "outcome": "ok",
-              "duration_ms": 1.234, "model": MODEL, "stream": False, "upstream": "u"}
+              "duration_ms": 1.234, "model": model, "stream": False, "upstream": "u"}
     assert principal.key.id == key_id
     return {
         "decode": lambda: decode_chat_request_forwarding(body, gw.forwards_extras),
@@ -135,7 +138,7 @@ def stages() -> dict[str, Callable[[], object]]:
         "metrics": lambda: _record(fake_request, done, 200, time.perf_counter()),  # type: ignore[arg-type]
         "access line": lambda: log.access(20, dict(fields), done.request_id),
         "tenancy: authenticate": lambda: tenancy.policy.authenticate(headers),
-        "tenancy: plan": lambda: tenancy.policy.plan(principal, MODEL, tokens, 64),
+        "tenancy: plan": lambda: tenancy.policy.plan(principal, model, tokens, 64),
         "tenancy: plan, admit, settle (memory)": admit_settle,
     }
 
@@ -201,6 +204,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="3 rounds of shorter loops")
+    parser.add_argument("--model", default="ingress-demo", help="the model name the request sends")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     rounds, budget = (3, 0.02) if args.quick else (args.rounds, 0.05)
@@ -208,7 +212,7 @@ def main() -> None:
     from budget import cpu_us
     from provenance import code_version, describe
 
-    cases = {**stages(), **chunk_stages()}
+    cases = {**stages(args.model), **chunk_stages()}
     for fn in cases.values():  # warm every path once
         fn()
     runs: dict[str, list[float]] = {name: [] for name in cases}
@@ -219,7 +223,7 @@ def main() -> None:
             runs[name].append(cpu_us(cases[name], budget, repeats=1))
     table = {name: statistics.median(v) for name, v in runs.items()}
     print(describe(code_version()))
-    print(f"CPU µs per call (thread time), median of {rounds} rounds; 16 KB, 11-message chat request")
+    print(f"CPU µs per call (thread time), median of {rounds} rounds; 16 KB, 11-message chat request to {args.model}")
     width = max(map(len, table)) + 2
     print(f"{'stage':<{width}}{'µs':>9}{'range':>17}")
     for name, us in table.items():
@@ -227,8 +231,8 @@ def main() -> None:
     edge_own = sum(us for name, us in table.items() if not name.startswith(("tenancy", "chunk")))
     print(f"{'sum of the edge own stages':<{width}}{edge_own:>9.1f}  (a request's, without tenancy and chunks)")
     args.out.parent.mkdir(exist_ok=True)
-    args.out.write_text(json.dumps({"code": code_version(), "rounds": rounds, "table": table, "runs": runs,
-                                    "sum_us": edge_own}, indent=2))
+    args.out.write_text(json.dumps({"code": code_version(), "model": args.model, "rounds": rounds, "table": table,
+                                    "runs": runs, "sum_us": edge_own}, indent=2))
     print(f"wrote {args.out}")
 
 

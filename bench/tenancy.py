@@ -116,11 +116,12 @@ def serve_mock(port: int, hold_s: float) -> None:
 # --- the rig ---------------------------------------------------------------------------------------
 
 
-def edge_config(path: Path, port: int, mock_url: str, tenancy: str) -> Path:
+def edge_config(path: Path, port: int, mock_url: str, tenancy: str, model: str | None = None) -> Path:
+    """One worker in front of the mock, routing `model` (payloads.MODEL by default) and SLOW_MODEL to it."""
     from payloads import MODEL
 
-    path.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock_url}"\nmodels = ["{MODEL}", "{SLOW_MODEL}"]\n'
-                    + tenancy)
+    path.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock_url}"\n'
+                    f'models = ["{model or MODEL}", "{SLOW_MODEL}"]\n' + tenancy)
     return path
 
 
