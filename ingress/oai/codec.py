@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from itertools import accumulate
 
 import msgspec
 
@@ -57,23 +58,45 @@ def refusal(exc: msgspec.ValidationError, prefix: str = "") -> InvalidRequest:
     return invalid(detail, where or None)
 
 
+NESTED_TOO_DEEPLY = "The request body is nested too deeply."
+# Levels of arrays and objects allowed in the JSON the edge keeps opaque (tool schemas, allowed tools,
+# Responses items, engine extras). msgspec reads JSON as deep as Python's recursion limit allows (1000
+# frames less the caller's stack; past it, its RecursionError is the strict decode's "nested too
+# deeply"). Opaque JSON is read again later, deeper in a stack and inside more levels (the token count,
+# a bridge's engine request), so it is held well below that, and then what the edge sends on is read
+# whole everywhere. No real schema comes near it.
+MAX_NESTING = 512
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
 def unreadable(exc: msgspec.DecodeError | RecursionError) -> InvalidRequest:
     """A body that is not JSON, or is nested too deeply to read."""
     if isinstance(exc, RecursionError):
-        return InvalidRequest("The request body is nested too deeply.", code="invalid_json")
+        return InvalidRequest(NESTED_TOO_DEEPLY, code="invalid_json")
     return InvalidRequest(f"The request body is not valid JSON: {exc}.", code="invalid_json")
+
+
+def check_nesting(raw: bytes) -> None:
+    """JSON msgspec has read (so valid) nested at most MAX_NESTING deep, else the 400 of a body nested
+    too deeply. Without recursion: JSON cannot nest deeper than half its length, nor than it has
+    brackets (the usual answers, at once); past that, the brackets outside strings (escapes dropped, so
+    that every quote left opens or closes one) are summed as they open and close."""
+    if len(raw) <= 2 * MAX_NESTING or raw.count(b"[") + raw.count(b"{") <= MAX_NESTING:
+        return
+    unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(unescaped.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
+    if max(accumulate(map(_STEP.__getitem__, brackets)), default=0) > MAX_NESTING:
+        raise InvalidRequest(NESTED_TOO_DEEPLY, code="invalid_json") from None  # (raised while msgspec's is handled)
+
+
+def _refuse(model: str) -> bool:
+    return False
 
 
 def decode_chat_request(body: bytes) -> ChatCompletionRequest:
     """Parse and strictly validate; every failure is an InvalidRequest naming the field path."""
-    try:
-        request = _request_decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        raise refusal(exc) from None
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise unreadable(exc) from None
-    _check_semantics(request)
-    return request
+    return decode_chat_request_forwarding(body, _refuse)[0]
 
 
 def decode_chat_request_forwarding(
@@ -116,17 +139,24 @@ def split_extras(
         model = _model_decoder.decode(fields["model"])
     except (msgspec.DecodeError, KeyError):  # (a ValidationError is a DecodeError)
         return None
+    except RecursionError as exc:  # an unknown field nested too deeply to be skipped, on any route
+        raise unreadable(exc) from None
     if not forwards(model):
         return None
     ours = {k: v for k, v in fields.items() if k in openai_fields}
     extras = {k: v for k, v in fields.items() if k not in openai_fields}
+    for value in extras.values():
+        check_nesting(bytes(value))
     return json_encoder.encode(ours), json_encoder.encode(extras).decode()
 
 
 def _check_json_object(raw: msgspec.Raw, param: str) -> None:
-    # msgspec has already checked the syntax of a Raw value; here only its kind.
-    if len(raw) and not bytes(raw).startswith(b"{"):
-        raise invalid("expected a JSON object", param)
+    # msgspec has already checked the syntax of a Raw value; here its kind and depth.
+    if len(raw):
+        data = bytes(raw)
+        if not data.startswith(b"{"):
+            raise invalid("expected a JSON object", param)
+        check_nesting(data)
 
 
 _KINDS = ("function", "custom", "allowed_tools")

@@ -28,7 +28,7 @@ import msgspec
 from msgspec import Meta, Raw
 
 from ingress.errors import InvalidRequest
-from ingress.oai.codec import invalid, refusal, split_extras, unreadable
+from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
 from ingress.oai.models import (
     INT32_MAX,
     NO_JSON,
@@ -366,7 +366,9 @@ def _is_set(raw: Raw) -> bool:
 
 def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str | None, param: str,
          what: str, offered: str) -> Any:
-    """One item or tool, decoded by its `type` (`default` when it is left out)."""
+    """One item or tool, decoded by its `type` (`default` when it is left out); opaque until now, so
+    its depth is checked first."""
+    check_nesting(bytes(raw))
     fields = _kind_decoder.decode(raw)
     kind = fields.get("type", default)
     if not isinstance(kind, str):
@@ -390,6 +392,7 @@ def _with_type(fields: dict[str, Any], kind: str) -> bytes:
 def _tool_def(raw: Raw, param: str) -> ToolDef:
     """A tool; its options for OpenAI's programmatic tool calling and tool search are refused by name
     when they ask for something (their defaults are accepted, and mean nothing here)."""
+    check_nesting(bytes(raw))
     fields = _kind_decoder.decode(raw)
     for option in _TOOL_OPTIONS:
         if option in fields:
@@ -459,8 +462,11 @@ def _check_refused(r: ResponsesRequest) -> None:
 
 
 def _check_json_object(raw: Raw, param: str) -> None:
-    if _is_set(raw) and not bytes(raw).startswith(b"{"):
-        raise invalid("expected a JSON object", param)
+    if _is_set(raw):
+        data = bytes(raw)
+        if not data.startswith(b"{"):
+            raise invalid("expected a JSON object", param)
+        check_nesting(data)
 
 
 def _check(call: Call) -> None:

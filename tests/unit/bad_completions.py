@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import MISSING, Bad, body_level
+from unit.bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
 
 from ingress.oai.completions import MAX_PROMPTS
 
@@ -30,6 +30,8 @@ BAD_COMPLETIONS = [
                  id="chat-messages-field"),
     pytest.param(Bad(completions_body(stream=True, stream_options={"include_usage": True, "x": 1}),
                      "stream_options.x"), id="unknown-nested-field"),
+    pytest.param(Bad(spliced("x", deep(100_000), completions_body), None, JSON),
+                 id="unknown-field-nested-100000-deep"),
     # Missing or mistyped fields.
     pytest.param(Bad(completions_body(model=MISSING), "model"), id="missing-model"),
     pytest.param(Bad(completions_body(prompt=MISSING), "prompt"), id="missing-prompt"),

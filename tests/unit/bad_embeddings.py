@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import MISSING, Bad, body_level
+from unit.bad_requests import MISSING, Bad, body_level, deep, spliced
 
 from ingress.oai.embeddings import MAX_INPUT_TOKENS, MAX_INPUTS, MAX_REQUEST_TOKENS
 
@@ -24,6 +24,8 @@ def embeddings_body(**fields: Any) -> bytes:
 
 BAD_EMBEDDINGS = [
     *body_level(embeddings_body, "input"),
+    # Embeddings forward no engine extras: an unknown field is refused by name, however deep its value.
+    pytest.param(Bad(spliced("x", deep(100_000), embeddings_body), "x"), id="unknown-field-nested-100000-deep"),
     # Missing or mistyped fields.
     pytest.param(Bad(embeddings_body(model=MISSING), "model"), id="missing-model"),
     pytest.param(Bad(embeddings_body(input=MISSING), "input"), id="missing-input"),

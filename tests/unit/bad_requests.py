@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from ingress.oai.codec import MAX_NESTING
+
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get_weather"}}
 MISSING = object()  # a field value meaning "leave the field out"
@@ -38,9 +40,16 @@ def deep(levels: int) -> str:
     return "[" * levels + "]" * levels
 
 
-def spliced(field: str, raw_json: str) -> bytes:
-    """A valid request with one more top-level field whose value is written verbatim."""
-    return body()[:-1] + f',"{field}":{raw_json}}}'.encode()
+def spliced(field: str, raw_json: str, make: Callable[[], bytes] | None = None) -> bytes:
+    """A valid request (chat's, or the one `make` builds) with one more top-level field whose value is
+    written verbatim."""
+    return (make or body)()[:-1] + f',"{field}":{raw_json}}}'.encode()
+
+
+def deeper_than_allowed(levels: int = 100_000) -> bytes:
+    """An unknown top-level field `x` `levels` deep, in a valid chat request: whether the route refuses
+    engine extras or forwards them, it is refused as nested too deeply, never a 500."""
+    return spliced("x", deep(levels))
 
 
 class Bad(NamedTuple):
@@ -87,6 +96,31 @@ BAD_REQUESTS = [
         Bad(body(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": {"p": "@"}}})
             .replace(b'"@"', deep(5000).encode()), None, JSON),
         id="schema-nested-5000-deep",
+    ),
+    # Opaque JSON (a schema, the engine extras) is held to MAX_NESTING levels, and an unknown field too
+    # deep to skip is refused as such on every route (it was a RecursionError).
+    pytest.param(Bad(deeper_than_allowed(), None, JSON), id="unknown-field-nested-100000-deep"),
+    pytest.param(Bad(deeper_than_allowed(990), None, JSON), id="unknown-field-nested-990-deep"),
+    pytest.param(
+        Bad(body(tools=[{"type": "function", "function": {"name": "f", "parameters": {"p": "@"}}}])
+            .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+        id="parameters-nested-one-level-too-deep",
+    ),
+    pytest.param(
+        Bad(body(functions=[{"name": "f", "parameters": {"p": "@"}}])
+            .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+        id="legacy-parameters-nested-one-level-too-deep",
+    ),
+    pytest.param(
+        Bad(body(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": {"p": "@"}}})
+            .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+        id="schema-nested-one-level-too-deep",
+    ),
+    pytest.param(
+        Bad(body(tools=[TOOL], tool_choice={"type": "allowed_tools", "allowed_tools": {
+            "mode": "auto", "tools": [{"type": "function", "function": {"name": "get_weather"}, "x": "@"}]}})
+            .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+        id="allowed-tool-nested-one-level-too-deep",
     ),
     # Wrong types.
     pytest.param(Bad(body(model=1), "model"), id="model-int"),

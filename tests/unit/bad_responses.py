@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import JSON, MISSING, Bad, body_level
+from unit.bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
 
+from ingress.oai.codec import MAX_NESTING
 from ingress.oai.responses import MAX_ITEMS
 
 UNSUPPORTED = "unsupported_parameter"
@@ -42,6 +43,14 @@ BAD_RESPONSES = [
     *[p for p in body_level(responses_body, "input") if p.id != "input-nested-5000-deep"],
     pytest.param(Bad(responses_body(input="@").replace(b'"@"', b"[" * 5000 + b"]" * 5000), None, JSON),
                  id="input-nested-5000-deep"),
+    # An unknown field too deep to skip, and opaque JSON (items, tools) past MAX_NESTING levels.
+    pytest.param(Bad(spliced("x", deep(100_000), responses_body), None, JSON), id="unknown-field-nested-100000-deep"),
+    pytest.param(Bad(responses_body(tools=[{**WEATHER, "parameters": {"p": "@"}}])
+                     .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+                 id="tool-parameters-nested-one-level-too-deep"),
+    pytest.param(Bad(responses_body(input=[{"type": "function_call_output", "call_id": "c", "output": "@"}])
+                     .replace(b'"@"', deep(MAX_NESTING).encode()), None, JSON),
+                 id="input-item-nested-one-level-too-deep"),
     # What the edge cannot keep, or nothing behind it does: refused by name.
     pytest.param(Bad(responses_body(previous_response_id="resp_1"), "previous_response_id",
                      "previous_response_not_found"), id="previous_response_id"),

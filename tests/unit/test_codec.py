@@ -7,11 +7,28 @@ from typing import Any
 
 import msgspec
 import pytest
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, MISSING, TOOL, USER, Bad, body, message
+from unit.bad_requests import (
+    BAD_REQUESTS,
+    MISNAMED_PARAMS,
+    MISSING,
+    TOOL,
+    USER,
+    Bad,
+    body,
+    deep,
+    deeper_than_allowed,
+    message,
+)
 
 from ingress.errors import InvalidRequest
 from ingress.oai import models as oai
-from ingress.oai.codec import decode_chat_request, decode_chat_request_forwarding
+from ingress.oai.codec import (
+    MAX_NESTING,
+    NESTED_TOO_DEEPLY,
+    check_nesting,
+    decode_chat_request,
+    decode_chat_request_forwarding,
+)
 from ingress.passport import Passport
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
@@ -271,3 +288,48 @@ def test_what_forwarding_still_refuses(raw: bytes, forwards: bool, param: str) -
     with pytest.raises(InvalidRequest) as info:
         decode_chat_request_forwarding(raw, lambda model: forwards)
     assert (info.value.status, info.value.param) == (400, param)
+
+
+@pytest.mark.parametrize(("levels", "forwards"), [
+    pytest.param(MAX_NESTING + 1, True, id="one-level-too-deep-to-forward"),
+    pytest.param(990, True, id="too-deep-to-skip-route-forwards"),
+    pytest.param(990, False, id="too-deep-to-skip-route-refuses"),
+    pytest.param(100_000, True, id="100000-deep-route-forwards"),
+    pytest.param(100_000, False, id="100000-deep-route-refuses"),
+])
+def test_an_extra_nested_too_deeply_is_refused_as_such(levels: int, forwards: bool) -> None:
+    # Too deep to read (the model is then unknown, so on any route), or to forward.
+    with pytest.raises(InvalidRequest) as info:
+        decode_chat_request_forwarding(deeper_than_allowed(levels), lambda model: forwards)
+    exc = info.value
+    assert (exc.status, exc.code, exc.param, exc.message) == (400, "invalid_json", None, NESTED_TOO_DEEPLY)
+    assert exc.__cause__ is None and exc.__suppress_context__
+
+
+def test_opaque_json_and_extras_at_the_nesting_limit_are_carried() -> None:
+    schema = {"p": "@"}
+    raw = body(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}], x="@")
+    raw = raw.replace(b'"@"', deep(MAX_NESTING - 1).encode(), 1).replace(b'"@"', deep(MAX_NESTING).encode(), 1)
+    request, extra = forwarding(raw)
+    assert request.tools is not None and request.tools[0].function is not None
+    assert bytes(request.tools[0].function.parameters) == b'{"p": ' + deep(MAX_NESTING - 1).encode() + b"}"
+    assert extra == '{"x":' + deep(MAX_NESTING) + "}"
+
+
+@pytest.mark.parametrize("value", [
+    pytest.param("[" * (MAX_NESTING + 1), id="brackets-in-a-string"),
+    pytest.param(['"[', "\\[{", "\\"] * MAX_NESTING, id="escapes-and-brackets-in-strings"),
+    pytest.param([[1]] * MAX_NESTING, id="many-shallow-arrays"),
+])
+def test_brackets_that_do_not_nest_are_not_counted_as_depth(value: object) -> None:
+    check_nesting(json.dumps({"p": value}).encode())
+
+
+def test_brackets_in_strings_do_not_hide_depth() -> None:
+    value: object = "x"
+    for _ in range(MAX_NESTING):
+        value = ['\\"]}', value]  # each level also holds a string that closes two, were it read as JSON
+    check_nesting(json.dumps(value).encode())
+    with pytest.raises(InvalidRequest) as info:
+        check_nesting(json.dumps({"p": value}).encode())
+    assert (info.value.code, info.value.param) == ("invalid_json", None)

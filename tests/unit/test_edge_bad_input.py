@@ -15,11 +15,12 @@ import aiohttp
 import pytest
 from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body
+from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
 from unit.bad_responses import BAD_RESPONSES, responses_body
 
 from ingress.app import create_app, serve_app
-from ingress.settings import DEMO_MODEL, Settings
+from ingress.oai.codec import MAX_NESTING
+from ingress.settings import DEMO_MODEL, EMBEDDED, Endpoint, Group, Route, Settings
 
 CHAT = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -78,6 +79,15 @@ async def small_edge() -> AsyncIterator[Edge]:
         yield e
 
 
+@pytest.fixture
+async def forwarding_edge() -> AsyncIterator[Edge]:
+    """The demo behind a route that forwards engine extras (which is what reads a body's fields apart)."""
+    groups = {"demo": Group(endpoints=[Endpoint(url=EMBEDDED)])}
+    async with running(Settings(groups=groups, routes=(Route(model=DEMO_MODEL, group="demo",
+                                                             extra_fields="forward"),))) as e:
+        yield e
+
+
 def assert_error(answer: Answer, status: int, *, param: str | None = None, code: str | None = None) -> None:
     """OpenAI's error shape, exactly: {"error": {"message", "type", "param", "code"}}."""
     assert answer.status == status
@@ -122,6 +132,33 @@ async def test_bad_completions_body_is_a_400_naming_the_field(edge: Edge, bad: B
 @pytest.mark.parametrize("bad", BAD_RESPONSES)
 async def test_bad_responses_body_is_a_400_naming_the_field(edge: Edge, bad: Bad) -> None:
     assert_error(await edge.respond(bad.body), 400, param=bad.param, code=bad.code)
+
+
+EXTRAS_ENDPOINTS = [
+    pytest.param(CHAT, body, id="chat"),
+    pytest.param(COMPLETIONS, completions_body, id="completions"),
+    pytest.param(RESPONSES, responses_body, id="responses"),
+]
+
+
+@pytest.mark.parametrize("levels", [MAX_NESTING + 1, 990, 100_000])
+@pytest.mark.parametrize(("path", "make"), EXTRAS_ENDPOINTS)
+async def test_an_extra_nested_too_deeply_for_a_forwarding_route_is_a_400(
+        forwarding_edge: Edge, path: str, make: Any, levels: int) -> None:
+    answer = await forwarding_edge.call("POST", path, spliced("x", deep(levels), make), JSON_HEADERS)
+    assert_error(answer, 400, param=None, code="invalid_json")
+    assert answer.doc["error"]["message"] == "The request body is nested too deeply."
+
+
+@pytest.mark.parametrize(("path", "make"), EXTRAS_ENDPOINTS)
+async def test_an_extra_at_the_nesting_limit_is_forwarded(forwarding_edge: Edge, path: str, make: Any) -> None:
+    answer = await forwarding_edge.call("POST", path, spliced("x", deep(MAX_NESTING), make), JSON_HEADERS)
+    assert answer.status == 200, answer.doc
+
+
+async def test_embeddings_refuse_a_deep_extra_by_name_on_a_forwarding_route(forwarding_edge: Edge) -> None:
+    answer = await forwarding_edge.embed(spliced("x", deep(100_000), embeddings_body))
+    assert_error(answer, 400, param="x", code="invalid_request")
 
 
 async def test_valid_responses_body_is_answered(edge: Edge) -> None:
