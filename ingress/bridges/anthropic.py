@@ -16,7 +16,7 @@ import msgspec
 
 from ingress import wire
 from ingress.bridges.anthropic_request import PATH, VERSION, request_body
-from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping, under
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping, readable, under
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import retry_after, scrub
 from ingress.oai import models as oai
@@ -325,6 +325,7 @@ class AnthropicDialect:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
 
+    @readable
     def build(self, buf: bytes, target: Target) -> MessagesCall:
         view = wire.read_request(buf)
         if view.TextCompletion():

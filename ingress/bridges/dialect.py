@@ -24,12 +24,14 @@ socket, for any split of its stream:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+from ingress.oai.codec import NESTED_TOO_DEEPLY
 from ingress.wire import types as wt
 
 
@@ -74,6 +76,37 @@ class Unsupported(Exception):
     def info(self) -> wt.ErrorInfo:
         return wt.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_parameter",
                             message=self.message, param=self.param)
+
+
+class NestedTooDeeply(Unsupported):
+    """JSON in the request too deep to decode or encode: the 400 the edge gives such a body, naming no
+    parameter (a subclass: the service refuses it as it refuses any Unsupported)."""
+
+    def __init__(self) -> None:
+        super().__init__("", NESTED_TOO_DEEPLY)
+
+    def info(self) -> wt.ErrorInfo:
+        return wt.ErrorInfo(status=400, type="invalid_request_error", code="invalid_json", message=self.message)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def readable(build: Callable[P, R]) -> Callable[P, R]:
+    """A dialect's `build` that refuses JSON in the request nested too deeply to decode or encode (msgspec's
+    RecursionError) as the edge refuses such a body, a 400 `invalid_json`, never a crash: a buffer from
+    a binary client was not read by the edge, and any JSON field may hold it (a tool's schema, a tool
+    call's arguments, the engine extras)."""
+
+    @functools.wraps(build)
+    def build_or_refuse(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return build(*args, **kwargs)
+        except RecursionError:
+            raise NestedTooDeeply from None
+
+    return build_or_refuse
 
 
 class EngineFailed(Exception):

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineRequest, Target, under
+from ingress.bridges.dialect import Dialect, EngineRequest, Target, readable, under
 from ingress.bridges.failures import engine_error
 from ingress.bridges.openai_answers import OpenAIStream, read_answer
 from ingress.oai.completions import TextCompletionRequest
@@ -108,6 +108,7 @@ class OpenAIDialect:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
 
+    @readable
     def build(self, buf: bytes, target: Target) -> OpenAICall:
         view = wire.read_request(buf)
         text = bool(view.TextCompletion())
