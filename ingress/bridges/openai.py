@@ -48,10 +48,7 @@ _any = msgspec.json.Decoder()
 def _merge_extras(body: dict[str, Any], extra_json: bytes | None, fields: frozenset[str]) -> None:
     if not extra_json:
         return
-    try:
-        extras = _json_object.decode(extra_json)
-    except msgspec.DecodeError:
-        return  # the edge writes it as an object; anything else is not ours to forward
+    extras = _json_object.decode(extra_json)  # the edge writes an object; anything else is refused, not dropped
     for key, value in extras.items():
         if key not in fields:
             body[key] = value

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
+import msgspec
 from aiohttp import web
 
 from ingress import wire
@@ -101,6 +102,9 @@ async def complete(request: web.Request) -> web.StreamResponse:
     except WireError as exc:
         return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_flatbuffer",
                                      message=f"The FlatBuffers request is invalid: {exc}."))
+    except msgspec.DecodeError as exc:  # a verified buffer whose JSON field (tool_choice_json...) is not
+        return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_json",
+                                     message=f"A JSON field of the FlatBuffers request is invalid: {exc}."))
     except Unsupported as exc:
         return _error(exc.info())
     headers = dict(call.request.headers)

@@ -22,9 +22,13 @@ from aiohttp import web
 
 from ingress import wire
 from ingress.app import create_app, serve_app
+from ingress.bridges import load_dialect
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
 from ingress.bridges.service import create_bridge_app
+from ingress.oai.codec import decode_chat_request
+from ingress.passport import Passport
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
+from ingress.wire.encode import encode_request
 
 
 class WordsCall:
@@ -313,6 +317,19 @@ async def test_a_bad_buffer_sent_to_the_bridge_is_a_400(served: Stack, http: aio
     assert error.code == "invalid_flatbuffer"
     async with http.get(f"{served.bridge}/healthz") as r:
         assert r.headers.getall("Server") == ["ingress"]
+
+
+@pytest.mark.parametrize("dialect", ["openai", "anthropic"])
+async def test_invalid_json_inside_a_verified_buffer_is_a_400_not_a_crash(http: aiohttp.ClientSession,
+                                                                          dialect: str) -> None:
+    request = decode_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
+    buf = bytes(encode_request(request, "req-1", Passport(), "openai", None, "{not json"))  # extra_json
+    bridge_app = create_bridge_app(load_dialect(dialect), Target(url="http://127.0.0.1:9"), Timeouts(connect=1.0))
+    async with serve_app(bridge_app, "127.0.0.1", 0) as bridge, \
+            http.post(f"{bridge}{wire.COMPLETE_PATH}", data=buf, headers={"Content-Type": wire.CONTENT_TYPE}) as r:
+        assert r.status == 400
+        error = wire.decode_error(await r.read())
+    assert error.code == "invalid_json" and "JSON field" in error.message
 
 
 async def test_the_targets_path_and_credentials_are_used(http: aiohttp.ClientSession) -> None:
