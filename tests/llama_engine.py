@@ -265,7 +265,7 @@ def _smoke(exe: Path, model: Path, out: IO[str], log: Path) -> None:
         out.write(f"smoke run failed: {exc}\n{_tail(smoke_log) if smoke_log.is_file() else ''}\n")
         raise LlamaServerError(f"the built {SERVER} could not load {GGUF} and answer one token: {exc}; "
                                f"nothing was cached (see {log})") from exc
-    out.write(f"smoke run: loaded {GGUF}, answered {answer!r}\n")
+    out.write(f"smoke run: loaded {GGUF}, answered {answer['content']!r} ({answer['tokens_predicted']} token)\n")
 
 
 def complete_one_token(url: str) -> dict[str, object]:
