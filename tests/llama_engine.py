@@ -304,14 +304,14 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def running_server(exe: Path, model: Path, log: Path, *extra: str) -> Iterator[str]:
+def running_server(exe: Path, model: Path, log: Path, *extra: str, under: tuple[str, ...] = ()) -> Iterator[str]:
     """llama-server on a free loopback port until the block ends; yields its base URL (no `/v1`).
 
     Its output goes to `log`. On the way out it is terminated, then killed if it has not gone after
-    STOP_TIMEOUT: it is never left running.
+    STOP_TIMEOUT: it is never left running. `under`: a command it runs inside (an emulator of another CPU).
     """
     port = _free_port()
-    argv = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *SERVE_ARGS, *extra]
+    argv = [*under, str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *SERVE_ARGS, *extra]
     with log.open("w") as out:
         out.write(f"$ {' '.join(argv)}\n")
         out.flush()

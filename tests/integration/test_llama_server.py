@@ -395,3 +395,21 @@ def test_the_cached_engine_is_portable_and_passed_its_smoke_run(llama_server: st
     assert "smoke run: loaded" in llama_engine.build_log().read_text()
     if shutil.which("objdump") is not None:
         assert llama_engine.instructions_beyond_avx2(exe) == []
+
+
+# QEMU's user-mode emulator runs the binary as a CPU model without AVX-512 or AMX would (it has no
+# AVX-512 to offer): Intel's Haswell, the first with AVX2. A binary with an instruction beyond AVX2
+# dies there with SIGILL, as it would on such a machine. Slow (~1 minute), and only where qemu-user is.
+OTHER_CPU = ("qemu-x86_64", "-cpu", "Haswell")
+
+
+@pytest.mark.skipif(shutil.which(OTHER_CPU[0]) is None, reason="qemu-user is not installed")
+@pytest.mark.timeout(600)
+def test_the_cached_engine_answers_on_another_cpu_with_avx2_and_nothing_wider(llama_server: str,
+                                                                                tmp_path: Path) -> None:
+    exe = llama_engine.built_server()
+    assert exe is not None
+    with llama_engine.running_server(exe, llama_engine.ensure_model(), tmp_path / "haswell.log",
+                                     under=OTHER_CPU) as url:
+        answer = llama_engine.complete_one_token(url)
+    assert answer["tokens_predicted"] == 1
