@@ -2,7 +2,7 @@
 name (the estimate), the same requests, side by side in one run, with a key whose tpm limit is on.
 
     python bench/model_names.py [--code DIR] [--baseline DIR] [--rounds 6] [--seconds 4] [--connections 32]
-        -> results/model_names.json
+                                [--cases CASE...] [--out FILE]   -> results/model_names.json
 
 One edge (one worker) routes both names to one internal service: tenancy.py's mock, one fixed
 CompletionResponse a request and no work (its own process). The edge's `[tenancy]` is peers.py's: a key
@@ -131,6 +131,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="which cases to run")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "model_names.json")
     args = parser.parse_args()
 
@@ -146,6 +147,7 @@ def main() -> int:
         bodies[(model, CASES[2])] = work / f"{model}-turns.json"
         bodies[(model, CASES[2])].write_bytes(b"{}")  # unused: the script makes each body
     scripts = {CASES[0]: SCRIPT + HEADERS, CASES[1]: SCRIPT + EACH_NEW, CASES[2]: SCRIPT + MULTI_TURN}
+    cases = [case for case in CASES if case in args.cases]
 
     mock_port = free_port()
     mock = Server("mock", [sys.executable, str(HERE / "tenancy.py"), "--serve-mock", str(mock_port), "0"], mock_port,
@@ -173,7 +175,7 @@ def main() -> int:
             order = MODELS if r % 2 == 0 else MODELS[::-1]
             for edge_name, edge in edges.items():
                 url = f"{edge.url}/v1/chat/completions"
-                for case in CASES:
+                for case in cases:
                     wrk.script.write_text(scripts[case])
                     for model in order:
                         run_id += 1
@@ -200,7 +202,7 @@ def main() -> int:
     print(header)
     print("-" * len(header))
     table = []
-    for case in CASES:
+    for case in cases:
         for edge_name in edges:
             med = {m: {k: statistics.median(x[k] for x in runs[f"{edge_name}/{case}/{m}"])
                        for k in ("rps", "p50_ms", "p99_ms", "cpu_us")} for m in MODELS}
@@ -217,7 +219,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     busy = subprocess.run(["pgrep", "-c", "cc1plus"], capture_output=True, text=True).stdout.strip()
     args.out.write_text(json.dumps({
-        "models": MODELS, "cases": CASES, "code": versions, "rounds": args.rounds, "seconds": args.seconds,
+        "models": MODELS, "cases": cases, "code": versions, "rounds": args.rounds, "seconds": args.seconds,
         "connections": args.connections, "turns": args.turns, "compilers_running_at_end": int(busy or 0),
         "table": table, "runs": runs}, indent=1))
     print(f"wrote {args.out}")
