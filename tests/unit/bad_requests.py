@@ -10,9 +10,14 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import msgspec
 import pytest
 
+from ingress.bridges.dialect import Unsupported
+from ingress.oai import models as oai
 from ingress.oai.codec import MAX_NESTING
+from ingress.passport import Passport
+from ingress.wire.encode import encode_request
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get_weather"}}
@@ -334,3 +339,30 @@ MISNAMED_PARAMS = [
     pytest.param(body(metadata={"": "v"}), {"metadata", "metadata."}, id="metadata-key-empty"),
     pytest.param(body(metadata={"k": "v" * 513}), {"metadata", "metadata.k"}, id="metadata-value-513-chars"),
 ]
+
+
+def deep_buffer(where: str, levels: int, provider: str) -> bytes:
+    """A buffer as a binary client may send it to a bridge (the edge reads none of its JSON), with
+    `where` (parameters, schema, extra_json or a tool call's arguments) nested `levels` deep."""
+    nested = "[" * levels + "]" * levels
+    deep_object = msgspec.Raw(f'{{"p":{nested}}}'.encode())
+    tools = [oai.Tool(function=oai.FunctionDef(name="f", parameters=deep_object))]
+    messages: list[oai.Message] = [oai.UserMessage(content="hi")]
+    if where == "arguments":
+        messages.append(oai.AssistantMessage(tool_calls=[oai.ToolCallIn(
+            id="c1", function=oai.FunctionCallIn(name="f", arguments=nested))]))
+        messages.append(oai.ToolMessage(content="done", tool_call_id="c1"))
+    schema = oai.JsonSchemaResponseFormat(oai.JsonSchemaFormat(name="s", schema=deep_object))
+    request = oai.ChatCompletionRequest(model="m", messages=messages, tools=tools if where == "parameters" else None,
+                                        response_format=schema if where == "schema" else None)
+    extra = f'{{"x":{nested}}}' if where == "extra_json" else None
+    return bytes(encode_request(request, "r", Passport(), provider, None, extra))
+
+
+def assert_nested_too_deeply(build: Callable[[], object]) -> None:
+    """`build` refuses JSON nested too deeply as the edge refuses such a body: its 400."""
+    with pytest.raises(Unsupported) as raised:
+        build()
+    info = raised.value.info()
+    assert (info.status, info.type, info.code, info.param) == (400, "invalid_request_error", "invalid_json", None)
+    assert info.message == "The request body is nested too deeply."

@@ -8,12 +8,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from unit.bad_requests import assert_nested_too_deeply, deep_buffer
 
 from ingress import wire
-from ingress.bridges.dialect import EngineFailed, Target, Unsupported, under
+from ingress.bridges.dialect import EngineFailed, Target, under
 from ingress.bridges.openai import OpenAIDialect
 from ingress.bridges.openai_answers import OpenAIStream
-from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.passport import Passport
@@ -387,34 +387,14 @@ def test_the_chunks_before_an_error_in_the_same_data_travel_with_it() -> None:
 
 # --- JSON nested too deeply: a 400, as at the edge, never a crash -----------------------------------
 
-def _deep_buffer(where: str, levels: int = 100_000) -> bytes:
-    """A buffer as a binary client may send it (the edge reads none of its JSON): `where` nested `levels` deep."""
-    nested = "[" * levels + "]" * levels
-    deep_object = msgspec.Raw(f'{{"p":{nested}}}'.encode())
-    tools = [oai.Tool(function=oai.FunctionDef(name="f", parameters=deep_object))]
-    messages: list[oai.Message] = [oai.UserMessage(content="hi")]
-    if where == "arguments":
-        messages.append(oai.AssistantMessage(tool_calls=[oai.ToolCallIn(
-            id="c1", function=oai.FunctionCallIn(name="f", arguments=nested))]))
-        messages.append(oai.ToolMessage(content="done", tool_call_id="c1"))
-    schema = oai.JsonSchemaResponseFormat(oai.JsonSchemaFormat(name="s", schema=deep_object))
-    request = oai.ChatCompletionRequest(model="m", messages=messages, tools=tools if where == "parameters" else None,
-                                        response_format=schema if where == "schema" else None)
-    extra = f'{{"x":{nested}}}' if where == "extra_json" else None
-    return bytes(encode_request(request, "r", Passport(), 'openai', None, extra))
-
-
 _DECODED = ("parameters", "schema", "extra_json")  # a tool call's arguments travel as text
 
 
 @pytest.mark.parametrize("levels", [990, 100_000])
 @pytest.mark.parametrize("where", ["parameters", "schema", "extra_json", "arguments"])
 def test_json_nested_too_deeply_in_any_field_is_a_400(where: str, levels: int) -> None:
+    buf = deep_buffer(where, levels, "openai")
     if where not in _DECODED:  # passed along as text, never read
-        DIALECT.build(_deep_buffer(where, levels), TARGET)
-        return
-    with pytest.raises(Unsupported) as raised:
-        DIALECT.build(_deep_buffer(where, levels), TARGET)
-    info = raised.value.info()
-    assert (info.status, info.type, info.code, info.param) == (400, "invalid_request_error", "invalid_json", None)
-    assert info.message == "The request body is nested too deeply."
+        DIALECT.build(buf, TARGET)
+    else:
+        assert_nested_too_deeply(lambda: DIALECT.build(buf, TARGET))
