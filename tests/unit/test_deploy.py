@@ -1,4 +1,4 @@
-"""deploy/: every check of deploy/validate.py as a test, the invariants the deployment rests on, and
+"""deploy/: every check of deploy/validate/ as a test, the invariants the deployment rests on, and
 proof that each check fails on the mistake it is there to catch."""
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ DEPLOY = ROOT / "deploy"
 
 
 def _load_validator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("deploy_validate", DEPLOY / "validate.py")
+    package = DEPLOY / "validate"
+    spec = importlib.util.spec_from_file_location("deploy_validate", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
@@ -46,7 +48,7 @@ def test_check(name: str) -> None:
 
 
 def test_the_validator_exits_zero_and_prints_a_summary() -> None:
-    run = subprocess.run([sys.executable, str(DEPLOY / "validate.py")], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, str(DEPLOY / "validate")], capture_output=True, text=True,
                          timeout=50, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
@@ -544,7 +546,7 @@ def deploy_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of deploy/ that the validator reads instead of the real one."""
     copy = tmp_path / "deploy"
     shutil.copytree(DEPLOY, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(validate, "DEPLOY", copy)
+    monkeypatch.setattr(validate.common, "DEPLOY", copy)  # every check reads deploy/ from there
     return copy
 
 
