@@ -1,7 +1,8 @@
 """Encode a validated OpenAI request, and the answer tables, into FlatBuffers.
 
 One mapping (OpenAI structs / wire types → the schema's data classes), then the generated forward
-encoder. The stock flatbuffers.Builder path, kept as the reference, is in `stock.py`.
+encoder. The stock flatbuffers.Builder path, kept as the reference, is in `stock.py` (the request's) and
+tests/stock_buffers.py (the answers' and embeddings', which only tests use).
 """
 
 from __future__ import annotations
