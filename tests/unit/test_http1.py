@@ -26,7 +26,7 @@ from waiting import eventually
 from ingress.errors import UpstreamConnectFailed, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response
+from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response, State
 from ingress.upstream.http1_decoder import HEAD_LIMIT, HEAD_TOO_LARGE, ResponseDecoder
 from ingress.wire import identifiers
 
@@ -616,6 +616,28 @@ async def test_head_is_refused_before_anything_is_sent(start_server: StartServer
         await pool.request("HEAD", "/healthz", {}, None, 1.0, asyncio.get_running_loop().time() + 2.0)
 
     assert server.connections == 0
+
+
+async def test_a_connection_is_active_for_an_exchange_idle_between_them_and_closed_when_cut_short(
+    start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
+    server = await start_server(answering(OK, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789"))
+    pool = _pool(pools, server.url)
+
+    response = await _request(pool)
+    [conn] = pool._open
+    states = [conn.state]
+    assert await _read_all(response) == b"hello world"
+    states.append(conn.state)
+    assert list(pool._idle) == [conn]
+    response = await _request(pool)
+    states.append(conn.state)
+    assert not pool._idle
+    response.close()  # before its end
+    states.append(conn.state)
+
+    assert states == [State.ACTIVE, State.IDLE, State.ACTIVE, State.CLOSED]
+    await eventually(lambda: not pool._open, "the connection lost")
 
 
 async def test_an_answer_closed_before_its_end_closes_its_connection(
