@@ -87,7 +87,7 @@ def _message(m: oai.Message) -> gen.MessageData:
         assert isinstance(m, oai.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
     # system, developer, user: all named
-    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]
+    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]  # the tool message returned above
 
 
 def _tool(tool: oai.Tool) -> gen.ToolCallData:
