@@ -1,4 +1,9 @@
-"""Prometheus metrics: defined once here, recorded from each request's Exchange in one place.
+"""Prometheus metrics: all defined here, each recorded where what it counts happens.
+
+A request's summary (count, duration, overhead, upstream time, first token, tokens, refusal) is recorded
+from its Exchange in one place, the edge's middleware. The rest as they happen: retries and chunk gaps in
+the pipeline, admissions and the limit store's calls in tenancy/, endpoint health in upstream/ (and on
+scrape), connections refused before any HTTP in the edge, GC pauses and live tasks here.
 
 With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor before any worker
 starts) makes every worker write its values to shared files, and /metrics aggregates them.

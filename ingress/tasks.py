@@ -1,5 +1,5 @@
 """The one place tasks are spawned: background ones (references kept, failures logged, all drained on
-close) and ones that live only inside a block (`scoped`)."""
+close), ones that live only inside a block (`scoped`) and ones several callers await (`shared`)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ async def scoped(coro: Coroutine[Any, Any, T], name: str) -> AsyncIterator[async
         if not task.done():
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def shared(coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+    """Run `coro` for whichever callers await it (one connection attempt that concurrent calls share, each
+    behind its own `asyncio.shield` and deadline), in a task its owner holds: the owner keeps the reference,
+    retrieves its failure (every awaiter was told it) and cancels and awaits it when it closes. Not for
+    work nobody awaits: that is BackgroundTasks', which logs a failure nobody was told."""
+    return asyncio.get_running_loop().create_task(coro, name=name)
 
 
 class BackgroundTasks:

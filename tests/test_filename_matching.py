@@ -16,7 +16,7 @@ NOT_A_MODULE = {
     "test_drain_deadline.py": "drain.py's Drain.deadline() (test_drain.py is the integration test's name)",
     "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",
     "test_golden_buffers.py": "the released schema versions (schema/baseline/): their buffers, read through wire/",
-    "test_layers.py": "the import graph of ingress/'s packages, and which of them may be async",
+    "test_layers.py": "the import graph of ingress/'s packages, which of them may be async, where tasks spawn",
     "test_oracle.py": "tests/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }
 

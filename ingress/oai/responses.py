@@ -400,7 +400,7 @@ def _tool_def(raw: Raw, param: str) -> ToolDef:
                 raise _unsupported(f"{param}.{option}", "OpenAI's programmatic tool calling and tool search are "
                                                         "not available behind this edge")
             del fields[option]
-    return _one(Raw(msgspec.json.encode(fields)), _tool_decoders, None, param, "tools",  # type: ignore[no-any-return]
+    return _one(Raw(msgspec.json.encode(fields)), _tool_decoders, None, param, "tools",  # type: ignore[no-any-return]  # _tool_decoders decode only these two
                 "function and custom tools")
 
 

@@ -176,7 +176,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         """A read in the connection's callback: None when `direct` took its chunks (or it had none)."""
         try:
             burst, error = step = take(data)
-            if error is None and not translator.done and (not burst or direct(_event(burst))):  # type: ignore[misc]
+            if error is None and not translator.done and (not burst or direct(_event(burst))):  # type: ignore[misc]  # pumped only when direct is set
                 return None
             return step
         except Exception as exc:  # raised in the stream's task, not in the connection's callback

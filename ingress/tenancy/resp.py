@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ingress import tasks
 from ingress.sockets import watch
 
 Arg = str | bytes | int
@@ -459,7 +460,7 @@ class Client:
         if self._closed:
             raise ConnectionError("the client is closed")
         if self._connecting is None:  # one attempt at a time, shared by the calls that wait for it
-            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            self._connecting = tasks.shared(self._connect(), "redis-connect")
             self._connecting.add_done_callback(self._attempted)
         async with asyncio.timeout_at(deadline):
             return await asyncio.shield(self._connecting)

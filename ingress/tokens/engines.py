@@ -152,7 +152,7 @@ def tokenizer_problem(tokenizer: str) -> str | None:
 # byte of that class measured on the corpus (see the package's docstring).
 _WORDS = (string.ascii_letters + string.whitespace).encode()  # 0.3
 _OTHER_ASCII = bytes(i for i in range(128) if i not in _WORDS)  # digits, punctuation, controls: 1.0
-WEIGHTS = {"letters and whitespace": 0.3, "other ASCII": 1.0, "non-ASCII": 0.8}
+# and every byte of a non-ASCII character: 0.8
 
 
 def estimate(text: str) -> int:

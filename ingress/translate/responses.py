@@ -56,7 +56,7 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
     reason = _INCOMPLETE.get(finish_reason or "")
     return ro.ResponseObject(
         id=id, created_at=created_at, status="incomplete" if reason and status == "completed" else status,
-        error=error, incomplete_details=ro.IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]
+        error=error, incomplete_details=ro.IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # _INCOMPLETE's values are the Literal's
         instructions=r.instructions, max_output_tokens=r.max_output_tokens, model=model, output=output,
         parallel_tool_calls=r.parallel_tool_calls if r.parallel_tool_calls is not None else True,
         reasoning=ro.ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None),
@@ -86,7 +86,7 @@ def translate_response_object(call: Call, r: wt.Response, *, request_id: str) ->
                                           annotations=[_citation(a) for a in choice.annotations]))
         if choice.refusal is not None:
             parts.append(ro.RefusalOut(refusal=choice.refusal))
-        output.append(ro.MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]
+        output.append(ro.MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
     output += [_call_item(i, request_id, c) for i, c in enumerate(choice.tool_calls)]
     return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model, status="completed",
                            output=output, usage=_usage(r.usage), finish_reason=choice.finish_reason,

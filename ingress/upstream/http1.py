@@ -2,7 +2,8 @@
 without I/O, is `http1_decoder.ResponseDecoder`), idle connections kept per endpoint.
 
 It does only what the hop needs, for a fraction of the CPU aiohttp's ClientSession took per exchange
-(~30 µs against ~140 µs for a whole answer; bench/upstream_client.py compares the two):
+(answers of 1-16 KB: ~30 µs against ~135 µs whole, ~95 µs against ~215 µs streamed;
+bench/upstream_client.py compares the two, bench/results/upstream_client.json holds the last run):
 
 - `ConnectionPool(url, keepalive)` holds the connections to one endpoint (`http://host:port`, `https://...`,
   `unix:/path`). Idle ones are reused most recently used first, with no limit of their own (EndpointGroup
@@ -40,6 +41,7 @@ service that took it and died: that ends in UpstreamUnavailable, and the request
 from __future__ import annotations
 
 import asyncio
+import enum
 import select
 import ssl
 from collections import deque
@@ -57,6 +59,17 @@ KEEPALIVE = 4.0  # seconds an idle connection is kept for reuse, by default: bel
 POLL_AFTER = 0.25  # of the keepalive: a connection idle longer is polled before reuse
 
 R = TypeVar("R")
+
+
+class State(enum.Enum):
+    """Where a connection is in its life, as httpcore's HTTPConnectionState: NEW until its first request,
+    ACTIVE while an exchange runs on it, IDLE in its pool's idle deque between exchanges, CLOSED once it
+    is being closed or was lost (never used again)."""
+
+    NEW = enum.auto()
+    ACTIVE = enum.auto()
+    IDLE = enum.auto()
+    CLOSED = enum.auto()
 
 
 class Response:
@@ -144,7 +157,8 @@ class Connection(asyncio.Protocol):
         self.pool = pool
         self.loop = asyncio.get_running_loop()
         self.decoder = ResponseDecoder()
-        self.response: Response | None = None  # the exchange in progress; None while idle
+        self.state = State.NEW
+        self.response: Response | None = None  # the exchange in progress, while ACTIVE
         self.idle_since = 0.0
         self.paused = False
         self._poll = select.poll()  # its socket, to see what arrived since the loop last looked
@@ -188,6 +202,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.pool.lost(self)
+        self.state = State.CLOSED
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None  # its callback is a method of this connection: a cycle, kept
@@ -254,6 +269,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, head: bytes, body: bytes | bytearray | None) -> Response:
         self.decoder.start()
+        self.state = State.ACTIVE
         response = self.response = Response(self)
         if body:
             self.transport.writelines((head, body))
@@ -269,13 +285,18 @@ class Connection(asyncio.Protocol):
         """The exchange ended: back to the pool if the response came whole and allows it, else closed."""
         self.response, decoder = None, self.decoder
         if not decoder.done:
+            self.state = State.CLOSED
             self.transport.abort()  # at once: the peer learns its answer is no longer wanted
         elif not decoder.keep_alive or self.transport.is_closing():
-            self.transport.close()
+            self.close()
         else:
             if self.paused:
                 self.resume()
             self.pool.put(self)
+
+    def close(self) -> None:
+        self.state = State.CLOSED
+        self.transport.close()
 
 
 class ConnectionPool:
@@ -346,7 +367,7 @@ class ConnectionPool:
             conn = idle.pop()
             if conn.reusable(idle_after, poll_before):
                 return conn
-            conn.transport.close()
+            conn.close()
         return None
 
     async def _connect(self, timeout: float, deadline: float) -> Connection:
@@ -367,9 +388,9 @@ class ConnectionPool:
 
     def put(self, conn: Connection) -> None:
         if self._closed:
-            conn.transport.close()
+            conn.close()
             return
-        conn.idle_since = conn.loop.time()
+        conn.state, conn.idle_since = State.IDLE, conn.loop.time()
         self._idle.append(conn)
         if self._reaper is None:
             self._reaper = conn.loop.call_at(conn.idle_since + self._keepalive, self._reap)
@@ -383,13 +404,13 @@ class ConnectionPool:
         loop = idle[0].loop
         idle_after = loop.time() - self._keepalive
         while idle and idle[0].idle_since <= idle_after:
-            idle.popleft().transport.close()
+            idle.popleft().close()
         if idle:
             self._reaper = loop.call_at(idle[0].idle_since + self._keepalive, self._reap)
 
     def lost(self, conn: Connection) -> None:
         self._open.discard(conn)
-        if conn.response is None:
+        if conn.state is State.IDLE:
             with suppress(ValueError):
                 self._idle.remove(conn)
 

@@ -1,7 +1,8 @@
 """Encode a validated OpenAI request, and the answer tables, into FlatBuffers.
 
 One mapping (OpenAI structs / wire types → the schema's data classes), then the generated forward
-encoder. The stock flatbuffers.Builder path, kept as the reference, is in `stock.py`.
+encoder. The stock flatbuffers.Builder path, kept as the reference, is in `stock.py` (the request's) and
+tests/stock_buffers.py (the answers' and embeddings', which only tests use).
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _message(m: oai.Message) -> gen.MessageData:
         assert isinstance(m, oai.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
     # system, developer, user: all named
-    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]
+    return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]  # the tool message returned above
 
 
 def _tool(tool: oai.Tool) -> gen.ToolCallData:

@@ -1,6 +1,7 @@
-"""The stock flatbuffers.Builder encoders, with a bounded pool of reused Builders (one grown too large
-is dropped, not kept): the reference tests compare the generated encoder with, and the baseline the
-benchmarks measure it against. Not on the request path."""
+"""The stock flatbuffers.Builder request encoder, with a bounded pool of reused Builders (one grown too
+large is dropped, not kept): the reference tests compare the generated encoder with, and the baseline the
+benchmarks swap into an edge to measure it against. Not on the request path; the other messages' stock
+encoders, which only tests use, are in tests/stock_buffers.py."""
 
 from __future__ import annotations
 
@@ -11,12 +12,9 @@ from typing import Any, TypeVar
 import flatbuffers
 
 from ingress.oai import models as oai
-from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import identifiers
-from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen
-from ingress.wire.embeddings import Embeddings, embedding_request_data, embeddings_data
-from ingress.wire.encode import chunk_data, error_data, request_data, response_data
+from ingress.wire.encode import request_data
 
 D = TypeVar("D")
 
@@ -49,8 +47,9 @@ class BuilderPool:
         return len(self._free)
 
 
-def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifier: bytes,
-           size_prefixed: bool = False) -> bytes:
+def encode_stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifier: bytes,
+                 size_prefixed: bool = False) -> bytes:
+    """One buffer of `data` through a generated `build_<Table>` on a pooled Builder."""
     with pool.builder() as b:
         root = build(b, data)
         (b.FinishSizePrefixed if size_prefixed else b.Finish)(root, file_identifier=identifier)
@@ -60,28 +59,6 @@ def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifie
 def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
                          passport: gen.PassportData, provider: str = "openai", model_name: str | None = None,
                          extra_json: str | None = None) -> bytes:
-    return _stock(pool, gen.build_CompletionRequest,
-                  request_data(request, request_id, passport, provider, model_name, extra_json), identifiers.REQUEST)
+    data = request_data(request, request_id, passport, provider, model_name, extra_json)
+    return encode_stock(pool, gen.build_CompletionRequest, data, identifiers.REQUEST)
 
-
-def encode_response_stock(pool: BuilderPool, response: wt.Response) -> bytes:
-    return _stock(pool, gen.build_CompletionResponse, response_data(response), identifiers.RESPONSE)
-
-
-def encode_chunk_frame_stock(pool: BuilderPool, chunk: wt.Chunk) -> bytes:
-    return _stock(pool, gen.build_CompletionChunk, chunk_data(chunk), identifiers.CHUNK, size_prefixed=True)
-
-
-def encode_error_stock(pool: BuilderPool, error: wt.ErrorInfo, *, framed: bool = False) -> bytes:
-    return _stock(pool, gen.build_Error, error_data(error), identifiers.ERROR, size_prefixed=framed)
-
-
-def encode_embedding_request_stock(pool: BuilderPool, request: EmbeddingRequest, request_id: str,
-                                   passport: gen.PassportData, provider: str = "openai",
-                                   model_name: str | None = None) -> bytes:
-    data = embedding_request_data(request, request_id, passport, provider, model_name)
-    return _stock(pool, gen.build_EmbeddingRequest, data, identifiers.EMBEDDING_REQUEST)
-
-
-def encode_embeddings_stock(pool: BuilderPool, embeddings: Embeddings) -> bytes:
-    return _stock(pool, gen.build_EmbeddingResponse, embeddings_data(embeddings), identifiers.EMBEDDING_RESPONSE)

@@ -100,20 +100,26 @@ async def test_readiness_turns_false_as_soon_as_a_drain_starts(tmp_path: Path) -
 # --- requests running when the drain starts -------------------------------------------------------
 
 
+async def _stream_across_sigterm(edge: EdgeProcess, path: str, body: dict[str, Any],
+                                 before: int) -> tuple[list[str], float, bool]:
+    """A stream from the edge, which is sent SIGTERM once `before` events have arrived: its events, the
+    seconds the rest took, and whether the edge still ran when the stream ended."""
+    async with aiohttp.ClientSession() as http, http.post(edge.url + path, json=body) as r:
+        assert r.status == 200
+        events = await _read_events(r, before)
+        signalled = time.monotonic()
+        edge.terminate()
+        events += await _read_events(r)
+        return events, time.monotonic() - signalled, edge.proc.poll() is None
+
+
 async def test_a_stream_running_at_sigterm_is_finished(tmp_path: Path, fake_upstream: FakeUpstream) -> None:
     fake_upstream.play(fu.answer(), pace=0.05)  # about 1 s of frames
     config = drain_config(tmp_path, delay=0.2, deadline=5.0)
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
         await edge.started()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r,
-        ):
-            assert r.status == 200
-            events = await _read_events(r, 1)
-            edge.terminate()
-            events += await _read_events(r)
-            assert edge.proc.poll() is None  # the edge waited for this stream
+        events, _, running = await _stream_across_sigterm(edge, CHAT, _chat(" ".join(WORDS), stream=True), 1)
+        assert running  # the edge waited for this stream
         assert events[-1] == "[DONE]"
         chunks = [json.loads(e) for e in events[:-1]]
         assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == " ".join(WORDS)
@@ -126,16 +132,7 @@ async def test_a_stream_that_outlives_the_deadline_ends_with_an_in_band_error(
     config = drain_config(tmp_path, delay=0.2, deadline=0.5)
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
         await edge.started()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(edge.url + CHAT, json=_chat(" ".join(WORDS), stream=True)) as r,
-        ):
-            assert r.status == 200
-            events = await _read_events(r, 3)
-            signalled = time.monotonic()
-            edge.terminate()
-            events += await _read_events(r)
-            ended = time.monotonic() - signalled
+        events, ended, _ = await _stream_across_sigterm(edge, CHAT, _chat(" ".join(WORDS), stream=True), 3)
         assert [json.loads(e)["choices"][0]["delta"].get("content") for e in events[:3]] == ["", "w0", " w1"]
         assert json.loads(events[-1])["error"]["code"] == "shutting_down"
         assert "[DONE]" not in events
@@ -151,14 +148,9 @@ async def test_a_responses_stream_that_outlives_the_deadline_ends_with_error_and
     config = drain_config(tmp_path, delay=0.2, deadline=0.5)
     with edge_process(tmp_path, "--config", config, "--upstream", fake_upstream.url) as edge:
         await edge.started()
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(edge.url + "/v1/responses", json={"model": MODEL, "input": " ".join(WORDS), "stream": True}) as r,
-        ):
-            assert r.status == 200
-            events = await _read_events(r, 6)  # created, in_progress, item added, part added, w0, w1
-            edge.terminate()
-            events += await _read_events(r)
+        body = {"model": MODEL, "input": " ".join(WORDS), "stream": True}
+        # created, in_progress, item added, part added, w0, w1
+        events, _, _ = await _stream_across_sigterm(edge, "/v1/responses", body, 6)
         docs = [json.loads(e) for e in events]
         assert [d["sequence_number"] for d in docs] == list(range(len(docs)))
         assert [d.get("delta") for d in docs[4:6]] == ["w0", " w1"]

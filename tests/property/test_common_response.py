@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mutation import mutants
+from stock_buffers import encode_response_stock
 
 from ingress import wire
 from ingress.wire import decode, verify
 from ingress.wire._generated.LLMGateway import Choice, CompletionResponse, Message
 from ingress.wire.answer import common_response, decode_answer
 from ingress.wire.decode import FINISH_NAMES, WireError
-from ingress.wire.stock import BuilderPool, encode_response_stock
+from ingress.wire.stock import BuilderPool
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 U32 = st.integers(0, 2**32 - 1)

@@ -32,6 +32,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import stock_buffers
 from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same
 from hypothesis import HealthCheck, given, settings
@@ -405,15 +406,15 @@ def canonical_chunk(c: wire.Chunk) -> wire.Chunk:
 
 
 def _error_stock(error: wire.ErrorInfo, *, framed: bool = False) -> bytes:
-    return stock.encode_error_stock(_builders, error, framed=framed)
+    return stock_buffers.encode_error_stock(_builders, error, framed=framed)
 
 
 ANSWER_ENCODERS: dict[str, tuple[Callable[..., bytes | bytearray], Callable[..., bytes | bytearray],
                               Callable[..., bytes | bytearray]]] = {
     "generated": (wire.write_response, wire.write_chunk, wire.write_error),
     "stock": (
-        lambda r: stock.encode_response_stock(_builders, r),
-        lambda c: stock.encode_chunk_frame_stock(_builders, c),
+        lambda r: stock_buffers.encode_response_stock(_builders, r),
+        lambda c: stock_buffers.encode_chunk_frame_stock(_builders, c),
         _error_stock,
     ),
 }

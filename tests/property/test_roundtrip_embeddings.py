@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import stock_buffers
 from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same
 from hypothesis import given
@@ -27,7 +28,6 @@ from ingress import wire
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
 from ingress.passport import Passport
 from ingress.translate.embeddings import translate_embeddings
-from ingress.wire import stock
 from ingress.wire._generated import readers
 from ingress.wire.embeddings import decode_embeddings, encode_embedding_request, read_embedding_request
 from ingress.wire.stock import BuilderPool
@@ -50,7 +50,7 @@ _builders = BuilderPool(size=2)
 RequestEncoder = Callable[[EmbeddingRequest, str, Passport], bytes | bytearray]
 REQUEST_ENCODERS = [
     pytest.param(encode_embedding_request, id="generated"),
-    pytest.param(lambda r, rid, p: stock.encode_embedding_request_stock(_builders, r, rid, p), id="stock"),
+    pytest.param(lambda r, rid, p: stock_buffers.encode_embedding_request_stock(_builders, r, rid, p), id="stock"),
 ]
 
 
@@ -78,7 +78,7 @@ embeddings = st.builds(wire.Embeddings, model=text, vectors=st.lists(vector, max
 
 ANSWER_ENCODERS: list[Any] = [
     pytest.param(wire.write_embeddings, id="generated"),
-    pytest.param(lambda e: stock.encode_embeddings_stock(_builders, e), id="stock"),
+    pytest.param(lambda e: stock_buffers.encode_embeddings_stock(_builders, e), id="stock"),
 ]
 
 

@@ -26,7 +26,7 @@ from waiting import eventually
 from ingress.errors import UpstreamConnectFailed, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response
+from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response, State
 from ingress.upstream.http1_decoder import HEAD_LIMIT, HEAD_TOO_LARGE, ResponseDecoder
 from ingress.wire import identifiers
 
@@ -537,54 +537,56 @@ def _answer_all(server: ThreadServer, conn: socket.socket) -> None:
 LOOPS = [pytest.param(asyncio.new_event_loop, id="asyncio"), pytest.param(uvloop.new_event_loop, id="uvloop")]
 
 
-@pytest.mark.parametrize("new_loop", LOOPS)
-def test_a_pooled_connection_closed_before_the_loop_saw_it_never_carries_the_request(
-    new_loop: Callable[[], asyncio.AbstractEventLoop],
-) -> None:
-    server = ThreadServer(_answer_then_close_on_go, _answer_all)
+def _two_exchanges(new_loop: Callable[[], asyncio.AbstractEventLoop],
+                   first: Callable[[ThreadServer, socket.socket], None],
+                   between: Callable[[ThreadServer, ConnectionPool], None], keepalive: float = KEEPALIVE) -> list[int]:
+    """Two exchanges through one pool on a loop from `new_loop`, against a ThreadServer whose first
+    connection runs `first` and any other answers all; `between` runs, blocking the loop, after the first
+    exchange has pooled its connection. The requests each connection carried."""
+    server = ThreadServer(first, _answer_all)
 
     async def exchanges() -> None:
-        pool = ConnectionPool(server.url, keepalive=2.0)  # polled once idle for 0.5 s
+        pool = ConnectionPool(server.url, keepalive)
         try:
             assert await _read_all(await _request(pool)) == b"hello world"
-            server.go.set()
-            assert server.closed.wait(5.0)  # blocking: the loop does not run, so it has not seen the close
-            time.sleep(0.6)  # idle long enough to be polled, and not to expire
+            between(server, pool)
             assert await _read_all(await _request(pool)) == b"hello world"
         finally:
+            server.go.set()
             await pool.close()
 
     with asyncio.Runner(loop_factory=new_loop) as runner:
         runner.run(exchanges())
     server.join()
-    assert server.requests == [1, 1]  # the second request went out on a new connection, and only there
+    return server.requests
+
+
+@pytest.mark.parametrize("new_loop", LOOPS)
+def test_a_pooled_connection_closed_before_the_loop_saw_it_never_carries_the_request(
+    new_loop: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    def close_unseen(server: ThreadServer, pool: ConnectionPool) -> None:
+        server.go.set()
+        assert server.closed.wait(5.0)  # blocking: the loop does not run, so it has not seen the close
+        time.sleep(0.6)  # idle long enough to be polled (once idle for 0.5 s), and not to expire
+
+    # the second request went out on a new connection, and only there
+    assert _two_exchanges(new_loop, _answer_then_close_on_go, close_unseen, keepalive=2.0) == [1, 1]
 
 
 @pytest.mark.parametrize("new_loop", LOOPS)
 def test_a_request_whose_write_fails_at_once_goes_out_on_a_new_connection(
     new_loop: Callable[[], asyncio.AbstractEventLoop],
 ) -> None:
-    server = ThreadServer(_answer_then_hold, _answer_all)
+    def shut_for_writing(server: ThreadServer, pool: ConnectionPool) -> None:
+        # This end of the pooled connection shut for writing: the check before reuse sees nothing,
+        # and the write fails at once. It stands in for a reset arriving between that check and
+        # the write, which no test can time; either way nothing of the request was sent.
+        [conn] = pool._idle
+        with socket.socket(fileno=os.dup(conn.transport.get_extra_info("socket").fileno())) as sock:
+            sock.shutdown(socket.SHUT_WR)
 
-    async def exchanges() -> None:
-        pool = ConnectionPool(server.url)
-        try:
-            assert await _read_all(await _request(pool)) == b"hello world"
-            # This end of the pooled connection shut for writing: the check before reuse sees nothing,
-            # and the write fails at once. It stands in for a reset arriving between that check and
-            # the write, which no test can time; either way nothing of the request was sent.
-            [conn] = pool._idle
-            with socket.socket(fileno=os.dup(conn.transport.get_extra_info("socket").fileno())) as sock:
-                sock.shutdown(socket.SHUT_WR)
-            assert await _read_all(await _request(pool)) == b"hello world"
-        finally:
-            server.go.set()
-            await pool.close()
-
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        runner.run(exchanges())
-    server.join()
-    assert server.requests == [1, 1]
+    assert _two_exchanges(new_loop, _answer_then_hold, shut_for_writing) == [1, 1]
 
 
 async def test_a_request_the_service_may_have_taken_is_never_sent_again(
@@ -616,6 +618,28 @@ async def test_head_is_refused_before_anything_is_sent(start_server: StartServer
         await pool.request("HEAD", "/healthz", {}, None, 1.0, asyncio.get_running_loop().time() + 2.0)
 
     assert server.connections == 0
+
+
+async def test_a_connection_is_active_for_an_exchange_idle_between_them_and_closed_when_cut_short(
+    start_server: StartServer, pools: list[ConnectionPool],
+) -> None:
+    server = await start_server(answering(OK, b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789"))
+    pool = _pool(pools, server.url)
+
+    response = await _request(pool)
+    [conn] = pool._open
+    states = [conn.state]
+    assert await _read_all(response) == b"hello world"
+    states.append(conn.state)
+    assert list(pool._idle) == [conn]
+    response = await _request(pool)
+    states.append(conn.state)
+    assert not pool._idle
+    response.close()  # before its end
+    states.append(conn.state)
+
+    assert states == [State.ACTIVE, State.IDLE, State.ACTIVE, State.CLOSED]
+    await eventually(lambda: not pool._open, "the connection lost")
 
 
 async def test_an_answer_closed_before_its_end_closes_its_connection(

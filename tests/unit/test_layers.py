@@ -1,5 +1,6 @@
-"""The folders' promise, checked: data flows one way between ingress's packages, and only the layers
-that do I/O are async. Read from the source with `ast`, so a new import that breaks it fails here."""
+"""The folders' promise, checked: data flows one way between ingress's packages, only the layers
+that do I/O are async, and only ingress/tasks.py spawns tasks. Read from the source with `ast`, so a new
+import or spawn that breaks it fails here."""
 
 from __future__ import annotations
 
@@ -116,3 +117,17 @@ def test_the_stages_without_io_are_not_async(path: Path) -> None:
 def test_sse_bytes_are_made_only_in_the_edge() -> None:
     makers = [str(p.relative_to(ROOT)) for p in _modules() if b'b"data: ' in p.read_bytes()]
     assert makers == ["edge/sse.py"]
+
+
+def _spawns(path: Path) -> list[str]:
+    """Where `path` spawns a task by a method call, `loop.create_task(...)` or the like: ruff's banned-api
+    (pyproject.toml) bans `asyncio.create_task` by its import path and cannot see a method of a loop."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in ("create_task", "ensure_future")]
+
+
+def test_tasks_are_spawned_only_in_tasks_py() -> None:
+    """ingress/tasks.py keeps a reference to every task and drains them; a task spawned elsewhere is not."""
+    assert [s for p in _modules() if p != ROOT / "tasks.py" for s in _spawns(p)] == []

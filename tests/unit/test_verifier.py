@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import stock_buffers
 from cxx_oracle import SCHEMA, CxxVerifier
 from unit.test_oracle import (
     CHUNK,
@@ -140,27 +141,27 @@ def valid_buffers() -> tuple[Valid, ...]:
     out.append(Valid("request-python-builder-prefixed", "request", python_request(size_prefixed=True), True))
     for i, response in enumerate(RESPONSES):
         out.append(Valid(f"response-fast-{i}", "response", wire.write_response(response)))
-        out.append(Valid(f"response-stock-{i}", "response", stock.encode_response_stock(pool, response)))
+        out.append(Valid(f"response-stock-{i}", "response", stock_buffers.encode_response_stock(pool, response)))
     for i, chunk in enumerate(CHUNKS):
         out.append(Valid(f"chunk-fast-{i}", "chunk", wire.write_chunk(chunk), True))
-        out.append(Valid(f"chunk-stock-{i}", "chunk", stock.encode_chunk_frame_stock(pool, chunk), True))
+        out.append(Valid(f"chunk-stock-{i}", "chunk", stock_buffers.encode_chunk_frame_stock(pool, chunk), True))
     for i, error in enumerate(ERRORS):
         for framed in (False, True):
             tag = "framed" if framed else "plain"
             out.append(Valid(f"error-fast-{tag}-{i}", "error", wire.write_error(error, framed=framed), framed))
             out.append(Valid(f"error-stock-{tag}-{i}", "error",
-                             stock.encode_error_stock(pool, error, framed=framed), framed))
+                             stock_buffers.encode_error_stock(pool, error, framed=framed), framed))
     passport = _requests()[1][1]
     for i, doc in enumerate(EMBEDDING_REQUESTS):
         request = decode_embedding_request(msgspec.json.encode({"model": "text-embedding-3-small", **doc}))
         out.append(Valid(f"embedding-request-fast-{i}", "embedding_request",
                          encode_embedding_request(request, f"req-{i}", passport)))
         out.append(Valid(f"embedding-request-stock-{i}", "embedding_request",
-                         stock.encode_embedding_request_stock(pool, request, f"req-{i}", passport)))
+                         stock_buffers.encode_embedding_request_stock(pool, request, f"req-{i}", passport)))
     for i, embeddings in enumerate(EMBEDDINGS):
         out.append(Valid(f"embedding-response-fast-{i}", "embedding_response", wire.write_embeddings(embeddings)))
         out.append(Valid(f"embedding-response-stock-{i}", "embedding_response",
-                         stock.encode_embeddings_stock(pool, embeddings)))
+                         stock_buffers.encode_embeddings_stock(pool, embeddings)))
     with tempfile.TemporaryDirectory() as scratch:
         for kind, documents in DOCUMENTS.items():
             for i, document in enumerate(documents):
