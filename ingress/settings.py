@@ -174,7 +174,7 @@ class Settings(_Config, frozen=True):
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     verify_answers: bool = True  # verify every upstream buffer before reading it
     # New requests' starts get at most this much of one turn of the event loop while others wait for the
-    # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/pacing).
+    # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).
     # 0: no pacing.
     start_pacing_ms: Annotated[float, Meta(ge=0, le=1_000)] = 2.0
     log_level: LogLevel = "info"

@@ -13,7 +13,7 @@ import msgspec
 from aiohttp import web
 
 from ingress import metrics, pipeline
-from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.middleware import REQUEST_ID, server_timing
 from ingress.edge.sse import EventWriter, ResponsesSseWriter, SseWriter
 from ingress.errors import (
@@ -27,10 +27,10 @@ from ingress.errors import (
 )
 from ingress.exchange import Exchange
 from ingress.oai import answers as out
-from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
 from ingress.sockets import chunk, clear
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
+from ingress.wire.passport import RequestMeta, valid_traceparent, valid_tracestate
 
 _json = msgspec.json.Encoder()
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -40,10 +40,10 @@ from hypothesis import strategies as st
 from ingress import wire
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
 from ingress.wire import decode, encode, stock
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
+from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool
 
 pytestmark = pytest.mark.cxx

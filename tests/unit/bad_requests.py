@@ -16,8 +16,8 @@ import pytest
 from ingress.bridges.dialect import Unsupported
 from ingress.oai import models as oai
 from ingress.oai.codec import MAX_NESTING
-from ingress.passport import Passport
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get_weather"}}

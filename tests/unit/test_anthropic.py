@@ -23,9 +23,9 @@ from ingress.bridges.dialect import EngineFailed, Target, Unsupported
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import TextCompletionRequest
-from ingress.passport import Passport
 from ingress.translate.stream import StreamTranslator
 from ingress.wire.encode import encode_request, encode_text_request
+from ingress.wire.passport import Passport
 
 CREATED = 1_700_000_000
 DIALECT = a.AnthropicDialect(clock=lambda: CREATED)

@@ -29,9 +29,9 @@ from ingress.oai.codec import (
     decode_chat_request,
     decode_chat_request_forwarding,
 )
-from ingress.passport import Passport
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 
 def refusal(raw: bytes) -> InvalidRequest:

@@ -26,9 +26,9 @@ from openai.types.chat import completion_create_params as sdk
 
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
 from ingress.wire import decode_request, read_request
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 ROOTS = (sdk.CompletionCreateParamsStreaming, sdk.CompletionCreateParamsNonStreaming)
 BASE: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

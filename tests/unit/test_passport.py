@@ -11,7 +11,9 @@ from unit.bad_requests import body
 
 from ingress.oai import models as oai
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import (
+from ingress.wire import read_request
+from ingress.wire.encode import encode_request
+from ingress.wire.passport import (
     PREFIX_BYTES,
     Passport,
     RequestMeta,
@@ -22,8 +24,6 @@ from ingress.passport import (
     valid_traceparent,
     valid_tracestate,
 )
-from ingress.wire import read_request
-from ingress.wire.encode import encode_request
 
 API_KEY = "sk-proj-5up3r53cr3tK3yTh4tMu5tN3v3rL34v3Th33dg3"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -31,12 +31,12 @@ from codegen.schema import parse
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.passport import RequestMeta, compute_passport
 from ingress.wire import encode, stock
 from ingress.wire import runtime as rt
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
 from ingress.wire.embeddings import encode_embedding_request
+from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
