@@ -19,7 +19,7 @@ from ingress.bridges.anthropic_request import PATH, VERSION, request_body
 from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, keeping, readable, under
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import retry_after, scrub
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.wire import types as wt
 
 _json = msgspec.json.Encoder()

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ingress.bridges.dialect import Target, Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 
 PATH = "/v1/messages"
 VERSION = "2023-06-01"

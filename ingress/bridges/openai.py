@@ -26,8 +26,8 @@ from ingress import wire
 from ingress.bridges.dialect import Dialect, EngineRequest, Target, readable, under
 from ingress.bridges.failures import engine_error
 from ingress.bridges.openai_answers import OpenAIStream, read_answer
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.completions import TextCompletionRequest
-from ingress.oai.models import ChatCompletionRequest
 from ingress.wire import types as wt
 
 CHAT_PATH = "/v1/chat/completions"

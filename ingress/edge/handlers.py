@@ -26,7 +26,7 @@ from ingress.errors import (
     WriteTimeout,
 )
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
+from ingress.oai import chat_answers as out
 from ingress.sockets import chunk, clear
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
+from ingress.oai import chat_answers as out
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
-from ingress.oai.response_objects import ResponseObject
 from ingress.oai.responses import Call
+from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send

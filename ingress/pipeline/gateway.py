@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
-from ingress.oai.models import ChatCompletionRequest
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts

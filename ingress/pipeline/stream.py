@@ -20,8 +20,8 @@ from ingress.errors import (
     UpstreamProtocolError,
 )
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
-from ingress.oai import response_objects as ro
+from ingress.oai import chat_answers as out
+from ingress.oai import responses_answers as ro
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter

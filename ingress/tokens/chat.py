@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.tokens.images import image_tokens
 
 Count = Callable[[str], int]

@@ -16,8 +16,8 @@ from copy import deepcopy
 from typing import Any, TypeVar
 
 from ingress.errors import IngressError
-from ingress.oai import answers as chat
-from ingress.oai import response_objects as ro
+from ingress.oai import chat_answers as chat
+from ingress.oai import responses_answers as ro
 from ingress.oai.responses import Call
 from ingress.translate.completion import translate_token
 from ingress.wire import types as wt

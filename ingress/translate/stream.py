@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
-from ingress.oai import answers as out
+from ingress.oai import chat_answers as out
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wt
 from ingress.wire.answer import content_delta, decode_frame

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from ingress.oai import answers as out
+from ingress.oai import chat_answers as out
 from ingress.oai.completions import TextChoiceOut, TextCompletion, TextLogprobsOut
 from ingress.translate.completion import translate_logprobs, translate_usage
 from ingress.translate.stream import StreamTranslator

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.completions import TextCompletionRequest
 from ingress.wire import identifiers
 from ingress.wire import types as wt

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.completions import TextCompletionRequest
 from ingress.wire import types as wt
 from ingress.wire._generated import encoders as gen

@@ -9,8 +9,8 @@ import time
 
 import msgspec
 
+from ingress.oai.chat import ROLES, ChatCompletionRequest
 from ingress.oai.embeddings import EmbeddingRequest
-from ingress.oai.models import ROLES, ChatCompletionRequest
 from ingress.tokens import TokenCounter
 from ingress.wire.encode import message_text as message_text
 from ingress.wire.types import PassportData

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import flatbuffers
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import identifiers
 from ingress.wire import types as wt

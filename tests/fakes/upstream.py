@@ -31,7 +31,7 @@ from multidict import CIMultiDict
 from waiting import eventually
 
 from ingress import wire
-from ingress.oai.models import ChatCompletionRequest, UserMessage
+from ingress.oai.chat import ChatCompletionRequest, UserMessage
 from ingress.serve.app import serve_app
 from ingress.wire.passport import message_text
 

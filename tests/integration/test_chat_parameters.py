@@ -12,7 +12,7 @@ from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import Function
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 from ingress.wire import read_request
 

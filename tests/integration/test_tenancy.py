@@ -26,7 +26,7 @@ from waiting import eventually
 from ingress import wire
 from ingress.exchange import Exchange
 from ingress.guardrails import Guardrails, Pii
-from ingress.oai.models import ChatCompletionRequest, UserMessage
+from ingress.oai.chat import ChatCompletionRequest, UserMessage
 from ingress.settings import Settings
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Budget, Key, Limits, Redis, Tenancy, Tenant

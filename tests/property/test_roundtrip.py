@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress import wire
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import decode, encode, stock
 from ingress.wire._generated import readers

@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from property.test_roundtrip import INT32_MAX, SETTINGS, bounded, i, long_text, nullable, passports, text
 
+from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
-from ingress.oai.models import StreamOptions
 from ingress.wire import decode
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from ingress.bridges.dialect import Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.codec import MAX_NESTING
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport

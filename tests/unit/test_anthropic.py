@@ -20,7 +20,7 @@ from ingress import wire
 from ingress.bridges import anthropic as a
 from ingress.bridges import anthropic_request
 from ingress.bridges.dialect import EngineFailed, Target, Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import TextCompletionRequest
 from ingress.translate.stream import StreamTranslator

@@ -21,7 +21,7 @@ from unit.bad_requests import (
 )
 
 from ingress.errors import InvalidRequest
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.codec import (
     MAX_NESTING,
     NESTED_TOO_DEEPLY,

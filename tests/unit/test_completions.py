@@ -19,8 +19,8 @@ from unit.bad_requests import Bad
 
 from ingress import wire
 from ingress.errors import InvalidRequest, UpstreamProtocolError
+from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
-from ingress.oai.models import StreamOptions
 from ingress.translate.text import TextStreamTranslator, translate_text_response
 from ingress.wire.encode import encode_text_request
 from ingress.wire.passport import Passport

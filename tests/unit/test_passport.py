@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from unit.bad_requests import body
 
-from ingress.oai import models as oai
+from ingress.oai import chat as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request

@@ -14,9 +14,9 @@ from unit.bad_requests import Bad
 from unit.bad_responses import BAD_RESPONSES
 
 from ingress.errors import InvalidRequest, UpstreamAnswered
-from ingress.oai import answers as chat
-from ingress.oai import response_objects as ro
-from ingress.oai.models import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ingress.oai import chat_answers as chat
+from ingress.oai import responses_answers as ro
+from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ingress.oai.responses import Call, as_chat, decode_responses_request
 from ingress.translate.responses import ResponseEvents, translate_response_object
 from ingress.wire import types as wt

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ingress import pipeline
 from ingress.edge.sse import SseWriter
-from ingress.oai import answers as out
+from ingress.oai import chat_answers as out
 from ingress.translate.stream import Delta, Head
 
 TEXT = st.text(max_size=30)

@@ -11,7 +11,7 @@ from openai.types.completion_usage import CompletionUsage
 
 from ingress import wire
 from ingress.errors import UpstreamAnswered, UpstreamProtocolError
-from ingress.oai import answers
+from ingress.oai import chat_answers as answers
 from ingress.translate.completion import translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.wire import Chunk, ErrorInfo, ToolCallDelta, Usage

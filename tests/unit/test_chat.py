@@ -1,4 +1,4 @@
-"""ingress.oai.models against the installed openai SDK (the contract test): every parameter of
+"""ingress.oai.chat against the installed openai SDK (the contract test): every parameter of
 `chat.completions.create`, and every key nested in it, is accepted and travels to the internal service.
 
 The SDK's own TypedDicts (`CompletionCreateParamsStreaming` / `NonStreaming`, the message, content-part,
