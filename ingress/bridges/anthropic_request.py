@@ -3,7 +3,7 @@
 
 Every field of the chat request is sent as Anthropic spells it, or refused with `Unsupported` naming it:
 `FIELDS` says which, and tests/unit/test_anthropic.py holds it to the struct. The answers, the event
-stream and the errors are `ingress.bridges.anthropic`'s.
+stream and the errors are `anthropic_answers.py`'s; `anthropic.py` joins the two as the dialect.
 """
 
 from __future__ import annotations
@@ -319,3 +319,11 @@ def request_body(r: oai.ChatCompletionRequest, target: Target, extra: bytes | No
             raise Unsupported(clash[0], f"The extra field {clash[0]!r} would replace what the bridge sends.")
         body.update(extras)
     return body
+
+
+def request_headers(target: Target) -> dict[str, str]:
+    """The request's headers: the API version, the target's own, and its key (never the client's)."""
+    headers = {"content-type": "application/json", "anthropic-version": VERSION, **target.headers}
+    if target.api_key is not None:
+        headers["x-api-key"] = target.api_key
+    return headers
