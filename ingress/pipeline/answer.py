@@ -12,11 +12,12 @@ from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send
-from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.responses import translate_response_object
 from ingress.translate.text import translate_text_response
 from ingress.upstream.group import Lease
+from ingress.wire.answer import decode_answer
 from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
 from ingress.wire.types import Response
 

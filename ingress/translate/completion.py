@@ -9,7 +9,6 @@ from msgspec import UNSET
 
 from ingress.oai import chat_answers as out
 from ingress.wire import types as wt
-from ingress.wire.answer import decode_answer as decode_answer  # moved to wire/; pipeline.py imports it here
 from ingress.wire.decode import shortest_float32
 
 

@@ -33,7 +33,7 @@ from waiting import eventually
 from ingress import wire
 from ingress.oai.chat import ChatCompletionRequest, UserMessage
 from ingress.serve.app import serve_app
-from ingress.wire.passport import message_text
+from ingress.wire.encode import message_text
 
 CREATED = 1_700_000_000
 PREFIX = struct.Struct("<I")

@@ -12,14 +12,13 @@ from unit.bad_requests import body
 from ingress.oai import chat as oai
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import read_request
-from ingress.wire.encode import encode_request
+from ingress.wire.encode import encode_request, message_text
 from ingress.wire.passport import (
     PREFIX_BYTES,
     Passport,
     RequestMeta,
     compute_passport,
     key_id_of,
-    message_text,
     new_traceparent,
     valid_traceparent,
     valid_tracestate,
