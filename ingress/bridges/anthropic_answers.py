@@ -13,8 +13,8 @@ import msgspec
 from ingress.bridges.dialect import EngineFailed, keeping
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import scrub
-from ingress.oai import chat as oai
-from ingress.wire import types as wt
+from ingress.oai import chat
+from ingress.wire import types as wire_types
 
 # An answer's stop_reason → our finish reason; anything else is "stop".
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
@@ -37,7 +37,7 @@ class _Block(msgspec.Struct):
     thinking: str | None = None
     id: str | None = None
     name: str | None = None
-    input: msgspec.Raw = oai.NO_JSON  # a tool_use block's input object, as sent; empty when absent
+    input: msgspec.Raw = chat.NO_JSON  # a tool_use block's input object, as sent; empty when absent
 
 
 class _Message(msgspec.Struct):
@@ -84,21 +84,22 @@ def _merge(into: _Usage, new: _Usage | None) -> None:
             setattr(into, name, value)
 
 
-def _usage(u: _Usage) -> wt.Usage:
+def _usage(u: _Usage) -> wire_types.Usage:
     prompt = (u.input_tokens or 0) + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
     completion = u.output_tokens or 0
     thinking = (u.output_tokens_details or {}).get("thinking_tokens")
-    return wt.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                    cached_tokens=u.cache_read_input_tokens or 0, cache_write_tokens=u.cache_creation_input_tokens or 0,
-                    reasoning_tokens=thinking if isinstance(thinking, int) and thinking >= 0 else 0)
+    return wire_types.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                            cached_tokens=u.cache_read_input_tokens or 0,
+                            cache_write_tokens=u.cache_creation_input_tokens or 0,
+                            reasoning_tokens=thinking if isinstance(thinking, int) and thinking >= 0 else 0)
 
 
 def _broken(what: str) -> EngineFailed:
-    return EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_protocol_error",
-                                     message=f"Anthropic's answer is unreadable: {what}."))
+    return EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_protocol_error",
+                                             message=f"Anthropic's answer is unreadable: {what}."))
 
 
-def decode_answer(body: bytes, created: int) -> wt.Response:
+def decode_answer(body: bytes, created: int) -> wire_types.Response:
     """A whole Messages API answer as one choice: text joined, tool_use blocks as tool calls, thinking
     as reasoning (never content)."""
     try:
@@ -107,14 +108,14 @@ def decode_answer(body: bytes, created: int) -> wt.Response:
         raise _broken(str(exc)) from None
     texts = [b.text for b in m.content if b.type == "text" and b.text]
     thinking = [b.thinking for b in m.content if b.type == "thinking" and b.thinking]
-    calls = [wt.FunctionCall(id=b.id or f"toolu_{j}", name=b.name or "",
-                             arguments=bytes(b.input).decode() if len(b.input) else "{}")
+    calls = [wire_types.FunctionCall(id=b.id or f"toolu_{j}", name=b.name or "",
+                                     arguments=bytes(b.input).decode() if len(b.input) else "{}")
              for j, b in enumerate(m.content) if b.type == "tool_use"]
     content = "".join(texts) if texts or not calls else None
-    choice = wt.Choice(index=0, content=content, tool_calls=calls, reasoning="".join(thinking) or None,
-                       finish_reason=FINISH.get(m.stop_reason or "end_turn", "stop"))
-    return wt.Response(id=m.id, model=m.model, created=created, choices=[choice],
-                       usage=_usage(m.usage) if m.usage is not None else None)
+    choice = wire_types.Choice(index=0, content=content, tool_calls=calls, reasoning="".join(thinking) or None,
+                               finish_reason=FINISH.get(m.stop_reason or "end_turn", "stop"))
+    return wire_types.Response(id=m.id, model=m.model, created=created, choices=[choice],
+                               usage=_usage(m.usage) if m.usage is not None else None)
 
 
 # --- the event stream ------------------------------------------------------------------------------
@@ -137,22 +138,22 @@ class MessagesStream:
         self._started = False
         self.done = False
 
-    def feed(self, data: bytes) -> list[wt.Chunk]:
-        out: list[wt.Chunk] = []
+    def feed(self, data: bytes) -> list[wire_types.Chunk]:
+        out: list[wire_types.Chunk] = []
         with keeping(out):
             events = self._parse(self._events.feed, data)
             for event in events:
                 self._dispatch(None if event.type == "message" else event.type, event.data, out)
         return out
 
-    def finish(self) -> list[wt.Chunk]:
-        out: list[wt.Chunk] = []
+    def finish(self) -> list[wire_types.Chunk]:
+        out: list[wire_types.Chunk] = []
         with keeping(out):
             for event in self._parse(lambda _: self._events.finish(), b""):  # an event whose blank line never came
                 self._dispatch(None if event.type == "message" else event.type, event.data, out)
         if not self.done:
-            raise EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
-                                            message="Anthropic's stream ended before message_stop."))
+            raise EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
+                                                    message="Anthropic's stream ended before message_stop."))
         return out
 
     @staticmethod
@@ -162,11 +163,11 @@ class MessagesStream:
         except EventStreamError as exc:
             raise _broken(str(exc)) from None
 
-    def _chunk(self, out: list[wt.Chunk], **fields: Any) -> None:
-        out.append(wt.Chunk(sequence=self._sequence, **fields))
+    def _chunk(self, out: list[wire_types.Chunk], **fields: Any) -> None:
+        out.append(wire_types.Chunk(sequence=self._sequence, **fields))
         self._sequence += 1
 
-    def _dispatch(self, name: str | None, data: bytes, out: list[wt.Chunk]) -> None:
+    def _dispatch(self, name: str | None, data: bytes, out: list[wire_types.Chunk]) -> None:
         if self.done or name == "ping":
             return
         try:
@@ -201,7 +202,7 @@ class MessagesStream:
             self._chunk(out, finish_reason=FINISH.get(self._stop_reason or "end_turn", "stop"),
                         usage=_usage(self._usage), done=True)
 
-    def _start(self, index: int, block: _Block, out: list[wt.Chunk]) -> None:
+    def _start(self, index: int, block: _Block, out: list[wire_types.Chunk]) -> None:
         if block.type != "tool_use":
             self._blocks[index] = (block.type, -1)
             if block.type == "text" and block.text:
@@ -215,10 +216,10 @@ class MessagesStream:
         self._arguments_sent[index] = False
         start = bytes(block.input).decode()
         self._start_input[index] = start if start.strip() not in ("", "{}") else "{}"
-        self._chunk(out, tool_calls=[wt.ToolCallDelta(index=number, id=block.id or f"toolu_{number}",
-                                                      type="function", name=block.name or "", arguments="")])
+        self._chunk(out, tool_calls=[wire_types.ToolCallDelta(index=number, id=block.id or f"toolu_{number}",
+                                                              type="function", name=block.name or "", arguments="")])
 
-    def _delta(self, index: int, delta: _Delta, out: list[wt.Chunk]) -> None:
+    def _delta(self, index: int, delta: _Delta, out: list[wire_types.Chunk]) -> None:
         if index not in self._blocks:
             raise _broken(f"a delta for block {index}, which never started")
         kind, number = self._blocks[index]
@@ -228,15 +229,15 @@ class MessagesStream:
             self._chunk(out, reasoning=delta.thinking)
         elif delta.type == "input_json_delta" and kind == "tool_use" and delta.partial_json:
             self._arguments_sent[index] = True
-            self._chunk(out, tool_calls=[wt.ToolCallDelta(index=number, arguments=delta.partial_json)])
+            self._chunk(out, tool_calls=[wire_types.ToolCallDelta(index=number, arguments=delta.partial_json)])
         # signature_delta, citations_delta and any newer delta: nothing of ours to carry
 
-    def _stop(self, index: int, out: list[wt.Chunk]) -> None:
+    def _stop(self, index: int, out: list[wire_types.Chunk]) -> None:
         kind, number = self._blocks.get(index, ("", -1))
         if kind == "tool_use" and not self._arguments_sent.get(index, True):
             # a call whose input came whole in its start (or empty): its arguments are still a JSON object
             self._arguments_sent[index] = True
-            self._chunk(out, tool_calls=[wt.ToolCallDelta(index=number, arguments=self._start_input[index])])
+            self._chunk(out, tool_calls=[wire_types.ToolCallDelta(index=number, arguments=self._start_input[index])])
 
 
 # --- errors ------------------------------------------------------------------------------------------
@@ -261,7 +262,7 @@ _BY_STATUS = {400: "invalid_request_error", 401: "authentication_error", 402: "b
 OVERLOADED_RETRY_AFTER = 1  # seconds: an overloaded Anthropic asks for a wait; when it names none, a short one
 
 
-def _by_type(kind: str, message: str, status: int | None = None) -> wt.ErrorInfo:
+def _by_type(kind: str, message: str, status: int | None = None) -> wire_types.ErrorInfo:
     default = (status, "invalid_request_error", "invalid_request") if status is not None and status < 500 \
         else (502, "server_error", "upstream_error")
     code_status, type_, code = _BY_TYPE.get(kind, default)
@@ -275,10 +276,10 @@ def _by_type(kind: str, message: str, status: int | None = None) -> wt.ErrorInfo
     # Overloaded, as a 529 or as an `error` event in a stream, asks the client to wait: the wait it named
     # (a 529's Retry-After, set by `error`), else a short one. An event names none.
     wait = OVERLOADED_RETRY_AFTER if code == "upstream_overloaded" else None
-    return wt.ErrorInfo(status=code_status, type=type_, code=code, message=text, retry_after=wait)
+    return wire_types.ErrorInfo(status=code_status, type=type_, code=code, message=text, retry_after=wait)
 
 
-def decode_error(status: int, body: bytes) -> wt.ErrorInfo:
+def decode_error(status: int, body: bytes) -> wire_types.ErrorInfo:
     """An Anthropic refusal (`{"type": "error", "error": {"type", "message"}}`) by its HTTP status; a body
     that is not Anthropic's shape (a proxy's page) is described by the status alone."""
     kind, message = _BY_STATUS.get(status, ""), ""

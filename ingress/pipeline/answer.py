@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
-from ingress.oai import chat_answers as out
+from ingress.oai import chat_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
 from ingress.oai.responses import Call
@@ -22,7 +22,8 @@ from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
 from ingress.wire.types import Response
 
 
-async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> out.ChatCompletion | TextCompletion:
+async def complete(gw: Gateway, prepared: Prepared[Completion],
+                   ex: Exchange) -> chat_answers.ChatCompletion | TextCompletion:
     """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
     response = await _completed(gw, prepared, ex)
     if isinstance(prepared.request, TextCompletionRequest):

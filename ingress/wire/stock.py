@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import flatbuffers
 
-from ingress.oai import chat as oai
+from ingress.oai import chat
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import identifiers
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire._generated import encoders as gen
 from ingress.wire.embeddings import Embeddings, embedding_request_data, embeddings_data
 from ingress.wire.encode import chunk_data, error_data, request_data, response_data
@@ -57,22 +57,22 @@ def _stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, identifie
         return bytes(b.Output())
 
 
-def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
+def encode_request_stock(pool: BuilderPool, request: chat.ChatCompletionRequest, request_id: str,
                          passport: gen.PassportData, provider: str = "openai", model_name: str | None = None,
                          extra_json: str | None = None) -> bytes:
     return _stock(pool, gen.build_CompletionRequest,
                   request_data(request, request_id, passport, provider, model_name, extra_json), identifiers.REQUEST)
 
 
-def encode_response_stock(pool: BuilderPool, response: wt.Response) -> bytes:
+def encode_response_stock(pool: BuilderPool, response: wire_types.Response) -> bytes:
     return _stock(pool, gen.build_CompletionResponse, response_data(response), identifiers.RESPONSE)
 
 
-def encode_chunk_frame_stock(pool: BuilderPool, chunk: wt.Chunk) -> bytes:
+def encode_chunk_frame_stock(pool: BuilderPool, chunk: wire_types.Chunk) -> bytes:
     return _stock(pool, gen.build_CompletionChunk, chunk_data(chunk), identifiers.CHUNK, size_prefixed=True)
 
 
-def encode_error_stock(pool: BuilderPool, error: wt.ErrorInfo, *, framed: bool = False) -> bytes:
+def encode_error_stock(pool: BuilderPool, error: wire_types.ErrorInfo, *, framed: bool = False) -> bytes:
     return _stock(pool, gen.build_Error, error_data(error), identifiers.ERROR, size_prefixed=framed)
 
 
