@@ -19,11 +19,12 @@ import msgspec
 from ingress.edge.sse import SseWriter
 from ingress.log import access, configure
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import RequestMeta, compute_passport
-from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.completion import translate_response
 from ingress.translate.stream import StreamTranslator
+from ingress.wire.answer import decode_answer
 from ingress.wire.encode import encode_request
 from ingress.wire.framing import PREFIX, FrameDecoder
+from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool, encode_request_stock
 
 REQUEST_ID = "0123456789abcdef0123456789abcdef"

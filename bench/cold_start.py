@@ -4,7 +4,7 @@ Each run starts a fresh process on a free port (the embedded demo service, as `s
 default), polls /readyz every 2 ms over a new connection, and stops the process with SIGTERM (drain
 delay 0, so runs do not wait on each other). With `--workers 2` the clock stops at the first 200,
 i.e. when the first worker serves. The import figures come from `python -X importtime -c "import
-ingress.app"` (the modules a worker loads before it can serve), beside a bare interpreter start.
+ingress.serve.app"` (the modules a worker loads before it can serve), beside a bare interpreter start.
 
     .venv/bin/python bench/cold_start.py [--runs 10] [--out bench/results/cold_start.json]
 """
@@ -135,9 +135,9 @@ def main() -> int:
         for _ in range(args.runs):  # interleaved, so drifting load lands on both alike
             for workers in ready:
                 ready[workers].append(start_to_ready(workers, config))
-    imports = [import_profile("ingress.app") for _ in range(max(3, args.runs // 2))]
+    imports = [import_profile("ingress.serve.app") for _ in range(max(3, args.runs // 2))]
     interpreter = wall([PY, "-c", "pass"], 5)
-    import_wall = wall([PY, "-c", "import ingress.app"], 5)
+    import_wall = wall([PY, "-c", "import ingress.serve.app"], 5)
     cores = os.cpu_count() or 1
     steal = (steal_seconds() - steal_before) / (time.monotonic() - wall_before)  # cores taken by other guests
 
@@ -146,7 +146,7 @@ def main() -> int:
                 for name in imports[0]["by_package_us"]}
     heaviest = dict(sorted(((k, v) for k, v in packages.items() if k != "ingress"), key=lambda kv: -kv[1])[:10])
     result = {
-        "what": "python -m ingress serve: Popen to the first /readyz 200 (ms); import time of ingress.app",
+        "what": "python -m ingress serve: Popen to the first /readyz 200 (ms); import time of ingress.serve.app",
         "code": version,
         "machine": {"cpus": cores, "python": platform.python_version(), "platform": platform.platform(),
                     "load_average_1m_before": load_before,
@@ -172,12 +172,12 @@ def main() -> int:
         print(f"{f'start -> /readyz 200, --workers {w}':34}"
               + "".join(f"{row[k]:>7.0f}ms" for k in ("median", "p90", "min", "max")))
     row = result["import_ingress_app_ms"]
-    print(f"{'import ingress.app (-X importtime)':34}{row['median']:>7.0f}ms{'':9}"
+    print(f"{'import ingress.serve.app (-X importtime)':34}{row['median']:>7.0f}ms{'':9}"
           f"{row['min']:>7.0f}ms{row['max']:>7.0f}ms")
     print(f"{'python -c pass (wall)':34}{interpreter * 1000:>7.0f}ms")
-    label = 'python -c "import ingress.app"'
+    label = 'python -c "import ingress.serve.app"'
     print(f"{label:34}{import_wall * 1000:>7.0f}ms")
-    print("heaviest packages under ingress.app (median ms, each including what it imports):")
+    print("heaviest packages under ingress.serve.app (median ms, each including what it imports):")
     for name, ms in heaviest.items():
         print(f"  {name:30}{ms:>7.1f}ms")
     print(f"-> {args.out}")

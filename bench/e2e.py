@@ -52,9 +52,9 @@ from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
 
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import RequestMeta, compute_passport
 from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import RequestMeta, compute_passport
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

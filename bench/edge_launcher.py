@@ -16,9 +16,9 @@ from functools import partial
 import uvloop
 from aiohttp import web
 
-from ingress import app as ingress_app
-from ingress.appkeys import GATEWAY
+from ingress.edge.appkeys import GATEWAY
 from ingress.log import configure
+from ingress.serve import app as ingress_app
 from ingress.settings import Settings
 from ingress.wire.stock import BuilderPool, encode_request_stock
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import msgspec
 
-from ingress import gctune
-from ingress.app import create_app, serve_app
 from ingress.log import configure
+from ingress.serve import gctune
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gc_pauses.json"

@@ -71,8 +71,8 @@ from provenance import code_version, describe  # noqa: E402
 from ingress.errors import PromptBlocked  # noqa: E402
 from ingress.guardrails import Guard, Guardrails, compile_guardrails  # noqa: E402
 from ingress.guardrails.scanner import compile_regex  # noqa: E402
+from ingress.oai.chat import ChatCompletionRequest  # noqa: E402
 from ingress.oai.codec import decode_chat_request  # noqa: E402
-from ingress.oai.models import ChatCompletionRequest  # noqa: E402
 
 RESULTS = HERE / "results" / "guardrails.json"
 TERMS = ["project zeus", "project apollo", "internal only", "do not share", "codename falcon", "confidential",

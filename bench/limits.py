@@ -1,5 +1,5 @@
 """The limit stores side by side: what one request's admission and settle cost with the memory store, and
-with the Redis store (its own RESP2 client, tenancy/resp.py) against a real Redis and a real Valkey on
+with the Redis store (its own RESP2 client, tenancy/stores/resp.py) against a real Redis and a real Valkey on
 loopback; with --baseline DIR, also DIR's Redis store (its redis.py and limits.lua, e.g. main's in a
 second worktree) against the same servers, in the same rounds; when DIR's store talks through redis-py,
 once with redis-py's hiredis parser and once with its pure-Python one.
@@ -61,11 +61,11 @@ from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 from redis_servers import running  # noqa: E402
 
 from ingress.tenancy.plan import Actual, Plan, checks_of  # noqa: E402
-from ingress.tenancy.redis import LIMITS, RedisStore, _checks_of, record_of  # noqa: E402
-from ingress.tenancy.resp import Client as RespClient  # noqa: E402
-from ingress.tenancy.resp import address_of  # noqa: E402
 from ingress.tenancy.settings import Budget, Limits, Price, Redis  # noqa: E402
-from ingress.tenancy.store import LocalStore, Store  # noqa: E402
+from ingress.tenancy.stores.redis import LIMITS, RedisStore, _checks_of, record_of  # noqa: E402
+from ingress.tenancy.stores.resp import Client as RespClient  # noqa: E402
+from ingress.tenancy.stores.resp import address_of  # noqa: E402
+from ingress.tenancy.stores.store import LocalStore, Store  # noqa: E402
 
 KEY = Limits(rpm=10**9, tpm=10**12, concurrency=10**6)
 KEY_UNCAPPED = Limits(rpm=10**9, tpm=10**12)  # --no-concurrency: no slot to free, so its settle may wait for company
@@ -227,13 +227,19 @@ class Bare(asyncio.Protocol):
             self.transport.close()
 
 
+def stores_of(root: Path) -> Path:
+    """Where another checkout keeps its Redis store: tenancy/stores/, or tenancy/ itself before the stores moved."""
+    stores = root / "ingress" / "tenancy" / "stores"
+    return stores if stores.is_dir() else stores.parent
+
+
 def baseline_store_class(root: Path) -> type[RedisStore]:
     """The RedisStore of another checkout (its redis.py, with its own limits.lua), beside this one's."""
-    spec = importlib.util.spec_from_file_location("baseline_redis", root / "ingress" / "tenancy" / "redis.py")
+    spec = importlib.util.spec_from_file_location("baseline_redis", stores_of(root) / "redis.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    script = (root / "ingress" / "tenancy" / "limits.lua").read_text()
+    script = (stores_of(root) / "limits.lua").read_text()
     setattr(module, "SCRIPT", script)  # noqa: B010 (its own script, not this checkout's)
     setattr(module, "SHA", hashlib.sha1(script.encode()).hexdigest())  # noqa: B010
     cls: type[RedisStore] = getattr(module, "RedisStore")  # noqa: B009
@@ -253,7 +259,7 @@ def redis_store(url: str, cls: type[RedisStore] = RedisStore, parser: type | Non
 
 def uses_redis_py(root: Path) -> bool:
     """Whether another checkout's store talks through redis-py's client."""
-    return "from redis.asyncio import" in (root / "ingress" / "tenancy" / "redis.py").read_text()
+    return "from redis.asyncio import" in (stores_of(root) / "redis.py").read_text()
 
 
 async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, Any]:

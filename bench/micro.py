@@ -42,10 +42,10 @@ from payloads import SIZES, chat_request
 from provenance import code_version, describe
 
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import RequestMeta, compute_passport
 from ingress.wire import read_request
 from ingress.wire._generated.encoders import encode_CompletionRequest
 from ingress.wire.encode import encode_request, request_data
+from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool, encode_request_stock
 
 HERE = Path(__file__).resolve().parent

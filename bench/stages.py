@@ -41,8 +41,8 @@ def _demo_answer(encoded: bytes) -> bytes:
     """The demo service's answer to `encoded`, as the edge receives it."""
     import aiohttp
 
-    from ingress.app import serve_app
     from ingress.demo.service import create_demo_app
+    from ingress.serve.app import serve_app
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     async def ask() -> bytes:
@@ -63,7 +63,6 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress.edge.middleware import _record, request_id_of, server_timing
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
-    from ingress.passport import RequestMeta, compute_passport
     from ingress.pipeline import Gateway
     from ingress.pipeline.prepare import _guarded_chat, counter, prepared_for, route_decoded
     from ingress.routing.budget import RetryBudget
@@ -76,6 +75,7 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress.translate.completion import translate_response
     from ingress.wire.answer import decode_answer
     from ingress.wire.encode import encode_request
+    from ingress.wire.passport import RequestMeta, compute_passport
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the access line's stream, for the process
     settings = Settings(models=(model,), upstream="http://127.0.0.1:1")

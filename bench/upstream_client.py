@@ -30,7 +30,7 @@ import aiohttp
 import httptools
 import uvloop
 
-from ingress import gctune
+from ingress.serve import gctune
 from ingress.settings import Settings, Timeouts
 from ingress.upstream.client import UpstreamClient
 from ingress.wire import identifiers

@@ -35,7 +35,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from ingress.bridges import CredentialsError, target_of
     from ingress.routing.table import RouteTable
-    from ingress.server import serve, workers_of
+    from ingress.serve.server import serve, workers_of
 
     settings = _settings(args)
     groups, _ = settings.resolved()
@@ -73,7 +73,7 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from ingress.demo.service import create_demo_app
-    from ingress.server import event_loop
+    from ingress.serve.server import event_loop
 
     configure(args.log_level)
     capture_uncaught()
@@ -89,7 +89,7 @@ def _bridge(args: argparse.Namespace) -> int:
     from ingress.bridges.dialect import Target
     from ingress.bridges.service import create_bridge_app
     from ingress.config import ConfigError, bridge_config
-    from ingress.server import event_loop
+    from ingress.serve.server import event_loop
 
     try:
         config = bridge_config({k: v for k, v in {

@@ -19,8 +19,8 @@ from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.settings import Bridge, Group, Settings
 from ingress.tenancy.policy import read_keys_file
-from ingress.tenancy.resp import address_of
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
+from ingress.tenancy.stores.resp import address_of
 from ingress.tokens import tokenizer_problem
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")

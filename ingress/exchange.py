@@ -27,7 +27,7 @@ class Exchange:
     stream: bool = False
     binary: bool = False
     attempts: int = 0
-    paced: float | None = None  # its start waited for a later turn of the loop until then (ingress/pacing)
+    paced: float | None = None  # its start waited for a later turn of the loop until then (ingress/edge/pacing.py)
     decoded: float | None = None  # perf_counter marks of the stages, for Server-Timing and metrics
     encoded: float | None = None
     upstream_sent: float | None = None

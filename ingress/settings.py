@@ -174,13 +174,14 @@ class Settings(_Config, frozen=True):
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     verify_answers: bool = True  # verify every upstream buffer before reading it
     # New requests' starts get at most this much of one turn of the event loop while others wait for the
-    # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/pacing).
+    # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).
     # 0: no pacing.
     start_pacing_ms: Annotated[float, Meta(ge=0, le=1_000)] = 2.0
     log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
     # A young collection's pause grows with the objects alive in the young generation: at 2,000 a
-    # collection takes ~0.7 ms at 256 streams, where at 10,000 it took 4-6 ms (bench/README.md, gc).
+    # collection takes ~0.7 ms at 256 streams, where at 10,000 it took 4-6 ms (bench/notes/chunks.md,
+    # "GC thresholds for many streams").
     gc_threshold0: Annotated[int, Meta(ge=1, le=1_000_000)] = 2_000
     # Young collections between two of the middle generation's, each of which scans everything the young
     # ones kept alive since (8-20 ms at 256 streams): one per ~200,000 objects kept, as 10,000 x 10 was.

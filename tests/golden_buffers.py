@@ -23,8 +23,8 @@ import msgspec
 
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
 from ingress.wire import decode, encode
+from ingress.wire.passport import Passport
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = REPO / "schema" / "baseline" / "llm_gateway.fbs"

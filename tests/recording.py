@@ -6,9 +6,9 @@ from contextlib import AsyncExitStack
 
 from aiohttp import web
 
-from ingress.app import create_app, serve_app
-from ingress.appkeys import EXCHANGE
+from ingress.edge.appkeys import EXCHANGE
 from ingress.exchange import Exchange
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings
 
 

@@ -3,7 +3,7 @@
 
 Every field of the chat request is sent as Anthropic spells it, or refused with `Unsupported` naming it:
 `FIELDS` says which, and tests/unit/test_anthropic.py holds it to the struct. The answers, the event
-stream and the errors are `ingress.bridges.anthropic`'s.
+stream and the errors are `anthropic_answers.py`'s; `anthropic.py` joins the two as the dialect.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from ingress.bridges.dialect import Target, Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat
 
 PATH = "/v1/messages"
 VERSION = "2023-06-01"
@@ -61,7 +61,7 @@ def _refuse(param: str, what: str) -> Unsupported:
     return Unsupported(param, f"{what} is not supported by this model's provider (Anthropic).")
 
 
-def _marked(block: dict[str, Any], mark: oai.PromptCacheBreakpoint | None, where: str) -> dict[str, Any]:
+def _marked(block: dict[str, Any], mark: chat.PromptCacheBreakpoint | None, where: str) -> dict[str, Any]:
     """A part's prompt-cache breakpoint is Anthropic's cache_control on its block (whose TTL is 5m)."""
     if mark is not None:
         if mark.ttl is not None:
@@ -70,21 +70,21 @@ def _marked(block: dict[str, Any], mark: oai.PromptCacheBreakpoint | None, where
     return block
 
 
-def _text_block(text: str, mark: oai.PromptCacheBreakpoint | None, where: str) -> list[dict[str, Any]]:
+def _text_block(text: str, mark: chat.PromptCacheBreakpoint | None, where: str) -> list[dict[str, Any]]:
     """A text block, or none for empty text: Anthropic refuses empty (or blank) text blocks."""
     if not text.strip():
         return []
     return [_marked({"type": "text", "text": text}, mark, where)]
 
 
-def _texts(content: str | list[oai.TextPart], where: str) -> list[dict[str, Any]]:
+def _texts(content: str | list[chat.TextPart], where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return _text_block(content, None, where)
     return [b for j, p in enumerate(content) for b in _text_block(p.text, p.prompt_cache_breakpoint,
                                                                     f"{where}[{j}]")]
 
 
-def _image(part: oai.ImagePart, where: str) -> dict[str, Any]:
+def _image(part: chat.ImagePart, where: str) -> dict[str, Any]:
     url = part.image_url.url
     if part.image_url.detail not in (None, "auto"):
         raise _refuse(f"{where}.image_url.detail", "An image's detail (Anthropic chooses its own resolution)")
@@ -99,21 +99,21 @@ def _image(part: oai.ImagePart, where: str) -> dict[str, Any]:
     return _marked({"type": "image", "source": source}, part.prompt_cache_breakpoint, where)
 
 
-def _user_blocks(content: str | list[oai.UserPart], where: str) -> list[dict[str, Any]]:
+def _user_blocks(content: str | list[chat.UserPart], where: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return _text_block(content, None, where)
     blocks: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
-        if isinstance(part, oai.TextPart):
+        if isinstance(part, chat.TextPart):
             blocks += _text_block(part.text, part.prompt_cache_breakpoint, at)
-        elif isinstance(part, oai.ImagePart):
+        elif isinstance(part, chat.ImagePart):
             blocks.append(_image(part, at))
-        elif isinstance(part, oai.FilePart) and part.file.file_data is not None \
+        elif isinstance(part, chat.FilePart) and part.file.file_data is not None \
                 and (data := _DATA_URL.match(part.file.file_data)) is not None and data[1] == "application/pdf":
             blocks.append(_marked({"type": "document", "source": {"type": "base64", "media_type": data[1],
                                                                    "data": data[2]}}, part.prompt_cache_breakpoint, at))
-        elif isinstance(part, oai.FilePart):
+        elif isinstance(part, chat.FilePart):
             raise _refuse(at, "A file other than a PDF given as a base64 data: URL")
         else:
             raise _refuse(at, "Audio input")
@@ -156,17 +156,17 @@ class _Turns:
         return out
 
 
-def _message(turns: _Turns, i: int, m: oai.Message) -> None:
+def _message(turns: _Turns, i: int, m: chat.Message) -> None:
     where = f"messages[{i}]"
-    if getattr(m, "name", None) is not None and not isinstance(m, oai.FunctionMessage):
+    if getattr(m, "name", None) is not None and not isinstance(m, chat.FunctionMessage):
         raise _refuse(f"{where}.name", "A message's name")
-    if isinstance(m, oai.SystemMessage | oai.DeveloperMessage):
+    if isinstance(m, chat.SystemMessage | chat.DeveloperMessage):
         turns.system += _texts(m.content, f"{where}.content")
-    elif isinstance(m, oai.UserMessage):
+    elif isinstance(m, chat.UserMessage):
         turns.add("user", _user_blocks(m.content, f"{where}.content"))
-    elif isinstance(m, oai.AssistantMessage):
+    elif isinstance(m, chat.AssistantMessage):
         turns.add("assistant", _assistant_blocks(turns, i, m))
-    elif isinstance(m, oai.ToolMessage):
+    elif isinstance(m, chat.ToolMessage):
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
         if texts := _texts(m.content, f"{where}.content"):
             result["content"] = texts
@@ -181,7 +181,7 @@ def _message(turns: _Turns, i: int, m: oai.Message) -> None:
         turns.add("user", [result])
 
 
-def _assistant_blocks(turns: _Turns, i: int, m: oai.AssistantMessage) -> list[dict[str, Any]]:
+def _assistant_blocks(turns: _Turns, i: int, m: chat.AssistantMessage) -> list[dict[str, Any]]:
     where = f"messages[{i}]"
     if m.audio is not None:
         raise _refuse(f"{where}.audio", "An earlier audio answer")
@@ -190,8 +190,8 @@ def _assistant_blocks(turns: _Turns, i: int, m: oai.AssistantMessage) -> list[di
         blocks += _text_block(m.content, None, f"{where}.content")
     elif m.content is not None:  # an earlier refusal is what the assistant said: text, as the rest
         for j, part in enumerate(m.content):
-            text = part.text if isinstance(part, oai.TextPart) else part.refusal
-            mark = part.prompt_cache_breakpoint if isinstance(part, oai.TextPart) else None
+            text = part.text if isinstance(part, chat.TextPart) else part.refusal
+            mark = part.prompt_cache_breakpoint if isinstance(part, chat.TextPart) else None
             blocks += _text_block(text, mark, f"{where}.content[{j}]")
     if m.refusal is not None:
         blocks += _text_block(m.refusal, None, f"{where}.refusal")
@@ -208,7 +208,7 @@ def _assistant_blocks(turns: _Turns, i: int, m: oai.AssistantMessage) -> list[di
     return blocks
 
 
-def _tool(j: int, tool: oai.Tool) -> dict[str, Any]:
+def _tool(j: int, tool: chat.Tool) -> dict[str, Any]:
     if tool.function is None:
         raise _refuse(f"tools[{j}].type", "A custom tool")
     f = tool.function
@@ -227,7 +227,7 @@ def _tool(j: int, tool: oai.Tool) -> dict[str, Any]:
     return out
 
 
-def _tool_choice(r: oai.ChatCompletionRequest) -> dict[str, Any] | None:
+def _tool_choice(r: chat.ChatCompletionRequest) -> dict[str, Any] | None:
     choice = r.tool_choice
     if not r.tools and choice in (None, "auto", "none"):
         return None  # nothing to choose from
@@ -246,7 +246,7 @@ def _tool_choice(r: oai.ChatCompletionRequest) -> dict[str, Any] | None:
     return None if out == {"type": "auto"} and choice is None else out
 
 
-def _refused_fields(r: oai.ChatCompletionRequest) -> None:
+def _refused_fields(r: chat.ChatCompletionRequest) -> None:
     """Every parameter Anthropic cannot honour, refused by name before anything is sent."""
     checks: list[tuple[str, bool]] = [
         ("n", r.n is not None and r.n > 1), ("logprobs", bool(r.logprobs)),
@@ -263,14 +263,14 @@ def _refused_fields(r: oai.ChatCompletionRequest) -> None:
         ("temperature", r.temperature is not None and r.temperature > 1.0),
         ("reasoning_effort", r.reasoning_effort is not None and r.reasoning_effort not in EFFORTS),
         ("service_tier", r.service_tier is not None and r.service_tier not in TIERS),
-        ("response_format", isinstance(r.response_format, oai.JsonObjectFormat)),
+        ("response_format", isinstance(r.response_format, chat.JsonObjectFormat)),
     ]
     for name, refused in checks:
         if refused:
             raise _refuse(name, f"The parameter {name!r} (as given)")
 
 
-def request_body(r: oai.ChatCompletionRequest, target: Target, extra: bytes | None = None) -> dict[str, Any]:
+def request_body(r: chat.ChatCompletionRequest, target: Target, extra: bytes | None = None) -> dict[str, Any]:
     """The Messages API request for a chat request (`extra`: a forwarding route's fields, a JSON object)."""
     _refused_fields(r)
     model = r.model or target.model
@@ -303,7 +303,7 @@ def request_body(r: oai.ChatCompletionRequest, target: Target, extra: bytes | No
     if (user := r.safety_identifier or r.user) is not None:
         body["metadata"] = {"user_id": user}
     config: dict[str, Any] = {}
-    if isinstance(r.response_format, oai.JsonSchemaResponseFormat):
+    if isinstance(r.response_format, chat.JsonSchemaResponseFormat):
         schema = r.response_format.json_schema.schema
         config["format"] = {"type": "json_schema",
                             "schema": msgspec.json.decode(schema) if len(schema) else dict(EMPTY_SCHEMA)}
@@ -319,3 +319,11 @@ def request_body(r: oai.ChatCompletionRequest, target: Target, extra: bytes | No
             raise Unsupported(clash[0], f"The extra field {clash[0]!r} would replace what the bridge sends.")
         body.update(extras)
     return body
+
+
+def request_headers(target: Target) -> dict[str, str]:
+    """The request's headers: the API version, the target's own, and its key (never the client's)."""
+    headers = {"content-type": "application/json", "anthropic-version": VERSION, **target.headers}
+    if target.api_key is not None:
+        headers["x-api-key"] = target.api_key
+    return headers

@@ -32,7 +32,7 @@ from typing import ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ingress.oai.codec import NESTED_TOO_DEEPLY
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,9 @@ class Unsupported(Exception):
         self.param = param
         self.message = message
 
-    def info(self) -> wt.ErrorInfo:
-        return wt.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_parameter",
-                            message=self.message, param=self.param)
+    def info(self) -> wire_types.ErrorInfo:
+        return wire_types.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_parameter",
+                                    message=self.message, param=self.param)
 
 
 class NestedTooDeeply(Unsupported):
@@ -85,8 +85,8 @@ class NestedTooDeeply(Unsupported):
     def __init__(self) -> None:
         super().__init__("", NESTED_TOO_DEEPLY)
 
-    def info(self) -> wt.ErrorInfo:
-        return wt.ErrorInfo(status=400, type="invalid_request_error", code="invalid_json", message=self.message)
+    def info(self) -> wire_types.ErrorInfo:
+        return wire_types.ErrorInfo(status=400, type="invalid_request_error", code="invalid_json", message=self.message)
 
 
 P = ParamSpec("P")
@@ -114,14 +114,14 @@ class EngineFailed(Exception):
     contract carries for it. Raised by a StreamDecoder, `chunks` are those it decoded from the same
     data before the error: they are sent first, so that nothing the engine answered is lost."""
 
-    def __init__(self, info: wt.ErrorInfo, chunks: list[wt.Chunk] | None = None) -> None:
+    def __init__(self, info: wire_types.ErrorInfo, chunks: list[wire_types.Chunk] | None = None) -> None:
         super().__init__(info.message)
         self.info = info
         self.chunks = chunks or []
 
 
 @contextmanager
-def keeping(out: list[wt.Chunk]) -> Iterator[None]:
+def keeping(out: list[wire_types.Chunk]) -> Iterator[None]:
     """Around a decoder's work on one feed: an EngineFailed raised inside carries the chunks `out`
     already holds, so that they reach the client before the error."""
     try:
@@ -136,9 +136,9 @@ class StreamDecoder(Protocol):
     for an error event in the stream; `finish`, at the end of the body, raises it for a stream that
     ended before it was complete (an error, never a success)."""
 
-    def feed(self, data: bytes) -> list[wt.Chunk]: ...
+    def feed(self, data: bytes) -> list[wire_types.Chunk]: ...
 
-    def finish(self) -> list[wt.Chunk]: ...
+    def finish(self) -> list[wire_types.Chunk]: ...
 
 
 class EngineCall(Protocol):
@@ -146,7 +146,7 @@ class EngineCall(Protocol):
 
     request: EngineRequest
 
-    def answer(self, body: bytes) -> wt.Response: ...
+    def answer(self, body: bytes) -> wire_types.Response: ...
 
     def stream(self) -> StreamDecoder: ...
 
@@ -156,4 +156,4 @@ class Dialect(Protocol):
 
     def build(self, buf: bytes, target: Target) -> EngineCall: ...
 
-    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wt.ErrorInfo: ...
+    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wire_types.ErrorInfo: ...

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 MAX_MESSAGE = 512  # characters of a provider's text passed on
 MAX_RETRY_AFTER = 3600  # seconds, as the edge's own upstream client bounds it
@@ -56,9 +56,9 @@ def scrub(text: str, limit: int = MAX_MESSAGE) -> str:
     return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
-def protocol_error(message: str) -> wt.ErrorInfo:
+def protocol_error(message: str) -> wire_types.ErrorInfo:
     """An engine's answer we cannot read: the bridge's 502."""
-    return wt.ErrorInfo(status=502, type="server_error", code="upstream_protocol_error", message=scrub(message))
+    return wire_types.ErrorInfo(status=502, type="server_error", code="upstream_protocol_error", message=scrub(message))
 
 
 class _Said(msgspec.Struct):
@@ -123,7 +123,7 @@ def retry_after(headers: Mapping[str, str], clock: Callable[[], float] = time.ti
 
 
 def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *,
-                 clock: Callable[[], float] = time.time) -> wt.ErrorInfo:
+                 clock: Callable[[], float] = time.time) -> wire_types.ErrorInfo:
     """An engine's error: its HTTP answer (`status`), or an error event inside its stream (`status`
     None: the one the event names, else 500)."""
     said = _said(body)
@@ -135,25 +135,25 @@ def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *,
     if said.html:
         text = f"The engine, or a proxy in front of it, answered HTTP {status} with an HTML page."
     if status in (401, 403):
-        return wt.ErrorInfo(status=502, type="server_error", code="upstream_auth_failed",
-                            message=f"The model provider refused the bridge's credentials (HTTP {status})."
+        return wire_types.ErrorInfo(status=502, type="server_error", code="upstream_auth_failed",
+                                    message=f"The model provider refused the bridge's credentials (HTTP {status})."
                                     + (f" It said: {text}" if text else ""))
     if status == 429:
-        return wt.ErrorInfo(status=429, type=kind or "rate_limit_error", code=code or "rate_limit_exceeded",
-                            message=text or "The model provider is rate limiting the bridge.", param=said.param,
-                            retry_after=retry_after(headers, clock))
+        return wire_types.ErrorInfo(status=429, type=kind or "rate_limit_error", code=code or "rate_limit_exceeded",
+                                    message=text or "The model provider is rate limiting the bridge.", param=said.param,
+                                    retry_after=retry_after(headers, clock))
     if 400 <= status < 500:
-        return wt.ErrorInfo(status=status, type=kind or "invalid_request_error", code=code, param=said.param,
-                            message=text or f"The model provider refused the request (HTTP {status}).")
+        return wire_types.ErrorInfo(status=status, type=kind or "invalid_request_error", code=code, param=said.param,
+                                    message=text or f"The model provider refused the request (HTTP {status}).")
     if status in (503, 529):
-        return wt.ErrorInfo(status=503, type="server_error", code="upstream_overloaded",
-                            message=text or "The model provider is overloaded.",
-                            retry_after=retry_after(headers, clock))
+        return wire_types.ErrorInfo(status=503, type="server_error", code="upstream_overloaded",
+                                    message=text or "The model provider is overloaded.",
+                                    retry_after=retry_after(headers, clock))
     if status == 504:
-        return wt.ErrorInfo(status=504, type="server_error", code="upstream_timeout",
-                            message=text or "The model provider timed out.")
+        return wire_types.ErrorInfo(status=504, type="server_error", code="upstream_timeout",
+                                    message=text or "The model provider timed out.")
     if 500 <= status < 600:
         said_text = f" It said: {text}" if text else ""
-        return wt.ErrorInfo(status=502, type="server_error", code="upstream_error",
-                            message=f"The model provider failed (HTTP {status}).{said_text}")
+        return wire_types.ErrorInfo(status=502, type="server_error", code="upstream_error",
+                                    message=f"The model provider failed (HTTP {status}).{said_text}")
     return protocol_error(f"The model provider answered HTTP {status}, which is not an answer.")

@@ -28,7 +28,7 @@ import msgspec
 from ingress.bridges.dialect import EngineFailed, keeping
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
 from ingress.bridges.failures import engine_error, protocol_error
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 DONE = b"[DONE]"
 UINT32_MAX = 2**32 - 1
@@ -144,13 +144,13 @@ def _count(value: int | None) -> int:
     return 0 if value is None else max(0, min(value, UINT32_MAX))
 
 
-def _usage(u: _Usage | None, timings: _Timings | None = None) -> wt.Usage | None:
+def _usage(u: _Usage | None, timings: _Timings | None = None) -> wire_types.Usage | None:
     if u is None:
         return None
     p, c = u.prompt_tokens_details or _PromptDetails(), u.completion_tokens_details or _CompletionDetails()
     cached = p.cached_tokens if p.cached_tokens is not None else (timings.cache_n if timings else None)
     prompt, completion = _count(u.prompt_tokens), _count(u.completion_tokens)
-    return wt.Usage(
+    return wire_types.Usage(
         prompt_tokens=prompt, completion_tokens=completion,
         total_tokens=_count(u.total_tokens) or min(prompt + completion, UINT32_MAX),
         cached_tokens=_count(cached), prompt_audio_tokens=_count(p.audio_tokens),
@@ -164,28 +164,29 @@ def _finish(reason: str | None) -> str | None:
     return None if reason is None else _FINISH.get(reason, "stop")
 
 
-def _tokens(tokens: list[_Token] | None) -> list[wt.TokenLogprob] | None:
+def _tokens(tokens: list[_Token] | None) -> list[wire_types.TokenLogprob] | None:
     if tokens is None:
         return None
-    return [wt.TokenLogprob(token=t.token or "", logprob=t.logprob or 0.0, bytes=t.bytes,
-                            top_logprobs=[wt.TopLogprob(token=x.token or "", logprob=x.logprob or 0.0, bytes=x.bytes)
-                                          for x in t.top_logprobs or ()])
+    return [wire_types.TokenLogprob(token=t.token or "", logprob=t.logprob or 0.0, bytes=t.bytes,
+                                    top_logprobs=[wire_types.TopLogprob(token=x.token or "", logprob=x.logprob or 0.0,
+                                                                        bytes=x.bytes)
+                                                  for x in t.top_logprobs or ()])
             for t in tokens]
 
 
-def _legacy_tokens(lp: _Logprobs) -> list[wt.TokenLogprob]:
+def _legacy_tokens(lp: _Logprobs) -> list[wire_types.TokenLogprob]:
     """A text completion's parallel lists, as tokens with their alternatives."""
     values, tops = lp.token_logprobs or [], lp.top_logprobs or []
     result = []
     for i, token in enumerate(lp.tokens or ()):
         top = tops[i] if i < len(tops) else None
         value = values[i] if i < len(values) else None
-        result.append(wt.TokenLogprob(token=token, logprob=value or 0.0,
-                                      top_logprobs=[wt.TopLogprob(token=k, logprob=v) for k, v in (top or {}).items()]))
+        alternatives = [wire_types.TopLogprob(token=k, logprob=v) for k, v in (top or {}).items()]
+        result.append(wire_types.TokenLogprob(token=token, logprob=value or 0.0, top_logprobs=alternatives))
     return result
 
 
-_TokenList = list[wt.TokenLogprob] | None
+_TokenList = list[wire_types.TokenLogprob] | None
 
 
 def _content_logprobs(lp: _Logprobs | None, text: bool) -> tuple[_TokenList, _TokenList]:
@@ -231,7 +232,8 @@ def _read(body: bytes) -> _Answer:
     return answer
 
 
-def read_answer(body: bytes, *, text: bool, fallback_id: str, model: str, clock: Callable[[], float]) -> wt.Response:
+def read_answer(body: bytes, *, text: bool, fallback_id: str, model: str,
+                clock: Callable[[], float]) -> wire_types.Response:
     """A whole answer (chat.completion, or text_completion when `text`), read leniently."""
     a = _read(body)
     rid = a.id or fallback_id
@@ -239,15 +241,15 @@ def read_answer(body: bytes, *, text: bool, fallback_id: str, model: str, clock:
     for c in a.choices or ():
         m = c.message or _Message()
         content, refusal = _content_logprobs(c.logprobs, text)
-        calls = [wt.FunctionCall(id=t.id or f"call_{rid}_{c.index}_{n}",
+        calls = [wire_types.FunctionCall(id=t.id or f"call_{rid}_{c.index}_{n}",
                      name=(t.function.name if t.function else None) or "",
                      arguments=_arguments(t.function.arguments if t.function else None) or "")
              for n, t in enumerate(_calls_of(m))]
-        choices.append(wt.Choice(
+        choices.append(wire_types.Choice(
         index=c.index, content=c.text if text else m.content, tool_calls=calls,
         refusal=m.refusal, finish_reason=_finish(c.finish_reason), logprobs=content,
         refusal_logprobs=refusal, reasoning=_reasoning(m)))
-    return wt.Response(id=rid, model=a.model or model, created=a.created or int(clock()),
+    return wire_types.Response(id=rid, model=a.model or model, created=a.created or int(clock()),
                choices=choices, usage=_usage(a.usage, a.timings),
                system_fingerprint=a.system_fingerprint, service_tier=a.service_tier)
 
@@ -284,16 +286,16 @@ class OpenAIStream:
         self._created: int | None = None
         self._fingerprint: str | None = None
         self._tier: str | None = None
-        self._usage: wt.Usage | None = None
+        self._usage: wire_types.Usage | None = None
         self._choices: dict[int, _ChoiceState] = {}
         self._sequence = 0
-        self._held: wt.Chunk | None = None  # a finish reason, kept for the final chunk if nothing follows
+        self._held: wire_types.Chunk | None = None  # a finish reason, kept for the final chunk if nothing follows
         self._done = False
 
-    def feed(self, data: bytes) -> list[wt.Chunk]:
+    def feed(self, data: bytes) -> list[wire_types.Chunk]:
         if self._done:
             return []
-        out: list[wt.Chunk] = []
+        out: list[wire_types.Chunk] = []
         try:
             events = self._events.feed(data)
         except EventStreamError as exc:
@@ -305,19 +307,19 @@ class OpenAIStream:
                 self._event(event, out)
         return out
 
-    def finish(self) -> list[wt.Chunk]:
-        out: list[wt.Chunk] = []
+    def finish(self) -> list[wire_types.Chunk]:
+        out: list[wire_types.Chunk] = []
         if not self._done:
             with keeping(out):
                 for event in self._events.finish():
                     if not self._done:
                         self._event(event, out)
         if not self._done:
-            raise EngineFailed(wt.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
-                                            message="The engine's stream ended before it was complete."))
+            raise EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
+                                                    message="The engine's stream ended before it was complete."))
         return out
 
-    def _event(self, event: Event, out: list[wt.Chunk]) -> None:
+    def _event(self, event: Event, out: list[wire_types.Chunk]) -> None:
         if event.type == "error":
             raise EngineFailed(engine_error(None, {}, event.data))
         if event.type != "message":
@@ -336,7 +338,7 @@ class OpenAIStream:
         for choice in answer.choices or ():
             self._choice(choice, out, answer)
 
-    def _choice(self, c: _Choice, out: list[wt.Chunk], answer: _Answer) -> None:
+    def _choice(self, c: _Choice, out: list[wire_types.Chunk], answer: _Answer) -> None:
         state = self._choices.setdefault(c.index, _ChoiceState())
         m = c.delta or c.message or _Message()
         content = c.text if self._text else m.content
@@ -348,10 +350,10 @@ class OpenAIStream:
         if not (content or reasoning or refusal or calls or finish or logprobs or refusal_logprobs or first):
             return
         state.started = True
-        chunk = wt.Chunk(sequence=0, choice_index=c.index, role="assistant" if first else None,
-                         content=content if content or (first and content == "") else None,
-                         reasoning=reasoning, refusal=refusal, tool_calls=calls, finish_reason=finish,
-                         logprobs=logprobs, refusal_logprobs=refusal_logprobs)
+        chunk = wire_types.Chunk(sequence=0, choice_index=c.index, role="assistant" if first else None,
+                                 content=content if content or (first and content == "") else None,
+                                 reasoning=reasoning, refusal=refusal, tool_calls=calls, finish_reason=finish,
+                                 logprobs=logprobs, refusal_logprobs=refusal_logprobs)
         fingerprint, tier = answer.system_fingerprint or None, answer.service_tier or None
         if fingerprint != self._fingerprint:
             self._fingerprint = chunk.system_fingerprint = fingerprint
@@ -359,7 +361,7 @@ class OpenAIStream:
             self._tier = chunk.service_tier = tier
         self._emit(chunk, out)
 
-    def _tool_deltas(self, choice: int, state: _ChoiceState, calls: list[_ToolCall]) -> list[wt.ToolCallDelta]:
+    def _tool_deltas(self, choice: int, state: _ChoiceState, calls: list[_ToolCall]) -> list[wire_types.ToolCallDelta]:
         deltas = []
         for position, t in enumerate(calls):
             key = t.index if t.index is not None else position
@@ -375,21 +377,21 @@ class OpenAIStream:
                 state.calls.append(call)
                 state.open[key] = ours
                 kind = t.type if t.type in ("function", "custom") else "function"
-                deltas.append(wt.ToolCallDelta(index=ours, id=call.id, type=kind, name=name,
-                                               arguments=arguments or ""))
+                deltas.append(wire_types.ToolCallDelta(index=ours, id=call.id, type=kind, name=name,
+                                                       arguments=arguments or ""))
                 continue
             assert ours is not None
             late_name = name if current.name is None and name is not None else None
             if late_name is not None:
                 current.name = late_name
             if arguments or late_name:
-                deltas.append(wt.ToolCallDelta(index=ours, name=late_name, arguments=arguments or None))
+                deltas.append(wire_types.ToolCallDelta(index=ours, name=late_name, arguments=arguments or None))
         return deltas
 
     def _response_id(self) -> str:
         return self._id or self._fallback_id
 
-    def _emit(self, chunk: wt.Chunk, out: list[wt.Chunk]) -> None:
+    def _emit(self, chunk: wire_types.Chunk, out: list[wire_types.Chunk]) -> None:
         if self._held is not None:
             self._number(self._held, out)
             self._held = None
@@ -398,15 +400,15 @@ class OpenAIStream:
         else:
             self._number(chunk, out)
 
-    def _number(self, chunk: wt.Chunk, out: list[wt.Chunk]) -> None:
+    def _number(self, chunk: wire_types.Chunk, out: list[wire_types.Chunk]) -> None:
         chunk.sequence = self._sequence
         if self._sequence == 0:
             chunk.id, chunk.model, chunk.created = self._response_id(), self._model, self._created
         self._sequence += 1
         out.append(chunk)
 
-    def _end(self, out: list[wt.Chunk]) -> None:
-        final = self._held or wt.Chunk(sequence=0, choice_index=0)
+    def _end(self, out: list[wire_types.Chunk]) -> None:
+        final = self._held or wire_types.Chunk(sequence=0, choice_index=0)
         self._held = None
         final.done = True
         final.usage = self._usage

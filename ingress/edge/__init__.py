@@ -1,1 +1,2 @@
-"""aiohttp server side: handlers, middleware, SSE writing. No business logic."""
+"""aiohttp server side: handlers, middleware, SSE writing, the app's typed keys, the drain and start
+pacing. No business logic."""

@@ -13,7 +13,7 @@ import msgspec
 from aiohttp import web
 
 from ingress import metrics, pipeline
-from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.middleware import REQUEST_ID, server_timing
 from ingress.edge.sse import EventWriter, ResponsesSseWriter, SseWriter
 from ingress.errors import (
@@ -26,11 +26,11 @@ from ingress.errors import (
     WriteTimeout,
 )
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
-from ingress.passport import RequestMeta, valid_traceparent, valid_tracestate
+from ingress.oai import chat_answers
 from ingress.sockets import chunk, clear
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
+from ingress.wire.passport import RequestMeta, valid_traceparent, valid_tracestate
 
 _json = msgspec.json.Encoder()
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -334,8 +334,8 @@ def _models(request: web.Request) -> list[str]:
 
 async def list_models(request: web.Request) -> web.Response:
     created = request.app[STARTED]
-    return _json_response(out.ModelList(data=[out.ModelOut(id=m, created=created, owned_by="ingress")
-                                              for m in _models(request)]))
+    return _json_response(chat_answers.ModelList(data=[chat_answers.ModelOut(id=m, created=created, owned_by="ingress")
+                                                       for m in _models(request)]))
 
 
 async def get_model(request: web.Request) -> web.Response:
@@ -343,7 +343,7 @@ async def get_model(request: web.Request) -> web.Response:
     if model not in _models(request):
         raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
                        code="model_not_found")
-    return _json_response(out.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
+    return _json_response(chat_answers.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
 
 
 async def healthz(request: web.Request) -> web.Response:

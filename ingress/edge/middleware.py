@@ -14,7 +14,7 @@ import structlog
 from aiohttp import ClientConnectionResetError, hdrs, web
 
 from ingress import metrics, pipeline
-from ingress.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger

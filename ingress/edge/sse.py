@@ -11,7 +11,7 @@ import msgspec
 
 from ingress import pipeline
 from ingress.errors import IngressError
-from ingress.oai.answers import ChatCompletionChunk
+from ingress.oai.chat_answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import Delta, Head

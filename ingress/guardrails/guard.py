@@ -22,8 +22,7 @@ from ingress.guardrails.scanner import (
     fold_term,
     placeholder,
 )
-from ingress.oai.codec import validation_path
-from ingress.oai.models import (
+from ingress.oai.chat import (
     AssistantMessage,
     ChatCompletionRequest,
     CustomCallIn,
@@ -35,6 +34,7 @@ from ingress.oai.models import (
     ToolCallIn,
     UserMessage,
 )
+from ingress.oai.codec import validation_path
 
 MAX_PROMPT_TOKENS = "max_prompt_tokens"
 

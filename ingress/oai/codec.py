@@ -9,7 +9,7 @@ from itertools import accumulate
 import msgspec
 
 from ingress.errors import InvalidRequest
-from ingress.oai.models import (
+from ingress.oai.chat import (
     INT32_MAX,
     AssistantMessage,
     ChatCompletionRequest,

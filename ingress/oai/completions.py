@@ -15,9 +15,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from ingress.oai.answers import UsageOut
-from ingress.oai.codec import invalid, refusal, split_extras, unreadable
-from ingress.oai.models import (
+from ingress.oai.chat import (
     INT32_MAX,
     Bias,
     ChoiceCount,
@@ -31,6 +29,8 @@ from ingress.oai.models import (
     TopP,
     one_by_one,
 )
+from ingress.oai.chat_answers import UsageOut
+from ingress.oai.codec import invalid, refusal, split_extras, unreadable
 
 MAX_PROMPTS = 2048
 

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from ingress.oai.chat import INT32_MAX, ModelName, ShortText, one_by_one
 from ingress.oai.codec import invalid, refusal, unreadable
-from ingress.oai.models import INT32_MAX, ModelName, ShortText, one_by_one
 
 MAX_INPUTS = 2048
 MAX_INPUT_TOKENS = 8192

@@ -28,8 +28,7 @@ import msgspec
 from msgspec import Meta, Raw
 
 from ingress.errors import InvalidRequest
-from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
-from ingress.oai.models import (
+from ingress.oai.chat import (
     INT32_MAX,
     NO_JSON,
     AssistantMessage,
@@ -74,8 +73,9 @@ from ingress.oai.models import (
     UserMessage,
     UserPart,
 )
-from ingress.oai.models import AllowedTools as ChatAllowedTools
-from ingress.oai.models import PromptCacheOptions as ChatCacheOptions
+from ingress.oai.chat import AllowedTools as ChatAllowedTools
+from ingress.oai.chat import PromptCacheOptions as ChatCacheOptions
+from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
 
 MAX_ITEMS = 2048  # input items; a conversation longer than this is not one a gateway should pass on
 

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
+from ingress.oai import chat_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
-from ingress.oai.response_objects import ResponseObject
 from ingress.oai.responses import Call
+from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send
-from ingress.translate.completion import decode_answer, translate_response
+from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.responses import translate_response_object
 from ingress.translate.text import translate_text_response
 from ingress.upstream.group import Lease
+from ingress.wire.answer import decode_answer
 from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
 from ingress.wire.types import Response
 
 
-async def complete(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> out.ChatCompletion | TextCompletion:
+async def complete(gw: Gateway, prepared: Prepared[Completion],
+                   ex: Exchange) -> chat_answers.ChatCompletion | TextCompletion:
     """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
     response = await _completed(gw, prepared, ex)
     if isinstance(prepared.request, TextCompletionRequest):

@@ -8,14 +8,14 @@ from typing import TypeVar
 
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
-from ingress.oai.models import ChatCompletionRequest
-from ingress.passport import Passport
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.tenancy import Tenancy
 from ingress.upstream.group import EndpointGroup
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 T = TypeVar("T")
 

@@ -10,24 +10,24 @@ import msgspec
 
 from ingress.errors import PromptBlocked
 from ingress.exchange import Exchange
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
-from ingress.oai.models import ChatCompletionRequest
 from ingress.oai.responses import Call, as_chat, decode_responses_request_forwarding
-from ingress.passport import (
-    Passport,
-    RequestMeta,
-    compute_embedding_passport,
-    compute_passport,
-    compute_prompts_passport,
-)
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.routing.table import Match
 from ingress.settings import Timeouts
 from ingress.tokens import TokenCounter, counter_for
 from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.encode import encode_text_request
+from ingress.wire.passport import (
+    Passport,
+    RequestMeta,
+    compute_embedding_passport,
+    compute_passport,
+    compute_prompts_passport,
+)
 
 R = TypeVar("R")
 

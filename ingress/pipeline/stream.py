@@ -20,8 +20,7 @@ from ingress.errors import (
     UpstreamProtocolError,
 )
 from ingress.exchange import Exchange
-from ingress.oai import answers as out
-from ingress.oai import response_objects as ro
+from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
@@ -64,10 +63,10 @@ class Failed:
 class Burst:
     """The chunks of frames that arrived in one read: the edge sends them in one write."""
 
-    chunks: list[out.ChatCompletionChunk | TextCompletion | Delta]
+    chunks: list[chat_answers.ChatCompletionChunk | TextCompletion | Delta]
 
 
-StreamEvent = out.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
+StreamEvent = chat_answers.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
 
 
 Direct = Callable[[StreamEvent], bool]
@@ -76,7 +75,7 @@ Direct = Callable[[StreamEvent], bool]
 its backpressure). Only chunks and Bursts are offered."""
 
 
-ResponsesStreamEvent = ro.StreamEvent | Signal | Failed
+ResponsesStreamEvent = responses_answers.StreamEvent | Signal | Failed
 
 
 async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
@@ -157,7 +156,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     def take(data: bytes) -> Step:
         """One read: its chunks, and the error that came after them in it (or None)."""
         ex.mark_first_byte()
-        burst: list[out.ChatCompletionChunk | TextCompletion | Delta] = []
+        burst: list[chat_answers.ChatCompletionChunk | TextCompletion | Delta] = []
         try:
             for frame in decoder.feed(data):
                 chunks = read(frame)
@@ -216,7 +215,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     yield DONE
 
 
-Chunks = list[out.ChatCompletionChunk | TextCompletion | Delta]
+Chunks = list[chat_answers.ChatCompletionChunk | TextCompletion | Delta]
 Step = tuple[Chunks, Exception | None]
 
 
@@ -274,13 +273,13 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
             if type(event) is Delta:
                 for e in events.feed(event.chunk()):
                     yield e
-            elif type(event) is out.ChatCompletionChunk:
+            elif type(event) is chat_answers.ChatCompletionChunk:
                 for e in events.feed(event):
                     yield e
             elif type(event) is Burst:
                 for chunk in event.chunks:
                     chunk = chunk.chunk() if type(chunk) is Delta else chunk
-                    assert type(chunk) is out.ChatCompletionChunk, chunk
+                    assert type(chunk) is chat_answers.ChatCompletionChunk, chunk
                     for e in events.feed(chunk):
                         yield e
             elif event is OPENED:

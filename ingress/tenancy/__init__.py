@@ -2,8 +2,9 @@
 
     policy.py    keys, tenants, model policies → a Principal, and a request's Plan of checks
     plan.py      the checks as data (GCRA rates, quota counters, leased slots), headers and messages
-    memory.py    one process's store;  redis.py  the fleet's (one Lua script a request, Redis's clock)
-    store.py     what a store does;    limiter.py  admission and settling, as the pipeline calls them
+    limiter.py   admission and settling, as the pipeline calls them
+    stores/      what a store does (store.py); one process's (memory.py); the fleet's (redis.py: one Lua
+                 script a request, Redis's clock, through its own RESP client resp.py)
     keys.py      `sk-ig-<id>-<secret>`: made, hashed, found in constant time
 
 Without a `[tenancy]` section none of this runs and the edge is open, as before.
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from ingress.tenancy.limiter import Limiter
 from ingress.tenancy.policy import Policy
 from ingress.tenancy.settings import Tenancy as TenancySettings
-from ingress.tenancy.store import LocalStore, Store
+from ingress.tenancy.stores.store import LocalStore, Store
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Tenancy:
 
 def store_of(settings: TenancySettings, workers: int) -> Store:
     if settings.backend == "redis":
-        from ingress.tenancy.redis import RedisStore
+        from ingress.tenancy.stores.redis import RedisStore
 
         assert settings.redis is not None  # config.py checks
         store: Store = RedisStore(settings.redis, workers)

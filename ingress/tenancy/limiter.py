@@ -12,7 +12,7 @@ from ingress.errors import IngressError, LimitsUnavailable, QuotaExceeded, RateL
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.plan import Actual, Decision, Plan, fitted, headers_of, refusal_message
-from ingress.tenancy.store import LocalStore, Store
+from ingress.tenancy.stores.store import LocalStore, Store
 
 log = get_logger("ingress.tenancy")
 

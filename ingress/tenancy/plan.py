@@ -10,7 +10,7 @@ A check's cost is `per_request + per_input * input + per_output * output`: what 
 from the estimate, and what settling charges from the real usage (the difference is refunded or owed).
 A request that sets no output bound reserves a default, lowered to what its limits can ever admit beside
 its prompt (`fitted`): only a prompt and an output bound of the request's own can be too large for good.
-Everything here is pure: stores (memory.py, redis.py) apply checks, and only they keep state.
+Everything here is pure: the stores (stores/memory.py, stores/redis.py) apply checks, and only they keep state.
 """
 
 from __future__ import annotations

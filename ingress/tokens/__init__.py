@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ingress.oai.models import ChatCompletionRequest
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.tokens.cache import CountCache
 from ingress.tokens.chat import CL100K, O200K, OTHER, Format, count_chat
 from ingress.tokens.engines import Engine, engine, estimate, estimate_bytes, tokenizer_problem, vocabulary_of

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.tokens.images import image_tokens
 
 Count = Callable[[str], int]
@@ -45,7 +45,7 @@ FILE_BY_ID = 1_000  # a file the service holds: its size is not known at the edg
 _decode = msgspec.json.Decoder()
 
 
-def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
+def count_chat(request: chat.ChatCompletionRequest, count: Count, fmt: Format,
                functions: dict[tuple[str, str | None, bytes], int] | None = None) -> int:
     """`functions`: a memo of each function definition's count, for a `count` that depends on nothing but
     its text (the estimate; a tokenizer's `_Budget` runs out): clients send the same tools every turn."""
@@ -53,17 +53,17 @@ def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
     per_message, per_name = fmt.per_message, fmt.per_name
     for message in request.messages:  # one pass a message, no call it does not need: 11 of them are ~15 µs
         content = message.content
-        total += per_message + count(oai.ROLES[type(message)])
+        total += per_message + count(chat.ROLES[type(message)])
         total += count(content) if type(content) is str else _content(content, count, fmt)
         name = getattr(message, "name", None)
         if name:
             total += count(name) + per_name
-        if isinstance(message, oai.AssistantMessage):
+        if isinstance(message, chat.AssistantMessage):
             if message.tool_calls or message.refusal or message.function_call is not None or message.audio is not None:
                 total += _assistant_extras(message, count, fmt)
-        elif isinstance(message, oai.ToolMessage):
+        elif isinstance(message, chat.ToolMessage):
             total += count(message.tool_call_id)  # the cookbook counts every value a message holds
-    functions_: list[oai.FunctionDef | oai.LegacyFunction] = [t.function for t in request.tools or () if t.function]
+    functions_: list[chat.FunctionDef | chat.LegacyFunction] = [t.function for t in request.tools or () if t.function]
     functions_ += request.functions or []
     customs = [t.custom for t in request.tools or () if t.custom is not None]
     if functions_ or customs:
@@ -72,7 +72,7 @@ def count_chat(request: oai.ChatCompletionRequest, count: Count, fmt: Format,
         else:
             total += sum(_memo(functions, f, count, fmt) for f in functions_)
         total += sum(_custom(c, count, fmt) for c in customs) + fmt.func_end
-    if isinstance(request.response_format, oai.JsonSchemaResponseFormat):  # an approximation: its text
+    if isinstance(request.response_format, chat.JsonSchemaResponseFormat):  # an approximation: its text
         schema = request.response_format.json_schema
         total += count(schema.name) + count(bytes(schema.schema).decode())
     return total
@@ -87,16 +87,16 @@ def _content(content: str | list[Any] | None, count: Count, fmt: Format) -> int:
 
 
 def _part(part: Any, count: Count, fmt: Format) -> int:
-    if isinstance(part, oai.TextPart):
+    if isinstance(part, chat.TextPart):
         return count(part.text)
-    if isinstance(part, oai.RefusalPart):
+    if isinstance(part, chat.RefusalPart):
         return count(part.refusal)
-    if isinstance(part, oai.ImagePart):
+    if isinstance(part, chat.ImagePart):
         return image_tokens(part.image_url.url, part.image_url.detail, fmt.image_costs)
-    if isinstance(part, oai.AudioPart):
+    if isinstance(part, chat.AudioPart):
         seconds = _decoded_size(part.input_audio.data) / _AUDIO_BYTES_PER_S[part.input_audio.format]
         return math.ceil(seconds * AUDIO_TOKENS_PER_S)
-    if isinstance(part, oai.FilePart):
+    if isinstance(part, chat.FilePart):
         if part.file.file_data is None:
             return FILE_BY_ID
         return -(-_decoded_size(part.file.file_data) // FILE_BYTES_PER_TOKEN)
@@ -110,7 +110,7 @@ def _decoded_size(data: str) -> int:
     return len(data) * 3 // 4
 
 
-def _assistant_extras(message: oai.AssistantMessage, count: Count, fmt: Format) -> int:
+def _assistant_extras(message: chat.AssistantMessage, count: Count, fmt: Format) -> int:
     total = count(message.refusal) if message.refusal else 0
     calls = [c.function for c in message.tool_calls or () if c.function is not None]
     calls += [message.function_call] if message.function_call is not None else []
@@ -150,7 +150,7 @@ def _function(name: str, description: str | None, parameters: msgspec.Raw, count
 MEMO_SIZE = 1024  # function definitions remembered per counter; past it the memo starts again
 
 
-def _memo(memo: dict[tuple[str, str | None, bytes], int], f: oai.FunctionDef | oai.LegacyFunction, count: Count,
+def _memo(memo: dict[tuple[str, str | None, bytes], int], f: chat.FunctionDef | chat.LegacyFunction, count: Count,
           fmt: Format) -> int:
     key = (f.name, f.description, bytes(f.parameters))
     found = memo.get(key)
@@ -161,10 +161,10 @@ def _memo(memo: dict[tuple[str, str | None, bytes], int], f: oai.FunctionDef | o
     return found
 
 
-def _custom(tool: oai.CustomDef, count: Count, fmt: Format) -> int:
+def _custom(tool: chat.CustomDef, count: Count, fmt: Format) -> int:
     """A custom tool, as a function without properties, plus its grammar's text (an approximation)."""
     total = fmt.func_init + count(f"{tool.name}:{_stripped(tool.description)}")
-    if isinstance(tool.format, oai.CustomGrammarFormat):
+    if isinstance(tool.format, chat.CustomGrammarFormat):
         total += count(tool.format.grammar.definition)
     return total
 

@@ -16,77 +16,108 @@ from copy import deepcopy
 from typing import Any, TypeVar
 
 from ingress.errors import IngressError
-from ingress.oai import answers as chat
-from ingress.oai import response_objects as ro
+from ingress.oai import chat_answers
 from ingress.oai.responses import Call
+from ingress.oai.responses_answers import (
+    TEXT,
+    ArgumentsDeltaEvent,
+    ArgumentsDoneEvent,
+    CustomInputDoneEvent,
+    CustomToolCallOut,
+    DeltaLogprob,
+    DeltaTopLogprob,
+    ErrorEvent,
+    ErrorOut,
+    FunctionCallOut,
+    IncompleteDetails,
+    InputTokensDetails,
+    ItemEvent,
+    MessageOut,
+    OutputItem,
+    OutputTextOut,
+    OutputTokensDetails,
+    PartEvent,
+    ReasoningOut,
+    RefusalDeltaEvent,
+    RefusalDoneEvent,
+    RefusalOut,
+    ResponseEvent,
+    ResponseObject,
+    Status,
+    StreamEvent,
+    TextDeltaEvent,
+    TextDoneEvent,
+    UrlCitationOut,
+    UsageOut,
+)
 from ingress.translate.completion import translate_token
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 T = TypeVar("T")
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def _usage(u: wt.Usage | None) -> ro.UsageOut | None:
+def _usage(u: wire_types.Usage | None) -> UsageOut | None:
     if u is None:
         return None
-    return ro.UsageOut(
+    return UsageOut(
         input_tokens=u.prompt_tokens,
-        input_tokens_details=ro.InputTokensDetails(cached_tokens=u.cached_tokens,
-                                                   cache_write_tokens=u.cache_write_tokens),
+        input_tokens_details=InputTokensDetails(cached_tokens=u.cached_tokens,
+                                                cache_write_tokens=u.cache_write_tokens),
         output_tokens=u.completion_tokens,
-        output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=u.reasoning_tokens),
         total_tokens=u.total_tokens or u.prompt_tokens + u.completion_tokens,
     )
 
 
-def _delta_logprob(t: chat.TokenLogprobOut) -> ro.DeltaLogprob:
-    return ro.DeltaLogprob(token=t.token, logprob=t.logprob,
-                           top_logprobs=[ro.DeltaTopLogprob(token=x.token, logprob=x.logprob) for x in t.top_logprobs])
+def _delta_logprob(t: chat_answers.TokenLogprobOut) -> DeltaLogprob:
+    return DeltaLogprob(token=t.token, logprob=t.logprob,
+                        top_logprobs=[DeltaTopLogprob(token=x.token, logprob=x.logprob) for x in t.top_logprobs])
 
 
-def _citation(a: wt.Annotation) -> ro.UrlCitationOut:
-    return ro.UrlCitationOut(start_index=a.start_index, end_index=a.end_index, title=a.title or "", url=a.url or "")
+def _citation(a: wire_types.Annotation) -> UrlCitationOut:
+    return UrlCitationOut(start_index=a.start_index, end_index=a.end_index, title=a.title or "", url=a.url or "")
 
 
-def response_object(call: Call, *, id: str, created_at: int, model: str, status: Any, output: list[ro.OutputItem],
-                    usage: ro.UsageOut | None = None, finish_reason: str | None = None,
-                    error: ro.ErrorOut | None = None, service_tier: str | None = None) -> ro.ResponseObject:
+def response_object(call: Call, *, id: str, created_at: int, model: str, status: Any, output: list[OutputItem],
+                    usage: UsageOut | None = None, finish_reason: str | None = None,
+                    error: ErrorOut | None = None, service_tier: str | None = None) -> ResponseObject:
     """The response object: the answer's output and usage, and the request's settings echoed."""
     r = call.request
     reason = _INCOMPLETE.get(finish_reason or "")
-    return ro.ResponseObject(
+    return ResponseObject(
         id=id, created_at=created_at, status="incomplete" if reason and status == "completed" else status,
-        error=error, incomplete_details=ro.IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # _INCOMPLETE's values are the Literal's
+        error=error, incomplete_details=IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # _INCOMPLETE's values are the Literal's
         instructions=r.instructions, max_output_tokens=r.max_output_tokens, model=model, output=output,
         parallel_tool_calls=r.parallel_tool_calls if r.parallel_tool_calls is not None else True,
-        reasoning=ro.ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None),
-        temperature=r.temperature, text=r.text or ro.TEXT, tool_choice=r.tool_choice or "auto", tools=call.tools,
+        reasoning=ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None),
+        temperature=r.temperature, text=r.text or TEXT, tool_choice=r.tool_choice or "auto", tools=call.tools,
         top_p=r.top_p, usage=usage, user=r.user, metadata=r.metadata or {}, max_tool_calls=r.max_tool_calls,
         top_logprobs=r.top_logprobs, service_tier=service_tier or r.service_tier,
     )
 
 
-def _call_item(i: int, request_id: str, call: wt.FunctionCall) -> ro.OutputItem:
+def _call_item(i: int, request_id: str, call: wire_types.FunctionCall) -> OutputItem:
     if call.type == "custom":
-        return ro.CustomToolCallOut(id=f"ctc_{request_id}_{i}", call_id=call.id, name=call.name, input=call.arguments)
-    return ro.FunctionCallOut(id=f"fc_{request_id}_{i}", call_id=call.id, name=call.name, arguments=call.arguments,
-                              status="completed")
+        return CustomToolCallOut(id=f"ctc_{request_id}_{i}", call_id=call.id, name=call.name, input=call.arguments)
+    return FunctionCallOut(id=f"fc_{request_id}_{i}", call_id=call.id, name=call.name, arguments=call.arguments,
+                           status="completed")
 
 
-def translate_response_object(call: Call, r: wt.Response, *, request_id: str) -> ro.ResponseObject:
+def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str) -> ResponseObject:
     """A whole answer: its first choice (a Responses request asks for one) as output items."""
-    choice = r.choices[0] if r.choices else wt.Choice()
+    choice = r.choices[0] if r.choices else wire_types.Choice()
     item_status = "incomplete" if choice.finish_reason in _INCOMPLETE else "completed"
-    output: list[ro.OutputItem] = []
+    output: list[OutputItem] = []
     if choice.content or choice.refusal is not None or not choice.tool_calls:
-        parts: list[ro.OutputTextOut | ro.RefusalOut] = []
+        parts: list[OutputTextOut | RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
             logprobs = [translate_token(t) for t in choice.logprobs or ()] if call.logprobs else []
-            parts.append(ro.OutputTextOut(text=choice.content or "", logprobs=logprobs,
-                                          annotations=[_citation(a) for a in choice.annotations]))
+            parts.append(OutputTextOut(text=choice.content or "", logprobs=logprobs,
+                                       annotations=[_citation(a) for a in choice.annotations]))
         if choice.refusal is not None:
-            parts.append(ro.RefusalOut(refusal=choice.refusal))
-        output.append(ro.MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
+            parts.append(RefusalOut(refusal=choice.refusal))
+        output.append(MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
     output += [_call_item(i, request_id, c) for i, c in enumerate(choice.tool_calls)]
     return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model, status="completed",
                            output=output, usage=_usage(r.usage), finish_reason=choice.finish_reason,
@@ -106,11 +137,11 @@ class ResponseEvents:
         self._created_at = created_at
         self._model = call.request.model
         self._sequence = 0
-        self.output: list[ro.OutputItem] = []
-        self._message: ro.MessageOut | None = None  # the open message item, and its open part
-        self._part: ro.OutputTextOut | ro.RefusalOut | None = None
-        self._part_logprobs: list[ro.DeltaLogprob] = []
-        self._calls: dict[int, ro.FunctionCallOut | ro.CustomToolCallOut] = {}  # open, by the chat call index
+        self.output: list[OutputItem] = []
+        self._message: MessageOut | None = None  # the open message item, and its open part
+        self._part: OutputTextOut | RefusalOut | None = None
+        self._part_logprobs: list[DeltaLogprob] = []
+        self._calls: dict[int, FunctionCallOut | CustomToolCallOut] = {}  # open, by the chat call index
         self._finish: str | None = None
         self._service_tier: str | None = None
         self._opened = False
@@ -120,27 +151,27 @@ class ResponseEvents:
         n, self._sequence = self._sequence, self._sequence + 1
         return n
 
-    def _snapshot(self, status: str, usage: ro.UsageOut | None = None, error: ro.ErrorOut | None = None) \
-            -> ro.ResponseObject:
+    def _snapshot(self, status: str, usage: UsageOut | None = None, error: ErrorOut | None = None) \
+            -> ResponseObject:
         return response_object(self._call, id=self.id, created_at=self._created_at, model=self._model,
                                status=status, output=list(self.output), usage=usage, error=error,
                                finish_reason=self._finish if status == "completed" else None,
                                service_tier=self._service_tier)
 
-    def opened(self) -> list[ro.StreamEvent]:
+    def opened(self) -> list[StreamEvent]:
         if self._opened:
             return []
         self._opened = True
-        return [ro.ResponseEvent(type="response.created", sequence_number=self._n(),
-                                 response=self._snapshot("in_progress")),
-                ro.ResponseEvent(type="response.in_progress", sequence_number=self._n(),
-                                 response=self._snapshot("in_progress"))]
+        return [ResponseEvent(type="response.created", sequence_number=self._n(),
+                              response=self._snapshot("in_progress")),
+                ResponseEvent(type="response.in_progress", sequence_number=self._n(),
+                              response=self._snapshot("in_progress"))]
 
-    def feed(self, chunk: chat.ChatCompletionChunk) -> list[ro.StreamEvent]:
+    def feed(self, chunk: chat_answers.ChatCompletionChunk) -> list[StreamEvent]:
         self._model = chunk.model or self._model
         if isinstance(chunk.service_tier, str):
             self._service_tier = chunk.service_tier
-        events: list[ro.StreamEvent] = []
+        events: list[StreamEvent] = []
         for choice in chunk.choices:
             if choice.index != 0:
                 continue  # a Responses request asks for one choice
@@ -159,20 +190,20 @@ class ResponseEvents:
 
     # --- the message item and its parts
 
-    def _open_part(self, part: ro.OutputTextOut | ro.RefusalOut) -> list[ro.StreamEvent]:
+    def _open_part(self, part: OutputTextOut | RefusalOut) -> list[StreamEvent]:
         events = self._close_calls()
         if self._message is None:
-            self._message = ro.MessageOut(id=f"msg_{self._rid}_{len(self.output)}", status="in_progress", content=[])
+            self._message = MessageOut(id=f"msg_{self._rid}_{len(self.output)}", status="in_progress", content=[])
             self.output.append(self._message)
-            events.append(ro.ItemEvent(type="response.output_item.added", sequence_number=self._n(),
-                                       output_index=len(self.output) - 1, item=_copy(self._message)))
+            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
+                                    output_index=len(self.output) - 1, item=_copy(self._message)))
         else:
             events += self._close_part()
         self._message.content.append(part)
         self._part = part
-        events.append(ro.PartEvent(type="response.content_part.added", sequence_number=self._n(),
-                                   item_id=self._message.id, output_index=len(self.output) - 1,
-                                   content_index=len(self._message.content) - 1, part=_copy(part)))
+        events.append(PartEvent(type="response.content_part.added", sequence_number=self._n(),
+                                item_id=self._message.id, output_index=len(self.output) - 1,
+                                content_index=len(self._message.content) - 1, part=_copy(part)))
         return events
 
     def _where(self) -> dict[str, Any]:
@@ -180,124 +211,125 @@ class ResponseEvents:
         return {"item_id": self._message.id, "output_index": self.output.index(self._message),
                 "content_index": len(self._message.content) - 1}
 
-    def _text(self, text: str, logprobs: list[chat.TokenLogprobOut]) -> list[ro.StreamEvent]:
-        events = [] if isinstance(self._part, ro.OutputTextOut) else self._open_part(
-            ro.OutputTextOut(text="", annotations=[]))
+    def _text(self, text: str, logprobs: list[chat_answers.TokenLogprobOut]) -> list[StreamEvent]:
+        events = [] if isinstance(self._part, OutputTextOut) else self._open_part(
+            OutputTextOut(text="", annotations=[]))
         part = self._part
-        assert isinstance(part, ro.OutputTextOut)
+        assert isinstance(part, OutputTextOut)
         part.text += text
         deltas = [_delta_logprob(t) for t in logprobs] if self._call.logprobs else []
         if self._call.logprobs:
             part.logprobs += logprobs
         self._part_logprobs += deltas
-        events.append(ro.TextDeltaEvent(sequence_number=self._n(), delta=text, logprobs=deltas, **self._where()))
+        events.append(TextDeltaEvent(sequence_number=self._n(), delta=text, logprobs=deltas, **self._where()))
         return events
 
-    def _refusal(self, text: str) -> list[ro.StreamEvent]:
-        events = [] if isinstance(self._part, ro.RefusalOut) else self._open_part(ro.RefusalOut(refusal=""))
-        assert isinstance(self._part, ro.RefusalOut)
+    def _refusal(self, text: str) -> list[StreamEvent]:
+        events = [] if isinstance(self._part, RefusalOut) else self._open_part(RefusalOut(refusal=""))
+        assert isinstance(self._part, RefusalOut)
         self._part.refusal += text
-        events.append(ro.RefusalDeltaEvent(sequence_number=self._n(), delta=text, **self._where()))
+        events.append(RefusalDeltaEvent(sequence_number=self._n(), delta=text, **self._where()))
         return events
 
-    def _close_part(self) -> list[ro.StreamEvent]:
+    def _close_part(self) -> list[StreamEvent]:
         part, self._part = self._part, None
         if part is None:
             return []
         where = self._where()
-        done: ro.StreamEvent
-        if isinstance(part, ro.OutputTextOut):
+        done: StreamEvent
+        if isinstance(part, OutputTextOut):
             logprobs, self._part_logprobs = self._part_logprobs, []
-            done = ro.TextDoneEvent(sequence_number=self._n(), text=part.text, logprobs=logprobs, **where)
+            done = TextDoneEvent(sequence_number=self._n(), text=part.text, logprobs=logprobs, **where)
         else:
-            done = ro.RefusalDoneEvent(sequence_number=self._n(), refusal=part.refusal, **where)
-        return [done, ro.PartEvent(type="response.content_part.done", sequence_number=self._n(), part=_copy(part),
-                                   **where)]
+            done = RefusalDoneEvent(sequence_number=self._n(), refusal=part.refusal, **where)
+        return [done, PartEvent(type="response.content_part.done", sequence_number=self._n(), part=_copy(part),
+                                **where)]
 
-    def _close_message(self, status: ro.Status) -> list[ro.StreamEvent]:
+    def _close_message(self, status: Status) -> list[StreamEvent]:
         message = self._message
         if message is None:
             return []
         events = self._close_part()
         self._message = None
         message.status = status
-        events.append(ro.ItemEvent(type="response.output_item.done", sequence_number=self._n(),
-                                   output_index=self.output.index(message), item=_copy(message)))
+        events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(),
+                                output_index=self.output.index(message), item=_copy(message)))
         return events
 
     # --- tool call items
 
-    def _tool_delta(self, delta: chat.ToolCallDeltaOut) -> list[ro.StreamEvent]:
+    def _tool_delta(self, delta: chat_answers.ToolCallDeltaOut) -> list[StreamEvent]:
         events = self._close_message("completed")
         item = self._calls.get(delta.index)
-        function = delta.function if isinstance(delta.function, chat.FunctionDeltaOut) else chat.FunctionDeltaOut()
+        function = (delta.function if isinstance(delta.function, chat_answers.FunctionDeltaOut)
+                    else chat_answers.FunctionDeltaOut())
         name = function.name if isinstance(function.name, str) else ""
         if item is None:
             n = len(self.output)
             call_id = delta.id if isinstance(delta.id, str) else f"call_{self._rid}_{delta.index}"
             if delta.type == "custom":
-                item = ro.CustomToolCallOut(id=f"ctc_{self._rid}_{n}", call_id=call_id, name=name, input="")
+                item = CustomToolCallOut(id=f"ctc_{self._rid}_{n}", call_id=call_id, name=name, input="")
             else:
-                item = ro.FunctionCallOut(id=f"fc_{self._rid}_{n}", call_id=call_id, name=name, arguments="",
-                                          status="in_progress")
+                item = FunctionCallOut(id=f"fc_{self._rid}_{n}", call_id=call_id, name=name, arguments="",
+                                       status="in_progress")
             self._calls[delta.index] = item
             self.output.append(item)
-            events.append(ro.ItemEvent(type="response.output_item.added", sequence_number=self._n(),
-                                       output_index=n, item=_copy(item)))
+            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
+                                    output_index=n, item=_copy(item)))
         elif name:
             item.name += name
         arguments = function.arguments if isinstance(function.arguments, str) else ""
         if arguments:
-            if isinstance(item, ro.CustomToolCallOut):
+            if isinstance(item, CustomToolCallOut):
                 item.input += arguments
                 kind = "response.custom_tool_call_input.delta"
             else:
                 item.arguments += arguments
                 kind = "response.function_call_arguments.delta"
-            events.append(ro.ArgumentsDeltaEvent(type=kind, sequence_number=self._n(), item_id=item.id,
-                                                 output_index=self.output.index(item), delta=arguments))
+            events.append(ArgumentsDeltaEvent(type=kind, sequence_number=self._n(), item_id=item.id,
+                                              output_index=self.output.index(item), delta=arguments))
         return events
 
-    def _close_calls(self, status: ro.Status = "completed") -> list[ro.StreamEvent]:
-        events: list[ro.StreamEvent] = []
+    def _close_calls(self, status: Status = "completed") -> list[StreamEvent]:
+        events: list[StreamEvent] = []
         for item in self._calls.values():
             index = self.output.index(item)
-            if isinstance(item, ro.CustomToolCallOut):
-                events.append(ro.CustomInputDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
-                                                      input=item.input))
+            if isinstance(item, CustomToolCallOut):
+                events.append(CustomInputDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
+                                                   input=item.input))
             else:
                 item.status = status
-                events.append(ro.ArgumentsDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
-                                                    name=item.name, arguments=item.arguments))
-            events.append(ro.ItemEvent(type="response.output_item.done", sequence_number=self._n(),
-                                       output_index=index, item=_copy(item)))
+                events.append(ArgumentsDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
+                                                 name=item.name, arguments=item.arguments))
+            events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(),
+                                    output_index=index, item=_copy(item)))
         self._calls.clear()
         return events
 
     # --- the end
 
-    def completed(self, usage: wt.Usage | None) -> list[ro.StreamEvent]:
+    def completed(self, usage: wire_types.Usage | None) -> list[StreamEvent]:
         """The stream is complete: every open item is closed; then response.completed (or .incomplete)."""
-        status: ro.Status = "incomplete" if self._finish in _INCOMPLETE else "completed"
+        status: Status = "incomplete" if self._finish in _INCOMPLETE else "completed"
         events = self._close_message(status) + self._close_calls(status)
         if not self.output:  # an empty answer is still one message with one (empty) text
-            events += self._open_part(ro.OutputTextOut(text="", annotations=[]))
+            events += self._open_part(OutputTextOut(text="", annotations=[]))
             events += self._close_message(status)
         self.ended = True
         snapshot = self._snapshot("completed", usage=_usage(usage))
         kind = "response.incomplete" if snapshot.status == "incomplete" else "response.completed"
-        return [*events, ro.ResponseEvent(type=kind, sequence_number=self._n(), response=snapshot)]
+        return [*events, ResponseEvent(type=kind, sequence_number=self._n(), response=snapshot)]
 
-    def failed(self, error: IngressError) -> list[ro.StreamEvent]:
+    def failed(self, error: IngressError) -> list[StreamEvent]:
         """The stream broke after it began: `error`, then response.failed with what was answered so far."""
         if self.ended:
             return []
         opening = self.opened()  # a stream that failed while only heartbeats had been sent
         self.ended = True
         code = error.code or error.type
-        snapshot = self._snapshot("failed", error=ro.ErrorOut(code=code, message=error.message))
-        return [*opening, ro.ErrorEvent(sequence_number=self._n(), code=code, message=error.message, param=error.param),
-                ro.ResponseEvent(type="response.failed", sequence_number=self._n(), response=snapshot)]
+        snapshot = self._snapshot("failed", error=ErrorOut(code=code, message=error.message))
+        return [*opening, ErrorEvent(sequence_number=self._n(), code=code, message=error.message, param=error.param),
+                ResponseEvent(type="response.failed", sequence_number=self._n(), response=snapshot)]
 
 
 def _copy(item: T) -> T:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
-from ingress.oai import answers as out
+from ingress.oai import chat_answers
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire.answer import content_delta, decode_frame
 
 
@@ -35,11 +35,11 @@ class Delta:
     index: int
     content: str
 
-    def chunk(self) -> out.ChatCompletionChunk:
+    def chunk(self) -> chat_answers.ChatCompletionChunk:
         h = self.head
-        return out.ChatCompletionChunk(
+        return chat_answers.ChatCompletionChunk(
             id=h.id, created=h.created, model=h.model,
-            choices=[out.ChunkChoiceOut(index=self.index, delta=out.DeltaOut(content=self.content))],
+            choices=[chat_answers.ChunkChoiceOut(index=self.index, delta=chat_answers.DeltaOut(content=self.content))],
             system_fingerprint=h.system_fingerprint if h.system_fingerprint is not None else UNSET,
             service_tier=h.service_tier if h.service_tier is not None else UNSET,
             usage=None if h.include_usage else UNSET,  # "usage": null on every chunk but the last
@@ -56,7 +56,7 @@ class StreamTranslator:
         self.model = model
         self.created = created
         self.include_usage = include_usage
-        self.usage: wt.Usage | None = None
+        self.usage: wire_types.Usage | None = None
         self.output: list[str] = []  # text, reasoning and tool arguments streamed: counted when no usage comes
         self.done = False
         self.system_fingerprint: str | None = None
@@ -66,12 +66,12 @@ class StreamTranslator:
         self._legacy = legacy_functions
         self._head: Head | None = None  # made at the first Delta, dropped when a chunk may change it
 
-    def feed_frame(self, frame: bytes) -> list[out.ChatCompletionChunk]:
+    def feed_frame(self, frame: bytes) -> list[chat_answers.ChatCompletionChunk]:
         """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
         Verifying and decoding the frame is `ingress.wire.answer.decode_frame`'s."""
         return [c.chunk() if isinstance(c, Delta) else c for c in self.read_frame(frame)]
 
-    def read_frame(self, frame: bytes) -> list[out.ChatCompletionChunk | Delta]:
+    def read_frame(self, frame: bytes) -> list[chat_answers.ChatCompletionChunk | Delta]:
         """As `feed_frame`, but a token's delta, nearly every frame, is read in place (`content_delta`)
         into the Delta of the chunk `feed` would make of it, for the edge to render from a template."""
         delta = content_delta(frame)
@@ -87,7 +87,7 @@ class StreamTranslator:
                                      self.include_usage)
         return [Delta(head, index, content)]
 
-    def feed(self, chunk: wt.Chunk) -> list[out.ChatCompletionChunk]:
+    def feed(self, chunk: wire_types.Chunk) -> list[chat_answers.ChatCompletionChunk]:
         if self.done:
             raise UpstreamProtocolError("The model service sent data after the end of the stream.")
         if chunk.sequence != self._next_sequence:
@@ -111,7 +111,7 @@ class StreamTranslator:
         if calls:
             self.output += [d.arguments for d in calls if d.arguments]
         legacy = _function_delta(calls) if self._legacy and calls else UNSET
-        delta = out.DeltaOut(
+        delta = chat_answers.DeltaOut(
             role=chunk.role if chunk.role is not None else UNSET,
             content=chunk.content if chunk.content is not None else UNSET,
             refusal=chunk.refusal if chunk.refusal is not None else UNSET,
@@ -122,8 +122,8 @@ class StreamTranslator:
         logprobs = translate_logprobs(chunk.logprobs, chunk.refusal_logprobs)
         if delta != _EMPTY_DELTA or chunk.finish_reason is not None or logprobs is not None:
             finish = translate_finish(chunk.finish_reason, self._legacy)
-            choice = out.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish,
-                                        logprobs=logprobs)
+            choice = chat_answers.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish,
+                                                 logprobs=logprobs)
             result.append(self._wrap([choice], usage=None))
         if chunk.usage is not None:
             self.usage = chunk.usage
@@ -131,8 +131,9 @@ class StreamTranslator:
                 result.append(self._wrap([], usage=translate_usage(chunk.usage)))
         return result
 
-    def _wrap(self, choices: list[out.ChunkChoiceOut], usage: out.UsageOut | None) -> out.ChatCompletionChunk:
-        return out.ChatCompletionChunk(
+    def _wrap(self, choices: list[chat_answers.ChunkChoiceOut],
+              usage: chat_answers.UsageOut | None) -> chat_answers.ChatCompletionChunk:
+        return chat_answers.ChatCompletionChunk(
             id=self.id,
             created=self.created,
             model=self.model,
@@ -149,15 +150,15 @@ class StreamTranslator:
             raise UpstreamProtocolError("The model service stream ended before it was complete.")
 
 
-_EMPTY_DELTA = out.DeltaOut()
+_EMPTY_DELTA = chat_answers.DeltaOut()
 
 
-def _tool_delta(d: wt.ToolCallDelta) -> out.ToolCallDeltaOut:
-    function = out.FunctionDeltaOut(
+def _tool_delta(d: wire_types.ToolCallDelta) -> chat_answers.ToolCallDeltaOut:
+    function = chat_answers.FunctionDeltaOut(
         name=d.name if d.name is not None else UNSET,
         arguments=d.arguments if d.arguments is not None else UNSET,
     )
-    return out.ToolCallDeltaOut(
+    return chat_answers.ToolCallDeltaOut(
         index=d.index,
         id=d.id if d.id is not None else UNSET,
         type=d.type if d.type is not None else UNSET,
@@ -165,15 +166,15 @@ def _tool_delta(d: wt.ToolCallDelta) -> out.ToolCallDeltaOut:
     )
 
 
-_EMPTY_FUNCTION = out.FunctionDeltaOut()
+_EMPTY_FUNCTION = chat_answers.FunctionDeltaOut()
 
 
-def _function_delta(deltas: list[wt.ToolCallDelta]) -> out.FunctionDeltaOut | UnsetType:
+def _function_delta(deltas: list[wire_types.ToolCallDelta]) -> chat_answers.FunctionDeltaOut | UnsetType:
     """The legacy shape holds one call: the deltas of the first (index 0); any other is not sent."""
     first = [d for d in deltas if d.index == 0]
     names = [d.name for d in first if d.name is not None]
     arguments = [d.arguments for d in first if d.arguments is not None]
     if not names and not arguments:
         return UNSET
-    return out.FunctionDeltaOut(name="".join(names) if names else UNSET,
-                                arguments="".join(arguments) if arguments else UNSET)
+    return chat_answers.FunctionDeltaOut(name="".join(names) if names else UNSET,
+                                         arguments="".join(arguments) if arguments else UNSET)

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from msgspec import UNSET
 
-from ingress.oai import answers as out
+from ingress.oai import chat_answers
 from ingress.oai.completions import TextChoiceOut, TextCompletion, TextLogprobsOut
 from ingress.translate.completion import translate_logprobs, translate_usage
 from ingress.translate.stream import StreamTranslator
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 
-def text_logprobs(tokens: list[out.TokenLogprobOut], text: str, before: int = 0) -> TextLogprobsOut:
+def text_logprobs(tokens: list[chat_answers.TokenLogprobOut], text: str, before: int = 0) -> TextLogprobsOut:
     """The legacy `logprobs` of `tokens`, which arrived with `text`, `before` characters into the choice."""
     offset = before + max(0, len(text) - sum(len(t.token) for t in tokens))
     offsets = []
@@ -33,18 +33,18 @@ def text_logprobs(tokens: list[out.TokenLogprobOut], text: str, before: int = 0)
                            top_logprobs=[_top(t.top_logprobs) for t in tokens], text_offset=offsets)
 
 
-def _top(alternatives: list[out.TopLogprobOut]) -> dict[str, float]:
+def _top(alternatives: list[chat_answers.TopLogprobOut]) -> dict[str, float]:
     top: dict[str, float] = {}
     for a in alternatives:
         top.setdefault(a.token, a.logprob)  # most likely first: a repeated token keeps its first logprob
     return top
 
 
-def _content(logprobs: out.LogprobsOut | None) -> list[out.TokenLogprobOut] | None:
+def _content(logprobs: chat_answers.LogprobsOut | None) -> list[chat_answers.TokenLogprobOut] | None:
     return logprobs.content if logprobs is not None else None
 
 
-def translate_text_response(r: wt.Response) -> TextCompletion:
+def translate_text_response(r: wire_types.Response) -> TextCompletion:
     choices = []
     for c in r.choices:
         text, tokens = c.content or "", _content(translate_logprobs(c.logprobs, None))
@@ -72,7 +72,7 @@ class TextStreamTranslator:
         return self._chat.done
 
     @property
-    def usage(self) -> wt.Usage | None:
+    def usage(self) -> wire_types.Usage | None:
         return self._chat.usage
 
     @property
@@ -85,7 +85,7 @@ class TextStreamTranslator:
     def finish(self) -> None:
         self._chat.finish()
 
-    def _text_chunk(self, chunk: out.ChatCompletionChunk) -> TextCompletion | None:
+    def _text_chunk(self, chunk: chat_answers.ChatCompletionChunk) -> TextCompletion | None:
         choices = []
         for c in chunk.choices:
             text, tokens = c.delta.content or "", _content(c.logprobs)

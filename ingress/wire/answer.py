@@ -11,7 +11,7 @@ import struct
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError
 from ingress.wire import decode, identifiers, verify
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire._generated import readers
 from ingress.wire.decode import FINISH_NAMES
 from ingress.wire.runtime import ABSENT, ENTRIES, MAX_SIZE, u16
@@ -38,7 +38,7 @@ def decode_refusal(body: bytes, *, retry_after: int | None) -> UpstreamError:
         return error
 
 
-def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
+def decode_answer(body: bytes, *, verify_answer: bool = True) -> wire_types.Response:
     """A non-streamed answer body: a CompletionResponse, or an Error raised as UpstreamAnswered."""
     if (common := common_response(body)) is not None:  # nearly every answer
         return common
@@ -55,7 +55,7 @@ def decode_answer(body: bytes, *, verify_answer: bool = True) -> wt.Response:
         raise UpstreamProtocolError("The model service sent an unreadable answer.") from exc
 
 
-def decode_frame(frame: bytes, *, verify_frame: bool = True) -> wt.Chunk:
+def decode_frame(frame: bytes, *, verify_frame: bool = True) -> wire_types.Chunk:
     """One whole stream frame (size prefix included): a CompletionChunk, or an Error raised as
     UpstreamAnswered. A frame is verified whole: its fields are aligned from the start of the prefix."""
     kind = identifiers.identifier_of(frame, 4)
@@ -160,7 +160,7 @@ class _NotCommon(Exception):
 _NOT_COMMON = _NotCommon()
 
 
-def common_response(body: bytes) -> wt.Response | None:
+def common_response(body: bytes) -> wire_types.Response | None:
     """The CompletionResponse nearly every non-streamed answer is, read in place: its id, model, created,
     usage, system fingerprint and service tier, and choices that carry a message's content and refusal,
     a finish reason and reasoning, and nothing else (a message's role may be there; every other field of
@@ -177,7 +177,7 @@ def common_response(body: bytes) -> wt.Response | None:
         return None
 
 
-def _response(buf: bytes) -> wt.Response:
+def _response(buf: bytes) -> wire_types.Response:
     n = len(buf)
     if n < 12 or n >= MAX_SIZE or buf[4:8] != _RESPONSE:
         raise _NOT_COMMON
@@ -189,7 +189,7 @@ def _response(buf: bytes) -> wt.Response:
     (fingerprint, d_fingerprint), (tier, d_tier) = _text(buf, n, t, o_fingerprint), _text(buf, n, t, o_tier)
     decoded = d_id + d_model + d_fingerprint + d_tier
     created = _I64(buf, _at(n, t, o_created, 8))[0] if o_created else 0
-    choices: list[wt.Choice] = []
+    choices: list[wire_types.Choice] = []
     if o_choices:
         x = _offset(buf, n, t + o_choices)
         if x & 3 or x > n - 4:
@@ -206,11 +206,11 @@ def _response(buf: bytes) -> wt.Response:
     usage = _usage(buf, n, _offset(buf, n, t + o_usage)) if o_usage else None
     if refs > n // 4 or decoded > n:  # the verifier's strict bounds on the work a buffer can ask for
         raise _NOT_COMMON
-    return wt.Response(id=id_ or "", model=model or "", created=created, choices=choices, usage=usage,
-                       system_fingerprint=fingerprint, service_tier=tier)
+    return wire_types.Response(id=id_ or "", model=model or "", created=created, choices=choices, usage=usage,
+                               system_fingerprint=fingerprint, service_tier=tier)
 
 
-def _choice(buf: bytes, n: int, t: int) -> tuple[wt.Choice, int, int]:
+def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
     """A choice of the common shape, with the offsets it followed and the string bytes it decoded."""
     o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning = _table(
         buf, n, t, _CHOICE_SLOTS)
@@ -234,12 +234,12 @@ def _choice(buf: bytes, n: int, t: int) -> tuple[wt.Choice, int, int]:
         (content, d_content), (refusal, d_refusal) = _text(buf, n, m, o_content), _text(buf, n, m, o_refusal)
         refs += bool(o_content) + bool(o_refusal)
         decoded += d_content + d_refusal
-    choice = wt.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
-                       reasoning=reasoning)
+    choice = wire_types.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
+                               reasoning=reasoning)
     return choice, refs, decoded
 
 
-def _usage(buf: bytes, n: int, t: int) -> wt.Usage:
+def _usage(buf: bytes, n: int, t: int) -> wire_types.Usage:
     """The Usage table at `t`, its fields (all uint32) checked as the verifier checks them, then read by
     the generated reader."""
     for o in _table(buf, n, t, _USAGE_SLOTS):

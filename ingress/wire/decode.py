@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.completions import TextCompletionRequest
 from ingress.wire import identifiers
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import enums, readers
 from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest
@@ -46,8 +46,9 @@ def read_request_data(buf: bytes) -> gen.CompletionRequestData:
     return readers.read_CompletionRequest(buf)
 
 
-def _call(c: gen.FunctionCallData) -> wt.FunctionCall:
-    return wt.FunctionCall(id=c.id or "", name=c.name or "", arguments=c.arguments or "", type=c.type or "function")
+def _call(c: gen.FunctionCallData) -> wire_types.FunctionCall:
+    return wire_types.FunctionCall(id=c.id or "", name=c.name or "", arguments=c.arguments or "",
+                                   type=c.type or "function")
 
 
 def _bad(what: str, value: int) -> str:
@@ -58,9 +59,9 @@ def _enum(names: tuple[str | None, ...], value: int, what: str) -> str | None:
     return names[value] if 0 <= value < len(names) else _bad(what, value)
 
 
-def _choice(c: gen.ChoiceData) -> wt.Choice:
+def _choice(c: gen.ChoiceData) -> wire_types.Choice:
     m = c.message
-    return wt.Choice(
+    return wire_types.Choice(
         index=c.index,
         content=m.content if m else None,
         tool_calls=[_call(t) for t in m.tool_calls] if m and m.tool_calls else [],
@@ -75,21 +76,21 @@ def _choice(c: gen.ChoiceData) -> wt.Choice:
 # one struct call each, about ten times faster than through the flatbuffers runtime's accessors.
 
 
-def decode_response(buf: bytes) -> wt.Response:
+def decode_response(buf: bytes) -> wire_types.Response:
     """A verified CompletionResponse buffer."""
     _expect(buf, identifiers.RESPONSE)
     r = readers.read_CompletionResponse(buf)
-    return wt.Response(id=r.id or "", model=r.model or "", created=r.created,
-                       choices=[_choice(c) for c in r.choices] if r.choices else [],
-                       usage=r.usage, system_fingerprint=r.system_fingerprint, service_tier=r.service_tier)
+    return wire_types.Response(id=r.id or "", model=r.model or "", created=r.created,
+                               choices=[_choice(c) for c in r.choices] if r.choices else [],
+                               usage=r.usage, system_fingerprint=r.system_fingerprint, service_tier=r.service_tier)
 
 
-def decode_chunk(buf: bytes) -> wt.Chunk:
+def decode_chunk(buf: bytes) -> wire_types.Chunk:
     """A verified chunk frame's buffer (size prefix already stripped)."""
     _expect(buf, identifiers.CHUNK)
     k = readers.read_CompletionChunk(buf)
     role = k.role
-    return wt.Chunk(
+    return wire_types.Chunk(
         sequence=k.sequence, choice_index=k.choice_index, id=k.id, model=k.model, created=k.created or None,
         role=None if role is None else _enum(ROLE_NAMES, role, "role"), content=k.content,
         tool_calls=k.tool_calls or [],
@@ -100,11 +101,11 @@ def decode_chunk(buf: bytes) -> wt.Chunk:
     )
 
 
-def decode_error(buf: bytes) -> wt.ErrorInfo:
+def decode_error(buf: bytes) -> wire_types.ErrorInfo:
     """A verified Error buffer (size prefix already stripped)."""
     _expect(buf, identifiers.ERROR)
     e = readers.read_Error(buf)
-    return wt.ErrorInfo(status=e.status, message=e.message or "", type=e.type or "", code=e.code, param=e.param)
+    return wire_types.ErrorInfo(status=e.status, message=e.message or "", type=e.type or "", code=e.code, param=e.param)
 
 
 # --- a request back to OpenAI's shape (for services that want it, and for round-trip tests) -------
@@ -121,28 +122,28 @@ def shortest_float32(value: float) -> float:
 
 
 def _raw(text: str | bytes | None) -> msgspec.Raw:
-    return msgspec.Raw(text) if text else oai.NO_JSON
+    return msgspec.Raw(text) if text else chat.NO_JSON
 
 
-_PART_TYPES: dict[str, type] = {"image_url": oai.ImageUrl, "input_audio": oai.InputAudio, "file": oai.FileRef}
+_PART_TYPES: dict[str, type] = {"image_url": chat.ImageUrl, "input_audio": chat.InputAudio, "file": chat.FileRef}
 
 
-_PART_CLASSES: dict[str, Any] = {"image_url": oai.ImagePart, "input_audio": oai.AudioPart, "file": oai.FilePart}
+_PART_CLASSES: dict[str, Any] = {"image_url": chat.ImagePart, "input_audio": chat.AudioPart, "file": chat.FilePart}
 
 
-def _content(m: gen.MessageData) -> str | list[oai.ContentPart] | None:
+def _content(m: gen.MessageData) -> str | list[chat.ContentPart] | None:
     if m.parts is None:
         return m.content
-    parts: list[oai.ContentPart] = []
+    parts: list[chat.ContentPart] = []
     for p in m.parts:
         kind = p.type
         b = p.prompt_cache_breakpoint
         ttl: Any = b.ttl if b is not None else None  # a Literal, checked when the request was encoded
-        mark = None if b is None else oai.PromptCacheBreakpoint(mode="explicit", ttl=ttl)
+        mark = None if b is None else chat.PromptCacheBreakpoint(mode="explicit", ttl=ttl)
         if kind == "text":
-            parts.append(oai.TextPart(text=p.text or "", prompt_cache_breakpoint=mark))
+            parts.append(chat.TextPart(text=p.text or "", prompt_cache_breakpoint=mark))
         elif kind == "refusal":
-            parts.append(oai.RefusalPart(refusal=p.text or ""))
+            parts.append(chat.RefusalPart(refusal=p.text or ""))
         elif kind in _PART_TYPES:
             inner: Any = msgspec.json.decode(p.payload_json or b"{}", type=_PART_TYPES[kind])
             parts.append(_PART_CLASSES[kind](inner, prompt_cache_breakpoint=mark))
@@ -151,14 +152,14 @@ def _content(m: gen.MessageData) -> str | list[oai.ContentPart] | None:
     return parts
 
 
-def _tool_call(c: gen.FunctionCallData) -> oai.ToolCallIn:
+def _tool_call(c: gen.FunctionCallData) -> chat.ToolCallIn:
     call_id, name, arguments = c.id or "", c.name or "", c.arguments or ""
     if c.type == "custom":
-        return oai.ToolCallIn(id=call_id, type="custom", custom=oai.CustomCallIn(name=name, input=arguments))
-    return oai.ToolCallIn(id=call_id, function=oai.FunctionCallIn(name=name, arguments=arguments))
+        return chat.ToolCallIn(id=call_id, type="custom", custom=chat.CustomCallIn(name=name, input=arguments))
+    return chat.ToolCallIn(id=call_id, function=chat.FunctionCallIn(name=name, arguments=arguments))
 
 
-def _message(m: gen.MessageData) -> oai.Message:
+def _message(m: gen.MessageData) -> chat.Message:
     role = _enum(ROLE_NAMES, m.role, "role")
     # Any: the parts' kinds were validated for this role when the request was encoded.
     content: Any = _content(m)
@@ -166,52 +167,53 @@ def _message(m: gen.MessageData) -> oai.Message:
     if role == "assistant":
         calls = None if m.tool_calls is None else [_tool_call(c) for c in m.tool_calls]
         legacy = m.function_call
-        return oai.AssistantMessage(
+        return chat.AssistantMessage(
             content=content, name=name, tool_calls=calls, refusal=m.refusal,
-            audio=oai.AudioRef(id=m.audio_id) if m.audio_id is not None else None,
-            function_call=None if legacy is None else oai.FunctionCallIn(
+            audio=chat.AudioRef(id=m.audio_id) if m.audio_id is not None else None,
+            function_call=None if legacy is None else chat.FunctionCallIn(
                 name=legacy.name or "", arguments=legacy.arguments or ""))
     if role == "function":
-        return oai.FunctionMessage(content=content, name=name or "")
+        return chat.FunctionMessage(content=content, name=name or "")
     if role == "tool":
-        return oai.ToolMessage(content=content, tool_call_id=m.tool_call_id or "")
+        return chat.ToolMessage(content=content, tool_call_id=m.tool_call_id or "")
     if role == "system":
-        return oai.SystemMessage(content=content, name=name)
+        return chat.SystemMessage(content=content, name=name)
     if role == "developer":
-        return oai.DeveloperMessage(content=content, name=name)
-    return oai.UserMessage(content=content, name=name)
+        return chat.DeveloperMessage(content=content, name=name)
+    return chat.UserMessage(content=content, name=name)
 
 
-_tool_choice: msgspec.json.Decoder[oai.ToolChoice] = msgspec.json.Decoder(oai.ToolChoice)
-_schema_format = msgspec.json.Decoder(oai.JsonSchemaFormat)
-_custom_format: msgspec.json.Decoder[oai.CustomTextFormat | oai.CustomGrammarFormat] = msgspec.json.Decoder(
-    oai.CustomTextFormat | oai.CustomGrammarFormat)
+_tool_choice: msgspec.json.Decoder[chat.ToolChoice] = msgspec.json.Decoder(chat.ToolChoice)
+_schema_format = msgspec.json.Decoder(chat.JsonSchemaFormat)
+_custom_format: msgspec.json.Decoder[chat.CustomTextFormat | chat.CustomGrammarFormat] = msgspec.json.Decoder(
+    chat.CustomTextFormat | chat.CustomGrammarFormat)
 
 
 def _opaque(text: str | bytes | None, decoder: msgspec.json.Decoder[T]) -> T | None:
     return None if text is None else decoder.decode(text)
 
 
-_audio = msgspec.json.Decoder(oai.AudioOutput)
-_prediction = msgspec.json.Decoder(oai.Prediction)
-_web_search = msgspec.json.Decoder(oai.WebSearchOptions)
-_moderation = msgspec.json.Decoder(oai.Moderation)
-_cache_options = msgspec.json.Decoder(oai.PromptCacheOptions)
+_audio = msgspec.json.Decoder(chat.AudioOutput)
+_prediction = msgspec.json.Decoder(chat.Prediction)
+_web_search = msgspec.json.Decoder(chat.WebSearchOptions)
+_moderation = msgspec.json.Decoder(chat.Moderation)
+_cache_options = msgspec.json.Decoder(chat.PromptCacheOptions)
 
 
-def _tool(t: gen.ToolCallData) -> oai.Tool:
+def _tool(t: gen.ToolCallData) -> chat.Tool:
     if t.type == "custom":
-        return oai.Tool(type="custom", custom=oai.CustomDef(
+        return chat.Tool(type="custom", custom=chat.CustomDef(
             name=t.name or "", description=t.description,
             format=_custom_format.decode(t.format_json) if t.format_json is not None else None))
-    return oai.Tool(function=oai.FunctionDef(
+    return chat.Tool(function=chat.FunctionDef(
         name=t.name or "", description=t.description, parameters=_raw(t.arguments_json), strict=t.strict))
 
 
-def _stream_options(r: gen.CompletionRequestData) -> oai.StreamOptions | None:
+def _stream_options(r: gen.CompletionRequestData) -> chat.StreamOptions | None:
     if not r.include_usage and r.include_obfuscation is None:
         return None
-    return oai.StreamOptions(include_usage=True if r.include_usage else None, include_obfuscation=r.include_obfuscation)
+    return chat.StreamOptions(include_usage=True if r.include_usage else None,
+                              include_obfuscation=r.include_obfuscation)
 
 
 def _logit_bias(r: gen.CompletionRequestData) -> dict[str, float] | None:
@@ -222,19 +224,19 @@ def _logit_bias(r: gen.CompletionRequestData) -> dict[str, float] | None:
 # bridge reads each request this way).
 
 
-def decode_request(buf: bytes) -> oai.ChatCompletionRequest:
+def decode_request(buf: bytes) -> chat.ChatCompletionRequest:
     """Everything a CompletionRequest carries, in OpenAI's request shape."""
     r = read_request_data(buf)
-    response_format: oai.ResponseFormat | None = None
+    response_format: chat.ResponseFormat | None = None
     if (rf := r.response_format) is not None:
         if rf.type == "json_schema":
-            response_format = oai.JsonSchemaResponseFormat(_schema_format.decode(rf.json_schema_json or b"{}"))
+            response_format = chat.JsonSchemaResponseFormat(_schema_format.decode(rf.json_schema_json or b"{}"))
         elif rf.type == "json_object":
-            response_format = oai.JsonObjectFormat()
+            response_format = chat.JsonObjectFormat()
         else:
-            response_format = oai.TextFormat()
+            response_format = chat.TextFormat()
     metadata = None if r.metadata is None else {kv.key or "": kv.value or "" for kv in r.metadata}
-    return oai.ChatCompletionRequest(
+    return chat.ChatCompletionRequest(
         model=r.model_name or "",
         messages=[_message(m) for m in r.messages or ()],
         frequency_penalty=r.frequency_penalty,

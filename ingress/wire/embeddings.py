@@ -15,7 +15,7 @@ import msgspec
 from ingress.errors import IngressError, UpstreamProtocolError
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import decode, identifiers, verify
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import readers
 from ingress.wire.answer import error_of
@@ -30,7 +30,7 @@ class Embeddings(msgspec.Struct, kw_only=True):
 
     model: str
     vectors: list[list[float]]
-    usage: wt.Usage | None = None
+    usage: wire_types.Usage | None = None
 
 
 def _input(value: str | list[int]) -> gen.EmbeddingInputData:

@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.completions import TextCompletionRequest
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import enums
 
@@ -29,35 +29,35 @@ _json = msgspec.json.Encoder()
 # --- OpenAI request → CompletionRequestData ---------------------------------------------------------
 
 
-def _breakpoint(b: oai.PromptCacheBreakpoint | None) -> gen.PromptCacheBreakpointData | None:
+def _breakpoint(b: chat.PromptCacheBreakpoint | None) -> gen.PromptCacheBreakpointData | None:
     return None if b is None else gen.PromptCacheBreakpointData(mode=b.mode, ttl=b.ttl)
 
 
-def _part(part: oai.ContentPart) -> gen.ContentPartData:
+def _part(part: chat.ContentPart) -> gen.ContentPartData:
     kind = str(part.__struct_config__.tag)
-    if isinstance(part, oai.RefusalPart):
+    if isinstance(part, chat.RefusalPart):
         return gen.ContentPartData(type=kind, text=part.refusal)
     mark = _breakpoint(part.prompt_cache_breakpoint)
-    if isinstance(part, oai.TextPart):
+    if isinstance(part, chat.TextPart):
         return gen.ContentPartData(type=kind, text=part.text, prompt_cache_breakpoint=mark)
     inner: msgspec.Struct = (
-        part.image_url if isinstance(part, oai.ImagePart)
-        else part.input_audio if isinstance(part, oai.AudioPart)
+        part.image_url if isinstance(part, chat.ImagePart)
+        else part.input_audio if isinstance(part, chat.AudioPart)
         else part.file
     )
     return gen.ContentPartData(type=kind, payload_json=_json.encode(inner).decode(), prompt_cache_breakpoint=mark)
 
 
 _ROLE_OF: dict[type, int] = {
-    oai.SystemMessage: ROLES["system"], oai.UserMessage: ROLES["user"], oai.AssistantMessage: ROLES["assistant"],
-    oai.ToolMessage: ROLES["tool"], oai.DeveloperMessage: ROLES["developer"], oai.FunctionMessage: ROLES["function"],
+    chat.SystemMessage: ROLES["system"], chat.UserMessage: ROLES["user"], chat.AssistantMessage: ROLES["assistant"],
+    chat.ToolMessage: ROLES["tool"], chat.DeveloperMessage: ROLES["developer"], chat.FunctionMessage: ROLES["function"],
 }
 
 
 _ASSISTANT, _TOOL = ROLES["assistant"], ROLES["tool"]
 
 
-def _call(c: oai.ToolCallIn) -> gen.FunctionCallData:
+def _call(c: chat.ToolCallIn) -> gen.FunctionCallData:
     if c.custom is not None:
         return gen.FunctionCallData(id=c.id, type=c.type, name=c.custom.name, arguments=c.custom.input)
     f = c.function
@@ -65,7 +65,7 @@ def _call(c: oai.ToolCallIn) -> gen.FunctionCallData:
     return gen.FunctionCallData(id=c.id, type=c.type, name=f.name, arguments=f.arguments)
 
 
-def _message(m: oai.Message) -> gen.MessageData:
+def _message(m: chat.Message) -> gen.MessageData:
     # Dispatch on the exact class, once: this runs for every message of every request.
     cls = type(m)
     content = m.content
@@ -74,8 +74,8 @@ def _message(m: oai.Message) -> gen.MessageData:
         text = content
     elif content is not None:
         parts = [_part(p) for p in content]
-    if cls is oai.AssistantMessage:
-        assert isinstance(m, oai.AssistantMessage)
+    if cls is chat.AssistantMessage:
+        assert isinstance(m, chat.AssistantMessage)
         calls = None if m.tool_calls is None else [_call(c) for c in m.tool_calls]
         legacy = m.function_call
         return gen.MessageData(
@@ -83,14 +83,14 @@ def _message(m: oai.Message) -> gen.MessageData:
             audio_id=m.audio.id if m.audio is not None else None,
             function_call=None if legacy is None else gen.FunctionCallData(name=legacy.name,
                                                                            arguments=legacy.arguments))
-    if cls is oai.ToolMessage:
-        assert isinstance(m, oai.ToolMessage)
+    if cls is chat.ToolMessage:
+        assert isinstance(m, chat.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)
     # system, developer, user: all named
     return gen.MessageData(role=_ROLE_OF[cls], content=text, parts=parts, name=m.name)  # type: ignore[union-attr]  # the tool message returned above
 
 
-def _tool(tool: oai.Tool) -> gen.ToolCallData:
+def _tool(tool: chat.Tool) -> gen.ToolCallData:
     if (c := tool.custom) is not None:
         return gen.ToolCallData(name=c.name, description=c.description, type=tool.type,
                                 format_json=_json.encode(c.format).decode() if c.format is not None else None)
@@ -100,23 +100,23 @@ def _tool(tool: oai.Tool) -> gen.ToolCallData:
                             description=f.description, type=tool.type, strict=f.strict)
 
 
-def _legacy_function(f: oai.LegacyFunction) -> gen.ToolCallData:
+def _legacy_function(f: chat.LegacyFunction) -> gen.ToolCallData:
     return gen.ToolCallData(name=f.name, arguments_json=bytes(f.parameters).decode() if len(f.parameters) else None,
                             description=f.description, type="function")
 
 
-def _tools(request: oai.ChatCompletionRequest) -> list[gen.ToolCallData] | None:
+def _tools(request: chat.ChatCompletionRequest) -> list[gen.ToolCallData] | None:
     if request.functions:
         return [_legacy_function(f) for f in request.functions]
     return [_tool(t) for t in request.tools] if request.tools else None
 
 
-def _tool_choice(request: oai.ChatCompletionRequest) -> str | None:
+def _tool_choice(request: chat.ChatCompletionRequest) -> str | None:
     """`tool_choice` as JSON text; a legacy `function_call` travels as the tool_choice it means."""
     choice: object = request.tool_choice
     legacy = request.function_call
     if legacy is not None:
-        choice = legacy if isinstance(legacy, str) else oai.NamedToolChoice(function=legacy)
+        choice = legacy if isinstance(legacy, str) else chat.NamedToolChoice(function=legacy)
     return None if choice is None else _json.encode(choice).decode()
 
 
@@ -124,12 +124,12 @@ def _opaque(value: msgspec.Struct | None) -> str | None:
     return None if value is None else _json.encode(value).decode()
 
 
-def _response_format(rf: oai.ResponseFormat) -> gen.ResponseFormatData:
-    schema = _json.encode(rf.json_schema).decode() if isinstance(rf, oai.JsonSchemaResponseFormat) else None
+def _response_format(rf: chat.ResponseFormat) -> gen.ResponseFormatData:
+    schema = _json.encode(rf.json_schema).decode() if isinstance(rf, chat.JsonSchemaResponseFormat) else None
     return gen.ResponseFormatData(type=str(rf.__struct_config__.tag), json_schema_json=schema)
 
 
-def message_text(message: oai.Message) -> str:
+def message_text(message: chat.Message) -> str:
     """The text of a message: its string content, or its text parts joined."""
     content = message.content
     if content is None:
@@ -139,23 +139,23 @@ def message_text(message: oai.Message) -> str:
     return "".join(getattr(part, "text", "") for part in content)
 
 
-def system_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
+def system_prompt_of(request: chat.ChatCompletionRequest) -> str | None:
     texts = [message_text(m) for m in request.messages if type(m) in _SYSTEM]
     return "\n\n".join(texts) if texts else None
 
 
-_SYSTEM = (oai.SystemMessage, oai.DeveloperMessage)
+_SYSTEM = (chat.SystemMessage, chat.DeveloperMessage)
 
 
-def user_prompt_of(request: oai.ChatCompletionRequest) -> str | None:
+def user_prompt_of(request: chat.ChatCompletionRequest) -> str | None:
     for m in reversed(request.messages):
-        if isinstance(m, oai.UserMessage):
+        if isinstance(m, chat.UserMessage):
             return message_text(m)
     return None
 
 
 def request_data(
-    request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
+    request: chat.ChatCompletionRequest, request_id: str, passport: gen.PassportData, provider: str = "openai",
     model_name: str | None = None, extra_json: str | None = None,
 ) -> gen.CompletionRequestData:
     """`model_name` replaces the requested name (a route's alias resolved to the upstream's name);
@@ -257,11 +257,11 @@ def text_request_data(
 # --- wire types → answer data ---------------------------------------------------------------------
 
 
-def _calls(calls: list[wt.FunctionCall]) -> list[gen.FunctionCallData] | None:
+def _calls(calls: list[wire_types.FunctionCall]) -> list[gen.FunctionCallData] | None:
     return [gen.FunctionCallData(id=c.id, type=c.type, name=c.name, arguments=c.arguments) for c in calls] or None
 
 
-def response_data(r: wt.Response) -> gen.CompletionResponseData:
+def response_data(r: wire_types.Response) -> gen.CompletionResponseData:
     choices = [
         gen.ChoiceData(index=c.index, finish_reason=FINISH_REASONS[c.finish_reason], message=gen.MessageData(
             role=ROLES["assistant"], content=c.content, tool_calls=_calls(c.tool_calls), refusal=c.refusal),
@@ -274,7 +274,7 @@ def response_data(r: wt.Response) -> gen.CompletionResponseData:
                                       service_tier=r.service_tier)
 
 
-def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
+def chunk_data(c: wire_types.Chunk) -> gen.CompletionChunkData:
     deltas = c.tool_calls or None
     return gen.CompletionChunkData(
         sequence=c.sequence, id=c.id, model=c.model, created=c.created or 0, choice_index=c.choice_index,
@@ -286,7 +286,7 @@ def chunk_data(c: wt.Chunk) -> gen.CompletionChunkData:
     )
 
 
-def error_data(e: wt.ErrorInfo) -> gen.ErrorData:
+def error_data(e: wire_types.ErrorInfo) -> gen.ErrorData:
     return gen.ErrorData(status=e.status, type=e.type, code=e.code, message=e.message, param=e.param)
 
 
@@ -302,7 +302,7 @@ def _fast(encode: Callable[..., None], data: Any, size_prefixed: bool = False) -
     return buf
 
 
-def encode_request(request: oai.ChatCompletionRequest, request_id: str, passport: gen.PassportData,
+def encode_request(request: chat.ChatCompletionRequest, request_id: str, passport: gen.PassportData,
                    provider: str = "openai", model_name: str | None = None, extra_json: str | None = None) -> bytearray:
     return _fast(gen.encode_CompletionRequest,
                  request_data(request, request_id, passport, provider, model_name, extra_json))
@@ -315,16 +315,16 @@ def encode_text_request(request: TextCompletionRequest, request_id: str, passpor
                  text_request_data(request, request_id, passport, provider, model_name, extra_json))
 
 
-def encode_response(response: wt.Response) -> bytearray:
+def encode_response(response: wire_types.Response) -> bytearray:
     """One CompletionResponse buffer."""
     return _fast(gen.encode_CompletionResponse, response_data(response))
 
 
-def encode_chunk_frame(chunk: wt.Chunk) -> bytearray:
+def encode_chunk_frame(chunk: wire_types.Chunk) -> bytearray:
     """One size-prefixed CompletionChunk frame."""
     return _fast(gen.encode_CompletionChunk, chunk_data(chunk), size_prefixed=True)
 
 
-def encode_error(error: wt.ErrorInfo, *, framed: bool = False) -> bytearray:
+def encode_error(error: wire_types.ErrorInfo, *, framed: bool = False) -> bytearray:
     """An Error buffer, alone or as a size-prefixed stream frame."""
     return _fast(gen.encode_Error, error_data(error), size_prefixed=framed)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import flatbuffers
 
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.wire import identifiers
 from ingress.wire._generated import encoders as gen
 from ingress.wire.encode import request_data
@@ -56,9 +56,8 @@ def encode_stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, ide
         return bytes(b.Output())
 
 
-def encode_request_stock(pool: BuilderPool, request: oai.ChatCompletionRequest, request_id: str,
+def encode_request_stock(pool: BuilderPool, request: chat.ChatCompletionRequest, request_id: str,
                          passport: gen.PassportData, provider: str = "openai", model_name: str | None = None,
                          extra_json: str | None = None) -> bytes:
     data = request_data(request, request_id, passport, provider, model_name, extra_json)
     return encode_stock(pool, gen.build_CompletionRequest, data, identifiers.REQUEST)
-

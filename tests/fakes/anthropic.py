@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ingress.app import serve_app
+from ingress.serve.app import serve_app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
 PIECE = 97  # a stream is written in pieces of this many bytes, which split events and lines anywhere

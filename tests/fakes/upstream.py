@@ -31,9 +31,9 @@ from multidict import CIMultiDict
 from waiting import eventually
 
 from ingress import wire
-from ingress.app import serve_app
-from ingress.oai.models import ChatCompletionRequest, UserMessage
-from ingress.passport import message_text
+from ingress.oai.chat import ChatCompletionRequest, UserMessage
+from ingress.serve.app import serve_app
+from ingress.wire.encode import message_text
 
 CREATED = 1_700_000_000
 PREFIX = struct.Struct("<I")

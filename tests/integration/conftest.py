@@ -12,7 +12,7 @@ import openai
 import pytest
 from fakes.upstream import FakeUpstream
 
-from ingress.app import create_app, serve_app
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 
 # Small enough that timeout tests take a second or two; the first byte's has room for a collector's pause

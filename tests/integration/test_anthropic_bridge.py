@@ -12,10 +12,10 @@ import pytest
 from fakes.anthropic import FakeAnthropic, refuse, stream
 from openai.types.chat import ChatCompletionMessageParam
 
-from ingress.app import create_app, serve_app
 from ingress.bridges.anthropic import DIALECT
 from ingress.bridges.dialect import Target
 from ingress.bridges.service import create_bridge_app
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 
 GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)

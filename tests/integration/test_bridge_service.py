@@ -21,14 +21,14 @@ import pytest
 from aiohttp import web
 
 from ingress import wire
-from ingress.app import create_app, serve_app
 from ingress.bridges import load_dialect
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
 from ingress.bridges.service import create_bridge_app
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 
 class WordsCall:

@@ -12,7 +12,7 @@ from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.completion_create_params import Function
 
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 from ingress.wire import read_request
 
@@ -56,30 +56,30 @@ async def test_every_new_parameter_reaches_the_service(edge: str, fake_upstream:
 
     [received] = fake_upstream.received
     r = received.request
-    assert r.audio == oai.AudioOutput(format="wav", voice="alloy")
+    assert r.audio == chat.AudioOutput(format="wav", voice="alloy")
     assert r.modalities == ["text", "audio"]
-    assert r.moderation == oai.Moderation(model="omni-moderation-latest", policy=oai.ModerationPolicy(
-        input=oai.ModerationMode(mode="block")))
-    assert r.prediction == oai.Prediction(content="hello there")
+    assert r.moderation == chat.Moderation(model="omni-moderation-latest", policy=chat.ModerationPolicy(
+        input=chat.ModerationMode(mode="block")))
+    assert r.prediction == chat.Prediction(content="hello there")
     assert (r.prompt_cache_key, r.prompt_cache_retention, r.safety_identifier, r.store, r.verbosity) == (
         "conversation-42", "24h", "user-hash-1", False, "low")
-    assert r.prompt_cache_options == oai.PromptCacheOptions(mode="explicit", ttl="30m")
-    assert r.web_search_options == oai.WebSearchOptions(search_context_size="low", user_location=oai.UserLocation(
-        approximate=oai.ApproximateLocation(country="FR", city="Paris")))
-    assert r.tools == [oai.Tool(type="custom", custom=oai.CustomDef(name="sql", format=oai.CustomGrammarFormat(
-        grammar=oai.Grammar(definition="start: /SELECT .*/", syntax="lark"))))]
-    assert isinstance(r.tool_choice, oai.NamedToolChoice) and r.tool_choice.allowed_tools is not None
+    assert r.prompt_cache_options == chat.PromptCacheOptions(mode="explicit", ttl="30m")
+    assert r.web_search_options == chat.WebSearchOptions(search_context_size="low", user_location=chat.UserLocation(
+        approximate=chat.ApproximateLocation(country="FR", city="Paris")))
+    assert r.tools == [chat.Tool(type="custom", custom=chat.CustomDef(name="sql", format=chat.CustomGrammarFormat(
+        grammar=chat.Grammar(definition="start: /SELECT .*/", syntax="lark"))))]
+    assert isinstance(r.tool_choice, chat.NamedToolChoice) and r.tool_choice.allowed_tools is not None
     assert [json.loads(bytes(t)) for t in r.tool_choice.allowed_tools.tools] == [
         {"type": "custom", "custom": {"name": "sql"}}]
     user, assistant = r.messages[0], r.messages[1]
-    assert isinstance(user, oai.UserMessage) and isinstance(user.content, list)
+    assert isinstance(user, chat.UserMessage) and isinstance(user.content, list)
     text, image = user.content[0], user.content[1]
-    assert isinstance(text, oai.TextPart) and text.prompt_cache_breakpoint == oai.PromptCacheBreakpoint(
+    assert isinstance(text, chat.TextPart) and text.prompt_cache_breakpoint == chat.PromptCacheBreakpoint(
         mode="explicit", ttl="12h")
-    assert isinstance(image, oai.ImagePart) and image.image_url.detail == "original"
-    assert isinstance(assistant, oai.AssistantMessage) and assistant.audio == oai.AudioRef(id="audio_1")
-    assert assistant.tool_calls == [oai.ToolCallIn(id="call_1", type="custom",
-                                                   custom=oai.CustomCallIn(name="sql", input="SELECT 1"))]
+    assert isinstance(image, chat.ImagePart) and image.image_url.detail == "original"
+    assert isinstance(assistant, chat.AssistantMessage) and assistant.audio == chat.AudioRef(id="audio_1")
+    assert assistant.tool_calls == [chat.ToolCallIn(id="call_1", type="custom",
+                                                    custom=chat.CustomCallIn(name="sql", input="SELECT 1"))]
     assert not read_request(received.body).LegacyFunctions()
 
 
@@ -89,7 +89,7 @@ async def test_legacy_functions_travel_as_tools(edge: str, fake_upstream: FakeUp
                                              functions=[WEATHER], function_call={"name": "get_weather"})
     [received] = fake_upstream.received
     assert [t.function.name for t in received.request.tools or [] if t.function is not None] == ["get_weather"]
-    assert received.request.tool_choice == oai.NamedToolChoice(function=oai.NamedFunction(name="get_weather"))
+    assert received.request.tool_choice == chat.NamedToolChoice(function=chat.NamedFunction(name="get_weather"))
     assert received.request.functions is None
     assert read_request(received.body).LegacyFunctions()
 

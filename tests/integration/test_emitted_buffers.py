@@ -10,10 +10,10 @@ import pytest
 from aiohttp import web
 
 from ingress import wire
-from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.responses import as_chat, decode_responses_request
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings
 
 pytestmark = pytest.mark.cxx

@@ -16,9 +16,9 @@ import pytest
 from aiohttp import web
 from fakes.processes import EdgeProcess, free_port
 
-from ingress.app import serve_app
 from ingress.demo.service import create_demo_app
 from ingress.edge.connections import EdgeSite, listening_socket
+from ingress.serve.app import serve_app
 from ingress.settings import Client, Settings
 
 StartEdge = Callable[[Settings], Awaitable[str]]  # the `start_edge` fixture

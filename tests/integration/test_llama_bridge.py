@@ -19,7 +19,7 @@ import pytest
 from fakes.processes import free_port
 from openai.types.chat import ChatCompletionMessageParam
 
-from ingress.app import create_app, serve_app
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
 
 QUESTION: list[ChatCompletionMessageParam] = [

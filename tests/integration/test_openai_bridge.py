@@ -22,8 +22,8 @@ import openai
 import pytest
 from aiohttp import web
 
-from ingress.app import create_app, serve_app
-from ingress.appkeys import GATEWAY
+from ingress.edge.appkeys import GATEWAY
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, EMBEDDED, Bridge, Endpoint, Group, Route, Settings, Timeouts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"

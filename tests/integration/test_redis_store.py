@@ -29,13 +29,13 @@ from redis.asyncio import Redis as Client
 from redis_servers import SERVER_KINDS, LimitServers, Server
 from waiting import eventually
 
-from ingress.tenancy import redis as redis_module
 from ingress.tenancy.limiter import Limiter
-from ingress.tenancy.memory import MemoryStore
 from ingress.tenancy.plan import IN_FLIGHT_US, MINUTE_US, Actual, Check, Plan
-from ingress.tenancy.redis import BATCH, SHA, RedisStore
 from ingress.tenancy.settings import Breaker, Redis
-from ingress.tenancy.store import LocalStore, Store
+from ingress.tenancy.stores import redis as redis_module
+from ingress.tenancy.stores.memory import MemoryStore
+from ingress.tenancy.stores.redis import BATCH, SHA, RedisStore
+from ingress.tenancy.stores.store import LocalStore, Store
 
 DAY_US = 86_400_000_000
 CALM_MS = 5_000  # the contract tests' deadline: a loaded machine must never make them fall back
@@ -516,7 +516,7 @@ async def test_live_processes_are_counted_from_their_heartbeats(limit_server: Se
 HAMMER = """
 import asyncio, json, os, sys
 from ingress.tenancy.plan import Check, Plan
-from ingress.tenancy.redis import RedisStore
+from ingress.tenancy.stores.redis import RedisStore
 from ingress.tenancy.settings import Redis
 
 url, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -27,7 +27,7 @@ from recording import recording_edge
 from waiting import eventually
 
 from ingress import wire
-from ingress.appkeys import GATEWAY
+from ingress.edge.appkeys import GATEWAY
 from ingress.exchange import Exchange
 from ingress.pipeline import Gateway
 from ingress.routing.health import EndpointState

@@ -27,8 +27,8 @@ from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
 from waiting import eventually
 
-from ingress.app import create_app, serve_app
 from ingress.demo.service import create_demo_app
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from recording import recording_edge
 from waiting import eventually
 
 from ingress import wire
-from ingress.appkeys import GATEWAY
+from ingress.edge.appkeys import GATEWAY
 from ingress.errors import WriteTimeout
 from ingress.exchange import Exchange
 from ingress.settings import Client, Endpoint, Group, Route, Settings, Timeouts

@@ -26,15 +26,15 @@ from waiting import eventually
 from ingress import wire
 from ingress.exchange import Exchange
 from ingress.guardrails import Guardrails, Pii
-from ingress.oai.models import ChatCompletionRequest, UserMessage
-from ingress.passport import RequestMeta, compute_passport
+from ingress.oai.chat import ChatCompletionRequest, UserMessage
 from ingress.settings import Settings
-from ingress.tenancy import redis as redis_store
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Budget, Key, Limits, Redis, Tenancy, Tenant
+from ingress.tenancy.stores import redis as redis_store
 from ingress.tokens import count_cache, counter_for
 from ingress.wire.decode import read_request
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import RequestMeta, compute_passport
 
 MODEL, HIDDEN = "ingress-demo", "hidden-model"
 KEY, KEY_ID, KEY_HASH = new_key()

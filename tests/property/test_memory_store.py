@@ -11,8 +11,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.tenancy.memory import TOMBSTONE_US, MemoryStore, _Reservation
 from ingress.tenancy.plan import IN_FLIGHT_US, Actual, Check, Decision, Plan, State
+from ingress.tenancy.stores.memory import TOMBSTONE_US, MemoryStore, _Reservation
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 SECOND = 1_000_000

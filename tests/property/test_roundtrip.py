@@ -39,12 +39,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress import wire
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
 from ingress.wire import decode, encode, stock
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
+from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool
 
 pytestmark = pytest.mark.cxx
@@ -260,26 +260,26 @@ passports = st.builds(
 )
 
 
-def canonical(request: oai.ChatCompletionRequest) -> bytes:
+def canonical(request: chat.ChatCompletionRequest) -> bytes:
     """The request as JSON, with the wire's canonical forms (see the module docstring) applied."""
     options = request.stream_options
     if options is not None:
-        options = oai.StreamOptions(include_usage=options.include_usage or None,
-                                    include_obfuscation=options.include_obfuscation)
+        options = chat.StreamOptions(include_usage=options.include_usage or None,
+                                     include_obfuscation=options.include_obfuscation)
     temperature = request.temperature
     if temperature is not None:
         temperature = shortest_float32(struct.unpack("<f", struct.pack("<f", temperature))[0])
     tools, tool_choice = request.tools, request.tool_choice
     if request.functions is not None:
-        tools = [oai.Tool(function=oai.FunctionDef(name=f.name, description=f.description, parameters=f.parameters))
+        tools = [chat.Tool(function=chat.FunctionDef(name=f.name, description=f.description, parameters=f.parameters))
                  for f in request.functions]
     if (legacy := request.function_call) is not None:
-        tool_choice = legacy if isinstance(legacy, str) else oai.NamedToolChoice(function=legacy)
+        tool_choice = legacy if isinstance(legacy, str) else chat.NamedToolChoice(function=legacy)
     return msgspec.json.encode(msgspec.structs.replace(
         request,
         stop=[request.stop] if isinstance(request.stop, str) else request.stop,
         stream=request.stream or None,
-        stream_options=options if options != oai.StreamOptions() else None,
+        stream_options=options if options != chat.StreamOptions() else None,
         tools=tools or None,
         tool_choice=tool_choice,
         functions=None,
@@ -288,7 +288,7 @@ def canonical(request: oai.ChatCompletionRequest) -> bytes:
     ))
 
 
-RequestEncoder = Callable[[oai.ChatCompletionRequest, str, Passport], bytes]
+RequestEncoder = Callable[[chat.ChatCompletionRequest, str, Passport], bytes]
 _builders = BuilderPool(size=2)  # reused across examples on purpose
 
 REQUEST_ENCODERS = [

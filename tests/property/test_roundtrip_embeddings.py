@@ -26,10 +26,10 @@ from property.test_roundtrip import INT32_MAX, SETTINGS, bounded, nullable, pass
 
 from ingress import wire
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
-from ingress.passport import Passport
 from ingress.translate.embeddings import translate_embeddings
 from ingress.wire._generated import readers
 from ingress.wire.embeddings import decode_embeddings, encode_embedding_request, read_embedding_request
+from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool
 
 pytestmark = pytest.mark.cxx

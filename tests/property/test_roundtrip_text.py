@@ -20,13 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from property.test_roundtrip import INT32_MAX, SETTINGS, bounded, i, long_text, nullable, passports, text
 
+from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
-from ingress.oai.models import StreamOptions
-from ingress.passport import Passport
 from ingress.wire import decode
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
 from ingress.wire.encode import encode_text_request
+from ingress.wire.passport import Passport
 
 pytestmark = pytest.mark.cxx
 

@@ -14,10 +14,10 @@ import msgspec
 import pytest
 
 from ingress.bridges.dialect import Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.codec import MAX_NESTING
-from ingress.passport import Passport
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get_weather"}}
@@ -346,15 +346,15 @@ def deep_buffer(where: str, levels: int, provider: str) -> bytes:
     `where` (parameters, schema, extra_json or a tool call's arguments) nested `levels` deep."""
     nested = "[" * levels + "]" * levels
     deep_object = msgspec.Raw(f'{{"p":{nested}}}'.encode())
-    tools = [oai.Tool(function=oai.FunctionDef(name="f", parameters=deep_object))]
-    messages: list[oai.Message] = [oai.UserMessage(content="hi")]
+    tools = [chat.Tool(function=chat.FunctionDef(name="f", parameters=deep_object))]
+    messages: list[chat.Message] = [chat.UserMessage(content="hi")]
     if where == "arguments":
-        messages.append(oai.AssistantMessage(tool_calls=[oai.ToolCallIn(
-            id="c1", function=oai.FunctionCallIn(name="f", arguments=nested))]))
-        messages.append(oai.ToolMessage(content="done", tool_call_id="c1"))
-    schema = oai.JsonSchemaResponseFormat(oai.JsonSchemaFormat(name="s", schema=deep_object))
-    request = oai.ChatCompletionRequest(model="m", messages=messages, tools=tools if where == "parameters" else None,
-                                        response_format=schema if where == "schema" else None)
+        messages.append(chat.AssistantMessage(tool_calls=[chat.ToolCallIn(
+            id="c1", function=chat.FunctionCallIn(name="f", arguments=nested))]))
+        messages.append(chat.ToolMessage(content="done", tool_call_id="c1"))
+    schema = chat.JsonSchemaResponseFormat(chat.JsonSchemaFormat(name="s", schema=deep_object))
+    request = chat.ChatCompletionRequest(model="m", messages=messages, tools=tools if where == "parameters" else None,
+                                         response_format=schema if where == "schema" else None)
     extra = f'{{"x":{nested}}}' if where == "extra_json" else None
     return bytes(encode_request(request, "r", Passport(), provider, None, extra))
 

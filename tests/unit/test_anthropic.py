@@ -17,18 +17,18 @@ from hypothesis import strategies as st
 from unit.bad_requests import assert_nested_too_deeply, deep_buffer
 
 from ingress import wire
-from ingress.bridges import anthropic as a
 from ingress.bridges import anthropic_request
+from ingress.bridges.anthropic import AnthropicDialect
 from ingress.bridges.dialect import EngineFailed, Target, Unsupported
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import TextCompletionRequest
-from ingress.passport import Passport
 from ingress.translate.stream import StreamTranslator
 from ingress.wire.encode import encode_request, encode_text_request
+from ingress.wire.passport import Passport
 
 CREATED = 1_700_000_000
-DIALECT = a.AnthropicDialect(clock=lambda: CREATED)
+DIALECT = AnthropicDialect(clock=lambda: CREATED)
 TARGET = Target(url="https://api.anthropic.com", api_key="sk-ant-secret", max_tokens=1000)
 HELLO = [{"role": "user", "content": "Hello"}]
 STREAMS = ("text", "tool_use", "thinking")
@@ -251,7 +251,7 @@ NEEDS: dict[str, dict[str, Any]] = {
 
 
 def test_every_field_of_the_chat_request_is_mapped_or_refused() -> None:
-    fields = set(oai.ChatCompletionRequest.__struct_fields__)
+    fields = set(chat.ChatCompletionRequest.__struct_fields__)
     assert set(anthropic_request.FIELDS) == fields
     assert set(SAMPLES) == fields
     for name, value in SAMPLES.items():

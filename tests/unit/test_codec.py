@@ -21,7 +21,7 @@ from unit.bad_requests import (
 )
 
 from ingress.errors import InvalidRequest
-from ingress.oai import models as oai
+from ingress.oai import chat
 from ingress.oai.codec import (
     MAX_NESTING,
     NESTED_TOO_DEEPLY,
@@ -29,9 +29,9 @@ from ingress.oai.codec import (
     decode_chat_request,
     decode_chat_request_forwarding,
 )
-from ingress.passport import Passport
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 
 def refusal(raw: bytes) -> InvalidRequest:
@@ -188,11 +188,11 @@ def test_maximal_request_sets_every_field() -> None:
         "SystemMessage", "DeveloperMessage", "UserMessage", "AssistantMessage", "FunctionMessage", "ToolMessage",
         "UserMessage"]
     user = request.messages[2]
-    assert isinstance(user, oai.UserMessage) and isinstance(user.content, list)
+    assert isinstance(user, chat.UserMessage) and isinstance(user.content, list)
     assert [type(p).__name__ for p in user.content] == ["TextPart", "ImagePart", "AudioPart", "FilePart"]
     assert request.tools is not None and request.tools[0].function is not None
     assert json.loads(bytes(request.tools[0].function.parameters)) == PARAMETERS
-    assert isinstance(request.tool_choice, oai.NamedToolChoice) and request.tool_choice.function is not None
+    assert isinstance(request.tool_choice, chat.NamedToolChoice) and request.tool_choice.function is not None
     assert request.tool_choice.function.name == "get_weather"
     assert request.stop == ["\n\n", "END", "终", ""]
     assert (request.seed, request.max_tokens, request.n, request.temperature) == (-(2**63), 2**31 - 1, 128, 2.0)
@@ -220,16 +220,16 @@ def test_maximal_request_sets_every_field() -> None:
                      id="tool-choice-required"),
         pytest.param({"tool_choice": "none"}, "tool_choice", "none", id="tool-choice-none-without-tools"),
         pytest.param({"stream": False}, "stream", False, id="stream-false"),
-        pytest.param({"response_format": {"type": "json_object"}}, "response_format", oai.JsonObjectFormat(),
+        pytest.param({"response_format": {"type": "json_object"}}, "response_format", chat.JsonObjectFormat(),
                      id="response-format-json-object"),
         pytest.param({"messages": [USER, {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c", "function": {"name": "f", "arguments": ""}}]}]}, "messages",
-            [oai.UserMessage(content="hi"), oai.AssistantMessage(tool_calls=[
-                oai.ToolCallIn(id="c", function=oai.FunctionCallIn(name="f", arguments=""))])],
+            [chat.UserMessage(content="hi"), chat.AssistantMessage(tool_calls=[
+                chat.ToolCallIn(id="c", function=chat.FunctionCallIn(name="f", arguments=""))])],
             id="assistant-null-content-with-tool-calls"),
-        pytest.param({"messages": [{"role": "user", "content": ""}]}, "messages", [oai.UserMessage(content="")],
+        pytest.param({"messages": [{"role": "user", "content": ""}]}, "messages", [chat.UserMessage(content="")],
                      id="empty-content"),
-        pytest.param({"messages": [{"role": "user", "content": []}]}, "messages", [oai.UserMessage(content=[])],
+        pytest.param({"messages": [{"role": "user", "content": []}]}, "messages", [chat.UserMessage(content=[])],
                      id="empty-parts"),
     ],
 )
@@ -253,7 +253,7 @@ def test_duplicate_keys_keep_the_last_value() -> None:
 # --- fields that are not OpenAI's, on a route that forwards them ---------------------------------
 
 
-def forwarding(raw: bytes, forwards: bool = True) -> tuple[oai.ChatCompletionRequest, str | None]:
+def forwarding(raw: bytes, forwards: bool = True) -> tuple[chat.ChatCompletionRequest, str | None]:
     asked: list[str] = []
 
     def route_forwards(model: str) -> bool:

@@ -13,10 +13,10 @@ from codegen import bindings as gen
 from codegen.emit_enums import emit_enums, wire_name
 from codegen.flatc import FlatcError, check_versions, run_flatc
 from codegen.schema import SchemaError, parse
-from ingress.passport import Passport
 from ingress.settings import Route
 from ingress.wire import decode, encode
 from ingress.wire._generated import enums
+from ingress.wire.passport import Passport
 from ingress.wire.types import PassportData
 
 

@@ -19,11 +19,11 @@ from unit.bad_requests import Bad
 
 from ingress import wire
 from ingress.errors import InvalidRequest, UpstreamProtocolError
+from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
-from ingress.oai.models import StreamOptions
-from ingress.passport import Passport
 from ingress.translate.text import TextStreamTranslator, translate_text_response
 from ingress.wire.encode import encode_text_request
+from ingress.wire.passport import Passport
 
 PASSPORT = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=3, prefix_hash=7, traceparent="tp")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ingress.drain import Drain
+from ingress.edge.drain import Drain
 from ingress.errors import ShuttingDown
 
 

@@ -18,8 +18,8 @@ from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
 from unit.bad_responses import BAD_RESPONSES, responses_body
 
-from ingress.app import create_app, serve_app
 from ingress.oai.codec import MAX_NESTING
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, EMBEDDED, Endpoint, Group, Route, Settings
 
 CHAT = "/v1/chat/completions"

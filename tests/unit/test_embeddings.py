@@ -21,7 +21,6 @@ from unit.bad_requests import Bad
 from ingress import wire
 from ingress.errors import InvalidRequest, UpstreamAnswered, UpstreamProtocolError
 from ingress.oai.embeddings import MAX_INPUT_TOKENS, MAX_INPUTS, decode_embedding_request
-from ingress.passport import Passport, RequestMeta, compute_embedding_passport
 from ingress.translate.embeddings import encode_base64, translate_embeddings
 from ingress.wire.embeddings import (
     Embeddings,
@@ -30,6 +29,7 @@ from ingress.wire.embeddings import (
     encode_embedding_request,
     read_embedding_request,
 )
+from ingress.wire.passport import Passport, RequestMeta, compute_embedding_passport
 
 PASSPORT = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=3, prefix_hash=7, traceparent="tp")
 

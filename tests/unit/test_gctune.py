@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ingress import gctune
+from ingress.serve import gctune
 from ingress.settings import Settings
 
 
@@ -103,8 +103,8 @@ def test_stats_keep_a_bounded_list_of_pauses() -> None:
 async def test_a_serving_process_takes_both_thresholds_from_its_settings() -> None:
     from aiohttp import web
 
-    from ingress.app import tune_gc
-    from ingress.appkeys import SETTINGS
+    from ingress.edge.appkeys import SETTINGS
+    from ingress.serve.app import tune_gc
 
     app = web.Application()
     app[SETTINGS] = Settings(gc_threshold0=3_000, gc_threshold1=7, gc_freeze=False)

@@ -17,8 +17,8 @@ import pytest
 from ingress.errors import InvalidRequest, PromptBlocked
 from ingress.guardrails import Guard, Guardrails, Pattern, Pii, Secrets, check_guardrails, compile_guardrails
 from ingress.guardrails.detectors import luhn
+from ingress.oai.chat import AssistantMessage, ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request
-from ingress.oai.models import AssistantMessage, ChatCompletionRequest
 
 ALNUM = "A1b2C3d4E5f6G7h8I9j0"  # 20 characters of a key's alphabet, repeated to length
 

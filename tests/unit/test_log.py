@@ -17,8 +17,8 @@ from logcapture import lines
 from prometheus_client import REGISTRY
 
 from ingress import log
-from ingress.app import create_app, serve_app
 from ingress.log import access, configure
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings
 
 SECRET_PROMPT = "the launch code is swordfish-7731"

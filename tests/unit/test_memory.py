@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from ingress.tenancy.memory import LOCAL_TOMBSTONE_US, TOMBSTONE_US, MemoryStore
 from ingress.tenancy.plan import IN_FLIGHT_US, Actual, Check, Plan, checks_of
 from ingress.tenancy.settings import Budget, Limits, Price
-from ingress.tenancy.store import LocalStore
+from ingress.tenancy.stores.memory import LOCAL_TOMBSTONE_US, TOMBSTONE_US, MemoryStore
+from ingress.tenancy.stores.store import LocalStore
 
 LEASE = 30_000_000
 SECOND = 1_000_000

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import eventually
 
 from ingress import __version__, metrics
-from ingress.app import flush_gc_forever
+from ingress.serve.app import flush_gc_forever
 
 ROOT = Path(__file__).resolve().parents[2]
 

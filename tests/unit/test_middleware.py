@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import aiohttp
 import pytest
 
-from ingress import gctune
-from ingress.app import create_app, serve_app
+from ingress.serve import gctune
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
 
 CHAT = "/v1/chat/completions"

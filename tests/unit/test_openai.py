@@ -16,9 +16,9 @@ from ingress.bridges.openai import OpenAIDialect
 from ingress.bridges.openai_answers import OpenAIStream
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
-from ingress.passport import Passport
 from ingress.translate.stream import StreamTranslator
 from ingress.wire.encode import encode_request, encode_text_request
+from ingress.wire.passport import Passport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"
 DIALECT = OpenAIDialect(clock=lambda: 1_700_000_000.0)

@@ -10,9 +10,9 @@ import aiohttp
 import pytest
 import uvloop
 
-from ingress.app import create_app, serve_app
-from ingress.appkeys import PACER
-from ingress.pacing import StartPacer
+from ingress.edge.appkeys import PACER
+from ingress.edge.pacing import StartPacer
+from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
 
 BUDGET = 0.002

@@ -9,28 +9,36 @@ from typing import Any
 import pytest
 from unit.bad_requests import body
 
-from ingress.oai import models as oai
+from ingress.oai.chat import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    ImagePart,
+    ImageUrl,
+    Message,
+    RefusalPart,
+    TextPart,
+    UserMessage,
+)
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import (
+from ingress.wire import read_request
+from ingress.wire.encode import encode_request, message_text
+from ingress.wire.passport import (
     PREFIX_BYTES,
     Passport,
     RequestMeta,
     compute_passport,
     key_id_of,
-    message_text,
     new_traceparent,
     valid_traceparent,
     valid_tracestate,
 )
-from ingress.wire import read_request
-from ingress.wire.encode import encode_request
 
 API_KEY = "sk-proj-5up3r53cr3tK3yTh4tMu5tN3v3rL34v3Th33dg3"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 TRACEPARENT_SHAPE = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-01$")
 
 
-def chat(*messages: dict[str, Any], **fields: Any) -> oai.ChatCompletionRequest:
+def chat(*messages: dict[str, Any], **fields: Any) -> ChatCompletionRequest:
     return decode_chat_request(body(messages=list(messages), **fields))
 
 
@@ -162,15 +170,15 @@ def test_passport_travels_in_the_request_buffer() -> None:
 @pytest.mark.parametrize(
     ("message", "text"),
     [
-        pytest.param(oai.UserMessage(content="plain"), "plain", id="string"),
-        pytest.param(oai.UserMessage(content=[oai.TextPart("a"), oai.ImagePart(oai.ImageUrl("u")),
-                                              oai.TextPart("b")]), "ab", id="parts"),
-        pytest.param(oai.AssistantMessage(content=None, tool_calls=[]), "", id="none"),
-        pytest.param(oai.AssistantMessage(content=[oai.RefusalPart("no"), oai.TextPart("yes")]), "yes",
+        pytest.param(UserMessage(content="plain"), "plain", id="string"),
+        pytest.param(UserMessage(content=[TextPart("a"), ImagePart(ImageUrl("u")),
+                                          TextPart("b")]), "ab", id="parts"),
+        pytest.param(AssistantMessage(content=None, tool_calls=[]), "", id="none"),
+        pytest.param(AssistantMessage(content=[RefusalPart("no"), TextPart("yes")]), "yes",
                      id="refusal-part-ignored"),
     ],
 )
-def test_message_text(message: oai.Message, text: str) -> None:
+def test_message_text(message: Message, text: str) -> None:
     assert message_text(message) == text
 
 

@@ -1,4 +1,4 @@
-"""tenancy/redis.py without a server: the breaker on a fake clock, the reservation record, and the
+"""tenancy/stores/redis.py without a server: the breaker on a fake clock, the reservation record, and the
 degraded policies, decided with the breaker open (so nothing is sent anywhere)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from ingress.tenancy.plan import Actual, Check, Plan
-from ingress.tenancy.redis import Breaker, RedisStore, record_of
 from ingress.tenancy.settings import Redis
+from ingress.tenancy.stores.redis import Breaker, RedisStore, record_of
 
 
 class Clock:

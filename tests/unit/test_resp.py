@@ -1,4 +1,4 @@
-"""tenancy/resp.py: the reply parser against redis-py's own (the oracle), replies split at random byte
+"""tenancy/stores/resp.py: the reply parser against redis-py's own (the oracle), replies split at random byte
 boundaries; then the client against a real Redis and Valkey (pipelining, NOSCRIPT, AUTH and SELECT) and
 against a scripted fake server on loopback (replies byte by byte, a connection lost with calls pending,
 a deadline missed, a NOSCRIPT that stays)."""
@@ -31,7 +31,7 @@ from redis_servers import Server, free_port, redis_binary
 from waiting import eventually
 
 from ingress.config import ConfigError, parse_config
-from ingress.tenancy.resp import (
+from ingress.tenancy.stores.resp import (
     UNREAD_GRACE,
     Address,
     Client,

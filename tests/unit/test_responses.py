@@ -14,12 +14,24 @@ from unit.bad_requests import Bad
 from unit.bad_responses import BAD_RESPONSES
 
 from ingress.errors import InvalidRequest, UpstreamAnswered
-from ingress.oai import answers as chat
-from ingress.oai import response_objects as ro
-from ingress.oai.models import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ingress.oai import chat_answers
+from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ingress.oai.responses import Call, as_chat, decode_responses_request
+from ingress.oai.responses_answers import (
+    CustomToolCallOut,
+    ErrorOut,
+    FunctionCallOut,
+    IncompleteDetails,
+    InputTokensDetails,
+    MessageOut,
+    OutputTextOut,
+    OutputTokensDetails,
+    RefusalOut,
+    ResponseEvent,
+    UsageOut,
+)
 from ingress.translate.responses import ResponseEvents, translate_response_object
-from ingress.wire import types as wt
+from ingress.wire import types as wire_types
 
 
 def call(**fields: Any) -> Call:
@@ -94,47 +106,51 @@ def test_allowed_tools_travel_in_the_chat_shape() -> None:
 
 
 def test_a_whole_answer_with_text_and_calls() -> None:
-    response = wt.Response(id="x", model="served", created=7, usage=wt.Usage(prompt_tokens=3, completion_tokens=2),
-                           choices=[wt.Choice(content="checking", finish_reason="tool_calls", tool_calls=[
-                               wt.FunctionCall(id="c1", name="f", arguments="{}"),
-                               wt.FunctionCall(id="c2", name="g", arguments="raw", type="custom")])])
+    calls = [wire_types.FunctionCall(id="c1", name="f", arguments="{}"),
+             wire_types.FunctionCall(id="c2", name="g", arguments="raw", type="custom")]
+    response = wire_types.Response(id="x", model="served", created=7,
+                                   usage=wire_types.Usage(prompt_tokens=3, completion_tokens=2),
+                                   choices=[wire_types.Choice(content="checking", finish_reason="tool_calls",
+                                                              tool_calls=calls)])
     obj = translate_response_object(call(), response, request_id="r1")
     assert (obj.id, obj.model, obj.created_at, obj.status) == ("resp_r1", "served", 7, "completed")
     message, function, custom = obj.output
-    assert isinstance(message, ro.MessageOut) and message.content[0] == ro.OutputTextOut(text="checking",
+    assert isinstance(message, MessageOut) and message.content[0] == OutputTextOut(text="checking",
                                                                                           annotations=[])
-    assert isinstance(function, ro.FunctionCallOut) and function.call_id == "c1"
-    assert isinstance(custom, ro.CustomToolCallOut) and custom.input == "raw"
-    assert obj.usage == ro.UsageOut(input_tokens=3, input_tokens_details=ro.InputTokensDetails(), output_tokens=2,
-                                    output_tokens_details=ro.OutputTokensDetails(), total_tokens=5)
+    assert isinstance(function, FunctionCallOut) and function.call_id == "c1"
+    assert isinstance(custom, CustomToolCallOut) and custom.input == "raw"
+    assert obj.usage == UsageOut(input_tokens=3, input_tokens_details=InputTokensDetails(), output_tokens=2,
+                                 output_tokens_details=OutputTokensDetails(), total_tokens=5)
 
 
 def test_a_content_filter_makes_an_incomplete_answer() -> None:
-    response = wt.Response(id="x", model="m", created=1,
-                           choices=[wt.Choice(content="", finish_reason="content_filter")])
+    response = wire_types.Response(id="x", model="m", created=1,
+                                   choices=[wire_types.Choice(content="", finish_reason="content_filter")])
     obj = translate_response_object(call(), response, request_id="r")
-    assert obj.status == "incomplete" and obj.incomplete_details == ro.IncompleteDetails(reason="content_filter")
-    assert isinstance(obj.output[0], ro.MessageOut) and obj.output[0].status == "incomplete"
+    assert obj.status == "incomplete" and obj.incomplete_details == IncompleteDetails(reason="content_filter")
+    assert isinstance(obj.output[0], MessageOut) and obj.output[0].status == "incomplete"
 
 
 # --- the stream -----------------------------------------------------------------------------------
 
 
-def chunk(content: str | None = None, *, refusal: str | None = None, tools: list[chat.ToolCallDeltaOut] | None = None,
-          finish: str | None = None) -> chat.ChatCompletionChunk:
-    delta = chat.DeltaOut(content=content if content is not None else UNSET,
-                          refusal=refusal if refusal is not None else UNSET, tool_calls=tools or UNSET)
-    return chat.ChatCompletionChunk(id="x", created=1, model="m",
-                                    choices=[chat.ChunkChoiceOut(index=0, delta=delta, finish_reason=finish)])
+def chunk(content: str | None = None, *, refusal: str | None = None,
+          tools: list[chat_answers.ToolCallDeltaOut] | None = None,
+          finish: str | None = None) -> chat_answers.ChatCompletionChunk:
+    delta = chat_answers.DeltaOut(content=content if content is not None else UNSET,
+                                  refusal=refusal if refusal is not None else UNSET, tool_calls=tools or UNSET)
+    choice = chat_answers.ChunkChoiceOut(index=0, delta=delta, finish_reason=finish)
+    return chat_answers.ChatCompletionChunk(id="x", created=1, model="m", choices=[choice])
 
 
-def tool(index: int, arguments: str, *, id: str | None = None, name: str | None = None) -> chat.ToolCallDeltaOut:
-    function = chat.FunctionDeltaOut(name=name if name is not None else UNSET, arguments=arguments)
-    return chat.ToolCallDeltaOut(index=index, id=id if id is not None else UNSET,
-                                 type="function" if id is not None else UNSET, function=function)
+def tool(index: int, arguments: str, *, id: str | None = None,
+         name: str | None = None) -> chat_answers.ToolCallDeltaOut:
+    function = chat_answers.FunctionDeltaOut(name=name if name is not None else UNSET, arguments=arguments)
+    return chat_answers.ToolCallDeltaOut(index=index, id=id if id is not None else UNSET,
+                                         type="function" if id is not None else UNSET, function=function)
 
 
-def run(chunks: list[chat.ChatCompletionChunk], usage: wt.Usage | None = None) -> list[Any]:
+def run(chunks: list[chat_answers.ChatCompletionChunk], usage: wire_types.Usage | None = None) -> list[Any]:
     events = ResponseEvents(call(), request_id="r", created_at=5)
     out: list[Any] = events.opened()
     for c in chunks:
@@ -156,7 +172,7 @@ def check_well_formed(events: list[Any]) -> None:
         elif hasattr(e, "output_index"):
             assert e.output_index in open_items, e
     assert not open_items
-    assert {e.response.id for e in events if isinstance(e, ro.ResponseEvent)} == {"resp_r"}
+    assert {e.response.id for e in events if isinstance(e, ResponseEvent)} == {"resp_r"}
 
 
 @given(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=8))
@@ -181,7 +197,7 @@ def test_text_then_calls_with_split_arguments(pieces: list[str], calls: int) -> 
     events = run([*chunks, chunk(finish="tool_calls")])
     check_well_formed(events)
     output = events[-1].response.output
-    assert isinstance(output[0], ro.MessageOut)
+    assert isinstance(output[0], MessageOut)
     assert [(o.call_id, o.name, o.arguments, o.status) for o in output[1:]] == [
         (f"call_{i}", f"f{i}", "".join(pieces), "completed") for i in range(calls)]
     done = [e for e in events if e.type == "response.function_call_arguments.done"]
@@ -192,22 +208,22 @@ def test_a_refusal_is_its_own_part_of_the_message() -> None:
     events = run([chunk("I "), chunk(refusal="can't "), chunk(refusal="do that")])
     check_well_formed(events)
     [message] = events[-1].response.output
-    assert message.content == [ro.OutputTextOut(text="I ", annotations=[]), ro.RefusalOut(refusal="can't do that")]
+    assert message.content == [OutputTextOut(text="I ", annotations=[]), RefusalOut(refusal="can't do that")]
     assert [e.refusal for e in events if e.type == "response.refusal.done"] == ["can't do that"]
 
 
 def test_an_empty_answer_is_one_empty_message_and_usage_ends_it() -> None:
-    events = run([chunk(finish="stop")], usage=wt.Usage(prompt_tokens=4, completion_tokens=0))
+    events = run([chunk(finish="stop")], usage=wire_types.Usage(prompt_tokens=4, completion_tokens=0))
     check_well_formed(events)
     [message] = events[-1].response.output
-    assert message.content == [ro.OutputTextOut(text="", annotations=[])]
+    assert message.content == [OutputTextOut(text="", annotations=[])]
     assert events[-1].response.usage.input_tokens == 4
 
 
 def test_a_cut_answer_ends_incomplete() -> None:
     events = run([chunk("a b"), chunk(finish="length")])
     assert events[-1].type == "response.incomplete"
-    assert events[-1].response.incomplete_details == ro.IncompleteDetails(reason="max_output_tokens")
+    assert events[-1].response.incomplete_details == IncompleteDetails(reason="max_output_tokens")
     assert events[-1].response.output[0].status == "incomplete"
 
 
@@ -219,8 +235,8 @@ def test_a_failure_ends_with_error_then_failed_once() -> None:
     assert [e.type for e in seen[-2:]] == ["error", "response.failed"]
     error, failed = seen[-2:]
     assert (error.code, error.message, error.sequence_number) == ("engine", "it broke", len(seen) - 2)
-    assert failed.response.status == "failed" and failed.response.error == ro.ErrorOut(code="engine",
-                                                                                       message="it broke")
+    assert failed.response.status == "failed" and failed.response.error == ErrorOut(code="engine",
+                                                                                    message="it broke")
     assert failed.response.output[0].content[0].text == "partial"
     assert events.failed(failure) == []  # a second failure (the edge's, after the service's) adds nothing
 
@@ -241,13 +257,14 @@ def test_a_failure_before_the_service_opened_the_stream_still_begins_with_create
 
 
 def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
-    usage = wt.Usage(prompt_tokens=10, completion_tokens=4, cached_tokens=6, cache_write_tokens=3, reasoning_tokens=2)
-    response = wt.Response(id="x", model="m", created=1, usage=usage, choices=[wt.Choice(content="a")])
+    usage = wire_types.Usage(prompt_tokens=10, completion_tokens=4, cached_tokens=6, cache_write_tokens=3,
+                             reasoning_tokens=2)
+    response = wire_types.Response(id="x", model="m", created=1, usage=usage, choices=[wire_types.Choice(content="a")])
     details = translate_response_object(call(), response, request_id="r").usage
-    assert details == ro.UsageOut(input_tokens=10, output_tokens=4, total_tokens=14,
-                                  input_tokens_details=ro.InputTokensDetails(cached_tokens=6, cache_write_tokens=3),
-                                  output_tokens_details=ro.OutputTokensDetails(reasoning_tokens=2))
-    written = msgspec.json.decode(msgspec.json.encode(translate_response_object(call(), wt.Response(
-        id="x", model="m", created=1, usage=wt.Usage(prompt_tokens=1), choices=[]), request_id="r")))
+    assert details == UsageOut(input_tokens=10, output_tokens=4, total_tokens=14,
+                               input_tokens_details=InputTokensDetails(cached_tokens=6, cache_write_tokens=3),
+                               output_tokens_details=OutputTokensDetails(reasoning_tokens=2))
+    written = msgspec.json.decode(msgspec.json.encode(translate_response_object(call(), wire_types.Response(
+        id="x", model="m", created=1, usage=wire_types.Usage(prompt_tokens=1), choices=[]), request_id="r")))
     # OpenAI's reference requires both, 0 when nothing was read or written
     assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}

@@ -9,20 +9,21 @@ from hypothesis import strategies as st
 
 from ingress import pipeline
 from ingress.edge.sse import SseWriter
-from ingress.oai import answers as out
+from ingress.oai import chat_answers
 from ingress.translate.stream import Delta, Head
 
 TEXT = st.text(max_size=30)
 CHUNKS = st.builds(
-    out.ChatCompletionChunk, id=TEXT, created=st.integers(0, 2**40), model=TEXT,
-    choices=st.lists(st.builds(out.ChunkChoiceOut, index=st.integers(0, 3),
-                               delta=st.builds(out.DeltaOut, content=TEXT, role=st.sampled_from(["assistant"])),
+    chat_answers.ChatCompletionChunk, id=TEXT, created=st.integers(0, 2**40), model=TEXT,
+    choices=st.lists(st.builds(chat_answers.ChunkChoiceOut, index=st.integers(0, 3),
+                               delta=st.builds(chat_answers.DeltaOut, content=TEXT,
+                                               role=st.sampled_from(["assistant"])),
                                finish_reason=st.none() | st.sampled_from(["stop"])), max_size=2))
 
 
 @settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(CHUNKS, min_size=2, max_size=6))
-def test_a_burst_renders_as_its_events_one_after_the_other(chunks: list[out.ChatCompletionChunk]) -> None:
+def test_a_burst_renders_as_its_events_one_after_the_other(chunks: list[chat_answers.ChatCompletionChunk]) -> None:
     writer, alone = SseWriter(), SseWriter()
     together = writer.render(pipeline.Burst(list(chunks)))
     assert together == b"".join(alone.render(c) for c in chunks)
@@ -45,6 +46,6 @@ def test_a_delta_from_its_template_is_its_chunk_encoded(deltas: list[Delta]) -> 
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(st.lists(DELTAS | CHUNKS, min_size=2, max_size=6))
-def test_a_mixed_burst_renders_as_its_events(events: list[Delta | out.ChatCompletionChunk]) -> None:
+def test_a_mixed_burst_renders_as_its_events(events: list[Delta | chat_answers.ChatCompletionChunk]) -> None:
     alone = SseWriter()
     assert SseWriter().render(pipeline.Burst(list(events))) == b"".join(alone.render(e) for e in events)

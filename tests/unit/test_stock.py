@@ -8,7 +8,7 @@ import pytest
 from unit.bad_requests import body
 
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
+from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool, encode_request_stock
 
 

@@ -11,7 +11,7 @@ from openai.types.completion_usage import CompletionUsage
 
 from ingress import wire
 from ingress.errors import UpstreamAnswered, UpstreamProtocolError
-from ingress.oai import answers
+from ingress.oai import chat_answers
 from ingress.translate.completion import translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.wire import Chunk, ErrorInfo, ToolCallDelta, Usage
@@ -315,8 +315,9 @@ def test_the_newer_usage_details_are_left_out_when_not_counted() -> None:
 
 def test_every_usage_detail_of_the_sdk_can_be_written() -> None:
     # The installed SDK's usage details: the next release that adds one fails here until it is carried.
-    assert set(sdk_usage.PromptTokensDetails.model_fields) <= set(answers.PromptTokensDetails.__struct_fields__)
-    assert set(sdk_usage.CompletionTokensDetails.model_fields) <= set(answers.CompletionTokensDetails.__struct_fields__)
+    assert set(sdk_usage.PromptTokensDetails.model_fields) <= set(chat_answers.PromptTokensDetails.__struct_fields__)
+    completion_fields = chat_answers.CompletionTokensDetails.__struct_fields__
+    assert set(sdk_usage.CompletionTokensDetails.model_fields) <= set(completion_fields)
     [doc] = as_json([translate_response(wire.Response(id="r", model="m", created=1, choices=[], usage=COUNTED))])
     assert set(doc["usage"]) == set(sdk_usage.CompletionUsage.model_fields)
 
@@ -365,10 +366,11 @@ def test_unreadable_answer_is_a_protocol_error(body: bytes) -> None:
 def test_a_custom_tool_call_is_answered_in_openais_custom_shape() -> None:
     from openai.types.chat import ChatCompletion
 
-    from ingress.wire import types as wt
-    response = wt.Response(id="x", model="m", created=1, choices=[wt.Choice(finish_reason="tool_calls", tool_calls=[
-        wt.FunctionCall(id="c1", name="grep", arguments="free text", type="custom"),
-        wt.FunctionCall(id="c2", name="f", arguments="{}")])])
+    from ingress.wire import types as wire_types
+    calls = [wire_types.FunctionCall(id="c1", name="grep", arguments="free text", type="custom"),
+             wire_types.FunctionCall(id="c2", name="f", arguments="{}")]
+    response = wire_types.Response(id="x", model="m", created=1,
+                                   choices=[wire_types.Choice(finish_reason="tool_calls", tool_calls=calls)])
     doc = msgspec.json.decode(msgspec.json.encode(translate_response(response)))
     custom, function = doc["choices"][0]["message"]["tool_calls"]
     assert custom == {"id": "c1", "type": "custom", "custom": {"name": "grep", "input": "free text"}}
@@ -378,15 +380,15 @@ def test_a_custom_tool_call_is_answered_in_openais_custom_shape() -> None:
 
 
 def test_reasoning_is_answered_apart_from_content_as_reasoning_content() -> None:
-    from ingress.wire import types as wt
-    response = wt.Response(id="x", model="m", created=1,
-                           choices=[wt.Choice(content="42", reasoning="six times seven", finish_reason="stop")])
+    from ingress.wire import types as wire_types
+    choice = wire_types.Choice(content="42", reasoning="six times seven", finish_reason="stop")
+    response = wire_types.Response(id="x", model="m", created=1, choices=[choice])
     message = msgspec.json.decode(msgspec.json.encode(translate_response(response)))["choices"][0]["message"]
     assert (message["content"], message["reasoning_content"]) == ("42", "six times seven")
     translator = StreamTranslator(id="c", model="m", created=1, include_usage=False)
     [chunk] = translator.feed(Chunk(sequence=0, reasoning="thinking"))
     delta = msgspec.json.decode(msgspec.json.encode(chunk))["choices"][0]["delta"]
     assert delta == {"reasoning_content": "thinking"}  # never in content
-    plain = msgspec.json.decode(msgspec.json.encode(translate_response(wt.Response(
-        id="x", model="m", created=1, choices=[wt.Choice(content="42")]))))["choices"][0]["message"]
+    plain = msgspec.json.decode(msgspec.json.encode(translate_response(wire_types.Response(
+        id="x", model="m", created=1, choices=[wire_types.Choice(content="42")]))))["choices"][0]["message"]
     assert "reasoning_content" not in plain

@@ -32,12 +32,11 @@ from codegen.schema import parse
 from ingress import wire
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.passport import RequestMeta, compute_passport
-from ingress.wire import encode, stock
-from ingress.wire import runtime as rt
+from ingress.wire import encode, runtime, stock
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
 from ingress.wire.embeddings import encode_embedding_request
+from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
@@ -51,8 +50,8 @@ def verdict(kind: str, buf: bytes | bytearray, size_prefixed: bool = False, *, s
             **limits: int) -> str | None:
     """None if the generated verifier accepts `buf`, else its message. Any other exception fails the test."""
     try:
-        rt.Verifier(buf, strict=strict, **limits).verify(*gv.ROOTS[ROOTS[kind]], size_prefixed=size_prefixed)
-    except rt.VerifyError as exc:
+        runtime.Verifier(buf, strict=strict, **limits).verify(*gv.ROOTS[ROOTS[kind]], size_prefixed=size_prefixed)
+    except runtime.VerifyError as exc:
         assert not str(exc).startswith("unverifiable"), exc  # a read that escaped its bounds check
         return str(exc)
     return None
@@ -179,7 +178,7 @@ def test_valid_buffers_are_accepted_by_both(cxx_verifier: CxxVerifier, valid: Va
     assert cxx_verifier.verify(valid.kind, valid.data, valid.size_prefixed)
     assert verdict(valid.kind, valid.data, valid.size_prefixed) is None
     assert verdict(valid.kind, valid.data, valid.size_prefixed, strict=True) is None
-    verifier = rt.Verifier(bytearray(valid.data))
+    verifier = runtime.Verifier(bytearray(valid.data))
     verifier.verify(*gv.ROOTS[ROOTS[valid.kind]], size_prefixed=valid.size_prefixed)
     assert 1 <= verifier.walked <= verifier.refs <= len(valid.data) // 4
 
@@ -543,7 +542,7 @@ def test_max_size_bounds_the_buffer() -> None:
     assert verdict("request", REQUEST_BUF, max_size=N + 1) is None
     assert verdict("request", REQUEST_BUF, max_size=N) == f"buffer: {N} bytes, not below the limit of {N}"
     # Above FLATBUFFERS_MAX_BUFFER_SIZE, the limit stays 2**31 - 1.
-    assert rt.Verifier(REQUEST_BUF, max_size=2**40).max_size == rt.MAX_SIZE == 2**31 - 1
+    assert runtime.Verifier(REQUEST_BUF, max_size=2**40).max_size == runtime.MAX_SIZE == 2**31 - 1
 
 
 def test_max_depth_counts_nested_tables() -> None:
@@ -562,12 +561,12 @@ def test_tables_reached_twice_count_twice_but_are_walked_once(
     tables = 1 + messages * (1 + parts)  # 1,000,000 is the limit, inclusive
     assert cxx_verifier.verify("request", buf) is ok
     for strict in (False, True):
-        verifier = rt.Verifier(buf, strict=strict)
+        verifier = runtime.Verifier(buf, strict=strict)
         if ok:
             verifier.verify(*gv.ROOTS["CompletionRequest"])
             assert verifier.tables == tables
         else:
-            with pytest.raises(rt.VerifyError, match="more than 1000000 tables"):
+            with pytest.raises(runtime.VerifyError, match="more than 1000000 tables"):
                 verifier.verify(*gv.ROOTS["CompletionRequest"])
         assert verifier.walked <= 5  # the request, two vectors, one Message, one ContentPart
     assert verdict("request", buf, max_tables=tables) is None
@@ -580,7 +579,7 @@ def test_overlapping_vectors_are_refused_when_strict(cxx_verifier: CxxVerifier) 
     # were followed than the buffer has room for.
     buf = overlapping_parts()
     assert cxx_verifier.verify("request", buf)
-    compat = rt.Verifier(buf, strict=False)
+    compat = runtime.Verifier(buf, strict=False)
     compat.verify(*gv.ROOTS["CompletionRequest"])
     assert compat.refs > len(buf) // 4
     assert compat.tables == 1 + 2 + 2 * 0x00040004
@@ -606,7 +605,7 @@ def test_any_bytes_like_input_is_read_as_bytes() -> None:
 
 
 def test_input_that_is_no_buffer_is_a_verify_error() -> None:
-    with pytest.raises(rt.VerifyError, match="unverifiable: TypeError"):
+    with pytest.raises(runtime.VerifyError, match="unverifiable: TypeError"):
         gv.verify_CompletionRequest("not bytes")  # type: ignore[arg-type]  # the point of the test
 
 
@@ -632,4 +631,4 @@ def test_public_face_raises_wire_errors() -> None:
     for call, message in cases:
         with pytest.raises(wire.WireError, match=message) as info:
             call()
-        assert isinstance(info.value.__cause__, rt.VerifyError)
+        assert isinstance(info.value.__cause__, runtime.VerifyError)

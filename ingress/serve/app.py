@@ -13,17 +13,18 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from aiohttp import web
 
-from ingress import gctune, metrics
-from ingress.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
+from ingress import metrics
 from ingress.demo.service import create_demo_app
-from ingress.drain import Drain
 from ingress.edge import handlers
+from ingress.edge.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
 from ingress.edge.connections import EdgeSite, listening_socket
+from ingress.edge.drain import Drain
 from ingress.edge.middleware import edge_middleware
-from ingress.pacing import StartPacer
+from ingress.edge.pacing import StartPacer
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
+from ingress.serve import gctune
 from ingress.settings import EMBEDDED, Bridge, Client, Settings
 from ingress.sockets import name_server
 from ingress.tasks import BackgroundTasks

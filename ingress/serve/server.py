@@ -27,10 +27,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from ingress.app import INNER_DIR, create_app, tune_gc
-from ingress.appkeys import DRAIN, GATEWAY
+from ingress.edge.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
+from ingress.serve.app import INNER_DIR, create_app, tune_gc
 from ingress.settings import Settings
 
 log = get_logger("ingress.server")

@@ -7,8 +7,8 @@ from typing import Literal
 
 import msgspec
 
-from ingress.oai.answers import TokenLogprobOut
-from ingress.oai.models import TextFormat
+from ingress.oai.chat import TextFormat
+from ingress.oai.chat_answers import TokenLogprobOut
 from ingress.oai.responses import ResponsesToolChoice, TextConfig, ToolDef
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ingress.tenancy.memory import LOCAL_TOMBSTONE_US, MemoryStore
 from ingress.tenancy.plan import Actual, Decision, Plan
+from ingress.tenancy.stores.memory import LOCAL_TOMBSTONE_US, MemoryStore
 
 
 class Store(Protocol):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ingress.drain import Drain
+from ingress.edge.drain import Drain
+from ingress.edge.pacing import StartPacer
 from ingress.exchange import Exchange
-from ingress.pacing import StartPacer
 from ingress.pipeline import Gateway
 from ingress.settings import Settings
 from ingress.tasks import BackgroundTasks

@@ -9,10 +9,10 @@ import time
 
 import msgspec
 
+from ingress.oai.chat import ROLES, ChatCompletionRequest
 from ingress.oai.embeddings import EmbeddingRequest
-from ingress.oai.models import ROLES, ChatCompletionRequest
 from ingress.tokens import TokenCounter
-from ingress.wire.encode import message_text as message_text
+from ingress.wire.encode import message_text
 from ingress.wire.types import PassportData
 
 PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, first 64 bits) covers

@@ -1,4 +1,4 @@
-"""ingress.oai.models against the installed openai SDK (the contract test): every parameter of
+"""ingress.oai.chat against the installed openai SDK (the contract test): every parameter of
 `chat.completions.create`, and every key nested in it, is accepted and travels to the internal service.
 
 The SDK's own TypedDicts (`CompletionCreateParamsStreaming` / `NonStreaming`, the message, content-part,
@@ -26,9 +26,9 @@ from openai.types.chat import completion_create_params as sdk
 
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import decode_chat_request
-from ingress.passport import Passport
 from ingress.wire import decode_request, read_request
 from ingress.wire.encode import encode_request
+from ingress.wire.passport import Passport
 
 ROOTS = (sdk.CompletionCreateParamsStreaming, sdk.CompletionCreateParamsNonStreaming)
 BASE: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

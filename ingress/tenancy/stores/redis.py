@@ -39,14 +39,14 @@ import msgspec
 from ingress import metrics
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
-from ingress.tenancy.memory import MemoryStore
 from ingress.tenancy.plan import Actual, Check, Decision, Plan, State, fitted
-from ingress.tenancy.resp import Client, ReplyError, Script, encode
 from ingress.tenancy.settings import Redis as RedisSettings
+from ingress.tenancy.stores.memory import MemoryStore
+from ingress.tenancy.stores.resp import Client, ReplyError, Script, encode
 
 log = get_logger("ingress.tenancy")
 
-SCRIPT = resources.files("ingress.tenancy").joinpath("limits.lua").read_text()
+SCRIPT = resources.files("ingress.tenancy.stores").joinpath("limits.lua").read_text()
 LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp.py)
 SHA = LIMITS.sha
 ADMITTED, CANCELLED = 1, 2

@@ -3,8 +3,8 @@ flowing are not held behind it.
 
 All of a request's start (its parse, encoding, admission and upstream send) runs in one step of its task,
 and every task made ready by one poll of the loop runs before the next poll. A burst of 256 new requests
-is ~100 ms of such steps in one turn, and every stream's next chunk waits for all of them (bench/README.md,
-"what delays the loop"). Here a request starts at once while the current turn has spent less than `budget`
+is ~100 ms of such steps in one turn, and every stream's next chunk waits for all of them (bench/notes/chunks.md,
+"What does delay the loop"). Here a request starts at once while the current turn has spent less than `budget`
 since its first start; later ones wait, in arrival order, and each following turn lets through as many as
 fit in the budget at the mean cost of a start measured so far. Chunks read by each poll are written in the
 turn between two such batches."""
