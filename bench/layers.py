@@ -44,11 +44,11 @@ from procs import ROOT, Server, free_port  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 RESULTS = HERE / "results" / "layers.json"
-HANDLER = "ingress/edge/handlers.py"
+HANDLER = "ingress/edge/endpoints.py"
 MIDDLEWARE = "ingress/edge/middleware.py"
 HEAD = ("async def chat_completions(request: web.Request) -> web.StreamResponse:\n"
         "    gw, ex = request.app[GATEWAY], request[EXCHANGE]\n"
-        "    body = await _read_body(request, gw.settings.max_body_bytes)\n")
+        "    body = await read_body(request, gw.settings.max_body_bytes)\n")
 FIXED = "_FIXED = (Path(__file__).parent / 'fixed.json').read_bytes()\n\n\n"
 ANSWER = "    return web.Response(body=_FIXED, content_type='application/json')\n"
 PREPARE = "    prepared = pipeline.prepare(gw, body, request_meta(request), ex)\n"

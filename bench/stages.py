@@ -59,8 +59,8 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from payloads import chat_request
 
     from ingress import log
-    from ingress.edge.handlers import _json_response
     from ingress.edge.middleware import _record, request_id_of, server_timing
+    from ingress.edge.writers import json_response
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
@@ -132,7 +132,7 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
         "hop headers": lambda: prepared_for(gw, ex, request, match, passport, encoded, meta, 64),
         "verify + read answer": lambda: decode_answer(answer),
         "translate": lambda: translate_response(response),
-        "JSON answer": lambda: _json_response(completion),
+        "JSON answer": lambda: json_response(completion),
         "exchange + request id": lambda: Exchange(request_id_of(None)),
         "Server-Timing": lambda: server_timing(done, time.perf_counter()),
         "metrics": lambda: _record(fake_request, done, 200, time.perf_counter()),  # type: ignore[arg-type]

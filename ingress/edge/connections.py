@@ -4,7 +4,7 @@ aiohttp's server has no deadline for reading a request head (only its keep-alive
 default) and answers a request its parser refuses in plain text that quotes the raw bytes. Each
 connection here is an aiohttp `RequestHandler` that adds what is missing; the listener accepts only
 while the worker holds fewer than `max_connections`, so the others wait in the listen backlog.
-The body deadline is kept where the body is read (`edge.handlers._read_body`); a 408 closes its
+The body deadline is kept where the body is read (`edge.bodies.read_body`); a 408 closes its
 connection here.
 """
 
@@ -66,7 +66,7 @@ class EdgeConnection(RequestHandler):
     def __init__(self, manager: web.Server, *, loop: asyncio.AbstractEventLoop, client: Client, slot: _Slot) -> None:
         super().__init__(manager, loop=loop, keepalive_timeout=client.keepalive_timeout,
                          access_log=None,  # type: ignore[arg-type]  # None turns it off, as aiohttp's runners pass it
-                         auto_decompress=False)  # edge.handlers decodes bodies, in OpenAI's shape
+                         auto_decompress=False)  # edge.bodies decodes bodies, in OpenAI's shape
         self._head_timeout = client.header_timeout
         self._head_timer: asyncio.TimerHandle | None = None
         self._close_after = False  # close once the answer in progress is written

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ingress import metrics
 from ingress.demo.service import create_demo_app
-from ingress.edge import handlers
+from ingress.edge import routes
 from ingress.edge.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.drain import Drain
@@ -147,6 +147,6 @@ def create_app(settings: Settings) -> web.Application:
         app[PACER] = StartPacer(settings.start_pacing_ms / 1000)
     app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
-    handlers.add_routes(app)
+    routes.add_routes(app)
     name_server(app)
     return app

@@ -1,7 +1,7 @@
 """Translate the answers to a Responses request into OpenAI's `response` object and its stream events
 (sans-I/O).
 
-A Responses request travels as a chat request (`ingress.oai.responses.as_chat`), so its answer is a
+A Responses request travels as a chat request (`ingress.oai.responses_to_chat.as_chat`), so its answer is a
 CompletionResponse, or CompletionChunk frames that StreamTranslator has already checked and made into
 chat chunks: here they become output items. A choice's text and refusal are one `message` item; each
 tool call is a `function_call` (or `custom_tool_call`) item. The stream's events follow OpenAI's order:

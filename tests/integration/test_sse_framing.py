@@ -15,7 +15,7 @@ from fakes.upstream import FakeUpstream, answer
 from recording import recording_edge
 
 from ingress import pipeline
-from ingress.edge import handlers
+from ingress.edge import writers
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 
 TEXT = "one two three four five six seven eight nine ten"
@@ -86,18 +86,18 @@ async def test_chunks_hold_whole_events_framed_as_aiohttp_frames_them() -> None:
 async def test_frames_read_one_at_a_time_are_written_from_the_connections_callback_as_the_task_writes_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     taken: list[bool] = []
-    offer = handlers.Outlet.__call__
+    offer = writers.Outlet.__call__
 
-    def spied(self: handlers.Outlet, event: pipeline.StreamEvent) -> bool:
+    def spied(self: writers.Outlet, event: pipeline.StreamEvent) -> bool:
         took = offer(self, event)
         taken.append(took and asyncio.current_task() is None)
         return took
 
-    monkeypatch.setattr(handlers.Outlet, "__call__", spied)
+    monkeypatch.setattr(writers.Outlet, "__call__", spied)
     paced = _events(await _edge_stream(pace=0.005))
     assert _text(paced) == TEXT
     assert sum(taken) >= len(TEXT.split()) - 2  # the words' chunks, all but the first few, from the callback
-    monkeypatch.setattr(handlers.Outlet, "__call__", lambda self, event: False)  # every chunk by the task
+    monkeypatch.setattr(writers.Outlet, "__call__", lambda self, event: False)  # every chunk by the task
     by_task = _events(await _edge_stream(pace=0.005))
     assert [_ids_apart(e) for e in paced] == [_ids_apart(e) for e in by_task]
 

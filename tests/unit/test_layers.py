@@ -39,7 +39,7 @@ def _modules() -> list[Path]:
 
 
 def _unit(path: Path) -> str:
-    """The package a module belongs to: `edge` for ingress/edge/handlers.py, `pipeline` for pipeline.py."""
+    """The package a module belongs to: `edge` for ingress/edge/endpoints.py, `pipeline` for pipeline.py."""
     rel = path.relative_to(ROOT)
     return rel.parts[0] if len(rel.parts) > 1 else rel.stem
 

@@ -1,0 +1,81 @@
+"""Request bodies: read within the size limit and the body deadline, decoded from their Content-Encoding."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+from aiohttp import web
+
+from ingress.edge.appkeys import GATEWAY
+from ingress.errors import InvalidRequest, PayloadTooLarge, RequestTimeout, UnsupportedEncoding
+
+_GZIP, _ZLIB, _RAW_DEFLATE = 16 + zlib.MAX_WBITS, zlib.MAX_WBITS, -zlib.MAX_WBITS
+_CODINGS = {"gzip": _GZIP, "x-gzip": _GZIP, "deflate": _ZLIB}
+_GZIP_MEMBERS = 16  # concatenated members are valid gzip; thousands of them are only work for us
+
+
+def _decode_body(body: bytes | bytearray, encoding: str, limit: int) -> bytes:
+    """`body` decoded from its Content-Encoding, never past `limit` bytes (a bomb is a 413, not memory)."""
+    codings = [c.strip().lower() for c in encoding.split(",") if c.strip().lower() not in ("", "identity")]
+    if not codings:
+        return bytes(body)
+    if len(codings) > 1 or codings[0] not in _CODINGS:
+        plain = encoding.isascii() and len(encoding) <= 40 and all(c.isalnum() or c in " ,._-" for c in encoding)
+        named = f"'{encoding}'" if plain else "this encoding"
+        raise UnsupportedEncoding(f"Content-Encoding {named} is not supported; send the body as gzip, deflate "
+                                  "or unencoded.")
+    wbits = _CODINGS[codings[0]]
+    if wbits == _ZLIB and not (len(body) >= 2 and body[0] & 0x0F == 8 and int.from_bytes(body[:2]) % 31 == 0):
+        wbits = _RAW_DEFLATE  # "deflate" without its zlib header, as some clients send it
+    decoded, data = bytearray(), body
+    try:
+        for _ in range(_GZIP_MEMBERS):
+            decoder = zlib.decompressobj(wbits)
+            decoded += decoder.decompress(data, limit + 1 - len(decoded))  # max_length >= 1: 0 means no limit
+            if len(decoded) > limit:
+                raise PayloadTooLarge(f"The request body is larger than {limit} bytes once decoded.")
+            if not decoder.eof:
+                raise zlib.error("the compressed body ends early")
+            data = decoder.unused_data
+            if not data:
+                return bytes(decoded)
+            if wbits != _GZIP:
+                break
+    except zlib.error:
+        pass
+    raise InvalidRequest(f"The request body is not valid {codings[0]} data.", code="invalid_encoding")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The body, decoded from its Content-Encoding (aiohttp's own decoding is off: its errors are 500s and
+    its refusals plain text); a 408 if the client stops sending it for `client.body_timeout`."""
+    if (request.content_length or 0) > limit:
+        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    content = request.content
+    try:
+        # Most bodies arrive whole with their head: taken at once, with no timer and no wait.
+        body = content.read_nowait() if content.is_eof() else await _arriving(request, limit)
+    except web.RequestPayloadError:  # a bad chunk size, a body cut short: not the server's error
+        raise InvalidRequest("The request body could not be read as sent.", code="invalid_body") from None
+    if len(body) > limit:
+        raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
+    encoding = request.headers.get("Content-Encoding")
+    return bytes(body) if encoding is None else _decode_body(body, encoding, limit)
+
+
+async def _arriving(request: web.Request, limit: int) -> bytearray:
+    """A body still arriving, read as it comes, each part within `client.body_timeout` of the last."""
+    idle = request.app[GATEWAY].settings.client.body_timeout
+    body = bytearray()
+    try:
+        while True:
+            async with asyncio.timeout(idle):
+                chunk = await request.content.readany()
+            if not chunk:
+                return body
+            body += chunk
+            if len(body) > limit:
+                return body
+    except TimeoutError:
+        raise RequestTimeout(f"No part of the request body arrived for {idle:g} s.") from None

@@ -1,0 +1,127 @@
+"""The API's endpoints: each reads its request, calls the pipeline and hands the answer to a writer."""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+
+from ingress import pipeline
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge.bodies import read_body
+from ingress.edge.sse import ResponsesSseWriter, SseWriter
+from ingress.edge.writers import Outlet, json_response, write_relayed, write_stream
+from ingress.errors import InvalidRequest, NotFound
+from ingress.exchange import Exchange
+from ingress.oai import chat_answers
+from ingress.translate.responses import ResponseEvents
+from ingress.wire.identifiers import CONTENT_TYPE
+from ingress.wire.passport import RequestMeta, valid_traceparent, valid_tracestate
+
+
+def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
+    raw = headers.headers.get(name)
+    if raw is None:
+        return 0
+    if not (raw.isascii() and raw.isdigit()) or not low <= int(raw) <= high:
+        raise InvalidRequest(f"Header '{name}' must be an integer from {low} to {high}.", param=name)
+    return int(raw)
+
+
+def request_meta(request: web.BaseRequest) -> RequestMeta:
+    """What the passport needs from the headers; the API key is only hashed, never forwarded."""
+    h = request.headers
+    auth = h.get("Authorization", "")
+    return RequestMeta(
+        api_key=auth[7:].strip() or None if auth[:7].lower() == "bearer " else None,
+        tenant_id=h.get("OpenAI-Project") or h.get("OpenAI-Organization"),
+        priority=_bounded_int(request, "x-ingress-priority", 0, 127),
+        timeout_ms=_bounded_int(request, "x-ingress-timeout-ms", 1, 86_400_000),
+        traceparent=valid_traceparent(h.get("traceparent")),
+        tracestate=valid_tracestate(h.get("tracestate")) if valid_traceparent(h.get("traceparent")) else None,
+    )
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    body = await read_body(request, gw.settings.max_body_bytes)
+    if request.content_type == CONTENT_TYPE:
+        return await write_relayed(request, ex, await pipeline.relay(gw, body, ex))
+    prepared = pipeline.prepare(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    return await _answer(request, ex, prepared)
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    """Legacy text completions: the same path as chat, answered as text_completion objects."""
+    gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    body = await read_body(request, gw.settings.max_body_bytes)
+    prepared = pipeline.prepare_text(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    return await _answer(request, ex, prepared)
+
+
+async def _answer(request: web.Request, ex: Exchange,
+                  prepared: pipeline.Prepared[pipeline.Completion]) -> web.StreamResponse:
+    gw, drain = request.app[GATEWAY], request.app[DRAIN]
+    if not prepared.request.stream:
+        with drain.deadline():
+            completion = await pipeline.complete(gw, prepared, ex)
+        return json_response(completion)
+    sse = SseWriter()
+    outlet = Outlet(request, sse)
+    return await write_stream(request, ex, pipeline.stream(gw, prepared, ex, outlet), sse, outlet)
+
+
+async def embeddings(request: web.Request) -> web.Response:
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    body = await read_body(request, gw.settings.max_body_bytes)
+    prepared = pipeline.prepare_embeddings(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    with drain.deadline():
+        answer = await pipeline.embed(gw, prepared, ex)
+    return json_response(answer)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    """The Responses API, stateless: carried as the chat request it amounts to, answered in its own shape."""
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    body = await read_body(request, gw.settings.max_body_bytes)
+    call, prepared = pipeline.prepare_responses(gw, body, request_meta(request), ex)
+    await pipeline.admit(gw, prepared, ex)
+    if not call.request.stream:
+        with drain.deadline():
+            answer = await pipeline.respond(gw, call, prepared, ex)
+        return json_response(answer)
+    events = ResponseEvents(call, request_id=ex.request_id, created_at=int(time.time()))
+    return await write_stream(request, ex, pipeline.stream_response(gw, prepared, ex, events),
+                              ResponsesSseWriter(events))
+
+
+async def stored_response(request: web.Request) -> web.Response:
+    """Retrieving, deleting, cancelling a response or listing its input: the edge keeps none."""
+    response_id = request.match_info["response_id"]
+    shown = response_id[:64] if response_id.isascii() and response_id.isprintable() else "..."
+    raise NotFound(f"Response with id '{shown}' not found: this edge keeps no responses (store is not "
+                   "supported; every request is answered statelessly).", param="response_id", code="response_not_found")
+
+
+def _models(request: web.Request) -> list[str]:
+    """The models listed: those the routes name, and of them those the request's key may use."""
+    principal = request[EXCHANGE].principal
+    models = request.app[GATEWAY].routes.listed_models()
+    return models if principal is None else [m for m in models if principal.allows(m)]
+
+
+async def list_models(request: web.Request) -> web.Response:
+    created = request.app[STARTED]
+    return json_response(chat_answers.ModelList(data=[chat_answers.ModelOut(id=m, created=created, owned_by="ingress")
+                                                       for m in _models(request)]))
+
+
+async def get_model(request: web.Request) -> web.Response:
+    model = request.match_info["model"]
+    if model not in _models(request):
+        raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
+                       code="model_not_found")
+    return json_response(chat_answers.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))
