@@ -19,12 +19,24 @@ asked before (`_Budget` in `__init__.py` keeps the per-request byte limit the sa
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from hashlib import sha256
 from typing import Protocol
 
 ENTRIES = 16_384  # counts kept per engine: ~3.3 MB
-SHORT = 32  # characters: a shorter text is kept by itself, not by its digest
+SHORT = 32  # characters: a text this short (a role, a name, an id) is kept by itself, not by its digest
 SHORT_ENTRIES = 4_096
+
+
+def short_count(memo: dict[str, int], text: str, count: Callable[[str], int]) -> int:
+    """`count(text)` for a text of SHORT characters or fewer, remembered in `memo` by the text itself (cleared
+    when it holds SHORT_ENTRIES): the exact counts' and the estimate's alike."""
+    found = memo.get(text)
+    if found is None:
+        if len(memo) >= SHORT_ENTRIES:
+            memo.clear()
+        found = memo[text] = count(text)
+    return found
 
 
 class _Counts(Protocol):
@@ -48,12 +60,7 @@ class CountCache:
     def count(self, engine: _Counts, text: str, data: bytes | None = None) -> int:
         """`engine.count(text)`, remembered; `data`, when the caller has it, is the text's UTF-8."""
         if len(text) <= SHORT:
-            found = self._short.get(text)
-            if found is None:
-                if len(self._short) >= SHORT_ENTRIES:
-                    self._short.clear()
-                found = self._short[text] = engine.count(text)
-            return found
+            return short_count(self._short, text, engine.count)
         key = sha256(text.encode("utf-8", "surrogatepass") if data is None else data).digest()
         counts = self._counts
         found = counts.get(key)
