@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 
 import msgspec
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from ingress import metrics
@@ -137,6 +137,7 @@ class EdgeConnection(RequestHandler):
         if request.writer.output_size > 0:  # part of an answer went out: the connection is broken
             raise ConnectionError("Response is sent already, cannot send another response with the error message")
         response = error_response(error, request_id_of(None))
+        response.headers[hdrs.SERVER] = SERVER  # no application prepares this answer: name_server never sees it
         response.force_close()
         return response
 

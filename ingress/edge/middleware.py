@@ -11,14 +11,13 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 import structlog
-from aiohttp import ClientConnectionResetError, hdrs, web
+from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
-from ingress.sockets import SERVER
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.types import ErrorInfo
@@ -41,7 +40,6 @@ def error_response(exc: IngressError, request_id: str, *, binary: bool = False,
     """OpenAI's error JSON; for a FlatBuffers request the service failed (not the edge's refusal of the
     request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
     headers = {**more, REQUEST_ID: request_id} if more else {REQUEST_ID: request_id}
-    headers[hdrs.SERVER] = SERVER  # also when no application prepares it (a connection's refusal of bad HTTP)
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
     if binary and not isinstance(exc, InvalidRequest):
