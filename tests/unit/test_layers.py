@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2] / "ingress"
 GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
-SYNC = ("oai", "wire", "translate", "routing", "tokens", "exchange", "errors", "settings", "config", "metrics", "log",
+SYNC = ("oai", "anthropic", "wire", "translate", "routing", "tokens", "exchange", "errors", "settings", "config", "metrics", "log",
         "guardrails")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
@@ -25,6 +25,7 @@ FORBIDDEN = {
     "translate": {"upstream", "edge", "pipeline"},
     "wire": {"upstream", "translate", "edge", "pipeline", "routing"},
     "oai": {"wire", "upstream", "translate", "edge", "pipeline"},
+    "anthropic": {"wire", "upstream", "translate", "edge", "pipeline", "oai"},  # Anthropic's API, as oai is OpenAI's
     "routing": {"upstream", "translate", "edge", "pipeline", "wire", "oai"},
     "pipeline": {"edge", "serve"},
     "demo": {"edge", "pipeline", "upstream", "translate", "serve"},
