@@ -24,8 +24,9 @@ FORBIDDEN = {
     "upstream": {"translate", "edge", "pipeline", "oai"},  # upstream → wire ← translate
     "translate": {"upstream", "edge", "pipeline"},
     "wire": {"upstream", "translate", "edge", "pipeline", "routing"},
-    "oai": {"wire", "upstream", "translate", "edge", "pipeline"},
-    "anthropic": {"wire", "upstream", "translate", "edge", "pipeline", "oai"},  # Anthropic's API, as oai is OpenAI's
+    "oai": {"wire", "upstream", "translate", "edge", "pipeline", "anthropic"},
+    # Anthropic's API as oai is OpenAI's; its requests become chat requests (oai's) on their way in.
+    "anthropic": {"wire", "upstream", "translate", "edge", "pipeline"},
     "routing": {"upstream", "translate", "edge", "pipeline", "wire", "oai"},
     "pipeline": {"edge", "serve"},
     "demo": {"edge", "pipeline", "upstream", "translate", "serve"},
