@@ -150,7 +150,7 @@ def chunk_stages() -> dict[str, Callable[[], object]]:
     the upstream connection's callback runs it (the write itself left out: it is the kernel's)."""
     from ingress import metrics, wire
     from ingress.edge.sse import SseWriter
-    from ingress.pipeline.stream import Gaps
+    from ingress.metrics import Gaps
     from ingress.translate.stream import StreamTranslator
     from ingress.upstream.http1_decoder import ResponseDecoder
     from ingress.wire.framing import FrameDecoder

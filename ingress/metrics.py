@@ -2,8 +2,9 @@
 
 A request's summary (count, duration, overhead, upstream time, first token, tokens, refusal) is recorded
 from its Exchange in one place, the edge's middleware. The rest as they happen: retries and chunk gaps in
-the pipeline, admissions and the limit store's calls in tenancy/, endpoint health in upstream/ (and on
-scrape), connections refused before any HTTP in the edge, GC pauses and live tasks here.
+the pipeline (a stream's gaps counted by `Gaps`, added at its end), admissions and the limit store's
+calls in tenancy/, endpoint health in upstream/ (and on scrape), connections refused before any HTTP
+in the edge, GC pauses and live tasks here.
 
 With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor before any worker
 starts) makes every worker write its values to shared files, and /metrics aggregates them.
@@ -18,6 +19,7 @@ import gc
 import os
 import platform
 import time
+from bisect import bisect_left
 from importlib import metadata
 from typing import Any, TypeVar, cast
 
@@ -82,6 +84,45 @@ BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", 
 
 
 M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class Gaps:
+    """One stream's gaps between chunks, counted into a histogram's buckets here and added to it once, at
+    the end (`flush`): as `observe` would count each, for a fraction of its cost per chunk (two locked
+    increments and a scan of the bounds, ~2 µs). It reads prometheus-client's buckets, the one place
+    that does."""
+
+    __slots__ = ("_child", "_counts", "_last", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._counts = [0] * len(child._upper_bounds)
+        self._sum = 0.0
+        self._last: float | None = None
+
+    def mark(self, now: float) -> None:
+        """A chunk went out at `now` (perf_counter)."""
+        last, self._last = self._last, now
+        if last is not None:
+            gap = now - last
+            self._sum += gap
+            self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
+
+    def flush(self) -> None:
+        child, counts = self._child, self._counts
+        if not any(counts):
+            return
+        for bucket, n in zip(child._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        child._sum.inc(self._sum)
+        self._counts = [0] * len(counts)
+        self._sum = 0.0
+
+
+def inter_chunk_gaps(model: str) -> Gaps:
+    """A stream's gaps, for INTER_CHUNK under `model` (a metric label: a name some route serves)."""
+    return Gaps(INTER_CHUNK.labels(model))
 
 
 def child(metric: M, *labels: str) -> M:

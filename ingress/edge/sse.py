@@ -19,7 +19,7 @@ from ingress.translate.stream import Delta, Head
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT = b": ping\n\n"  # a comment: clients ignore it, proxies see traffic
 _PREFIX = b"data: "
-_MARK = b'"\\u0000"'  # a Delta's content in its template: "\x00", as JSON encodes it
+_END = b"\n\n"
 
 _encoder = msgspec.json.Encoder()
 E = TypeVar("E", contravariant=True)
@@ -38,30 +38,26 @@ class SseWriter:
 
     def __init__(self) -> None:
         self._buf = bytearray(_PREFIX)
-        self._head: Head | None = None  # the template's: its bytes before and after a Delta's content
+        self._head: Head | None = None  # the last Delta's head and choice, and their template as an event
         self._index = 0
         self._before: bytes | None = None
         self._after = b""
 
     def event(self, obj: Any) -> bytes:
         _encoder.encode_into(obj, self._buf, len(_PREFIX))
-        self._buf += b"\n\n"
+        self._buf += _END
         return bytes(self._buf)
 
     def delta(self, d: Delta) -> bytes:
-        """A Delta's event: the template of its head and choice, made once, around its content encoded
-        alone; the same bytes as `event(d.chunk())`."""
+        """A Delta's event: its head's template (`Head.template`) framed as an event once, around its
+        content encoded alone; the same bytes as `event(d.chunk())`, as `Delta.json` is its JSON."""
         if d.head is not self._head or d.index != self._index:
-            self._template(d)
+            self._head, self._index = d.head, d.index
+            template = d.head.template(d.index)
+            self._before, self._after = (_PREFIX + template[0], template[1] + _END) if template else (None, b"")
         if self._before is None:
             return self.event(d.chunk())
         return b"".join((self._before, _encoder.encode(d.content), self._after))
-
-    def _template(self, d: Delta) -> None:
-        self._head, self._index = d.head, d.index
-        probe = self.event(Delta(d.head, d.index, "\x00").chunk())
-        parts = probe.split(_MARK)
-        self._before, self._after = (parts[0], parts[1]) if len(parts) == 2 else (None, b"")  # a head with a NUL
 
     def error(self, exc: IngressError) -> bytes:
         """A failure once the stream has begun: OpenAI's error shape as a data line (the SDKs raise it)."""

@@ -1,23 +1,35 @@
-"""stream: send → frames → translate, as typed events; heartbeats while the service is silent."""
+"""stream: send → frames → translate, as typed events; heartbeats while the service is silent.
+
+One streamed token, from the service's socket to the client's, in one direction:
+
+1. `upstream/http1.py` `Connection.data_received`: the bytes arrive; the chunked body is decoded and,
+   while the stream's task waits in `Reads.pump`, handed at once to the pump's callback, `_Offer`, here.
+2. `_Offer` feeds the read to the streaming core, `translate/body.py` `StreamBody.feed`: the frames it
+   completes are cut (`wire/framing.py`) and each translated (`translate/stream.py`
+   `StreamTranslator.read_frame`: a token's frame is read in place into a `Delta`).
+3. The chunks go to `direct`, the edge's `Outlet` (`edge/writers.py`): once the response head is out
+   and the client's socket buffer is empty, `SseWriter.render` (`edge/sse.py`) makes the event from the
+   Delta's template and `sockets.chunk` frames it as one HTTP chunk, written to the client's transport.
+
+Whatever `direct` declines (the head is not out yet, or the client is slow), a failure, and the end
+come back to this stream's task instead, which yields them to the edge's `write_stream`: the same
+rendering, written with backpressure. Without `direct` (the Responses API), every read takes that path.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from bisect import bisect_left
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Final
-
-from prometheus_client import Histogram
 
 from ingress import metrics, tasks
 from ingress.errors import (
     IngressError,
     UpstreamAnswered,
     UpstreamError,
-    UpstreamProtocolError,
 )
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers, responses_answers
@@ -25,12 +37,12 @@ from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
+from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
-from ingress.wire.framing import FrameDecoder, FrameError
 
 
 class Signal:
@@ -136,77 +148,32 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
 
 async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: Reads, data: bytes,
                      direct: Direct | None) -> AsyncGenerator[StreamEvent, None]:
-    """Frames → chunks, from the first read on; DONE at the final frame, or Failed. With `direct`, each
-    later read is translated in the upstream connection's callback and its chunks offered there; only
-    what `direct` declines, a failure or the end come back to this generator."""
-    request = prepared.request
-    include_usage = bool(request.stream_options and request.stream_options.include_usage)
-    translator: StreamTranslator | TextStreamTranslator
-    if isinstance(request, TextCompletionRequest):
-        translator = TextStreamTranslator(id=f"cmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                          include_usage=include_usage, verify=gw.settings.verify_answers)
-    else:
-        translator = StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=int(time.time()),
-                                      include_usage=include_usage, verify=gw.settings.verify_answers,
-                                      legacy_functions=request.legacy_functions)
-    decoder = FrameDecoder(gw.settings.max_frame_bytes)
-    read = translator.read_frame if isinstance(translator, StreamTranslator) else translator.feed_frame
-    gaps = Gaps(metrics.INTER_CHUNK.labels(ex.metric_model))
-
-    def take(data: bytes) -> Step:
-        """One read: its chunks, and the error that came after them in it (or None)."""
-        ex.mark_first_byte()
-        burst: list[chat_answers.ChatCompletionChunk | TextCompletion | Delta] = []
-        try:
-            for frame in decoder.feed(data):
-                chunks = read(frame)
-                if chunks:
-                    now = time.perf_counter()
-                    for _ in chunks:
-                        gaps.mark(now)
-                    burst += chunks
-                if translator.done:
-                    break  # complete: whatever follows the final frame is not read, however it arrived
-        except (FrameError, IngressError) as exc:  # after what came before it in the same read
-            return burst, exc
-        return burst, None
-
-    def consume(data: bytes) -> Step | None:
-        """A read in the connection's callback: None when `direct` took its chunks (or it had none)."""
-        try:
-            burst, error = step = take(data)
-            if error is None and not translator.done and (not burst or direct(_event(burst))):  # type: ignore[misc]  # pumped only when direct is set
-                return None
-            return step
-        except Exception as exc:  # raised in the stream's task, not in the connection's callback
-            return [], exc
-
+    """The body from its first read on, through the streaming core (`StreamBody`): each read's chunks
+    yielded, then DONE at the final frame, or Failed. With `direct`, each later read is fed to the core in
+    the upstream connection's callback and its chunks offered there (`_Offer`); only what `direct`
+    declines, a failure or the end come back to this generator."""
+    body = StreamBody(_translator(gw, prepared, ex), gw.settings.max_frame_bytes)
+    gaps = metrics.inter_chunk_gaps(ex.metric_model)
+    offer = _Offer(body, gaps, direct) if direct is not None else None
+    read = _fed(body, gaps, data)
     try:
-        step = take(data) if data else None
-        while step is not None:
-            burst, error = step
-            if burst:
-                yield _event(burst)
-            if error is not None:
-                raise error
-            if translator.done:
+        while True:
+            if read.chunks:
+                yield _event(read.chunks)
+            if (error := read.error) is not None:
+                if not isinstance(error, IngressError):
+                    raise error  # a bug met in the connection's callback (`_Offer`), raised in this task
+                yield failed(ex, error)
+                return
+            if body.done:
                 break
-            if direct is not None:
-                step = await reads.pump(consume)
+            if offer is not None:
+                read = await reads.pump(offer) or body.end()
             else:
-                data = await anext(reads, b"")
-                step = take(data) if data else None
-        else:
-            decoder.finish()
-            translator.finish()
-    except FrameError as exc:
-        yield failed(ex, UpstreamProtocolError(f"The model service sent a malformed stream: {exc}."))
-        return
-    except IngressError as exc:
-        yield failed(ex, exc)
-        return
+                read = _fed(body, gaps, await anext(reads, b""))
     finally:
         gaps.flush()
+        translator = body.translator
         ex.usage = translator.usage
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
@@ -215,45 +182,54 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     yield DONE
 
 
-Chunks = list[chat_answers.ChatCompletionChunk | TextCompletion | Delta]
-Step = tuple[Chunks, Exception | None]
+Chunk = chat_answers.ChatCompletionChunk | TextCompletion | Delta
 
 
-def _event(burst: Chunks) -> StreamEvent:
-    return burst[0] if len(burst) == 1 else Burst(burst)
+def _translator(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> FrameTranslator[Chunk]:
+    """The request's frames → chunks: chat chunks, or a legacy completion's text ones."""
+    request, created, verify = prepared.request, int(time.time()), gw.settings.verify_answers
+    include_usage = bool(request.stream_options and request.stream_options.include_usage)
+    if isinstance(request, TextCompletionRequest):
+        return TextStreamTranslator(id=f"cmpl-{ex.request_id}", model=request.model, created=created,
+                                    include_usage=include_usage, verify=verify)
+    return StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=created,
+                            include_usage=include_usage, verify=verify, legacy_functions=request.legacy_functions)
 
 
-class Gaps:
-    """One stream's gaps between chunks, counted into the histogram's buckets here and added to it once,
-    at the end (`flush`): as `observe` would count each, for a fraction of its cost per chunk (two
-    locked increments and a scan of the bounds, ~2 µs)."""
+def _fed(body: StreamBody[Chunk], gaps: metrics.Gaps, data: bytes) -> Read[Chunk]:
+    """One read through the core (b"": the body ended), its chunks' gaps counted."""
+    if not data:
+        return body.end()
+    read = body.feed(data)
+    if read.chunks:
+        now = time.perf_counter()
+        for _ in read.chunks:
+            gaps.mark(now)
+    return read
 
-    __slots__ = ("_child", "_counts", "_last", "_sum")
 
-    def __init__(self, child: Histogram) -> None:
-        self._child = child
-        self._counts = [0] * len(child._upper_bounds)
-        self._sum = 0.0
-        self._last: float | None = None
+class _Offer:
+    """A read in the upstream connection's callback (`Reads.pump`): fed to the core, and its chunks offered
+    to `direct`. None when `direct` took them (or there were none) and the stream goes on; otherwise the
+    read, for the stream's task to finish: chunks `direct` declined, a failure, or the final frame."""
 
-    def mark(self, now: float) -> None:
-        """A chunk went out at `now` (perf_counter)."""
-        last, self._last = self._last, now
-        if last is not None:
-            gap = now - last
-            self._sum += gap
-            self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
+    __slots__ = ("_body", "_direct", "_gaps")
 
-    def flush(self) -> None:
-        child, counts = self._child, self._counts
-        if not any(counts):
-            return
-        for bucket, n in zip(child._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-        child._sum.inc(self._sum)
-        self._counts = [0] * len(counts)
-        self._sum = 0.0
+    def __init__(self, body: StreamBody[Chunk], gaps: metrics.Gaps, direct: Direct) -> None:
+        self._body, self._gaps, self._direct = body, gaps, direct
+
+    def __call__(self, data: bytes) -> Read[Chunk] | None:
+        try:
+            read = _fed(self._body, self._gaps, data)
+            if read.error is None and not self._body.done and (not read.chunks or self._direct(_event(read.chunks))):
+                return None
+            return read
+        except Exception as exc:  # a bug must not raise in the connection's callback: the stream's task meets it
+            return Read([], exc)
+
+
+def _event(chunks: list[Chunk]) -> StreamEvent:
+    return chunks[0] if len(chunks) == 1 else Burst(chunks)
 
 
 def failed(ex: Exchange, exc: IngressError) -> Failed:

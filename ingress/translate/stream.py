@@ -1,9 +1,14 @@
-"""Translate a stream of CompletionChunk frames into OpenAI chat.completion.chunk objects (sans-I/O)."""
+"""Translate a stream of CompletionChunk frames into OpenAI chat.completion.chunk objects (sans-I/O).
+
+The fast path of a streamed token, all here: its frame is read in place (`content_delta`) into a `Delta`
+of the stream's `Head`, and its JSON is the head's template for its choice around its content, encoded
+alone (`Head.template`); the edge's SSE writer only frames those bytes as an event."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import msgspec
 from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
@@ -11,6 +16,9 @@ from ingress.oai import chat_answers
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wire_types
 from ingress.wire.answer import content_delta, decode_frame
+
+_json = msgspec.json.Encoder()
+_MARK = b'"\\u0000"'  # a Delta's content in its template: "\x00", as JSON encodes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +31,26 @@ class Head:
     system_fingerprint: str | None
     service_tier: str | None
     include_usage: bool
+    _templates: dict[int, tuple[bytes, bytes] | None] = field(default_factory=dict, init=False, repr=False,
+                                                              compare=False)
+
+    def template(self, index: int) -> tuple[bytes, bytes] | None:
+        """A Delta's chunk JSON at choice `index`, cut where its content goes: the bytes before and after
+        it, made once per choice. None for a head whose own fields hold a NUL (the cut would be ambiguous):
+        its Deltas are encoded whole."""
+        try:
+            return self._templates[index]
+        except KeyError:
+            parts = _json.encode(Delta(self, index, "\x00").chunk()).split(_MARK)
+            made = self._templates[index] = (parts[0], parts[1]) if len(parts) == 2 else None
+            return made
 
 
 @dataclass(frozen=True, slots=True)
 class Delta:
     """A chat.completion.chunk that carries a token's content at one choice and nothing else, its other
-    fields `head`'s: what nearly every frame becomes. `chunk()` is the general object it stands for; the
-    edge renders it from a template made once per head instead."""
+    fields `head`'s: what nearly every frame becomes. `chunk()` is the general object it stands for;
+    `json()` its bytes, from the head's template."""
 
     head: Head
     index: int
@@ -44,6 +65,13 @@ class Delta:
             service_tier=h.service_tier if h.service_tier is not None else UNSET,
             usage=None if h.include_usage else UNSET,  # "usage": null on every chunk but the last
         )
+
+    def json(self) -> bytes:
+        """The same bytes as `chunk()` encoded, for a fraction of the cost: only the content is encoded."""
+        template = self.head.template(self.index)
+        if template is None:
+            return _json.encode(self.chunk())
+        return b"".join((template[0], _json.encode(self.content), template[1]))
 
 
 class StreamTranslator:

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from ingress import wire
 from ingress.edge.sse import DONE, SseWriter
+from ingress.translate.body import StreamBody
 from ingress.translate.stream import StreamTranslator
 from ingress.wire import Chunk, ToolCallDelta, Usage
-from ingress.wire.framing import PREFIX, FrameDecoder, FrameError, frame
+from ingress.wire.framing import MAX_FRAME, PREFIX, FrameDecoder, FrameError, frame
 
 SETTINGS = settings(max_examples=80, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -193,16 +194,16 @@ def answer_streams(draw: st.DrawFn) -> tuple[list[Chunk], list[str], list[str]]:
 
 
 def translate_frames(pieces: list[bytes], include_usage: bool) -> list[bytes]:
-    """What the edge writes for an upstream body read in `pieces`: frames → chunks → SSE events."""
-    decoder = FrameDecoder()
-    translator = StreamTranslator(id="chatcmpl-edge", model="m", created=1, include_usage=include_usage)
+    """What the edge writes for an upstream body read in `pieces`: the streaming core's chunks as SSE."""
+    body = StreamBody(StreamTranslator(id="chatcmpl-edge", model="m", created=1, include_usage=include_usage),
+                      MAX_FRAME)
     writer = SseWriter()
     events = []
     for piece in pieces:
-        for f in decoder.feed(piece):
-            events += [writer.event(c) for c in translator.feed_frame(f)]
-    decoder.finish()
-    translator.finish()
+        read = body.feed(piece)
+        assert read.error is None
+        events += [writer.render(c) for c in read.chunks]
+    assert body.done
     return [*events, DONE]
 
 

@@ -1,5 +1,6 @@
-"""ingress.metrics: the build gauge, the GC hook, the event loop's task count, and the exposition of one
-process or of several.
+"""ingress.metrics: the build gauge, the GC hook, the event loop's task count, the exposition of one
+process or of several, and a stream's gaps counted as observing each would (buckets and count; the sum
+up to float rounding).
 
 The multi-process case runs real processes: prometheus_client picks file-backed values at import
 time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
@@ -19,11 +20,15 @@ from importlib import metadata
 from pathlib import Path
 from unittest import mock
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import eventually
 
 from ingress import __version__, metrics
+from ingress.metrics import CHUNK, Gaps
 from ingress.serve.app import flush_gc_forever
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,3 +217,33 @@ async def test_render_counts_the_event_loop_tasks_alive_at_the_scrape() -> None:
     text = metrics.render()[0].decode()
     [family] = [f for f in text_string_to_metric_families(text) if f.name == "ingress_event_loop_tasks"]
     assert family.samples[0].value == len(asyncio.all_tasks())
+
+
+def _samples(h: Histogram, label: str) -> dict[tuple[str, str], float]:
+    return {(s.name, s.labels.get("le", "")): s.value for m in h.collect() for s in m.samples
+            if s.labels.get("model") == label and not s.name.endswith("_created")}
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.lists(st.floats(0, 30, allow_nan=False) | st.sampled_from(list(CHUNK)), max_size=80),
+       st.integers(1, 3))
+def test_gaps_counted_per_stream_match_an_observe_each(gaps: list[float], streams: int) -> None:
+    h = Histogram("gaps", "gaps", ["model"], buckets=CHUNK, registry=CollectorRegistry())
+    batched = h.labels("batched")
+    for _ in range(streams):  # several streams into one child, each flushed at its end
+        counted, now = Gaps(batched), 100.0
+        counted.mark(now)
+        for gap in gaps:
+            now += gap
+            counted.mark(now)
+        counted.flush()
+    each = h.labels("each")
+    for _ in range(streams):
+        now = 100.0
+        for gap in gaps:
+            each.observe((now + gap) - now)  # the same float arithmetic as mark's
+            now += gap
+    batched_samples, each_samples = _samples(h, "batched"), _samples(h, "each")
+    # the sum is added once a stream, not once a gap: the same up to the order of float additions
+    assert batched_samples.pop(("gaps_sum", "")) == pytest.approx(each_samples.pop(("gaps_sum", "")), rel=1e-12)
+    assert batched_samples == each_samples
