@@ -22,10 +22,12 @@ from .common import (
     Result,
     arg_value,
     bridge_args,
+    command_of,
     cpu_cores,
     env_names,
     interpolation_env,
     is_edge,
+    k8s_sets,
     kind_name,
     load_docs,
     on_a_mount,
@@ -336,7 +338,7 @@ def bridge_errors(where: str, pod: Doc, container: Doc) -> list[str]:
     if target.hostname in ("127.0.0.1", "localhost", "::1"):
         port = target.port or (443 if target.scheme == "https" else 80)
         engines = [c for c in pod.get("containers") or [] if c is not container and (
-            arg_value([str(a) for a in (c.get("command") or []) + (c.get("args") or [])], "--port") == str(port)
+            arg_value(command_of(c), "--port") == str(port)
             or port in {p.get("containerPort") for p in c.get("ports") or []})]
         if not engines:
             errors.append(f"{where}: --target {raw['target']}: no other container of the pod listens on port {port}")
@@ -384,15 +386,11 @@ def socket_errors(where: str, pod: Doc, edge: Doc, settings: Any) -> list[str]:
                 errors.append(f"{where}: groups.{name}: {path} is not on a volume the edge mounts")
                 continue
             servers = [c for c in pod.get("containers") or [] if c is not edge
-                       and path in [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+                       and path in command_of(c)
                        and any(m.get("name") == mounted[directory] for m in c.get("volumeMounts") or [])]
             if not servers:
                 errors.append(f"{where}: groups.{name}: no other container serves {path} on the shared volume")
     return errors
-
-
-def command_of(container: Doc) -> list[str]:
-    return [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
 
 
 def is_store(container: Doc) -> bool:
@@ -546,14 +544,6 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
                                     for labels in store_labels):
             errors.append(f"Service/{name}: a limit store that no edge's tenancy.redis.url names")
     return errors, configs
-
-
-def k8s_sets() -> dict[str, list[tuple[str, Doc]]]:
-    """The plain manifests, by directory: each directory is one deployment."""
-    sets: dict[str, list[tuple[str, Doc]]] = {}
-    for path in sorted((common.DEPLOY / "k8s").rglob("*.yaml")):
-        sets.setdefault(rel(path.parent), []).extend((rel(path), d) for d in load_docs(path))
-    return sets
 
 
 def check_k8s_schema() -> Result:
