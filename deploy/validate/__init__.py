@@ -65,13 +65,13 @@ from .k8s import (
     bridge_errors,
     check_k8s_policy,
     check_k8s_schema,
-    edge_config_for,
     in_process_bridge_errors,
     k8s_sets,
     manifest_set_errors,
     schema_errors,
 )
 from .knative import check_knative
+from .mounted_config import edge_config_for
 from .yaml_lint import check_yamllint
 
 __all__ = [
