@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterable
 
+from .bridges import bridge_errors, in_process_bridge_errors
 from .common import (
     DEPLOY,
     DRAIN_DEADLINE_S,
@@ -52,6 +53,7 @@ from .common import (
     arg_value,
     bridge_args,
     is_edge,
+    k8s_sets,
     offline,
     parse_edge_config,
     seconds,
@@ -62,11 +64,8 @@ from .grafana import METRICS, check_grafana, exported_metrics
 from .helm import check_helm_chart, check_helm_render, helm_renderer, helm_renderings, values_comment_errors
 from .k8s import (
     KUBERNETES_VERSIONS,
-    bridge_errors,
     check_k8s_policy,
     check_k8s_schema,
-    in_process_bridge_errors,
-    k8s_sets,
     manifest_set_errors,
     schema_errors,
 )
