@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from . import common
 from .common import Doc, EdgeConfig, Result, kind_name, load_docs, rel
-from .k8s import schema_errors
+from .k8s_schema import schema_errors
 from .pods import pod_errors
 
 # Knative: a Service asking for less than this is too short for long generations.

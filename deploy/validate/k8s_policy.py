@@ -1,51 +1,15 @@
-"""k8s-schema and k8s-policy: the manifests against Kubernetes' schemas, and the rules the deployment
-rests on (drain, probes, resources, security, the edge's configuration, bridges, the limit store)."""
+"""k8s-policy: the rules a set of manifests deployed together rests on (one directory of deploy/k8s/, or
+one Helm rendering): rollouts, selectors, Services' ports, autoscalers, disruption budgets, network
+policies and the limit store; each Deployment's pod spec by pods."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from . import common
-from .common import (
-    Doc,
-    EdgeConfig,
-    Result,
-    k8s_sets,
-    kind_name,
-    load_docs,
-    rel,
-)
+from .common import Doc, EdgeConfig, Result, k8s_sets, kind_name
 from .limit_store import is_store, memory_backend_errors, store_errors, store_service_errors
 from .pods import pod_errors
-
-# The oldest Kubernetes the manifests support (preStop `sleep`, matchLabelKeys) and the newest that
-# kubernetes-validate ships schemas for (its versions: kubernetes_validate.utils.all_versions()).
-KUBERNETES_VERSIONS = ("1.30", "1.37")
-
-
-# --- Kubernetes schemas ---------------------------------------------------------------------------
-
-
-def schema_errors(doc: Doc, source: str) -> list[str]:
-    """kubernetes-validate, strict, for each supported version; a kind without schema is an error."""
-    import kubernetes_validate.utils as kv
-
-    errors = []
-    for version in KUBERNETES_VERSIONS:
-        try:
-            kv.validate(doc, version, strict=True)
-        except kv.ValidationError as exc:
-            path = ".".join(str(p) for p in exc.path)
-            errors.append(f"{source}: {kind_name(doc)} (Kubernetes {version}): {path}: {exc.message}")
-        except kv.SchemaNotFoundError as exc:
-            errors.append(f"{source}: {kind_name(doc)}: {exc.message}")
-        except kv.VersionNotSupportedError:
-            errors.append(f"kubernetes-validate has no schemas for Kubernetes {version}: upgrade it")
-    return errors
-
-
-# --- Kubernetes policy ----------------------------------------------------------------------------
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
@@ -127,20 +91,6 @@ def manifest_set_errors(docs: list[tuple[str, Doc]]) -> tuple[list[str], list[Ed
     store_labels = [d["spec"]["template"].get("metadata", {}).get("labels") or {} for _, d in stores]
     errors += store_service_errors(configs, services, store_labels)
     return errors, configs
-
-
-def check_k8s_schema() -> Result:
-    result = Result("k8s-schema")
-    count = 0
-    for docs in k8s_sets().values():
-        for source, doc in docs:
-            result.errors += schema_errors(doc, source)
-            count += 1
-    for source, doc in ((rel(p), d) for p in [common.DEPLOY / "knative" / "configmap.yaml"] for d in load_docs(p)):
-        result.errors += schema_errors(doc, source)
-        count += 1
-    result.checked.append(f"{count} resources x Kubernetes {', '.join(KUBERNETES_VERSIONS)} (strict)")
-    return result
 
 
 def check_k8s_policy() -> Result:
