@@ -32,8 +32,11 @@ Checks, each reported on one line of the summary:
 Nothing here reaches the network: sockets other than Unix ones are refused while the checks run.
 Exit status: 0 when no check failed (skipped ones do not fail), 1 otherwise.
 
-One module per target (yaml_lint, dockerfile, compose, k8s, helm, knative, grafana), `common` for what
-they share; `__main__` is the command line. `run` and `summary` are here, with the names the tests use.
+One module per target (yaml_lint, dockerfile, compose, k8s_schema, k8s_policy, helm, knative, grafana).
+What k8s-policy asks of a pod, which knative and helm-render ask too, has modules of its own: pods (one
+pod spec), mounted_config (the edge's configuration as its pod mounts it), bridges (bridges and the
+sockets the edge reaches them on) and limit_store (the Redis the edges share). `common` holds what they
+all share; `__main__` is the command line. `run` and `summary` are here, with the names the tests use.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterable
 
+from .bridges import bridge_errors, in_process_bridge_errors
 from .common import (
     DEPLOY,
     DRAIN_DEADLINE_S,
@@ -52,6 +56,7 @@ from .common import (
     arg_value,
     bridge_args,
     is_edge,
+    k8s_sets,
     offline,
     parse_edge_config,
     seconds,
@@ -60,18 +65,10 @@ from .compose import check_compose
 from .dockerfile import check_dockerfile, dockerfile_instructions, hadolint_binary
 from .grafana import METRICS, check_grafana, exported_metrics
 from .helm import check_helm_chart, check_helm_render, helm_renderer, helm_renderings, values_comment_errors
-from .k8s import (
-    KUBERNETES_VERSIONS,
-    bridge_errors,
-    check_k8s_policy,
-    check_k8s_schema,
-    edge_config_for,
-    in_process_bridge_errors,
-    k8s_sets,
-    manifest_set_errors,
-    schema_errors,
-)
+from .k8s_policy import check_k8s_policy, manifest_set_errors
+from .k8s_schema import KUBERNETES_VERSIONS, check_k8s_schema, schema_errors
 from .knative import check_knative
+from .mounted_config import edge_config_for
 from .yaml_lint import check_yamllint
 
 __all__ = [

@@ -83,6 +83,14 @@ def load_docs(path: Path) -> list[Doc]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+def k8s_sets() -> dict[str, list[tuple[str, Doc]]]:
+    """The plain manifests, by directory: each directory is one deployment."""
+    sets: dict[str, list[tuple[str, Doc]]] = {}
+    for path in sorted((DEPLOY / "k8s").rglob("*.yaml")):
+        sets.setdefault(rel(path.parent), []).extend((rel(path), d) for d in load_docs(path))
+    return sets
+
+
 def kind_name(doc: Doc) -> str:
     return f"{doc.get('kind', '?')}/{(doc.get('metadata') or {}).get('name', '?')}"
 
@@ -174,15 +182,20 @@ def arg_value(args: list[str], flag: str) -> str | None:
     return None
 
 
+def command_of(container: Doc) -> list[str]:
+    """What the container runs: its command, then its args, as text."""
+    return [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+
+
 def is_edge(container: Doc) -> bool:
-    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    args = command_of(container)
     return (bool(args) and args[0] in ("serve", "ingress") and "demo-upstream" not in args
             and "bridge" not in args[:2])
 
 
 def bridge_args(container: Doc) -> list[str] | None:
     """The arguments after `ingress bridge` when the container runs a bridge, else None."""
-    args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    args = command_of(container)
     if args[:1] == ["ingress"]:
         args = args[1:]
     return args[1:] if args[:1] == ["bridge"] else None

@@ -16,7 +16,8 @@ import yaml
 
 from . import common
 from .common import Doc, Result, rel
-from .k8s import KUBERNETES_VERSIONS, manifest_set_errors, schema_errors
+from .k8s_policy import manifest_set_errors
+from .k8s_schema import KUBERNETES_VERSIONS, schema_errors
 
 HELM_TEMPLATES = ("deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "configmap.yaml",
                   "serviceaccount.yaml", "secret-keys.yaml", "redis.yaml", "_helpers.tpl", "NOTES.txt")

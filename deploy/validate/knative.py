@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 from . import common
 from .common import Doc, EdgeConfig, Result, kind_name, load_docs, rel
-from .k8s import pod_errors, schema_errors
+from .k8s_schema import schema_errors
+from .pods import pod_errors
 
 # Knative: a Service asking for less than this is too short for long generations.
 LONG_STREAM_S = 1800

@@ -1,28 +1,17 @@
-"""OpenAI's Responses API request (`POST /v1/responses`): its types, strictly decoded and checked.
+"""OpenAI's Responses API request (`POST /v1/responses`) as msgspec types: content parts, input items,
+tools and tool choices, the request itself, and `Call`, the request with its items and tools decoded.
 
-The edge is stateless: a Responses request travels as the chat request it amounts to
-(`ingress.oai.responses_to_chat`), and its answer is translated back (`ingress.translate.responses`).
-What needs a store or OpenAI's own hosted tools is refused, named:
-
-- `previous_response_id`, `conversation`, `prompt` (stored templates), `background`, `item_reference`
-  input items, `file_id` images: the edge keeps nothing between requests.
-- hosted tools (`web_search`, `file_search`, `mcp`...), `truncation: "auto"`, reasoning summaries,
-  `context_management`, and the other parameters named in `_REFUSED`: nothing behind the edge does them.
-
-`store: true` is accepted and nothing is kept (the answer says `store: false`). Every `include` value is
-accepted: `message.output_text.logprobs` asks for logprobs; the others name parts of output items the
-edge never produces (hosted tool results, reasoning items), so they add nothing.
+`responses_codec` decodes a body into a `Call` and checks it, refusing by name what the edge cannot do;
+`responses_to_chat` reads a `Call` as the chat request it amounts to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Raw
 
-from ingress.errors import InvalidRequest
 from ingress.oai.chat import (
     INT32_MAX,
     NO_JSON,
@@ -42,7 +31,6 @@ from ingress.oai.chat import (
     TopLogprobs,
     TopP,
 )
-from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
 
 MAX_ITEMS = 2048  # input items; a conversation longer than this is not one a gateway should pass on
 
@@ -157,10 +145,7 @@ class CustomToolCallOutputItem(_Item, tag="custom_tool_call_output"):
 
 
 Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | CustomToolCallItem | CustomToolCallOutputItem
-_ITEM_TYPES: dict[str, type[Item]] = {
-    "message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
-    "custom_tool_call": CustomToolCallItem, "custom_tool_call_output": CustomToolCallOutputItem,
-}
+
 
 # --- tools, tool choice, formats ------------------------------------------------------------------
 
@@ -179,9 +164,6 @@ class CustomTool(_Strict, tag_field="type", tag="custom"):
 
 
 ToolDef = FunctionTool | CustomTool
-_TOOL_TYPES: dict[str, type[ToolDef]] = {"function": FunctionTool, "custom": CustomTool}
-# A tool's options for OpenAI's programmatic tool calling and tool search: refused when set.
-_TOOL_OPTIONS = ("async", "defer_loading", "allowed_callers", "output_schema")
 
 
 class _Choice(_Strict, tag_field="type"):
@@ -279,7 +261,7 @@ class ResponsesRequest(_Strict):
     truncation: Literal["auto", "disabled"] | None = None
     user: ShortText | None = None
     background: bool | None = None
-    # Declared so that they are refused by name (`_REFUSED`), never taken for typos.
+    # Declared so that they are refused by name (responses_codec), never taken for typos.
     previous_response_id: str | None = None
     conversation: Raw = NO_JSON
     prompt: Raw = NO_JSON
@@ -289,14 +271,9 @@ class ResponsesRequest(_Strict):
     image: Raw = NO_JSON
 
 
-_REFUSED_WHY = {
-    "conversation": "the edge keeps no conversations: send the whole input",
-    "prompt": "the edge keeps no prompt templates: send the instructions and input",
-    "context_management": "the edge keeps no context to compact",
-    "background_options": "the edge runs no background responses",
-    "access_programs": "no access program applies behind this edge",
-    "image": "image context compression is not available behind this edge",
-}
+def is_set(raw: Raw) -> bool:
+    """Whether an opaque JSON field (`NO_JSON` when left out) holds something other than null."""
+    return len(raw) > 0 and bytes(raw) != b"null"
 
 
 class Call(msgspec.Struct, frozen=True):
@@ -310,183 +287,3 @@ class Call(msgspec.Struct, frozen=True):
     def logprobs(self) -> bool:
         r = self.request
         return "message.output_text.logprobs" in (r.include or ()) or bool(r.top_logprobs)
-
-
-# --- decoding -------------------------------------------------------------------------------------
-
-
-_decoder = msgspec.json.Decoder(ResponsesRequest)
-_OPENAI_FIELDS = frozenset(ResponsesRequest.__struct_fields__)
-_kind_decoder = msgspec.json.Decoder(dict[str, Any])
-_item_decoders = {name: msgspec.json.Decoder(t) for name, t in _ITEM_TYPES.items()}
-_tool_decoders = {name: msgspec.json.Decoder(t) for name, t in _TOOL_TYPES.items()}
-_named_decoder = msgspec.json.Decoder(NamedTool)
-
-
-def _unsupported(param: str, why: str) -> InvalidRequest:
-    return InvalidRequest(f"'{param}' is not supported: {why}.", param=param, code="unsupported_parameter")
-
-
-def is_set(raw: Raw) -> bool:
-    return len(raw) > 0 and bytes(raw) != b"null"
-
-
-def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str | None, param: str,
-         what: str, offered: str) -> Any:
-    """One item or tool, decoded by its `type` (`default` when it is left out); opaque until now, so
-    its depth is checked first."""
-    check_nesting(bytes(raw))
-    fields = _kind_decoder.decode(raw)
-    kind = fields.get("type", default)
-    if not isinstance(kind, str):
-        raise invalid(f"{what} needs a string 'type'", f"{param}.type")
-    decoder = decoders.get(kind)
-    if decoder is None:
-        raise _unsupported(f"{param}.type", f"{what} of type '{kind[:64]}' are not available behind this edge "
-                                            f"({offered})")
-    if default is not None and "type" not in fields:
-        raw = Raw(_with_type(fields, kind))
-    try:
-        return decoder.decode(raw)
-    except msgspec.ValidationError as exc:
-        raise refusal(exc, param) from None
-
-
-def _with_type(fields: dict[str, Any], kind: str) -> bytes:
-    return msgspec.json.encode({"type": kind, **fields})
-
-
-def _tool_def(raw: Raw, param: str) -> ToolDef:
-    """A tool; its options for OpenAI's programmatic tool calling and tool search are refused by name
-    when they ask for something (their defaults are accepted, and mean nothing here)."""
-    check_nesting(bytes(raw))
-    fields = _kind_decoder.decode(raw)
-    for option in _TOOL_OPTIONS:
-        if option in fields:
-            if fields[option] not in (None, False, ["direct"]):
-                raise _unsupported(f"{param}.{option}", "OpenAI's programmatic tool calling and tool search are "
-                                                        "not available behind this edge")
-            del fields[option]
-    return _one(Raw(msgspec.json.encode(fields)), _tool_decoders, None, param, "tools",  # type: ignore[no-any-return]  # _tool_decoders decode only these two
-                "function and custom tools")
-
-
-def decode_responses_request(body: bytes) -> Call:
-    """Parse and strictly validate; every failure is an InvalidRequest naming the parameter."""
-    return decode_responses_request_forwarding(body, _refuse)[0]
-
-
-def _refuse(model: str) -> bool:
-    return False
-
-
-def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], bool]) -> tuple[Call, str | None]:
-    """As decode_responses_request; the top-level fields that are not OpenAI's come back as one JSON
-    object when the model's route forwards them (as for chat: codec.decode_chat_request_forwarding)."""
-    try:
-        request = _decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        split = split_extras(body, exc, forwards, _OPENAI_FIELDS)
-        if split is None:
-            raise refusal(exc) from None
-        return decode_responses_request(split[0]), split[1]
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise unreadable(exc) from None
-    _check_refused(request)
-    items: list[Item]
-    if isinstance(request.input, str):
-        items = [MessageItem(role="user", content=request.input)]
-    else:
-        items = [_one(raw, _item_decoders, "message", f"input[{i}]", "input items",
-                      "messages, function and custom tool calls and their outputs")
-                 for i, raw in enumerate(request.input)]
-    tools = [_tool_def(raw, f"tools[{i}]") for i, raw in enumerate(request.tools or ())]
-    call = Call(request, items, tools)
-    _check(call)
-    return call, None
-
-
-def _check_refused(r: ResponsesRequest) -> None:
-    if r.previous_response_id is not None:
-        raise InvalidRequest(
-            f"Previous response with id '{r.previous_response_id[:64]}' not found: this edge keeps no responses; "
-            "send the whole conversation as input.", param="previous_response_id", code="previous_response_not_found")
-    for name, why in _REFUSED_WHY.items():
-        if is_set(getattr(r, name)):
-            raise _unsupported(name, why)
-    if r.background:
-        raise _unsupported("background", "the edge keeps no responses to poll: send it without background")
-    if r.truncation == "auto":
-        raise _unsupported("truncation", "the edge does not know the model's context window to truncate to")
-    for name in ("summary", "generate_summary", "context", "mode"):
-        if r.reasoning is not None and getattr(r.reasoning, name) is not None:
-            raise _unsupported(f"reasoning.{name}", "answers behind this edge carry no reasoning items")
-    options = r.prompt_cache_options
-    if options is not None and options.prewarm:
-        raise _unsupported("prompt_cache_options.prewarm", "a request without an answer is not sent on")
-    if options is not None and options.comparison_response_id is not None:
-        raise _unsupported("prompt_cache_options.comparison_response_id", "the edge keeps no responses")
-
-
-def _check_json_object(raw: Raw, param: str) -> None:
-    if is_set(raw):
-        data = bytes(raw)
-        if not data.startswith(b"{"):
-            raise invalid("expected a JSON object", param)
-        check_nesting(data)
-
-
-def _check(call: Call) -> None:
-    """What the types cannot say: tool options, named tool choices, parts that need a store."""
-    r = call.request
-    for i, tool in enumerate(call.tools):
-        if isinstance(tool, FunctionTool):
-            _check_json_object(tool.parameters, f"tools[{i}].parameters")
-    offered = {(t.__struct_config__.tag, t.name) for t in call.tools}
-    choice = r.tool_choice
-    if isinstance(choice, FunctionChoice | CustomChoice) and (choice.__struct_config__.tag, choice.name) not in offered:
-        raise invalid(f"tool_choice names a {choice.__struct_config__.tag} tool that is not in tools",
-                       "tool_choice.name")
-    if isinstance(choice, AllowedToolsChoice):
-        for i, raw in enumerate(choice.tools):
-            try:
-                named = _named_decoder.decode(raw)
-            except msgspec.ValidationError as exc:
-                raise refusal(exc, f"tool_choice.tools[{i}]") from None
-            if (named.type, named.name) not in offered:
-                raise invalid(f"names a {named.type} tool that is not in tools", f"tool_choice.tools[{i}]")
-    if r.text is not None and isinstance(r.text.format, JsonSchemaText):
-        _check_json_object(r.text.format.schema, "text.format.schema")
-    for i, item in enumerate(call.items):
-        if isinstance(item, MessageItem) and not isinstance(item.content, str):
-            for j, part in enumerate(item.content):
-                _check_part(item.role, part, f"input[{i}].content[{j}]")
-        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem) and not isinstance(item.output, str):
-            for j, part in enumerate(item.output):
-                if not isinstance(part, InputText):
-                    raise _unsupported(f"input[{i}].output[{j}].type", "a tool's output travels as text only")
-
-
-_PARTS_OF = {
-    "user": (InputText, InputImage, InputFile),
-    "assistant": (InputText, OutputText, OutputRefusal),
-    "system": (InputText,),
-    "developer": (InputText,),
-}
-
-
-def _check_part(role: str, part: Part, param: str) -> None:
-    if not isinstance(part, _PARTS_OF[role]):
-        raise invalid(f"a {role} message cannot hold {part.__struct_config__.tag} content", f"{param}.type")
-    if isinstance(part, InputImage):
-        if part.file_id is not None:
-            raise _unsupported(f"{param}.file_id", "the edge keeps no files: send the image as image_url")
-        if part.image_url is None:
-            raise invalid("an input_image needs image_url", f"{param}.image_url")
-    if isinstance(part, InputFile):
-        if part.file_url is not None:
-            raise _unsupported(f"{param}.file_url", "send the file as file_data or file_id")
-        if part.detail is not None:
-            raise _unsupported(f"{param}.detail", "a file's detail level is not carried to the model")
-        if part.file_data is None and part.file_id is None:
-            raise invalid("an input_file needs file_data or file_id", param)

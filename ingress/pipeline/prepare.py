@@ -14,7 +14,8 @@ from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
-from ingress.oai.responses import Call, decode_responses_request_forwarding
+from ingress.oai.responses import Call
+from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.routing.table import Match

@@ -12,7 +12,7 @@ from aiohttp import web
 from ingress import wire
 from ingress.demo.service import create_demo_app
 from ingress.oai.codec import decode_chat_request
-from ingress.oai.responses import decode_responses_request
+from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings

@@ -16,7 +16,7 @@ from unit.bad_responses import BAD_RESPONSES
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers
 from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from ingress.oai.responses import Call, decode_responses_request
+from ingress.oai.responses import Call
 from ingress.oai.responses_answers import (
     CustomToolCallOut,
     ErrorOut,
@@ -30,6 +30,7 @@ from ingress.oai.responses_answers import (
     ResponseEvent,
     UsageOut,
 )
+from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.translate.responses import ResponseEvents, translate_response_object
 from ingress.wire import types as wire_types
