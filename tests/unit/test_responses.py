@@ -1,5 +1,6 @@
-"""The Responses API, sans-I/O: a request read as the chat request it amounts to (ingress/oai/responses.py,
-ingress/oai/responses_to_chat.py), and chat chunks made into its events (ingress/translate/responses.py)."""
+"""The Responses API, sans-I/O: a request decoded (ingress/oai/responses.py, responses_codec.py) and read as
+the chat request it amounts to (ingress/oai/responses_to_chat.py), and chat chunks made into its events
+(ingress/translate/responses.py)."""
 
 from __future__ import annotations
 
