@@ -4,7 +4,9 @@ One request sets every field of every Struct (a walk over the decoded request ch
 and comes back whole when encoded again. The SDK's own request types (`MessageCreateParams*`, plain and
 beta, every TypedDict and answer model nested in them) are walked beside our Structs: each key must be
 a field of ours, each Literal value one we accept, and where we hold JSON raw the walk stops, at a place
-listed here with its reason. Bad bodies are refused with Anthropic's dotted `param`.
+listed here with its reason. The first turn of an agentic coding CLI
+(tests/fixtures/anthropic/agent_first_turn.json) is read whole. Bad bodies are refused with Anthropic's
+dotted `param`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import types
 import typing
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
@@ -27,6 +30,7 @@ from ingress.anthropic import messages as m
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import MAX_NESTING, NESTED_TOO_DEEPLY
 
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic" / "agent_first_turn.json"
 CACHE = {"type": "ephemeral"}
 CACHE_1H = {"type": "ephemeral", "ttl": "1h"}
 DIRECT = {"type": "direct"}
@@ -483,6 +487,33 @@ def test_the_walk_reaches_the_nested_types(walk: Walk) -> None:
             "memory_20250818", "advisor_20260301", "tool_search_tool_bm25", "tool_search_tool_regex_20251119",
             "mcp_toolset"} <= walk.server_tools
     assert len(walk.sdk_types) > 100
+
+
+# --- the first turn of an agentic coding CLI ------------------------------------------------------
+
+
+def test_an_agent_clis_first_turn() -> None:
+    doc = json.loads(FIXTURE.read_bytes())
+    request, extras = m.decode_messages(FIXTURE.read_bytes(), beta=True)
+    assert extras == {}
+    assert [type(x).__name__ for x in request.messages] == ["UserMessage", "SystemMessage", "UserMessage"]
+    assert request.messages[1].content == doc["messages"][1]["content"]
+    assert isinstance(request.system, list)
+    assert [b.cache_control for b in request.system] == [m.CacheControl(), m.CacheControl("1h")]
+    tools = request.tools or []
+    assert len(tools) >= 12 and all(isinstance(t, m.ClientTool) for t in tools)
+    assert [t.name for t in tools] == [t["name"] for t in doc["tools"]]
+    assert [json.loads(bytes(t.input_schema)) for t in tools if isinstance(t, m.ClientTool)] == \
+        [t["input_schema"] for t in doc["tools"]]
+    assert request.thinking == m.ThinkingAdaptive()
+    assert json.loads(bytes(request.context_management)) == doc["context_management"]
+    assert request.output_config == m.OutputConfig(effort="high")
+    assert request.metadata == m.Metadata(doc["metadata"]["user_id"])
+    assert (request.model, request.max_tokens, request.stream) == ("claude-sonnet-4-6", 32000, True)
+
+
+def test_the_agent_turn_is_read_the_same_without_the_beta_header() -> None:
+    assert m.decode_messages(FIXTURE.read_bytes())[0] == m.decode_messages(FIXTURE.read_bytes(), beta=True)[0]
 
 
 # --- refusals -------------------------------------------------------------------------------------
