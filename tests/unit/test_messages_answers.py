@@ -309,6 +309,16 @@ def test_a_signature_after_the_text_signs_a_thinking_block_of_its_own() -> None:
                            delta(1, type="signature_delta", signature="s"), stop(1)]
 
 
+def test_reasoning_after_a_signature_is_a_thinking_block_of_its_own() -> None:
+    events = run(Chunk(sequence=0, reasoning="a", signature="s1"), Chunk(sequence=0, reasoning="b"),
+                 Chunk(sequence=0, done=True))
+    assert events[1:8] == [block(0, type="thinking", thinking="", signature=""),
+                           delta(0, type="thinking_delta", thinking="a"),
+                           delta(0, type="signature_delta", signature="s1"), stop(0),
+                           block(1, type="thinking", thinking="", signature=""),
+                           delta(1, type="thinking_delta", thinking="b"), stop(1)]
+
+
 def test_redacted_thinking_blocks_start_and_stop_whole() -> None:
     events = run(Chunk(sequence=0, reasoning="x", redacted_thinking=["r1", "r2"], content="y"),
                  Chunk(sequence=0, done=True, finish_reason="stop", stop_sequence="END"))
