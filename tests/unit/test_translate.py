@@ -396,8 +396,9 @@ def test_what_only_anthropics_shape_carries_changes_no_openai_answer() -> None:
     answers = [as_json([translate_response(wire.Response(id="x", model="m", created=1, choices=[c]))])
                for c in (plain, full)]
     assert answers[0] == answers[1]
-    chunks = [run(translator(), Chunk(sequence=0, content="42", reasoning="six", finish_reason="stop", **extra))
-              for extra in ({}, {"signature": "sig", "redacted_thinking": ["opaque"], "stop_sequence": "END"})]
+    chunk = Chunk(sequence=0, content="42", reasoning="six", finish_reason="stop")
+    chunks = [run(translator(), c) for c in (chunk, msgspec.structs.replace(
+        chunk, signature="sig", redacted_thinking=["opaque"], stop_sequence="END"))]
     assert chunks[0] == chunks[1]
 
 
