@@ -17,6 +17,8 @@ NOT_A_MODULE = {
     "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",
     "test_golden_buffers.py": "the released schema versions (schema/baseline/): their buffers, read through wire/",
     "test_layers.py": "the import graph of ingress/'s packages, which of them may be async, where tasks spawn",
+    "test_messages_answers.py": "answers in Anthropic's Messages shape: translate/messages.py and "
+                                "anthropic/answers.py (anthropic/messages.py, the request side, is test_messages.py's)",
     "test_oracle.py": "tests/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }
 

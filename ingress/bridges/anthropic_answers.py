@@ -16,11 +16,17 @@ from ingress.bridges.failures import scrub
 from ingress.oai import chat
 from ingress.wire import types as wire_types
 
-# An answer's stop_reason → our finish reason; anything else is "stop".
-FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
-          "model_context_window_exceeded": "length", "tool_use": "tool_calls", "refusal": "content_filter"}
+# An answer's stop_reason → our finish reason; anything else is "stop". A stop_sequence's sequence travels
+# in the answer's `stop_sequence`.
+FINISH = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "pause_turn", "max_tokens": "length",
+          "model_context_window_exceeded": "length", "tool_use": "tool_calls", "refusal": "refusal"}
 
 # --- answers ---------------------------------------------------------------------------------------
+
+
+class _ServerToolUse(msgspec.Struct):
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
 
 class _Usage(msgspec.Struct):
@@ -29,12 +35,15 @@ class _Usage(msgspec.Struct):
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
     output_tokens_details: dict[str, Any] | None = None
+    server_tool_use: _ServerToolUse | None = None
 
 
 class _Block(msgspec.Struct):
     type: str
     text: str | None = None
     thinking: str | None = None
+    signature: str | None = None  # a thinking block's
+    data: str | None = None  # a redacted_thinking block's
     id: str | None = None
     name: str | None = None
     input: msgspec.Raw = chat.NO_JSON  # a tool_use block's input object, as sent; empty when absent
@@ -45,6 +54,7 @@ class _Message(msgspec.Struct):
     model: str = ""
     content: list[_Block] = []
     stop_reason: str | None = None
+    stop_sequence: str | None = None
     usage: _Usage | None = None
 
 
@@ -53,7 +63,9 @@ class _Delta(msgspec.Struct):
     text: str | None = None
     partial_json: str | None = None
     thinking: str | None = None
+    signature: str | None = None
     stop_reason: str | None = None
+    stop_sequence: str | None = None
 
 
 class _ErrorObject(msgspec.Struct):
@@ -88,10 +100,12 @@ def _usage(u: _Usage) -> wire_types.Usage:
     prompt = (u.input_tokens or 0) + (u.cache_read_input_tokens or 0) + (u.cache_creation_input_tokens or 0)
     completion = u.output_tokens or 0
     thinking = (u.output_tokens_details or {}).get("thinking_tokens")
+    tools = u.server_tool_use or _ServerToolUse()
     return wire_types.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
                             cached_tokens=u.cache_read_input_tokens or 0,
                             cache_write_tokens=u.cache_creation_input_tokens or 0,
-                            reasoning_tokens=thinking if isinstance(thinking, int) and thinking >= 0 else 0)
+                            reasoning_tokens=thinking if isinstance(thinking, int) and thinking >= 0 else 0,
+                            web_search_requests=tools.web_search_requests, web_fetch_requests=tools.web_fetch_requests)
 
 
 def _broken(what: str) -> EngineFailed:
@@ -101,7 +115,8 @@ def _broken(what: str) -> EngineFailed:
 
 def decode_answer(body: bytes, created: int) -> wire_types.Response:
     """A whole Messages API answer as one choice: text joined, tool_use blocks as tool calls, thinking
-    as reasoning (never content)."""
+    as reasoning (never content) with the last thinking block's signature (one reasoning holds one),
+    redacted_thinking blocks' data in order."""
     try:
         m = _message_decoder.decode(body)
     except msgspec.DecodeError as exc:
@@ -111,8 +126,12 @@ def decode_answer(body: bytes, created: int) -> wire_types.Response:
     calls = [wire_types.FunctionCall(id=b.id or f"toolu_{j}", name=b.name or "",
                                      arguments=bytes(b.input).decode() if len(b.input) else "{}")
              for j, b in enumerate(m.content) if b.type == "tool_use"]
+    signatures = [b.signature for b in m.content if b.type == "thinking" and b.signature]
+    redacted = [b.data for b in m.content if b.type == "redacted_thinking" and b.data]
     content = "".join(texts) if texts or not calls else None
     choice = wire_types.Choice(index=0, content=content, tool_calls=calls, reasoning="".join(thinking) or None,
+                               signature=signatures[-1] if signatures else None, redacted_thinking=redacted,
+                               stop_sequence=m.stop_sequence,
                                finish_reason=FINISH.get(m.stop_reason or "end_turn", "stop"))
     return wire_types.Response(id=m.id, model=m.model, created=created, choices=[choice],
                                usage=_usage(m.usage) if m.usage is not None else None)
@@ -135,6 +154,7 @@ class MessagesStream:
         self._calls = 0
         self._usage = _Usage()
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._started = False
         self.done = False
 
@@ -196,19 +216,23 @@ class MessagesStream:
         elif kind == "message_delta":
             if e.delta is not None and e.delta.stop_reason is not None:
                 self._stop_reason = e.delta.stop_reason
+            if e.delta is not None and e.delta.stop_sequence is not None:
+                self._stop_sequence = e.delta.stop_sequence
             _merge(self._usage, e.usage)
         elif kind == "message_stop":
             self.done = True
             self._chunk(out, finish_reason=FINISH.get(self._stop_reason or "end_turn", "stop"),
-                        usage=_usage(self._usage), done=True)
+                        stop_sequence=self._stop_sequence, usage=_usage(self._usage), done=True)
 
     def _start(self, index: int, block: _Block, out: list[wire_types.Chunk]) -> None:
         if block.type != "tool_use":
             self._blocks[index] = (block.type, -1)
             if block.type == "text" and block.text:
                 self._chunk(out, content=block.text)
-            elif block.type == "thinking" and block.thinking:
-                self._chunk(out, reasoning=block.thinking)
+            elif block.type == "thinking" and (block.thinking or block.signature):
+                self._chunk(out, reasoning=block.thinking or None, signature=block.signature or None)
+            elif block.type == "redacted_thinking" and block.data:
+                self._chunk(out, redacted_thinking=[block.data])  # a redacted block comes whole
             return
         number = self._calls
         self._calls += 1
@@ -227,10 +251,12 @@ class MessagesStream:
             self._chunk(out, content=delta.text)
         elif delta.type == "thinking_delta" and kind == "thinking" and delta.thinking:
             self._chunk(out, reasoning=delta.thinking)
+        elif delta.type == "signature_delta" and kind == "thinking" and delta.signature:
+            self._chunk(out, signature=delta.signature)  # the signature of the block's reasoning, now whole
         elif delta.type == "input_json_delta" and kind == "tool_use" and delta.partial_json:
             self._arguments_sent[index] = True
             self._chunk(out, tool_calls=[wire_types.ToolCallDelta(index=number, arguments=delta.partial_json)])
-        # signature_delta, citations_delta and any newer delta: nothing of ours to carry
+        # citations_delta and any newer delta: nothing of ours to carry
 
     def _stop(self, index: int, out: list[wire_types.Chunk]) -> None:
         kind, number = self._blocks.get(index, ("", -1))

@@ -219,7 +219,8 @@ async def _stream(request: web.Request, call: EngineCall, response: Response, t:
 def _says_something(chunk: wire.Chunk) -> bool:
     """More than a role (an engine's first chunk, Anthropic's message_start): text, a call, the end..."""
     return bool(chunk.content or chunk.reasoning or chunk.refusal or chunk.tool_calls or chunk.finish_reason
-                or chunk.usage is not None or chunk.done or chunk.logprobs or chunk.refusal_logprobs)
+                or chunk.signature or chunk.redacted_thinking or chunk.usage is not None or chunk.done
+                or chunk.logprobs or chunk.refusal_logprobs)
 
 
 async def embed(request: web.Request) -> web.Response:

@@ -68,6 +68,10 @@ def translate_tool_call(call: wire_types.FunctionCall) -> chat_answers.ToolCallO
 
 
 LEGACY_FINISH = {"tool_calls": "function_call"}  # a legacy `functions` request's finish_reason
+# The contract's finish reasons OpenAI has no name for, as the nearest it has: a refusal is what its
+# content filter reports; a paused turn (Anthropic's `pause_turn`) ended this answer as a stop does, the
+# client going on with a new request.
+OPENAI_FINISH = {"refusal": "content_filter", "pause_turn": "stop"}
 
 
 def _message(c: wire_types.Choice, legacy_functions: bool) -> chat_answers.MessageOut:
@@ -90,8 +94,12 @@ def _message_of(c: wire_types.Choice, legacy_functions: bool) -> chat_answers.Me
                                    tool_calls=[translate_tool_call(t) for t in c.tool_calls] if c.tool_calls else UNSET)
 
 
-def translate_finish(reason: str | None, legacy_functions: bool) -> str | None:
-    return LEGACY_FINISH.get(reason, reason) if legacy_functions and reason is not None else reason
+def translate_finish(reason: str | None, legacy_functions: bool = False) -> str | None:
+    """A finish reason of the contract as OpenAI names it."""
+    if reason is None:
+        return None
+    reason = OPENAI_FINISH.get(reason, reason)
+    return LEGACY_FINISH.get(reason, reason) if legacy_functions else reason
 
 
 def translate_response(r: wire_types.Response, *, legacy_functions: bool = False) -> chat_answers.ChatCompletion:

@@ -50,7 +50,7 @@ from ingress.oai.responses_answers import (
     UrlCitationOut,
     UsageOut,
 )
-from ingress.translate.completion import translate_token
+from ingress.translate.completion import translate_finish, translate_token
 from ingress.wire import types as wire_types
 
 T = TypeVar("T")
@@ -107,7 +107,8 @@ def _call_item(i: int, request_id: str, call: wire_types.FunctionCall) -> Output
 def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str) -> ResponseObject:
     """A whole answer: its first choice (a Responses request asks for one) as output items."""
     choice = r.choices[0] if r.choices else wire_types.Choice()
-    item_status = "incomplete" if choice.finish_reason in _INCOMPLETE else "completed"
+    finish = translate_finish(choice.finish_reason)
+    item_status = "incomplete" if finish in _INCOMPLETE else "completed"
     output: list[OutputItem] = []
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[OutputTextOut | RefusalOut] = []
@@ -120,7 +121,7 @@ def translate_response_object(call: Call, r: wire_types.Response, *, request_id:
         output.append(MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
     output += [_call_item(i, request_id, c) for i, c in enumerate(choice.tool_calls)]
     return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model, status="completed",
-                           output=output, usage=_usage(r.usage), finish_reason=choice.finish_reason,
+                           output=output, usage=_usage(r.usage), finish_reason=finish,
                            service_tier=r.service_tier)
 
 

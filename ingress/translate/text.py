@@ -17,7 +17,7 @@ from msgspec import UNSET
 
 from ingress.oai import chat_answers
 from ingress.oai.completions import TextChoiceOut, TextCompletion, TextLogprobsOut
-from ingress.translate.completion import translate_logprobs, translate_usage
+from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.translate.stream import StreamTranslator
 from ingress.wire import types as wire_types
 
@@ -48,7 +48,7 @@ def translate_text_response(r: wire_types.Response) -> TextCompletion:
     choices = []
     for c in r.choices:
         text, tokens = c.content or "", _content(translate_logprobs(c.logprobs, None))
-        choices.append(TextChoiceOut(text=text, index=c.index, finish_reason=c.finish_reason,
+        choices.append(TextChoiceOut(text=text, index=c.index, finish_reason=translate_finish(c.finish_reason),
                                      logprobs=text_logprobs(tokens, text) if tokens is not None else None))
     return TextCompletion(
         id=r.id, created=r.created, model=r.model, choices=choices,

@@ -149,7 +149,7 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
 
 _RESPONSE = identifiers.RESPONSE
 _I64 = struct.Struct("<q").unpack_from
-_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 7, 9, 13
+_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 10, 9, 15
 _MAX_CHOICES = 64  # more are read the general way (and a verifier's table count stays far below its limit)
 
 
@@ -163,12 +163,13 @@ _NOT_COMMON = _NotCommon()
 def common_response(body: bytes) -> wire_types.Response | None:
     """The CompletionResponse nearly every non-streamed answer is, read in place: its id, model, created,
     usage, system fingerprint and service tier, and choices that carry a message's content and refusal,
-    a finish reason and reasoning, and nothing else (a message's role may be there; every other field of
-    a choice or its message absent). Each field it reads gets the generated verifier's strict checks, and
-    the offsets and string bytes it follows are bounded as the verifier bounds them (counted each time they
-    are reached, which is never fewer than the verifier counts). None for every other buffer, and for any
-    that those checks would refuse: the caller then reads it the general way (`decode_answer`), which
-    accepts or refuses it. A buffer this accepts, the verifier accepts, and decodes to the same value."""
+    a finish reason, reasoning, its signature and a stop sequence, and nothing else (a message's role may
+    be there; every other field of a choice or its message absent). Each field it reads gets the generated
+    verifier's strict checks, and the offsets and string bytes it follows are bounded as the verifier bounds
+    them (counted each time they are reached, which is never fewer than the verifier counts). None for every
+    other buffer, and for any that those checks would refuse: the caller then reads it the general way
+    (`decode_answer`), which accepts or refuses it. A buffer this accepts, the verifier accepts, and decodes
+    to the same value."""
     try:
         return _response(body)
     except _NotCommon:
@@ -212,16 +213,18 @@ def _response(buf: bytes) -> wire_types.Response:
 
 def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
     """A choice of the common shape, with the offsets it followed and the string bytes it decoded."""
-    o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning = _table(
-        buf, n, t, _CHOICE_SLOTS)
-    if o_logprobs or o_refusal_logprobs or o_annotations:
+    (o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning, o_signature,
+     o_redacted, o_stop) = _table(buf, n, t, _CHOICE_SLOTS)
+    if o_logprobs or o_refusal_logprobs or o_annotations or o_redacted:
         raise _NOT_COMMON
     index = _U32(buf, _at(n, t, o_index, 4))[0] if o_index else 0
     finish = buf[_at(n, t, o_finish, 1)] if o_finish else 0
     if finish >= len(FINISH_NAMES):  # the general way refuses it, naming the value
         raise _NOT_COMMON
-    reasoning, decoded = _text(buf, n, t, o_reasoning)
-    refs = bool(o_message) + bool(o_reasoning)
+    (reasoning, d_reasoning), (signature, d_signature) = _text(buf, n, t, o_reasoning), _text(buf, n, t, o_signature)
+    stop_sequence, d_stop = _text(buf, n, t, o_stop)
+    decoded = d_reasoning + d_signature + d_stop
+    refs = bool(o_message) + bool(o_reasoning) + bool(o_signature) + bool(o_stop)
     content = refusal = None
     if o_message:
         m = _offset(buf, n, t + o_message)
@@ -235,7 +238,7 @@ def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
         refs += bool(o_content) + bool(o_refusal)
         decoded += d_content + d_refusal
     choice = wire_types.Choice(index=index, content=content, refusal=refusal, finish_reason=FINISH_NAMES[finish],
-                               reasoning=reasoning)
+                               reasoning=reasoning, signature=signature, stop_sequence=stop_sequence)
     return choice, refs, decoded
 
 

@@ -68,7 +68,8 @@ def _choice(c: gen.ChoiceData) -> wire_types.Choice:
         refusal=m.refusal if m else None,
         finish_reason=_enum(FINISH_NAMES, c.finish_reason, "finish_reason"),
         logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or [],
-        reasoning=c.reasoning,
+        reasoning=c.reasoning, signature=c.signature, redacted_thinking=c.redacted_thinking or [],
+        stop_sequence=c.stop_sequence,
     )
 
 
@@ -97,7 +98,8 @@ def decode_chunk(buf: bytes) -> wire_types.Chunk:
         refusal=k.refusal, finish_reason=_enum(FINISH_NAMES, k.finish_reason, "finish_reason"),
         usage=k.usage, system_fingerprint=k.system_fingerprint, done=k.done,
         logprobs=k.logprobs, refusal_logprobs=k.refusal_logprobs, service_tier=k.service_tier,
-        reasoning=k.reasoning,
+        reasoning=k.reasoning, signature=k.signature, redacted_thinking=k.redacted_thinking or [],
+        stop_sequence=k.stop_sequence,
     )
 
 

@@ -266,7 +266,8 @@ def response_data(r: wire_types.Response) -> gen.CompletionResponseData:
         gen.ChoiceData(index=c.index, finish_reason=FINISH_REASONS[c.finish_reason], message=gen.MessageData(
             role=ROLES["assistant"], content=c.content, tool_calls=_calls(c.tool_calls), refusal=c.refusal),
             logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, annotations=c.annotations or None,
-            reasoning=c.reasoning)
+            reasoning=c.reasoning, signature=c.signature, redacted_thinking=c.redacted_thinking or None,
+            stop_sequence=c.stop_sequence)
         for c in r.choices
     ]
     return gen.CompletionResponseData(id=r.id, model=r.model, created=r.created, choices=choices,
@@ -282,7 +283,8 @@ def chunk_data(c: wire_types.Chunk) -> gen.CompletionChunkData:
         finish_reason=FINISH_REASONS[c.finish_reason], usage=c.usage, refusal=c.refusal,
         system_fingerprint=c.system_fingerprint, done=c.done,
         logprobs=c.logprobs, refusal_logprobs=c.refusal_logprobs, service_tier=c.service_tier,
-        reasoning=c.reasoning,
+        reasoning=c.reasoning, signature=c.signature, redacted_thinking=c.redacted_thinking or None,
+        stop_sequence=c.stop_sequence,
     )
 
 

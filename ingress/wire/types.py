@@ -48,6 +48,9 @@ class Choice(msgspec.Struct, kw_only=True):
     refusal_logprobs: list[TokenLogprob] | None = None
     annotations: list[Annotation] = []
     reasoning: str | None = None  # the model's reasoning text (vLLM's `reasoning_content`, Anthropic's thinking)
+    signature: str | None = None  # the reasoning's signature (Anthropic's thinking block's), opaque
+    redacted_thinking: list[str] = []  # reasoning the provider redacted: each block's opaque data, in order
+    stop_sequence: str | None = None  # the stop sequence that ended the answer
 
 
 class Response(msgspec.Struct, kw_only=True):
@@ -78,6 +81,9 @@ class Chunk(msgspec.Struct, kw_only=True):
     refusal_logprobs: list[TokenLogprob] | None = None
     service_tier: str | None = None
     reasoning: str | None = None  # this delta's reasoning text, never part of `content`
+    signature: str | None = None  # the signature of the reasoning streamed so far, which is then whole
+    redacted_thinking: list[str] = []  # redacted reasoning blocks, each whole: their opaque data
+    stop_sequence: str | None = None  # the stop sequence that ended the answer, with its finish_reason
 
 
 class ErrorInfo(msgspec.Struct, kw_only=True):

@@ -23,19 +23,21 @@ from ingress.wire.stock import BuilderPool
 
 TEXT = st.text(st.characters(codec="utf-8"), max_size=40)
 U32 = st.integers(0, 2**32 - 1)
-FINISH = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
+FINISH = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal"])
 USAGE = st.builds(wire.Usage, prompt_tokens=U32, completion_tokens=U32, total_tokens=U32, cached_tokens=U32,
-                  reasoning_tokens=U32, completion_text_tokens=U32)
+                  reasoning_tokens=U32, completion_text_tokens=U32, web_search_requests=U32)
 POOL = BuilderPool()
 
 common_choices = st.builds(wire.Choice, index=U32, content=st.none() | TEXT, refusal=st.none() | TEXT,
-                           finish_reason=FINISH, reasoning=st.none() | TEXT)
+                           finish_reason=FINISH, reasoning=st.none() | TEXT, signature=st.none() | TEXT,
+                           stop_sequence=st.none() | TEXT)
 other_choices = st.builds(
     wire.Choice, index=st.integers(0, 3), content=st.none() | TEXT, finish_reason=FINISH,
     tool_calls=st.lists(st.builds(wire.FunctionCall, id=TEXT, name=TEXT, arguments=TEXT), max_size=2),
     logprobs=st.none() | st.lists(st.builds(wire.TokenLogprob, token=TEXT, logprob=st.floats(-5, 0, width=32)),
                                   max_size=2),
-    annotations=st.lists(st.builds(wire.Annotation, url=TEXT, title=TEXT), max_size=1))
+    annotations=st.lists(st.builds(wire.Annotation, url=TEXT, title=TEXT), max_size=1),
+    redacted_thinking=st.lists(TEXT, max_size=2))
 
 
 def _responses(choices: st.SearchStrategy[wire.Choice], most: int) -> st.SearchStrategy[wire.Response]:
@@ -47,7 +49,7 @@ def _responses(choices: st.SearchStrategy[wire.Choice], most: int) -> st.SearchS
 def _common(r: wire.Response) -> bool:
     return len(r.choices) <= 64 and all(
         not c.tool_calls and c.logprobs is None and c.refusal_logprobs is None and not c.annotations
-        for c in r.choices)
+        and not c.redacted_thinking for c in r.choices)
 
 
 def _agrees(buf: bytes) -> None:

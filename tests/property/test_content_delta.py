@@ -29,6 +29,7 @@ def _chunks(sequence: st.SearchStrategy[int]) -> st.SearchStrategy[wire.Chunk]:
         role=st.none() | st.sampled_from(["assistant", "tool"]), refusal=st.none() | TEXT,
         finish_reason=st.none() | st.sampled_from(["stop", "length"]), system_fingerprint=st.none() | TEXT,
         done=st.booleans(), service_tier=st.none() | TEXT, reasoning=st.none() | TEXT,
+        signature=st.none() | TEXT, stop_sequence=st.none() | TEXT, redacted_thinking=st.lists(TEXT, max_size=1),
         usage=st.none() | st.builds(wire.Usage, prompt_tokens=st.integers(0, 99), completion_tokens=st.integers(0, 99)),
         tool_calls=st.lists(st.builds(wire.ToolCallDelta, index=st.integers(0, 2), arguments=st.none() | TEXT),
                             max_size=2))

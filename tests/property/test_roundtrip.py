@@ -349,12 +349,12 @@ def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str,
 
 # --- answers -------------------------------------------------------------------------------------
 
-finish_reason = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])
+finish_reason = st.sampled_from([None, "stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal"])
 usage = st.builds(wire.Usage, prompt_tokens=u(32), completion_tokens=u(32), total_tokens=u(32),
                   cached_tokens=u(32), reasoning_tokens=u(32), prompt_audio_tokens=u(32),
                   completion_audio_tokens=u(32), accepted_prediction_tokens=u(32), rejected_prediction_tokens=u(32),
                   cache_write_tokens=u(32), prompt_image_tokens=u(32), prompt_text_tokens=u(32),
-                  completion_text_tokens=u(32))
+                  completion_text_tokens=u(32), web_search_requests=u(32), web_fetch_requests=u(32))
 
 
 def _float32(bits: int) -> float:
@@ -375,7 +375,9 @@ function_call = st.builds(wire.FunctionCall, id=text, name=text, arguments=long_
 choice = st.builds(wire.Choice, index=u(32), content=nullable(long_text),
                    tool_calls=st.lists(function_call, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
                    logprobs=token_logprobs, refusal_logprobs=token_logprobs,
-                   annotations=st.lists(annotation, max_size=3), reasoning=nullable(long_text))
+                   annotations=st.lists(annotation, max_size=3), reasoning=nullable(long_text),
+                   signature=nullable(text), redacted_thinking=st.lists(text, max_size=2),
+                   stop_sequence=nullable(text))
 responses = st.builds(wire.Response, id=text, model=text, created=i(64), choices=st.lists(choice, max_size=3),
                       usage=nullable(usage), system_fingerprint=nullable(text), service_tier=nullable(text))
 tool_call_delta = st.builds(wire.ToolCallDelta, index=u(32), id=nullable(text), name=nullable(text),
@@ -386,7 +388,8 @@ chunks = st.builds(
     tool_calls=st.lists(tool_call_delta, max_size=3), refusal=nullable(text), finish_reason=finish_reason,
     usage=nullable(usage), system_fingerprint=nullable(text), done=st.booleans(),
     logprobs=token_logprobs, refusal_logprobs=token_logprobs, service_tier=nullable(text),
-    reasoning=nullable(long_text),
+    reasoning=nullable(long_text), signature=nullable(text), redacted_thinking=st.lists(text, max_size=2),
+    stop_sequence=nullable(text),
 )
 errors = st.builds(wire.ErrorInfo, status=u(16), message=long_text, type=text, code=nullable(text),
                    param=nullable(text))

@@ -318,13 +318,33 @@ def test_thinking_is_reasoning_never_content() -> None:
     assert choice.content == "27 * 453 = 12,231"
     assert choice.reasoning == "27 * 453: 27 * 400 = 10,800; 27 * 53 = 1,431; together 12,231."
     assert choice.finish_reason == "length"
+    assert choice.signature == "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"  # to send the thinking back
     assert r.usage is not None and r.usage.reasoning_tokens == 280
     assert wire.decode_response(bytes(wire.write_response(r))) == r  # the wire carries it
 
 
+def test_redacted_thinking_the_stop_sequence_and_server_tools_travel_on() -> None:
+    doc = {"id": "m", "type": "message", "role": "assistant", "model": "c", "content": [
+        {"type": "thinking", "thinking": "first", "signature": "sig-1"},
+        {"type": "redacted_thinking", "data": "opaque-1"},
+        {"type": "thinking", "thinking": " second", "signature": "sig-2"},
+        {"type": "redacted_thinking", "data": "opaque-2"},
+        {"type": "text", "text": "Done. END"}],
+        "stop_reason": "stop_sequence", "stop_sequence": "END",
+        "usage": {"input_tokens": 9, "output_tokens": 4,
+                  "server_tool_use": {"web_search_requests": 2, "web_fetch_requests": 1}}}
+    r = DIALECT.build(buffer({"messages": HELLO}), TARGET).answer(json.dumps(doc).encode())
+    (choice,) = r.choices
+    assert (choice.reasoning, choice.signature) == ("first second", "sig-2")  # one reasoning: the last signature
+    assert choice.redacted_thinking == ["opaque-1", "opaque-2"]
+    assert (choice.finish_reason, choice.stop_sequence, choice.content) == ("stop", "END", "Done. END")
+    assert r.usage is not None and (r.usage.web_search_requests, r.usage.web_fetch_requests) == (2, 1)
+    assert wire.decode_response(bytes(wire.write_response(r))) == r
+
+
 @pytest.mark.parametrize(("reason", "finish"), [
-    ("end_turn", "stop"), ("stop_sequence", "stop"), ("pause_turn", "stop"), ("max_tokens", "length"),
-    ("model_context_window_exceeded", "length"), ("tool_use", "tool_calls"), ("refusal", "content_filter"),
+    ("end_turn", "stop"), ("stop_sequence", "stop"), ("pause_turn", "pause_turn"), ("max_tokens", "length"),
+    ("model_context_window_exceeded", "length"), ("tool_use", "tool_calls"), ("refusal", "refusal"),
     ("something_new", "stop"), (None, "stop"),
 ])
 def test_stop_reasons(reason: str | None, finish: str) -> None:
@@ -381,6 +401,47 @@ def test_the_thinking_stream_keeps_reasoning_out_of_content() -> None:
     # message_delta's counts are cumulative and replace message_start's
     assert last.usage == wire.Usage(prompt_tokens=50, completion_tokens=310, total_tokens=360, cached_tokens=5,
                                     reasoning_tokens=280)
+    # the signature_delta: after the block's reasoning, before the text, for the reasoning streamed so far
+    signed = [i for i, c in enumerate(chunks) if c.signature is not None]
+    assert [chunks[i].signature for i in signed] == ["EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"]
+    assert max(i for i, c in enumerate(chunks) if c.reasoning) < signed[0] < min(
+        i for i, c in enumerate(chunks) if c.content)
+
+
+def sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+def test_a_stream_carries_redacted_thinking_the_stop_sequence_and_server_tools() -> None:
+    def block(i: int, kind: str, **body: Any) -> dict[str, Any]:
+        return {"type": "content_block_start", "index": i, "content_block": {"type": kind, **body}}
+
+    def delta(i: int, kind: str, **body: Any) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": i, "delta": {"type": kind, **body}}
+
+    chunks = decode(sse(
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "c",
+                                              "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}},
+        block(0, "redacted_thinking", data="opaque"), {"type": "content_block_stop", "index": 0},
+        block(1, "text", text=""), delta(1, "text_delta", text="a b END"),
+        delta(1, "citations_delta", citation={"type": "char_location", "cited_text": "a", "document_index": 0,
+                                              "start_char_index": 0, "end_char_index": 1}),
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "stop_sequence", "stop_sequence": "END"},
+         "usage": {"output_tokens": 3, "server_tool_use": {"web_search_requests": 1, "web_fetch_requests": 0}}},
+        {"type": "message_stop"}))
+    assert [c.redacted_thinking for c in chunks if c.redacted_thinking] == [["opaque"]]
+    assert "".join(c.content or "" for c in chunks) == "a b END"
+    last = chunks[-1]
+    assert (last.done, last.finish_reason, last.stop_sequence) == (True, "stop", "END")
+    assert last.usage is not None and last.usage.web_search_requests == 1
+    assert [wire.decode_chunk(bytes(wire.write_chunk(c))[4:]) for c in chunks] == chunks
+
+
+@pytest.mark.parametrize("reason", ["pause_turn", "refusal"])
+def test_a_streams_stop_reason_that_openai_has_no_name_for_travels_as_it_is(reason: str) -> None:
+    chunks = decode(fixture("text.sse").replace(b'"stop_reason":"end_turn"', f'"stop_reason":"{reason}"'.encode()))
+    assert chunks[-1].finish_reason == reason
 
 
 @pytest.mark.parametrize("name", STREAMS)

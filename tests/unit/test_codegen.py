@@ -112,12 +112,14 @@ def test_an_enum_value_is_spelled_from_its_schema_name(schema_name: str, name: s
 
 def test_the_edge_spells_enums_as_before() -> None:
     # The tables that were hand-copied into wire/decode.py and wire/encode.py, now generated; values
-    # appended since (the legacy "function" role) keep every earlier number.
+    # appended since (the legacy "function" role, Anthropic's "pause_turn" and "refusal") keep every
+    # earlier number.
     assert decode.ROLE_NAMES == ("system", "user", "assistant", "tool", "developer", "function")
-    assert decode.FINISH_NAMES == (None, "stop", "length", "tool_calls", "content_filter")
+    assert decode.FINISH_NAMES == (None, "stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal")
     assert decode.PROVIDER_NAMES == ("openai", "anthropic", "self_hosted")
     assert encode.ROLES == {"system": 0, "user": 1, "assistant": 2, "tool": 3, "developer": 4, "function": 5}
-    assert encode.FINISH_REASONS == {None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4}
+    assert encode.FINISH_REASONS == {None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4,
+                                     "pause_turn": 5, "refusal": 6}
     assert encode.PROVIDERS == {"openai": 0, "anthropic": 1, "self_hosted": 2}
 
 

@@ -134,6 +134,15 @@ def test_a_content_filter_makes_an_incomplete_answer() -> None:
     assert isinstance(obj.output[0], MessageOut) and obj.output[0].status == "incomplete"
 
 
+@pytest.mark.parametrize(("finish", "status"), [("refusal", "incomplete"), ("pause_turn", "completed")])
+def test_anthropics_finish_reasons_are_openais_nearest(finish: str, status: str) -> None:
+    response = wire_types.Response(id="x", model="m", created=1,
+                                   choices=[wire_types.Choice(content="", finish_reason=finish)])
+    obj = translate_response_object(call(), response, request_id="r")
+    assert obj.status == status
+    assert obj.incomplete_details == (IncompleteDetails(reason="content_filter") if status == "incomplete" else None)
+
+
 # --- the stream -----------------------------------------------------------------------------------
 
 

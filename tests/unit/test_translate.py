@@ -379,6 +379,29 @@ def test_a_custom_tool_call_is_answered_in_openais_custom_shape() -> None:
     assert parsed is not None and parsed[0].type == "custom" and parsed[0].custom.input == "free text"
 
 
+@pytest.mark.parametrize(("finish", "openai"), [("refusal", "content_filter"), ("pause_turn", "stop")])
+def test_finish_reasons_openai_has_no_name_for_are_its_nearest(finish: str, openai: str) -> None:
+    from ingress.translate.text import translate_text_response
+    response = wire.Response(id="x", model="m", created=1, choices=[wire.Choice(content="a", finish_reason=finish)])
+    assert translate_response(response).choices[0].finish_reason == openai
+    assert translate_response(response, legacy_functions=True).choices[0].finish_reason == openai
+    assert translate_text_response(response).choices[0].finish_reason == openai
+    [chunk] = translator().feed(Chunk(sequence=0, finish_reason=finish, done=True))
+    assert chunk.choices[0].finish_reason == openai
+
+
+def test_what_only_anthropics_shape_carries_changes_no_openai_answer() -> None:
+    plain = wire.Choice(content="42", reasoning="six times seven", finish_reason="stop")
+    full = msgspec.structs.replace(plain, signature="sig", redacted_thinking=["opaque"], stop_sequence="END")
+    answers = [as_json([translate_response(wire.Response(id="x", model="m", created=1, choices=[c]))])
+               for c in (plain, full)]
+    assert answers[0] == answers[1]
+    chunk = Chunk(sequence=0, content="42", reasoning="six", finish_reason="stop")
+    chunks = [run(translator(), c) for c in (chunk, msgspec.structs.replace(
+        chunk, signature="sig", redacted_thinking=["opaque"], stop_sequence="END"))]
+    assert chunks[0] == chunks[1]
+
+
 def test_reasoning_is_answered_apart_from_content_as_reasoning_content() -> None:
     from ingress.wire import types as wire_types
     choice = wire_types.Choice(content="42", reasoning="six times seven", finish_reason="stop")

@@ -177,6 +177,8 @@ class UsageData(msgspec.Struct, kw_only=True, gc=False):
     prompt_image_tokens: int = 0
     prompt_text_tokens: int = 0
     completion_text_tokens: int = 0
+    web_search_requests: int = 0
+    web_fetch_requests: int = 0
 
 
 class TopLogprobData(msgspec.Struct, kw_only=True, gc=False):
@@ -208,6 +210,9 @@ class ChoiceData(msgspec.Struct, kw_only=True, gc=False):
     refusal_logprobs: list[TokenLogprobData] | None = None
     annotations: list[AnnotationData] | None = None
     reasoning: str | None = None
+    signature: str | None = None
+    redacted_thinking: list[str] | None = None
+    stop_sequence: str | None = None
 
 
 class CompletionResponseData(msgspec.Struct, kw_only=True, gc=False):
@@ -246,6 +251,9 @@ class CompletionChunkData(msgspec.Struct, kw_only=True, gc=False):
     refusal_logprobs: list[TokenLogprobData] | None = None
     service_tier: str | None = None
     reasoning: str | None = None
+    signature: str | None = None
+    redacted_thinking: list[str] | None = None
+    stop_sequence: str | None = None
 
 
 class ErrorData(msgspec.Struct, kw_only=True, gc=False):
@@ -1028,19 +1036,19 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Usage = struct.Struct('<15HiIIIIIIIIIIIII').pack
+_VT_TB_Usage = struct.Struct('<17HiIIIIIIIIIIIIIII').pack
 
 
 def _write_Usage(buf: bytearray, o: UsageData) -> int:
-    pad = -(len(buf) + 30) & 3
+    pad = -(len(buf) + 34) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 30
+    t = len(buf) + 34
     buf += _VT_TB_Usage(
-        30, 56, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 30, o.prompt_tokens, o.completion_tokens,
+        34, 64, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 34, o.prompt_tokens, o.completion_tokens,
         o.total_tokens, o.cached_tokens, o.reasoning_tokens, o.prompt_audio_tokens, o.completion_audio_tokens,
         o.accepted_prediction_tokens, o.rejected_prediction_tokens, o.cache_write_tokens, o.prompt_image_tokens,
-        o.prompt_text_tokens, o.completion_text_tokens,
+        o.prompt_text_tokens, o.completion_text_tokens, o.web_search_requests, o.web_fetch_requests,
     )
     return t
 
@@ -1161,7 +1169,7 @@ def _write_Annotation(buf: bytearray, o: AnnotationData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Choice = struct.Struct('<9HiI4x4x4x4x4xb3x').pack
+_VT_TB_Choice = struct.Struct('<12HiI4x4x4x4x4x4x4x4xb3x').pack
 
 
 def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
@@ -1170,14 +1178,19 @@ def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
     f_refusal_logprobs = o.refusal_logprobs
     f_annotations = o.annotations
     f_reasoning = o.reasoning
-    pad = -(len(buf) + 18) & 3
+    f_signature = o.signature
+    f_redacted_thinking = o.redacted_thinking
+    f_stop_sequence = o.stop_sequence
+    pad = -(len(buf) + 24) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 18
+    t = len(buf) + 24
     buf += _VT_TB_Choice(
-        18, 32, 4, 8 if f_message is not None else 0, 28, 12 if f_logprobs is not None else 0,
+        24, 44, 4, 8 if f_message is not None else 0, 40, 12 if f_logprobs is not None else 0,
         16 if f_refusal_logprobs is not None else 0, 20 if f_annotations is not None else 0,
-        24 if f_reasoning is not None else 0, 18, o.index, o.finish_reason,
+        24 if f_reasoning is not None else 0, 28 if f_signature is not None else 0,
+        32 if f_redacted_thinking is not None else 0, 36 if f_stop_sequence is not None else 0, 24, o.index,
+        o.finish_reason,
     )
     if f_message is not None:
         _ref(buf, t + 8, _write_Message(buf, f_message))
@@ -1208,6 +1221,26 @@ def _write_Choice(buf: bytearray, o: ChoiceData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 24, len(buf) - (t + 24))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_signature is not None:
+        d = f_signature.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 28, len(buf) - (t + 28))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_redacted_thinking is not None:
+        _ref(buf, t + 32, _string_vector(buf, f_redacted_thinking))
+    if f_stop_sequence is not None:
+        d = f_stop_sequence.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 36, len(buf) - (t + 36))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -1339,7 +1372,7 @@ def _write_ToolCallDelta(buf: bytearray, o: ToolCallDeltaData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_CompletionChunk = struct.Struct('<19Hi4xQq4x4xI4x4x4x4x4x4x4x4x4xbb?5x').pack
+_VT_TB_CompletionChunk = struct.Struct('<22Hi4xQq4x4xI4x4x4x4x4x4x4x4x4x4x4x4xbb?1x').pack
 
 
 def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
@@ -1355,18 +1388,22 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
     f_refusal_logprobs = o.refusal_logprobs
     f_service_tier = o.service_tier
     f_reasoning = o.reasoning
-    pad = -(len(buf) + 38) & 7
+    f_signature = o.signature
+    f_redacted_thinking = o.redacted_thinking
+    f_stop_sequence = o.stop_sequence
+    pad = -(len(buf) + 44) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 38
+    t = len(buf) + 44
     buf += _VT_TB_CompletionChunk(
-        38, 80, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
-        72 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 73,
+        44, 88, 8, 24 if f_id is not None else 0, 28 if f_model is not None else 0, 16, 32,
+        84 if f_role is not None else 0, 36 if f_content is not None else 0, 40 if f_tool_calls is not None else 0, 85,
         44 if f_usage is not None else 0, 48 if f_refusal is not None else 0,
-        52 if f_system_fingerprint is not None else 0, 74, 56 if f_logprobs is not None else 0,
+        52 if f_system_fingerprint is not None else 0, 86, 56 if f_logprobs is not None else 0,
         60 if f_refusal_logprobs is not None else 0, 64 if f_service_tier is not None else 0,
-        68 if f_reasoning is not None else 0, 38, o.sequence, o.created, o.choice_index,
-        f_role if f_role is not None else 0, o.finish_reason, o.done,
+        68 if f_reasoning is not None else 0, 72 if f_signature is not None else 0,
+        76 if f_redacted_thinking is not None else 0, 80 if f_stop_sequence is not None else 0, 44, o.sequence,
+        o.created, o.choice_index, f_role if f_role is not None else 0, o.finish_reason, o.done,
     )
     if f_id is not None:
         d = f_id.encode()
@@ -1451,6 +1488,26 @@ def _write_CompletionChunk(buf: bytearray, o: CompletionChunkData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 68, len(buf) - (t + 68))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_signature is not None:
+        d = f_signature.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 72, len(buf) - (t + 72))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_redacted_thinking is not None:
+        _ref(buf, t + 76, _string_vector(buf, f_redacted_thinking))
+    if f_stop_sequence is not None:
+        d = f_stop_sequence.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 80, len(buf) - (t + 80))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -2105,6 +2162,8 @@ def build_Usage(b: Builder, o: UsageData) -> int:
     _fb_Usage.AddPromptImageTokens(b, o.prompt_image_tokens)
     _fb_Usage.AddPromptTextTokens(b, o.prompt_text_tokens)
     _fb_Usage.AddCompletionTextTokens(b, o.completion_text_tokens)
+    _fb_Usage.AddWebSearchRequests(b, o.web_search_requests)
+    _fb_Usage.AddWebFetchRequests(b, o.web_fetch_requests)
     return int(_fb_Usage.End(b))
 
 
@@ -2205,6 +2264,19 @@ def build_Choice(b: Builder, o: ChoiceData) -> int:
     reasoning_off = 0
     if o.reasoning is not None:
         reasoning_off = b.CreateString(o.reasoning)
+    signature_off = 0
+    if o.signature is not None:
+        signature_off = b.CreateString(o.signature)
+    redacted_thinking_off = 0
+    if o.redacted_thinking is not None:
+        items = [b.CreateString(x) for x in o.redacted_thinking]
+        _fb_Choice.StartRedactedThinkingVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        redacted_thinking_off = b.EndVector()
+    stop_sequence_off = 0
+    if o.stop_sequence is not None:
+        stop_sequence_off = b.CreateString(o.stop_sequence)
     _fb_Choice.Start(b)
     _fb_Choice.AddIndex(b, o.index)
     if message_off:
@@ -2218,6 +2290,12 @@ def build_Choice(b: Builder, o: ChoiceData) -> int:
         _fb_Choice.AddAnnotations(b, annotations_off)
     if reasoning_off:
         _fb_Choice.AddReasoning(b, reasoning_off)
+    if signature_off:
+        _fb_Choice.AddSignature(b, signature_off)
+    if redacted_thinking_off:
+        _fb_Choice.AddRedactedThinking(b, redacted_thinking_off)
+    if stop_sequence_off:
+        _fb_Choice.AddStopSequence(b, stop_sequence_off)
     return int(_fb_Choice.End(b))
 
 
@@ -2333,6 +2411,19 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
     reasoning_off = 0
     if o.reasoning is not None:
         reasoning_off = b.CreateString(o.reasoning)
+    signature_off = 0
+    if o.signature is not None:
+        signature_off = b.CreateString(o.signature)
+    redacted_thinking_off = 0
+    if o.redacted_thinking is not None:
+        items = [b.CreateString(x) for x in o.redacted_thinking]
+        _fb_CompletionChunk.StartRedactedThinkingVector(b, len(items))
+        for item in reversed(items):
+            b.PrependUOffsetTRelative(item)
+        redacted_thinking_off = b.EndVector()
+    stop_sequence_off = 0
+    if o.stop_sequence is not None:
+        stop_sequence_off = b.CreateString(o.stop_sequence)
     _fb_CompletionChunk.Start(b)
     _fb_CompletionChunk.AddSequence(b, o.sequence)
     if id_off:
@@ -2363,6 +2454,12 @@ def build_CompletionChunk(b: Builder, o: CompletionChunkData) -> int:
         _fb_CompletionChunk.AddServiceTier(b, service_tier_off)
     if reasoning_off:
         _fb_CompletionChunk.AddReasoning(b, reasoning_off)
+    if signature_off:
+        _fb_CompletionChunk.AddSignature(b, signature_off)
+    if redacted_thinking_off:
+        _fb_CompletionChunk.AddRedactedThinking(b, redacted_thinking_off)
+    if stop_sequence_off:
+        _fb_CompletionChunk.AddStopSequence(b, stop_sequence_off)
     return int(_fb_CompletionChunk.End(b))
 
 

@@ -21,6 +21,10 @@ ROLE_VALUES: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3
 ROLE_NAMES: tuple[str, ...] = ("system", "user", "assistant", "tool", "developer", "function")
 
 
-FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter"]
-FINISH_REASON_VALUES: dict[str | None, int] = {None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4}
-FINISH_REASON_NAMES: tuple[str | None, ...] = (None, "stop", "length", "tool_calls", "content_filter")
+FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal"]
+FINISH_REASON_VALUES: dict[str | None, int] = {
+    None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4, "pause_turn": 5, "refusal": 6,
+}
+FINISH_REASON_NAMES: tuple[str | None, ...] = (
+    None, "stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal",
+)

@@ -260,7 +260,7 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
 
 
 def _read_Usage(buf: bytes, t: int) -> UsageData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12 = _vtable(buf, t, 13)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14 = _vtable(buf, t, 15)
     f_prompt_tokens = _S_I(buf, t + o0)[0] if o0 else 0
     f_completion_tokens = _S_I(buf, t + o1)[0] if o1 else 0
     f_total_tokens = _S_I(buf, t + o2)[0] if o2 else 0
@@ -274,18 +274,21 @@ def _read_Usage(buf: bytes, t: int) -> UsageData:
     f_prompt_image_tokens = _S_I(buf, t + o10)[0] if o10 else 0
     f_prompt_text_tokens = _S_I(buf, t + o11)[0] if o11 else 0
     f_completion_text_tokens = _S_I(buf, t + o12)[0] if o12 else 0
+    f_web_search_requests = _S_I(buf, t + o13)[0] if o13 else 0
+    f_web_fetch_requests = _S_I(buf, t + o14)[0] if o14 else 0
     return UsageData(
         prompt_tokens=f_prompt_tokens, completion_tokens=f_completion_tokens, total_tokens=f_total_tokens,
         cached_tokens=f_cached_tokens, reasoning_tokens=f_reasoning_tokens, prompt_audio_tokens=f_prompt_audio_tokens,
         completion_audio_tokens=f_completion_audio_tokens, accepted_prediction_tokens=f_accepted_prediction_tokens,
         rejected_prediction_tokens=f_rejected_prediction_tokens, cache_write_tokens=f_cache_write_tokens,
         prompt_image_tokens=f_prompt_image_tokens, prompt_text_tokens=f_prompt_text_tokens,
-        completion_text_tokens=f_completion_text_tokens,
+        completion_text_tokens=f_completion_text_tokens, web_search_requests=f_web_search_requests,
+        web_fetch_requests=f_web_fetch_requests,
     )
 
 
 def _read_Choice(buf: bytes, t: int) -> ChoiceData:
-    o0, o1, o2, o3, o4, o5, o6 = _vtable(buf, t, 7)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9 = _vtable(buf, t, 10)
     f_index = _S_I(buf, t + o0)[0] if o0 else 0
     f_message = _read_Message(buf, t + o1 + _u32(buf, t + o1)[0]) if o1 else None
     f_finish_reason = _S_b(buf, t + o2)[0] if o2 else 0
@@ -302,9 +305,16 @@ def _read_Choice(buf: bytes, t: int) -> ChoiceData:
         at, n = _vector(buf, t + o5)
         f_annotations = [_read_Annotation(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_reasoning = _str(buf, t + o6) if o6 else None
+    f_signature = _str(buf, t + o7) if o7 else None
+    f_redacted_thinking = None
+    if o8:
+        at, n = _vector(buf, t + o8)
+        f_redacted_thinking = [_str(buf, at + 4 * i) for i in range(n)]
+    f_stop_sequence = _str(buf, t + o9) if o9 else None
     return ChoiceData(
         index=f_index, message=f_message, finish_reason=f_finish_reason, logprobs=f_logprobs,
-        refusal_logprobs=f_refusal_logprobs, annotations=f_annotations, reasoning=f_reasoning,
+        refusal_logprobs=f_refusal_logprobs, annotations=f_annotations, reasoning=f_reasoning, signature=f_signature,
+        redacted_thinking=f_redacted_thinking, stop_sequence=f_stop_sequence,
     )
 
 
@@ -337,7 +347,7 @@ def _read_ToolCallDelta(buf: bytes, t: int) -> ToolCallDeltaData:
 
 
 def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16 = _vtable(buf, t, 17)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16, o17, o18, o19 = _vtable(buf, t, 20)
     f_sequence = _S_Q(buf, t + o0)[0] if o0 else 0
     f_id = _str(buf, t + o1) if o1 else None
     f_model = _str(buf, t + o2) if o2 else None
@@ -364,11 +374,18 @@ def _read_CompletionChunk(buf: bytes, t: int) -> CompletionChunkData:
         f_refusal_logprobs = [_read_TokenLogprob(buf, at + 4 * i + _u32(buf, at + 4 * i)[0]) for i in range(n)]
     f_service_tier = _str(buf, t + o15) if o15 else None
     f_reasoning = _str(buf, t + o16) if o16 else None
+    f_signature = _str(buf, t + o17) if o17 else None
+    f_redacted_thinking = None
+    if o18:
+        at, n = _vector(buf, t + o18)
+        f_redacted_thinking = [_str(buf, at + 4 * i) for i in range(n)]
+    f_stop_sequence = _str(buf, t + o19) if o19 else None
     return CompletionChunkData(
         sequence=f_sequence, id=f_id, model=f_model, created=f_created, choice_index=f_choice_index, role=f_role,
         content=f_content, tool_calls=f_tool_calls, finish_reason=f_finish_reason, usage=f_usage, refusal=f_refusal,
         system_fingerprint=f_system_fingerprint, done=f_done, logprobs=f_logprobs, refusal_logprobs=f_refusal_logprobs,
-        service_tier=f_service_tier, reasoning=f_reasoning,
+        service_tier=f_service_tier, reasoning=f_reasoning, signature=f_signature,
+        redacted_thinking=f_redacted_thinking, stop_sequence=f_stop_sequence,
     )
 
 

@@ -432,7 +432,7 @@ def _table_Usage(v: Verifier, t: int) -> None:
         v.again(done, "Usage")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 13, "Usage")
+    e = v.table_start(t, 15, "Usage")
     n = v.size
     o = e[0]  # field prompt_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -473,6 +473,12 @@ def _table_Usage(v: Verifier, t: int) -> None:
     o = e[12]  # field completion_text_tokens: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "Usage.completion_text_tokens")
+    o = e[13]  # field web_search_requests: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.web_search_requests")
+    o = e[14]  # field web_fetch_requests: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Usage.web_fetch_requests")
     v.table_end(key, tables, peak)
 
 
@@ -483,7 +489,7 @@ def _table_Choice(v: Verifier, t: int) -> None:
         v.again(done, "Choice")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 7, "Choice")
+    e = v.table_start(t, 10, "Choice")
     n = v.size
     o = e[0]  # field index: uint32
     if o and ((t + o) & 3 or t + o > n - 4):
@@ -509,6 +515,15 @@ def _table_Choice(v: Verifier, t: int) -> None:
     o = e[6]  # field reasoning: string
     if o:
         v.string(v.offset(t + o, "Choice.reasoning"), "Choice.reasoning")
+    o = e[7]  # field signature: string
+    if o:
+        v.string(v.offset(t + o, "Choice.signature"), "Choice.signature")
+    o = e[8]  # field redacted_thinking: [string]
+    if o:
+        v.strings(v.offset(t + o, "Choice.redacted_thinking"), "Choice.redacted_thinking")
+    o = e[9]  # field stop_sequence: string
+    if o:
+        v.string(v.offset(t + o, "Choice.stop_sequence"), "Choice.stop_sequence")
     v.table_end(key, tables, peak)
 
 
@@ -580,7 +595,7 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
         v.again(done, "CompletionChunk")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 17, "CompletionChunk")
+    e = v.table_start(t, 20, "CompletionChunk")
     n = v.size
     o = e[0]  # field sequence: uint64
     if o and ((t + o) & 7 or t + o > n - 8):
@@ -636,6 +651,15 @@ def _table_CompletionChunk(v: Verifier, t: int) -> None:
     o = e[16]  # field reasoning: string
     if o:
         v.string(v.offset(t + o, "CompletionChunk.reasoning"), "CompletionChunk.reasoning")
+    o = e[17]  # field signature: string
+    if o:
+        v.string(v.offset(t + o, "CompletionChunk.signature"), "CompletionChunk.signature")
+    o = e[18]  # field redacted_thinking: [string]
+    if o:
+        v.strings(v.offset(t + o, "CompletionChunk.redacted_thinking"), "CompletionChunk.redacted_thinking")
+    o = e[19]  # field stop_sequence: string
+    if o:
+        v.string(v.offset(t + o, "CompletionChunk.stop_sequence"), "CompletionChunk.stop_sequence")
     v.table_end(key, tables, peak)
 
 

@@ -137,8 +137,42 @@ class Choice(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Choice
+    def Signature(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # Choice
+    def RedactedThinking(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # Choice
+    def RedactedThinkingLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Choice
+    def RedactedThinkingIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Choice
+    def StopSequence(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ChoiceStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(10)
 
 def Start(builder):
     ChoiceStart(builder)
@@ -202,6 +236,30 @@ def ChoiceAddReasoning(builder, reasoning):
 
 def AddReasoning(builder, reasoning):
     ChoiceAddReasoning(builder, reasoning)
+
+def ChoiceAddSignature(builder, signature):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(signature), 0)
+
+def AddSignature(builder, signature):
+    ChoiceAddSignature(builder, signature)
+
+def ChoiceAddRedactedThinking(builder, redactedThinking):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(redactedThinking), 0)
+
+def AddRedactedThinking(builder, redactedThinking):
+    ChoiceAddRedactedThinking(builder, redactedThinking)
+
+def ChoiceStartRedactedThinkingVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartRedactedThinkingVector(builder, numElems):
+    return ChoiceStartRedactedThinkingVector(builder, numElems)
+
+def ChoiceAddStopSequence(builder, stopSequence):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(stopSequence), 0)
+
+def AddStopSequence(builder, stopSequence):
+    ChoiceAddStopSequence(builder, stopSequence)
 
 def ChoiceEnd(builder):
     return builder.EndObject()

@@ -209,8 +209,42 @@ class CompletionChunk(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionChunk
+    def Signature(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionChunk
+    def RedactedThinking(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # CompletionChunk
+    def RedactedThinkingLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionChunk
+    def RedactedThinkingIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(40))
+        return o == 0
+
+    # CompletionChunk
+    def StopSequence(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(42))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionChunkStart(builder):
-    builder.StartObject(17)
+    builder.StartObject(20)
 
 def Start(builder):
     CompletionChunkStart(builder)
@@ -334,6 +368,30 @@ def CompletionChunkAddReasoning(builder, reasoning):
 
 def AddReasoning(builder, reasoning):
     CompletionChunkAddReasoning(builder, reasoning)
+
+def CompletionChunkAddSignature(builder, signature):
+    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(signature), 0)
+
+def AddSignature(builder, signature):
+    CompletionChunkAddSignature(builder, signature)
+
+def CompletionChunkAddRedactedThinking(builder, redactedThinking):
+    builder.PrependUOffsetTRelativeSlot(18, flatbuffers.number_types.UOffsetTFlags.py_type(redactedThinking), 0)
+
+def AddRedactedThinking(builder, redactedThinking):
+    CompletionChunkAddRedactedThinking(builder, redactedThinking)
+
+def CompletionChunkStartRedactedThinkingVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartRedactedThinkingVector(builder, numElems):
+    return CompletionChunkStartRedactedThinkingVector(builder, numElems)
+
+def CompletionChunkAddStopSequence(builder, stopSequence):
+    builder.PrependUOffsetTRelativeSlot(19, flatbuffers.number_types.UOffsetTFlags.py_type(stopSequence), 0)
+
+def AddStopSequence(builder, stopSequence):
+    CompletionChunkAddStopSequence(builder, stopSequence)
 
 def CompletionChunkEnd(builder):
     return builder.EndObject()

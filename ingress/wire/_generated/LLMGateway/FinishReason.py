@@ -10,3 +10,5 @@ class FinishReason(object):
     Length = 2
     ToolCalls = 3
     ContentFilter = 4
+    PauseTurn = 5
+    Refusal = 6

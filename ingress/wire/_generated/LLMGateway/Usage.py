@@ -121,8 +121,22 @@ class Usage(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Usage
+    def WebSearchRequests(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(30))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # Usage
+    def WebFetchRequests(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(32))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def UsageStart(builder):
-    builder.StartObject(13)
+    builder.StartObject(15)
 
 def Start(builder):
     UsageStart(builder)
@@ -204,6 +218,18 @@ def UsageAddCompletionTextTokens(builder, completionTextTokens):
 
 def AddCompletionTextTokens(builder, completionTextTokens):
     UsageAddCompletionTextTokens(builder, completionTextTokens)
+
+def UsageAddWebSearchRequests(builder, webSearchRequests):
+    builder.PrependUint32Slot(13, webSearchRequests, 0)
+
+def AddWebSearchRequests(builder, webSearchRequests):
+    UsageAddWebSearchRequests(builder, webSearchRequests)
+
+def UsageAddWebFetchRequests(builder, webFetchRequests):
+    builder.PrependUint32Slot(14, webFetchRequests, 0)
+
+def AddWebFetchRequests(builder, webFetchRequests):
+    UsageAddWebFetchRequests(builder, webFetchRequests)
 
 def UsageEnd(builder):
     return builder.EndObject()
