@@ -54,6 +54,9 @@ ENDPOINT_HEALTHY = Gauge("ingress_upstream_endpoint_healthy", "1 when an endpoin
                          ["group", "endpoint"], multiprocess_mode="livemax")
 RETRIES = Counter("ingress_retries", "Requests sent again to another endpoint or the fallback group.", ["group"])
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
+HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "
+                         "context_management, earlier thinking...) not sent to a service that has no use for them, "
+                         "by hint.", ["hint"])
 # Tenancy. `tenant` is a configured tenant's name (bounded by the configuration).
 ADMISSIONS = Counter("ingress_admissions", "Admission decisions by tenant and outcome (admitted, limited, "
                      "degraded_local, degraded_allow, degraded_refuse).", ["tenant", "outcome"])

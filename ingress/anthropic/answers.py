@@ -243,3 +243,9 @@ def error_envelope(exc: IngressError, *, request_id: str | None = None) -> Error
     kind, _ = error_kind(exc)
     return ErrorEnvelope(error=ErrorObject(type=kind, message=exc.message),
                          request_id=request_id if request_id is not None else UNSET)
+
+
+class TokenCount(_Out, kw_only=True):
+    """`POST /v1/messages/count_tokens`'s answer."""
+
+    input_tokens: int

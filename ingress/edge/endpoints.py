@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from aiohttp import web
 
 from ingress import pipeline
+from ingress.anthropic.models import ModelInfo, model_page
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.bodies import read_body
 from ingress.edge.sse import ResponsesSseWriter, SseWriter
@@ -113,8 +115,20 @@ def _models(request: web.Request) -> list[str]:
     return models if principal is None else [m for m in models if principal.allows(m)]
 
 
+def _anthropic(request: web.Request) -> bool:
+    """Asked by an Anthropic client (its SDK sends `anthropic-version` on every request)."""
+    return "anthropic-version" in request.headers
+
+
+def _created_at(request: web.Request) -> str:
+    return datetime.fromtimestamp(request.app[STARTED], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 async def list_models(request: web.Request) -> web.Response:
+    """The models, in OpenAI's list shape, or Anthropic's (one page) for an Anthropic client."""
     created = request.app[STARTED]
+    if _anthropic(request):
+        return json_response(model_page(_models(request), _created_at(request)))
     return json_response(chat_answers.ModelList(data=[chat_answers.ModelOut(id=m, created=created, owned_by="ingress")
                                                        for m in _models(request)]))
 
@@ -124,4 +138,6 @@ async def get_model(request: web.Request) -> web.Response:
     if model not in _models(request):
         raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
                        code="model_not_found")
+    if _anthropic(request):
+        return json_response(ModelInfo(id=model, display_name=model, created_at=_created_at(request)))
     return json_response(chat_answers.ModelOut(id=model, created=request.app[STARTED], owned_by="ingress"))

@@ -14,6 +14,7 @@ import structlog
 from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
+from ingress.anthropic.answers import error_envelope, error_kind
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
@@ -35,13 +36,18 @@ def request_id_of(header: str | None) -> str:
     return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
-def error_response(exc: IngressError, request_id: str, *, binary: bool = False,
+def error_response(exc: IngressError, request_id: str, *, binary: bool = False, anthropic: bool = False,
                    more: dict[str, str] | None = None) -> web.Response:
-    """OpenAI's error JSON; for a FlatBuffers request the service failed (not the edge's refusal of the
+    """OpenAI's error JSON, or Anthropic's envelope for its API's clients (with the status Anthropic
+    gives the error's kind); for a FlatBuffers request the service failed (not the edge's refusal of the
     request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
     headers = {**more, REQUEST_ID: request_id} if more else {REQUEST_ID: request_id}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
+    if anthropic:
+        _, status = error_kind(exc)
+        return web.Response(status=status, body=_json.encode(error_envelope(exc, request_id=request_id)),
+                            content_type="application/json", headers=headers)
     if binary and not isinstance(exc, InvalidRequest):
         info = ErrorInfo(status=exc.status, type=exc.type, code=exc.code, message=exc.message, param=exc.param)
         return web.Response(status=exc.status, body=bytes(encode.encode_error(info)), content_type=CONTENT_TYPE,
@@ -57,6 +63,12 @@ def _from_http(exc: web.HTTPException) -> IngressError:
     if exc.status == 404:
         return NotFound("Unknown request URL. Please check the URL and method.", code="unknown_url")
     return InvalidRequest(exc.reason, code=exc.reason.lower().replace(" ", "_"), status=exc.status)
+
+
+def speaks_anthropic(request: web.Request) -> bool:
+    """A client of Anthropic's API: its errors go in Anthropic's envelope."""
+    path = request.path
+    return path.startswith("/v1/messages") or (path.startswith("/v1/models") and "anthropic-version" in request.headers)
 
 
 def _draining(request: web.Request) -> bool:
@@ -114,8 +126,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return response
     except IngressError as exc:
         ex.error = exc
-        status = exc.status
-        response = error_response(exc, ex.request_id, binary=ex.binary, more=ex.limit_headers)
+        response = error_response(exc, ex.request_id, binary=ex.binary, anthropic=speaks_anthropic(request),
+                                  more=ex.limit_headers)
+        status = response.status
         response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         if _draining(request):
             response.force_close()
@@ -133,7 +146,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         log.exception("unhandled", path=request.path)
         internal = IngressError("The server had an error while processing your request.")
         ex.error = internal
-        return error_response(internal, ex.request_id)
+        return error_response(internal, ex.request_id, anthropic=speaks_anthropic(request))
     finally:
         pipeline.settle(ex)
         metrics.IN_FLIGHT.dec()
@@ -183,6 +196,8 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         if ex.prompt_tokens is not None:
             child(metrics.PROMPT_COUNTED, ex.metric_model).inc(ex.prompt_tokens)
         child(metrics.TOKENS, ex.metric_model, "completion").inc(ex.usage.completion_tokens)
+    for hint in ex.dropped or ():
+        metrics.HINTS_NOT_SENT.labels(hint).inc()
     if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
 
@@ -198,6 +213,10 @@ def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str)
         fields.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
     if ex.principal is not None:
         fields.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
+    if ex.api is not None:
+        fields["api"] = ex.api
+    if ex.dropped:
+        fields["dropped"] = ex.dropped
     if ex.limit_outcome is not None:
         fields["limit"] = ex.limit_outcome
     if ex.first_byte is not None:

@@ -13,6 +13,7 @@ from ingress.edge.endpoints import (
     responses,
     stored_response,
 )
+from ingress.edge.messages import count_tokens, messages
 from ingress.edge.operational import healthz, metrics_endpoint, readyz
 
 
@@ -23,6 +24,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses", responses)
     app.router.add_route("*", "/v1/responses/{response_id}", stored_response)
     app.router.add_route("*", "/v1/responses/{response_id}/{action:cancel|input_items}", stored_response)
+    app.router.add_post("/v1/messages", messages)
+    app.router.add_post("/v1/messages/count_tokens", count_tokens)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/v1/models/{model:.+}", get_model)
     app.router.add_get("/healthz", healthz)

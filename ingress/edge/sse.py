@@ -13,6 +13,7 @@ from ingress import pipeline
 from ingress.errors import IngressError
 from ingress.oai.chat_answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
+from ingress.translate.messages import error_event
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import Delta, Head
 
@@ -85,12 +86,10 @@ class SseWriter:
         return b""
 
 
-class ResponsesSseWriter:
-    """The Responses API's stream: each event as `event: <its type>` and `data: <it>`. No [DONE]: the
-    stream's last event says how it ended (response.completed, .incomplete, or error and .failed)."""
+class _NamedEvents:
+    """Events that name their type: `event: <obj.type>` and `data: <obj>`."""
 
-    def __init__(self, events: ResponseEvents) -> None:
-        self._events = events
+    def __init__(self) -> None:
         self._buf = bytearray()
 
     def event(self, obj: Any) -> bytes:
@@ -103,6 +102,15 @@ class ResponsesSseWriter:
         buf += b"\n\n"
         return bytes(buf)
 
+
+class ResponsesSseWriter(_NamedEvents):
+    """The Responses API's stream: each event as `event: <its type>` and `data: <it>`. No [DONE]: the
+    stream's last event says how it ended (response.completed, .incomplete, or error and .failed)."""
+
+    def __init__(self, events: ResponseEvents) -> None:
+        super().__init__()
+        self._events = events
+
     def error(self, exc: IngressError) -> bytes:
         """A failure once the stream has begun: `error`, then response.failed (the stream's own events)."""
         return b"".join(self.event(e) for e in self._events.failed(exc))
@@ -114,4 +122,31 @@ class ResponsesSseWriter:
             return b""
         if isinstance(event, pipeline.Failed):
             return self.error(event.error)
+        return self.event(event)
+
+
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+class MessagesSseWriter(_NamedEvents):
+    """Anthropic's Messages stream: each event as `event: <its type>` and `data: <it>`; `ping` while the
+    service is silent. Its last event says how it ended: message_stop, or `error` (the client raises)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__()
+        self._request_id = request_id
+
+    def error(self, exc: IngressError) -> bytes:
+        """A failure once the stream has begun: the `error` event, and no message_stop after it."""
+        return self.event(error_event(exc, request_id=self._request_id))
+
+    def render(self, event: pipeline.StreamEvent) -> bytes:
+        if event is pipeline.HEARTBEAT:
+            return PING
+        if event is pipeline.OPENED or event is pipeline.DONE:
+            return b""  # the translator writes message_stop at the final frame
+        if isinstance(event, pipeline.Failed):
+            return self.error(event.error)
+        if type(event) is pipeline.Burst:
+            return b"".join([self.event(e) for e in event.chunks])
         return self.event(event)

@@ -3,8 +3,10 @@
     JSON     prepare   decode → route → passport → encode                   CPU only: bad input raises here
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              prepare_responses  the same, for the Responses API: read as the chat request it amounts to
+             prepare_messages   the same, for Anthropic's Messages API
              complete  send → translate                                    one chat.completion
              respond / stream_response  as complete / stream, answered as a Responses object / events
+             answer_message / stream_messages  as complete / stream, answered in Anthropic's shape
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent;
                        a `direct` callable takes chunks in the upstream connection's callback (the edge's outlet)
@@ -19,16 +21,26 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 
     gateway.py  what every request shares          prepare.py  the CPU-only stages
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, fallback
-    answer.py   complete, respond, embed           stream.py   stream, stream_response, their events
+    answer.py   complete, respond, answer_message, embed
+    stream.py   stream, stream_response, stream_messages, their events
     relay.py    relay
 """
 
 from __future__ import annotations
 
 from ingress.pipeline.admit import admit, settle, used
-from ingress.pipeline.answer import complete, embed, respond
+from ingress.pipeline.answer import answer_message, complete, embed, respond
 from ingress.pipeline.gateway import EncodeRequest, Gateway
-from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embeddings, prepare_responses, prepare_text
+from ingress.pipeline.prepare import (
+    Completion,
+    Prepared,
+    count_messages,
+    prepare,
+    prepare_embeddings,
+    prepare_messages,
+    prepare_responses,
+    prepare_text,
+)
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
 from ingress.pipeline.stream import (
@@ -42,6 +54,7 @@ from ingress.pipeline.stream import (
     Signal,
     StreamEvent,
     stream,
+    stream_messages,
     stream_response,
 )
 
@@ -62,10 +75,13 @@ __all__ = [
     "Signal",
     "StreamEvent",
     "admit",
+    "answer_message",
     "complete",
+    "count_messages",
     "embed",
     "prepare",
     "prepare_embeddings",
+    "prepare_messages",
     "prepare_responses",
     "prepare_text",
     "relay",
@@ -73,6 +89,7 @@ __all__ = [
     "send",
     "settle",
     "stream",
+    "stream_messages",
     "stream_response",
     "used",
 ]

@@ -1,7 +1,9 @@
-"""complete / respond / embed: one whole answer each."""
+"""complete / respond / answer_message / embed: one whole answer each."""
 
 from __future__ import annotations
 
+from ingress.anthropic import answers as anthropic_answers
+from ingress.anthropic.messages import MessagesRequest
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
@@ -14,6 +16,7 @@ from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send
 from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
+from ingress.translate.messages import message_from_response
 from ingress.translate.responses import translate_response_object
 from ingress.translate.text import translate_text_response
 from ingress.upstream.group import Lease
@@ -51,6 +54,16 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
 async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
     """A non-streamed Responses answer, sent as `complete` sends."""
     return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id)
+
+
+async def answer_message(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
+                         ex: Exchange) -> anthropic_answers.Message:
+    """A non-streamed Messages answer, sent as `complete` sends, in Anthropic's shape."""
+    return message_from_response(await _completed(gw, prepared, ex), id=message_id(ex), model=request.model)
+
+
+def message_id(ex: Exchange) -> str:
+    return f"msg_{ex.request_id}"
 
 
 async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:

@@ -8,7 +8,9 @@ from typing import Generic, Literal, TypeVar
 
 import msgspec
 
-from ingress.errors import PromptBlocked
+from ingress.anthropic.messages import MessagesRequest, decode_messages
+from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
+from ingress.errors import InvalidRequest, PromptBlocked
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request_forwarding
@@ -161,6 +163,48 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     travels; the decoded call is kept to answer it in its own shape."""
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
     return call, _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input")
+
+
+def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *,
+                     beta: bool) -> tuple[MessagesRequest, Prepared[Completion]]:
+    """As prepare, for Anthropic's Messages API: decoded (with `beta`, the client sent `anthropic-beta`),
+    then read as the chat request it amounts to, which travels; the decoded request is kept to answer it
+    in its own shape. The processing hints not sent are named on the exchange."""
+    request, _ = decode_messages(body, beta=beta)
+    read = messages_as_chat(request)
+    extra_json = None
+    if read.top_k is not None:
+        if not gw.forwards_extras(request.model):
+            raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
+                                 "forward engine parameters).", param="top_k")
+        extra_json = f'{{"top_k":{read.top_k}}}'
+    ex.dropped = read.dropped
+    return request, _prepared_chat(gw, ex, read.request, extra_json, meta, "messages")
+
+
+def count_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: bool) -> int:
+    """`count_tokens`: a Messages request's prompt (system, messages, tools) counted exactly by the route's
+    tokenizer (or the one its model's name implies); `max_tokens` is not part of it."""
+    request, _ = decode_messages(_with_max_tokens(body), beta=beta)
+    read = messages_as_chat(request)
+    match, meta = route_decoded(gw, ex, request.model, False, meta)
+    return counter(gw, match).chat(read.request, True)
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def _with_max_tokens(body: bytes) -> bytes:
+    """A count_tokens body as a Messages one, which requires max_tokens: the largest, so that no thinking
+    budget is refused for it. A body that is not a JSON object is left for the decoder to refuse."""
+    try:
+        fields = _fields.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return body
+    if "max_tokens" in fields:
+        raise InvalidRequest("max_tokens: Extra inputs are not permitted", param="max_tokens")
+    fields["max_tokens"] = msgspec.Raw(b"2147483647")
+    return msgspec.json.encode(fields)
 
 
 def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:

@@ -23,9 +23,10 @@ import time
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from ingress import metrics, tasks
+from ingress.anthropic.messages import MessagesRequest
 from ingress.errors import (
     IngressError,
     UpstreamAnswered,
@@ -34,10 +35,12 @@ from ingress.errors import (
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
+from ingress.pipeline.answer import message_id
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
 from ingress.translate.body import FrameTranslator, Read, StreamBody
+from ingress.translate.messages import MessagesStreamTranslator
 from ingress.translate.responses import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
@@ -90,13 +93,14 @@ its backpressure). Only chunks and Bursts are offered."""
 ResponsesStreamEvent = responses_answers.StreamEvent | Signal | Failed
 
 
-async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
-                 direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
+async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, direct: Direct | None = None,
+                 translator: FrameTranslator[Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
     """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
     loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
     at a time (or a Burst of those of one read), then DONE or Failed; chunks `direct` takes are not
     yielded. A failure before the first event raises instead, so that the edge can answer it with its
-    status. The upstream stream is closed when the generator is."""
+    status. The upstream stream is closed when the generator is. `translator`: another dialect's, in
+    place of the request's own (chat or text chunks); its chunks come as these do."""
     head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     yielded = False
     async with AsyncExitStack() as upstream:
@@ -121,7 +125,9 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
                     raise
                 yield failed(ex, exc)
                 return
-        async with aclosing(_translate(gw, prepared, ex, reads, data, direct)) as events:  # its usage, however it ends
+        translator = translator or _translator(gw, prepared, ex)
+        # aclosing: the stream's usage is recorded however it ends
+        async with aclosing(_translate(gw, prepared, ex, translator, reads, data, direct)) as events:
             async for event in events:
                 yield event
 
@@ -146,13 +152,13 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
     return reads, await anext(reads, b"")
 
 
-async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, reads: Reads, data: bytes,
-                     direct: Direct | None) -> AsyncGenerator[StreamEvent, None]:
+async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, translator: FrameTranslator[Any],
+                     reads: Reads, data: bytes, direct: Direct | None) -> AsyncGenerator[StreamEvent, None]:
     """The body from its first read on, through the streaming core (`StreamBody`): each read's chunks
     yielded, then DONE at the final frame, or Failed. With `direct`, each later read is fed to the core in
     the upstream connection's callback and its chunks offered there (`_Offer`); only what `direct`
     declines, a failure or the end come back to this generator."""
-    body = StreamBody(_translator(gw, prepared, ex), gw.settings.max_frame_bytes)
+    body = StreamBody(translator, gw.settings.max_frame_bytes)
     gaps = metrics.inter_chunk_gaps(ex.metric_model)
     offer = _Offer(body, gaps, direct) if direct is not None else None
     read = _fed(body, gaps, data)
@@ -173,7 +179,6 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                 read = _fed(body, gaps, await anext(reads, b""))
     finally:
         gaps.flush()
-        translator = body.translator
         ex.usage = translator.usage
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
@@ -230,6 +235,15 @@ class _Offer:
 
 def _event(chunks: list[Chunk]) -> StreamEvent:
     return chunks[0] if len(chunks) == 1 else Burst(chunks)
+
+
+def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
+                    ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+    """A streamed Messages answer: `stream` with Anthropic's translator, its events in place of chunks.
+    message_start carries the edge's count of the prompt until the service counts it."""
+    translator = MessagesStreamTranslator(id=message_id(ex), model=request.model, input_tokens=prepared.prompt_tokens,
+                                          verify=gw.settings.verify_answers)
+    return stream(gw, prepared, ex, translator=translator)
 
 
 def failed(ex: Exchange, exc: IngressError) -> Failed:

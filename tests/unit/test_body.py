@@ -4,6 +4,8 @@ at the end of a body cut short (between frames or inside one), its error."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,7 +41,7 @@ def contents(chunks: list[ChatCompletionChunk | Delta]) -> str:
 def test_any_split_gives_the_same_chunks_and_ends_done(cuts: list[int]) -> None:
     core, chunks = body(), []
     bounds = [0, *sorted(cuts), len(BODY)]
-    for start, end in zip(bounds, bounds[1:], strict=False):
+    for start, end in itertools.pairwise(bounds):
         read = core.feed(BODY[start:end])
         assert read.error is None
         chunks += read.chunks

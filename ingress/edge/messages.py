@@ -1,0 +1,53 @@
+"""Anthropic's Messages API: `POST /v1/messages` (also with `?beta=true`, as its SDK's beta client sends
+it) and `POST /v1/messages/count_tokens`. Each request is read as the chat request it amounts to, served
+by whatever its route names, and answered in Anthropic's shape; errors in Anthropic's envelope (the
+middleware renders them so for every path under /v1/messages)."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from ingress import pipeline
+from ingress.anthropic.answers import TokenCount
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY
+from ingress.edge.bodies import read_body
+from ingress.edge.endpoints import request_meta
+from ingress.edge.sse import MessagesSseWriter
+from ingress.edge.writers import json_response, write_stream
+from ingress.wire.passport import RequestMeta
+
+API = "messages"
+
+
+def _meta(request: web.Request) -> RequestMeta:
+    """As the OpenAI endpoints', with the key Anthropic's clients send: `x-api-key`."""
+    meta = request_meta(request)
+    key = request.headers.get("x-api-key")
+    if meta.api_key is None and key:
+        meta = msgspec.structs.replace(meta, api_key=key)
+    return meta
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    ex.api = API
+    body = await read_body(request, gw.settings.max_body_bytes)
+    beta = "anthropic-beta" in request.headers
+    decoded, prepared = pipeline.prepare_messages(gw, body, _meta(request), ex, beta=beta)
+    await pipeline.admit(gw, prepared, ex)
+    if not decoded.stream:
+        with drain.deadline():
+            answer = await pipeline.answer_message(gw, decoded, prepared, ex)
+        return json_response(answer)
+    return await write_stream(request, ex, pipeline.stream_messages(gw, decoded, prepared, ex),
+                              MessagesSseWriter(ex.request_id))
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    ex.api = API
+    body = await read_body(request, gw.settings.max_body_bytes)
+    beta = "anthropic-beta" in request.headers
+    tokens = pipeline.count_messages(gw, body, _meta(request), ex, beta=beta)
+    return json_response(TokenCount(input_tokens=tokens))
