@@ -22,6 +22,7 @@ METRICS: dict[str, str] = {
     "ingress_upstream_endpoint_healthy": "gauge",
     "ingress_retries_total": "counter",
     "ingress_rejections_total": "counter",
+    "ingress_hints_not_sent_total": "counter",
     "ingress_admissions_total": "counter",
     "ingress_limited_total": "counter",
     "ingress_prompt_tokens_counted_total": "counter",

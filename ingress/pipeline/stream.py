@@ -161,6 +161,8 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     body = StreamBody(translator, gw.settings.max_frame_bytes)
     gaps = metrics.inter_chunk_gaps(ex.metric_model)
     offer = _Offer(body, gaps, direct) if direct is not None else None
+    if data:
+        ex.mark_first_byte()  # the body's first read: every later one comes after it
     read = _fed(body, gaps, data)
     try:
         while True:
