@@ -132,8 +132,9 @@ def _med(values: list[float]) -> float:
 def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
+    from lib.procs import Watch
+    from lib.servers import Server, free_port
     from payloads import MODEL, chat_request, stream_request
-    from procs import Server, Watch, free_port
     from provenance import code_version, describe
     from streams import analyze_streams, stream_level
     from wrk import SCRIPT, Wrk, ensure_wrk

@@ -313,7 +313,7 @@ class Client(asyncio.Protocol):
 def cpu_of(pid: int | None) -> float:
     if pid is None:
         return 0.0
-    from procs import cpu_seconds
+    from lib.procs import cpu_seconds
 
     return sum(cpu_seconds(pid))
 
@@ -343,7 +343,7 @@ def sys_of(pid: int | None) -> float:
     """The kernel's share of cpu_of: syscalls, and on loopback the peer's receive path that a send runs."""
     if pid is None:
         return 0.0
-    from procs import cpu_seconds
+    from lib.procs import cpu_seconds
 
     return cpu_seconds(pid)[1]
 
@@ -484,7 +484,7 @@ def _edge_toml(path: Path, port: int, mock_url: str, bridge: bool) -> Path:
 
 
 def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
-    from procs import Server, free_port
+    from lib.servers import Server, free_port
 
     paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), str(pacing_ms)], 0,
                    work / "mock.log")
@@ -606,7 +606,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 f"{n} {zero[n][-1].get('chunks_per_cpu_s', zero[n][-1]['chunks_per_s']):,.0f}" for n in order)
                 + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         rss = {name: s.pid for name, s in edges.items()}
-        from procs import rss_kb
+        from lib.procs import rss_kb
         rss_mb = {name: rss_kb(pid) / 1024 for name, pid in rss.items()}
     finally:
         loop.close()
@@ -699,7 +699,7 @@ def profile(args: argparse.Namespace) -> None:
     edges, paced, whole = start_all(work, None, PACING_MS)
     name = "bridge" if args.bridge else "edge"
     edge = edges[name]
-    from procs import family
+    from lib.procs import family
 
     pid = family(edge.pid)[-1]  # the worker
     loop = uvloop.new_event_loop()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import ROOT, free_port  # bench/ is not a package
+from lib.servers import ROOT, free_port  # bench/ is not a package
 from provenance import code_version, describe
 
 PY = sys.executable

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from payloads import MODEL, SIZES, chat_request  # bench/ is not a package
-from procs import ROOT, Server, family, free_port
+from lib.procs import family  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port
+from payloads import MODEL, SIZES, chat_request
 from provenance import code_version, describe
 from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
@@ -63,7 +64,7 @@ def check(url: str, body: bytes) -> None:
 
 @contextlib.contextmanager
 def multiproc_dir(path: Path | None) -> Iterator[None]:
-    """PROMETHEUS_MULTIPROC_DIR for the processes started in the block (procs.Server inherits os.environ)."""
+    """PROMETHEUS_MULTIPROC_DIR for the processes started in the block (lib.servers.Server inherits os.environ)."""
     saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if path is not None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)

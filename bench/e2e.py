@@ -44,8 +44,9 @@ import aiohttp
 import e2e_report as report
 import uvloop
 from budget import chunk_budget, request_budget
+from lib.procs import Watch, listen_overflows, rss_kb
+from lib.servers import Server, free_port
 from payloads import MODEL, SIZES, chat_request, stream_request
-from procs import Server, Watch, free_port, listen_overflows, rss_kb
 from provenance import code_version, describe
 from streams import analyze_streams, stream_level
 from wrk import SCRIPT as WRK_SCRIPT

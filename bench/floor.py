@@ -130,8 +130,8 @@ def _staged(post: Any, upstream: str) -> Any:
 
 
 def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
+    from lib.servers import Server, free_port
     from payloads import MODEL, chat_request
-    from procs import Server, free_port
     from provenance import code_version, describe
     from wrk import Wrk, ensure_wrk
 

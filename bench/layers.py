@@ -39,8 +39,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import MODEL, chat_request  # noqa: E402  # bench/ is not a package
-from procs import ROOT, Server, free_port  # noqa: E402
+from lib.servers import ROOT, Server, free_port  # noqa: E402  # bench/ is not a package
+from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 RESULTS = HERE / "results" / "layers.json"

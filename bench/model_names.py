@@ -41,8 +41,8 @@ import msgspec
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402  # bench/ is no package
-from procs import ROOT, Server, free_port  # noqa: E402
+from lib.servers import ROOT, Server, free_port  # noqa: E402  # bench/ is no package
+from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 

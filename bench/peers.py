@@ -241,7 +241,7 @@ class Subject:
         return self.proc.pid
 
     def start(self) -> None:
-        from procs import ROOT
+        from lib.servers import ROOT
 
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(self.argv, stdout=err, stderr=subprocess.STDOUT, cwd=ROOT,
@@ -436,7 +436,7 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
     did not hold is run again once (a burst of the other work on the machine can stall one run), and it
     stalls when it misses twice."""
     import uvloop
-    from procs import Watch
+    from lib.procs import Watch
 
     loop = uvloop.new_event_loop()
     out: dict[str, Any] = {name: {} for name in streamers}
@@ -499,8 +499,9 @@ def key_section() -> tuple[str, str, str]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from e2e import fb_body
+    from lib.procs import rss_kb
+    from lib.servers import free_port
     from payloads import MODEL, chat_request, stream_request
-    from procs import free_port, rss_kb
     from provenance import code_version, describe
     from tenancy import edge_config
     from wrk import SCRIPT, Wrk, ensure_wrk

@@ -26,7 +26,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from procs import ROOT, Server, free_port, rss_kb
+from lib.procs import rss_kb
+from lib.servers import ROOT, Server, free_port
 from provenance import code_version, describe
 
 MIB = 1024 * 1024

@@ -74,7 +74,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from procs import ROOT, cpu_seconds, free_port, machine_busy, rss_kb  # noqa: E402  # bench/ on the path first
+from lib.procs import cpu_seconds, machine_busy, rss_kb  # noqa: E402  # bench/ on the path first
+from lib.servers import ROOT, free_port  # noqa: E402
 
 PY = sys.executable
 CHAT = "/v1/chat/completions"

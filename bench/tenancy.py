@@ -240,8 +240,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
+    from lib.servers import Server, free_port
     from payloads import chat_request
-    from procs import Server, free_port
     from wrk import SCRIPT, Wrk, ensure_wrk
 
     from ingress.tenancy.keys import new_key
@@ -406,8 +406,8 @@ async def hammer(ports: list[int], auth: str, body: bytes, rate: float, seconds:
 
 def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
     import msgspec
+    from lib.servers import Server, free_port
     from payloads import MODEL
-    from procs import Server, free_port
 
     from ingress.tenancy.keys import new_key
 
@@ -569,7 +569,7 @@ def main() -> None:
     if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
         os.nice(10 - os.nice(0))
 
-    from procs import Server, free_port
+    from lib.servers import Server, free_port
     from provenance import code_version, describe
     from redis_servers import running
 
