@@ -133,7 +133,7 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
     from lib.procs import Watch
-    from lib.servers import Server, free_port
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import MODEL, chat_request, stream_request
     from provenance import code_version, describe
     from streams import analyze_streams, stream_level
@@ -178,10 +178,7 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     streams: dict[int, dict[str, list[dict[str, Any]]]] = {c: {p: [] for p in PATHS} for c in STREAM_LEVELS}
     loop = uvloop.new_event_loop()
     try:
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
+        start_all(*servers.values())
         pid = {name: s.pid for name, s in servers.items()}
         _check(paths, work, CONTENT_TYPE, STREAM_CONTENT_TYPE)
         print(describe(code_version()))
@@ -209,8 +206,7 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
             print(f"round {r + 1}/{rounds} done at {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         loop.close()
-        for server in servers.values():
-            server.stop()
+        stop_all(*servers.values())
 
     result: dict[str, Any] = {"meta": {
         "code": code_version(), "python": platform.python_version(), "cpus": os.cpu_count(),

@@ -45,7 +45,7 @@ import e2e_report as report
 import uvloop
 from budget import chunk_budget, request_budget
 from lib.procs import Watch, listen_overflows, rss_kb
-from lib.servers import Server, free_port
+from lib.servers import Server, free_port, start_all, stop_all
 from payloads import MODEL, SIZES, chat_request, stream_request
 from provenance import code_version, describe
 from streams import analyze_streams, stream_level
@@ -174,10 +174,7 @@ class Rig:
         return self.servers[name].pid
 
     def start(self) -> None:
-        for s in self.servers.values():
-            s.start()
-        for s in self.servers.values():
-            s.wait_ready()
+        start_all(*self.servers.values())
         # Every path answers 200 with the expected body before anything is timed.
         for label, (jpath, fpath) in self.bodies.items():
             for name in ("edge", "stock"):
@@ -188,8 +185,7 @@ class Rig:
         assert b"data: [DONE]" in post(self.url("edge"), self.stream_json, JSON_TYPE)
 
     def stop(self) -> None:
-        for s in self.servers.values():
-            s.stop()
+        stop_all(*self.servers.values())
 
     def remove_files(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)

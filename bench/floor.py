@@ -130,7 +130,7 @@ def _staged(post: Any, upstream: str) -> Any:
 
 
 def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
-    from lib.servers import Server, free_port
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import MODEL, chat_request
     from provenance import code_version, describe
     from wrk import Wrk, ensure_wrk
@@ -169,17 +169,13 @@ def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
     }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     try:
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
+        start_all(*servers.values())
         for _ in range(rounds):
             for name, (url, body, ctype, proc) in paths.items():
                 wrk.run(url, body, ctype, connections, 1)  # warm the path: connections, caches
                 runs[name].append(wrk.run(url, body, ctype, connections, seconds, {proc: servers[proc].pid}))
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(*servers.values())
 
     # A round runs the three paths back to back, so a path's added latency is taken against the
     # direct run of its own round: the host's speed drifts between rounds more than the paths differ.

@@ -240,7 +240,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
-    from lib.servers import Server, free_port
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import chat_request
     from wrk import SCRIPT, Wrk, ensure_wrk
 
@@ -269,10 +269,7 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
     timings: dict[str, list[dict[str, float]]] = {e: [] for e in names}
     per_round = max(1, args.samples // args.rounds)
     try:
-        for edge in edges.values():
-            edge.start()
-        for edge in edges.values():
-            edge.wait_ready()
+        start_all(*edges.values())
         for name in names:  # the key works, and nothing is refused
             status, headers, _ = post(ports[name], body, f"Bearer {key}")
             if status != 200 or (name != "off") != ("x-ratelimit-limit-requests" in headers):
@@ -306,8 +303,7 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
             print(f"  round {r + 1}/{args.rounds} at {time.perf_counter() - started:.0f} s", flush=True)
         metrics1 = scrape(ports["redis"])
     finally:
-        for edge in edges.values():
-            edge.stop()
+        stop_all(*edges.values())
     redis_outcomes = delta(outcomes(metrics0, "bench"), outcomes(metrics1, "bench"))
     errors = delta(store_errors(metrics0), store_errors(metrics1))
     return {"runs": runs, "timings": timings, "redis_edge_outcomes": redis_outcomes,
@@ -406,7 +402,7 @@ async def hammer(ports: list[int], auth: str, body: bytes, rate: float, seconds:
 
 def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
     import msgspec
-    from lib.servers import Server, free_port
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import MODEL
 
     from ingress.tenancy.keys import new_key
@@ -427,10 +423,7 @@ def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
                                           "--workers", "1"], port, work / f"fleet-{backend}{i}.log")
                  for i, port in enumerate(ports)]
         try:
-            for edge in edges:
-                edge.start()
-            for edge in edges:
-                edge.wait_ready()
+            start_all(*edges)
             for kind, key in (("rpm", rpm_key), ("tpm", tpm_key)):
                 before = [scrape(p) for p in ports]
                 statuses, sent_for, after = asyncio.run(
@@ -462,8 +455,7 @@ def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
                 print(f"  {backend} fleet, {kind}: {admitted:.0f} admitted of {row['sent']} sent "
                       f"(allowance {allowance:,.0f} {'requests' if kind == 'rpm' else 'tokens'})", flush=True)
         finally:
-            for edge in edges:
-                edge.stop()
+            stop_all(*edges)
     return results
 
 

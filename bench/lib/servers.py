@@ -148,16 +148,29 @@ class Server:
         self.stop()
 
 
-@contextmanager
-def serving(*servers: Server, timeout: float = 30.0) -> Iterator[tuple[Server, ...]]:
-    """Every server started (all at once: they start side by side), then each awaited; all stopped on
-    leaving the block, whatever happened in it."""
+def start_all(*servers: Server, timeout: float = 30.0) -> None:
+    """Every server started (all at once: they start side by side), then each awaited; if one cannot start
+    or does not answer, every one is stopped before the error goes on."""
     try:
         for server in servers:
             server.start()
         for server in servers:
             server.wait_ready(timeout)
+    except BaseException:
+        stop_all(*servers)
+        raise
+
+
+def stop_all(*servers: Server) -> None:
+    for server in servers:
+        server.stop()
+
+
+@contextmanager
+def serving(*servers: Server, timeout: float = 30.0) -> Iterator[tuple[Server, ...]]:
+    """start_all() on entering the block; every server stopped on leaving it, whatever happened in it."""
+    start_all(*servers, timeout=timeout)
+    try:
         yield servers
     finally:
-        for server in servers:
-            server.stop()
+        stop_all(*servers)
