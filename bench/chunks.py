@@ -483,14 +483,14 @@ def _edge_toml(path: Path, port: int, mock_url: str, bridge: bool) -> Path:
     return path
 
 
-def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
-    from lib.servers import Server, free_port
+def start_subjects(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
+    from lib.servers import Server, free_port, start_all
 
-    paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), str(pacing_ms)], 0,
+    port = free_port()
+    paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(port), str(pacing_ms)], port,
                    work / "mock.log")
-    paced.port = int(paced.argv[3])
-    whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), "0"], 0, work / "mock0.log")
-    whole.port = int(whole.argv[3])
+    port = free_port()
+    whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(port), "0"], port, work / "mock0.log")
     edges: dict[str, Any] = {}
     for mock, tag in ((paced, ""), (whole, "0")):
         port = free_port()
@@ -506,20 +506,9 @@ def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict
                 toml = _edge_toml(work / f"{name}.toml", port, mock.url, bridge)
                 edges[name] = Server(name, [PY, "-m", "ingress", "serve", "--config", str(toml), "--workers", "1"],
                                      port, work / f"{name}.log")
-    for s in [paced, whole, *edges.values()]:
-        if s.name.endswith("_base") or s.name.endswith("_base0"):
-            env = {**os.environ, "PYTHONPATH": str(baseline)}
-            with open(s.log, "wb") as err:
-                s.proc = subprocess.Popen(s.argv, stdout=subprocess.DEVNULL, stderr=err, cwd=baseline, env=env)
-        else:
-            s.start()
-    try:
-        for s in [paced, whole, *edges.values()]:
-            s.wait_ready()
-    except BaseException:
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
-        raise
+                if code is not None:  # DIR's code: started in DIR, which `python -m` puts first on sys.path
+                    edges[name].cwd, edges[name].env = code, {"PYTHONPATH": str(code)}
+    start_all(paced, whole, *edges.values())
     return edges, paced, whole
 
 
@@ -531,6 +520,7 @@ def _med(values: list[float]) -> float:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
+    from lib.servers import stop_all
     from payloads import stream_request
     from provenance import code_version
 
@@ -540,7 +530,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     json_body = stream_request(DELTAS)
     fb = bytes(fb_body(json_body))
     pacing = PACING_MS / 1000
-    edges, paced, whole = start_all(work, args.baseline, PACING_MS)
+    edges, paced, whole = start_subjects(work, args.baseline, PACING_MS)
     subjects = ["direct_fb", "floor", "edge", "direct_oai", "bridge"]
     if args.baseline:
         subjects[2:2] = ["edge_base"]
@@ -610,8 +600,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rss_mb = {name: rss_kb(pid) / 1024 for name, pid in rss.items()}
     finally:
         loop.close()
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
+        stop_all(paced, whole, *edges.values())
     shutil.rmtree(work, ignore_errors=True)
     return {
         "meta": {"code": code_version(), "baseline": str(args.baseline) if args.baseline else None,
@@ -687,6 +676,7 @@ def profile(args: argparse.Namespace) -> None:
     """One edge (frames -> SSE) at `--profile N` paced streams for `--seconds`, recorded by py-spy; the
     collapsed stacks aggregated: self and inclusive samples per function."""
     import uvloop
+    from lib.servers import stop_all
     from payloads import stream_request
 
     pyspy = str(Path(PY).parent / "py-spy")  # the dev extra's, beside this interpreter
@@ -696,7 +686,7 @@ def profile(args: argparse.Namespace) -> None:
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install -e '.[dev]' (or pip install py-spy)")
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-chunks-prof-"))
     json_body = stream_request(DELTAS)
-    edges, paced, whole = start_all(work, None, PACING_MS)
+    edges, paced, whole = start_subjects(work, None, PACING_MS)
     name = "bridge" if args.bridge else "edge"
     edge = edges[name]
     from lib.procs import family
@@ -722,8 +712,7 @@ def profile(args: argparse.Namespace) -> None:
             raise RuntimeError(f"py-spy wrote nothing: {said.decode(errors='replace')[-800:]}")
     finally:
         loop.close()
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
+        stop_all(paced, whole, *edges.values())
     self_: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     total = 0
