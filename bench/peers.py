@@ -68,12 +68,14 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from lib.servers import NotReady, Server, stop_all  # noqa: E402  # bench/ is not a package
+
 PY = sys.executable
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ingress" / "peers"
 LITELLM = "1.106.12"  # newer ones need `litellm-proxy` or -extras releases this registry does not serve
@@ -217,61 +219,22 @@ def install_portkey() -> Path:
 # --- the subjects ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Subject:
-    name: str
-    argv: list[str]
-    port: int
-    log: Path
-    path: str  # the URL path wrk POSTs to
-    body: str  # the request file in the work directory
-    ctype: str
-    headers: dict[str, str] = field(default_factory=dict)
-    health: str = "/healthz"
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+class Subject(Server):
+    """A server wrk POSTs `body` (a file in the work directory) to, at `path`: its stdout and stderr both in
+    its log, in a session of its own; a peer that does not answer in 90 s is Unavailable."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, path: str, body: str, ctype: str,
+                 headers: dict[str, str] | None = None, health: str = "/healthz",
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(name, argv, port, log, env=env or {}, health=health, stdout=log, new_session=True,
+                         stop_timeout=10.0)
+        self.path, self.body, self.ctype, self.headers = path, body, ctype, headers or {}
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        from lib.servers import ROOT
-
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdout=err, stderr=subprocess.STDOUT, cwd=ROOT,
-                                         env={**os.environ, **self.env}, start_new_session=True)
-
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise Unavailable(f"{self.name} exited with {self.proc.returncode}: "
-                                  f"{self.log.read_text(errors='replace')[-1500:]}")
-            try:
-                with urllib.request.urlopen(self.url + self.health, timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        said = self.log.read_text(errors="replace")[-1500:]
-        raise Unavailable(f"{self.name} was not ready in {timeout:.0f} s: {said}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
+    def wait_ready(self, timeout: float = 90.0, poll: float = 0.2) -> None:
         try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+            super().wait_ready(timeout, poll)
+        except NotReady as exc:
+            raise Unavailable(str(exc)) from None
 
     def post(self, work: Path) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + self.path, data=(work / self.body).read_bytes(),
@@ -649,8 +612,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             streams = run_streams(streamers, levels)
         commands = {n: " ".join(s.argv).replace(PY, "python") for n, s in subjects.items()}
     finally:
-        for s in subjects.values():
-            s.stop()
+        stop_all(*subjects.values())
     result: dict[str, Any] = {
         "meta": {"code": code_version(), "versions": versions, "cpus": os.cpu_count(), "nice": os.nice(0),
                  "quick": args.quick, "rounds": args.rounds, "seconds": args.seconds,
