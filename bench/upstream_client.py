@@ -18,10 +18,9 @@ import asyncio
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +28,7 @@ from typing import Any, cast
 import aiohttp
 import httptools
 import uvloop
+from lib.servers import Server, free_port
 
 from ingress.serve import gctune
 from ingress.settings import Settings, Timeouts
@@ -51,7 +51,7 @@ def serve(port: int) -> None:
         identifiers.STREAM_CONTENT_TYPE.encode())
     chunks = [b"%x\r\n%s\r\n" % (len(f), f) for f in FRAMES] + [b"0\r\n\r\n"]
 
-    class Server(asyncio.Protocol):
+    class Answering(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.transport = cast(asyncio.Transport, transport)
             self.parser = httptools.HttpRequestParser(self)
@@ -78,7 +78,7 @@ def serve(port: int) -> None:
                 asyncio.get_running_loop().call_soon(self.write_from, i + 1)
 
     async def main() -> None:
-        await asyncio.get_running_loop().create_server(Server, "127.0.0.1", port)
+        await asyncio.get_running_loop().create_server(Answering, "127.0.0.1", port)
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -157,22 +157,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         return serve(args.serve)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    port = free_port()
+    server = Server("server", [sys.executable, __file__, "--serve", str(port)], port,
+                    Path(tempfile.gettempdir()) / "upstream_client_server.log", health=None)  # ready once it accepts
+    server.start()
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        server.wait_ready(poll=0.05)
         load = os.getloadavg()
-        results = uvloop.run(run(args, f"http://127.0.0.1:{port}"))
+        results = uvloop.run(run(args, server.url))
     finally:
         server.kill()
-        server.wait()
     print(f"client CPU per exchange, µs (median of {args.rounds} rounds; process / main thread), load {load[0]:.2f}")
     print(f"{'body':>7} {'answer':>7} | {'aiohttp':>15} | {'http1':>15} | {'ratio':>5}")
     for size in SIZES:
