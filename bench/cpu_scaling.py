@@ -31,14 +31,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib.procs import family  # bench/ is not a package
-from lib.servers import ROOT, Server, free_port
+from lib.procs import family, steal_seconds  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, serving
 from payloads import MODEL, SIZES, chat_request
 from provenance import code_version, describe
 from wrk import SCRIPT as WRK_SCRIPT
@@ -51,29 +49,10 @@ MAX_TOKENS = 64  # the demo echoes at most this many words: answers stay small
 WORKERS = (1, 2)
 
 
-def steal_seconds() -> float:
-    """CPU time the hypervisor gave to other guests, machine-wide so far (/proc/stat `steal`)."""
-    return int(Path("/proc/stat").read_text().split()[8]) / os.sysconf("SC_CLK_TCK")
-
-
 def check(url: str, body: bytes) -> None:
     req = urllib.request.Request(url, data=body, headers={"Content-Type": JSON_TYPE})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200 and b'"chat.completion"' in r.read(), url
-
-
-@contextlib.contextmanager
-def multiproc_dir(path: Path | None) -> Iterator[None]:
-    """PROMETHEUS_MULTIPROC_DIR for the processes started in the block (lib.servers.Server inherits os.environ)."""
-    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    if path is not None:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        if saved is not None:
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
 
 
 def wait_for_workers(server: Server, workers: int) -> list[int]:
@@ -93,31 +72,27 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
     upstream: list[str] = []
     if setup == "process":
         port = free_port()
-        demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log")
+        demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log",
+                      env={"PROMETHEUS_MULTIPROC_DIR": None})
         upstream = ["--upstream", f"http://127.0.0.1:{port}", "--model", MODEL]
     edges: dict[int, Server] = {}
     for workers in WORKERS:
         port = free_port()
-        edges[workers] = Server(f"{setup}-{workers}w", [
+        name = f"{setup}-{workers}w"
+        # A metrics directory of ours for each supervisor, removed with `work` (a supervisor leaves the one
+        # it makes itself behind); none for a single worker.
+        metrics_dir = work / f"{name}-metrics" if workers > 1 else None
+        if metrics_dir is not None:
+            metrics_dir.mkdir()
+        edges[workers] = Server(name, [
             PY, "-m", "ingress", "serve", "--port", str(port), "--workers", str(workers),
-            "--config", str(work / "edge.toml"), *upstream], port, work / f"{setup}-{workers}w.log")
+            "--config", str(work / "edge.toml"), *upstream], port, work / f"{name}.log",
+            env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir) if metrics_dir is not None else None})
     servers = ([demo] if demo else []) + list(edges.values())
 
     runs: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKERS}
     started: list[int] = []
-    with ExitStack() as stack:
-        supervised = {edges[w].name for w in WORKERS if w > 1}
-        for server in servers:
-            # A metrics directory of ours for each supervisor, removed with `work` (a supervisor leaves
-            # the one it makes itself behind).
-            metrics_dir = work / f"{server.name}-metrics" if server.name in supervised else None
-            if metrics_dir is not None:
-                metrics_dir.mkdir()
-            with multiproc_dir(metrics_dir):
-                server.start()
-            stack.callback(server.stop)
-        for server in servers:
-            server.wait_ready()
+    with serving(*servers):
         for workers, server in edges.items():
             started += wait_for_workers(server, workers)
             check(server.url + CHAT, body.read_bytes())
