@@ -31,21 +31,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from lib.servers import ROOT, Server, free_port  # noqa: E402  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402  # bench/ is not a package
 from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 
-def _python_in(checkout: Path) -> list[str]:
-    """Python running `checkout`'s code. `-P`: the servers start in the project's root, and `python -m`
-    would otherwise put the working directory first on sys.path, ahead of PYTHONPATH: both edges would
-    run the working tree's code."""
-    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
-
-
 def _check_code(checkout: Path) -> None:
     """Refuse to compare unless `checkout`'s edge imports `ingress` from `checkout`, from where the servers start."""
-    done = subprocess.run([*_python_in(checkout), "-c", "import ingress; print(ingress.__file__)"],
+    done = subprocess.run([*python_in(checkout), "-c", "import ingress; print(ingress.__file__)"],
                           capture_output=True, text=True, cwd=ROOT)
     found = Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
     if found is None or not found.is_relative_to(checkout.resolve()):
@@ -86,7 +79,7 @@ def main() -> int:
     pin_edge, pin_rest = (["taskset", "-c", "1"], ["taskset", "-c", "0"]) if args.pin else ([], [])
     if args.pin:
         os.sched_setaffinity(0, {0})  # wrk, started from here, beside the service
-    demo = Server("demo", [*pin_rest, *_python_in(args.after), *serve], demo_port, work / "demo.log")
+    demo = Server("demo", [*pin_rest, *python_in(args.after), *serve], demo_port, work / "demo.log")
     edges = {}
     script = SCRIPT
     if args.keys:
@@ -99,7 +92,7 @@ def main() -> int:
         port = free_port()
         where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section, args.model))]
                  if args.keys else ["--model", args.model, "--port", str(port), "--upstream", demo.url])
-        edges[name] = Server(name, [*pin_edge, *_python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
+        edges[name] = Server(name, [*pin_edge, *python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
                                     *where],
                              port, work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
@@ -110,18 +103,14 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
                                              for n in edges for c, close in cells}
     try:
-        for server in (demo, *([] if args.fresh else edges.values())):
-            server.start()
-        for server in (demo, *([] if args.fresh else edges.values())):
-            server.wait_ready()
+        start_all(demo, *([] if args.fresh else edges.values()))
         for r in range(args.rounds):
             order = ("before", "after") if r % 2 == 0 else ("after", "before")
             for name in order:
                 edge = edges[name]
                 url = f"{edge.url}/v1/chat/completions"
                 if args.fresh:
-                    edge.start()
-                    edge.wait_ready()
+                    start_all(edge)
                     wrk.script.write_text(script)
                     wrk.run(url, body, "application/json", args.connections[-1], 1, watch={name: edge.pid})  # warm
                 for connections, close in cells:
@@ -136,8 +125,7 @@ def main() -> int:
                     edge.kill()
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
-        for server in (*edges.values(), demo):
-            server.stop()
+        stop_all(*edges.values(), demo)
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
     setup = (("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")

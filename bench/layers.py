@@ -39,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from lib.servers import ROOT, Server, free_port  # noqa: E402  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, python_in  # noqa: E402  # bench/ is not a package
 from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -145,8 +145,8 @@ def main() -> int:
         for r in range(args.rounds):
             for name in SUBJECTS[r % len(SUBJECTS):] + SUBJECTS[:r % len(SUBJECTS)]:
                 config = edge_config(work / f"{name}.toml", ports[name], mock.url, section)
-                edge = Server(name, [*pin1, "env", f"PYTHONPATH={trees[name]}", sys.executable, "-P", "-m", "ingress",
-                                     "serve", "--workers", "1", "--config", str(config)], ports[name],
+                edge = Server(name, [*pin1, *python_in(trees[name]), "-m", "ingress", "serve", "--workers",
+                                     "1", "--config", str(config)], ports[name],
                               work / f"{name}.log")
                 edge.start()
                 try:

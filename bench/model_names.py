@@ -41,7 +41,7 @@ import msgspec
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from lib.servers import ROOT, Server, free_port  # noqa: E402  # bench/ is no package
+from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402  # bench/ is no package
 from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
@@ -101,11 +101,6 @@ end
 """
 
 
-def _python_in(checkout: Path) -> list[str]:
-    """Python running `checkout`'s code (`-P`: not the working directory's), as bench/commits.py runs it."""
-    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
-
-
 def _commit_of(checkout: Path) -> str:
     if checkout.resolve() == ROOT:
         return describe(code_version())
@@ -160,17 +155,14 @@ def main() -> int:
         config = work / f"{name}.toml"
         config.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock.url}"\n'
                           f'models = ["{OPENAI_MODEL}", "{OPEN_MODEL}"]\n' + section)
-        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--config", str(config)], port,
+        edges[name] = Server(name, [*python_in(checkout), "-m", "ingress", "serve", "--config", str(config)], port,
                              work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     os.environ.update(BENCH_KEY=key, BENCH_TURNS=str(args.turns), BENCH_WORDS=" ".join(sorted(set(VOCABULARY))))
     runs: dict[str, list[dict[str, Any]]] = {}
     run_id = 0
     try:
-        for server in (mock, *edges.values()):
-            server.start()
-        for server in (mock, *edges.values()):
-            server.wait_ready()
+        start_all(mock, *edges.values())
         for r in range(-1, args.rounds):  # round -1 warms each edge, each case, each name: not kept
             order = MODELS if r % 2 == 0 else MODELS[::-1]
             for edge_name, edge in edges.items():
@@ -191,8 +183,7 @@ def main() -> int:
                                  "others_cpu_percent": result["others_cpu_percent"]})
             print(f"round {r + 1}/{args.rounds} done" if r >= 0 else "warmed", flush=True)
     finally:
-        for server in (*edges.values(), mock):
-            server.stop()
+        stop_all(*edges.values(), mock)
 
     versions = {name: _commit_of(checkout) for name, checkout in checkouts.items()}
     print(f"\n{', '.join(f'{n} = {v}' for n, v in versions.items())}; one worker, a key with rpm and tpm limits "
