@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402  # bench/ is not a package
+from lib.rounds import Rounds  # noqa: E402  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from lib.tables import Table  # noqa: E402
 from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -100,12 +100,11 @@ def main() -> int:
     ctype = 'wrk.headers["Content-Type"]'
     closing = script.replace(ctype, f'wrk.headers["Connection"] = "close"\n{ctype}')
     cells = [(c, False) for c in args.connections] + ([(args.connections[-1], True)] if args.close else [])
-    runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
-                                             for n in edges for c, close in cells}
+    loads = {f"{c}{'/close' if close else ''}": (c, close) for c, close in cells}
+    rounds = Rounds(edges, args.rounds, order="alternate", baseline="before")  # before after, after before...
     try:
         start_all(demo, *([] if args.fresh else edges.values()))
-        for r in range(args.rounds):
-            order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for r, order in rounds:
             for name in order:
                 edge = edges[name]
                 url = f"{edge.url}/v1/chat/completions"
@@ -113,14 +112,13 @@ def main() -> int:
                     start_all(edge)
                     wrk.script.write_text(script)
                     wrk.run(url, body, "application/json", args.connections[-1], 1, watch={name: edge.pid})  # warm
-                for connections, close in cells:
+                for load, (connections, close) in loads.items():
                     wrk.script.write_text(closing if close else script)
                     result = wrk.run(url, body, "application/json", connections, args.seconds, watch={name: edge.pid})
                     if result["errors"]:
                         raise SystemExit(f"{name}: errors {result['errors']}")
-                    runs[f"{name}/{connections}{'/close' if close else ''}"].append(
-                        {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
-                         "cpu_us": result["cpu_us_per_request"][name]})
+                    rounds.add(name, {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+                                      "cpu_us": result["cpu_us_per_request"][name]}, load)
                 if args.fresh:
                     edge.kill()
             print(f"round {r + 1}/{args.rounds} done", flush=True)
@@ -132,24 +130,22 @@ def main() -> int:
              + ("fresh processes each round; " if args.fresh else "") + ("pinned; " if args.pin else ""))
     print(f"\nbefore = {before_id}, after = {after_id}; model {args.model}; {setup}"
           f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
-    header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
-    print(header)
-    print("-" * len(header))
+    printed = Table(("load", "<16"), ("edge", "<8"), ("req/s", ">9.0f"), ("p50 ms", ">9.3f"), ("p99 ms", ">9.3f"),
+                    ("CPU µs/req", ">12.0f"))
+    print(printed.header())
     table = []
-    for connections, close in cells:
-        key = f"{connections}{'/close' if close else ''}"
-        metrics = ("rps", "p50_ms", "p99_ms", "cpu_us")
-        med = {n: {m: statistics.median(x[m] for x in runs[f"{n}/{key}"]) for m in metrics} for n in edges}
+    for load, (connections, close) in loads.items():
+        med = {n: {m: rounds.median(n, m, load) for m in ("rps", "p50_ms", "p99_ms", "cpu_us")} for n in edges}
         for n in edges:
             label = f"c={connections}" + (", new conn" if close else "")
-            print(f"{label:<16}{n:<8}{med[n]['rps']:>9.0f}{med[n]['p50_ms']:>9.3f}{med[n]['p99_ms']:>9.3f}"
-                  f"{med[n]['cpu_us']:>12.0f}")
-        ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[f"after/{key}"], runs[f"before/{key}"], strict=True)]
-        print(f"{'':<16}{'ratio':<8}{med['after']['rps'] / med['before']['rps']:>9.3f}{'':>18}"
-              f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios, "
-              f"{min(ratios):.2f}-{max(ratios):.2f})")
-        table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios),
-                      "cpu_ratio_range": [min(ratios), max(ratios)]})
+            print(printed.row(label, n, med[n]["rps"], med[n]["p50_ms"], med[n]["p99_ms"], med[n]["cpu_us"]))
+        # requests/s: the ratio of the medians; CPU: the median of the rounds' ratios
+        cpu = rounds.ratio("after", "cpu_us", cell=load)
+        print(printed.row("", "ratio", f"{med['after']['rps'] / med['before']['rps']:.3f}", None, None,
+                          f"{cpu.median:.3f}")
+              + f"   (after/before; CPU ratio: median of the rounds' ratios, {cpu.range()})")
+        table.append({"load": load, "median": med, "cpu_ratio": cpu.median, "cpu_ratio_range": [cpu.low, cpu.high]})
+    runs = {f"{n}/{load}": rounds.runs(n, load) for n in edges for load in loads}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"before": before_id, "after": after_id, "model": args.model, "keys": args.keys,
                                     "fixed": args.fixed,
