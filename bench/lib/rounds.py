@@ -19,7 +19,9 @@ from typing import Any, Generic, Literal, TypeVar
 V = TypeVar("V", bound=Hashable)
 Order = Literal["rotate", "alternate", "shuffle", "fixed"]
 Run = Mapping[str, Any]  # one variant's figures in one round (a wrk run's summary, a timing...)
-Key = str | Callable[[Any, Run], float]  # a figure of a run: its name, or a function of (variant, run)
+# A figure of a run: its name; a path of names into nested figures (("cpu_us_per_request", "edge")); or a
+# function of (variant, run).
+Key = str | tuple[str, ...] | Callable[[Any, Run], float]
 
 
 def median(values: Iterable[float]) -> float:
@@ -141,4 +143,11 @@ class Rounds(Generic[V]):
 
     @staticmethod
     def _figure(variant: Any, run: Run, key: Key) -> float:
-        return float(run[key]) if isinstance(key, str) else float(key(variant, run))
+        if isinstance(key, str):
+            return float(run[key])
+        if isinstance(key, tuple):
+            found: Any = run
+            for name in key:
+                found = found[name]
+            return float(found)
+        return float(key(variant, run))
