@@ -61,7 +61,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,7 +73,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.servers import NotReady, Server, stop_all  # noqa: E402  # bench/ is not a package
+from lib.rounds import Rounds, Spread, median  # noqa: E402  # bench/ is not a package
+from lib.servers import NotReady, Server, stop_all  # noqa: E402
 
 PY = sys.executable
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ingress" / "peers"
@@ -290,10 +290,6 @@ LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "
 def portkey_config(mock_url: str) -> str:
     return json.dumps({"provider": "openai", "custom_host": f"{mock_url}/v1", "api_key": "sk-mock"},
                       separators=(",", ":"))
-
-
-def _med(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
 
 
 def _versions(litellm_py: Path | None, node_script: Path | None, wrk_bin: str) -> dict[str, str]:
@@ -538,7 +534,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             {"x-portkey-config": portkey_config(oai_url)}, "/", {"NODE_ENV": "production"})
     wrk = Wrk(wrk_bin, work / "post.lua")
     wrk.script.write_text(SCRIPT + HEADERS_SCRIPT)
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {s: [] for s in SUBJECTS} for c in CONNECTIONS}
     rss_after: dict[str, float] = {}
     marker = b"chatcmpl-mock"
     try:
@@ -571,12 +566,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         for name, why in unavailable.items():
             print(f"{LABELS[name]}: left out: {why}", flush=True)
         present = [s for s in SUBJECTS if s in subjects]
+        measured = Rounds(present, args.rounds)  # rotated: each subject first in turn; cells: connections
         print(f"{describe(code_version())}; {len(present)} subjects up and checked in "
               f"{time.perf_counter() - started:.0f} s; {args.rounds} rounds, wrk -t1 {args.seconds} s a run at "
               f"c={' and c='.join(map(str, CONNECTIONS))}; load average {os.getloadavg()[0]:.2f}; nice {os.nice(0)}",
               flush=True)
-        for r in range(args.rounds):
-            order = present[r % len(present):] + present[:r % len(present)]
+        for r, order in measured:
             for conns in CONNECTIONS:
                 for name in order:
                     s = subjects[name]
@@ -586,7 +581,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         wrk.run(url, work / s.body, s.ctype, conns, 2)  # warm: connections, caches, JITs, lazy imports
                     watch = {"gateway": s.pid} if name in GATEWAYS else {}
                     watch["mock"] = subjects[BASELINE[name]].pid if name in BASELINE else s.pid
-                    runs[conns][name].append(wrk.run(url, work / s.body, s.ctype, conns, args.seconds, watch))
+                    measured.add(name, wrk.run(url, work / s.body, s.ctype, conns, args.seconds, watch), conns)
             print(f"  round {r + 1}/{args.rounds} at {time.perf_counter() - started:.0f} s", flush=True)
         for name in present:
             rss_after[name] = rss_kb(subjects[name].pid) / 1024
@@ -622,8 +617,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                  "edge_config": edge_toml.read_text().replace(key_hash, "<hash>"),
                  "litellm_config": (work / "litellm.yaml").read_text() if litellm_py else None,
                  "litellm_env": LITELLM_ENV, "portkey_headers": {"x-portkey-config": portkey_config("<mock>")}},
-        "tables": {str(c): table(runs[c], rss_after) for c in CONNECTIONS},
-        "runs": {str(c): runs[c] for c in CONNECTIONS},
+        "tables": {str(c): table(measured, c, rss_after) for c in CONNECTIONS},
+        "runs": {str(c): {s: measured.runs(s, c) for s in SUBJECTS} for c in CONNECTIONS},
         "streams": streams,
     }
     shutil.rmtree(work, ignore_errors=True)  # after a failure it stays, with the servers' logs
@@ -632,42 +627,42 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def table(runs: dict[str, list[dict[str, Any]]], rss_after: dict[str, float]) -> dict[str, Any]:
+def table(measured: Rounds[str], conns: int, rss_after: dict[str, float]) -> dict[str, Any]:
     """Per subject, medians over rounds; added p99 against its own round's direct mock; edge/peer ratios as
     medians of per-round ratios."""
     rows: dict[str, Any] = {}
-    for name, rs in runs.items():
+    for name in SUBJECTS:
+        rs = measured.runs(name, conns)
         if not rs:
             continue
         row: dict[str, Any] = {
-            "rps": _med([r["rps"] for r in rs]), "p50_ms": _med([r["p50_ms"] for r in rs]),
-            "p99_ms": _med([r["p99_ms"] for r in rs]),
+            "rps": measured.median(name, "rps", conns), "p50_ms": measured.median(name, "p50_ms", conns),
+            "p99_ms": measured.median(name, "p99_ms", conns),
             "errors": sum(sum(r["errors"].values()) for r in rs), "requests": sum(r["requests"] for r in rs),
-            "others_cpu_percent": _med([r["others_cpu_percent"] for r in rs]),
+            "others_cpu_percent": measured.median(name, "others_cpu_percent", conns),
             "rss_after_mb": rss_after.get(name),
         }
         if name in GATEWAYS:
-            base = runs[BASELINE[name]]
-            row["added_p50_ms"] = _med([r["p50_ms"] - b["p50_ms"] for r, b in zip(rs, base, strict=True)])
-            row["added_p99_ms"] = _med([r["p99_ms"] - b["p99_ms"] for r, b in zip(rs, base, strict=True)])
-            row["cpu_us_per_request"] = _med([r["cpu_us_per_request"]["gateway"] for r in rs])
-            row["cpu_percent"] = _med([r["cpu_percent"]["gateway"] for r in rs])
+            row["added_p50_ms"] = measured.added(name, "p50_ms", baseline=BASELINE[name], cell=conns).median
+            row["added_p99_ms"] = measured.added(name, "p99_ms", baseline=BASELINE[name], cell=conns).median
+            row["cpu_us_per_request"] = measured.median(name, ("cpu_us_per_request", "gateway"), conns)
+            row["cpu_percent"] = measured.median(name, ("cpu_percent", "gateway"), conns)
             row["peak_rss_mb"] = max(r["peak_rss_kb"]["gateway"] for r in rs) / 1024
         else:
-            row["cpu_us_per_request"] = _med([r["cpu_us_per_request"]["mock"] for r in rs])
+            row["cpu_us_per_request"] = measured.median(name, ("cpu_us_per_request", "mock"), conns)
         rows[name] = row
     for who in OURS:
-        ours = runs.get(who) or []
+        ours = measured.runs(who, conns)
         for peer in ("litellm", "portkey"):
-            if runs.get(peer) and ours:
+            if measured.runs(peer, conns) and ours:
                 # a round in which the peer answered nothing has no ratio
-                pairs = [(e, p) for e, p in zip(ours, runs[peer], strict=True) if p["requests"]]
-                ratios = [e["rps"] / p["rps"] for e, p in pairs]
+                pairs = [(e, p) for e, p in zip(ours, measured.runs(peer, conns), strict=True) if p["requests"]]
+                rps = Spread.of(e["rps"] / p["rps"] for e, p in pairs)
                 rows[f"{who}/{peer}"] = {
-                    "rps_ratio": _med(ratios),
-                    "cpu_ratio": _med([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
-                                       for e, p in pairs]),
-                    "rps_ratio_range": [min(ratios, default=float("nan")), max(ratios, default=float("nan"))],
+                    "rps_ratio": rps.median,
+                    "cpu_ratio": median([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
+                                         for e, p in pairs]),
+                    "rps_ratio_range": [rps.low, rps.high],
                     "rounds_without_a_peer_answer": len(ours) - len(pairs),
                 }
     return rows
@@ -719,7 +714,7 @@ def print_tables(result: dict[str, Any]) -> None:
     others = [r["others_cpu_percent"] for by in result["runs"].values() for rs in by.values() for r in rs]
     if others:
         print(f"\nthe rest of the machine used {min(others):.0f}-{max(others):.0f}% of a core during the wrk runs "
-              f"(median {_med(others):.0f}%)")
+              f"(median {median(others):.0f}%)")
 
 
 def main() -> None:
