@@ -52,7 +52,6 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
+
 PY = sys.executable
 DELTAS = 64
 PACING_MS = 20.0
@@ -512,11 +514,6 @@ def start_subjects(work: Path, baseline: Path | None, pacing_ms: float) -> tuple
     return edges, paced, whole
 
 
-def _med(values: list[float]) -> float:
-    values = [v for v in values if v == v]
-    return float(statistics.median(values)) if values else float("nan")
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
@@ -554,8 +551,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         print(f"{code_version()}; baseline {args.baseline or 'none'}; {args.rounds} round(s), levels {args.levels}; "
               f"load average {load_before[0]:.2f}; nice {os.nice(0)}", flush=True)
-        for r in range(args.rounds):
-            order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
+        for r, order in Rounds(subjects, args.rounds):  # rotated: each subject first in turn
             # the direct mocks first at each level: the edges' added gaps are against them
             order = [s for s in order if s.startswith("direct")] + [s for s in order if not s.startswith("direct")]
             stalled: set[str] = set()
@@ -619,7 +615,7 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
     for name, by in levels.items():
         rows[name] = {}
         for n, runs in by.items():
-            row = {k: _med([r[k] for r in runs if k in r]) for k in (
+            row = {k: median([r[k] for r in runs if k in r]) for k in (
                 "gap_p50_ms", "gap_p99_ms", "added_gap_p99_ms", "steady_gap_p99_ms", "ttft_p50_ms", "us_per_chunk",
                 "steady_us_per_chunk", "chunks_per_cpu_s", "gc_ms", "gc_over_stall")}
             row["errors"] = sum(r["errors"] for r in runs)
@@ -628,7 +624,7 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
             rows[name][str(n)] = row
         zs = zero.get(name, [])
         if zs:
-            rows[name]["zero"] = {k: _med([z[k] for z in zs if k in z]) for k in
+            rows[name]["zero"] = {k: median([z[k] for z in zs if k in z]) for k in
                                   ("us_per_chunk", "chunks_per_cpu_s", "chunks_per_s")}
         rows[name]["held"] = max([int(n) for n, row in rows[name].items() if n.isdigit() and row["held"]], default=0) \
             if name in BASELINE else None
