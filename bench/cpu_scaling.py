@@ -26,7 +26,6 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lib.procs import family, steal_seconds  # bench/ is not a package
+from lib.rounds import Rounds
 from lib.servers import ROOT, Server, free_port, serving
 from payloads import MODEL, SIZES, chat_request
 from provenance import code_version, describe
@@ -90,38 +90,43 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
             env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir) if metrics_dir is not None else None})
     servers = ([demo] if demo else []) + list(edges.values())
 
-    runs: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKERS}
+    rounds = Rounds(WORKERS, 2 * args.cycles, order="alternate")
     started: list[int] = []
     with serving(*servers):
         for workers, server in edges.items():
             started += wait_for_workers(server, workers)
             check(server.url + CHAT, body.read_bytes())
             bench.run(server.url + CHAT, body, JSON_TYPE, args.connections, 1)  # warm-up, untimed
-        order = [1, 2, 2, 1] * args.cycles
-        for i, workers in enumerate(order, 1):
-            watch = {"edge": edges[workers].pid} | ({"demo": demo.pid} if demo else {})  # process trees
-            run = bench.run(edges[workers].url + CHAT, body, JSON_TYPE, args.connections, args.seconds, watch)
-            runs[workers].append(run)
-            print(f"  {setup} run {i}/{len(order)}: --workers {workers}: {run['rps']:,.0f} req/s"
-                  f"{'  errors ' + str(run['errors']) if run['errors'] else ''}", flush=True)
+        total = len(WORKERS) * 2 * args.cycles
+        for r, order in rounds:  # 1 2, then 2 1: the A B B A cycles
+            for i, workers in enumerate(order, len(WORKERS) * r + 1):
+                watch = {"edge": edges[workers].pid} | ({"demo": demo.pid} if demo else {})  # process trees
+                run = bench.run(edges[workers].url + CHAT, body, JSON_TYPE, args.connections, args.seconds, watch)
+                rounds.add(workers, run)
+                print(f"  {setup} run {i}/{total}: --workers {workers}: {run['rps']:,.0f} req/s"
+                      f"{'  errors ' + str(run['errors']) if run['errors'] else ''}", flush=True)
     for pid in started:  # a worker its supervisor did not take down with it
         with contextlib.suppress(OSError):
             if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
 
     summary: dict[str, Any] = {}
-    for workers, rs in runs.items():
+    for workers, rs in rounds.by_variant().items():
+
+        def cores(key: str | tuple[str, ...], workers: int = workers) -> float:  # CPU seconds per wall second
+            return rounds.median(workers, key) / 100
+
         summary[str(workers)] = {
-            "rps_median": statistics.median(r["rps"] for r in rs),
+            "rps_median": rounds.median(workers, "rps"),
             "rps_all": [round(r["rps"], 1) for r in rs],
-            "p50_ms": statistics.median(r["p50_ms"] for r in rs),
-            "p99_ms": statistics.median(r["p99_ms"] for r in rs),
-            "edge_cores": statistics.median(r["cpu_percent"]["edge"] / 100 for r in rs),
-            "edge_cpu_us_per_request": statistics.median(r["cpu_us_per_request"]["edge"] for r in rs),
-            "demo_cores": statistics.median(r["cpu_percent"]["demo"] / 100 for r in rs) if demo else 0.0,
-            "wrk_cores": statistics.median(r["wrk_cpu_percent"] / 100 for r in rs),
-            "machine_busy_cores": statistics.median(r["machine_busy_percent"] / 100 for r in rs),
-            "others_cores": statistics.median(r["others_cpu_percent"] / 100 for r in rs),
+            "p50_ms": rounds.median(workers, "p50_ms"),
+            "p99_ms": rounds.median(workers, "p99_ms"),
+            "edge_cores": cores(("cpu_percent", "edge")),
+            "edge_cpu_us_per_request": rounds.median(workers, ("cpu_us_per_request", "edge")),
+            "demo_cores": cores(("cpu_percent", "demo")) if demo else 0.0,
+            "wrk_cores": cores("wrk_cpu_percent"),
+            "machine_busy_cores": cores("machine_busy_percent"),
+            "others_cores": cores("others_cpu_percent"),
             "errors": [r["errors"] for r in rs if r["errors"]],
         }
     one, two = summary["1"], summary["2"]
@@ -130,7 +135,7 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
         "workers": summary,
         "scaling_ratio_rps": two["rps_median"] / one["rps_median"],
         "scaling_ratio_edge_cores": two["edge_cores"] / one["edge_cores"],
-        "runs": {str(w): rs for w, rs in runs.items()},
+        "runs": {str(w): rs for w, rs in rounds.by_variant().items()},
     }
 
 
