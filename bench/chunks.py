@@ -65,6 +65,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
+from lib.tables import figure as _f  # noqa: E402
 
 PY = sys.executable
 DELTAS = 64
@@ -629,12 +630,6 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
         rows[name]["held"] = max([int(n) for n, row in rows[name].items() if n.isdigit() and row["held"]], default=0) \
             if name in BASELINE else None
     return rows
-
-
-def _f(v: float | None, digits: int = 1) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:,.{digits}f}" if abs(v) < 100 else f"{v:,.0f}"
 
 
 def print_table(result: dict[str, Any]) -> None:

@@ -75,6 +75,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from lib.rounds import Rounds, Spread, median  # noqa: E402  # bench/ is not a package
 from lib.servers import NotReady, Server, stop_all  # noqa: E402
+from lib.tables import figure  # noqa: E402
 
 PY = sys.executable
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ingress" / "peers"
@@ -669,9 +670,7 @@ def table(measured: Rounds[str], conns: int, rss_after: dict[str, float]) -> dic
 
 
 def _f(v: float | None, digits: int = 2) -> str:
-    if v is None or v != v:
-        return ""
-    return f"{v:,.{digits}f}" if abs(v) < 100 else f"{v:,.0f}"
+    return figure(v, digits, missing="")  # a blank cell where a subject has no such figure
 
 
 def print_tables(result: dict[str, Any]) -> None:

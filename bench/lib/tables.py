@@ -7,6 +7,14 @@ import re
 _ALIGN = re.compile(r"^([<>^]?)(\d*)")
 
 
+def figure(value: float | None, digits: int = 1, missing: str = "-") -> str:
+    """A figure for a table's cell: `digits` decimals under 100, none from 100 on, thousands separated;
+    `missing` for None or NaN (a figure a run could not give)."""
+    if value is None or value != value:
+        return missing
+    return f"{value:,.{digits}f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
 def _width(spec: str) -> str:
     found = _ALIGN.match(spec)
     return found[0] if found else ""
