@@ -39,13 +39,15 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lib.rounds import Rounds
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bridge.json"
@@ -125,15 +127,13 @@ group = "engine"
 """)
 
 
-def _med(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
-
-
 def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
+    from lib.procs import Watch
+    from lib.rounds import Rounds
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import MODEL, chat_request, stream_request
-    from procs import Server, Watch, free_port
     from provenance import code_version, describe
     from streams import analyze_streams, stream_level
     from wrk import SCRIPT, Wrk, ensure_wrk
@@ -173,29 +173,26 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
                "inproc": ("inproc", "mock")}
     wrk = Wrk(ensure_wrk(), work / "post.lua")
     wrk.script.write_text(SCRIPT)
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {p: [] for p in PATHS} for c in CONNECTIONS}
-    streams: dict[int, dict[str, list[dict[str, Any]]]] = {c: {p: [] for p in PATHS} for c in STREAM_LEVELS}
+    # The paths in the same order every round; cells ("requests", connections) and ("streams", level).
+    measured = Rounds(PATHS, rounds, order="fixed", baseline="direct")
     loop = uvloop.new_event_loop()
     try:
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
+        start_all(*servers.values())
         pid = {name: s.pid for name, s in servers.items()}
         _check(paths, work, CONTENT_TYPE, STREAM_CONTENT_TYPE)
         print(describe(code_version()))
         print(f"servers up and checked in {time.perf_counter() - started:.1f} s; {rounds} rounds, paths in turn; "
               f"wrk -t1, {seconds} s a run; load average {os.getloadavg()[0]:.2f}", flush=True)
-        for r in range(rounds):
+        for r, order in measured:
             for conns in CONNECTIONS:
-                for name in PATHS:
+                for name in order:
                     url, body, _, ctype, _ = paths[name]
                     if r == 0:
                         wrk.run(url, work / body, ctype, conns, 1)  # warm: connections, caches
                     watch = {p: pid[p] for p in watched[name]}
-                    runs[conns][name].append(wrk.run(url, work / body, ctype, conns, seconds, watch))
+                    measured.add(name, wrk.run(url, work / body, ctype, conns, seconds, watch), ("requests", conns))
             for level, each in STREAM_LEVELS.items():
-                for name in PATHS:
+                for name in order:
                     url, _, sbody, ctype, sse = paths[name]
                     w = Watch({p: pid[p] for p in watched[name]})
                     with w.during():
@@ -203,13 +200,12 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
                             stream_level(url, bodies[sbody], ctype, sse, level, each, 0.0))
                     stats = analyze_streams(results, wall, 0.0, DELTAS)
                     chunks = sum(DELTAS for x in results if x.error is None and len(x.times) >= DELTAS + 2)
-                    streams[level][name].append({**stats, **w.summary(), "chunks": chunks,
-                                                 "cpu_s": dict(w.cpu), "system_cpu_s": dict(w.sys)})
+                    measured.add(name, {**stats, **w.summary(), "chunks": chunks, "cpu_s": dict(w.cpu),
+                                        "system_cpu_s": dict(w.sys)}, ("streams", level))
             print(f"round {r + 1}/{rounds} done at {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         loop.close()
-        for server in servers.values():
-            server.stop()
+        stop_all(*servers.values())
 
     result: dict[str, Any] = {"meta": {
         "code": code_version(), "python": platform.python_version(), "cpus": os.cpu_count(),
@@ -222,10 +218,10 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
         "edge_config": (work / "inproc.toml").read_text(),
     }}
     shutil.rmtree(work, ignore_errors=True)  # after a failure it stays, with the servers' logs
-    result["requests"] = {str(c): _request_table(runs[c]) for c in CONNECTIONS}
-    result["streams"] = {str(level): _stream_table(streams[level]) for level in STREAM_LEVELS}
-    result["runs"] = {str(c): runs[c] for c in CONNECTIONS}
-    result["stream_runs"] = {str(level): streams[level] for level in STREAM_LEVELS}
+    result["requests"] = {str(c): _request_table(measured, ("requests", c)) for c in CONNECTIONS}
+    result["streams"] = {str(level): _stream_table(measured, ("streams", level)) for level in STREAM_LEVELS}
+    result["runs"] = {str(c): measured.by_variant(("requests", c)) for c in CONNECTIONS}
+    result["stream_runs"] = {str(level): measured.by_variant(("streams", level)) for level in STREAM_LEVELS}
     result["bridge_budget_us"] = bridge_budget(bodies["chat.fb"], bodies["stream.fb"])
     _print(result)
     result["meta"]["load_average_after"] = os.getloadavg()
@@ -287,49 +283,53 @@ def bridge_budget(chat_fb: bytes, stream_fb: bytes, min_s: float = 0.1) -> dict[
     return out
 
 
-def _request_table(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _request_table(measured: Rounds[str], cell: tuple[str, int]) -> dict[str, Any]:
     """Medians over rounds; a path's added latency is taken against the direct run of its own round."""
     table: dict[str, Any] = {}
-    for name, rs in runs.items():
-        cpu = {proc: _med([r["cpu_us_per_request"][proc] for r in rs]) for proc in rs[0]["cpu_us_per_request"]}
+    for name in PATHS:
+        rs = measured.runs(name, cell)
+        p99 = measured.spread(name, "p99_ms", cell)
         row: dict[str, Any] = {
-            "rps": _med([r["rps"] for r in rs]), "p50_ms": _med([r["p50_ms"] for r in rs]),
-            "p99_ms": _med([r["p99_ms"] for r in rs]),
-            "p99_range_ms": [min(r["p99_ms"] for r in rs), max(r["p99_ms"] for r in rs)],
-            "cpu_us_per_request": cpu,
-            "others_cpu_percent": _med([r["others_cpu_percent"] for r in rs]),
+            "rps": measured.median(name, "rps", cell), "p50_ms": measured.median(name, "p50_ms", cell),
+            "p99_ms": p99.median, "p99_range_ms": [p99.low, p99.high],
+            "cpu_us_per_request": {proc: measured.median(name, ("cpu_us_per_request", proc), cell)
+                                   for proc in rs[0]["cpu_us_per_request"]},
+            "others_cpu_percent": measured.median(name, "others_cpu_percent", cell),
             "errors": [r["errors"] for r in rs if r["errors"]],
         }
         if name != "direct":
             for q in ("p50", "p99"):
-                added = [r[f"{q}_ms"] - d[f"{q}_ms"] for r, d in zip(rs, runs["direct"], strict=True)]
-                row[f"added_{q}_ms"] = _med(added)
-                row[f"added_{q}_range_ms"] = [min(added), max(added)]
+                added = measured.added(name, f"{q}_ms", cell=cell)
+                row[f"added_{q}_ms"] = added.median
+                row[f"added_{q}_range_ms"] = [added.low, added.high]
         table[name] = row
     return table
 
 
-def _stream_table(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def _stream_table(measured: Rounds[str], cell: tuple[str, int]) -> dict[str, Any]:
+    """Chunks and CPU summed over rounds; times the medians over rounds, TTFT's addition against direct's."""
     table: dict[str, Any] = {}
-    for name, rs in runs.items():
+    for name in PATHS:
+        rs = measured.runs(name, cell)
         chunks = sum(r["chunks"] for r in rs)
         cpu = {proc: sum(r["cpu_s"][proc] for r in rs) for proc in rs[0]["cpu_s"]}
         ours = sum(v for proc, v in cpu.items() if proc != "mock")
         row: dict[str, Any] = {
             "streams": sum(r["streams"] for r in rs), "completed": sum(r["completed"] for r in rs),
             "errors": sum(r["errors"] + r["warmup_errors"] for r in rs),
-            "ttft_p50_ms": _med([r["ttft_p50_ms"] for r in rs]), "ttft_p99_ms": _med([r["ttft_p99_ms"] for r in rs]),
-            "chunks_per_s": _med([r["chunks_per_s"] for r in rs]), "chunks": chunks,
+            "ttft_p50_ms": measured.median(name, "ttft_p50_ms", cell),
+            "ttft_p99_ms": measured.median(name, "ttft_p99_ms", cell),
+            "chunks_per_s": measured.median(name, "chunks_per_s", cell), "chunks": chunks,
             "cpu_us_per_chunk": {proc: v / max(1, chunks) * 1e6 for proc, v in cpu.items()},
             "system_cpu_us_per_chunk": {proc: sum(r["system_cpu_s"][proc] for r in rs) / max(1, chunks) * 1e6
                                         for proc in cpu},
             "chunks_per_cpu_second": chunks / ours if ours else None,
-            "others_cpu_percent": _med([r["others_cpu_percent"] for r in rs]),
+            "others_cpu_percent": measured.median(name, "others_cpu_percent", cell),
         }
         if name != "direct":
-            added = [r["ttft_p50_ms"] - d["ttft_p50_ms"] for r, d in zip(rs, runs["direct"], strict=True)]
-            row["added_ttft_p50_ms"] = _med(added)
-            row["added_ttft_p50_range_ms"] = [min(added), max(added)]
+            added = measured.added(name, "ttft_p50_ms", cell=cell)
+            row["added_ttft_p50_ms"] = added.median
+            row["added_ttft_p50_range_ms"] = [added.low, added.high]
         table[name] = row
     return table
 

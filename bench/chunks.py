@@ -52,7 +52,6 @@ import itertools
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,6 +63,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
+from lib.tables import figure as _f  # noqa: E402
+
 PY = sys.executable
 DELTAS = 64
 PACING_MS = 20.0
@@ -313,7 +316,7 @@ class Client(asyncio.Protocol):
 def cpu_of(pid: int | None) -> float:
     if pid is None:
         return 0.0
-    from procs import cpu_seconds
+    from lib.procs import cpu_seconds
 
     return sum(cpu_seconds(pid))
 
@@ -343,7 +346,7 @@ def sys_of(pid: int | None) -> float:
     """The kernel's share of cpu_of: syscalls, and on loopback the peer's receive path that a send runs."""
     if pid is None:
         return 0.0
-    from procs import cpu_seconds
+    from lib.procs import cpu_seconds
 
     return cpu_seconds(pid)[1]
 
@@ -483,14 +486,14 @@ def _edge_toml(path: Path, port: int, mock_url: str, bridge: bool) -> Path:
     return path
 
 
-def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
-    from procs import Server, free_port
+def start_subjects(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
+    from lib.servers import Server, free_port, start_all
 
-    paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), str(pacing_ms)], 0,
+    port = free_port()
+    paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(port), str(pacing_ms)], port,
                    work / "mock.log")
-    paced.port = int(paced.argv[3])
-    whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(free_port()), "0"], 0, work / "mock0.log")
-    whole.port = int(whole.argv[3])
+    port = free_port()
+    whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(port), "0"], port, work / "mock0.log")
     edges: dict[str, Any] = {}
     for mock, tag in ((paced, ""), (whole, "0")):
         port = free_port()
@@ -506,31 +509,16 @@ def start_all(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict
                 toml = _edge_toml(work / f"{name}.toml", port, mock.url, bridge)
                 edges[name] = Server(name, [PY, "-m", "ingress", "serve", "--config", str(toml), "--workers", "1"],
                                      port, work / f"{name}.log")
-    for s in [paced, whole, *edges.values()]:
-        if s.name.endswith("_base") or s.name.endswith("_base0"):
-            env = {**os.environ, "PYTHONPATH": str(baseline)}
-            with open(s.log, "wb") as err:
-                s.proc = subprocess.Popen(s.argv, stdout=subprocess.DEVNULL, stderr=err, cwd=baseline, env=env)
-        else:
-            s.start()
-    try:
-        for s in [paced, whole, *edges.values()]:
-            s.wait_ready()
-    except BaseException:
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
-        raise
+                if code is not None:  # DIR's code: started in DIR, which `python -m` puts first on sys.path
+                    edges[name].cwd, edges[name].env = code, {"PYTHONPATH": str(code)}
+    start_all(paced, whole, *edges.values())
     return edges, paced, whole
-
-
-def _med(values: list[float]) -> float:
-    values = [v for v in values if v == v]
-    return float(statistics.median(values)) if values else float("nan")
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
     from e2e import fb_body
+    from lib.servers import stop_all
     from payloads import stream_request
     from provenance import code_version
 
@@ -540,7 +528,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     json_body = stream_request(DELTAS)
     fb = bytes(fb_body(json_body))
     pacing = PACING_MS / 1000
-    edges, paced, whole = start_all(work, args.baseline, PACING_MS)
+    edges, paced, whole = start_subjects(work, args.baseline, PACING_MS)
     subjects = ["direct_fb", "floor", "edge", "direct_oai", "bridge"]
     if args.baseline:
         subjects[2:2] = ["edge_base"]
@@ -564,8 +552,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         print(f"{code_version()}; baseline {args.baseline or 'none'}; {args.rounds} round(s), levels {args.levels}; "
               f"load average {load_before[0]:.2f}; nice {os.nice(0)}", flush=True)
-        for r in range(args.rounds):
-            order = subjects[r % len(subjects):] + subjects[:r % len(subjects)]
+        for r, order in Rounds(subjects, args.rounds):  # rotated: each subject first in turn
             # the direct mocks first at each level: the edges' added gaps are against them
             order = [s for s in order if s.startswith("direct")] + [s for s in order if not s.startswith("direct")]
             stalled: set[str] = set()
@@ -606,12 +593,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 f"{n} {zero[n][-1].get('chunks_per_cpu_s', zero[n][-1]['chunks_per_s']):,.0f}" for n in order)
                 + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         rss = {name: s.pid for name, s in edges.items()}
-        from procs import rss_kb
+        from lib.procs import rss_kb
         rss_mb = {name: rss_kb(pid) / 1024 for name, pid in rss.items()}
     finally:
         loop.close()
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
+        stop_all(paced, whole, *edges.values())
     shutil.rmtree(work, ignore_errors=True)
     return {
         "meta": {"code": code_version(), "baseline": str(args.baseline) if args.baseline else None,
@@ -630,7 +616,7 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
     for name, by in levels.items():
         rows[name] = {}
         for n, runs in by.items():
-            row = {k: _med([r[k] for r in runs if k in r]) for k in (
+            row = {k: median([r[k] for r in runs if k in r]) for k in (
                 "gap_p50_ms", "gap_p99_ms", "added_gap_p99_ms", "steady_gap_p99_ms", "ttft_p50_ms", "us_per_chunk",
                 "steady_us_per_chunk", "chunks_per_cpu_s", "gc_ms", "gc_over_stall")}
             row["errors"] = sum(r["errors"] for r in runs)
@@ -639,17 +625,11 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
             rows[name][str(n)] = row
         zs = zero.get(name, [])
         if zs:
-            rows[name]["zero"] = {k: _med([z[k] for z in zs if k in z]) for k in
+            rows[name]["zero"] = {k: median([z[k] for z in zs if k in z]) for k in
                                   ("us_per_chunk", "chunks_per_cpu_s", "chunks_per_s")}
         rows[name]["held"] = max([int(n) for n, row in rows[name].items() if n.isdigit() and row["held"]], default=0) \
             if name in BASELINE else None
     return rows
-
-
-def _f(v: float | None, digits: int = 1) -> str:
-    if v is None or v != v:
-        return "-"
-    return f"{v:,.{digits}f}" if abs(v) < 100 else f"{v:,.0f}"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -687,6 +667,7 @@ def profile(args: argparse.Namespace) -> None:
     """One edge (frames -> SSE) at `--profile N` paced streams for `--seconds`, recorded by py-spy; the
     collapsed stacks aggregated: self and inclusive samples per function."""
     import uvloop
+    from lib.servers import stop_all
     from payloads import stream_request
 
     pyspy = str(Path(PY).parent / "py-spy")  # the dev extra's, beside this interpreter
@@ -696,10 +677,10 @@ def profile(args: argparse.Namespace) -> None:
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install -e '.[dev]' (or pip install py-spy)")
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-chunks-prof-"))
     json_body = stream_request(DELTAS)
-    edges, paced, whole = start_all(work, None, PACING_MS)
+    edges, paced, whole = start_subjects(work, None, PACING_MS)
     name = "bridge" if args.bridge else "edge"
     edge = edges[name]
-    from procs import family
+    from lib.procs import family
 
     pid = family(edge.pid)[-1]  # the worker
     loop = uvloop.new_event_loop()
@@ -722,8 +703,7 @@ def profile(args: argparse.Namespace) -> None:
             raise RuntimeError(f"py-spy wrote nothing: {said.decode(errors='replace')[-800:]}")
     finally:
         loop.close()
-        for s in [paced, whole, *edges.values()]:
-            s.stop()
+        stop_all(paced, whole, *edges.values())
     self_: Counter[str] = Counter()
     incl: Counter[str] = Counter()
     total = 0

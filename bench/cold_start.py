@@ -27,16 +27,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import ROOT, free_port  # bench/ is not a package
+from lib.procs import steal_seconds  # bench/ is not a package
+from lib.servers import ROOT, free_port
 from provenance import code_version, describe
 
 PY = sys.executable
 _IMPORTTIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")
-
-
-def steal_seconds() -> float:
-    """CPU time the hypervisor gave to other guests, machine-wide so far (/proc/stat `steal`)."""
-    return int(Path("/proc/stat").read_text().split()[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def _ready(port: int) -> bool:

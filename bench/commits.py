@@ -21,31 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import MODEL, chat_request  # noqa: E402  # bench/ is not a package
-from procs import ROOT, Server, free_port  # noqa: E402
+from lib.rounds import Rounds  # noqa: E402  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from lib.tables import Table  # noqa: E402
+from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
-
-
-def _python_in(checkout: Path) -> list[str]:
-    """Python running `checkout`'s code. `-P`: the servers start in the project's root, and `python -m`
-    would otherwise put the working directory first on sys.path, ahead of PYTHONPATH: both edges would
-    run the working tree's code."""
-    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
 
 
 def _check_code(checkout: Path) -> None:
     """Refuse to compare unless `checkout`'s edge imports `ingress` from `checkout`, from where the servers start."""
-    done = subprocess.run([*_python_in(checkout), "-c", "import ingress; print(ingress.__file__)"],
+    done = subprocess.run([*python_in(checkout), "-c", "import ingress; print(ingress.__file__)"],
                           capture_output=True, text=True, cwd=ROOT)
     found = Path(done.stdout.strip()).resolve() if done.returncode == 0 else None
     if found is None or not found.is_relative_to(checkout.resolve()):
@@ -86,7 +79,7 @@ def main() -> int:
     pin_edge, pin_rest = (["taskset", "-c", "1"], ["taskset", "-c", "0"]) if args.pin else ([], [])
     if args.pin:
         os.sched_setaffinity(0, {0})  # wrk, started from here, beside the service
-    demo = Server("demo", [*pin_rest, *_python_in(args.after), *serve], demo_port, work / "demo.log")
+    demo = Server("demo", [*pin_rest, *python_in(args.after), *serve], demo_port, work / "demo.log")
     edges = {}
     script = SCRIPT
     if args.keys:
@@ -99,7 +92,7 @@ def main() -> int:
         port = free_port()
         where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section, args.model))]
                  if args.keys else ["--model", args.model, "--port", str(port), "--upstream", demo.url])
-        edges[name] = Server(name, [*pin_edge, *_python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
+        edges[name] = Server(name, [*pin_edge, *python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
                                     *where],
                              port, work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
@@ -107,61 +100,52 @@ def main() -> int:
     ctype = 'wrk.headers["Content-Type"]'
     closing = script.replace(ctype, f'wrk.headers["Connection"] = "close"\n{ctype}')
     cells = [(c, False) for c in args.connections] + ([(args.connections[-1], True)] if args.close else [])
-    runs: dict[str, list[dict[str, Any]]] = {f"{n}/{c}{'/close' if close else ''}": []
-                                             for n in edges for c, close in cells}
+    loads = {f"{c}{'/close' if close else ''}": (c, close) for c, close in cells}
+    rounds = Rounds(edges, args.rounds, order="alternate", baseline="before")  # before after, after before...
     try:
-        for server in (demo, *([] if args.fresh else edges.values())):
-            server.start()
-        for server in (demo, *([] if args.fresh else edges.values())):
-            server.wait_ready()
-        for r in range(args.rounds):
-            order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        start_all(demo, *([] if args.fresh else edges.values()))
+        for r, order in rounds:
             for name in order:
                 edge = edges[name]
                 url = f"{edge.url}/v1/chat/completions"
                 if args.fresh:
-                    edge.start()
-                    edge.wait_ready()
+                    start_all(edge)
                     wrk.script.write_text(script)
                     wrk.run(url, body, "application/json", args.connections[-1], 1, watch={name: edge.pid})  # warm
-                for connections, close in cells:
+                for load, (connections, close) in loads.items():
                     wrk.script.write_text(closing if close else script)
                     result = wrk.run(url, body, "application/json", connections, args.seconds, watch={name: edge.pid})
                     if result["errors"]:
                         raise SystemExit(f"{name}: errors {result['errors']}")
-                    runs[f"{name}/{connections}{'/close' if close else ''}"].append(
-                        {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
-                         "cpu_us": result["cpu_us_per_request"][name]})
+                    rounds.add(name, {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
+                                      "cpu_us": result["cpu_us_per_request"][name]}, load)
                 if args.fresh:
                     edge.kill()
             print(f"round {r + 1}/{args.rounds} done", flush=True)
     finally:
-        for server in (*edges.values(), demo):
-            server.stop()
+        stop_all(*edges.values(), demo)
 
     before_id, after_id = (_commit_of(args.before), _commit_of(args.after))
     setup = (("a key and limits on; " if args.keys else "") + ("the fixed mock; " if args.fixed else "")
              + ("fresh processes each round; " if args.fresh else "") + ("pinned; " if args.pin else ""))
     print(f"\nbefore = {before_id}, after = {after_id}; model {args.model}; {setup}"
           f"medians over {args.rounds} interleaved rounds of {args.seconds} s")
-    header = f"{'load':<16}{'edge':<8}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
-    print(header)
-    print("-" * len(header))
+    printed = Table(("load", "<16"), ("edge", "<8"), ("req/s", ">9.0f"), ("p50 ms", ">9.3f"), ("p99 ms", ">9.3f"),
+                    ("CPU µs/req", ">12.0f"))
+    print(printed.header())
     table = []
-    for connections, close in cells:
-        key = f"{connections}{'/close' if close else ''}"
-        metrics = ("rps", "p50_ms", "p99_ms", "cpu_us")
-        med = {n: {m: statistics.median(x[m] for x in runs[f"{n}/{key}"]) for m in metrics} for n in edges}
+    for load, (connections, close) in loads.items():
+        med = {n: {m: rounds.median(n, m, load) for m in ("rps", "p50_ms", "p99_ms", "cpu_us")} for n in edges}
         for n in edges:
             label = f"c={connections}" + (", new conn" if close else "")
-            print(f"{label:<16}{n:<8}{med[n]['rps']:>9.0f}{med[n]['p50_ms']:>9.3f}{med[n]['p99_ms']:>9.3f}"
-                  f"{med[n]['cpu_us']:>12.0f}")
-        ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[f"after/{key}"], runs[f"before/{key}"], strict=True)]
-        print(f"{'':<16}{'ratio':<8}{med['after']['rps'] / med['before']['rps']:>9.3f}{'':>18}"
-              f"{statistics.median(ratios):>12.3f}   (after/before; CPU ratio: median of the rounds' ratios, "
-              f"{min(ratios):.2f}-{max(ratios):.2f})")
-        table.append({"load": key, "median": med, "cpu_ratio": statistics.median(ratios),
-                      "cpu_ratio_range": [min(ratios), max(ratios)]})
+            print(printed.row(label, n, med[n]["rps"], med[n]["p50_ms"], med[n]["p99_ms"], med[n]["cpu_us"]))
+        # requests/s: the ratio of the medians; CPU: the median of the rounds' ratios
+        cpu = rounds.ratio("after", "cpu_us", cell=load)
+        print(printed.row("", "ratio", f"{med['after']['rps'] / med['before']['rps']:.3f}", None, None,
+                          f"{cpu.median:.3f}")
+              + f"   (after/before; CPU ratio: median of the rounds' ratios, {cpu.range()})")
+        table.append({"load": load, "median": med, "cpu_ratio": cpu.median, "cpu_ratio_range": [cpu.low, cpu.high]})
+    runs = {f"{n}/{load}": rounds.runs(n, load) for n in edges for load in loads}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"before": before_id, "after": after_id, "model": args.model, "keys": args.keys,
                                     "fixed": args.fixed,

@@ -26,19 +26,18 @@ import os
 import platform
 import shutil
 import signal
-import statistics
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from payloads import MODEL, SIZES, chat_request  # bench/ is not a package
-from procs import ROOT, Server, family, free_port
+from lib.procs import family, steal_seconds  # bench/ is not a package
+from lib.rounds import Rounds
+from lib.servers import ROOT, Server, free_port, serving
+from payloads import MODEL, SIZES, chat_request
 from provenance import code_version, describe
 from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
@@ -50,29 +49,10 @@ MAX_TOKENS = 64  # the demo echoes at most this many words: answers stay small
 WORKERS = (1, 2)
 
 
-def steal_seconds() -> float:
-    """CPU time the hypervisor gave to other guests, machine-wide so far (/proc/stat `steal`)."""
-    return int(Path("/proc/stat").read_text().split()[8]) / os.sysconf("SC_CLK_TCK")
-
-
 def check(url: str, body: bytes) -> None:
     req = urllib.request.Request(url, data=body, headers={"Content-Type": JSON_TYPE})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200 and b'"chat.completion"' in r.read(), url
-
-
-@contextlib.contextmanager
-def multiproc_dir(path: Path | None) -> Iterator[None]:
-    """PROMETHEUS_MULTIPROC_DIR for the processes started in the block (procs.Server inherits os.environ)."""
-    saved = os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    if path is not None:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        if saved is not None:
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = saved
 
 
 def wait_for_workers(server: Server, workers: int) -> list[int]:
@@ -92,60 +72,61 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
     upstream: list[str] = []
     if setup == "process":
         port = free_port()
-        demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log")
+        demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log",
+                      env={"PROMETHEUS_MULTIPROC_DIR": None})
         upstream = ["--upstream", f"http://127.0.0.1:{port}", "--model", MODEL]
     edges: dict[int, Server] = {}
     for workers in WORKERS:
         port = free_port()
-        edges[workers] = Server(f"{setup}-{workers}w", [
+        name = f"{setup}-{workers}w"
+        # A metrics directory of ours for each supervisor, removed with `work` (a supervisor leaves the one
+        # it makes itself behind); none for a single worker.
+        metrics_dir = work / f"{name}-metrics" if workers > 1 else None
+        if metrics_dir is not None:
+            metrics_dir.mkdir()
+        edges[workers] = Server(name, [
             PY, "-m", "ingress", "serve", "--port", str(port), "--workers", str(workers),
-            "--config", str(work / "edge.toml"), *upstream], port, work / f"{setup}-{workers}w.log")
+            "--config", str(work / "edge.toml"), *upstream], port, work / f"{name}.log",
+            env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir) if metrics_dir is not None else None})
     servers = ([demo] if demo else []) + list(edges.values())
 
-    runs: dict[int, list[dict[str, Any]]] = {w: [] for w in WORKERS}
+    rounds = Rounds(WORKERS, 2 * args.cycles, order="alternate")
     started: list[int] = []
-    with ExitStack() as stack:
-        supervised = {edges[w].name for w in WORKERS if w > 1}
-        for server in servers:
-            # A metrics directory of ours for each supervisor, removed with `work` (a supervisor leaves
-            # the one it makes itself behind).
-            metrics_dir = work / f"{server.name}-metrics" if server.name in supervised else None
-            if metrics_dir is not None:
-                metrics_dir.mkdir()
-            with multiproc_dir(metrics_dir):
-                server.start()
-            stack.callback(server.stop)
-        for server in servers:
-            server.wait_ready()
+    with serving(*servers):
         for workers, server in edges.items():
             started += wait_for_workers(server, workers)
             check(server.url + CHAT, body.read_bytes())
             bench.run(server.url + CHAT, body, JSON_TYPE, args.connections, 1)  # warm-up, untimed
-        order = [1, 2, 2, 1] * args.cycles
-        for i, workers in enumerate(order, 1):
-            watch = {"edge": edges[workers].pid} | ({"demo": demo.pid} if demo else {})  # process trees
-            run = bench.run(edges[workers].url + CHAT, body, JSON_TYPE, args.connections, args.seconds, watch)
-            runs[workers].append(run)
-            print(f"  {setup} run {i}/{len(order)}: --workers {workers}: {run['rps']:,.0f} req/s"
-                  f"{'  errors ' + str(run['errors']) if run['errors'] else ''}", flush=True)
+        total = len(WORKERS) * 2 * args.cycles
+        for r, order in rounds:  # 1 2, then 2 1: the A B B A cycles
+            for i, workers in enumerate(order, len(WORKERS) * r + 1):
+                watch = {"edge": edges[workers].pid} | ({"demo": demo.pid} if demo else {})  # process trees
+                run = bench.run(edges[workers].url + CHAT, body, JSON_TYPE, args.connections, args.seconds, watch)
+                rounds.add(workers, run)
+                print(f"  {setup} run {i}/{total}: --workers {workers}: {run['rps']:,.0f} req/s"
+                      f"{'  errors ' + str(run['errors']) if run['errors'] else ''}", flush=True)
     for pid in started:  # a worker its supervisor did not take down with it
         with contextlib.suppress(OSError):
             if b"multiprocessing" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
 
     summary: dict[str, Any] = {}
-    for workers, rs in runs.items():
+    for workers, rs in rounds.by_variant().items():
+
+        def cores(key: str | tuple[str, ...], workers: int = workers) -> float:  # CPU seconds per wall second
+            return rounds.median(workers, key) / 100
+
         summary[str(workers)] = {
-            "rps_median": statistics.median(r["rps"] for r in rs),
+            "rps_median": rounds.median(workers, "rps"),
             "rps_all": [round(r["rps"], 1) for r in rs],
-            "p50_ms": statistics.median(r["p50_ms"] for r in rs),
-            "p99_ms": statistics.median(r["p99_ms"] for r in rs),
-            "edge_cores": statistics.median(r["cpu_percent"]["edge"] / 100 for r in rs),
-            "edge_cpu_us_per_request": statistics.median(r["cpu_us_per_request"]["edge"] for r in rs),
-            "demo_cores": statistics.median(r["cpu_percent"]["demo"] / 100 for r in rs) if demo else 0.0,
-            "wrk_cores": statistics.median(r["wrk_cpu_percent"] / 100 for r in rs),
-            "machine_busy_cores": statistics.median(r["machine_busy_percent"] / 100 for r in rs),
-            "others_cores": statistics.median(r["others_cpu_percent"] / 100 for r in rs),
+            "p50_ms": rounds.median(workers, "p50_ms"),
+            "p99_ms": rounds.median(workers, "p99_ms"),
+            "edge_cores": cores(("cpu_percent", "edge")),
+            "edge_cpu_us_per_request": rounds.median(workers, ("cpu_us_per_request", "edge")),
+            "demo_cores": cores(("cpu_percent", "demo")) if demo else 0.0,
+            "wrk_cores": cores("wrk_cpu_percent"),
+            "machine_busy_cores": cores("machine_busy_percent"),
+            "others_cores": cores("others_cpu_percent"),
             "errors": [r["errors"] for r in rs if r["errors"]],
         }
     one, two = summary["1"], summary["2"]
@@ -154,7 +135,7 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
         "workers": summary,
         "scaling_ratio_rps": two["rps_median"] / one["rps_median"],
         "scaling_ratio_edge_cores": two["edge_cores"] / one["edge_cores"],
-        "runs": {str(w): rs for w, rs in runs.items()},
+        "runs": {str(w): rs for w, rs in rounds.by_variant().items()},
     }
 
 

@@ -44,8 +44,10 @@ import aiohttp
 import e2e_report as report
 import uvloop
 from budget import chunk_budget, request_budget
+from lib.procs import Watch, listen_overflows, rss_kb
+from lib.rounds import Rounds
+from lib.servers import Server, free_port, start_all, stop_all
 from payloads import MODEL, SIZES, chat_request, stream_request
-from procs import Server, Watch, free_port, listen_overflows, rss_kb
 from provenance import code_version, describe
 from streams import analyze_streams, stream_level
 from wrk import SCRIPT as WRK_SCRIPT
@@ -173,10 +175,7 @@ class Rig:
         return self.servers[name].pid
 
     def start(self) -> None:
-        for s in self.servers.values():
-            s.start()
-        for s in self.servers.values():
-            s.wait_ready()
+        start_all(*self.servers.values())
         # Every path answers 200 with the expected body before anything is timed.
         for label, (jpath, fpath) in self.bodies.items():
             for name in ("edge", "stock"):
@@ -187,8 +186,7 @@ class Rig:
         assert b"data: [DONE]" in post(self.url("edge"), self.stream_json, JSON_TYPE)
 
     def stop(self) -> None:
-        for s in self.servers.values():
-            s.stop()
+        stop_all(*self.servers.values())
 
     def remove_files(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
@@ -227,32 +225,35 @@ def measure_saturation(rig: Rig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     warmed: set[tuple[str, str]] = set()
     for label, conns in profile.saturation:
         body = rig.bodies[label][0]
-        runs: dict[str, list[dict[str, Any]]] = {"edge": [], "stock": []}
-        for name in ("edge", "stock", "stock", "edge") * profile.saturation_cycles:
-            if (name, label) not in warmed:
-                rig.bench.run(rig.url(name), body, JSON_TYPE, conns, 1)
-                warmed.add((name, label))
-            runs[name].append(rig.bench.run(rig.url(name), body, JSON_TYPE, conns, profile.saturation_seconds, watch))
-        gen, stock = runs["edge"], runs["stock"]
+        # Rounds of the two edges alternating, edge stock then stock edge: the A B B A cycles.
+        edges = Rounds(("edge", "stock"), 2 * profile.saturation_cycles, order="alternate", baseline="stock")
+        for _, order in edges:
+            for name in order:
+                if (name, label) not in warmed:
+                    rig.bench.run(rig.url(name), body, JSON_TYPE, conns, 1)
+                    warmed.add((name, label))
+                edges.add(name, rig.bench.run(rig.url(name), body, JSON_TYPE, conns, profile.saturation_seconds,
+                                              watch))
+        gen, stock = edges.runs("edge"), edges.runs("stock")
 
-        def cpu(r: dict[str, Any], name: str) -> float:
+        def cpu(name: str, r: Any) -> float:  # the edge's own CPU per request
             return float(r["cpu_us_per_request"][name])
 
         points.append({
             "body": label, "connections": conns, "generated": gen, "stock": stock,
-            "rps_generated": _median(gen, "rps"), "rps_stock": _median(stock, "rps"),
-            "cpu_us_per_req_generated": statistics.median(cpu(r, "edge") for r in gen),
-            "cpu_us_per_req_stock": statistics.median(cpu(r, "stock") for r in stock),
-            "system_cpu_us_per_req_generated": statistics.median(r["system_cpu_us_per_request"]["edge"] for r in gen),
-            "edge_cpu_percent_generated": statistics.median(r["cpu_percent"]["edge"] for r in gen),
-            "edge_cpu_percent_stock": statistics.median(r["cpu_percent"]["stock"] for r in stock),
+            "rps_generated": edges.median("edge", "rps"), "rps_stock": edges.median("stock", "rps"),
+            "cpu_us_per_req_generated": edges.median("edge", cpu),
+            "cpu_us_per_req_stock": edges.median("stock", cpu),
+            "system_cpu_us_per_req_generated": edges.median("edge", ("system_cpu_us_per_request", "edge")),
+            "edge_cpu_percent_generated": edges.median("edge", ("cpu_percent", "edge")),
+            "edge_cpu_percent_stock": edges.median("stock", ("cpu_percent", "stock")),
             "demo_cpu_percent": statistics.median(r["cpu_percent"]["demo"] for r in gen + stock),
             "others_cpu_percent": statistics.median(r["others_cpu_percent"] for r in gen + stock),
-            "p99_ms_generated": _median(gen, "p99_ms"), "p99_ms_stock": _median(stock, "p99_ms"),
+            "p99_ms_generated": edges.median("edge", "p99_ms"), "p99_ms_stock": edges.median("stock", "p99_ms"),
             "errors": [r["errors"] for r in gen + stock if r["errors"]],
             # Ratios between runs made back to back (A B, then B A), their median reported.
-            "rps_ratio": statistics.median(a["rps"] / b["rps"] for a, b in zip(gen, stock, strict=False)),
-            "cpu_ratio": statistics.median(cpu(b, "stock") / cpu(a, "edge") for a, b in zip(gen, stock, strict=False)),
+            "rps_ratio": edges.ratio("edge", "rps").median,
+            "cpu_ratio": edges.ratio("stock", cpu, baseline="edge").median,
         })
     label, conns = profile.saturation[0]
     direct = rig.bench.run(rig.url("demo"), rig.bodies[label][1], CONTENT_TYPE, conns, profile.saturation_seconds,

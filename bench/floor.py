@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -130,8 +129,10 @@ def _staged(post: Any, upstream: str) -> Any:
 
 
 def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
+    from lib.rounds import Rounds
+    from lib.servers import Server, free_port, start_all, stop_all
+    from lib.tables import Table
     from payloads import MODEL, chat_request
-    from procs import Server, free_port
     from provenance import code_version, describe
     from wrk import Wrk, ensure_wrk
 
@@ -167,70 +168,59 @@ def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
         "stages": (f"{servers['stages'].url}/v1/chat/completions", work / "chat.json", "application/json", "stages"),
         "edge": (f"{servers['edge'].url}/v1/chat/completions", work / "chat.json", "application/json", "edge"),
     }
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
+    # Every round runs the paths back to back in the same order, each warmed just before it is measured.
+    measured = Rounds(paths, rounds, order="fixed", baseline="direct")
     try:
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
-        for _ in range(rounds):
-            for name, (url, body, ctype, proc) in paths.items():
+        start_all(*servers.values())
+        for _, order in measured:
+            for name in order:
+                url, body, ctype, proc = paths[name]
                 wrk.run(url, body, ctype, connections, 1)  # warm the path: connections, caches
-                runs[name].append(wrk.run(url, body, ctype, connections, seconds, {proc: servers[proc].pid}))
+                measured.add(name, wrk.run(url, body, ctype, connections, seconds, {proc: servers[proc].pid}))
     finally:
-        for server in servers.values():
-            server.stop()
+        stop_all(*servers.values())
 
-    # A round runs the three paths back to back, so a path's added latency is taken against the
-    # direct run of its own round: the host's speed drifts between rounds more than the paths differ.
-    def added(name: str, q: str) -> list[float]:
-        return [float(r[f"{q}_ms"]) - float(d[f"{q}_ms"]) for r, d in zip(runs[name], runs["direct"], strict=False)]
-
+    # A path's added latency is taken against the direct run of its own round: the host's speed drifts
+    # between rounds more than the paths differ.
     print(describe(code_version()))
     print(f"concurrency {connections}, 16 KB chat request, {rounds} rounds of {seconds} s per path, in turns; "
           "medians over rounds, and the range of p99 and of added p99")
-    head = (f"{'path':<8}{'p50 ms':>9}{'p99 ms':>9}{'p99 range':>15}{'added p50':>11}{'added p99':>11}"
-            f"{'added p99 range':>17}{'CPU µs/req':>12}")
-    print(head + "\n" + "-" * len(head))
+    printed = Table(("path", "<8"), ("p50 ms", ">9.3f"), ("p99 ms", ">9.3f"), ("p99 range", ">15"),
+                    ("added p50", ">11.3f"), ("added p99", ">11.3f"), ("added p99 range", ">17"),
+                    ("CPU µs/req", ">12,.0f"))
+    print(printed.header())
+
+    def cpu(name: str, run: Any) -> float:  # the CPU per request of the path's own server
+        return float(run["cpu_us_per_request"][paths[name][3]])
+
     table = {}
-    for name, (_, _, _, proc) in paths.items():
-        p99s = [float(r["p99_ms"]) for r in runs[name]]
-        row: dict[str, float] = {q: statistics.median(float(r[f"{q}_ms"]) for r in runs[name])
-                                 for q in ("p50", "p90", "p99")}
-        row.update(p99_min=min(p99s), p99_max=max(p99s))
-        row["cpu_us_per_request"] = statistics.median(float(r["cpu_us_per_request"][proc]) for r in runs[name])
-        line = f"{name:<8}{row['p50']:>9.3f}{row['p99']:>9.3f}{f'{min(p99s):.2f}-{max(p99s):.2f}':>15}"
+    for name in paths:
+        p99 = measured.spread(name, "p99_ms")
+        row: dict[str, float] = {q: measured.median(name, f"{q}_ms") for q in ("p50", "p90", "p99")}
+        row.update(p99_min=p99.low, p99_max=p99.high, cpu_us_per_request=measured.median(name, cpu))
+        added: tuple[object, ...] = (None, None, None)
         if name != "direct":
             for q in ("p50", "p90", "p99"):
-                row[f"added_{q}"] = statistics.median(added(name, q))
-            row.update(added_p99_min=min(added(name, "p99")), added_p99_max=max(added(name, "p99")))
-            spread = f"{row['added_p99_min']:.2f}-{row['added_p99_max']:.2f}"
-            line += f"{row['added_p50']:>11.3f}{row['added_p99']:>11.3f}{spread:>17}"
-        else:
-            line += " " * 39
+                row[f"added_{q}"] = measured.added(name, f"{q}_ms").median
+            added_p99 = measured.added(name, "p99_ms")
+            row.update(added_p99_min=added_p99.low, added_p99_max=added_p99.high)
+            added = (row["added_p50"], row["added_p99"], added_p99.range())
         table[name] = row
-        print(line + f"{row['cpu_us_per_request']:>12,.0f}")
+        print(printed.row(name, row["p50"], row["p99"], p99.range(), *added, row["cpu_us_per_request"]))
 
     # The edge's CPU split, each part a difference within a round (medians over rounds).
-    def cpu(name: str) -> list[float]:
-        return [float(r["cpu_us_per_request"][paths[name][3]]) for r in runs[name]]
-
-    def median_of(a: str, b: str, op: Any) -> float:
-        return statistics.median(op(x, y) for x, y in zip(cpu(a), cpu(b), strict=True))
-
     split = {
-        "parts (floor)": statistics.median(cpu("floor")),
-        "stages' work (stages - floor)": median_of("stages", "floor", float.__sub__),
-        "structure (edge - stages)": median_of("edge", "stages", float.__sub__),
-        "edge / floor": median_of("edge", "floor", float.__truediv__),
+        "parts (floor)": measured.median("floor", cpu),
+        "stages' work (stages - floor)": measured.added("stages", cpu, baseline="floor").median,
+        "structure (edge - stages)": measured.added("edge", cpu, baseline="stages").median,
+        "edge / floor": measured.ratio("edge", cpu, baseline="floor").median,
     }
     print("\nthe edge's CPU per request, split (medians of the rounds' differences):")
     for part, value in split.items():
         print(f"  {part:<32}{value:>8.2f}x" if part == "edge / floor" else f"  {part:<32}{value:>8,.0f} µs")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"code": code_version(), "seconds": seconds, "rounds": rounds, "connections": connections,
-                               "table": table,
-                               "split": split, "runs": runs}, indent=2))
+                               "table": table, "split": split, "runs": measured.by_variant()}, indent=2))
     print(f"wrote {out}")
 
 

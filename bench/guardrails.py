@@ -52,9 +52,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
 import re
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -65,6 +63,7 @@ import msgspec
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent)]
 
+from lib.rounds import Rounds  # noqa: E402
 from payloads import chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 
@@ -160,21 +159,16 @@ def measure(rounds: int) -> dict[str, dict[str, float | None]]:
         candidates[(name, "guard")] = (check, _loops(check))
         if decode is not None:
             candidates[(name, "decode")] = (decode, _loops(decode))
-    times: dict[tuple[str, str], list[float]] = {k: [] for k in candidates}
+    timed = Rounds(candidates, rounds, order="shuffle")  # a fresh random order each round
     gc.disable()
     try:
-        for _ in range(rounds):
-            order = list(candidates)
-            random.shuffle(order)
-            for key in order:
-                fn, loops = candidates[key]
-                times[key].append(_per_op(fn, loops))
+        timed.collect(lambda key: {"us": _per_op(*candidates[key])})
     finally:
         gc.enable()
     out: dict[str, dict[str, float | None]] = {}
     for name, (_, decode) in checks.items():
-        guard_us = statistics.median(times[(name, "guard")])
-        decode_us = statistics.median(times[(name, "decode")]) if decode is not None else None
+        guard_us = timed.median((name, "guard"), "us")
+        decode_us = timed.median((name, "decode"), "us") if decode is not None else None
         out[name] = {"guard_us": guard_us, "decode_us": decode_us}
     return out
 

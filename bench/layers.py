@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,8 +38,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import MODEL, chat_request  # noqa: E402  # bench/ is not a package
-from procs import ROOT, Server, free_port  # noqa: E402
+from lib.rounds import Rounds  # noqa: E402  # bench/ is not a package
+from lib.servers import ROOT, Server, free_port, python_in  # noqa: E402
+from lib.tables import Table  # noqa: E402
+from payloads import MODEL, chat_request  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 RESULTS = HERE / "results" / "layers.json"
@@ -137,16 +138,16 @@ def main() -> int:
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n')
     ports = {name: free_port() for name in SUBJECTS}
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in SUBJECTS}
+    rounds = Rounds(SUBJECTS, args.rounds)  # rotated: each subject first in turn
     print(f"{code_version()}; {args.rounds} rounds, c={args.connections}, {args.seconds} s each", flush=True)
     try:
         mock.start()
         mock.wait_ready()
-        for r in range(args.rounds):
-            for name in SUBJECTS[r % len(SUBJECTS):] + SUBJECTS[:r % len(SUBJECTS)]:
+        for r, order in rounds:
+            for name in order:
                 config = edge_config(work / f"{name}.toml", ports[name], mock.url, section)
-                edge = Server(name, [*pin1, "env", f"PYTHONPATH={trees[name]}", sys.executable, "-P", "-m", "ingress",
-                                     "serve", "--workers", "1", "--config", str(config)], ports[name],
+                edge = Server(name, [*pin1, *python_in(trees[name]), "-m", "ingress", "serve", "--workers",
+                                     "1", "--config", str(config)], ports[name],
                               work / f"{name}.log")
                 edge.start()
                 try:
@@ -159,36 +160,33 @@ def main() -> int:
                     edge.kill()
                 if result["errors"]:
                     raise SystemExit(f"{name}: errors {result['errors']}")
-                runs[name].append({"rps": result["rps"], "cpu_us": result["cpu_us_per_request"][name],
-                                   "sys_us": result["system_cpu_us_per_request"][name]})
-            print(f"round {r + 1}/{args.rounds}: " + "  ".join(f"{n} {runs[n][-1]['cpu_us']:.0f}" for n in SUBJECTS),
-                  flush=True)
+                rounds.add(name, {"rps": result["rps"], "cpu_us": result["cpu_us_per_request"][name],
+                                  "sys_us": result["system_cpu_us_per_request"][name]})
+            print(f"round {r + 1}/{args.rounds}: "
+                  + "  ".join(f"{n} {rounds.runs(n)[-1]['cpu_us']:.0f}" for n in SUBJECTS), flush=True)
     finally:
         mock.kill()
         shutil.rmtree(work, ignore_errors=True)
 
     table = []
-    previous = None
-    for name in SUBJECTS:
-        row: dict[str, Any] = {"subject": name, **{m: statistics.median(x[m] for x in runs[name])
-                                                   for m in ("rps", "cpu_us", "sys_us")}}
-        if previous is not None:
-            diffs = sorted(a["cpu_us"] - b["cpu_us"] for a, b in zip(runs[name], runs[previous], strict=True))
-            row |= {"layer_us": statistics.median(diffs), "layer_low": diffs[0], "layer_high": diffs[-1]}
+    for previous, name in zip((None, *SUBJECTS), SUBJECTS, strict=False):
+        row: dict[str, Any] = {"subject": name, **{m: rounds.median(name, m) for m in ("rps", "cpu_us", "sys_us")}}
+        if previous is not None:  # a layer: its subject's CPU per request minus the one before, round by round
+            layer = rounds.added(name, "cpu_us", baseline=previous)
+            row |= {"layer_us": layer.median, "layer_low": layer.low, "layer_high": layer.high}
         table.append(row)
-        previous = name
     print(f"\nc={args.connections}; model {MODEL}; medians over {args.rounds} rounds (fresh processes, the edge pinned "
           "to a core)")
-    header = f"{'subject':<12}{'req/s':>8}{'CPU µs/req':>12}{'sys':>7}{'its layer µs':>14}   rounds"
-    print(header)
-    print("-" * len(header))
+    printed = Table(("subject", "<12"), ("req/s", ">8.0f"), ("CPU µs/req", ">12.0f"), ("sys", ">7.0f"),
+                    ("its layer µs", ">14.0f"), ("   rounds", ""))
+    print(printed.header())
     for row in table:
-        layer = (f"{row['layer_us']:>14.0f}   {row['layer_low']:.0f} .. {row['layer_high']:.0f}"
-                 if "layer_us" in row else "")
-        print(f"{row['subject']:<12}{row['rps']:>8.0f}{row['cpu_us']:>12.0f}{row['sys_us']:>7.0f}{layer}")
+        layer = (row["layer_us"], f"   {row['layer_low']:.0f} .. {row['layer_high']:.0f}") if "layer_us" in row else ()
+        print(printed.row(row["subject"], row["rps"], row["cpu_us"], row["sys_us"], *layer))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"code": code_version(), "rounds": args.rounds, "connections": args.connections,
-                                    "seconds": args.seconds, "table": table, "runs": runs}, indent=1))
+                                    "seconds": args.seconds, "table": table, "runs": rounds.by_variant()},
+                                   indent=1))
     print(f"wrote {args.out}")
     return 0
 

@@ -39,7 +39,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import random
 import socket
 import statistics
 import sys
@@ -54,6 +53,7 @@ import uvloop
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent), str(HERE)]
 
+from lib.rounds import Rounds  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser  # noqa: E402
 from redis.asyncio import Redis as Client  # noqa: E402
@@ -287,8 +287,8 @@ async def run(args: argparse.Namespace, servers: dict[str, str]) -> dict[str, An
     for c in candidates:  # warm up: connections open, the script loaded
         await c.batch(20)
         c.reset()
-    for _ in range(args.rounds):
-        for c in random.sample(candidates, len(candidates)):
+    for _, order in Rounds(candidates, args.rounds, order="shuffle"):  # a fresh random order each round
+        for c in order:
             await c.batch(args.batch)
     for c in candidates:
         await (c.close() if isinstance(c, Caller) else c.store.close())

@@ -38,6 +38,7 @@ from typing import Any
 
 import flatbuffers
 import msgspec
+from lib.rounds import Rounds, Spread
 from payloads import SIZES, chat_request
 from provenance import code_version, describe
 
@@ -175,13 +176,12 @@ def calibrate(task: Task, target_s: float) -> None:
 def time_all(tasks: list[Task], rounds: int, target_s: float, seed: int = 1234) -> None:
     for task in tasks:
         calibrate(task, target_s)
-    rng = random.Random(seed)
-    order = list(tasks)
-    for i in range(rounds):
-        rng.shuffle(order)
+    by = {(t.name, t.size): t for t in tasks}
+    for i, order in Rounds(by, rounds, order="shuffle", rng=random.Random(seed)):  # the same orders each run
         if i % 10 == 0:
             gc.collect()
-        for task in order:
+        for key in order:
+            task = by[key]
             cpu, wall = _run(task.fn, task.loops)
             task.samples.append(cpu / task.loops * 1e6)
             task.wall.append(wall / task.loops * 1e6)
@@ -272,12 +272,11 @@ def ratios(tasks: list[Task]) -> list[dict[str, Any]]:
         a, b = by.get(num), by.get(den)
         if a is None or b is None:
             continue
-        paired = [x / y for x, y in zip(a.samples, b.samples, strict=False)]
-        value = statistics.median(paired)
-        ok = value >= bound if op == ">=" else value <= bound
-        out.append({"name": name, "what": what, "value": value, "target": f"{op} {bound}", "met": ok,
+        paired = Spread.of(x / y for x, y in zip(a.samples, b.samples, strict=True))  # round by round
+        ok = paired.median >= bound if op == ">=" else paired.median <= bound
+        out.append({"name": name, "what": what, "value": paired.median, "target": f"{op} {bound}", "met": ok,
                     "ratio_of_medians": statistics.median(a.samples) / statistics.median(b.samples),
-                    "paired_min": min(paired), "paired_max": max(paired)})
+                    "paired_min": paired.low, "paired_max": paired.high})
     return out
 
 

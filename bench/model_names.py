@@ -29,20 +29,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402  # bench/ is no package
-from procs import ROOT, Server, free_port  # noqa: E402
+from lib.rounds import Rounds  # noqa: E402  # bench/ is no package
+from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from lib.tables import Table  # noqa: E402
+from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -101,11 +101,6 @@ end
 """
 
 
-def _python_in(checkout: Path) -> list[str]:
-    """Python running `checkout`'s code (`-P`: not the working directory's), as bench/commits.py runs it."""
-    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
-
-
 def _commit_of(checkout: Path) -> str:
     if checkout.resolve() == ROOT:
         return describe(code_version())
@@ -160,19 +155,16 @@ def main() -> int:
         config = work / f"{name}.toml"
         config.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock.url}"\n'
                           f'models = ["{OPENAI_MODEL}", "{OPEN_MODEL}"]\n' + section)
-        edges[name] = Server(name, [*_python_in(checkout), "-m", "ingress", "serve", "--config", str(config)], port,
+        edges[name] = Server(name, [*python_in(checkout), "-m", "ingress", "serve", "--config", str(config)], port,
                              work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     os.environ.update(BENCH_KEY=key, BENCH_TURNS=str(args.turns), BENCH_WORDS=" ".join(sorted(set(VOCABULARY))))
-    runs: dict[str, list[dict[str, Any]]] = {}
+    # the models' order alternates; round -1 warms each edge, each case, each name, and is not kept
+    rounds = Rounds(MODELS, args.rounds, order="alternate", baseline=OPEN_MODEL, warmup=True)
     run_id = 0
     try:
-        for server in (mock, *edges.values()):
-            server.start()
-        for server in (mock, *edges.values()):
-            server.wait_ready()
-        for r in range(-1, args.rounds):  # round -1 warms each edge, each case, each name: not kept
-            order = MODELS if r % 2 == 0 else MODELS[::-1]
+        start_all(mock, *edges.values())
+        for r, order in rounds:
             for edge_name, edge in edges.items():
                 url = f"{edge.url}/v1/chat/completions"
                 for case in cases:
@@ -185,37 +177,34 @@ def main() -> int:
                         if result["errors"]:
                             raise SystemExit(f"{edge_name} {model} {case}: errors {result['errors']}")
                         if r >= 0:
-                            runs.setdefault(f"{edge_name}/{case}/{model}", []).append(
-                                {"rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
-                                 "cpu_us": result["cpu_us_per_request"][edge_name],
-                                 "others_cpu_percent": result["others_cpu_percent"]})
+                            rounds.add(model, {"rps": result["rps"], "p50_ms": result["p50_ms"],
+                                               "p99_ms": result["p99_ms"],
+                                               "cpu_us": result["cpu_us_per_request"][edge_name],
+                                               "others_cpu_percent": result["others_cpu_percent"]}, (edge_name, case))
             print(f"round {r + 1}/{args.rounds} done" if r >= 0 else "warmed", flush=True)
     finally:
-        for server in (*edges.values(), mock):
-            server.stop()
+        stop_all(*edges.values(), mock)
 
     versions = {name: _commit_of(checkout) for name, checkout in checkouts.items()}
     print(f"\n{', '.join(f'{n} = {v}' for n, v in versions.items())}; one worker, a key with rpm and tpm limits "
           f"(never reached); wrk -t1 -c{args.connections}; medians over {args.rounds} interleaved rounds of "
           f"{args.seconds} s")
-    header = f"{'case':<17}{'edge':<10}{'model':<24}{'req/s':>8}{'p50 ms':>8}{'CPU µs/req':>12}"
-    print(header)
-    print("-" * len(header))
+    printed = Table(("case", "<17"), ("edge", "<10"), ("model", "<24"), ("req/s", ">8.0f"), ("p50 ms", ">8.2f"),
+                    ("CPU µs/req", ">12.0f"))
+    print(printed.header())
     table = []
     for case in cases:
         for edge_name in edges:
-            med = {m: {k: statistics.median(x[k] for x in runs[f"{edge_name}/{case}/{m}"])
-                       for k in ("rps", "p50_ms", "p99_ms", "cpu_us")} for m in MODELS}
+            cell = (edge_name, case)
+            med = {m: {k: rounds.median(m, k, cell) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")} for m in MODELS}
             for m in MODELS:
-                print(f"{case:<17}{edge_name:<10}{m:<24}{med[m]['rps']:>8.0f}{med[m]['p50_ms']:>8.2f}"
-                      f"{med[m]['cpu_us']:>12.0f}")
-            ratios = [a["cpu_us"] / b["cpu_us"] for a, b in zip(runs[f"{edge_name}/{case}/{OPENAI_MODEL}"],
-                                                                 runs[f"{edge_name}/{case}/{OPEN_MODEL}"], strict=True)]
-            ratio = statistics.median(ratios)
-            print(f"{'':<17}{edge_name:<10}{'ratio ' + OPENAI_MODEL + ' / open':<24}{'':>16}{ratio:>12.3f}"
-                  f"   (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+                print(printed.row(case, edge_name, m, med[m]["rps"], med[m]["p50_ms"], med[m]["cpu_us"]))
+            ratio = rounds.ratio(OPENAI_MODEL, "cpu_us", cell=cell)
+            print(printed.row("", edge_name, f"ratio {OPENAI_MODEL} / open", None, None, f"{ratio.median:.3f}")
+                  + f"   (rounds {ratio.range()})")
             table.append({"case": case, "edge": edge_name, "code": versions[edge_name], "median": med,
-                          "cpu_ratio": ratio, "cpu_ratio_range": [min(ratios), max(ratios)]})
+                          "cpu_ratio": ratio.median, "cpu_ratio_range": [ratio.low, ratio.high]})
+    runs = {f"{e}/{case}/{m}": rounds.runs(m, (e, case)) for e in edges for case in cases for m in MODELS}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     busy = subprocess.run(["pgrep", "-c", "cc1plus"], capture_output=True, text=True).stdout.strip()
     args.out.write_text(json.dumps({

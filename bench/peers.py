@@ -61,19 +61,22 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from lib.rounds import Rounds, Spread, median  # noqa: E402  # bench/ is not a package
+from lib.servers import NotReady, Server, stop_all  # noqa: E402
+from lib.tables import figure  # noqa: E402
+
 PY = sys.executable
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ingress" / "peers"
 LITELLM = "1.106.12"  # newer ones need `litellm-proxy` or -extras releases this registry does not serve
@@ -217,61 +220,22 @@ def install_portkey() -> Path:
 # --- the subjects ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Subject:
-    name: str
-    argv: list[str]
-    port: int
-    log: Path
-    path: str  # the URL path wrk POSTs to
-    body: str  # the request file in the work directory
-    ctype: str
-    headers: dict[str, str] = field(default_factory=dict)
-    health: str = "/healthz"
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+class Subject(Server):
+    """A server wrk POSTs `body` (a file in the work directory) to, at `path`: its stdout and stderr both in
+    its log, in a session of its own; a peer that does not answer in 90 s is Unavailable."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, name: str, argv: list[str], port: int, log: Path, path: str, body: str, ctype: str,
+                 headers: dict[str, str] | None = None, health: str = "/healthz",
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(name, argv, port, log, env=env or {}, health=health, stdout=log, new_session=True,
+                         stop_timeout=10.0)
+        self.path, self.body, self.ctype, self.headers = path, body, ctype, headers or {}
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        from procs import ROOT
-
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdout=err, stderr=subprocess.STDOUT, cwd=ROOT,
-                                         env={**os.environ, **self.env}, start_new_session=True)
-
-    def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise Unavailable(f"{self.name} exited with {self.proc.returncode}: "
-                                  f"{self.log.read_text(errors='replace')[-1500:]}")
-            try:
-                with urllib.request.urlopen(self.url + self.health, timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.2)
-        said = self.log.read_text(errors="replace")[-1500:]
-        raise Unavailable(f"{self.name} was not ready in {timeout:.0f} s: {said}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
+    def wait_ready(self, timeout: float = 90.0, poll: float = 0.2) -> None:
         try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+            super().wait_ready(timeout, poll)
+        except NotReady as exc:
+            raise Unavailable(str(exc)) from None
 
     def post(self, work: Path) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + self.path, data=(work / self.body).read_bytes(),
@@ -327,10 +291,6 @@ LITELLM_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", "
 def portkey_config(mock_url: str) -> str:
     return json.dumps({"provider": "openai", "custom_host": f"{mock_url}/v1", "api_key": "sk-mock"},
                       separators=(",", ":"))
-
-
-def _med(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
 
 
 def _versions(litellm_py: Path | None, node_script: Path | None, wrk_bin: str) -> dict[str, str]:
@@ -436,7 +396,7 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
     did not hold is run again once (a burst of the other work on the machine can stall one run), and it
     stalls when it misses twice."""
     import uvloop
-    from procs import Watch
+    from lib.procs import Watch
 
     loop = uvloop.new_event_loop()
     out: dict[str, Any] = {name: {} for name in streamers}
@@ -499,8 +459,9 @@ def key_section() -> tuple[str, str, str]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from e2e import fb_body
+    from lib.procs import rss_kb
+    from lib.servers import free_port
     from payloads import MODEL, chat_request, stream_request
-    from procs import free_port, rss_kb
     from provenance import code_version, describe
     from tenancy import edge_config
     from wrk import SCRIPT, Wrk, ensure_wrk
@@ -574,7 +535,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             {"x-portkey-config": portkey_config(oai_url)}, "/", {"NODE_ENV": "production"})
     wrk = Wrk(wrk_bin, work / "post.lua")
     wrk.script.write_text(SCRIPT + HEADERS_SCRIPT)
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {s: [] for s in SUBJECTS} for c in CONNECTIONS}
     rss_after: dict[str, float] = {}
     marker = b"chatcmpl-mock"
     try:
@@ -607,12 +567,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         for name, why in unavailable.items():
             print(f"{LABELS[name]}: left out: {why}", flush=True)
         present = [s for s in SUBJECTS if s in subjects]
+        measured = Rounds(present, args.rounds)  # rotated: each subject first in turn; cells: connections
         print(f"{describe(code_version())}; {len(present)} subjects up and checked in "
               f"{time.perf_counter() - started:.0f} s; {args.rounds} rounds, wrk -t1 {args.seconds} s a run at "
               f"c={' and c='.join(map(str, CONNECTIONS))}; load average {os.getloadavg()[0]:.2f}; nice {os.nice(0)}",
               flush=True)
-        for r in range(args.rounds):
-            order = present[r % len(present):] + present[:r % len(present)]
+        for r, order in measured:
             for conns in CONNECTIONS:
                 for name in order:
                     s = subjects[name]
@@ -622,7 +582,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         wrk.run(url, work / s.body, s.ctype, conns, 2)  # warm: connections, caches, JITs, lazy imports
                     watch = {"gateway": s.pid} if name in GATEWAYS else {}
                     watch["mock"] = subjects[BASELINE[name]].pid if name in BASELINE else s.pid
-                    runs[conns][name].append(wrk.run(url, work / s.body, s.ctype, conns, args.seconds, watch))
+                    measured.add(name, wrk.run(url, work / s.body, s.ctype, conns, args.seconds, watch), conns)
             print(f"  round {r + 1}/{args.rounds} at {time.perf_counter() - started:.0f} s", flush=True)
         for name in present:
             rss_after[name] = rss_kb(subjects[name].pid) / 1024
@@ -648,8 +608,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             streams = run_streams(streamers, levels)
         commands = {n: " ".join(s.argv).replace(PY, "python") for n, s in subjects.items()}
     finally:
-        for s in subjects.values():
-            s.stop()
+        stop_all(*subjects.values())
     result: dict[str, Any] = {
         "meta": {"code": code_version(), "versions": versions, "cpus": os.cpu_count(), "nice": os.nice(0),
                  "quick": args.quick, "rounds": args.rounds, "seconds": args.seconds,
@@ -659,8 +618,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                  "edge_config": edge_toml.read_text().replace(key_hash, "<hash>"),
                  "litellm_config": (work / "litellm.yaml").read_text() if litellm_py else None,
                  "litellm_env": LITELLM_ENV, "portkey_headers": {"x-portkey-config": portkey_config("<mock>")}},
-        "tables": {str(c): table(runs[c], rss_after) for c in CONNECTIONS},
-        "runs": {str(c): runs[c] for c in CONNECTIONS},
+        "tables": {str(c): table(measured, c, rss_after) for c in CONNECTIONS},
+        "runs": {str(c): {s: measured.runs(s, c) for s in SUBJECTS} for c in CONNECTIONS},
         "streams": streams,
     }
     shutil.rmtree(work, ignore_errors=True)  # after a failure it stays, with the servers' logs
@@ -669,51 +628,49 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def table(runs: dict[str, list[dict[str, Any]]], rss_after: dict[str, float]) -> dict[str, Any]:
+def table(measured: Rounds[str], conns: int, rss_after: dict[str, float]) -> dict[str, Any]:
     """Per subject, medians over rounds; added p99 against its own round's direct mock; edge/peer ratios as
     medians of per-round ratios."""
     rows: dict[str, Any] = {}
-    for name, rs in runs.items():
+    for name in SUBJECTS:
+        rs = measured.runs(name, conns)
         if not rs:
             continue
         row: dict[str, Any] = {
-            "rps": _med([r["rps"] for r in rs]), "p50_ms": _med([r["p50_ms"] for r in rs]),
-            "p99_ms": _med([r["p99_ms"] for r in rs]),
+            "rps": measured.median(name, "rps", conns), "p50_ms": measured.median(name, "p50_ms", conns),
+            "p99_ms": measured.median(name, "p99_ms", conns),
             "errors": sum(sum(r["errors"].values()) for r in rs), "requests": sum(r["requests"] for r in rs),
-            "others_cpu_percent": _med([r["others_cpu_percent"] for r in rs]),
+            "others_cpu_percent": measured.median(name, "others_cpu_percent", conns),
             "rss_after_mb": rss_after.get(name),
         }
         if name in GATEWAYS:
-            base = runs[BASELINE[name]]
-            row["added_p50_ms"] = _med([r["p50_ms"] - b["p50_ms"] for r, b in zip(rs, base, strict=True)])
-            row["added_p99_ms"] = _med([r["p99_ms"] - b["p99_ms"] for r, b in zip(rs, base, strict=True)])
-            row["cpu_us_per_request"] = _med([r["cpu_us_per_request"]["gateway"] for r in rs])
-            row["cpu_percent"] = _med([r["cpu_percent"]["gateway"] for r in rs])
+            row["added_p50_ms"] = measured.added(name, "p50_ms", baseline=BASELINE[name], cell=conns).median
+            row["added_p99_ms"] = measured.added(name, "p99_ms", baseline=BASELINE[name], cell=conns).median
+            row["cpu_us_per_request"] = measured.median(name, ("cpu_us_per_request", "gateway"), conns)
+            row["cpu_percent"] = measured.median(name, ("cpu_percent", "gateway"), conns)
             row["peak_rss_mb"] = max(r["peak_rss_kb"]["gateway"] for r in rs) / 1024
         else:
-            row["cpu_us_per_request"] = _med([r["cpu_us_per_request"]["mock"] for r in rs])
+            row["cpu_us_per_request"] = measured.median(name, ("cpu_us_per_request", "mock"), conns)
         rows[name] = row
     for who in OURS:
-        ours = runs.get(who) or []
+        ours = measured.runs(who, conns)
         for peer in ("litellm", "portkey"):
-            if runs.get(peer) and ours:
+            if measured.runs(peer, conns) and ours:
                 # a round in which the peer answered nothing has no ratio
-                pairs = [(e, p) for e, p in zip(ours, runs[peer], strict=True) if p["requests"]]
-                ratios = [e["rps"] / p["rps"] for e, p in pairs]
+                pairs = [(e, p) for e, p in zip(ours, measured.runs(peer, conns), strict=True) if p["requests"]]
+                rps = Spread.of(e["rps"] / p["rps"] for e, p in pairs)
                 rows[f"{who}/{peer}"] = {
-                    "rps_ratio": _med(ratios),
-                    "cpu_ratio": _med([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
-                                       for e, p in pairs]),
-                    "rps_ratio_range": [min(ratios, default=float("nan")), max(ratios, default=float("nan"))],
+                    "rps_ratio": rps.median,
+                    "cpu_ratio": median([p["cpu_us_per_request"]["gateway"] / e["cpu_us_per_request"]["gateway"]
+                                         for e, p in pairs]),
+                    "rps_ratio_range": [rps.low, rps.high],
                     "rounds_without_a_peer_answer": len(ours) - len(pairs),
                 }
     return rows
 
 
 def _f(v: float | None, digits: int = 2) -> str:
-    if v is None or v != v:
-        return ""
-    return f"{v:,.{digits}f}" if abs(v) < 100 else f"{v:,.0f}"
+    return figure(v, digits, missing="")  # a blank cell where a subject has no such figure
 
 
 def print_tables(result: dict[str, Any]) -> None:
@@ -756,7 +713,7 @@ def print_tables(result: dict[str, Any]) -> None:
     others = [r["others_cpu_percent"] for by in result["runs"].values() for rs in by.values() for r in rs]
     if others:
         print(f"\nthe rest of the machine used {min(others):.0f}-{max(others):.0f}% of a core during the wrk runs "
-              f"(median {_med(others):.0f}%)")
+              f"(median {median(others):.0f}%)")
 
 
 def main() -> None:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
 
 from flatc_reference import flatc_read  # noqa: E402
+from lib.rounds import Rounds  # noqa: E402
 from payloads import chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 
@@ -141,15 +140,10 @@ def main() -> None:
         for reader, fn in fns.items():
             loops = max(1, int(0.005 / (per_op(fn, 20) / 1e6)))  # ~5 ms a round
             candidates[(name, reader)] = (fn, loops)
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in candidates}
+    timed = Rounds(candidates, args.rounds, order="shuffle")  # a fresh random order each round
     gc.disable()
     try:
-        for _ in range(args.rounds):
-            order = list(candidates)
-            random.shuffle(order)
-            for key in order:
-                fn, loops = candidates[key]
-                times[key].append(per_op(fn, loops))
+        timed.collect(lambda key: {"us": per_op(*candidates[key])})
     finally:
         gc.enable()
     print(describe(code_version()))
@@ -157,7 +151,7 @@ def main() -> None:
     print(head + "\n" + "-" * len(head))
     out: dict[str, dict[str, float]] = {}
     for name in buffers():
-        us = out[name] = {r: statistics.median(times[(name, r)]) for r in READERS if (name, r) in times}
+        us = out[name] = {r: timed.median((name, r), "us") for r in READERS if (name, r) in candidates}
         ratio = f"{us['flatc, by hand'] / us['generated']:.1f}x" if "flatc, by hand" in us else "-"
         print(f"{name:<38}" + "".join(f"{us[r]:>20.2f}" if r in us else f"{'-':>20}" for r in READERS) + f"{ratio:>21}")
     args.out.parent.mkdir(exist_ok=True)

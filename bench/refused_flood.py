@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -26,7 +25,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from procs import ROOT, Server, free_port, rss_kb
+from lib.procs import rss_kb
+from lib.servers import ROOT, Server, free_port
 from provenance import code_version, describe
 
 MIB = 1024 * 1024
@@ -169,11 +169,10 @@ def main() -> int:
     source = args.source.resolve()
 
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(source)}
     server = Server("edge", [sys.executable, "-m", "ingress", "serve", "--workers", "1", "--port", str(port)],
-                    port, Path("/tmp/refused_flood_edge.log"))
-    with open(server.log, "wb") as err:  # as Server.start does, with the chosen checkout first on the path
-        server.proc = subprocess.Popen(server.argv, stdout=subprocess.DEVNULL, stderr=err, cwd=source, env=env)
+                    port, Path("/tmp/refused_flood_edge.log"), cwd=source,  # the chosen checkout first on the path
+                    env={"PYTHONPATH": str(source)})
+    server.start()
     phases: list[Phase] = []
     try:
         server.wait_ready()

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procs import Server, free_port, rss_kb
+from lib.procs import rss_kb
+from lib.servers import Server, free_port
 
 HOST = "127.0.0.1"
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: edge\r\nUser-Agent: slowloris\r\n" + b"X-Slow: " + b"s" * 4000

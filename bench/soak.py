@@ -60,7 +60,6 @@ import resource
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -74,7 +73,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from procs import ROOT, cpu_seconds, free_port, machine_busy, rss_kb  # noqa: E402  # bench/ on the path first
+from lib.procs import cpu_seconds, machine_busy, rss_kb  # noqa: E402  # bench/ on the path first
+from lib.servers import Server, free_port  # noqa: E402
 
 PY = sys.executable
 CHAT = "/v1/chat/completions"
@@ -747,30 +747,6 @@ limits = {{ rpm = {TIGHT_RPM}, tpm = 100_000 }}
 """
 
 
-def _wait_ready(port: int, proc: subprocess.Popen[bytes], path: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"port {port} not ready in 30 s")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(40)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-
-
 def slope_per_10min(samples: list[Sample]) -> float | None:
     if len(samples) < 2:
         return None
@@ -870,21 +846,22 @@ def main() -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminated)
-    with open(mock_log, "wb") as err:
-        mock = subprocess.Popen([PY, str(Path(__file__)), "--serve-mock", str(mock_port), str(args.pace)],
-                                stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
+    # Stopped with SIGTERM and up to 40 s for the edge's drain: its access log is read once it has stopped.
+    mock = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(mock_port), str(args.pace)], mock_port,
+                  mock_log, stop_timeout=40.0)
     dump = work / "edge-dump.jsonl"
     argv = [PY, "-m", "ingress", "serve", "--config", str(config), "--workers", "1"]
     if args.debug_edge is not None or args.tombstone_s:
         frames = -1 if args.debug_edge is None else args.debug_edge
         argv = [PY, str(Path(__file__)), "--run-edge", str(config), str(dump), str(frames), str(args.tombstone_s)]
-    with open(access_log, "wb") as log_out, open(edge_err, "wb") as err:
-        edge = subprocess.Popen(argv, stdout=log_out, stderr=err, cwd=ROOT)
+    edge = Server("edge", argv, port, edge_err, stdout=access_log, stop_timeout=40.0)
+    mock.start()
+    edge.start()
     tally = Tally()
     result: dict[str, Any] = {}
     try:
-        _wait_ready(mock_port, mock, "/healthz", mock_log)
-        _wait_ready(port, edge, "/healthz", edge_err)
+        mock.wait_ready()
+        edge.wait_ready()
         print(f"soak: {describe(code_version())}; {minutes:g} min, {args.connections} connections opened over "
               f"{ramp_s:.0f} s; streams paced {args.pace} s; load average {load_before[0]:.2f}; nice {os.nice(0)}; "
               f"started {started_at}", flush=True)
@@ -913,8 +890,8 @@ def main() -> int:
         after = sampler.take()
         metrics = scrape(port)
     finally:
-        _stop(edge)
-        _stop(mock)
+        edge.stop()
+        mock.stop()
     check = cross_check(tally, access_log, metrics)
     samples = sampler.samples
     loaded = [s for s in samples if s.phase == "load"]

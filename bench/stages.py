@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -210,29 +208,26 @@ def main() -> None:
     rounds, budget = (3, 0.02) if args.quick else (args.rounds, 0.05)
 
     from budget import cpu_us
+    from lib.rounds import Rounds
     from provenance import code_version, describe
 
     cases = {**stages(args.model), **chunk_stages()}
     for fn in cases.values():  # warm every path once
         fn()
-    runs: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        order = list(cases)
-        random.shuffle(order)
-        for name in order:
-            runs[name].append(cpu_us(cases[name], budget, repeats=1))
-    table = {name: statistics.median(v) for name, v in runs.items()}
+    timed = Rounds(cases, rounds, order="shuffle").collect(lambda name: {"us": cpu_us(cases[name], budget, repeats=1)})
+    table = {name: timed.median(name, "us") for name in cases}
     print(describe(code_version()))
     print(f"CPU µs per call (thread time), median of {rounds} rounds; 16 KB, 11-message chat request to {args.model}")
     width = max(map(len, table)) + 2
     print(f"{'stage':<{width}}{'µs':>9}{'range':>17}")
     for name, us in table.items():
-        print(f"{name:<{width}}{us:>9.1f}{f'{min(runs[name]):.1f}-{max(runs[name]):.1f}':>17}")
+        print(f"{name:<{width}}{us:>9.1f}{timed.spread(name, 'us').range(1):>17}")
     edge_own = sum(us for name, us in table.items() if not name.startswith(("tenancy", "chunk")))
     print(f"{'sum of the edge own stages':<{width}}{edge_own:>9.1f}  (a request's, without tenancy and chunks)")
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps({"code": code_version(), "model": args.model, "rounds": rounds, "table": table,
-                                    "runs": runs, "sum_us": edge_own}, indent=2))
+                                    "runs": {name: timed.values(name, "us") for name in cases}, "sum_us": edge_own},
+                                   indent=2))
     print(f"wrote {args.out}")
 
 

@@ -48,7 +48,6 @@ import json
 import os
 import random
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +58,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
+
+from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
+
 PY = sys.executable
 JSON_TYPE = "application/json"
 CHAT = "/v1/chat/completions"
@@ -227,10 +229,6 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
     return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
 
 
-def _med(values: list[float]) -> float:
-    return float(statistics.median(values)) if values else float("nan")
-
-
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * q))] if s else float("nan")
@@ -240,8 +238,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import chat_request
-    from procs import Server, free_port
     from wrk import SCRIPT, Wrk, ensure_wrk
 
     from ingress.tenancy.keys import new_key
@@ -265,22 +263,18 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
     wrk = Wrk(ensure_wrk(), work / "post.lua")
     wrk.script.write_text(SCRIPT + AUTH_SCRIPT)
     os.environ["BENCH_AUTH"] = f"Bearer {key}"
-    runs: dict[int, dict[str, list[dict[str, Any]]]] = {c: {e: [] for e in names} for c in CONNECTIONS}
+    measured = Rounds(names, args.rounds, baseline="off")  # rotated: each edge first in turn; cells: connections
     timings: dict[str, list[dict[str, float]]] = {e: [] for e in names}
     per_round = max(1, args.samples // args.rounds)
     try:
-        for edge in edges.values():
-            edge.start()
-        for edge in edges.values():
-            edge.wait_ready()
+        start_all(*edges.values())
         for name in names:  # the key works, and nothing is refused
             status, headers, _ = post(ports[name], body, f"Bearer {key}")
             if status != 200 or (name != "off") != ("x-ratelimit-limit-requests" in headers):
                 raise RuntimeError(f"{name}: {status} {headers}")
         metrics0 = scrape(ports["redis"])
         started = time.perf_counter()
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
+        for r, order in measured:
             for conns in CONNECTIONS:
                 for name in order:
                     url = f"{edges[name].url}{CHAT}"
@@ -298,7 +292,7 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
                     run["redis_usec_per_request"] = sum(
                         calls1[cmd][1] - calls0.get(cmd, (0, 0))[1] for cmd in calls1
                         if cmd not in ("info", "client")) / max(1, run["requests"])
-                    runs[conns][name].append(run)
+                    measured.add(name, run, conns)
             for name in order:
                 if r == 0:
                     sample_timing(ports[name], body, f"Bearer {key}", 20)
@@ -306,45 +300,45 @@ def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
             print(f"  round {r + 1}/{args.rounds} at {time.perf_counter() - started:.0f} s", flush=True)
         metrics1 = scrape(ports["redis"])
     finally:
-        for edge in edges.values():
-            edge.stop()
+        stop_all(*edges.values())
     redis_outcomes = delta(outcomes(metrics0, "bench"), outcomes(metrics1, "bench"))
     errors = delta(store_errors(metrics0), store_errors(metrics1))
-    return {"runs": runs, "timings": timings, "redis_edge_outcomes": redis_outcomes,
-            "redis_edge_store_errors": errors, "table": cost_table(runs), "admit": admit_table(timings)}
+    return {"runs": {c: measured.by_variant(c) for c in CONNECTIONS}, "timings": timings,
+            "redis_edge_outcomes": redis_outcomes, "redis_edge_store_errors": errors, "table": cost_table(measured),
+            "admit": admit_table(timings)}
 
 
-def cost_table(runs: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, dict[str, float]]]:
+def cost_table(measured: Rounds[str]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per load and edge: medians over rounds; against (a), the median of the rounds' differences and ratios."""
+    edge_cpu = ("cpu_us_per_request", "edge")
     table: dict[str, dict[str, dict[str, float]]] = {}
-    for conns, by_edge in runs.items():
-        base = by_edge["off"]
+    for conns in CONNECTIONS:
         rows: dict[str, dict[str, float]] = {}
-        for name, rs in by_edge.items():
-            cpu = {p: [r["cpu_us_per_request"][p] for r in rs] for p in ("edge", "redis", "mock")}
-            row = {"rps": _med([r["rps"] for r in rs]), "p50_ms": _med([r["p50_ms"] for r in rs]),
-                   "p99_ms": _med([r["p99_ms"] for r in rs]), "p99_min_ms": min(r["p99_ms"] for r in rs),
-                   "p99_max_ms": max(r["p99_ms"] for r in rs),
-                   "edge_cpu_us": _med(cpu["edge"]), "redis_cpu_us": _med(cpu["redis"]),
-                   "mock_cpu_us": _med(cpu["mock"]),
-                   "redis_calls_per_request": {c: _med([r["redis_calls_per_request"].get(c, 0.0) for r in rs])
+        for name in measured.variants:
+            rs = measured.runs(name, conns)
+
+            p99 = measured.spread(name, "p99_ms", conns)
+            row = {"rps": measured.median(name, "rps", conns), "p50_ms": measured.median(name, "p50_ms", conns),
+                   "p99_ms": p99.median, "p99_min_ms": p99.low, "p99_max_ms": p99.high,
+                   "edge_cpu_us": measured.median(name, edge_cpu, conns),
+                   "redis_cpu_us": measured.median(name, ("cpu_us_per_request", "redis"), conns),
+                   "mock_cpu_us": measured.median(name, ("cpu_us_per_request", "mock"), conns),
+                   "redis_calls_per_request": {c: median([r["redis_calls_per_request"].get(c, 0.0) for r in rs])
                                                for c in sorted({c for r in rs for c in r["redis_calls_per_request"]})},
-                   "redis_usec_per_request": _med([r["redis_usec_per_request"] for r in rs]),
+                   "redis_usec_per_request": measured.median(name, "redis_usec_per_request", conns),
                    "errors": float(sum(sum(r["errors"].values()) for r in rs)),
                    "degraded": float(sum(v for r in rs for k, v in r.get("outcomes", {}).items() if k != "admitted")),
-                   "others_cpu_percent": _med([r["others_cpu_percent"] for r in rs])}
+                   "others_cpu_percent": measured.median(name, "others_cpu_percent", conns)}
             if name != "off":
-                pairs = list(zip(rs, base, strict=True))
-                row["added_p50_ms"] = _med([r["p50_ms"] - b["p50_ms"] for r, b in pairs])
-                row["added_p99_ms"] = _med([r["p99_ms"] - b["p99_ms"] for r, b in pairs])
-                row["rps_ratio"] = _med([r["rps"] / b["rps"] for r, b in pairs])
-                row["p50_ratio"] = _med([r["p50_ms"] / b["p50_ms"] for r, b in pairs])
-                row["p99_ratio"] = _med([r["p99_ms"] / b["p99_ms"] for r, b in pairs])
-                row["edge_cpu_ratio"] = _med([r["cpu_us_per_request"]["edge"] / b["cpu_us_per_request"]["edge"]
-                                              for r, b in pairs])
-                cpu_ratios = [r["cpu_us_per_request"]["edge"] / b["cpu_us_per_request"]["edge"] for r, b in pairs]
-                row["edge_cpu_ratio_min"], row["edge_cpu_ratio_max"] = min(cpu_ratios), max(cpu_ratios)
-                row["added_edge_cpu_us"] = _med([r["cpu_us_per_request"]["edge"] - b["cpu_us_per_request"]["edge"]
-                                                 for r, b in pairs])
+                row["added_p50_ms"] = measured.added(name, "p50_ms", cell=conns).median
+                row["added_p99_ms"] = measured.added(name, "p99_ms", cell=conns).median
+                row["rps_ratio"] = measured.ratio(name, "rps", cell=conns).median
+                row["p50_ratio"] = measured.ratio(name, "p50_ms", cell=conns).median
+                row["p99_ratio"] = measured.ratio(name, "p99_ms", cell=conns).median
+                cpu_ratio = measured.ratio(name, edge_cpu, cell=conns)
+                row["edge_cpu_ratio"] = cpu_ratio.median
+                row["edge_cpu_ratio_min"], row["edge_cpu_ratio_max"] = cpu_ratio.low, cpu_ratio.high
+                row["added_edge_cpu_us"] = measured.added(name, edge_cpu, cell=conns).median
             rows[name] = row
         table[f"c={conns}"] = rows
     return table
@@ -357,7 +351,7 @@ def admit_table(timings: dict[str, list[dict[str, float]]]) -> dict[str, dict[st
         for stage in ("admit", "upstream", "total", "client"):
             values = [s[stage] for s in samples if stage in s]
             if values:
-                row[f"{stage}_p50_ms"] = _med(values)
+                row[f"{stage}_p50_ms"] = median(values)
                 row[f"{stage}_p99_ms"] = _pct(values, 0.99)
         out[name] = row
     return out
@@ -406,8 +400,8 @@ async def hammer(ports: list[int], auth: str, body: bytes, rate: float, seconds:
 
 def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
     import msgspec
+    from lib.servers import Server, free_port, start_all, stop_all
     from payloads import MODEL
-    from procs import Server, free_port
 
     from ingress.tenancy.keys import new_key
 
@@ -427,10 +421,7 @@ def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
                                           "--workers", "1"], port, work / f"fleet-{backend}{i}.log")
                  for i, port in enumerate(ports)]
         try:
-            for edge in edges:
-                edge.start()
-            for edge in edges:
-                edge.wait_ready()
+            start_all(*edges)
             for kind, key in (("rpm", rpm_key), ("tpm", tpm_key)):
                 before = [scrape(p) for p in ports]
                 statuses, sent_for, after = asyncio.run(
@@ -462,8 +453,7 @@ def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> d
                 print(f"  {backend} fleet, {kind}: {admitted:.0f} admitted of {row['sent']} sent "
                       f"(allowance {allowance:,.0f} {'requests' if kind == 'rpm' else 'tokens'})", flush=True)
         finally:
-            for edge in edges:
-                edge.stop()
+            stop_all(*edges)
     return results
 
 
@@ -569,7 +559,7 @@ def main() -> None:
     if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
         os.nice(10 - os.nice(0))
 
-    from procs import Server, free_port
+    from lib.servers import Server, free_port
     from provenance import code_version, describe
     from redis_servers import running
 
@@ -606,7 +596,7 @@ def main() -> None:
     if "costs" in found:
         others = [r["others_cpu_percent"] for by in found["costs"]["runs"].values() for rs in by.values() for r in rs]
         print(f"\nthe rest of the machine used {min(others):.0f}-{max(others):.0f}% of a core during the wrk runs "
-              f"(median {_med(others):.0f}%)")
+              f"(median {median(others):.0f}%)")
     print(f"{seconds:.0f} s in all; load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"code": code_version(), "quick": quick, "args": {

@@ -17,11 +17,8 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import socket
-import statistics
-import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -29,6 +26,8 @@ from typing import Any, cast
 import aiohttp
 import httptools
 import uvloop
+from lib.rounds import Rounds
+from lib.servers import Server, free_port
 
 from ingress.serve import gctune
 from ingress.settings import Settings, Timeouts
@@ -39,6 +38,7 @@ SIZES = {"1 KB": 1024, "16 KB": 16 * 1024, "128 KB": 128 * 1024}
 ANSWER = b"a" * 600
 FRAMES = [b"f" * 40] * 16
 WORKERS = 16
+FIGURES = ("proc", "thread", "wall")  # µs per exchange: this process's CPU, the main thread's, the wall clock
 TIMEOUTS = Timeouts(connect=5.0, first_byte=30.0, idle=30.0)
 HEADERS = {stream: {"x-request-id": "bench-0001", "x-answer": "stream" if stream else "whole"}
            for stream in (False, True)}
@@ -51,7 +51,7 @@ def serve(port: int) -> None:
         identifiers.STREAM_CONTENT_TYPE.encode())
     chunks = [b"%x\r\n%s\r\n" % (len(f), f) for f in FRAMES] + [b"0\r\n\r\n"]
 
-    class Server(asyncio.Protocol):
+    class Answering(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self.transport = cast(asyncio.Transport, transport)
             self.parser = httptools.HttpRequestParser(self)
@@ -78,7 +78,7 @@ def serve(port: int) -> None:
                 asyncio.get_running_loop().call_soon(self.write_from, i + 1)
 
     async def main() -> None:
-        await asyncio.get_running_loop().create_server(Server, "127.0.0.1", port)
+        await asyncio.get_running_loop().create_server(Answering, "127.0.0.1", port)
         await asyncio.Event().wait()
 
     uvloop.run(main())
@@ -124,11 +124,9 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
     cells = [(c, s, m) for c in candidates for s in SIZES for m in (False, True)]
     gctune.tune_as_served(Settings())  # as the edge runs
     bodies = {s: os.urandom(n) for s, n in SIZES.items()}
-    figures: dict[tuple[str, str, bool], dict[str, list[float]]] = {k: {"proc": [], "thread": [], "wall": []}
-                                                                     for k in cells}
-    for round_ in range(args.rounds + 1):  # round 0 warms up: connections, caches
-        random.shuffle(cells)
-        for name, size, stream in cells:
+    timed = Rounds(cells, args.rounds, order="shuffle", warmup=True)  # round -1 warms up: connections, caches
+    for r, order in timed:
+        for name, size, stream in order:
             exchange, body = candidates[name], bodies[size]
 
             async def worker(n: int, exchange: Any, body: bytes, stream: bool) -> None:
@@ -138,15 +136,18 @@ async def run(args: argparse.Namespace, url: str) -> dict[str, object]:
             wall, proc, thread = time.perf_counter(), time.process_time(), time.thread_time()
             await asyncio.gather(*(worker(args.exchanges // WORKERS, exchange, body, stream) for _ in range(WORKERS)))
             done = args.exchanges // WORKERS * WORKERS
-            if round_:
-                f = figures[(name, size, stream)]
-                f["proc"].append((time.process_time() - proc) / done * 1e6)
-                f["thread"].append((time.thread_time() - thread) / done * 1e6)
-                f["wall"].append((time.perf_counter() - wall) / done * 1e6)
+            if r >= 0:
+                timed.add((name, size, stream), {"proc": (time.process_time() - proc) / done * 1e6,
+                                                 "thread": (time.thread_time() - thread) / done * 1e6,
+                                                 "wall": (time.perf_counter() - wall) / done * 1e6})
     await session.close()
     await client.close()
-    return {f"{name}|{size}|{'stream' if stream else 'whole'}": {k: statistics.median(v) for k, v in f.items()}
-            | {"proc_rounds": f["proc"]} for (name, size, stream), f in figures.items()}
+    results: dict[str, object] = {}
+    for cell in timed.variants:
+        name, size, stream = cell
+        results[f"{name}|{size}|{'stream' if stream else 'whole'}"] = (
+            {k: timed.median(cell, k) for k in FIGURES} | {"proc_rounds": timed.values(cell, "proc")})
+    return results
 
 
 def main() -> None:
@@ -157,22 +158,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve:
         return serve(args.serve)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    port = free_port()
+    server = Server("server", [sys.executable, __file__, "--serve", str(port)], port,
+                    Path(tempfile.gettempdir()) / "upstream_client_server.log", health=None)  # ready once it accepts
+    server.start()
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        server.wait_ready(poll=0.05)
         load = os.getloadavg()
-        results = uvloop.run(run(args, f"http://127.0.0.1:{port}"))
+        results = uvloop.run(run(args, server.url))
     finally:
         server.kill()
-        server.wait()
     print(f"client CPU per exchange, µs (median of {args.rounds} rounds; process / main thread), load {load[0]:.2f}")
     print(f"{'body':>7} {'answer':>7} | {'aiohttp':>15} | {'http1':>15} | {'ratio':>5}")
     for size in SIZES:

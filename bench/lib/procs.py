@@ -1,81 +1,17 @@
-"""Benchmark servers as subprocesses, and what /proc says about them: CPU time, RSS, machine load."""
+"""What /proc says about benchmark servers and the machine: CPU time, RSS, listen overflows, load."""
 
 from __future__ import annotations
 
 import os
 import resource
-import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    name: str
-    argv: list[str]
-    port: int
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self) -> None:
-        # stdout carries one JSON log line per request: rendered as in production, written to /dev/null.
-        with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log.read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError(f"{self.name} did not become ready in {timeout:.0f} s")
-
-    def kill(self) -> None:
-        """Stopped at once, with no drain (SIGTERM's takes seconds): for a server measured and done with."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
 
 
 def family(pid: int) -> list[int]:
@@ -136,6 +72,11 @@ def machine_busy() -> tuple[float, float]:
     total = sum(values[:8])
     idle = values[3] + values[4]
     return (total - idle) / CLK_TCK, total / CLK_TCK
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to other guests, machine-wide so far (/proc/stat `steal`)."""
+    return int(Path("/proc/stat").read_text().split()[8]) / CLK_TCK
 
 
 class Watch:

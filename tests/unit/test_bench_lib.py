@@ -1,0 +1,136 @@
+"""bench/lib: the rounds' orders and the figures read from them, the tables, and a server run, awaited and
+stopped."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+# The benchmark scripts import bench/lib as `lib` (bench/ first on their path); last on ours, so that it
+# shadows nothing the other tests import.
+_BENCH = str(Path(__file__).resolve().parents[2] / "bench")
+if _BENCH not in sys.path:
+    sys.path.append(_BENCH)
+
+from lib.rounds import Order, Rounds, Spread, median  # noqa: E402
+from lib.servers import NotReady, Server, free_port, serving  # noqa: E402
+from lib.tables import Table, figure  # noqa: E402
+
+
+def _orders(rounds: Rounds[str]) -> list[tuple[int, str]]:
+    return [(r, "".join(order)) for r, order in rounds]
+
+
+@pytest.mark.parametrize(("order", "expected"), [
+    ("rotate", ["ABC", "BCA", "CAB", "ABC"]),
+    ("alternate", ["ABC", "CBA", "ABC", "CBA"]),
+    ("fixed", ["ABC", "ABC", "ABC", "ABC"]),
+])
+def test_each_round_has_its_order(order: Order, expected: list[str]) -> None:
+    assert _orders(Rounds("ABC", 4, order=order)) == list(enumerate(expected))
+
+
+def test_two_variants_alternating_run_a_b_b_a() -> None:
+    flat = [v for _, order in Rounds("AB", 4, order="alternate") for v in order]
+    assert "".join(flat) == "ABBA" * 2
+
+
+def test_a_warm_up_round_comes_first_numbered_minus_one() -> None:
+    assert _orders(Rounds("AB", 2, order="alternate", warmup=True)) == [(-1, "BA"), (0, "AB"), (1, "BA")]
+
+
+def test_shuffled_rounds_shuffle_the_last_order_again() -> None:
+    rng, order, expected = random.Random(7), list("ABCDEF"), []
+    for _ in range(5):
+        rng.shuffle(order)
+        expected.append("".join(order))
+    got = [order for _, order in _orders(Rounds("ABCDEF", 5, order="shuffle", rng=random.Random(7)))]
+    assert got == expected
+
+
+def _measured() -> Rounds[str]:
+    rounds = Rounds(("base", "new"), 3, baseline="base")
+    for base, new in ((100.0, 80.0), (200.0, 150.0), (120.0, 132.0)):
+        rounds.add("base", {"cpu": base, "nested": {"edge": base}}, cell="c=1")
+        rounds.add("new", {"cpu": new, "nested": {"edge": new}}, cell="c=1")
+    return rounds
+
+
+def test_ratios_and_differences_are_taken_within_each_round() -> None:
+    rounds = _measured()
+    assert rounds.ratio("new", "cpu", cell="c=1") == Spread(0.8, 0.75, 1.1)
+    assert rounds.added("new", "cpu", cell="c=1") == Spread(-20.0, -50.0, 12.0)
+    assert rounds.median("new", "cpu", cell="c=1") == 132.0  # the ratio of medians would be 1.1
+
+
+def test_a_figure_is_named_by_a_path_or_a_function() -> None:
+    rounds = _measured()
+    assert rounds.values("new", ("nested", "edge"), "c=1") == [80.0, 150.0, 132.0]
+    assert rounds.values("new", lambda variant, run: run["cpu"] * 2, "c=1") == [160.0, 300.0, 264.0]
+
+
+def test_another_baseline_may_be_named() -> None:
+    assert _measured().ratio("base", "cpu", baseline="new", cell="c=1").median == 1.25
+
+
+def test_collect_keeps_every_round_but_the_warm_up() -> None:
+    calls: list[str] = []
+
+    def measure(variant: str) -> dict[str, float]:
+        calls.append(variant)
+        return {"n": float(len(calls))}
+
+    rounds = Rounds("AB", 2, order="alternate", warmup=True).collect(measure)
+    assert "".join(calls) == "BAABBA"
+    assert rounds.values("A", "n") == [3.0, 6.0] and rounds.values("B", "n") == [4.0, 5.0]
+
+
+def test_nans_are_left_out_of_medians_and_ranges() -> None:
+    assert median([1.0, math.nan, 3.0]) == 2.0
+    assert math.isnan(median([]))
+    assert Spread.of([math.nan, 2.0, 5.0, 3.0]) == Spread(3.0, 2.0, 5.0)
+    assert Spread(1.0, 0.5, 1.25).range() == "0.50-1.25"
+
+
+def test_a_table_prints_as_the_f_strings_did() -> None:
+    table = Table(("load", "<16"), ("req/s", ">9.0f"), ("p99 ms", ">9.3f"), ("CPU µs/req", ">12,.0f"))
+    header = f"{'load':<16}{'req/s':>9}{'p99 ms':>9}{'CPU µs/req':>12}"
+    assert table.header() == header + "\n" + "-" * len(header)
+    assert table.row("c=32", 1234.5, 3.21, 12345.6) == f"{'c=32':<16}{1234.5:>9.0f}{3.21:>9.3f}{12345.6:>12,.0f}"
+    assert table.row("", "1.030", None, "0.98") == f"{'':<16}{'1.030':>9}{'':>9}{'0.98':>12}"
+
+
+def test_a_figure_keeps_decimals_under_100() -> None:
+    assert [figure(v) for v in (1.234, 99.94, 1234.5, None, math.nan)] == ["1.2", "99.9", "1,234", "-", "-"]
+    assert figure(math.nan, 2, missing="") == ""
+
+
+def test_a_server_is_awaited_and_stopped(tmp_path: Path) -> None:
+    port = free_port()
+    server = Server("http", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], port,
+                    tmp_path / "http.log", health="/", env={"BENCH_UNUSED": "1"})
+    with serving(server):
+        assert server.proc is not None and server.proc.poll() is None
+        assert server.rss_kb() > 0
+    assert server.proc.poll() is not None
+
+
+def test_a_server_that_exits_names_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "broken.log"
+    server = Server("broken", [sys.executable, "-c", "import sys; sys.exit('no port for me')"], free_port(), log)
+    with pytest.raises(NotReady, match=r"broken exited with 1 .*broken\.log, ends:\nno port for me"), server:
+        pass
+
+
+def test_a_server_that_never_answers_is_stopped(tmp_path: Path) -> None:
+    server = Server("silent", [sys.executable, "-c", "import time; time.sleep(60)"], free_port(),
+                    tmp_path / "silent.log", health=None)
+    server.start()
+    with pytest.raises(NotReady, match="did not answer port"):
+        server.wait_ready(timeout=0.5)
+    server.stop()
+    assert server.proc is not None and server.proc.poll() is not None
