@@ -76,20 +76,33 @@ def _refuse(param: str, what: str) -> InvalidRequest:
 @dataclass
 class Read:
     """What a Messages request amounts to: its chat request, the processing hints not sent (by name,
-    for the metric and the access line), and `top_k` for a route that forwards engine extras."""
+    for the metric and the access line), and `top_k` for a route that forwards engine extras. Read for
+    Anthropic (`as_chat(..., for_anthropic=True)`), nothing is refused or dropped: the request travels
+    whole beside its reading, and `unread` names what the reading leaves out (the features only
+    Anthropic serves)."""
 
     request: ChatCompletionRequest
     dropped: list[str] = field(default_factory=list)
     top_k: int | None = None
+    unread: list[str] = field(default_factory=list)
 
 
 class _Reader:
-    def __init__(self) -> None:
+    def __init__(self, for_anthropic: bool) -> None:
         self.dropped: list[str] = []
+        self.unread: list[str] = []
+        self._for_anthropic = for_anthropic
 
     def hint(self, name: str) -> None:
-        if name not in self.dropped:
+        if not self._for_anthropic and name not in self.dropped:
             self.dropped.append(name)
+
+    def feature(self, param: str, what: str) -> None:
+        """A feature only Anthropic serves, at `param`: refused, unless the request goes to Anthropic
+        whole; the caller then reads on without it."""
+        if not self._for_anthropic:
+            raise _refuse(param, what)
+        self.unread.append(param)
 
     def mark(self, cache: m.CacheControl | None) -> PromptCacheBreakpoint | None:
         if cache is None:
@@ -100,7 +113,7 @@ class _Reader:
 
     def text(self, block: m.TextBlock, where: str) -> TextPart:
         if block.citations:
-            raise _refuse(f"{where}.citations", "Citations")
+            self.feature(f"{where}.citations", "Citations")
         return TextPart(text=block.text, prompt_cache_breakpoint=self.mark(block.cache_control))
 
     def system(self, content: str | list[Any], where: str) -> SystemMessage:
@@ -108,26 +121,28 @@ class _Reader:
             return SystemMessage(content=content)
         parts = []
         for j, block in enumerate(content):
-            if type(block) is not m.TextBlock:
-                raise _refuse(f"{where}.{j}.type", f"A '{block_type(block)}' block")
-            parts.append(self.text(block, f"{where}.{j}"))
+            if isinstance(block, m.TextBlock):
+                parts.append(self.text(block, f"{where}.{j}"))
+            else:
+                self.feature(f"{where}.{j}.type", f"A '{block_type(block)}' block")
         return SystemMessage(content=parts)
 
-    def image(self, block: m.ImageBlock, where: str) -> ImagePart:
+    def image(self, block: m.ImageBlock, where: str) -> list[UserPart]:
         source = block.source
         if isinstance(source, m.Base64Image):
             url = f"data:{source.media_type};base64,{source.data}"
         elif isinstance(source, m.UrlSource):
             url = source.url
         else:
-            raise _refuse(f"{where}.source.type", "An image given by file id")
+            self.feature(f"{where}.source.type", "An image given by file id")
+            return []
         if block.transformations is not None:
-            raise _refuse(f"{where}.transformations", "Image transformations")
-        return ImagePart(image_url=ImageUrl(url=url), prompt_cache_breakpoint=self.mark(block.cache_control))
+            self.feature(f"{where}.transformations", "Image transformations")
+        return [ImagePart(image_url=ImageUrl(url=url), prompt_cache_breakpoint=self.mark(block.cache_control))]
 
     def document(self, block: m.DocumentBlock, where: str) -> list[UserPart]:
         if block.citations is not None and block.citations.enabled:
-            raise _refuse(f"{where}.citations", "Citations")
+            self.feature(f"{where}.citations", "Citations")
         mark, source = self.mark(block.cache_control), block.source
         heading = "\n\n".join(t for t in (block.title, block.context) if t)
         if isinstance(source, m.Base64Pdf):
@@ -139,7 +154,8 @@ class _Reader:
         elif isinstance(source, m.ContentSource):
             parts = self.user_parts(source.content, f"{where}.source.content")
         else:
-            raise _refuse(f"{where}.source.type", f"A document given by {source_type(source)}")
+            self.feature(f"{where}.source.type", f"A document given by {source_type(source)}")
+            return []
         return [TextPart(text=heading), *parts] if heading else parts
 
     def user_parts(self, content: str | list[Any], where: str) -> list[UserPart]:
@@ -152,10 +168,11 @@ class _Reader:
         if isinstance(block, m.TextBlock):
             return [self.text(block, where)]
         if isinstance(block, m.ImageBlock):
-            return [self.image(block, where)]
+            return self.image(block, where)
         if isinstance(block, m.DocumentBlock):
             return self.document(block, where)
-        raise _refuse(f"{where}.type", f"A '{block_type(block)}' block")
+        self.feature(f"{where}.type", f"A '{block_type(block)}' block")
+        return []
 
     def tool_result(self, block: m.ToolResultBlock, where: str) -> ToolMessage:
         if block.cache_control is not None:
@@ -166,9 +183,10 @@ class _Reader:
             texts = [TextPart(text=content)]
         elif content is not None:
             for j, part in enumerate(content):
-                if type(part) is not m.TextBlock:
-                    raise _refuse(f"{where}.content.{j}.type", f"A '{block_type(part)}' block in a tool result")
-                texts.append(self.text(part, f"{where}.content.{j}"))
+                if isinstance(part, m.TextBlock):
+                    texts.append(self.text(part, f"{where}.content.{j}"))
+                else:
+                    self.feature(f"{where}.content.{j}.type", f"A '{block_type(part)}' block in a tool result")
         if block.is_error:
             texts.insert(0, TextPart(text="Error: "))
         return ToolMessage(content=texts if len(texts) != 1 else texts[0].text, tool_call_id=block.tool_use_id)
@@ -203,14 +221,15 @@ class _Reader:
             elif isinstance(block, m.ThinkingBlock | m.RedactedThinkingBlock):
                 self.hint("thinking")  # earlier reasoning and its signature: only Anthropic reads it back
             else:
-                raise _refuse(f"{where}.content.{j}.type", f"A '{block_type(block)}' block")
+                self.feature(f"{where}.content.{j}.type", f"A '{block_type(block)}' block")
         return AssistantMessage(content="".join(texts) if texts or not calls else None, tool_calls=calls or None)
 
     def tools(self, tools: list[m.Tool]) -> list[Tool]:
         out = []
         for i, tool in enumerate(tools):
-            if type(tool) is not m.ClientTool:
-                raise _refuse(f"tools.{i}.type", f"The server tool '{tool.type}'")
+            if not isinstance(tool, m.ClientTool):
+                self.feature(f"tools.{i}.type", f"The server tool '{tool.type}'")
+                continue
             if tool.cache_control is not None:
                 self.hint("cache_control")  # a tool definition has no breakpoint in chat
             for name in ("input_examples", "defer_loading", "eager_input_streaming", "allowed_callers"):
@@ -262,13 +281,14 @@ _FEATURES = ("container", "mcp_servers", "fallbacks", "fallback_credit_token", "
 _HINTS = ("cache_control", "context_management", "speed", "inference_geo", "diagnostics")
 
 
-def as_chat(r: m.MessagesRequest) -> Read:
-    """The chat request a Messages request amounts to; a feature only Anthropic serves is refused."""
-    reader = _Reader()
+def as_chat(r: m.MessagesRequest, *, for_anthropic: bool = False) -> Read:
+    """The chat request a Messages request amounts to; a feature only Anthropic serves is refused, unless
+    the request goes to Anthropic whole (`for_anthropic`): then its reading leaves the feature out."""
+    reader = _Reader(for_anthropic)
     for name in _FEATURES:
         value = getattr(r, name)
         if value is not None and (not isinstance(value, msgspec.Raw) or len(value)):
-            raise _refuse(name, f"'{name}'")
+            reader.feature(name, f"'{name}'")
     for name in _HINTS:
         value = getattr(r, name)
         if value is not None and (not isinstance(value, msgspec.Raw) or len(value)):
@@ -301,9 +321,9 @@ def as_chat(r: m.MessagesRequest) -> Read:
         model=r.model, messages=messages, max_tokens=r.max_tokens,
         temperature=r.temperature, top_p=r.top_p, stop=r.stop_sequences, stream=r.stream,
         stream_options=StreamOptions(include_usage=True) if r.stream else None,
-        tools=reader.tools(r.tools) if r.tools else None, tool_choice=choice, parallel_tool_calls=parallel,
+        tools=reader.tools(r.tools) or None if r.tools else None, tool_choice=choice, parallel_tool_calls=parallel,
         user=r.metadata.user_id if r.metadata is not None else None,
         service_tier=_TIERS[r.service_tier] if r.service_tier is not None else None,
         reasoning_effort=reasoning_effort(r), response_format=response_format,
     )
-    return Read(chat, reader.dropped, r.top_k)
+    return Read(chat, reader.dropped, r.top_k, reader.unread)

@@ -1,5 +1,7 @@
 """Anthropic's Messages API as a bridge dialect (sans-I/O): our request → `POST /v1/messages`
-(`anthropic_request.py`), its answers, events and errors → our types (`anthropic_answers.py`)."""
+(`anthropic_request.py`), its answers, events and errors → our types (`anthropic_answers.py`). A request
+that came to the edge in Anthropic's own API carries it as sent (`anthropic_json`): that is what goes,
+with the route's model name and the client's beta flags and version."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import msgspec
 
 from ingress import wire
 from ingress.bridges.anthropic_answers import MessagesStream, decode_answer, decode_error
-from ingress.bridges.anthropic_request import PATH, request_body, request_headers
+from ingress.bridges.anthropic_request import PATH, as_sent, request_body, request_headers
 from ingress.bridges.dialect import Dialect, EngineRequest, Target, Unsupported, readable, under
 from ingress.bridges.failures import retry_after
 from ingress.wire.types import ErrorInfo, Response
@@ -42,6 +44,16 @@ class AnthropicDialect:
     @readable
     def build(self, buf: bytes, target: Target) -> MessagesCall:
         view = wire.read_request(buf)
+        if (sent := view.AnthropicJson()) is not None:  # a Messages request, as its client sent it
+            model = (view.ModelName() or b"").decode() or target.model
+            if not model:
+                raise Unsupported("model", "The bridge has no model name to send to Anthropic.")
+            betas = [view.AnthropicBeta(j).decode() for j in range(view.AnthropicBetaLength())]
+            version = view.AnthropicVersion()
+            return MessagesCall(EngineRequest(path=under(target, PATH),
+                                              headers=request_headers(target, version and version.decode(), betas),
+                                              body=as_sent(sent, model), stream=view.Stream()),
+                                created=int(self._clock()))
         if view.TextCompletion():
             raise Unsupported("prompt", "Anthropic's Messages API has no text completions: use chat completions.")
         request = wire.decode_request(buf)

@@ -321,9 +321,24 @@ def request_body(r: chat.ChatCompletionRequest, target: Target, extra: bytes | N
     return body
 
 
-def request_headers(target: Target) -> dict[str, str]:
-    """The request's headers: the API version, the target's own, and its key (never the client's)."""
-    headers = {"content-type": "application/json", "anthropic-version": VERSION, **target.headers}
+def request_headers(target: Target, version: str | None = None, betas: list[str] | None = None) -> dict[str, str]:
+    """The request's headers: the API version (the client's, else ours), its beta flags, the target's own
+    headers, and its key (never the client's)."""
+    headers = {"content-type": "application/json", "anthropic-version": version or VERSION}
+    if betas:
+        headers["anthropic-beta"] = ",".join(betas)
+    headers.update(target.headers)
     if target.api_key is not None:
         headers["x-api-key"] = target.api_key
     return headers
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def as_sent(sent: bytes, model: str) -> bytes:
+    """A Messages request as its client sent it (a JSON object, checked at the edge), with `model` the
+    route's name for the model: every other field, and its order, unchanged."""
+    fields = _fields.decode(sent)
+    fields["model"] = msgspec.Raw(msgspec.json.encode(model))
+    return msgspec.json.encode(fields)

@@ -33,8 +33,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     ex.api = API
     body = await read_body(request, gw.settings.max_body_bytes)
-    beta = "anthropic-beta" in request.headers
-    decoded, prepared = pipeline.prepare_messages(gw, body, _meta(request), ex, beta=beta)
+    decoded, prepared = pipeline.prepare_messages(gw, body, _meta(request), ex, beta=_betas(request),
+                                                  version=request.headers.get("anthropic-version"))
     await pipeline.admit(gw, prepared, ex)
     if not decoded.stream:
         with drain.deadline():
@@ -42,6 +42,12 @@ async def messages(request: web.Request) -> web.StreamResponse:
         return json_response(answer)
     return await write_stream(request, ex, pipeline.stream_messages(gw, decoded, prepared, ex),
                               MessagesSseWriter(ex.request_id))
+
+
+def _betas(request: web.Request) -> list[str]:
+    """The `anthropic-beta` flags: comma-separated, in one header or several."""
+    return [flag.strip() for value in request.headers.getall("anthropic-beta", ()) for flag in value.split(",")
+            if flag.strip()]
 
 
 async def count_tokens(request: web.Request) -> web.Response:

@@ -24,7 +24,7 @@ from ingress.routing.table import Match
 from ingress.settings import Timeouts
 from ingress.tokens import TokenCounter, counter_for
 from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.encode import encode_text_request
+from ingress.wire.encode import encode_messages_request, encode_text_request
 from ingress.wire.passport import (
     Passport,
     RequestMeta,
@@ -165,21 +165,36 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     return call, _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input")
 
 
-def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *,
-                     beta: bool) -> tuple[MessagesRequest, Prepared[Completion]]:
-    """As prepare, for Anthropic's Messages API: decoded (with `beta`, the client sent `anthropic-beta`),
+def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
+                     version: str | None) -> tuple[MessagesRequest, Prepared[Completion]]:
+    """As prepare, for Anthropic's Messages API (`beta`: the client's `anthropic-beta` flags): decoded,
     then read as the chat request it amounts to, which travels; the decoded request is kept to answer it
-    in its own shape. The processing hints not sent are named on the exchange."""
-    request, _ = decode_messages(body, beta=beta)
-    read = messages_as_chat(request)
+    in its own shape. Bound for Anthropic (the route's provider), the request also travels whole, as the
+    client sent it, for the Anthropic bridge to send on; elsewhere its processing hints are not sent (named
+    on the exchange) and what only Anthropic serves is refused. A guardrail that redacts the prompt
+    leaves the whole request behind: then only its (redacted) reading travels, as to any other service."""
+    request, _ = decode_messages(body, beta=bool(beta))
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
+    whole = match.route.provider == "anthropic"
+    read = messages_as_chat(request, for_anthropic=whole)
     extra_json = None
-    if read.top_k is not None:
-        if not gw.forwards_extras(request.model):
+    if read.top_k is not None and not whole:
+        if match.route.extra_fields != "forward":
             raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
                                  "forward engine parameters).", param="top_k")
         extra_json = f'{{"top_k":{read.top_k}}}'
+    tokens = counter(gw, match).chat(read.request, counts_exactly(gw, ex))
+    chat = _guarded_chat(ex, read.request, tokens, "messages")
+    if whole and chat is not read.request:  # redacted: the request as sent may not travel
+        read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
+        whole = False
     ex.dropped = read.dropped
-    return request, _prepared_chat(gw, ex, read.request, extra_json, meta, "messages")
+    passport = compute_passport(chat, meta, prompt_tokens=tokens)
+    encoded = encode_messages_request(chat, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                      extra_json, anthropic_json=body.decode() if whole else None,
+                                      anthropic_beta=beta if whole else None,
+                                      anthropic_version=version if whole else None)
+    return request, prepared_for(gw, ex, chat, match, passport, encoded, meta, _chat_output(chat))
 
 
 def count_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: bool) -> int:

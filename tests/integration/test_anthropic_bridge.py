@@ -6,17 +6,21 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import aiohttp
+import anthropic
 import openai
 import pytest
-from fakes.anthropic import FakeAnthropic, refuse, stream
+from fakes.anthropic import FakeAnthropic, refuse, stream, whole
 from openai.types.chat import ChatCompletionMessageParam
+from unit.test_messages import EVERYTHING
 
 from ingress.bridges.anthropic import DIALECT
 from ingress.bridges.dialect import Target
 from ingress.bridges.service import create_bridge_app
 from ingress.serve.app import create_app, serve_app
-from ingress.settings import Settings, Timeouts
+from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
 
 GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)
 ASK: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Be brief."},
@@ -126,3 +130,76 @@ async def test_a_parameter_anthropic_cannot_honour_is_refused_before_any_call(st
         await stack.client.chat.completions.create(model="claude-sonnet-4-5", messages=ASK, seed=7)
     assert (raised.value.code, raised.value.param) == ("unsupported_parameter", "seed")
     assert stack.anthropic.received == []
+
+
+# --- Anthropic's own API at the edge, to Anthropic: the request goes as the client sent it ------------
+
+
+@dataclass
+class MessagesStack:
+    anthropic: FakeAnthropic
+    edge: str
+
+
+@pytest.fixture
+async def messages_stack() -> AsyncIterator[MessagesStack]:
+    """The edge with a route whose provider is Anthropic, in front of the bridge and the fake."""
+    fake = FakeAnthropic()
+    async with fake.running() as provider:
+        bridge = create_bridge_app(DIALECT, Target(url=provider, api_key="sk-ant-test-key", max_tokens=256), GENEROUS)
+        async with serve_app(bridge, "127.0.0.1", 0) as bridge_url:
+            settings = Settings(groups={"anthropic": Group(endpoints=[Endpoint(url=bridge_url)])},
+                                routes=(Route(group="anthropic", glob="claude-*", provider="anthropic"),),
+                                timeouts=GENEROUS)
+            async with serve_app(create_app(settings), "127.0.0.1", 0) as edge:
+                yield MessagesStack(fake, edge)
+
+
+BETAS = ["interleaved-thinking-2025-05-14", "context-management-2025-06-27", "fine-grained-tool-streaming-2025-05-14",
+         "context-1m-2025-08-07", "token-efficient-tools-2025-02-19", "mcp-client-2025-04-04",
+         "code-execution-2025-08-25", "files-api-2025-04-14"]
+
+
+async def test_every_field_of_a_messages_request_reaches_anthropic_unchanged(messages_stack: MessagesStack) -> None:
+    """Every field of the request type (server tools, MCP servers, citations, thinking with signatures,
+    cache_control TTLs, context management...) sent through the edge and the bridge: Anthropic receives
+    the very request, with the client's beta flags and version."""
+    messages_stack.anthropic.play(whole("text"))
+    sent = {**EVERYTHING, "model": "claude-opus-4-6", "stream": False}
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{messages_stack.edge}/v1/messages?beta=true", json=sent,
+            headers={"x-api-key": "client-key", "anthropic-version": "2023-06-01",
+                     "anthropic-beta": ",".join(BETAS)}) as answer:
+        assert answer.status == 200, await answer.text()
+        message = await answer.json()
+    assert message["type"] == "message" and message["content"][0]["text"] == "Hi! My name is Claude."
+    (received,) = messages_stack.anthropic.received
+    assert received.body == sent
+    assert received.headers["anthropic-beta"] == ",".join(BETAS)
+    assert received.headers["anthropic-version"] == "2023-06-01"
+    assert received.headers["x-api-key"] == "sk-ant-test-key"  # the bridge's key; the client's stays at the edge
+
+
+async def test_thinking_round_trips_over_two_turns_with_its_signature(messages_stack: MessagesStack) -> None:
+    """The anthropic SDK through the edge: a thinking answer, sent back in the next turn with its
+    signature, reaches Anthropic as the client sent it; cache_control with a 1h TTL kept."""
+    messages_stack.anthropic.play(whole("thinking"), whole("text"))
+    async with anthropic.AsyncAnthropic(base_url=messages_stack.edge, api_key="client-key", max_retries=0) as client:
+        first = await client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=2048, thinking={"type": "enabled", "budget_tokens": 1024},
+            system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            messages=[{"role": "user", "content": "Are there infinitely many primes?"}])
+        thinking = [b for b in first.content if b.type == "thinking"]
+        assert thinking and thinking[0].signature
+        earlier: Any = [b.model_dump(exclude_none=True) for b in first.content]  # the answer's blocks, as sent back
+        turns: list[anthropic.types.MessageParam] = [
+            {"role": "user", "content": "Are there infinitely many primes?"},
+            {"role": "assistant", "content": earlier},
+            {"role": "user", "content": "And twin primes?"}]
+        await client.messages.create(model="claude-sonnet-4-5", max_tokens=2048, messages=turns,
+                                     thinking={"type": "enabled", "budget_tokens": 1024})
+    second = messages_stack.anthropic.received[1].body
+    assert second["messages"][1]["content"][0] == {"type": "thinking", "thinking": thinking[0].thinking,
+                                                   "signature": thinking[0].signature}
+    assert messages_stack.anthropic.received[0].body["system"][0]["cache_control"] == {"type": "ephemeral",
+                                                                                       "ttl": "1h"}

@@ -21,7 +21,7 @@ from ingress.wire.runtime import (
     reserve_slots,
 )
 
-reserve_slots(51)  # vtable unpackers for the widest table
+reserve_slots(54)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
@@ -256,7 +256,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
         v.again(done, "CompletionRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 51, "CompletionRequest")
+    e = v.table_start(t, 54, "CompletionRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -422,6 +422,15 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[50]  # field logprobs_count: int32
     if o and ((t + o) & 3 or t + o > n - 4):
         bad_scalar(t + o, 4, "CompletionRequest.logprobs_count")
+    o = e[51]  # field anthropic_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.anthropic_json"), "CompletionRequest.anthropic_json")
+    o = e[52]  # field anthropic_beta: [string]
+    if o:
+        v.strings(v.offset(t + o, "CompletionRequest.anthropic_beta"), "CompletionRequest.anthropic_beta")
+    o = e[53]  # field anthropic_version: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.anthropic_version"), "CompletionRequest.anthropic_version")
     v.table_end(key, tables, peak)
 
 

@@ -510,8 +510,42 @@ class CompletionRequest(object):
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return None
 
+    # CompletionRequest
+    def AnthropicJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(106))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # CompletionRequest
+    def AnthropicBeta(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(108))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.String(a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return ""
+
+    # CompletionRequest
+    def AnthropicBetaLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(108))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # CompletionRequest
+    def AnthropicBetaIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(108))
+        return o == 0
+
+    # CompletionRequest
+    def AnthropicVersion(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(110))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionRequestStart(builder):
-    builder.StartObject(51)
+    builder.StartObject(54)
 
 def Start(builder):
     CompletionRequestStart(builder)
@@ -863,6 +897,30 @@ def CompletionRequestAddLogprobsCount(builder, logprobsCount):
 
 def AddLogprobsCount(builder, logprobsCount):
     CompletionRequestAddLogprobsCount(builder, logprobsCount)
+
+def CompletionRequestAddAnthropicJson(builder, anthropicJson):
+    builder.PrependUOffsetTRelativeSlot(51, flatbuffers.number_types.UOffsetTFlags.py_type(anthropicJson), 0)
+
+def AddAnthropicJson(builder, anthropicJson):
+    CompletionRequestAddAnthropicJson(builder, anthropicJson)
+
+def CompletionRequestAddAnthropicBeta(builder, anthropicBeta):
+    builder.PrependUOffsetTRelativeSlot(52, flatbuffers.number_types.UOffsetTFlags.py_type(anthropicBeta), 0)
+
+def AddAnthropicBeta(builder, anthropicBeta):
+    CompletionRequestAddAnthropicBeta(builder, anthropicBeta)
+
+def CompletionRequestStartAnthropicBetaVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartAnthropicBetaVector(builder, numElems):
+    return CompletionRequestStartAnthropicBetaVector(builder, numElems)
+
+def CompletionRequestAddAnthropicVersion(builder, anthropicVersion):
+    builder.PrependUOffsetTRelativeSlot(53, flatbuffers.number_types.UOffsetTFlags.py_type(anthropicVersion), 0)
+
+def AddAnthropicVersion(builder, anthropicVersion):
+    CompletionRequestAddAnthropicVersion(builder, anthropicVersion)
 
 def CompletionRequestEnd(builder):
     return builder.EndObject()
