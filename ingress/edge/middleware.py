@@ -24,6 +24,7 @@ from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.types import ErrorInfo
 
 REQUEST_ID = "x-request-id"
+ANTHROPIC_REQUEST_ID = "request-id"  # where Anthropic's SDKs read an answer's and an error's request id
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
 log = get_logger("ingress.edge")
@@ -69,6 +70,15 @@ def speaks_anthropic(request: web.Request) -> bool:
     """A client of Anthropic's API: its errors go in Anthropic's envelope."""
     path = request.path
     return path.startswith("/v1/messages") or (path.startswith("/v1/models") and "anthropic-version" in request.headers)
+
+
+async def name_request(request: web.Request, response: web.StreamResponse) -> None:
+    """An answer to an Anthropic client (streams and errors too) carries its request id as `request-id`
+    as well, as Anthropic's own do: its SDK reads `message._request_id` and `APIStatusError.request_id`
+    from that header alone."""
+    ex = request.get(EXCHANGE)
+    if ex is not None and speaks_anthropic(request):
+        response.headers[ANTHROPIC_REQUEST_ID] = ex.request_id
 
 
 def _draining(request: web.Request) -> bool:

@@ -19,7 +19,7 @@ from ingress.edge import routes
 from ingress.edge.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.drain import Drain
-from ingress.edge.middleware import edge_middleware
+from ingress.edge.middleware import edge_middleware, name_request
 from ingress.edge.pacing import StartPacer
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
@@ -149,4 +149,5 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(_gateway)
     routes.add_routes(app)
     name_server(app)
+    app.on_response_prepare.append(name_request)
     return app

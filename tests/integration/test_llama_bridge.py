@@ -1,5 +1,6 @@
-"""A real engine through the edge and a bridge: the official `openai` SDK → the edge → a bridge →
-llama.cpp's llama-server serving SmolLM2-135M (tests/llama_engine.py; greedy, one slot, prompt cache on).
+"""A real engine through the edge and a bridge: the official `openai` SDK (and `anthropic`'s, on the edge's
+Messages API) → the edge → a bridge → llama.cpp's llama-server serving SmolLM2-135M (tests/llama_engine.py;
+greedy, one slot, prompt cache on).
 
 Both forms a user runs: the sidecar, `ingress bridge openai --target <llama-server>` in its own process
 with the edge routing to it over FlatBuffers; and the in-process form, an endpoint's `bridge` in the
@@ -14,8 +15,10 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
+import anthropic
 import openai
 import pytest
+from anthropic.types import MessageParam, TextBlock
 from fakes.processes import free_port
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -25,6 +28,7 @@ from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
 QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France? Answer in one sentence."},
 ]
+ASK: list[MessageParam] = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 ANSWER = "The capital of France is Paris."  # SmolLM2-135M's greedy answer (test_llama_server.py pins it)
 PATIENT = Timeouts(connect=5.0, first_byte=60.0, idle=60.0)  # a tiny model on a shared core
 
@@ -76,11 +80,32 @@ async def through_sidecar(sidecar: str) -> AsyncIterator[openai.AsyncOpenAI]:
 
 @pytest.fixture
 async def through_anthropic(llama_server: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    bridge = Bridge(dialect="anthropic", target=llama_server, max_tokens=64, timeouts=PATIENT)
-    settings = Settings(groups={"llama": Group(endpoints=[Endpoint(bridge=bridge)])},
-                        routes=(Route(glob="*", group="llama"),), timeouts=PATIENT)
-    async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
+    async with serve_app(create_app(_in_process(llama_server)), "127.0.0.1", 0) as edge, \
             openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0, timeout=60) as client:
+        yield client
+
+
+def _in_process(llama_server: str) -> Settings:
+    """An edge whose one endpoint is the Anthropic dialect's bridge, in-process, to llama-server's /v1/messages."""
+    bridge = Bridge(dialect="anthropic", target=llama_server, max_tokens=64, timeouts=PATIENT)
+    return Settings(groups={"llama": Group(endpoints=[Endpoint(bridge=bridge)])},
+                    routes=(Route(glob="*", group="llama"),), timeouts=PATIENT)
+
+
+@pytest.fixture
+async def claude_through_sidecar(sidecar: str) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """The `anthropic` SDK on the edge's Messages API, the edge in front of the sidecar."""
+    settings = Settings(upstream=sidecar, timeouts=PATIENT)
+    async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
+            anthropic.AsyncAnthropic(base_url=edge, api_key="sk-client", max_retries=0, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture
+async def claude_through_anthropic(llama_server: str) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    """The same SDK, the edge in front of the in-process Anthropic dialect."""
+    async with serve_app(create_app(_in_process(llama_server)), "127.0.0.1", 0) as edge, \
+            anthropic.AsyncAnthropic(base_url=edge, api_key="sk-client", max_retries=0, timeout=60) as client:
         yield client
 
 
@@ -150,3 +175,62 @@ async def test_the_anthropic_dialect_against_its_messages_api(through_anthropic:
 async def test_the_anthropic_dialect_cut_by_max_tokens(through_anthropic: openai.AsyncOpenAI) -> None:
     answer = await through_anthropic.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=3)
     assert answer.choices[0].finish_reason == "length"
+
+
+# --- Anthropic's Messages API at the edge, the `anthropic` SDK as the client -------------------------
+
+
+def _text(message: anthropic.types.Message) -> str:
+    return "".join(b.text for b in message.content if isinstance(b, TextBlock))
+
+
+async def test_a_messages_answer_through_the_sidecar(claude_through_sidecar: anthropic.AsyncAnthropic) -> None:
+    message = await claude_through_sidecar.messages.create(model="smollm2", max_tokens=64, messages=ASK,
+                                                           extra_headers={"x-request-id": "llama-msg-0001"})
+    assert (message.id, message.model) == ("msg_llama-msg-0001", "smollm2")
+    assert _text(message) == ANSWER and len(message.content) == 1
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+    usage = message.usage
+    assert usage.output_tokens > 0 and usage.input_tokens + (usage.cache_read_input_tokens or 0) > 0
+
+
+async def test_a_messages_stream_through_the_sidecar(claude_through_sidecar: anthropic.AsyncAnthropic) -> None:
+    async with claude_through_sidecar.messages.stream(model="smollm2", max_tokens=64, messages=ASK) as stream:
+        text = [t async for t in stream.text_stream]
+        final = await stream.get_final_message()
+    assert "".join(text) == ANSWER and len(text) > 1  # token by token
+    assert _text(final) == ANSWER and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens > 0
+
+
+async def test_max_tokens_is_the_messages_stop_reason(claude_through_sidecar: anthropic.AsyncAnthropic) -> None:
+    message = await claude_through_sidecar.messages.create(model="smollm2", max_tokens=3, messages=ASK)
+    assert (message.stop_reason, message.stop_sequence, message.usage.output_tokens) == ("max_tokens", None, 3)
+    assert ANSWER.startswith(_text(message)) and _text(message)
+
+
+async def test_a_stop_sequence_through_the_sidecar_ends_the_answer(
+        claude_through_sidecar: anthropic.AsyncAnthropic) -> None:
+    """llama-server's OpenAI API ends the answer at the stop sequence but says only `finish_reason: "stop"`,
+    not which sequence matched (nor that one did): the edge cannot tell it from the end of the turn, and
+    says `end_turn` with no `stop_sequence`, as it must not make one up."""
+    message = await claude_through_sidecar.messages.create(model="smollm2", max_tokens=64, messages=ASK,
+                                                           stop_sequences=[" Paris", " Lyon"])
+    assert _text(message) == "The capital of France is"
+    assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+async def test_a_stop_sequence_the_engine_names_is_the_messages_stop_reason(
+        claude_through_anthropic: anthropic.AsyncAnthropic) -> None:
+    """llama-server's own Messages API names the sequence that matched (`stop_sequence`, though its
+    `stop_reason` says end_turn): through the Anthropic dialect the edge answers `stop_sequence` with it,
+    whole and streamed."""
+    message = await claude_through_anthropic.messages.create(model="smollm2", max_tokens=64, messages=ASK,
+                                                             stop_sequences=[" Lyon", " Paris"])
+    assert _text(message) == "The capital of France is"
+    assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", " Paris")
+    async with claude_through_anthropic.messages.stream(model="smollm2", max_tokens=64, messages=ASK,
+                                                        stop_sequences=[" Lyon", " Paris"]) as stream:
+        final = await stream.get_final_message()
+    assert _text(final) == "The capital of France is"
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " Paris")
