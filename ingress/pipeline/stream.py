@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ingress import metrics, tasks
+from ingress.anthropic import answers as anthropic_answers
 from ingress.anthropic.messages import MessagesRequest
 from ingress.errors import (
     IngressError,
@@ -74,14 +75,19 @@ class Failed:
     error: IngressError
 
 
+# What a stream yields one by one: an OpenAI chat chunk (a token's as a Delta), a legacy completion's
+# text chunk, or one of Anthropic's Messages events.
+Chunk = chat_answers.ChatCompletionChunk | TextCompletion | Delta | anthropic_answers.Event
+
+
 @dataclass(frozen=True, slots=True)
 class Burst:
     """The chunks of frames that arrived in one read: the edge sends them in one write."""
 
-    chunks: list[chat_answers.ChatCompletionChunk | TextCompletion | Delta]
+    chunks: list[Chunk]
 
 
-StreamEvent = chat_answers.ChatCompletionChunk | Delta | TextCompletion | Burst | Signal | Failed
+StreamEvent = Chunk | Burst | Signal | Failed
 
 
 Direct = Callable[[StreamEvent], bool]
@@ -189,7 +195,6 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     yield DONE
 
 
-Chunk = chat_answers.ChatCompletionChunk | TextCompletion | Delta
 
 
 def _translator(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> FrameTranslator[Chunk]:
@@ -239,13 +244,22 @@ def _event(chunks: list[Chunk]) -> StreamEvent:
     return chunks[0] if len(chunks) == 1 else Burst(chunks)
 
 
-def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
-                    ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+async def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
+                          ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
     """A streamed Messages answer: `stream` with Anthropic's translator, its events in place of chunks.
-    message_start carries the edge's count of the prompt until the service counts it."""
+    Its message_start goes first, as soon as the answer begins (before a ping while the service is
+    silent), with the edge's count of the prompt until the service counts it."""
     translator = MessagesStreamTranslator(id=message_id(ex), model=request.model, input_tokens=prepared.prompt_tokens,
                                           verify=gw.settings.verify_answers)
-    return stream(gw, prepared, ex, translator=translator)
+    async with aclosing(stream(gw, prepared, ex, translator=translator)) as events:
+        async for event in events:
+            if event is OPENED:
+                yield OPENED
+            if event is OPENED or event is HEARTBEAT:
+                for start in translator.begin():
+                    yield start
+            if event is not OPENED:
+                yield event
 
 
 def failed(ex: Exchange, exc: IngressError) -> Failed:

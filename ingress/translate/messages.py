@@ -184,6 +184,12 @@ class MessagesStreamTranslator:
         if not self.done:
             raise UpstreamProtocolError("The model service stream ended before it was complete.")
 
+    def begin(self) -> list[Event]:
+        """message_start now, if it has not gone yet: once the client's answer has begun (the service's
+        head came, or a ping is due while it is silent), Anthropic's stream opens with it, before any
+        ping. Its usage is the edge's count of the prompt; the service's comes in message_delta."""
+        return [] if self._started else [self._start(None, None)]
+
     # --- the parts of a frame
 
     def _start(self, usage: wire_types.Usage | None, service_tier: str | None) -> Event:
