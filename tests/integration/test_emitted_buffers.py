@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Literal
 
+import aiohttp
 import msgspec
 import openai
 import pytest
 from aiohttp import web
 
 from ingress import wire
+from ingress.anthropic.messages import decode_messages
+from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.demo.service import create_demo_app
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.serve.app import create_app, serve_app
-from ingress.settings import Settings
+from ingress.settings import Endpoint, Group, Route, Settings
 
 pytestmark = pytest.mark.cxx
 
@@ -127,3 +131,56 @@ async def test_every_emitted_responses_request_verifies_as_the_chat_request_it_a
         expected = as_chat(decode_responses_request(msgspec.json.encode(body)))
         assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
         assert wire.read_request(buf).Stream() is stream
+
+
+MESSAGES: list[dict[str, object]] = [
+    {"max_tokens": 32, "system": "be brief", "messages": [{"role": "user", "content": "hello"}], "temperature": 0.2},
+    {"max_tokens": 64, "stop_sequences": ["END"], "metadata": {"user_id": "u-1"},
+     "tools": [{"name": "get_weather", "description": "Weather by city", "input_schema": CITY}],
+     "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+     "messages": [{"role": "user", "content": [
+         {"type": "text", "text": "what is this?", "cache_control": {"type": "ephemeral"}},
+         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]},
+         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                            "input": {"city": "Paris"}}]},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]}]},
+]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_every_emitted_messages_request_verifies_as_the_chat_request_it_amounts_to(
+        cxx_verifier: object, stream: bool, provider: Literal["openai", "anthropic"]) -> None:
+    """Anthropic's Messages requests: their chat reading, and bound for Anthropic the request as sent too."""
+    bodies: list[bytes] = []
+
+    @web.middleware
+    async def record(request: web.Request,
+                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        bodies.append(await request.read())
+        return await handler(request)
+
+    demo = create_demo_app()
+    demo.middlewares.append(record)
+    async with serve_app(demo, "127.0.0.1", 0) as upstream:
+        settings = Settings(groups={"demo": Group(endpoints=[Endpoint(url=upstream)])},
+                            routes=(Route(group="demo", model="claude-sonnet-4-5", provider=provider),))
+        async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, aiohttp.ClientSession() as http:
+            sent = []
+            for extra in MESSAGES:
+                body = {"model": "claude-sonnet-4-5", **extra, **({"stream": True} if stream else {})}
+                sent.append(body)
+                async with http.post(f"{edge}/v1/messages", data=msgspec.json.encode(body),
+                                     headers={"x-api-key": "sk-test", "content-type": "application/json"}) as answer:
+                    assert answer.status == 200, await answer.text()
+                    await answer.read()
+    assert len(bodies) == len(MESSAGES)
+    for body, buf in zip(sent, bodies, strict=True):
+        assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
+        request, _ = decode_messages(msgspec.json.encode(body))
+        expected = messages_as_chat(request).request
+        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        view = wire.read_request(buf)
+        assert view.Stream() is stream
+        whole = view.AnthropicJson()  # bound for Anthropic, the request as sent, byte for byte
+        assert whole == (msgspec.json.encode(body) if provider == "anthropic" else None)
