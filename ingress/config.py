@@ -134,6 +134,9 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"{key}.{ref}: no group named {target!r}")
         if route.glob is not None:
             re.compile(translate(route.glob))
+        if route.count_tokens == "provider" and route.provider != "anthropic":
+            raise ConfigError(f"{key}.count_tokens: \"provider\" needs provider = \"anthropic\" (its bridge asks "
+                              "Anthropic to count)")
         if route.tokenizer is not None and (problem := tokenizer_problem(route.tokenizer)):
             raise ConfigError(f"{key}.tokenizer: {problem}")
         for name in ([route.model] if route.model else []) + route.aliases:

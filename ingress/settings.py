@@ -117,6 +117,9 @@ class Route(_Config, frozen=True):
     # What counts the prompt's tokens (ingress/tokens): "o200k", "cl100k" or a tokenizer.json path;
     # None: chosen from the upstream model's name (OpenAI's models), else an upper-bound estimate.
     tokenizer: Annotated[str, Meta(min_length=1)] | None = None
+    # Who answers a Messages request's count_tokens: the edge's tokenizer, or (provider = "anthropic"
+    # only) the provider itself, asked through the route's Anthropic bridge.
+    count_tokens: Literal["edge", "provider"] = "edge"
 
 
 class Retry(_Config, frozen=True):

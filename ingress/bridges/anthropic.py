@@ -13,12 +13,41 @@ import msgspec
 
 from ingress import wire
 from ingress.bridges.anthropic_answers import MessagesStream, decode_answer, decode_error
-from ingress.bridges.anthropic_request import PATH, as_sent, request_body, request_headers
-from ingress.bridges.dialect import Dialect, EngineRequest, Target, Unsupported, readable, under
+from ingress.bridges.anthropic_request import COUNT_PATH, PATH, as_sent, request_body, request_headers
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, readable, under
 from ingress.bridges.failures import retry_after
-from ingress.wire.types import ErrorInfo, Response
+from ingress.wire.types import ErrorInfo, Response, Usage
 
 _json = msgspec.json.Encoder()
+
+
+class _Count(msgspec.Struct):
+    input_tokens: int
+
+
+_count = msgspec.json.Decoder(_Count)
+
+
+@dataclass
+class CountCall:
+    """Anthropic's count of a prompt (`POST /v1/messages/count_tokens`), answered in our contract as a
+    CompletionResponse with no choices and the count as its usage."""
+
+    request: EngineRequest
+    model: str
+    created: int
+
+    def answer(self, body: bytes) -> Response:
+        try:
+            counted = _count.decode(body).input_tokens
+        except msgspec.DecodeError as exc:
+            raise EngineFailed(ErrorInfo(status=502, type="server_error", code="upstream_protocol_error",
+                                         message=f"Anthropic's count could not be read: {exc}.")) from None
+        return Response(id="", model=self.model, created=self.created, choices=[],
+                        usage=Usage(prompt_tokens=counted, total_tokens=counted))
+
+    def stream(self) -> MessagesStream:
+        raise AssertionError("a count is never streamed")
 
 
 @dataclass
@@ -61,6 +90,23 @@ class AnthropicDialect:
         return MessagesCall(EngineRequest(path=under(target, PATH), headers=request_headers(target),
                                           body=_json.encode(body), stream=bool(request.stream)),
                             created=int(self._clock()))
+
+    @readable
+    def count(self, buf: bytes, target: Target) -> CountCall:
+        """A Messages request's prompt counted by Anthropic: the request as its client sent it (to
+        count_tokens, which has no max_tokens), with the route's model name."""
+        view = wire.read_request(buf)
+        sent = view.AnthropicJson()
+        if sent is None:
+            raise Unsupported("messages", "Anthropic counts only a request sent in its own Messages API.")
+        model = (view.ModelName() or b"").decode() or target.model
+        if not model:
+            raise Unsupported("model", "The bridge has no model name to send to Anthropic.")
+        betas = [view.AnthropicBeta(j).decode() for j in range(view.AnthropicBetaLength())]
+        version = view.AnthropicVersion()
+        request = EngineRequest(path=under(target, COUNT_PATH), body=as_sent(sent, model), stream=False,
+                                headers=request_headers(target, version and version.decode(), betas))
+        return CountCall(request, model, int(self._clock()))
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorInfo:
         info = decode_error(status, body)

@@ -18,6 +18,7 @@ from ingress.bridges.dialect import Target, Unsupported
 from ingress.oai import chat
 
 PATH = "/v1/messages"
+COUNT_PATH = "/v1/messages/count_tokens"
 VERSION = "2023-06-01"
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})

@@ -15,6 +15,7 @@ A client that goes away (the edge cancelling) ends the engine request with it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import msgspec
@@ -91,6 +92,22 @@ def _client_key(request: web.Request) -> str | None:
 
 
 async def complete(request: web.Request) -> web.StreamResponse:
+    """A CompletionRequest answered by the engine: whole or streamed, as it asks."""
+    return await _exchange(request, request.app[BRIDGE].dialect.build)
+
+
+async def count_tokens(request: web.Request) -> web.StreamResponse:
+    """A CompletionRequest's prompt counted by the engine (`COUNT_PATH`), for a dialect that can ask."""
+    dialect = request.app[BRIDGE].dialect
+    count = getattr(dialect, "count", None)
+    if count is None:
+        await request.read()
+        return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_endpoint",
+                                     message=f"The {dialect.name} bridge does not count tokens."))
+    return await _exchange(request, count)
+
+
+async def _exchange(request: web.Request, build: Callable[[bytes, Target], EngineCall]) -> web.StreamResponse:
     bridge = request.app[BRIDGE]
     body = await request.read()
     target = bridge.target
@@ -98,7 +115,7 @@ async def complete(request: web.Request) -> web.StreamResponse:
         target = replace(target, api_key=key)
     try:
         wire.verify_request(body, max_size=MAX_REQUEST)
-        call = bridge.dialect.build(body, target)
+        call = build(body, target)
     except WireError as exc:
         return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_flatbuffer",
                                      message=f"The FlatBuffers request is invalid: {exc}."))
@@ -243,6 +260,7 @@ def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | Non
     app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive))
     app.router.add_post(identifiers.COMPLETE_PATH, complete)
     app.router.add_post(identifiers.EMBED_PATH, embed)
+    app.router.add_post(identifiers.COUNT_PATH, count_tokens)
     app.router.add_get("/healthz", healthz)
     name_server(app)
 

@@ -54,6 +54,9 @@ async def count_tokens(request: web.Request) -> web.Response:
     gw, ex = request.app[GATEWAY], request[EXCHANGE]
     ex.api = API
     body = await read_body(request, gw.settings.max_body_bytes)
-    beta = "anthropic-beta" in request.headers
-    tokens = pipeline.count_messages(gw, body, _meta(request), ex, beta=beta)
+    tokens, prepared = pipeline.prepare_count(gw, body, _meta(request), ex, beta=_betas(request),
+                                              version=request.headers.get("anthropic-version"))
+    if prepared is not None:  # the route asks its provider to count
+        with request.app[DRAIN].deadline():
+            tokens = await pipeline.count_by_service(gw, prepared, ex)
     return json_response(TokenCount(input_tokens=tokens))

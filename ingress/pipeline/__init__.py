@@ -21,7 +21,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 
     gateway.py  what every request shares          prepare.py  the CPU-only stages
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, fallback
-    answer.py   complete, respond, answer_message, embed
+    answer.py   complete, respond, answer_message, count_by_service, embed
     stream.py   stream, stream_response, stream_messages, their events
     relay.py    relay
 """
@@ -29,13 +29,13 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 from __future__ import annotations
 
 from ingress.pipeline.admit import admit, settle, used
-from ingress.pipeline.answer import answer_message, complete, embed, respond
+from ingress.pipeline.answer import answer_message, complete, count_by_service, embed, respond
 from ingress.pipeline.gateway import EncodeRequest, Gateway
 from ingress.pipeline.prepare import (
     Completion,
     Prepared,
-    count_messages,
     prepare,
+    prepare_count,
     prepare_embeddings,
     prepare_messages,
     prepare_responses,
@@ -77,9 +77,10 @@ __all__ = [
     "admit",
     "answer_message",
     "complete",
-    "count_messages",
+    "count_by_service",
     "embed",
     "prepare",
+    "prepare_count",
     "prepare_embeddings",
     "prepare_messages",
     "prepare_responses",

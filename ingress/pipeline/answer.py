@@ -1,4 +1,4 @@
-"""complete / respond / answer_message / embed: one whole answer each."""
+"""complete / respond / answer_message / count_by_service / embed: one whole answer each."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ingress.translate.text import translate_text_response
 from ingress.upstream.group import Lease
 from ingress.wire.answer import decode_answer
 from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
+from ingress.wire.identifiers import COUNT_PATH
 from ingress.wire.types import Response
 
 
@@ -60,6 +61,25 @@ async def answer_message(gw: Gateway, request: MessagesRequest, prepared: Prepar
                          ex: Exchange) -> anthropic_answers.Message:
     """A non-streamed Messages answer, sent as `complete` sends, in Anthropic's shape."""
     return message_from_response(await _completed(gw, prepared, ex), id=message_id(ex), model=request.model)
+
+
+async def count_by_service(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> int:
+    """A prompt counted by the service (a bridge asking its provider), sent as `complete` sends: the
+    answer is a CompletionResponse whose usage is the count."""
+
+    async def attempt(lease: Lease) -> Response:
+        answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts,
+                                             path=COUNT_PATH)
+        try:
+            return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
+        except UpstreamProtocolError as exc:
+            raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
+
+    response = await send(gw, prepared.match, ex, attempt)
+    ex.upstream_ok = True
+    if response.usage is None:
+        raise UpstreamProtocolError("The model service answered a count without its usage.", after_head=True)
+    return response.usage.prompt_tokens
 
 
 def message_id(ex: Exchange) -> str:

@@ -197,13 +197,23 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
     return request, prepared_for(gw, ex, chat, match, passport, encoded, meta, _chat_output(chat))
 
 
-def count_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: bool) -> int:
-    """`count_tokens`: a Messages request's prompt (system, messages, tools) counted exactly by the route's
-    tokenizer (or the one its model's name implies); `max_tokens` is not part of it."""
-    request, _ = decode_messages(_with_max_tokens(body), beta=beta)
-    read = messages_as_chat(request)
+def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
+                  version: str | None) -> tuple[int, Prepared[Completion] | None]:
+    """`count_tokens`: a Messages request's prompt (system, messages, tools; it has no `max_tokens`)
+    counted exactly by the route's tokenizer (or the one its model's name implies); and, where the route
+    asks its provider to count (`count_tokens = "provider"`), the request prepared for that."""
+    request, _ = decode_messages(_with_max_tokens(body), beta=bool(beta))
     match, meta = route_decoded(gw, ex, request.model, False, meta)
-    return counter(gw, match).chat(read.request, True)
+    asks_provider = match.route.count_tokens == "provider"
+    read = messages_as_chat(request, for_anthropic=asks_provider)
+    tokens = counter(gw, match).chat(read.request, True)
+    if not asks_provider:
+        return tokens, None
+    passport = compute_passport(read.request, meta, prompt_tokens=tokens)
+    encoded = encode_messages_request(read.request, ex.request_id, passport, match.route.provider,
+                                      match.upstream_model, anthropic_json=body.decode(), anthropic_beta=beta,
+                                      anthropic_version=version)
+    return tokens, prepared_for(gw, ex, read.request, match, passport, encoded, meta, 0)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

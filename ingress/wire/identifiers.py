@@ -13,6 +13,7 @@ CONTENT_TYPE = "application/x-flatbuffers"
 STREAM_CONTENT_TYPE = "application/x-flatbuffers-frames"
 COMPLETE_PATH = "/v1/complete"  # where internal services take a CompletionRequest
 EMBED_PATH = "/v1/embed"  # where they take an EmbeddingRequest
+COUNT_PATH = "/v1/count_tokens"  # a CompletionRequest's prompt counted: a CompletionResponse with only its usage
 
 
 def identifier_of(buf: bytes | bytearray | memoryview, offset: int = 0) -> bytes:

@@ -27,6 +27,7 @@ from multidict import CIMultiDict
 from ingress.serve.app import serve_app
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
+COUNTED = 1234  # the fake's count of any prompt (POST /v1/messages/count_tokens)
 PIECE = 97  # a stream is written in pieces of this many bytes, which split events and lines anywhere
 
 
@@ -99,9 +100,18 @@ class FakeAnthropic:
             return await self._script.popleft()(request)
         return await (stream("text") if body.get("stream") else whole("text"))(request)
 
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's count: COUNTED tokens, whatever the request; recorded as the messages are."""
+        body = json.loads(await request.read())
+        self.received.append(Received(CIMultiDict(request.headers), body))
+        if self._script:
+            return await self._script.popleft()(request)
+        return web.json_response({"input_tokens": COUNTED})
+
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         return app
 
     @asynccontextmanager

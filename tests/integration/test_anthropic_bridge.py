@@ -12,7 +12,7 @@ import aiohttp
 import anthropic
 import openai
 import pytest
-from fakes.anthropic import FakeAnthropic, refuse, stream, whole
+from fakes.anthropic import COUNTED, FakeAnthropic, refuse, stream, whole
 from openai.types.chat import ChatCompletionMessageParam
 from unit.test_messages import EVERYTHING
 
@@ -149,7 +149,9 @@ async def messages_stack() -> AsyncIterator[MessagesStack]:
         bridge = create_bridge_app(DIALECT, Target(url=provider, api_key="sk-ant-test-key", max_tokens=256), GENEROUS)
         async with serve_app(bridge, "127.0.0.1", 0) as bridge_url:
             settings = Settings(groups={"anthropic": Group(endpoints=[Endpoint(url=bridge_url)])},
-                                routes=(Route(group="anthropic", glob="claude-*", provider="anthropic"),),
+                                routes=(Route(group="anthropic", glob="claude-*", provider="anthropic",
+                                              count_tokens="provider"),
+                                        Route(group="anthropic", glob="edge-counted-*", provider="anthropic")),
                                 timeouts=GENEROUS)
             async with serve_app(create_app(settings), "127.0.0.1", 0) as edge:
                 yield MessagesStack(fake, edge)
@@ -203,3 +205,19 @@ async def test_thinking_round_trips_over_two_turns_with_its_signature(messages_s
                                                    "signature": thinking[0].signature}
     assert messages_stack.anthropic.received[0].body["system"][0]["cache_control"] == {"type": "ephemeral",
                                                                                        "ttl": "1h"}
+
+
+async def test_count_tokens_asks_anthropic_where_the_route_says_so(messages_stack: MessagesStack) -> None:
+    """count_tokens = "provider": Anthropic's own count, of the request as the client sent it; elsewhere
+    the edge's tokenizer, and Anthropic is not asked."""
+    ask: list[anthropic.types.MessageParam] = [{"role": "user", "content": "How many tokens is this?"}]
+    tools: list[anthropic.types.ToolParam] = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    async with anthropic.AsyncAnthropic(base_url=messages_stack.edge, api_key="client-key", max_retries=0) as client:
+        counted = await client.messages.count_tokens(model="claude-sonnet-4-5", messages=ask, tools=tools,
+                                                     system="Be brief.")
+        assert counted.input_tokens == COUNTED
+        (sent,) = messages_stack.anthropic.received
+        assert sent.body == {"model": "claude-sonnet-4-5", "messages": ask, "tools": tools, "system": "Be brief."}
+        assert sent.headers["x-api-key"] == "sk-ant-test-key"
+        by_edge = await client.messages.count_tokens(model="edge-counted-1", messages=ask)
+        assert 0 < by_edge.input_tokens != COUNTED and len(messages_stack.anthropic.received) == 1

@@ -24,7 +24,7 @@ from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import TextCompletionRequest
 from ingress.translate.stream import StreamTranslator
-from ingress.wire.encode import encode_request, encode_text_request
+from ingress.wire.encode import encode_messages_request, encode_request, encode_text_request
 from ingress.wire.passport import Passport
 
 CREATED = 1_700_000_000
@@ -614,3 +614,54 @@ def test_json_nested_too_deeply_in_any_field_is_a_400(where: str, levels: int) -
         DIALECT.build(buf, TARGET)
     else:
         assert_nested_too_deeply(lambda: DIALECT.build(buf, TARGET))
+
+
+# --- a Messages request as its client sent it ------------------------------------------------------
+
+
+def sent_whole(doc: dict[str, Any], model: str | None = "claude-opus-4-6", betas: list[str] | None = None,
+               version: str | None = None) -> bytes:
+    """A buffer as the edge makes it for a Messages request bound for Anthropic: the request as sent."""
+    request = decode_chat_request(json.dumps({"model": "claude-sonnet-4-5", "messages": HELLO}).encode())
+    return bytes(encode_messages_request(request, "r", Passport(), "anthropic", model,
+                                         anthropic_json=json.dumps(doc), anthropic_beta=betas,
+                                         anthropic_version=version))
+
+
+AS_SENT = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": HELLO, "container": "c_1",
+           "tools": [{"type": "web_search_20250305", "name": "web_search"}], "zzz_new_beta_field": {"a": [1]}}
+
+
+def test_a_request_as_sent_goes_as_it_is_with_the_routes_model_name() -> None:
+    call = DIALECT.build(sent_whole(AS_SENT, betas=["a-2025", "b-2025"], version="2023-06-01"), TARGET)
+    assert json.loads(call.request.body) == {**AS_SENT, "model": "claude-opus-4-6"}
+    assert list(json.loads(call.request.body)) == list(AS_SENT)  # its fields in the client's order
+    assert call.request.headers["anthropic-beta"] == "a-2025,b-2025"
+    assert call.request.headers["anthropic-version"] == "2023-06-01"
+    assert call.request.headers["x-api-key"] == "sk-ant-secret" and call.request.path == "/v1/messages"
+    assert call.request.stream is False
+
+
+def test_a_request_as_sent_without_beta_flags_or_version_gets_the_bridges_version() -> None:
+    call = DIALECT.build(sent_whole(AS_SENT), TARGET)
+    assert "anthropic-beta" not in call.request.headers
+    assert call.request.headers["anthropic-version"] == anthropic_request.VERSION
+
+
+def test_a_count_asks_anthropics_count_tokens_and_answers_with_usage() -> None:
+    doc = {"model": "claude-sonnet-4-5", "messages": HELLO, "system": "Be brief."}
+    call = DIALECT.count(sent_whole(doc, betas=["a-2025"]), TARGET)
+    assert call.request.path == "/v1/messages/count_tokens"
+    assert json.loads(call.request.body) == {**doc, "model": "claude-opus-4-6"}
+    assert call.request.headers["anthropic-beta"] == "a-2025"
+    answer = call.answer(b'{"input_tokens": 77}')
+    assert answer.choices == [] and answer.usage is not None and answer.usage.prompt_tokens == 77
+    with pytest.raises(EngineFailed) as broken:
+        call.answer(b'{"tokens": 77}')
+    assert broken.value.info.status == 502
+
+
+def test_a_count_of_a_chat_request_is_refused() -> None:
+    with pytest.raises(Unsupported) as refused_count:
+        DIALECT.count(buffer({"messages": HELLO}), TARGET)
+    assert refused_count.value.param == "messages"

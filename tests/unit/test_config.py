@@ -245,6 +245,9 @@ def test_a_missing_key_names_no_line(text: str, key: str) -> None:
     pytest.param('[groups.g]\nendpoints = [{ url = "embedded:" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
                  "groups.g.endpoints[0].url", "only for the built-in demo", id="embedded-in-a-group"),
     pytest.param('unix = "run/ingress.sock"\n', "unix", "must be absolute", id="relative-socket-path"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n'
+                 'count_tokens = "provider"\n', "routes[0].count_tokens", 'needs provider = "anthropic"',
+                 id="a-provider-count-off-anthropic"),
 ])
 def test_whole_file_mistakes_name_the_key(text: str, key: str, detail: str) -> None:
     message = _error(text)
