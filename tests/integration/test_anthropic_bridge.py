@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -162,12 +163,18 @@ BETAS = ["interleaved-thinking-2025-05-14", "context-management-2025-06-27", "fi
          "code-execution-2025-08-25", "files-api-2025-04-14"]
 
 
-async def test_every_field_of_a_messages_request_reaches_anthropic_unchanged(messages_stack: MessagesStack) -> None:
+AGENT_FIRST_TURN = json.loads((Path(__file__).parents[1] / "fixtures" / "anthropic" / "agent_first_turn.json")
+                              .read_text())
+
+
+@pytest.mark.parametrize("request_sent", [EVERYTHING, AGENT_FIRST_TURN], ids=["every-field", "agent-first-turn"])
+async def test_every_field_of_a_messages_request_reaches_anthropic_unchanged(messages_stack: MessagesStack,
+                                                                             request_sent: dict[str, Any]) -> None:
     """Every field of the request type (server tools, MCP servers, citations, thinking with signatures,
-    cache_control TTLs, context management...) sent through the edge and the bridge: Anthropic receives
-    the very request, with the client's beta flags and version."""
+    cache_control TTLs, context management...), and an agent CLI's first turn, sent through the edge and
+    the bridge: Anthropic receives the very request, with the client's beta flags and version."""
     messages_stack.anthropic.play(whole("text"))
-    sent = {**EVERYTHING, "model": "claude-opus-4-6", "stream": False}
+    sent = {**request_sent, "model": "claude-opus-4-6", "stream": False}
     async with aiohttp.ClientSession() as http, http.post(
             f"{messages_stack.edge}/v1/messages?beta=true", json=sent,
             headers={"x-api-key": "client-key", "anthropic-version": "2023-06-01",
