@@ -111,6 +111,12 @@ class Gaps:
             self._sum += gap
             self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
 
+    def sent(self, n: int) -> None:
+        """n chunks went out now, together."""
+        now = time.perf_counter()
+        for _ in range(n):
+            self.mark(now)
+
     def flush(self) -> None:
         child, counts = self._child, self._counts
         if not any(counts):

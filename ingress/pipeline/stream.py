@@ -164,12 +164,12 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
     yielded, then DONE at the final frame, or Failed. With `direct`, each later read is fed to the core in
     the upstream connection's callback and its chunks offered there (`_Offer`); only what `direct`
     declines, a failure or the end come back to this generator."""
-    body = StreamBody(translator, gw.settings.max_frame_bytes)
     gaps = metrics.inter_chunk_gaps(ex.metric_model)
-    offer = _Offer(body, gaps, direct) if direct is not None else None
+    body = StreamBody(translator, gw.settings.max_frame_bytes, gaps.sent)
+    offer = _Offer(body, direct) if direct is not None else None
     if data:
         ex.mark_first_byte()  # the body's first read: every later one comes after it
-    read = _fed(body, gaps, data)
+    read = _fed(body, data)
     try:
         while True:
             if read.chunks:
@@ -181,10 +181,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                 return
             if body.done:
                 break
-            if offer is not None:
-                read = await reads.pump(offer) or body.end()
-            else:
-                read = _fed(body, gaps, await anext(reads, b""))
+            read = await _next_read(body, reads, offer)
     finally:
         gaps.flush()
         ex.usage = translator.usage
@@ -208,16 +205,17 @@ def _translator(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> Fr
                             include_usage=include_usage, verify=verify, legacy_functions=request.legacy_functions)
 
 
-def _fed(body: StreamBody[Chunk], gaps: metrics.Gaps, data: bytes) -> Read[Chunk]:
-    """One read through the core (b"": the body ended), its chunks' gaps counted."""
-    if not data:
-        return body.end()
-    read = body.feed(data)
-    if read.chunks:
-        now = time.perf_counter()
-        for _ in read.chunks:
-            gaps.mark(now)
-    return read
+async def _next_read(body: StreamBody[Chunk], reads: Reads, offer: _Offer | None) -> Read[Chunk]:
+    """The body's next read through the core: fed in the upstream connection's callback (`offer`), which
+    gives back only what it did not hand on, or fed here."""
+    if offer is not None:
+        return await reads.pump(offer) or body.end()
+    return _fed(body, await anext(reads, b""))
+
+
+def _fed(body: StreamBody[Chunk], data: bytes) -> Read[Chunk]:
+    """One read through the core (b"": the body ended)."""
+    return body.feed(data) if data else body.end()
 
 
 class _Offer:
@@ -225,14 +223,14 @@ class _Offer:
     to `direct`. None when `direct` took them (or there were none) and the stream goes on; otherwise the
     read, for the stream's task to finish: chunks `direct` declined, a failure, or the final frame."""
 
-    __slots__ = ("_body", "_direct", "_gaps")
+    __slots__ = ("_body", "_direct")
 
-    def __init__(self, body: StreamBody[Chunk], gaps: metrics.Gaps, direct: Direct) -> None:
-        self._body, self._gaps, self._direct = body, gaps, direct
+    def __init__(self, body: StreamBody[Chunk], direct: Direct) -> None:
+        self._body, self._direct = body, direct
 
     def __call__(self, data: bytes) -> Read[Chunk] | None:
         try:
-            read = _fed(self._body, self._gaps, data)
+            read = _fed(self._body, data)
             if read.error is None and not self._body.done and (not read.chunks or self._direct(_event(read.chunks))):
                 return None
             return read

@@ -13,7 +13,7 @@ events; each translator reads one whole frame at a time (`FrameTranslator`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ingress.errors import IngressError, UpstreamProtocolError
@@ -61,11 +61,14 @@ class StreamBody(Generic[T]):
     """A streamed answer's body, read by read: frames cut, each translated; nothing after the final frame
     is read, however it arrived."""
 
-    __slots__ = ("_frames", "translator")
+    __slots__ = ("_frames", "_sent", "translator")
 
-    def __init__(self, translator: FrameTranslator[T], max_frame: int) -> None:
+    def __init__(self, translator: FrameTranslator[T], max_frame: int,
+                 sent: Callable[[int], None] | None = None) -> None:
+        """`sent(n)`: told as each frame's n chunks are made (n > 0), for the gaps between chunks."""
         self.translator = translator
         self._frames = FrameDecoder(max_frame)
+        self._sent = sent
 
     @property
     def done(self) -> bool:
@@ -74,11 +77,15 @@ class StreamBody(Generic[T]):
     def feed(self, data: bytes) -> Read[T]:
         """One read's chunks; a failure in it (a malformed frame, the service's Error frame, a broken
         sequence) after the chunks of the frames before it."""
-        translator = self.translator
+        translator, sent = self.translator, self._sent
         chunks: list[T] = []
         try:
             for frame in self._frames.feed(data):
-                chunks += translator.read_frame(frame)
+                made = translator.read_frame(frame)
+                if made:
+                    chunks += made
+                    if sent is not None:
+                        sent(len(made))
                 if translator.done:
                     break
         except FrameError as exc:

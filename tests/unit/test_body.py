@@ -89,3 +89,13 @@ def test_a_text_completion_goes_through_the_same_core() -> None:
     read = core.feed(BODY)
     assert read.error is None and core.done
     assert "".join(c.choices[0].text for c in read.chunks if c.choices) == "Hello world"
+
+
+def test_each_frames_chunks_are_told_as_they_are_made() -> None:
+    """`sent` hears of each frame's chunks, one call a frame: the gaps between chunks are timed by frame,
+    not by read, whatever the split."""
+    told: list[int] = []
+    core = StreamBody(StreamTranslator(id="chatcmpl-x", model="m", created=1, include_usage=False), 1 << 20,
+                      told.append)
+    read = core.feed(BODY)
+    assert told == [1, 1, 1, 1] and len(read.chunks) == 4  # the role, two tokens, the finish: a chunk each
