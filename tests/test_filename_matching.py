@@ -12,6 +12,7 @@ UNIT = REPO / "tests" / "unit"
 NOT_A_MODULE = {
     "test_article_schema.py": "the original LLMGateway schema's readers (tests/fixtures/) read our requests",
     "test_deploy.py": "deploy/: the manifests, the chart and the Dockerfile",
+    "test_bench_lib.py": "bench/lib/: the benchmarks' shared servers, rounds and tables",
     "test_docs.py": "the README's and deploy/ingress.toml's examples",
     "test_drain_deadline.py": "drain.py's Drain.deadline() (test_drain.py is the integration test's name)",
     "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",

@@ -181,7 +181,10 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                 return
             if body.done:
                 break
-            read = await _next_read(body, reads, offer)
+            try:
+                read = await _next_read(body, reads, offer)
+            except IngressError as exc:  # the connection broke, or the service went silent: its failure
+                read = Read([], exc)
     finally:
         gaps.flush()
         ex.usage = translator.usage
