@@ -73,16 +73,9 @@ class AnthropicDialect:
     @readable
     def build(self, buf: bytes, target: Target) -> MessagesCall:
         view = wire.read_request(buf)
-        if (sent := view.AnthropicJson()) is not None:  # a Messages request, as its client sent it
-            model = (view.ModelName() or b"").decode() or target.model
-            if not model:
-                raise Unsupported("model", "The bridge has no model name to send to Anthropic.")
-            betas = [view.AnthropicBeta(j).decode() for j in range(view.AnthropicBetaLength())]
-            version = view.AnthropicVersion()
-            return MessagesCall(EngineRequest(path=under(target, PATH),
-                                              headers=request_headers(target, version and version.decode(), betas),
-                                              body=as_sent(sent, model), stream=view.Stream()),
-                                created=int(self._clock()))
+        if view.AnthropicJson() is not None:  # a Messages request, as its client sent it
+            sent, _ = _as_sent(view, target, PATH)
+            return MessagesCall(sent, created=int(self._clock()))
         if view.TextCompletion():
             raise Unsupported("prompt", "Anthropic's Messages API has no text completions: use chat completions.")
         request = wire.decode_request(buf)
@@ -96,16 +89,9 @@ class AnthropicDialect:
         """A Messages request's prompt counted by Anthropic: the request as its client sent it (to
         count_tokens, which has no max_tokens), with the route's model name."""
         view = wire.read_request(buf)
-        sent = view.AnthropicJson()
-        if sent is None:
+        if view.AnthropicJson() is None:
             raise Unsupported("messages", "Anthropic counts only a request sent in its own Messages API.")
-        model = (view.ModelName() or b"").decode() or target.model
-        if not model:
-            raise Unsupported("model", "The bridge has no model name to send to Anthropic.")
-        betas = [view.AnthropicBeta(j).decode() for j in range(view.AnthropicBetaLength())]
-        version = view.AnthropicVersion()
-        request = EngineRequest(path=under(target, COUNT_PATH), body=as_sent(sent, model), stream=False,
-                                headers=request_headers(target, version and version.decode(), betas))
+        request, model = _as_sent(view, target, COUNT_PATH)
         return CountCall(request, model, int(self._clock()))
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorInfo:
@@ -113,6 +99,18 @@ class AnthropicDialect:
         if (wait := retry_after(headers)) is not None:
             info.retry_after = wait
         return info
+
+
+def _as_sent(view: wire.RequestView, target: Target, path: str) -> tuple[EngineRequest, str]:
+    """The request to `path` for a Messages request as its client sent it (`anthropic_json`): that
+    request with the route's model name, the client's beta flags and version; and the model name."""
+    model = (view.ModelName() or b"").decode() or target.model
+    if not model:
+        raise Unsupported("model", "The bridge has no model name to send to Anthropic.")
+    betas = [view.AnthropicBeta(j).decode() for j in range(view.AnthropicBetaLength())]
+    version = view.AnthropicVersion()
+    return EngineRequest(path=under(target, path), headers=request_headers(target, version and version.decode(), betas),
+                         body=as_sent(view.AnthropicJson(), model), stream=view.Stream()), model
 
 
 DIALECT: Dialect = AnthropicDialect()  # typed: mypy holds the class to the protocol

@@ -24,6 +24,7 @@ answers it, one vector per input.
 from __future__ import annotations
 
 from ingress.wire.decode import (
+    RequestView,
     WireError,
     decode_chunk,
     decode_error,
@@ -104,6 +105,7 @@ __all__ = [
     "FunctionCall",
     "MessageData",
     "PromptInputData",
+    "RequestView",
     "Response",
     "TokenLogprob",
     "ToolCallDelta",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import msgspec
 
@@ -34,7 +34,10 @@ def _s(value: bytes | None) -> str | None:
     return None if value is None else value.decode()
 
 
-def read_request(buf: bytes) -> CompletionRequest:
+RequestView: TypeAlias = CompletionRequest  # what read_request gives: the generated reader's table, read in place
+
+
+def read_request(buf: bytes) -> RequestView:
     """A zero-copy view of a CompletionRequest; fields are read from `buf` when accessed."""
     _expect(buf, identifiers.REQUEST)
     return CompletionRequest.GetRootAs(buf, 0)

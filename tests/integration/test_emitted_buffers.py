@@ -50,9 +50,8 @@ REQUESTS: list[dict[str, object]] = [
 ]
 
 
-@pytest.fixture
-async def recorded() -> AsyncIterator[tuple[str, list[bytes]]]:
-    bodies: list[bytes] = []
+def recording_demo(bodies: list[bytes]) -> web.Application:
+    """The demo service, keeping every request body it receives in `bodies`."""
 
     @web.middleware
     async def record(request: web.Request,
@@ -62,6 +61,13 @@ async def recorded() -> AsyncIterator[tuple[str, list[bytes]]]:
 
     demo = create_demo_app()
     demo.middlewares.append(record)
+    return demo
+
+
+@pytest.fixture
+async def recorded() -> AsyncIterator[tuple[str, list[bytes]]]:
+    bodies: list[bytes] = []
+    demo = recording_demo(bodies)
     async with (
         serve_app(demo, "127.0.0.1", 0) as upstream,
         serve_app(create_app(Settings(upstream=upstream)), "127.0.0.1", 0) as edge,
@@ -153,16 +159,7 @@ async def test_every_emitted_messages_request_verifies_as_the_chat_request_it_am
         cxx_verifier: object, stream: bool, provider: Literal["openai", "anthropic"]) -> None:
     """Anthropic's Messages requests: their chat reading, and bound for Anthropic the request as sent too."""
     bodies: list[bytes] = []
-
-    @web.middleware
-    async def record(request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        bodies.append(await request.read())
-        return await handler(request)
-
-    demo = create_demo_app()
-    demo.middlewares.append(record)
-    async with serve_app(demo, "127.0.0.1", 0) as upstream:
+    async with serve_app(recording_demo(bodies), "127.0.0.1", 0) as upstream:
         settings = Settings(groups={"demo": Group(endpoints=[Endpoint(url=upstream)])},
                             routes=(Route(group="demo", model="claude-sonnet-4-5", provider=provider),))
         async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, aiohttp.ClientSession() as http:
