@@ -18,20 +18,34 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Raw
 
+from ingress.anthropic.blocks import (
+    CacheControl,
+    CallerKind,
+    CompactionBlock,
+    ContentBlock,
+    Count,
+    FallbackBlock,
+    McpToolListingBlock,
+    McpToolUseBlock,
+    Nonempty,
+    ServerToolResult,
+    ServerToolUseBlock,
+    Strict,
+    SystemBlock,
+    TextBlock,
+    ToolAdditionBlock,
+    ToolDefinition,
+    ToolName,
+    ToolRemovalBlock,
+    ToolUseBlock,
+    Unit,
+)
 from ingress.errors import InvalidRequest
 from ingress.oai.chat import INT32_MAX, NO_JSON, ModelName
 from ingress.oai.codec import MAX_NESTING, check_nesting, unreadable, validation_path
 
-Count = Annotated[int, Meta(ge=0, le=INT32_MAX)]
-Unit = Annotated[float, Meta(ge=0.0, le=1.0)]
-Nonempty = Annotated[str, Meta(min_length=1)]
-# Anthropic's pattern for a client tool's name.
-ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}\Z")]
-# Who called a tool: the model itself, or a code-execution server tool of a given version.
-CallerKind = Annotated[str, Meta(pattern=r"^(?:direct|code_execution_[0-9]{8})\Z")]
 Effort = Literal["low", "medium", "high", "xhigh", "max"]
 ThinkingDisplay = Literal["summarized", "omitted", "updates"]
-ImageMediaType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 MIN_THINKING_BUDGET = 1024
 # Anthropic's own tools, by their `type`: a family and the date of its version (`web_search_20250305`);
 # tool search also without a date.
@@ -42,375 +56,10 @@ _SERVER_TOOL = re.compile(rf"(?:{'|'.join(SERVER_TOOL_FAMILIES)})_[0-9]{{8}}"
                           r"|tool_search_tool_(?:bm25|regex)|mcp_toolset")
 
 
-class _Strict(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """Unknown fields are refused, as Anthropic does, rather than silently dropped."""
-
-
-class _Block(_Strict, tag_field="type"):
-    pass
-
-
-class CacheControl(_Strict, tag_field="type", tag="ephemeral"):
-    """A prompt-cache breakpoint: on a system block, a content block, a tool, or the whole request."""
-
-    ttl: Literal["5m", "1h"] | None = None
-
-
-class Caller(_Strict):
-    """Who called a tool (`direct`, or a code-execution tool by its id). One struct: the kinds are
-    versioned with the code-execution tool."""
-
-    type: CallerKind
-    tool_id: str | None = None
-
-
-class CitationsConfig(_Strict):
-    enabled: bool | None = None
-
-
-# --- citations (on text blocks: what Anthropic cited, sent back) ---------------------------------
-
-
-class _Citation(_Strict, tag_field="type"):
-    cited_text: str
-
-
-class CharLocation(_Citation, tag="char_location"):
-    document_index: Count
-    start_char_index: Count
-    end_char_index: Count
-    document_title: str | None = None
-    file_id: str | None = None  # in Anthropic's answer, so in an answer sent back
-
-
-class PageLocation(_Citation, tag="page_location"):
-    document_index: Count
-    start_page_number: Count
-    end_page_number: Count
-    document_title: str | None = None
-    file_id: str | None = None
-
-
-class ContentBlockLocation(_Citation, tag="content_block_location"):
-    document_index: Count
-    start_block_index: Count
-    end_block_index: Count
-    document_title: str | None = None
-    file_id: str | None = None
-
-
-class WebSearchResultLocation(_Citation, tag="web_search_result_location"):
-    encrypted_index: str
-    url: str
-    title: str | None = None
-
-
-class SearchResultLocation(_Citation, tag="search_result_location"):
-    search_result_index: Count
-    source: str
-    start_block_index: Count
-    end_block_index: Count
-    title: str | None = None
-
-
-Citation = CharLocation | PageLocation | ContentBlockLocation | WebSearchResultLocation | SearchResultLocation
-
-# --- sources of images and documents --------------------------------------------------------------
-
-
-class _Source(_Strict, tag_field="type"):
-    pass
-
-
-class Base64Image(_Source, tag="base64"):
-    media_type: ImageMediaType
-    data: str
-
-
-class UrlSource(_Source, tag="url"):
-    url: Nonempty
-
-
-class FileSource(_Source, tag="file"):
-    """A file uploaded through Anthropic's Files API."""
-
-    file_id: Nonempty
-
-
-class Base64Pdf(_Source, tag="base64"):
-    media_type: Literal["application/pdf"]
-    data: str
-
-
-class PlainText(_Source, tag="text"):
-    media_type: Literal["text/plain"]
-    data: str
-
-
-# --- content blocks -------------------------------------------------------------------------------
-
-
-class TextBlock(_Block, tag="text"):
-    text: Nonempty
-    cache_control: CacheControl | None = None
-    citations: list[Citation] | None = None
-
-
-class ImageTransformations(_Strict):
-    oversized_image: Literal["downsize", "error"] | None = None
-
-
-class ImageBlock(_Block, tag="image"):
-    source: Base64Image | UrlSource | FileSource
-    cache_control: CacheControl | None = None
-    transformations: ImageTransformations | None = None
-
-
-class ContentSource(_Source, tag="content"):
-    """A document given as content blocks, each citable on its own."""
-
-    content: str | list[TextBlock | ImageBlock]
-
-
-class DocumentBlock(_Block, tag="document"):
-    source: Base64Pdf | PlainText | ContentSource | UrlSource | FileSource
-    cache_control: CacheControl | None = None
-    citations: CitationsConfig | None = None
-    context: str | None = None
-    title: str | None = None
-
-
-class SearchResultBlock(_Block, tag="search_result"):
-    content: list[TextBlock]
-    source: str
-    title: str
-    cache_control: CacheControl | None = None
-    citations: CitationsConfig | None = None
-
-
-class ThinkingBlock(_Block, tag="thinking"):
-    thinking: str
-    signature: str
-
-
-class RedactedThinkingBlock(_Block, tag="redacted_thinking"):
-    data: str
-
-
-class ToolUseBlock(_Block, tag="tool_use"):
-    id: Nonempty
-    name: Nonempty
-    input: Raw  # a JSON object, checked to be one
-    cache_control: CacheControl | None = None
-    caller: Caller | None = None
-    toolset_name: str | None = None
-
-
-class ToolReferenceBlock(_Block, tag="tool_reference"):
-    """A tool found by tool search, in a tool result."""
-
-    tool_name: Nonempty
-    cache_control: CacheControl | None = None
-
-
-class BrowserTab(_Strict):
-    tab_id: str
-    title: str
-    url: str
-    active: bool | None = None
-
-
-class _BrowserChange(_Strict, tag_field="type"):
-    pass
-
-
-class TabOpened(_BrowserChange, tag="tab_opened"):
-    tab_id: str
-
-
-class DownloadStarted(_BrowserChange, tag="download_started"):
-    download_id: str
-    url: str
-
-
-class DownloadCompleted(_BrowserChange, tag="download_completed"):
-    download_id: str
-    url: str
-    path: str | None = None
-    size_bytes: Count | None = None
-
-
-class DownloadFailed(_BrowserChange, tag="download_failed"):
-    download_id: str
-    url: str
-    error: str | None = None
-
-
-class BrowserStateBlock(_Block, tag="browser_state"):
-    """The browser toolset's state, in a tool result."""
-
-    tabs: list[BrowserTab]
-    cache_control: CacheControl | None = None
-    state_changes: list[TabOpened | DownloadStarted | DownloadCompleted | DownloadFailed] | None = None
-
-
-ToolResultContent = TextBlock | ImageBlock | SearchResultBlock | DocumentBlock | ToolReferenceBlock | BrowserStateBlock
-
-
-class ToolResultBlock(_Block, tag="tool_result"):
-    tool_use_id: Nonempty
-    content: str | list[ToolResultContent] | None = None
-    is_error: bool | None = None
-    cache_control: CacheControl | None = None
-    toolset_name: str | None = None
-
-
-class ServerToolUseBlock(_Block, tag="server_tool_use"):
-    """A call of one of Anthropic's tools, from an earlier answer."""
-
-    id: Nonempty
-    name: Nonempty  # web_search, code_execution, ...: the list grows with the tools
-    input: Raw  # a JSON object, checked to be one
-    cache_control: CacheControl | None = None
-    caller: Caller | None = None
-
-
-class _ServerToolResult(_Block):
-    """The result of one of Anthropic's tools, from an earlier answer: only Anthropic reads `content`."""
-
-    tool_use_id: Nonempty
-    content: Raw
-    cache_control: CacheControl | None = None
-
-
-class WebSearchToolResultBlock(_ServerToolResult, tag="web_search_tool_result"):
-    caller: Caller | None = None
-
-
-class WebFetchToolResultBlock(_ServerToolResult, tag="web_fetch_tool_result"):
-    caller: Caller | None = None
-
-
-class CodeExecutionToolResultBlock(_ServerToolResult, tag="code_execution_tool_result"):
-    pass
-
-
-class BashCodeExecutionToolResultBlock(_ServerToolResult, tag="bash_code_execution_tool_result"):
-    pass
-
-
-class TextEditorCodeExecutionToolResultBlock(_ServerToolResult, tag="text_editor_code_execution_tool_result"):
-    pass
-
-
-class ToolSearchToolResultBlock(_ServerToolResult, tag="tool_search_tool_result"):
-    pass
-
-
-class AdvisorToolResultBlock(_ServerToolResult, tag="advisor_tool_result"):
-    pass
-
-
-class ContainerUploadBlock(_Block, tag="container_upload"):
-    file_id: Nonempty
-    cache_control: CacheControl | None = None
-
-
-class McpToolUseBlock(_Block, tag="mcp_tool_use"):
-    id: Nonempty
-    name: Nonempty
-    server_name: Nonempty
-    input: Raw  # a JSON object, checked to be one
-    cache_control: CacheControl | None = None
-
-
-class McpToolResultBlock(_Block, tag="mcp_tool_result"):
-    tool_use_id: Nonempty
-    content: str | list[TextBlock] | None = None
-    is_error: bool | None = None
-    cache_control: CacheControl | None = None
-
-
-class _ToolChange(_Strict, tag_field="type"):
-    pass
-
-
-class ToolChangeReference(_ToolChange, tag="tool_reference"):
-    name: Nonempty
-
-
-class McpToolReference(_ToolChange, tag="mcp_tool_reference"):
-    name: Nonempty
-    server_name: Nonempty
-
-
-class McpToolsetReference(_ToolChange, tag="mcp_toolset_reference"):
-    server_name: Nonempty
-
-
-class ToolDefinition(_ToolChange, tag="tool_definition"):
-    definition: Raw  # a tool as `tools` holds it: a JSON object, checked to be one
-
-
-class ToolAdditionBlock(_Block, tag="tool_addition"):
-    """A tool added mid-conversation (in a system message, or a compaction's record of it)."""
-
-    tool: ToolChangeReference | McpToolReference | McpToolsetReference | ToolDefinition
-    cache_control: CacheControl | None = None
-
-
-class ToolRemovalBlock(_Block, tag="tool_removal"):
-    tool: ToolChangeReference | McpToolReference | McpToolsetReference
-    cache_control: CacheControl | None = None
-
-
-class CompactionBlock(_Block, tag="compaction"):
-    """A summary of the conversation so far, from an earlier answer."""
-
-    content: str | None = None
-    encrypted_content: str | None = None
-    signature: str | None = None
-    tool_changes: list[ToolAdditionBlock | ToolRemovalBlock] | None = None
-    cache_control: CacheControl | None = None
-
-
-class McpTool(_Strict):
-    name: Nonempty
-    input_schema: Raw  # a JSON object, checked to be one
-    description: str | None = None
-
-
-class McpToolListingBlock(_Block, tag="mcp_tool_listing"):
-    mcp_server_name: Nonempty
-    tools: list[McpTool]
-
-
-class FallbackModel(_Strict):
-    model: ModelName
-
-
-class FallbackBlock(_Block, tag="fallback"):
-    """Where an earlier answer moved to a fallback model."""
-
-    from_: FallbackModel = msgspec.field(name="from")
-    to: FallbackModel
-    trigger: Raw = NO_JSON
-
-
-ContentBlock = (
-    TextBlock | ImageBlock | DocumentBlock | SearchResultBlock | ThinkingBlock | RedactedThinkingBlock
-    | ToolUseBlock | ToolResultBlock | ServerToolUseBlock | WebSearchToolResultBlock | WebFetchToolResultBlock
-    | CodeExecutionToolResultBlock | BashCodeExecutionToolResultBlock | TextEditorCodeExecutionToolResultBlock
-    | ToolSearchToolResultBlock | AdvisorToolResultBlock | ContainerUploadBlock | McpToolUseBlock
-    | McpToolResultBlock | CompactionBlock | ToolAdditionBlock | ToolRemovalBlock | McpToolListingBlock
-    | FallbackBlock
-)
-SystemBlock = TextBlock | ToolAdditionBlock | ToolRemovalBlock
-
 # --- messages -------------------------------------------------------------------------------------
 
 
-class _Message(_Strict, tag_field="role"):
+class _Message(Strict, tag_field="role"):
     pass
 
 
@@ -422,7 +71,7 @@ class AssistantMessage(_Message, tag="assistant"):
     content: str | list[ContentBlock]
 
 
-class SystemOutputConfig(_Strict):
+class SystemOutputConfig(Strict):
     effort: Effort | None = None
 
 
@@ -440,7 +89,7 @@ Message = UserMessage | AssistantMessage | SystemMessage
 # --- tools and how to use them --------------------------------------------------------------------
 
 
-class ClientTool(_Strict):
+class ClientTool(Strict):
     """A tool the client runs (`type` "custom", or left out)."""
 
     name: ToolName
@@ -477,7 +126,7 @@ class _ToolHead(msgspec.Struct):
     cache_control: CacheControl | None = None
 
 
-class _Choice(_Strict, tag_field="type"):
+class _Choice(Strict, tag_field="type"):
     pass
 
 
@@ -503,11 +152,11 @@ ToolChoice = ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone
 # --- thinking and output --------------------------------------------------------------------------
 
 
-class ThinkingBinding(_Strict):
+class ThinkingBinding(Strict):
     prefix_mismatch_behavior: Literal["error", "drop_block"] | None = None
 
 
-class _Thinking(_Strict, tag_field="type"):
+class _Thinking(Strict, tag_field="type"):
     pass
 
 
@@ -533,33 +182,33 @@ class ThinkingBetweenTools(_Thinking, tag="between_tools"):
 ThinkingConfig = ThinkingEnabled | ThinkingAdaptive | ThinkingDisabled | ThinkingBetweenTools
 
 
-class JsonSchemaFormat(_Strict, tag_field="type", tag="json_schema"):
+class JsonSchemaFormat(Strict, tag_field="type", tag="json_schema"):
     schema: Raw  # a JSON object, checked to be one
 
 
-class TaskBudget(_Strict, tag_field="type", tag="tokens"):
+class TaskBudget(Strict, tag_field="type", tag="tokens"):
     total: Count
     remaining: Count | None = None
 
 
-class OutputConfig(_Strict):
+class OutputConfig(Strict):
     effort: Effort | None = None
     format: JsonSchemaFormat | None = None
     task_budget: TaskBudget | None = None
 
 
-class Metadata(_Strict):
+class Metadata(Strict):
     user_id: Annotated[str, Meta(max_length=512)] | None = None
 
 
-class Diagnostics(_Strict):
+class Diagnostics(Strict):
     previous_message_id: str | None = None
 
 
 # --- the request ----------------------------------------------------------------------------------
 
 
-class MessagesRequest(_Strict):
+class MessagesRequest(Strict):
     """`POST /v1/messages`, as the client sent it. Made by decode_messages only: its `tools` are read
     one by one (a client tool has no `type` to tell it from Anthropic's), so no msgspec decoder reads
     this type whole."""
@@ -778,7 +427,7 @@ def _input(block: ToolUseBlock | ServerToolUseBlock | McpToolUseBlock) -> str | 
     return None if _is_object(block.input) else "input"
 
 
-def _server_tool_result(block: _ServerToolResult) -> None:
+def _server_tool_result(block: ServerToolResult) -> None:
     _check_depth(block.content)
 
 
@@ -809,5 +458,5 @@ def _fallback(block: FallbackBlock) -> None:
 _OPAQUE: dict[type, Callable[[Any], str | None]] = {
     ToolUseBlock: _input, ServerToolUseBlock: _input, McpToolUseBlock: _input,
     ToolAdditionBlock: _tool_change, CompactionBlock: _compaction, McpToolListingBlock: _tool_listing,
-    FallbackBlock: _fallback, **dict.fromkeys(_ServerToolResult.__subclasses__(), _server_tool_result),
+    FallbackBlock: _fallback, **dict.fromkeys(ServerToolResult.__subclasses__(), _server_tool_result),
 }

@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from ingress.anthropic import blocks
 from ingress.anthropic import messages as m
 from ingress.errors import InvalidRequest
 from ingress.oai.chat import (
@@ -104,14 +105,14 @@ class _Reader:
             raise _refuse(param, what)
         self.unread.append(param)
 
-    def mark(self, cache: m.CacheControl | None) -> PromptCacheBreakpoint | None:
+    def mark(self, cache: blocks.CacheControl | None) -> PromptCacheBreakpoint | None:
         if cache is None:
             return None
         if cache.ttl == "1h":
             self.hint("cache_control.ttl")
         return _BREAKPOINT
 
-    def text(self, block: m.TextBlock, where: str) -> TextPart:
+    def text(self, block: blocks.TextBlock, where: str) -> TextPart:
         if block.citations:
             self.feature(f"{where}.citations", "Citations")
         return TextPart(text=block.text, prompt_cache_breakpoint=self.mark(block.cache_control))
@@ -121,17 +122,17 @@ class _Reader:
             return SystemMessage(content=content)
         parts = []
         for j, block in enumerate(content):
-            if isinstance(block, m.TextBlock):
+            if isinstance(block, blocks.TextBlock):
                 parts.append(self.text(block, f"{where}.{j}"))
             else:
                 self.feature(f"{where}.{j}.type", f"A '{block_type(block)}' block")
         return SystemMessage(content=parts)
 
-    def image(self, block: m.ImageBlock, where: str) -> list[UserPart]:
+    def image(self, block: blocks.ImageBlock, where: str) -> list[UserPart]:
         source = block.source
-        if isinstance(source, m.Base64Image):
+        if isinstance(source, blocks.Base64Image):
             url = f"data:{source.media_type};base64,{source.data}"
-        elif isinstance(source, m.UrlSource):
+        elif isinstance(source, blocks.UrlSource):
             url = source.url
         else:
             self.feature(f"{where}.source.type", "An image given by file id")
@@ -140,18 +141,18 @@ class _Reader:
             self.feature(f"{where}.transformations", "Image transformations")
         return [ImagePart(image_url=ImageUrl(url=url), prompt_cache_breakpoint=self.mark(block.cache_control))]
 
-    def document(self, block: m.DocumentBlock, where: str) -> list[UserPart]:
+    def document(self, block: blocks.DocumentBlock, where: str) -> list[UserPart]:
         if block.citations is not None and block.citations.enabled:
             self.feature(f"{where}.citations", "Citations")
         mark, source = self.mark(block.cache_control), block.source
         heading = "\n\n".join(t for t in (block.title, block.context) if t)
-        if isinstance(source, m.Base64Pdf):
+        if isinstance(source, blocks.Base64Pdf):
             parts: list[UserPart] = [FilePart(file=FileRef(file_data=f"data:application/pdf;base64,{source.data}",
                                                            filename=block.title or "document.pdf"),
                                               prompt_cache_breakpoint=mark)]
-        elif isinstance(source, m.PlainText):
+        elif isinstance(source, blocks.PlainText):
             parts = [TextPart(text=source.data, prompt_cache_breakpoint=mark)]
-        elif isinstance(source, m.ContentSource):
+        elif isinstance(source, blocks.ContentSource):
             parts = self.user_parts(source.content, f"{where}.source.content")
         else:
             self.feature(f"{where}.source.type", f"A document given by {source_type(source)}")
@@ -165,16 +166,16 @@ class _Reader:
 
     def part(self, block: Any, where: str) -> list[UserPart]:
         """A user block other than a tool result: text, an image, a document."""
-        if isinstance(block, m.TextBlock):
+        if isinstance(block, blocks.TextBlock):
             return [self.text(block, where)]
-        if isinstance(block, m.ImageBlock):
+        if isinstance(block, blocks.ImageBlock):
             return self.image(block, where)
-        if isinstance(block, m.DocumentBlock):
+        if isinstance(block, blocks.DocumentBlock):
             return self.document(block, where)
         self.feature(f"{where}.type", f"A '{block_type(block)}' block")
         return []
 
-    def tool_result(self, block: m.ToolResultBlock, where: str) -> ToolMessage:
+    def tool_result(self, block: blocks.ToolResultBlock, where: str) -> ToolMessage:
         if block.cache_control is not None:
             self.hint("cache_control")  # a tool message has no breakpoint of its own
         content = block.content
@@ -183,7 +184,7 @@ class _Reader:
             texts = [TextPart(text=content)]
         elif content is not None:
             for j, part in enumerate(content):
-                if isinstance(part, m.TextBlock):
+                if isinstance(part, blocks.TextBlock):
                     texts.append(self.text(part, f"{where}.content.{j}"))
                 else:
                     self.feature(f"{where}.content.{j}.type", f"A '{block_type(part)}' block in a tool result")
@@ -197,7 +198,7 @@ class _Reader:
         results: list[Message] = []  # tool results first: they answer the turn before
         parts: list[UserPart] = []
         for j, block in enumerate(message.content):
-            if isinstance(block, m.ToolResultBlock):
+            if isinstance(block, blocks.ToolResultBlock):
                 results.append(self.tool_result(block, f"{where}.content.{j}"))
             else:
                 parts += self.part(block, f"{where}.content.{j}")
@@ -211,14 +212,14 @@ class _Reader:
         texts: list[str] = []
         calls: list[ToolCallIn] = []
         for j, block in enumerate(message.content):
-            if isinstance(block, m.TextBlock):
+            if isinstance(block, blocks.TextBlock):
                 if block.citations:
                     self.hint("citations")  # the model's own earlier citations: metadata, not input
                 texts.append(block.text)
-            elif isinstance(block, m.ToolUseBlock):
+            elif isinstance(block, blocks.ToolUseBlock):
                 calls.append(ToolCallIn(id=block.id, function=FunctionCallIn(name=block.name,
                                                                              arguments=bytes(block.input).decode())))
-            elif isinstance(block, m.ThinkingBlock | m.RedactedThinkingBlock):
+            elif isinstance(block, blocks.ThinkingBlock | blocks.RedactedThinkingBlock):
                 self.hint("thinking")  # earlier reasoning and its signature: only Anthropic reads it back
             else:
                 self.feature(f"{where}.content.{j}.type", f"A '{block_type(block)}' block")

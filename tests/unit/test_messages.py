@@ -26,6 +26,7 @@ import typing_extensions
 from anthropic.types import message_create_params as sdk
 from anthropic.types.beta import message_create_params as beta_sdk
 
+from ingress.anthropic import blocks
 from ingress.anthropic import messages as m
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import MAX_NESTING, NESTED_TOO_DEEPLY
@@ -240,7 +241,7 @@ def test_every_value_is_kept() -> None:
     assert json.loads(msgspec.json.encode(client)) == CLIENT_TOOL
     assert isinstance(web_search, m.ServerTool)
     assert (web_search.type, web_search.name, web_search.cache_control) == \
-        ("web_search_20250305", "web_search", m.CacheControl())
+        ("web_search_20250305", "web_search", blocks.CacheControl())
     assert json.loads(bytes(web_search.raw)) == WEB_SEARCH
     assert isinstance(toolset, m.ServerTool)
     assert (toolset.type, toolset.name, json.loads(bytes(toolset.raw))) == ("mcp_toolset", None, MCP_TOOLSET)
@@ -251,29 +252,30 @@ def test_every_value_is_kept() -> None:
     pytest.param(lambda r: [type(x).__name__ for x in r.messages],
                  ["UserMessage", "AssistantMessage", "UserMessage", "SystemMessage", "UserMessage",
                   "AssistantMessage"], id="roles"),
-    pytest.param(lambda r: r.messages[0].content[1].source, m.Base64Image("image/png", "iVBORw0KGgo="),
+    pytest.param(lambda r: r.messages[0].content[1].source, blocks.Base64Image("image/png", "iVBORw0KGgo="),
                  id="base64-image"),
     pytest.param(lambda r: r.messages[0].content[0].citations[1].end_page_number, 4, id="citation"),
-    pytest.param(lambda r: r.messages[0].content[4].source, m.Base64Pdf("application/pdf", "JVBERi0xLjQ="),
+    pytest.param(lambda r: r.messages[0].content[4].source, blocks.Base64Pdf("application/pdf", "JVBERi0xLjQ="),
                  id="pdf"),
-    pytest.param(lambda r: r.messages[0].content[5].source, m.PlainText("text/plain", "Plain words."),
+    pytest.param(lambda r: r.messages[0].content[5].source, blocks.PlainText("text/plain", "Plain words."),
                  id="plain-text"),
     pytest.param(lambda r: r.messages[0].content[4].title, "Atlas", id="document-title"),
-    pytest.param(lambda r: r.messages[1].content[0], m.ThinkingBlock("The user wants the weather.",
+    pytest.param(lambda r: r.messages[1].content[0], blocks.ThinkingBlock("The user wants the weather.",
                                                                    "EqQBCkYIBxgCKkA"), id="thinking"),
     pytest.param(lambda r: r.messages[1].content[1].data, "EmwKAhgBEgy3va3pzix", id="redacted-thinking"),
     pytest.param(lambda r: json.loads(bytes(r.messages[1].content[3].input)), {"city": "Paris"}, id="tool-input"),
     pytest.param(lambda r: r.messages[1].content[4].caller,
-                 m.Caller("code_execution_20250825", "srvtoolu_00"), id="caller"),
+                 blocks.Caller("code_execution_20250825", "srvtoolu_00"), id="caller"),
     pytest.param(lambda r: json.loads(bytes(r.messages[1].content[5].content))[0]["page_age"], "2 days ago",
                  id="server-tool-result"),
-    pytest.param(lambda r: r.messages[1].content[-1].from_, m.FallbackModel("claude-opus-4-6"), id="fallback-from"),
+    pytest.param(lambda r: r.messages[1].content[-1].from_, blocks.FallbackModel("claude-opus-4-6"),
+                 id="fallback-from"),
     pytest.param(lambda r: (r.messages[2].content[0].is_error, r.messages[2].content[1].content), (False, "Sunny."),
                  id="tool-results"),
     pytest.param(lambda r: r.messages[2].content[0].content[5].tabs[0].active, True, id="browser-state"),
     pytest.param(lambda r: (r.messages[3].clear_at, r.messages[3].output_config),
                  ("next_user_message", m.SystemOutputConfig("low")), id="system-message"),
-    pytest.param(lambda r: r.system, [m.TextBlock("Be brief.", cache_control=m.CacheControl())], id="system"),
+    pytest.param(lambda r: r.system, [blocks.TextBlock("Be brief.", cache_control=blocks.CacheControl())], id="system"),
     pytest.param(lambda r: r.thinking, m.ThinkingEnabled(2048, "summarized", m.ThinkingBinding("drop_block")),
                  id="thinking-config"),
     pytest.param(lambda r: r.tool_choice, m.ToolChoiceTool("get_weather", True), id="tool-choice"),
@@ -282,7 +284,7 @@ def test_every_value_is_kept() -> None:
     pytest.param(lambda r: (r.metadata, r.service_tier), (m.Metadata("user-4f2a"), "standard_only"),
                  id="metadata-and-tier"),
     pytest.param(lambda r: r.output_config.task_budget, m.TaskBudget(100000, 40000), id="task-budget"),
-    pytest.param(lambda r: r.cache_control, m.CacheControl("5m"), id="request-cache-control"),
+    pytest.param(lambda r: r.cache_control, blocks.CacheControl("5m"), id="request-cache-control"),
     pytest.param(lambda r: json.loads(bytes(r.context_management)), EVERYTHING["context_management"],
                  id="context-management"),
     pytest.param(lambda r: json.loads(bytes(r.container))["id"], "container_01", id="container"),
@@ -328,9 +330,10 @@ HELD_RAW = {
     "ToolDefinition.definition": "a tool added mid-conversation, as `tools` holds one (checked to be an object)",
     "FallbackBlock.trigger": "why Anthropic moved to a fallback model",
     **{f"{kind.__name__}.content": "the result of one of Anthropic's tools, as it answered"
-       for kind in (m.WebSearchToolResultBlock, m.WebFetchToolResultBlock, m.CodeExecutionToolResultBlock,
-                    m.BashCodeExecutionToolResultBlock, m.TextEditorCodeExecutionToolResultBlock,
-                    m.ToolSearchToolResultBlock, m.AdvisorToolResultBlock)},
+       for kind in (blocks.WebSearchToolResultBlock, blocks.WebFetchToolResultBlock,
+                    blocks.CodeExecutionToolResultBlock, blocks.BashCodeExecutionToolResultBlock,
+                    blocks.TextEditorCodeExecutionToolResultBlock, blocks.ToolSearchToolResultBlock,
+                    blocks.AdvisorToolResultBlock)},
 }
 WRAPPERS = {typing_extensions.Required, typing_extensions.NotRequired, typing.Required, typing.NotRequired,
             typing.Annotated, typing_extensions.Annotated}
@@ -499,7 +502,7 @@ def test_an_agent_clis_first_turn() -> None:
     assert [type(x).__name__ for x in request.messages] == ["UserMessage", "SystemMessage", "UserMessage"]
     assert request.messages[1].content == doc["messages"][1]["content"]
     assert isinstance(request.system, list)
-    assert [b.cache_control for b in request.system] == [m.CacheControl(), m.CacheControl("1h")]
+    assert [b.cache_control for b in request.system] == [blocks.CacheControl(), blocks.CacheControl("1h")]
     tools = request.tools or []
     assert len(tools) >= 12 and all(isinstance(t, m.ClientTool) for t in tools)
     assert [t.name for t in tools] == [t["name"] for t in doc["tools"]]
