@@ -14,7 +14,7 @@ from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY
 from ingress.edge.bodies import read_body
 from ingress.edge.endpoints import request_meta
 from ingress.edge.sse import MessagesSseWriter
-from ingress.edge.writers import json_response, write_stream
+from ingress.edge.writers import Outlet, json_response, write_stream
 from ingress.wire.passport import RequestMeta
 
 API = "messages"
@@ -40,8 +40,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
         with drain.deadline():
             answer = await pipeline.answer_message(gw, decoded, prepared, ex)
         return json_response(answer)
-    return await write_stream(request, ex, pipeline.stream_messages(gw, decoded, prepared, ex),
-                              MessagesSseWriter(ex.request_id))
+    sse = MessagesSseWriter(ex.request_id)
+    outlet = Outlet(request, sse)
+    return await write_stream(request, ex, pipeline.stream_messages(gw, decoded, prepared, ex, outlet), sse, outlet)
 
 
 def _betas(request: web.Request) -> list[str]:

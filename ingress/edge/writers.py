@@ -14,7 +14,7 @@ from aiohttp import web
 from ingress import pipeline
 from ingress.edge.appkeys import DRAIN, GATEWAY
 from ingress.edge.middleware import REQUEST_ID, server_timing
-from ingress.edge.sse import EventWriter, SseWriter
+from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
 from ingress.exchange import Exchange
 from ingress.sockets import chunk, clear
@@ -38,7 +38,7 @@ class Outlet:
 
     __slots__ = ("_render", "_transport", "framed")
 
-    def __init__(self, request: web.Request, sse: SseWriter) -> None:
+    def __init__(self, request: web.Request, sse: EventWriter[pipeline.StreamEvent]) -> None:
         self.framed = False  # set by `write_stream` once the head is out and the body chunked
         self._render = sse.render
         self._transport = request.transport

@@ -245,14 +245,15 @@ def _event(chunks: list[Chunk]) -> StreamEvent:
     return chunks[0] if len(chunks) == 1 else Burst(chunks)
 
 
-async def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
-                          ex: Exchange) -> AsyncGenerator[StreamEvent, None]:
+async def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion], ex: Exchange,
+                          direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
     """A streamed Messages answer: `stream` with Anthropic's translator, its events in place of chunks.
     Its message_start goes first, as soon as the answer begins (before a ping while the service is
-    silent), with the edge's count of the prompt until the service counts it."""
+    silent), with the edge's count of the prompt until the service counts it. `direct` as for `stream`:
+    it takes events only once the head, and with it message_start, is out."""
     translator = MessagesStreamTranslator(id=message_id(ex), model=request.model, input_tokens=prepared.prompt_tokens,
                                           verify=gw.settings.verify_answers)
-    async with aclosing(stream(gw, prepared, ex, translator=translator)) as events:
+    async with aclosing(stream(gw, prepared, ex, direct, translator)) as events:
         async for event in events:
             if event is OPENED:
                 yield OPENED
