@@ -3,7 +3,8 @@ CPU per request (non-streamed and streamed) and per streamed chunk, side by side
 
     nice -n 10 .venv/bin/python bench/messages.py [--quick] [--rounds 6] [--seconds 4] [--connections 32]
                                                   [--streams 128] [--reps 3] [--keyless] [--out FILE]
-        -> results/messages.json (~6 min; --quick ~1.5 min, results/messages-quick.json)
+                                                  [--measures request stream paced stages] [--stage-rounds 7]
+        -> results/messages.json (~7 min; --quick ~2 min, results/messages-quick.json)
 
 The conversation is payloads.py's 16 KB, 11-message chat request with a tool (max_tokens 64), sent to
 `/v1/chat/completions` as it is, and to `/v1/messages` as `messages_request` translates it (the system
@@ -32,10 +33,12 @@ process, chat and Messages in A B B A order (the order of the names alternating 
 chat within a round, and the table gives medians over rounds and the ratios' range.
 
 Then, in process, the stages that differ, timed as bench/stages.py times them (thread CPU, calibrated loops,
-GC off, interleaved in a random order each round): the request's decode (and for Messages its reading as
-chat), the whole of `prepare` against `prepare_messages` for each name, the answer's translation and JSON,
-and a streamed token's frame read in place and its event rendered and framed, as the edge makes each. What
-the in-process stages do not cover is the edge's structure: e.g. how a stream's chunks reach the client.
+GC off; the stages in a random order each round, each one's chat and Messages calls back to back): the
+request's decode (and for Messages its reading as chat), the whole of `prepare` against `prepare_messages`
+for each name, the answer's translation and JSON, a streamed token's frame read in place and its event
+rendered and framed, and all of a token's work as the upstream connection's callback runs it for chat
+(HTTP chunk, frame, core, event, framing). What they leave out is the edge's structure: which task runs
+that work, and how a chunk reaches the client's socket. `--measures` runs a part alone (`stages`: seconds).
 """
 
 from __future__ import annotations
@@ -61,9 +64,9 @@ import msgspec
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client, cpu_of  # noqa: E402  # bench/ is no package
+from chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client  # noqa: E402  # bench/ is no package
 from payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, messages_request, words  # noqa: E402
-from procs import Server, free_port, machine_busy  # noqa: E402
+from procs import Server, cpu_seconds, free_port, machine_busy  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -73,6 +76,7 @@ APIS = ("chat", "messages")
 PATHS = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}
 MEASURES = {"request": "non-streamed, µs/request", "stream": "streamed, µs/request",
             "paced": "paced stream, µs/stream", "chunk": "paced stream, µs/chunk"}
+MEASURE_KINDS = ("request", "stream", "paced")  # each its own edge and mock
 PACING_MS = 20.0
 SIZE = 16 * 1024
 MAX_TOKENS = 64
@@ -216,33 +220,34 @@ async def paced(port: int, api: str, payload: bytes, key: str, n: int, pid: int,
         await asyncio.sleep(i / n * pacing)
         return await c.run()
 
-    def read_cpu(readings: list[tuple[float, float]]) -> None:
-        readings.append((time.perf_counter(), cpu_of(pid)))
+    def read_cpu(readings: list[tuple[float, float, float]]) -> None:
+        user, system = cpu_seconds(pid)
+        readings.append((time.perf_counter(), user + system, system))
 
     phases = []
     try:
         await asyncio.wait_for(asyncio.gather(*(one(i, c) for i, c in enumerate(clients))), 60)
         for _ in range(reps):
-            readings: list[tuple[float, float]] = []
+            readings: list[tuple[float, float, float]] = []
             for at in (pacing + STEADY_FROM, DELTAS * pacing - STEADY_BEFORE_END):
                 loop.call_later(at, read_cpu, readings)
-            cpu0, (busy0, total0) = cpu_of(pid), machine_busy()
+            cpu0, (busy0, total0) = sum(cpu_seconds(pid)), machine_busy()
             gc.disable()  # a collection in this client would show as every stream's stall
             try:
                 streams = await asyncio.wait_for(asyncio.gather(*(one(i, c) for i, c in enumerate(clients))),
                                                  10 + 4 * DELTAS * pacing)
             finally:
                 gc.enable()
-            cpu, (busy1, total1) = cpu_of(pid) - cpu0, machine_busy()
+            cpu, (busy1, total1) = sum(cpu_seconds(pid)) - cpu0, machine_busy()
             errors = Counter(s.error for s in streams if s.error is not None)
             if errors or len(readings) != 2:
                 raise SystemExit(f"{api}: paced streams failed: {dict(errors)}, {len(readings)} readings")
-            (w0, c0), (w1, c1) = readings
+            (w0, c0, s0), (w1, c1, s1) = readings
             first = FIRST_DELTA[api]
             inside = sum(1 for s in streams for t in s.times[first:first + DELTAS] if w0 <= t < w1)
             phases.append({"streams": n, "cpu_s": cpu, "us_per_stream": cpu / n * 1e6,
                            "steady_cpu_s": c1 - c0, "steady_chunks": inside, "steady_window_s": w1 - w0,
-                           "us_per_chunk": (c1 - c0) / inside * 1e6,
+                           "us_per_chunk": (c1 - c0) / inside * 1e6, "sys_us_per_chunk": (s1 - s0) / inside * 1e6,
                            "machine_busy_percent": (busy1 - busy0) / ((total1 - total0) / (os.cpu_count() or 1)) * 100})
     finally:
         for c in clients:
@@ -256,6 +261,7 @@ async def paced(port: int, api: str, payload: bytes, key: str, n: int, pid: int,
 
 def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], object]]]:
     """Each stage that differs, as (chat's call, Messages' call) on the data it gets in the edge."""
+    from chunks import COMPLETE, _pieces
     from multidict import CIMultiDict
     from tenancy import mock_answer
 
@@ -274,9 +280,11 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     from ingress.tenancy import build
     from ingress.tenancy.keys import new_key
     from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
+    from ingress.translate.body import StreamBody
     from ingress.translate.completion import translate_response
     from ingress.translate.messages import MessagesStreamTranslator, message_from_response
     from ingress.translate.stream import StreamTranslator
+    from ingress.upstream.http1_decoder import ResponseDecoder
     from ingress.wire.answer import decode_answer
     from ingress.wire.passport import RequestMeta
 
@@ -318,6 +326,33 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     event = read(messages_stream)[0]
     assert type(event) is ContentBlockDelta and type(event.delta) is TextDelta, event
     sse, named = SseWriter(), MessagesSseWriter("0123456789abcdef")
+    head_bytes, pieces = _pieces()[COMPLETE.encode()]  # chunks.py's mock's answer, as it writes it
+
+    def callback(api: str) -> Callable[[], object]:
+        """A token's HTTP chunk from the upstream (the mock's own bytes) decoded, its frame cut and read
+        through the streaming core (`StreamBody`), its event rendered and framed for the client, as the
+        upstream connection's callback runs it for chat (bench/stages.py's last `chunk:` row)."""
+        http = ResponseDecoder()
+        http.start()
+        http.feed(head_bytes)
+        http.take()
+        translator: Any = (
+            StreamTranslator(id="chatcmpl-0123456789abcdef", model=OPENAI_MODEL, created=1, include_usage=True)
+            if api == "chat" else MessagesStreamTranslator(id="msg_0123456789abcdef", model=OPENAI_MODEL,
+                                                           input_tokens=4000))
+        core = StreamBody(translator, settings.max_frame_bytes)
+        writer: Any = SseWriter() if api == "chat" else MessagesSseWriter("0123456789abcdef")
+        for piece in pieces[:2]:  # the role frame, the first token's (the text block opened)
+            http.feed(piece)
+            writer.render(core.feed(http.take()).chunks[-1])
+
+        def run() -> bytes:
+            translator._next_sequence = 2  # the piece is always the stream's next frame
+            translator.output = []
+            http.feed(pieces[2])
+            return chunk(writer.render(core.feed(http.take()).chunks[0]))
+
+        return run
 
     def prepare(model: str) -> tuple[Callable[[], object], Callable[[], object]]:
         chat, messages = body("chat", model, False), body("messages", model, False)
@@ -339,28 +374,40 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
                                     lambda: chunk(named.render(event))),  # type: ignore[arg-type]  # see above
         "chunk: read + render + framing": (lambda: chunk(sse.render(read(chat_stream)[0])),
                                            lambda: chunk(named.render(read(messages_stream)[0]))),
+        "chunk: all of it, as the callback runs it": (callback("chat"), callback("messages")),
     }
 
 
 def time_stages(rounds: int, budget: float) -> dict[str, Any]:
+    """Each stage's chat and Messages calls timed back to back (which first alternating by round), the stages
+    in a random order each round: medians over rounds, and the median of the rounds' differences."""
     from budget import cpu_us
 
     from ingress import log
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115  # the access line's stream, for the process
     pairs = stage_pairs()
-    calls = {(name, api): fn for name, pair in pairs.items() for api, fn in zip(APIS, pair, strict=True) if fn}
-    for fn in calls.values():  # warm every path once
-        fn()
-    runs: dict[tuple[str, str], list[float]] = {c: [] for c in calls}
-    for _ in range(rounds):
-        order = list(calls)
+    for pair in pairs.values():  # warm every path once
+        for fn in pair:
+            if fn is not None:
+                fn()
+    runs: dict[str, dict[str, list[float]]] = {name: {api: [] for api in APIS} for name in pairs}
+    for r in range(rounds):
+        order = list(pairs)
         random.shuffle(order)
-        for c in order:
-            runs[c].append(cpu_us(calls[c], budget, repeats=1))
-    return {name: {api: {"us": statistics.median(runs[(name, api)]), "range": [min(runs[(name, api)]),
-                                                                              max(runs[(name, api)])]}
-                   for api in APIS if (name, api) in runs} for name in pairs}
+        for name in order:
+            for api in APIS if r % 2 == 0 else APIS[::-1]:
+                fn = pairs[name][APIS.index(api)]
+                runs[name][api].append(0.0 if fn is None else cpu_us(fn, budget, repeats=1))
+    table: dict[str, Any] = {}
+    for name, by in runs.items():
+        differences = [m - c for c, m in zip(by["chat"], by["messages"], strict=True)]
+        table[name] = {api: {"us": statistics.median(by[api]), "range": [min(by[api]), max(by[api])]} for api in APIS}
+        table[name]["difference_us"] = statistics.median(differences)
+        table[name]["difference_range"] = [min(differences), max(differences)]
+        if pairs[name][0] is None:
+            del table[name]["chat"]
+    return table
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -381,6 +428,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     section, key, _ = ("", "", "") if args.keyless else key_section()
     mocks = {"request": [PY, str(HERE / "tenancy.py"), "--serve-mock"], "stream": [PY, str(HERE / "chunks.py"),
              "--serve-mock"], "paced": [PY, str(HERE / "chunks.py"), "--serve-mock"]}
+    mocks = {kind: argv for kind, argv in mocks.items() if kind in args.measures}
     servers: dict[str, Server] = {}
     edges: dict[str, Server] = {}
     for kind, argv in mocks.items():
@@ -400,6 +448,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {}
     loop = asyncio.new_event_loop()
     try:
+        if not edges:
+            args.rounds = 0  # the in-process timings alone
         for server in servers.values():
             server.start()
         for server in servers.values():
@@ -410,7 +460,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     check_answer(edge.port, api, model, kind != "request", key)
         print(f"{describe(code_version())}; load average {load_before[0]:.2f}; nice {os.nice(0)}; every path "
               "answers the mock's words whole", flush=True)
-        for r in range(-1, args.rounds):  # round -1 warms every path (1 s each): not kept
+        for r in range(-1 if edges else 0, args.rounds):  # round -1 warms every path (1 s each): not kept
             models = MODELS if r % 2 == 0 else MODELS[::-1]
             for kind, edge in edges.items():
                 for m, model in enumerate(models):
@@ -426,6 +476,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                     "phases": phases})
                                 runs.setdefault(f"chunk/{model}/{api}", []).append({
                                     "us": sum(p["steady_cpu_s"] for p in phases) / chunks * 1e6, "chunks": chunks,
+                                    "sys_us": statistics.median(p["sys_us_per_chunk"] for p in phases),
                                     "machine_busy_percent": statistics.median(
                                         p["machine_busy_percent"] for p in phases)})
                             continue
@@ -450,6 +501,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     table = []
     for kind in MEASURES:
         for model in MODELS:
+            if f"{kind}/{model}/chat" not in runs:
+                continue
             chat, messages = runs[f"{kind}/{model}/chat"], runs[f"{kind}/{model}/messages"]
             ratios = [b["us"] / a["us"] for a, b in zip(chat, messages, strict=True)]
             row = {"measure": kind, "model": model, "chat_us": statistics.median(a["us"] for a in chat),
@@ -460,10 +513,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 row["messages_rps"] = statistics.median(b["rps"] for b in messages)
             table.append(row)
     others = [x["others_cpu_percent"] for k, v in runs.items() if not k.startswith(("paced", "chunk")) for x in v]
-    print("in process: the stages that differ ...", flush=True)
-    stages = time_stages(args.stage_rounds, args.stage_budget)
+    others = others or [float("nan")]
+    stages = {}
+    if "stages" in args.measures:
+        print("in process: the stages that differ ...", flush=True)
+        stages = time_stages(args.stage_rounds, args.stage_budget)
     return {
-        "meta": {"code": code_version(), "models": MODELS, "keyless": args.keyless, "rounds": args.rounds,
+        "meta": {"code": code_version(), "models": MODELS, "measures": args.measures, "keyless": args.keyless,
+                 "rounds": args.rounds,
                  "seconds": args.seconds, "connections": args.connections, "streams": args.streams, "reps": args.reps,
                  "pacing_ms": PACING_MS, "deltas": DELTAS, "nice": os.nice(0), "cpus": os.cpu_count(),
                  "load_average_before": load_before, "load_average_after": os.getloadavg(),
@@ -491,32 +548,39 @@ def print_table(result: dict[str, Any]) -> None:
           f"-c{meta['connections']}, {meta['seconds']} s a run; paced: {meta['streams']} streams of {meta['deltas']} "
           f"deltas {meta['pacing_ms']:.0f} ms apart, {meta['reps']} phase(s) a round")
     header = f"{'measure':<26}{'model':<24}{'chat':>9}{'messages':>10}{'ratio':>8}{'rounds':>13}"
-    print(header + "\n" + "-" * len(header))
+    if result["table"]:
+        print(header + "\n" + "-" * len(header))
     for row in result["table"]:
         digits = 1 if row["measure"] == "chunk" else 0
         lo, hi = row["ratio_range"]
         print(f"{MEASURES[row['measure']]:<26}{row['model']:<24}{row['chat_us']:>9,.{digits}f}"
               f"{row['messages_us']:>10,.{digits}f}{row['ratio']:>8.3f}{f'{lo:.2f}-{hi:.2f}':>13}")
-    print(f"\nin process, CPU µs per call (thread time, median of {meta['stage_rounds']} rounds); the 16 KB request, "
-          "the mock's answer, one token")
-    header = f"{'stage':<42}{'chat':>9}{'messages':>10}{'difference':>12}"
+    if not result["stages"]:
+        return
+    print(f"\nin process, CPU µs per call (thread time, median of {meta['stage_rounds']} rounds; the difference: "
+          "the median of the rounds' differences, chat and Messages timed back to back); the 16 KB request, the mock's "
+          "answer, one token")
+    header = f"{'stage':<42}{'chat':>9}{'messages':>10}{'difference':>12}{'rounds':>16}"
     print(header + "\n" + "-" * len(header))
     for name, by in result["stages"].items():
         chat = by.get("chat", {}).get("us")
-        messages = by["messages"]["us"]
-        print(f"{name:<42}{'-' if chat is None else f'{chat:.1f}':>9}{messages:>10.1f}"
-              f"{messages - (chat or 0.0):>+12.1f}")
+        lo, hi = by["difference_range"]
+        print(f"{name:<42}{'-' if chat is None else f'{chat:.1f}':>9}{by['messages']['us']:>10.1f}"
+              f"{by['difference_us']:>+12.1f}{f'{lo:+.1f} .. {hi:+.1f}':>16}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="~1.5 min: 2 rounds of 2 s, one paced phase")
+    parser.add_argument("--quick", action="store_true", help="~2 min: 2 rounds of 2 s, one paced phase")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=int)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--streams", type=int, default=128, help="concurrent paced streams")
     parser.add_argument("--reps", type=int, help="paced phases a round")
     parser.add_argument("--keyless", action="store_true", help="no [tenancy]: both names' prompts estimated")
+    parser.add_argument("--measures", nargs="+", choices=[*MEASURE_KINDS, "stages"], default=[*MEASURE_KINDS, "stages"],
+                        help="which to run: paced gives µs/stream and µs/chunk; stages, the in-process timings")
+    parser.add_argument("--stage-rounds", type=int, help="rounds of the in-process timings (7; --quick 3)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
@@ -524,7 +588,8 @@ def main() -> None:
     args.rounds = args.rounds or (2 if args.quick else 6)
     args.seconds = args.seconds or (2 if args.quick else 4)
     args.reps = args.reps or (1 if args.quick else 3)
-    args.stage_rounds, args.stage_budget = (3, 0.02) if args.quick else (7, 0.05)
+    args.stage_rounds = args.stage_rounds or (3 if args.quick else 7)
+    args.stage_budget = 0.02 if args.quick else 0.05
     out = args.out or HERE / "results" / ("messages-quick.json" if args.quick else "messages.json")
     result = measure(args)
     print_table(result)
