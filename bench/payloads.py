@@ -85,3 +85,25 @@ def stream_request(word_count: int, model: str = MODEL) -> bytes:
         "messages": [{"role": "user", "content": words(word_count)}],
         "stream": True,
     })
+
+
+def messages_request(size: int, *, stream: bool = False, max_tokens: int = 64, seed: int = 1,
+                     model: str = MODEL) -> bytes:
+    """`chat_request(size, ...)` sent to Anthropic's Messages API: the same system prompt (as `system`), turns
+    and tool (as a client tool), temperature and max_tokens (which Messages requires). The edge reads it as
+    that chat request, with usage asked for when streamed (a Messages stream always reports it). A few bytes
+    shorter than `size`: Messages spells the system prompt and the tool more briefly."""
+    chat = msgspec.json.decode(chat_request(size, stream=stream, max_tokens=max_tokens, seed=seed, model=model))
+    system, *turns = chat["messages"]
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": system["content"],
+        "messages": turns,
+        "tools": [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in chat["tools"]],
+        "temperature": chat["temperature"],
+    }
+    if stream:
+        body["stream"] = True
+    return msgspec.json.encode(body)
