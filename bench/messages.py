@@ -65,8 +65,9 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client  # noqa: E402  # bench/ is no package
+from lib.procs import cpu_seconds, machine_busy  # noqa: E402
+from lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
 from payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, messages_request, words  # noqa: E402
-from procs import Server, cpu_seconds, free_port, machine_busy  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -450,10 +451,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if not edges:
             args.rounds = 0  # the in-process timings alone
-        for server in servers.values():
-            server.start()
-        for server in servers.values():
-            server.wait_ready()
+        start_all(*servers.values())
         for kind, edge in edges.items():
             for api in APIS:
                 for model in MODELS:
@@ -495,8 +493,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                   flush=True)
     finally:
         loop.close()
-        for server in servers.values():
-            server.stop()
+        stop_all(*servers.values())
 
     table = []
     for kind in MEASURES:
