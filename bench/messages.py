@@ -358,7 +358,8 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     def prepare(model: str) -> tuple[Callable[[], object], Callable[[], object]]:
         chat, messages = body("chat", model, False), body("messages", model, False)
         return (lambda: pipeline.prepare(gw, chat, meta, exchange()),
-                lambda: pipeline.prepare_messages(gw, messages, meta, exchange(), beta=False))
+                lambda: pipeline.prepare_messages(gw, messages, meta, exchange(), beta=[],
+                                                        version="2023-06-01"))
 
     return {
         "request: decode": (lambda: decode_chat_request_forwarding(chat_body, gw.forwards_extras),
