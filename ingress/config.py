@@ -17,11 +17,12 @@ import msgspec
 
 from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
-from ingress.settings import Bridge, Group, Settings
+from ingress.settings import Bridge, Group, Settings, Tracing
 from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
 from ingress.tenancy.stores.resp import address_of
 from ingress.tokens import tokenizer_problem
+from ingress.tracing import tracing_problem
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -162,6 +163,20 @@ def _check(settings: Settings) -> None:
         raise ConfigError("unix: the socket path must be absolute")
     if settings.tenancy is not None:
         _check_tenancy(settings.tenancy)
+    if settings.tracing is not None:
+        _check_tracing(settings.tracing)
+
+
+def _check_tracing(tracing: Tracing) -> None:
+    """The exporter can be loaded, and every header's variable is set (an export refused for want of
+    its credentials would drop every span, silently but for a counter)."""
+    if (problem := tracing_problem()) is not None:
+        raise ConfigError(f"tracing: {problem}")
+    if tracing.max_batch > tracing.max_queue:
+        raise ConfigError("tracing.max_batch: a batch cannot be larger than max_queue")
+    for header, env in tracing.headers_env.items():
+        if not os.environ.get(env):
+            raise ConfigError(f"tracing.headers_env.{header}: the environment variable {env} is not set")
 
 
 def _check_tenancy(tenancy: Tenancy) -> None:

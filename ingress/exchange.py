@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from ingress.errors import IngressError
     from ingress.tenancy.limiter import Admission
     from ingress.tenancy.policy import Principal
+    from ingress.tracing import RequestTrace
     from ingress.upstream.group import Lease
     from ingress.wire.types import Usage
 
@@ -47,6 +48,7 @@ class Exchange:
     output_tokens: int | None = None  # of a stream's output as the edge counted it, when the service gave no usage
     api: str | None = None  # the API family when not OpenAI's: "messages" (Anthropic's)
     dropped: list[str] | None = None  # processing hints of the request not sent to its service, by name
+    trace: RequestTrace | None = None  # its spans, when the edge traces ([tracing])
 
     def mark_first_byte(self) -> None:
         if self.first_byte is None:

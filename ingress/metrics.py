@@ -57,6 +57,10 @@ REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by rea
 HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "
                          "context_management, earlier thinking...) not sent to a service that has no use for them, "
                          "by hint.", ["hint"])
+TRACE_SPANS_EXPORTED = Counter("ingress_trace_spans_exported", "Spans the collector accepted ([tracing]).")
+TRACE_SPANS_DROPPED = Counter("ingress_trace_spans_dropped", "Spans not exported, by reason: queue_full (the "
+                              "collector slower than the spans come) or export_failed (refused or unreachable).",
+                              ["reason"])
 # Tenancy. `tenant` is a configured tenant's name (bounded by the configuration).
 ADMISSIONS = Counter("ingress_admissions", "Admission decisions by tenant and outcome (admitted, limited, "
                      "degraded_local, degraded_allow, degraded_refuse).", ["tenant", "outcome"])

@@ -156,6 +156,24 @@ class Client(_Config, frozen=True):
     max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
 
 
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
+HeaderName = Annotated[str, Meta(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}\Z")]
+
+
+class Tracing(_Config, frozen=True):
+    """OpenTelemetry spans of the requests served, exported over OTLP/HTTP (ingress/tracing.py); without
+    this section nothing of it runs. The collector's auth headers come from the environment, never the file."""
+
+    endpoint: BridgeTarget  # the collector's traces URL, e.g. http://otel-collector:4318/v1/traces
+    sample_ratio: Annotated[float, Meta(ge=0, le=1)] = 1.0  # of new traces; a caller's sampled flag is followed
+    service_name: Annotated[str, Meta(min_length=1, max_length=256)] = "ingress"
+    headers_env: dict[HeaderName, EnvName] = {}  # header name -> the environment variable holding its value
+    max_queue: Annotated[int, Meta(ge=1, le=1_000_000)] = 4096  # spans awaiting export; past it dropped, counted
+    max_batch: Annotated[int, Meta(ge=1, le=100_000)] = 512  # spans a request to the collector
+    flush_interval: Seconds = 1.0  # a batch is sent at least this often
+    export_timeout: Seconds = 5.0  # one request to the collector (its retries included)
+
+
 class Settings(_Config, frozen=True):
     host: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:%-]{1,253}\Z")] = "127.0.0.1"  # a name or an address
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
@@ -175,6 +193,7 @@ class Settings(_Config, frozen=True):
     max_exact_count_bytes: Annotated[int, Meta(ge=0, le=2**30)] = 32 * 1024
     timeouts: Timeouts = Timeouts()
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
+    tracing: Tracing | None = None  # OpenTelemetry spans; without it none are made
     verify_answers: bool = True  # verify every upstream buffer before reading it
     # New requests' starts get at most this much of one turn of the event loop while others wait for the
     # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).

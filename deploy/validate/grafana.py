@@ -23,6 +23,8 @@ METRICS: dict[str, str] = {
     "ingress_retries_total": "counter",
     "ingress_rejections_total": "counter",
     "ingress_hints_not_sent_total": "counter",
+    "ingress_trace_spans_exported_total": "counter",
+    "ingress_trace_spans_dropped_total": "counter",
     "ingress_admissions_total": "counter",
     "ingress_limited_total": "counter",
     "ingress_prompt_tokens_counted_total": "counter",

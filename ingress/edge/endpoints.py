@@ -30,17 +30,25 @@ def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> in
     return int(raw)
 
 
-def request_meta(request: web.BaseRequest) -> RequestMeta:
-    """What the passport needs from the headers; the API key is only hashed, never forwarded."""
+def request_meta(request: web.Request) -> RequestMeta:
+    """What the passport needs from the headers; the API key is only hashed, never forwarded. A traced
+    request's passport carries its own span's context (ingress/tracing.py), the caller's tracestate kept."""
     h = request.headers
     auth = h.get("Authorization", "")
+    trace = request[EXCHANGE].trace
+    traceparent: str | None
+    if trace is not None:
+        traceparent, tracestate = trace.traceparent, trace.tracestate
+    else:
+        traceparent = valid_traceparent(h.get("traceparent"))
+        tracestate = valid_tracestate(h.get("tracestate")) if traceparent else None
     return RequestMeta(
         api_key=auth[7:].strip() or None if auth[:7].lower() == "bearer " else None,
         tenant_id=h.get("OpenAI-Project") or h.get("OpenAI-Organization"),
         priority=_bounded_int(request, "x-ingress-priority", 0, 127),
         timeout_ms=_bounded_int(request, "x-ingress-timeout-ms", 1, 86_400_000),
-        traceparent=valid_traceparent(h.get("traceparent")),
-        tracestate=valid_tracestate(h.get("tracestate")) if valid_traceparent(h.get("traceparent")) else None,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
 
 

@@ -16,11 +16,14 @@ from aiohttp import ClientConnectionResetError, web
 from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
+from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
+from ingress.tracing import OPERATIONS, RequestTrace, Tracer
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
+from ingress.wire.passport import valid_traceparent, valid_tracestate
 from ingress.wire.types import ErrorInfo
 
 REQUEST_ID = "x-request-id"
@@ -104,6 +107,9 @@ def server_timing(ex: Exchange, now: float | None = None) -> str:
 async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     ex = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
     request[EXCHANGE] = ex
+    gw = request.app.get(GATEWAY)
+    if gw is not None and gw.tracer is not None and request.path in OPERATIONS:
+        ex.trace = begin_trace(gw.tracer, request)
     structlog.contextvars.bind_contextvars(request_id=ex.request_id)
     status, outcome = 500, "error"
     metrics.IN_FLIGHT.inc()
@@ -115,7 +121,6 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             pacer = request.app.get(PACER)
             if pacer is not None and await pacer.start():
                 ex.paced = time.perf_counter()
-            gw = request.app.get(GATEWAY)
             tenancy = gw.tenancy if gw is not None else None
             if tenancy is not None and request.path.startswith("/v1/"):
                 ex.principal = tenancy.policy.authenticate(request.headers)
@@ -158,7 +163,11 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.error = internal
         return error_response(internal, ex.request_id, anthropic=speaks_anthropic(request))
     finally:
+        settling = time.perf_counter()
         pipeline.settle(ex)
+        if ex.trace is not None:
+            ex.trace.child("settle", settling, time.perf_counter())
+            end_trace(ex, request.path, status, outcome)
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()
@@ -167,6 +176,13 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         _log_exchange(request, ex, status, outcome)
         structlog.contextvars.unbind_contextvars("request_id")
         _drop_tracebacks(ex.error)
+
+
+def begin_trace(tracer: Tracer, request: web.Request) -> RequestTrace:
+    """The request's trace, parented on the caller's span when it sent a well-formed traceparent."""
+    headers = request.headers
+    traceparent = valid_traceparent(headers.get("traceparent"))
+    return tracer.begin(traceparent, valid_tracestate(headers.get("tracestate")) if traceparent else None)
 
 
 def _drop_tracebacks(error: BaseException | None) -> None:

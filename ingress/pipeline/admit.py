@@ -30,8 +30,12 @@ async def admit_estimate(gw: Gateway, ex: Exchange, model: str, prompt_tokens: i
         return
     tenancy = gw.tenancy
     plan = tenancy.policy.plan(principal, model, prompt_tokens, max_output_tokens)
+    asked = time.perf_counter()
     verdict = await tenancy.limiter.admit(plan, principal.tenant_name)
     ex.admitted = time.perf_counter()
+    if ex.trace is not None:
+        ex.trace.child("admission", asked, ex.admitted, {"ingress.limit.outcome": verdict.outcome,
+                                                          "ingress.tenant": principal.tenant_name})
     ex.limit_headers, ex.limit_outcome = verdict.headers, verdict.outcome
     if verdict.error is not None:
         raise verdict.error

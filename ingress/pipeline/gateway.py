@@ -13,6 +13,7 @@ from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Settings, Timeouts
 from ingress.tenancy import Tenancy
+from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport
@@ -32,6 +33,7 @@ class Gateway:
     groups: dict[str, EndpointGroup]
     budget: RetryBudget
     tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
+    tracer: Tracer | None = None  # OpenTelemetry spans ([tracing]); None: none are made
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
 
     def route(self, model: str, ex: Exchange) -> Match:

@@ -55,6 +55,8 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     match = gw.route(model, ex)
     await admit_estimate(gw, ex, model, prompt_tokens, max_output_tokens)
     headers, timeouts = hop_headers(ex.request_id, None), gw.timeouts(match)
+    if ex.trace is not None:  # the buffer is the client's, sent as it came: only the header names the attempt
+        ex.trace.hop(None, headers)
     if ex.principal is not None:  # the buffer's passport is the client's own: who the edge admitted goes beside it
         headers["x-ingress-tenant"], headers["x-ingress-key-id"] = ex.principal.tenant_name, ex.principal.key.id
 

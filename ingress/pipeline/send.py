@@ -50,9 +50,15 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
             ex.upstream = lease.state.url
             if ex.upstream_sent is None:
                 ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
+            if ex.trace is not None:
+                ex.trace.attempt(name, lease.state.url, ex.attempts)
             try:
                 try:
                     result = await attempt(lease)
+                except BaseException as exc:
+                    if ex.trace is not None:  # the attempt's span ends failed; a successful one, with the answer
+                        ex.trace.end_attempt(exc)
+                    raise
                 finally:
                     ex.upstream_head = time.perf_counter()
             except UpstreamAnswered as exc:

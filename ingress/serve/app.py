@@ -30,6 +30,7 @@ from ingress.sockets import name_server
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy import build as build_tenancy
 from ingress.tokens import counter_for
+from ingress.tracing import Tracer
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup
 
@@ -97,6 +98,10 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
+        tracer = None
+        if settings.tracing is not None:  # in each worker: the exporter's thread does not survive a fork
+            tracer = Tracer(settings.tracing)
+            stack.push_async_callback(asyncio.to_thread, tracer.flush)  # what is queued is sent at the end
         for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
             if route.model is not None:
                 counter_for(route.upstream_model or route.model, route.tokenizer, settings.max_exact_count_bytes)
@@ -107,6 +112,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             budget=RetryBudget(settings.retry.budget_ratio, settings.retry.budget_min_per_s,
                                asyncio.get_running_loop().time()),
             tenancy=tenancy,
+            tracer=tracer,
         )
         yield
 

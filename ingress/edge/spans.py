@@ -1,0 +1,61 @@
+"""A traced request's server span, ended from its Exchange (ingress/tracing.py makes the spans)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingress.errors import IngressError
+from ingress.exchange import Exchange
+from ingress.tracing import OPERATIONS, error_type
+
+
+def end_trace(ex: Exchange, route: str, status: int, outcome: str) -> None:
+    """The server span's name, attributes and status from how the request ended: a server's failure
+    (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named."""
+    trace = ex.trace
+    if trace is None:
+        return
+    attributes = attributes_of(ex, route)
+    attributes["http.response.status_code"] = status
+    operation = attributes["gen_ai.operation.name"]
+    error: tuple[str, str | None] | None = None
+    if outcome == "client_closed":
+        error = ("client_closed", "the client went away before the answer ended")
+    elif ex.error is not None:
+        failed = status >= 500 or outcome == "stream_error"
+        error = (error_type(ex.error), _described(ex.error) if failed else None)
+    trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, first_token=ex.first_byte,
+                 attempt_error=ex.error if outcome != "ok" else None,
+                 attempt_end=ex.upstream_done or ex.upstream_head, error=error)
+
+
+def _described(error: IngressError) -> str:
+    return error.message
+
+
+def attributes_of(ex: Exchange, route: str) -> dict[str, Any]:
+    """The server span's attributes that are known once the request has ended, from its Exchange."""
+    attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATIONS.get(route, "chat"), "http.route": route,
+                                  "ingress.request_id": ex.request_id, "ingress.attempts": ex.attempts}
+    if ex.api is not None:
+        attributes["ingress.api"] = ex.api
+    if ex.model is not None:
+        attributes["gen_ai.request.model"] = ex.model
+    if ex.upstream is not None:
+        attributes.update({"ingress.endpoint": ex.upstream, "ingress.group": ex.group or ""})
+    if ex.principal is not None:
+        attributes.update({"ingress.tenant": ex.principal.tenant_name, "ingress.key_id": ex.principal.key.id})
+    if ex.limit_outcome is not None:
+        attributes["ingress.limit.outcome"] = ex.limit_outcome
+    if ex.stream and ex.first_byte is not None:
+        attributes["gen_ai.response.time_to_first_chunk"] = ex.first_byte - ex.started
+    usage = ex.usage
+    if usage is not None:
+        attributes.update({"gen_ai.usage.input_tokens": usage.prompt_tokens,
+                           "gen_ai.usage.output_tokens": usage.completion_tokens,
+                           "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
+                           "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+                           "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens})
+    return attributes
+
+

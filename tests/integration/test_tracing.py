@@ -1,0 +1,266 @@
+"""Traces from a real edge to a real OTLP/HTTP receiver on loopback (tests/otlp_receiver.py): one server span
+a request, parented on the caller's traceparent, its children (admission, each attempt, settle), the hop
+carrying the attempt's context in the passport and the header, and spans dropped, not requests slowed,
+when the collector stalls. Clients are the official SDKs; the service is the scripted fake."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+from fakes import upstream as fu
+from fakes.upstream import FakeUpstream
+from openai.types.chat import ChatCompletionMessageParam
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+from otlp_receiver import OtlpReceiver, Span
+
+from ingress import wire
+from ingress.settings import Endpoint, Group, Retry, Route, Settings, Timeouts, Tracing
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
+
+MODEL = "gpt-4o"
+FAST = Timeouts(connect=1.0, first_byte=2.0, idle=2.0)
+CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+CALLER = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
+KEY, KEY_ID, KEY_HASH = new_key()
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello there"}]
+GEN_AI = {v for k, v in vars(gen_ai_attributes).items() if k.startswith("GEN_AI_") and isinstance(v, str)}
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[OtlpReceiver]:
+    r = OtlpReceiver()
+    async with r.running():
+        yield r
+
+
+def tracing(receiver: OtlpReceiver, **extra: Any) -> Tracing:
+    return Tracing(**{"endpoint": receiver.url, "flush_interval": 0.05, "export_timeout": 2.0, **extra})
+
+
+def edge_settings(receiver: OtlpReceiver, endpoints: list[str], *, trace: Tracing | None = None,
+                  **extra: Any) -> Settings:
+    return Settings(groups={"main": Group(endpoints=[Endpoint(url=u) for u in endpoints])},
+                    routes=(Route(model=MODEL, group="main", provider="openai"),), timeouts=FAST,
+                    tracing=trace or tracing(receiver), **extra)
+
+
+_clients: list[openai.AsyncOpenAI] = []
+
+
+def oai(url: str, **headers: str) -> openai.AsyncOpenAI:
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, default_headers=headers)
+    _clients.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+async def close_clients() -> AsyncIterator[None]:
+    yield
+    while _clients:
+        await _clients.pop().close()
+
+
+def server_spans(spans: list[Span]) -> list[Span]:
+    return [s for s in spans if s.kind == "server"]
+
+
+def children(spans: list[Span], parent: Span) -> list[Span]:
+    return sorted((s for s in spans if s.parent_id == parent.span_id), key=lambda s: s.start_ns)
+
+
+async def one_trace(receiver: OtlpReceiver, names: set[str]) -> tuple[Span, list[Span]]:
+    """The one request's server span, once it and every child named in `names` arrived."""
+    spans = await receiver.wait_for(lambda spans: names <= {s.name for s in spans}
+                                    and any(s.kind == "server" for s in spans), f"spans {sorted(names)}")
+    [server] = server_spans(spans)
+    return server, spans
+
+
+def hop_traceparent(received: fu.Received) -> str:
+    passport = wire.read_request(received.body).Passport()
+    assert passport is not None
+    return (passport.Traceparent() or b"").decode()
+
+
+async def test_a_chat_answer_is_one_server_span_under_the_callers_with_its_attempt_and_settle(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    client = oai(url, traceparent=CALLER)
+    answer = await client.chat.completions.create(model=MODEL, messages=HELLO, max_tokens=20, temperature=0.5,
+                                                  top_p=0.9)
+    server, spans = await one_trace(receiver, {"attempt", "settle"})
+
+    assert (server.trace_id, server.parent_id, server.name) == (CALLER_TRACE, CALLER_SPAN, f"chat {MODEL}")
+    a = server.attributes
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "openai"
+    assert a["gen_ai.request.model"] == MODEL and a["http.route"] == "/v1/chat/completions"
+    asked = (a["gen_ai.request.max_tokens"], a["gen_ai.request.temperature"], a["gen_ai.request.top_p"])
+    assert asked == (20, 0.5, 0.9)
+    assert a["gen_ai.usage.input_tokens"] == answer.usage.prompt_tokens  # type: ignore[union-attr]
+    assert a["gen_ai.usage.output_tokens"] == answer.usage.completion_tokens  # type: ignore[union-attr]
+    assert a["http.response.status_code"] == 200 and server.status == "unset"
+    assert {s.trace_id for s in spans} == {CALLER_TRACE} and server.service == "ingress"
+
+    attempt, settle = children(spans, server)
+    assert (attempt.name, attempt.kind, settle.name) == ("attempt", "client", "settle")
+    assert attempt.attributes["server.address"] == fake_upstream.url and attempt.attributes["ingress.attempt"] == 1
+    assert server.start_ns <= attempt.start_ns <= attempt.end_ns <= settle.start_ns <= server.end_ns
+
+    # The hop carries the attempt's context: in the passport, read in place, and in the header alike.
+    [received] = fake_upstream.received
+    expected = f"00-{CALLER_TRACE}-{attempt.span_id}-01"
+    assert hop_traceparent(received) == expected == received.headers["traceparent"]
+
+
+async def test_a_stream_names_its_first_token_and_usage(start_edge: Any, fake_upstream: FakeUpstream,
+                                                        receiver: OtlpReceiver) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    stream = await oai(url).chat.completions.create(model=MODEL, messages=HELLO, stream=True,
+                                                    stream_options={"include_usage": True})
+    usage = [c.usage async for c in stream if c.usage is not None]
+    server, spans = await one_trace(receiver, {"attempt", "settle"})
+    a = server.attributes
+    assert server.parent_id == "" and a["gen_ai.request.stream"] is True
+    assert a["gen_ai.usage.output_tokens"] == usage[0].completion_tokens == 2
+    assert "first_token" in server.events and 0 < a["gen_ai.response.time_to_first_chunk"] < 10
+    [attempt, _] = children(spans, server)
+    # A new trace: the edge's own ids, sampled (flags 01, and 02: the trace id is random), on the hop.
+    assert hop_traceparent(fake_upstream.received[0]) == f"00-{server.trace_id}-{attempt.span_id}-03"
+
+
+async def test_messages_and_embeddings_are_traced_as_their_operations(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    async with anthropic.AsyncAnthropic(base_url=url, api_key=KEY, max_retries=0) as claude:
+        await claude.messages.create(model=MODEL, max_tokens=16, messages=[{"role": "user", "content": "hi there"}])
+    await oai(url).embeddings.create(model=MODEL, input="hello")
+    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 2, "two server spans")
+    by_route = {s.attributes["http.route"]: s for s in server_spans(spans)}
+    messages, embeddings = by_route["/v1/messages"], by_route["/v1/embeddings"]
+    assert (messages.name, messages.attributes["ingress.api"]) == (f"chat {MODEL}", "messages")
+    assert messages.attributes["gen_ai.request.max_tokens"] == 16
+    assert (embeddings.name, embeddings.attributes["gen_ai.operation.name"]) == (f"embeddings {MODEL}", "embeddings")
+
+
+async def test_a_fallback_is_an_attempt_of_its_own_and_the_hop_names_the_one_that_answered(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    with fu.refusing_url() as refusing:
+        settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=refusing)]),
+                                    "spare": Group(endpoints=[Endpoint(url=fake_upstream.url)])},
+                            routes=(Route(model=MODEL, group="main", fallback="spare"),), timeouts=FAST,
+                            retry=Retry(budget_ratio=1.0, budget_min_per_s=1000.0), tracing=tracing(receiver))
+        url = await start_edge(settings)
+        await asyncio.sleep(0.05)  # the retry budget is earned over time (50 retries by now)
+        await oai(url, traceparent=CALLER).chat.completions.create(model=MODEL, messages=HELLO)
+        server, spans = await one_trace(receiver, {"attempt", "settle"})
+    first, second, _settle = children(spans, server)
+    assert (first.status, first.attributes["server.address"], first.attributes["ingress.group"]) == (
+        "error", refusing, "main")
+    assert first.attributes["error.type"] == "upstream_unavailable" and second.status == "unset"
+    assert (second.attributes["server.address"], second.attributes["ingress.group"]) == (fake_upstream.url, "spare")
+    assert (server.attributes["ingress.attempts"], second.attributes["ingress.attempt"]) == (2, 2)
+    [received] = fake_upstream.received
+    assert hop_traceparent(received) == f"00-{CALLER_TRACE}-{second.span_id}-01" == received.headers["traceparent"]
+
+
+async def test_a_limit_refusal_has_its_admission_and_names_the_error(start_edge: Any, fake_upstream: FakeUpstream,
+                                                                     receiver: OtlpReceiver) -> None:
+    tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=(MODEL,), limits=Limits(rpm=1)),),
+                      tenants={"acme": Tenant()})
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url], tenancy=tenancy, workers=1))
+    client = oai(url)
+    await client.chat.completions.create(model=MODEL, messages=HELLO)
+    with pytest.raises(openai.RateLimitError):
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 2, "two server spans")
+    admitted, refused = sorted(server_spans(spans), key=lambda s: s.start_ns)
+    assert [c.name for c in children(spans, admitted)] == ["admission", "attempt", "settle"]
+    assert [c.name for c in children(spans, refused)] == ["admission", "settle"]
+    assert children(spans, refused)[0].attributes["ingress.limit.outcome"] == "limited"
+    # A refusal is the edge doing its job: named, not an error of the server.
+    assert refused.attributes["error.type"] == "rate_limit_exceeded" and refused.status == "unset"
+    assert refused.attributes["http.response.status_code"] == 429
+    assert (refused.attributes["ingress.tenant"], refused.attributes["ingress.key_id"]) == ("acme", KEY_ID)
+
+
+async def test_an_upstream_failure_and_a_client_gone_set_the_error_status(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver, http: aiohttp.ClientSession) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    fake_upstream.play(fu.plain_status(502, "bad gateway"))
+    with pytest.raises(openai.APIStatusError):
+        await oai(url).chat.completions.create(model=MODEL, messages=HELLO)
+    fake_upstream.play(fu.stall_mid_stream(frames=2))
+    body = {"model": MODEL, "messages": HELLO, "stream": True}
+    async with http.post(f"{url}/v1/chat/completions", json=body) as response:
+        await response.content.readline()  # the first event, then the client leaves
+    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 2, "two server spans")
+    failed, gone = sorted(server_spans(spans), key=lambda s: s.start_ns)
+    assert failed.status == "error" and failed.attributes["http.response.status_code"] >= 500
+    assert children(spans, failed)[0].status == "error"
+    assert (gone.status, gone.attributes["error.type"]) == ("error", "client_closed")
+
+
+async def test_attribute_names_are_the_conventions_own(start_edge: Any, fake_upstream: FakeUpstream,
+                                                       receiver: OtlpReceiver) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    await oai(url).chat.completions.create(model=MODEL, messages=HELLO, max_tokens=8)
+    server, _ = await one_trace(receiver, {"attempt", "settle"})
+    ours = {name for name in server.attributes if name.startswith("gen_ai.")}
+    assert ours and ours <= GEN_AI, ours - GEN_AI
+
+
+async def test_an_unsampled_request_makes_no_span_and_says_so_on_the_hop(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url], trace=tracing(receiver, sample_ratio=0.0)))
+    await oai(url).chat.completions.create(model=MODEL, messages=HELLO)
+    caller_unsampled = f"00-{CALLER_TRACE}-{CALLER_SPAN}-00"
+    await oai(url, traceparent=caller_unsampled).chat.completions.create(model=MODEL, messages=HELLO)
+    await asyncio.sleep(0.3)  # six flush intervals
+    assert receiver.spans == []
+    new, followed = (hop_traceparent(r) for r in fake_upstream.received)
+    assert int(new[-2:], 16) & 1 == 0 and followed.startswith(f"00-{CALLER_TRACE}-") and followed.endswith("-00")
+
+
+async def test_a_stalled_collector_costs_requests_nothing_and_its_spans_are_dropped_and_counted(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver, http: aiohttp.ClientSession) -> None:
+    receiver.stall = 30.0  # longer than the export timeout: every export fails
+    trace = tracing(receiver, max_queue=8, max_batch=4, export_timeout=0.5)
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url], trace=trace))
+    client = oai(url)
+    before = await dropped_spans(http, url)
+    started = time.perf_counter()
+    for _ in range(40):  # 160 spans into a queue of 8
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 20, elapsed  # 40 requests on loopback; a blocked request would wait 0.5 s or more each
+    dropped = await dropped_spans(http, url) - before
+    assert dropped >= 100  # nearly every span: the queue holds 8
+    assert receiver.exports >= 1
+
+
+async def dropped_spans(http: aiohttp.ClientSession, url: str) -> float:
+    """ingress_trace_spans_dropped_total, every reason (the registry is the process's: compare two reads)."""
+    async with http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("ingress_trace_spans_dropped_total{"))
+
+
+async def test_tracing_needs_its_headers_variables(tmp_path: Any) -> None:
+    from ingress.config import ConfigError, load_config
+
+    path = tmp_path / "edge.toml"
+    path.write_text('[tracing]\nendpoint = "http://127.0.0.1:4318/v1/traces"\n'
+                    'headers_env = { authorization = "INGRESS_TEST_UNSET_VARIABLE" }\n')
+    os.environ.pop("INGRESS_TEST_UNSET_VARIABLE", None)
+    with pytest.raises(ConfigError, match="INGRESS_TEST_UNSET_VARIABLE"):
+        load_config(path)
