@@ -88,8 +88,9 @@ def _bridge(args: argparse.Namespace) -> int:
     from ingress.bridges import CredentialsError, api_key, load_dialect
     from ingress.bridges.dialect import Target
     from ingress.bridges.service import create_bridge_app
-    from ingress.config import ConfigError, bridge_config
+    from ingress.config import ConfigError, bridge_config, tracing_config
     from ingress.serve.server import event_loop
+    from ingress.tracing import Tracer
 
     try:
         config = bridge_config({k: v for k, v in {
@@ -97,6 +98,7 @@ def _bridge(args: argparse.Namespace) -> int:
             "api_key_file": args.api_key_file, "max_tokens": args.max_tokens}.items() if v is not None})
         target = Target(url=config.target, model=config.model, max_tokens=config.max_tokens,
                         api_key=api_key(config.api_key_env, config.api_key_file))
+        tracing = tracing_config(args.trace_endpoint, args.trace_sample_ratio, "ingress-bridge")
     except (ConfigError, CredentialsError) as exc:
         raise SystemExit(f"ingress bridge: {exc}") from None
     configure(args.log_level)
@@ -104,8 +106,13 @@ def _bridge(args: argparse.Namespace) -> int:
     listen = f"unix:{args.unix}" if args.unix else f"http://{args.host}:{args.port}"
     get_logger("ingress.bridge").info("starting", dialect=args.dialect, listen=listen, target=config.target)
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
-    web.run_app(create_bridge_app(load_dialect(args.dialect), target, config.timeouts), **where,
-                loop=event_loop(), handler_cancellation=True, access_log=None, print=None)
+    tracer = Tracer(tracing) if tracing is not None else None
+    app = create_bridge_app(load_dialect(args.dialect), target, config.timeouts, tracer=tracer)
+    try:
+        web.run_app(app, **where, loop=event_loop(), handler_cancellation=True, access_log=None, print=None)
+    finally:
+        if tracer is not None:
+            tracer.flush()  # the spans still queued, before the process ends
     return 0
 
 
@@ -170,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     bridge.add_argument("--port", type=int, default=9000)
     bridge.add_argument("--unix", help="listen on this Unix socket path instead")
     bridge.add_argument("--log-level", default="info", choices=typing.get_args(LogLevel))
+    bridge.add_argument("--trace-endpoint", help="an OTLP/HTTP collector's traces URL: each call to the engine "
+                        "a span, the child of the edge's (e.g. http://127.0.0.1:4318/v1/traces)")
+    bridge.add_argument("--trace-sample-ratio", type=float, help="of traces the edge did not start (default 1.0)")
     bridge.set_defaults(run=_bridge)
     keys = sub.add_parser("keys", help="virtual keys for [tenancy]")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

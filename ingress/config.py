@@ -248,6 +248,22 @@ def override(settings: Settings, changes: Mapping[str, Any], source: str = "comm
     return _settings_of({**msgspec.to_builtins(settings), **msgspec.to_builtins(changes)}, source)
 
 
+def tracing_config(endpoint: str | None, sample_ratio: float | None, service_name: str) -> Tracing | None:
+    """`[tracing]` from command-line flags (`ingress bridge --trace-endpoint`), checked as the file's is."""
+    if endpoint is None:
+        if sample_ratio is not None:
+            raise ConfigError("--trace-sample-ratio needs --trace-endpoint")
+        return None
+    raw = {"endpoint": endpoint, "service_name": service_name,
+           **({"sample_ratio": sample_ratio} if sample_ratio is not None else {})}
+    try:
+        tracing = msgspec.convert(raw, Tracing)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"--trace-*: {exc}") from None
+    _check_tracing(tracing)
+    return tracing
+
+
 def bridge_config(raw: Mapping[str, Any], source: str = "command line") -> Bridge:
     """A bridge's settings (`ingress bridge` flags), checked as an endpoint's `bridge` in a file is."""
     try:

@@ -164,7 +164,7 @@ class RequestTrace:
         if span is None:
             return
         if error is not None:
-            _fail(span, error_type(error), str(getattr(error, "message", "")) or type(error).__name__)
+            fail(span, error_type(error), str(getattr(error, "message", "")) or type(error).__name__)
         span.end(self.ns(end) if end is not None else None)
 
     def child(self, name: str, start: float, end: float, attributes: Mapping[str, Any] | None = None) -> None:
@@ -197,8 +197,37 @@ class RequestTrace:
             if description is None:
                 span.set_attribute("error.type", error_type)
             else:
-                _fail(span, error_type, description)
+                fail(span, error_type, description)
         span.end()
+
+
+def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str]) -> Span:
+    """A bridge's span around its call to the engine or provider: the child of the span that sent the
+    request (its passport's context, read in place), named for the operation and model; `headers` (the
+    engine request's) then carry its own context on, which vLLM and others continue."""
+    from ingress.wire.decode import read_request
+    from ingress.wire.passport import trace_context
+
+    traceparent, tracestate = trace_context(buf)
+    carrier = {"traceparent": traceparent, "tracestate": tracestate or ""} if traceparent else {}
+    parent = tracer._propagator.extract(carrier) if carrier else None
+    model = (read_request(buf).ModelName() or b"").decode("utf-8", "replace")
+    span = tracer.tracer.start_span(f"chat {model}" if model else "chat", context=parent, kind=tracer._client,
+                                    attributes={"gen_ai.operation.name": "chat", "gen_ai.provider.name": dialect,
+                                                "gen_ai.request.model": model, "server.address": target})
+    if span.is_recording() or traceparent:
+        headers["traceparent"] = traceparent_of(span)
+        if tracestate:
+            headers["tracestate"] = tracestate
+    return span
+
+
+def provider_answered(span: Span, status: int, headers: Mapping[str, str]) -> None:
+    """The provider's answer head, on its span: the status and the provider's own request id."""
+    span.set_attribute("http.response.status_code", status)
+    request_id = headers.get("request-id") or headers.get("x-request-id")
+    if request_id:
+        span.set_attribute("ingress.provider.request_id", request_id[:128])
 
 
 # The request's parameters a span carries: (attribute, the decoded request's field), the first one set.
@@ -212,7 +241,7 @@ def error_type(error: BaseException) -> str:
     return str(code) if code else type(error).__qualname__
 
 
-def _fail(span: Span, error_type: str, description: str) -> None:
+def fail(span: Span, error_type: str, description: str) -> None:
     from opentelemetry.trace import Status, StatusCode
 
     span.set_attribute("error.type", error_type)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -27,9 +28,13 @@ from ingress.errors import IngressError, UpstreamConnectFailed
 from ingress.log import get_logger
 from ingress.settings import Timeouts
 from ingress.sockets import chunk, clear, name_server
+from ingress.tracing import Tracer, fail, provider_answered, provider_span
 from ingress.upstream.http1 import ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 MAX_REQUEST = 64 << 20  # a CompletionRequest buffer: the edge's own body limit is far below
 MAX_ANSWER = 64 << 20  # an engine's whole answer, or its error body (read only to describe the error)
@@ -44,6 +49,7 @@ class Bridge:
     target: Target
     timeouts: Timeouts
     pool: ConnectionPool
+    tracer: Tracer | None = None  # its spans continue the edge's traces (the passport's context)
 
 
 BRIDGE = web.AppKey("bridge", Bridge)
@@ -127,6 +133,23 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
     headers = dict(call.request.headers)
     if (request_id := request.headers.get("x-request-id")) is not None:
         headers["x-request-id"] = request_id  # the edge's id, for the engine's logs
+    if bridge.tracer is None:
+        return await _call(request, bridge, call, headers)
+    span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers)
+    try:
+        answer = await _call(request, bridge, call, headers, span)
+    except BaseException as exc:
+        span.set_attribute("error.type", "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
+        raise
+    finally:
+        span.end()
+    span.set_attribute("ingress.bridge.status_code", answer.status)
+    return answer
+
+
+async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers: dict[str, str],
+                span: Span | None = None) -> web.StreamResponse:
+    """The engine's request, and its answer in our contract."""
     t = bridge.timeouts
     loop = asyncio.get_running_loop()
     try:
@@ -134,7 +157,12 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
                                              t.connect, loop.time() + t.first_byte)
     except (IngressError, OSError, ValueError) as exc:  # ValueError: a header the engine request cannot hold
         log.warning("engine unreachable", target=bridge.target.url, error=type(exc).__name__)
-        return _error(_hop_failure(exc, "answer"))
+        info = _hop_failure(exc, "answer")
+        if span is not None:
+            fail(span, info.code or "upstream_unavailable", info.message)
+        return _error(info)
+    if span is not None:
+        provider_answered(span, response.status, response.headers)
     try:
         if response.status != 200:
             try:
@@ -143,6 +171,8 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
                 error_body = b""
             info = bridge.dialect.error(response.status, response.headers, error_body)
             log.info("engine refused", status=response.status, code=info.code)
+            if span is not None:
+                fail(span, info.code or info.type or str(info.status), info.message)
             return _error(info, response.headers.get("retry-after"))
         if not call.request.stream:
             return await _whole(call, response, t)
@@ -255,9 +285,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def create_bridge_app(dialect: Dialect, target: Target, timeouts: Timeouts | None = None,
-                      keepalive: float = 4.0) -> web.Application:
+                      keepalive: float = 4.0, tracer: Tracer | None = None) -> web.Application:
+    """`tracer`: the spans of the calls to the engine, each the child of the span that sent the request."""
     app = web.Application(client_max_size=MAX_REQUEST)
-    app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive))
+    app[BRIDGE] = Bridge(dialect, target, timeouts or Timeouts(), ConnectionPool(target.url, keepalive), tracer)
     app.router.add_post(identifiers.COMPLETE_PATH, complete)
     app.router.add_post(identifiers.EMBED_PATH, embed)
     app.router.add_post(identifiers.COUNT_PATH, count_tokens)

@@ -67,6 +67,10 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
     groups_config, routes = settings.resolved()
     tasks = app[TASKS] = BackgroundTasks()
     async with AsyncExitStack() as stack:
+        tracer = None
+        if settings.tracing is not None:  # in each worker: the exporter's thread does not survive a fork
+            tracer = Tracer(settings.tracing)
+            stack.push_async_callback(asyncio.to_thread, tracer.flush)  # what is queued is sent at the end
         demo_url = None
         if any(e.url == EMBEDDED for g in groups_config.values() for e in g.endpoints):
             demo_url = await stack.enter_async_context(serve_app(create_demo_app(), "", 0, _inner_socket(stack)))
@@ -75,7 +79,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             for endpoint in config.endpoints:
                 if endpoint.bridge is not None and endpoint.bridge not in bridged:
                     bridged[endpoint.bridge] = await stack.enter_async_context(
-                        serve_app(_bridge_app(endpoint.bridge), "", 0, _inner_socket(stack)))
+                        serve_app(_bridge_app(endpoint.bridge, tracer), "", 0, _inner_socket(stack)))
         groups: dict[str, EndpointGroup] = {}
         for name, config in groups_config.items():
             clients = []
@@ -98,10 +102,6 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
-        tracer = None
-        if settings.tracing is not None:  # in each worker: the exporter's thread does not survive a fork
-            tracer = Tracer(settings.tracing)
-            stack.push_async_callback(asyncio.to_thread, tracer.flush)  # what is queued is sent at the end
         for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
             if route.model is not None:
                 counter_for(route.upstream_model or route.model, route.tokenizer, settings.max_exact_count_bytes)
@@ -131,11 +131,11 @@ def _inner_socket(stack: AsyncExitStack) -> str:
     return os.path.join(where, "service.sock")
 
 
-def _bridge_app(bridge: Bridge) -> web.Application:
+def _bridge_app(bridge: Bridge, tracer: Tracer | None) -> web.Application:
     from ingress.bridges import load_dialect, target_of
     from ingress.bridges.service import create_bridge_app
 
-    return create_bridge_app(load_dialect(bridge.dialect), target_of(bridge), bridge.timeouts)
+    return create_bridge_app(load_dialect(bridge.dialect), target_of(bridge), bridge.timeouts, tracer=tracer)
 
 
 async def tune_gc(app: web.Application) -> None:

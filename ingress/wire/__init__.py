@@ -19,6 +19,10 @@ stream of size-prefixed chunk frames::
 Embeddings (`POST EMBED_PATH`): `wire.read_embedding_request(body)` verifies and reads an
 EmbeddingRequest; `wire.write_embeddings(wire.Embeddings(model=..., vectors=[[...], ...], usage=...))`
 answers it, one vector per input.
+
+Tracing: the passport carries the sender's trace context, read in place with no header to parse:
+`wire.trace_context(body)` gives its traceparent and tracestate, and `wire.start_span(tracer, body, name)`
+starts an OpenTelemetry span as the child of the edge's attempt (end it when the answer ends).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from ingress.wire.embeddings import (
 from ingress.wire.encode import FINISH_REASONS, PROVIDERS, ROLES, encode_chunk_frame, encode_error, encode_response
 from ingress.wire.framing import FrameDecoder, FrameError, frame
 from ingress.wire.identifiers import COMPLETE_PATH, CONTENT_TYPE, EMBED_PATH, STREAM_CONTENT_TYPE
+from ingress.wire.passport import start_span, trace_context
 from ingress.wire.stock import BuilderPool
 from ingress.wire.types import (
     Annotation,
@@ -121,6 +126,8 @@ __all__ = [
     "read_embedding_request",
     "read_request",
     "read_request_data",
+    "start_span",
+    "trace_context",
     "verify_request",
     "write_chunk",
     "write_embeddings",

@@ -7,6 +7,8 @@ import random
 import re
 import struct
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -94,6 +96,33 @@ def traceparent_at(buf: bytes | bytearray) -> int | None:
     at = passport._tab.Pos + slot
     at += struct.unpack_from("<I", buf, at)[0]
     return at + 4 if struct.unpack_from("<I", buf, at)[0] == TRACEPARENT_LENGTH else None
+
+
+def trace_context(buf: bytes | bytearray) -> tuple[str | None, str | None]:
+    """A request buffer's traceparent and tracestate, read in place from its passport (well-formed ones
+    only): the context a service continues the trace from, with no header to parse."""
+    root = _ROOTS.get(identifiers.identifier_of(buf))
+    passport = root.GetRootAs(buf, 0).Passport() if root is not None else None
+    if passport is None:
+        return None, None
+    traceparent = valid_traceparent((passport.Traceparent() or b"").decode("ascii", "replace") or None)
+    tracestate = valid_tracestate((passport.Tracestate() or b"").decode("ascii", "replace") or None)
+    return traceparent, tracestate if traceparent else None
+
+
+def start_span(tracer: Any, buf: bytes | bytearray, name: str, *, kind: Any = None,
+               attributes: Mapping[str, Any] | None = None) -> Any:
+    """For a Python service behind the edge: its span for a request buffer, the child of the span that sent
+    it (the edge's attempt), from the passport's trace context. `tracer` is an OpenTelemetry Tracer; the
+    span is started, not made current, and ends when the caller ends it."""
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    traceparent, tracestate = trace_context(buf)
+    carrier = {"traceparent": traceparent, "tracestate": tracestate or ""} if traceparent else {}
+    parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
+    return tracer.start_span(name, context=parent, kind=SpanKind.SERVER if kind is None else kind,
+                             attributes=attributes)
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None, *,

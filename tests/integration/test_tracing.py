@@ -15,6 +15,7 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
@@ -22,7 +23,8 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from otlp_receiver import OtlpReceiver, Span
 
 from ingress import wire
-from ingress.settings import Endpoint, Group, Retry, Route, Settings, Timeouts, Tracing
+from ingress.serve.app import serve_app
+from ingress.settings import Bridge, Endpoint, Group, Retry, Route, Settings, Timeouts, Tracing
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
 
@@ -264,3 +266,83 @@ async def test_tracing_needs_its_headers_variables(tmp_path: Any) -> None:
     os.environ.pop("INGRESS_TEST_UNSET_VARIABLE", None)
     with pytest.raises(ConfigError, match="INGRESS_TEST_UNSET_VARIABLE"):
         load_config(path)
+
+
+# --- through a bridge -------------------------------------------------------------------------------
+
+
+ENGINE_ANSWER = {"id": "chatcmpl-e", "object": "chat.completion", "created": 1741571000, "model": "served-model",
+                 "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi."}}],
+                 "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+
+
+class Engine:
+    """An OpenAI-compatible engine that records each request's headers: whole answers, or a 429."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        self.refuse = False
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.headers.append(dict(request.headers))
+        await request.read()
+        if self.refuse:
+            error = {"message": "slow down", "type": "requests", "code": "rate_limit_exceeded"}
+            return web.json_response({"error": error}, status=429, headers={"x-request-id": "req_engine_2"})
+        return web.json_response(ENGINE_ANSWER, headers={"x-request-id": "req_engine_1"})
+
+
+async def test_an_in_process_bridge_continues_the_trace_from_the_passport_and_sends_it_to_the_engine(
+        start_edge: Any, receiver: OtlpReceiver) -> None:
+    engine = Engine()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", engine.handle)
+    async with serve_app(app, "127.0.0.1", 0) as engine_url:
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", timeouts=FAST)
+        url = await start_edge(Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)])},
+                                        routes=(Route(model=MODEL, upstream_model="Qwen/Qwen3-8B", group="engine"),),
+                                        timeouts=FAST, tracing=tracing(receiver)))
+        client = oai(url, traceparent=CALLER)
+        await client.chat.completions.create(model=MODEL, messages=HELLO)
+        engine.refuse = True
+        with pytest.raises(openai.RateLimitError):
+            await client.chat.completions.create(model=MODEL, messages=HELLO)
+        spans = await receiver.wait_for(lambda spans: len([s for s in spans if s.name.startswith("chat Qwen")]) == 2,
+                                        "two bridge spans")
+    servers = sorted(server_spans(spans), key=lambda s: s.start_ns)
+    assert len(servers) == 2 and {s.trace_id for s in spans} == {CALLER_TRACE}
+    for server, engine_headers in zip(servers, engine.headers, strict=True):
+        attempt = children(spans, server)[0]
+        [bridged] = children(spans, attempt)  # the bridge's span is the attempt's child: read from the passport
+        assert (bridged.name, bridged.kind) == ("chat Qwen/Qwen3-8B", "client")
+        assert bridged.attributes["server.address"] == f"{engine_url}/v1"
+        assert bridged.attributes["gen_ai.provider.name"] == "openai"
+        # The engine is asked with the bridge span's context, so its own spans join the same trace.
+        assert engine_headers["traceparent"] == f"00-{CALLER_TRACE}-{bridged.span_id}-01"
+    ok, refused = (children(spans, children(spans, s)[0])[0] for s in servers)
+    assert (ok.status, ok.attributes["http.response.status_code"]) == ("unset", 200)
+    assert ok.attributes["ingress.provider.request_id"] == "req_engine_1"
+    assert (refused.status, refused.attributes["http.response.status_code"]) == ("error", 429)
+    assert refused.attributes["ingress.provider.request_id"] == "req_engine_2"
+
+
+async def test_a_python_service_starts_its_span_from_the_request_buffer(fake_upstream: FakeUpstream,
+                                                                         start_edge: Any,
+                                                                         receiver: OtlpReceiver) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
+    await oai(url, traceparent=CALLER).chat.completions.create(model=MODEL, messages=HELLO)
+    server, spans = await one_trace(receiver, {"attempt", "settle"})
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    span = wire.start_span(provider.get_tracer("service"), fake_upstream.received[0].body, "generate")
+    span.end()
+    [ours] = exported.get_finished_spans()
+    attempt = children(spans, server)[0]
+    assert ours.parent is not None and (f"{ours.parent.trace_id:032x}", f"{ours.parent.span_id:016x}") == (
+        CALLER_TRACE, attempt.span_id)
+    assert wire.trace_context(fake_upstream.received[0].body) == (f"00-{CALLER_TRACE}-{attempt.span_id}-01", None)
