@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,7 @@ import openai
 import pytest
 from aiohttp import web
 from fakes import upstream as fu
+from fakes.processes import CHAT, EdgeProcess, free_port
 from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
@@ -346,3 +348,30 @@ async def test_a_python_service_starts_its_span_from_the_request_buffer(fake_ups
     assert ours.parent is not None and (f"{ours.parent.trace_id:032x}", f"{ours.parent.span_id:016x}") == (
         CALLER_TRACE, attempt.span_id)
     assert wire.trace_context(fake_upstream.received[0].body) == (f"00-{CALLER_TRACE}-{attempt.span_id}-01", None)
+
+
+async def test_a_drain_sends_the_spans_still_queued_and_a_stream_it_ended_is_one_failed_span(
+        tmp_path: Path, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    """A real `ingress serve` process stopped with SIGTERM: the stream that outlived the drain's deadline
+    is one server span with the error status, and it reached the collector although the batch interval
+    (a minute) never came: the drain flushed it."""
+    fake_upstream.play(fu.stall_mid_stream(frames=3))
+    config = tmp_path / "edge.toml"
+    config.write_text(f'[drain]\ndelay = 0.2\ndeadline = 0.5\n\n[tracing]\nendpoint = "{receiver.url}"\n'
+                      "flush_interval = 60.0\n")
+    edge = EdgeProcess(tmp_path, "edge", free_port(), ["--config", str(config), "--upstream", fake_upstream.url], 1,
+                       None)
+    try:
+        await edge.started()
+        body = {"model": MODEL, "messages": HELLO, "stream": True}
+        async with aiohttp.ClientSession() as http, http.post(edge.url + CHAT, json=body) as response:
+            await response.content.readline()
+            edge.terminate()
+            rest = (await response.read()).decode()
+        assert "shutting_down" in rest and "[DONE]" not in rest
+        assert await edge.exit_code(timeout=15) == 0
+    finally:
+        edge.kill()
+    [server] = server_spans(await receiver.wait_for(lambda spans: bool(server_spans(spans)), "the server span"))
+    assert (server.status, server.attributes["error.type"]) == ("error", "shutting_down")
+    assert [c.name for c in children(receiver.spans, server)] == ["attempt", "settle"]
