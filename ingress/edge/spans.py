@@ -51,11 +51,13 @@ def attributes_of(ex: Exchange, route: str) -> dict[str, Any]:
         attributes["gen_ai.response.time_to_first_chunk"] = ex.first_byte - ex.started
     usage = ex.usage
     if usage is not None:
-        attributes.update({"gen_ai.usage.input_tokens": usage.prompt_tokens,
-                           "gen_ai.usage.output_tokens": usage.completion_tokens,
-                           "gen_ai.usage.cache_read.input_tokens": usage.cached_tokens,
-                           "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
-                           "gen_ai.usage.reasoning.output_tokens": usage.reasoning_tokens})
+        attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+        attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
+        for name, value in (("gen_ai.usage.cache_read.input_tokens", usage.cached_tokens),
+                            ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
+                            ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)):
+            if value:  # 0: the service did not report them
+                attributes[name] = value
     return attributes
 
 
