@@ -107,3 +107,14 @@ def test_a_guardrail_bounding_the_prompts_tokens_needs_its_exact_count() -> None
         settings = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, guardrails=guardrails),))
         p = Policy(settings)
         assert p.counts_prompt(p.authenticate({"x-api-key": KEY}), "llama-3") is counts
+
+
+
+def test_a_models_price_is_its_policys_resolved_once_a_name() -> None:
+    price = Price(input=2.5, output=10.0)
+    p = Policy(Tenancy(models={"gpt-4o*": ModelPolicy(price=price), "llama-*": ModelPolicy(limits=Limits(rpm=1))}))
+    assert p.model_policy("gpt-4o-mini") == ("gpt-4o*", ModelPolicy(price=price))
+    assert (p.price_of("gpt-4o-mini"), p.price_of("llama-3"), p.price_of("o3")) == (price, None, None)
+    p._globs.clear()  # each name's answer is kept: no glob is matched again for a name already asked
+    assert (p.price_of("gpt-4o-mini"), p.price_of("llama-3"), p.price_of("o3")) == (price, None, None)
+    assert p.price_of("gpt-4o-2024-08-06") is None
