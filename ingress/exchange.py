@@ -20,7 +20,9 @@ class Exchange:
 
     request_id: str
     started: float = field(default_factory=time.perf_counter)
-    model: str | None = None
+    model: str | None = None  # as asked
+    route: str | None = None  # the route that took it, as configured (ingress/pipeline/gateway.py)
+    served_model: str | None = None  # as the service's answer named it (a whole answer's, a stream's first chunk's)
     metric_model: str = "other"  # a name some route serves, for bounded metric labels
     group: str | None = None
     upstream: str | None = None
