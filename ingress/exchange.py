@@ -47,7 +47,8 @@ class Exchange:
     admitted: float | None = None  # perf_counter mark: the admission's round trip ended
     prompt_tokens: int | None = None  # as the edge counted them (the passport's estimate)
     output_tokens: int | None = None  # of a stream's output as the edge counted it, when the service gave no usage
-    api: str | None = None  # the API family when not OpenAI's: "messages" (Anthropic's)
+    api: str | None = None  # its API family: chat, completions, responses, embeddings, models, messages, count_tokens
+    # (the last two Anthropic's); None off the API (probes, /metrics, unknown paths)
     dropped: list[str] | None = None  # processing hints of the request not sent to its service, by name
 
     def mark_first_byte(self) -> None:
