@@ -1,4 +1,5 @@
-"""Per-request edge concerns: the request id, one place that renders errors, one log line a request."""
+"""Per-request edge concerns: the request id, one place that renders errors, one log line a request (its usage
+record, ingress/usage.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
+from ingress.usage import usage_record
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.types import ErrorInfo
@@ -215,28 +217,7 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
 def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str) -> None:
     now = time.perf_counter()
     _record(request, ex, status, now)
-    fields: dict[str, object] = {
-        "method": request.method, "path": request.path, "status": status, "outcome": outcome,
-        "duration_ms": round((now - ex.started) * 1000, 3),
-    }
-    if ex.model is not None:
-        fields.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
-    if ex.principal is not None:
-        fields.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
-    if ex.api is not None:
-        fields["api"] = ex.api
-    if ex.dropped:
-        fields["dropped"] = ex.dropped
-    if ex.limit_outcome is not None:
-        fields["limit"] = ex.limit_outcome
-    if ex.first_byte is not None:
-        fields["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
-    if ex.paced is not None:
-        fields["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
-    if ex.usage is not None:
-        fields.update(prompt_tokens=ex.usage.prompt_tokens, completion_tokens=ex.usage.completion_tokens)
-    if ex.error is not None:
-        fields.update(error_code=ex.error.code, error_type=ex.error.type)
-        if ex.error.__cause__ is not None:  # what went wrong inside, for operators only
-            fields["error_detail"] = f"{type(ex.error.__cause__).__name__}: {ex.error.__cause__}"[:300]
+    gw = request.app.get(GATEWAY)
+    policy = gw.tenancy.policy if gw is not None and gw.tenancy is not None else None  # the prices
+    fields = usage_record(ex, request.method, request.path, status, outcome, now, policy)
     access(ex.error.log_level if ex.error is not None else logging.INFO, fields, ex.request_id)
