@@ -17,24 +17,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ingress.tenancy.plan import NANO_USD_PER_USD, nano_usd_per_token
+from ingress.tenancy.plan import NANO_USD_PER_USD
 
 if TYPE_CHECKING:
     from ingress.exchange import Exchange
+    from ingress.tenancy.plan import TokenPrice
     from ingress.tenancy.policy import Policy
-    from ingress.tenancy.settings import Price
     from ingress.wire.types import Usage
 
 
-def cost_usd(usage: Usage, price: Price) -> float:
-    """What `usage` costs at `price` (USD per million tokens), computed as a USD budget charges it: each
-    price in whole nano-USD a token (plan.nano_usd_per_token), so that a tenant's spending and the sum of
-    its records agree. A Price has no price of its own for cached input (nor for a cache write): those
-    tokens are part of `prompt_tokens` and are priced as input; reasoning tokens are part of
-    `completion_tokens`, priced as output."""
-    nano = (nano_usd_per_token(price.input) * usage.prompt_tokens
-            + nano_usd_per_token(price.output) * usage.completion_tokens)
-    return nano / NANO_USD_PER_USD
+def cost_usd(usage: Usage, price: TokenPrice) -> float:
+    """What `usage` costs at a model's price, computed as a `usd` budget charges it (in whole nano-USD a
+    token), so that a tenant's spending and the sum of its records agree. A Price has no price of its own
+    for cached input (nor for a cache write): those tokens are part of `prompt_tokens` and are priced as
+    input; reasoning tokens are part of `completion_tokens`, priced as output."""
+    return (price.input * usage.prompt_tokens + price.output * usage.completion_tokens) / NANO_USD_PER_USD
 
 
 def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str, now: float,

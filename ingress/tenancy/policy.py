@@ -17,8 +17,8 @@ import msgspec
 from ingress.errors import Unauthenticated
 from ingress.guardrails import Guard, compile_guardrails
 from ingress.tenancy.keys import Keyring, id_of
-from ingress.tenancy.plan import Check, Plan, checks_of
-from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Price, Tenancy, Tenant
+from ingress.tenancy.plan import Check, Plan, TokenPrice, checks_of
+from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
 _CACHED_PLANS = 4096
@@ -76,6 +76,7 @@ class Policy:
         self.lease_us = int(settings.lease_ttl * 1_000_000)
         self._cache: dict[tuple[str, str], tuple[tuple[Check, ...], float]] = {}
         self._policies: dict[str, tuple[str, ModelPolicy] | None] = {}  # model_policy's answers, by name asked
+        self._prices: dict[str, TokenPrice | None] = {}  # price_of's
 
     @classmethod
     def load(cls, settings: Tenancy) -> Policy:
@@ -116,14 +117,21 @@ class Policy:
         self._policies[model] = found
         return found
 
-    def price_of(self, model: str) -> Price | None:
-        """The model's price, or None when none is configured: no policy, or one whose price is zero both ways
-        (a model policy without a price has that default; a price is only ever >= 0)."""
+    def price_of(self, model: str) -> TokenPrice | None:
+        """The model's price per token, as a `usd` budget charges it, or None when none is configured: no
+        policy, or one whose price is zero both ways (a model policy without a price has that default). Kept
+        a name, as model_policy's answers are: a usage record asks at every request's end."""
+        try:
+            return self._prices[model]
+        except KeyError:
+            pass
         found = self.model_policy(model)
-        if found is None:
-            return None
-        price = found[1].price
-        return price if price.input or price.output else None
+        price = found[1].price if found is not None else None
+        priced = TokenPrice.of(price) if price is not None and (price.input or price.output) else None
+        if len(self._prices) >= _CACHED_PLANS:
+            self._prices.clear()
+        self._prices[model] = priced
+        return priced
 
     def counts_prompt(self, principal: Principal, model: str) -> bool:
         """Whether a request of `principal` for `model` needs its prompt's exact count: a limit charges its

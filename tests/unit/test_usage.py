@@ -7,7 +7,7 @@ import pytest
 from ingress.errors import NotFound, UpstreamProtocolError
 from ingress.exchange import Exchange
 from ingress.tenancy.keys import new_key
-from ingress.tenancy.plan import NANO_USD_PER_USD, checks_of
+from ingress.tenancy.plan import NANO_USD_PER_USD, TokenPrice, checks_of
 from ingress.tenancy.policy import Policy
 from ingress.tenancy.settings import Budget, Key, Limits, ModelPolicy, Price, Tenancy
 from ingress.usage import cost_usd, usage_record
@@ -94,5 +94,5 @@ def test_the_cost_is_what_a_usd_budget_charges_for_the_same_usage() -> None:
     (budget,) = checks_of(Limits(budget=Budget(usd=10.0)), "tenant", "acme", price, 0.0, 1, "local")
     for usage in (USAGE, Usage(prompt_tokens=7), Usage(completion_tokens=1), Usage()):
         charged = budget.cost(usage.prompt_tokens, usage.completion_tokens)
-        assert cost_usd(usage, price) == charged / NANO_USD_PER_USD
+        assert cost_usd(usage, TokenPrice.of(price)) == charged / NANO_USD_PER_USD
 
