@@ -21,7 +21,9 @@ class Exchange:
 
     request_id: str
     started: float = field(default_factory=time.perf_counter)
-    model: str | None = None
+    model: str | None = None  # as asked
+    route: str | None = None  # the route that took it, as configured (ingress/pipeline/gateway.py)
+    served_model: str | None = None  # as the service's answer named it (a whole answer's, a stream's first chunk's)
     metric_model: str = "other"  # a name some route serves, for bounded metric labels
     group: str | None = None
     upstream: str | None = None
@@ -46,7 +48,8 @@ class Exchange:
     admitted: float | None = None  # perf_counter mark: the admission's round trip ended
     prompt_tokens: int | None = None  # as the edge counted them (the passport's estimate)
     output_tokens: int | None = None  # of a stream's output as the edge counted it, when the service gave no usage
-    api: str | None = None  # the API family when not OpenAI's: "messages" (Anthropic's)
+    api: str | None = None  # its API family: chat, completions, responses, embeddings, models, messages, count_tokens
+    # (the last two Anthropic's); None off the API (probes, /metrics, unknown paths)
     dropped: list[str] | None = None  # processing hints of the request not sent to its service, by name
     trace: RequestTrace | None = None  # its spans, when the edge traces ([tracing])
 

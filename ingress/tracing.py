@@ -178,7 +178,8 @@ class RequestTrace:
                                             start_time=self.ns(start))
         span.end(self.ns(end))
 
-    def finish(self, name: str, attributes: Mapping[str, Any], *, first_token: float | None,
+    def finish(self, name: str, attributes: Mapping[str, Any], usage: Mapping[str, Any], *,
+               first_token: float | None,
                attempt_error: BaseException | None, attempt_end: float | None,
                error: tuple[str, str | None] | None) -> None:
         """The request has ended: the server span gets its name and attributes, the time of its first
@@ -192,6 +193,7 @@ class RequestTrace:
         span.set_attributes(attributes)
         if first_token is not None:
             span.add_event("first_token", timestamp=self.ns(first_token))
+        span.add_event("usage", attributes=usage)
         if error is not None:
             error_type, description = error
             if description is None:

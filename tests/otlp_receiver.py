@@ -53,6 +53,7 @@ class Span:
     status: str  # "unset", "ok", "error"
     status_message: str
     events: list[str]
+    event_attributes: dict[str, dict[str, Any]]  # by the event's name
     start_ns: int
     end_ns: int
     service: str
@@ -101,7 +102,9 @@ class OtlpReceiver:
                         parent_id=s.parent_span_id.hex(), kind=KINDS[s.kind],
                         attributes={a.key: _value(a.value) for a in s.attributes},
                         status={0: "unset", 1: "ok", 2: "error"}[s.status.code], status_message=s.status.message,
-                        events=[e.name for e in s.events], start_ns=s.start_time_unix_nano,
+                        events=[e.name for e in s.events],
+                        event_attributes={e.name: {a.key: _value(a.value) for a in e.attributes} for e in s.events},
+                        start_ns=s.start_time_unix_nano,
                         end_ns=s.end_time_unix_nano, service=str(resource.get("service.name", "")),
                         scope=scope_spans.scope.name, links=[link.span_id.hex() for link in s.links]))
         return web.Response(body=ExportTraceServiceResponse().SerializeToString(),

@@ -54,6 +54,7 @@ def request_meta(request: web.Request) -> RequestMeta:
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    ex.api = "chat"  # a FlatBuffers request's too: relayed, it is a chat request
     body = await read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
         return await write_relayed(request, ex, await pipeline.relay(gw, body, ex))
@@ -65,6 +66,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def completions(request: web.Request) -> web.StreamResponse:
     """Legacy text completions: the same path as chat, answered as text_completion objects."""
     gw, ex = request.app[GATEWAY], request[EXCHANGE]
+    ex.api = "completions"
     body = await read_body(request, gw.settings.max_body_bytes)
     prepared = pipeline.prepare_text(gw, body, request_meta(request), ex)
     await pipeline.admit(gw, prepared, ex)
@@ -85,6 +87,7 @@ async def _answer(request: web.Request, ex: Exchange,
 
 async def embeddings(request: web.Request) -> web.Response:
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    ex.api = "embeddings"
     body = await read_body(request, gw.settings.max_body_bytes)
     prepared = pipeline.prepare_embeddings(gw, body, request_meta(request), ex)
     await pipeline.admit(gw, prepared, ex)
@@ -96,6 +99,7 @@ async def embeddings(request: web.Request) -> web.Response:
 async def responses(request: web.Request) -> web.StreamResponse:
     """The Responses API, stateless: carried as the chat request it amounts to, answered in its own shape."""
     gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    ex.api = "responses"
     body = await read_body(request, gw.settings.max_body_bytes)
     call, prepared = pipeline.prepare_responses(gw, body, request_meta(request), ex)
     await pipeline.admit(gw, prepared, ex)
@@ -110,6 +114,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 async def stored_response(request: web.Request) -> web.Response:
     """Retrieving, deleting, cancelling a response or listing its input: the edge keeps none."""
+    request[EXCHANGE].api = "responses"
     response_id = request.match_info["response_id"]
     shown = response_id[:64] if response_id.isascii() and response_id.isprintable() else "..."
     raise NotFound(f"Response with id '{shown}' not found: this edge keeps no responses (store is not "
@@ -134,6 +139,7 @@ def _created_at(request: web.Request) -> str:
 
 async def list_models(request: web.Request) -> web.Response:
     """The models, in OpenAI's list shape, or Anthropic's (one page) for an Anthropic client."""
+    request[EXCHANGE].api = "models"
     created = request.app[STARTED]
     if _anthropic(request):
         return json_response(model_page(_models(request), _created_at(request)))
@@ -142,6 +148,7 @@ async def list_models(request: web.Request) -> web.Response:
 
 
 async def get_model(request: web.Request) -> web.Response:
+    request[EXCHANGE].api = "models"
     model = request.match_info["model"]
     if model not in _models(request):
         raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",

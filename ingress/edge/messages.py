@@ -53,7 +53,7 @@ def _betas(request: web.Request) -> list[str]:
 
 async def count_tokens(request: web.Request) -> web.Response:
     gw, ex = request.app[GATEWAY], request[EXCHANGE]
-    ex.api = API
+    ex.api = "count_tokens"  # a family of its own in a usage record: a count, not a generation
     body = await read_body(request, gw.settings.max_body_bytes)
     tokens, prepared = pipeline.prepare_count(gw, body, _meta(request), ex, beta=_betas(request),
                                               version=request.headers.get("anthropic-version"))

@@ -1,4 +1,5 @@
-"""Per-request edge concerns: the request id, one place that renders errors, one log line a request."""
+"""Per-request edge concerns: the request id, one place that renders errors, one log line a request (its usage
+record, ingress/usage.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, P
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
 from ingress.tracing import OPERATIONS, RequestTrace, Tracer
+from ingress.usage import usage_record
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import valid_traceparent, valid_tracestate
@@ -165,15 +167,18 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     finally:
         settling = time.perf_counter()
         pipeline.settle(ex)
+        now = time.perf_counter()
+        record = _usage(request, ex, status, outcome, now)
         if ex.trace is not None:
-            ex.trace.child("settle", settling, time.perf_counter())
-            end_trace(ex, request.path, status, outcome)
+            ex.trace.child("settle", settling, now)
+            end_trace(ex, request.path, status, outcome, record)
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()
         # Counted and logged before aiohttp writes the response: an answer a client has seen is in
         # the metrics and the access log even if this worker is killed the moment after.
-        _log_exchange(request, ex, status, outcome)
+        _record(request, ex, status, now)
+        access(ex.error.log_level if ex.error is not None else logging.INFO, record, ex.request_id)
         structlog.contextvars.unbind_contextvars("request_id")
         _drop_tracebacks(ex.error)
 
@@ -228,31 +233,8 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
 
 
-def _log_exchange(request: web.Request, ex: Exchange, status: int, outcome: str) -> None:
-    now = time.perf_counter()
-    _record(request, ex, status, now)
-    fields: dict[str, object] = {
-        "method": request.method, "path": request.path, "status": status, "outcome": outcome,
-        "duration_ms": round((now - ex.started) * 1000, 3),
-    }
-    if ex.model is not None:
-        fields.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
-    if ex.principal is not None:
-        fields.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
-    if ex.api is not None:
-        fields["api"] = ex.api
-    if ex.dropped:
-        fields["dropped"] = ex.dropped
-    if ex.limit_outcome is not None:
-        fields["limit"] = ex.limit_outcome
-    if ex.first_byte is not None:
-        fields["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
-    if ex.paced is not None:
-        fields["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
-    if ex.usage is not None:
-        fields.update(prompt_tokens=ex.usage.prompt_tokens, completion_tokens=ex.usage.completion_tokens)
-    if ex.error is not None:
-        fields.update(error_code=ex.error.code, error_type=ex.error.type)
-        if ex.error.__cause__ is not None:  # what went wrong inside, for operators only
-            fields["error_detail"] = f"{type(ex.error.__cause__).__name__}: {ex.error.__cause__}"[:300]
-    access(ex.error.log_level if ex.error is not None else logging.INFO, fields, ex.request_id)
+def _usage(request: web.Request, ex: Exchange, status: int, outcome: str, now: float) -> dict[str, object]:
+    """The request's usage record: its access line, and its span's `usage` event when it is traced."""
+    gw = request.app.get(GATEWAY)
+    policy = gw.tenancy.policy if gw is not None and gw.tenancy is not None else None  # the prices
+    return usage_record(ex, request.method, request.path, status, outcome, now, policy)

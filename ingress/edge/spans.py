@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ingress.errors import IngressError
@@ -9,9 +10,10 @@ from ingress.exchange import Exchange
 from ingress.tracing import OPERATIONS, error_type
 
 
-def end_trace(ex: Exchange, route: str, status: int, outcome: str) -> None:
+def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
     """The server span's name, attributes and status from how the request ended: a server's failure
-    (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named."""
+    (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named. The
+    request's usage record (ingress/usage.py, its access line's fields) is the span's `usage` event."""
     trace = ex.trace
     if trace is None:
         return
@@ -24,7 +26,8 @@ def end_trace(ex: Exchange, route: str, status: int, outcome: str) -> None:
     elif ex.error is not None:
         failed = status >= 500 or outcome == "stream_error"
         error = (error_type(ex.error), _described(ex.error) if failed else None)
-    trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, first_token=ex.first_byte,
+    usage = {k: v for k, v in record.items() if v is not None}
+    trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, usage, first_token=ex.first_byte,
                  attempt_error=ex.error if outcome != "ok" else None,
                  attempt_end=ex.upstream_done or ex.upstream_head, error=error)
 
@@ -41,6 +44,10 @@ def attributes_of(ex: Exchange, route: str) -> dict[str, Any]:
         attributes["ingress.api"] = ex.api
     if ex.model is not None:
         attributes["gen_ai.request.model"] = ex.model
+    if ex.served_model is not None:
+        attributes["gen_ai.response.model"] = ex.served_model
+    if ex.route is not None:
+        attributes["ingress.route"] = ex.route
     if ex.upstream is not None:
         attributes.update({"ingress.endpoint": ex.upstream, "ingress.group": ex.group or ""})
     if ex.principal is not None:

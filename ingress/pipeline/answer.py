@@ -48,7 +48,7 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
     response = await send(gw, prepared.match, ex, attempt)
     ex.upstream_ok = True
     ex.mark_first_byte()
-    ex.usage = response.usage
+    ex.usage, ex.served_model = response.usage, response.model or None
     return response
 
 
@@ -104,6 +104,6 @@ async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange)
     embeddings = await send(gw, prepared.match, ex, attempt)
     ex.upstream_ok = True
     ex.mark_first_byte()
-    ex.usage = embeddings.usage
+    ex.usage, ex.served_model = embeddings.usage, embeddings.model or None
     return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
 

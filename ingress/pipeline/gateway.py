@@ -44,6 +44,10 @@ class Gateway:
                            code="model_not_found")
         r = match.route
         ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
+        # What a cost report groups by: the route as the configuration names it (an exact route by its model,
+        # aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one entry per route
+        # whatever names clients send, unlike `model`; and unlike `group`, the same when a fallback serves.
+        ex.route = r.model if r.model is not None else r.prefix if r.prefix is not None else r.glob
         ex.group = r.group
         return match
 

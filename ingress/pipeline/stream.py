@@ -187,7 +187,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
                 read = Read([], exc)
     finally:
         gaps.flush()
-        ex.usage = translator.usage
+        ex.usage, ex.served_model = translator.usage, translator.served_model or None
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()

@@ -19,7 +19,7 @@ import calendar
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ingress.tenancy.settings import Limits, Price
 
@@ -143,6 +143,17 @@ def period_of(kind: Literal["day", "month"], now_s: float) -> tuple[str, int]:
 def nano_usd_per_token(usd_per_million: float) -> int:
     """A price per million tokens in nano-USD per token ($1/M is 1,000): integers from here on."""
     return round(usd_per_million * 1000)
+
+
+class TokenPrice(NamedTuple):
+    """A model's Price as a `usd` budget charges it: nano-USD per input token and per output token."""
+
+    input: int
+    output: int
+
+    @classmethod
+    def of(cls, price: Price) -> TokenPrice:
+        return cls(nano_usd_per_token(price.input), nano_usd_per_token(price.output))
 
 
 def checks_of(limits: Limits, scope: Scope, name: str, price: Price, now_s: float, lease_us: int,

@@ -17,7 +17,7 @@ import msgspec
 from ingress.errors import Unauthenticated
 from ingress.guardrails import Guard, compile_guardrails
 from ingress.tenancy.keys import Keyring, id_of
-from ingress.tenancy.plan import Check, Plan, checks_of
+from ingress.tenancy.plan import Check, Plan, TokenPrice, checks_of
 from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
@@ -75,6 +75,8 @@ class Policy:
                        if name not in self._exact]
         self.lease_us = int(settings.lease_ttl * 1_000_000)
         self._cache: dict[tuple[str, str], tuple[tuple[Check, ...], float]] = {}
+        self._policies: dict[str, tuple[str, ModelPolicy] | None] = {}  # model_policy's answers, by name asked
+        self._prices: dict[str, TokenPrice | None] = {}  # price_of's
 
     @classmethod
     def load(cls, settings: Tenancy) -> Policy:
@@ -100,10 +102,36 @@ class Policy:
         return self._principals[key.id]
 
     def model_policy(self, model: str) -> tuple[str, ModelPolicy] | None:
+        """The model's policy and the name it is configured under: its exact name, else the first glob that
+        matches, in order. Each name's answer is kept, for a bounded number of names (a glob route lets clients
+        name any model): admission and the usage record ask for every request, and globs are regexes."""
+        try:
+            return self._policies[model]
+        except KeyError:
+            pass
         policy = self._exact.get(model)
-        if policy is not None:
-            return model, policy
-        return next(((name, p) for name, pattern, p in self._globs if pattern.match(model)), None)
+        found = (model, policy) if policy is not None else next(
+            ((name, p) for name, pattern, p in self._globs if pattern.match(model)), None)
+        if len(self._policies) >= _CACHED_PLANS:
+            self._policies.clear()
+        self._policies[model] = found
+        return found
+
+    def price_of(self, model: str) -> TokenPrice | None:
+        """The model's price per token, as a `usd` budget charges it, or None when none is configured: no
+        policy, or one whose price is zero both ways (a model policy without a price has that default). Kept
+        a name, as model_policy's answers are: a usage record asks at every request's end."""
+        try:
+            return self._prices[model]
+        except KeyError:
+            pass
+        found = self.model_policy(model)
+        price = found[1].price if found is not None else None
+        priced = TokenPrice.of(price) if price is not None and (price.input or price.output) else None
+        if len(self._prices) >= _CACHED_PLANS:
+            self._prices.clear()
+        self._prices[model] = priced
+        return priced
 
     def counts_prompt(self, principal: Principal, model: str) -> bool:
         """Whether a request of `principal` for `model` needs its prompt's exact count: a limit charges its

@@ -43,6 +43,11 @@ class FrameTranslator(Protocol[T_co]):
         """What was streamed (text, reasoning, tool arguments): counted when no usage comes."""
         ...
 
+    @property
+    def served_model(self) -> str | None:
+        """The model the service named, on the first chunk that named one (None until then)."""
+        ...
+
     def read_frame(self, frame: bytes) -> Sequence[T_co]: ...
 
     def finish(self) -> None:

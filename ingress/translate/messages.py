@@ -137,6 +137,7 @@ class MessagesStreamTranslator:
         self.done = False
         self.usage: wire_types.Usage | None = None
         self.output: list[str] = []  # text, thinking and tool input streamed: counted when no usage comes
+        self.served_model: str | None = None  # the service's name for its model (the client is told `model`)
         self._verify = verify
         self._next_sequence = 0
         self._started = False
@@ -169,6 +170,8 @@ class MessagesStreamTranslator:
             raise UpstreamProtocolError(
                 f"The model service stream skipped frames (expected {self._next_sequence}, got {chunk.sequence}).")
         self._next_sequence += 1
+        if not self.served_model:
+            self.served_model = chunk.model
         events: list[Event] = [] if self._started else [self._start(chunk.usage, chunk.service_tier)]
         if chunk.choice_index == 0:
             self._choice(chunk, events)

@@ -89,6 +89,7 @@ class StreamTranslator:
         self.done = False
         self.system_fingerprint: str | None = None
         self.service_tier: str | None = None
+        self.served_model: str | None = None  # the service's name for its model, as its first chunk that had one
         self._next_sequence = 0
         self._verify = verify
         self._legacy = legacy_functions
@@ -126,6 +127,8 @@ class StreamTranslator:
         self._head = None
         self.id = chunk.id or self.id
         self.model = chunk.model or self.model
+        if not self.served_model:  # the first chunk that names it (the head's; a token's read in place never does)
+            self.served_model = chunk.model
         self.created = chunk.created or self.created
         self.system_fingerprint = chunk.system_fingerprint or self.system_fingerprint
         self.service_tier = chunk.service_tier or self.service_tier

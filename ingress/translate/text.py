@@ -79,6 +79,10 @@ class TextStreamTranslator:
     def output(self) -> list[str]:
         return self._chat.output
 
+    @property
+    def served_model(self) -> str | None:
+        return self._chat.served_model
+
     def read_frame(self, frame: bytes) -> list[TextCompletion]:
         """One whole frame → zero or more text chunks (a `FrameTranslator`, as StreamTranslator is)."""
         return [text for chunk in self._chat.feed_frame(frame) if (text := self._text_chunk(chunk)) is not None]

@@ -18,12 +18,14 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 from anthropic.types import MessageParam, TextBlock
 from fakes.processes import free_port
 from openai.types.chat import ChatCompletionMessageParam
+from otlp_receiver import OtlpReceiver
 
 from ingress.serve.app import create_app, serve_app
-from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
+from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts, Tracing
 
 QUESTION: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "What is the capital of France? Answer in one sentence."},
@@ -234,3 +236,48 @@ async def test_a_stop_sequence_the_engine_names_is_the_messages_stop_reason(
         final = await stream.get_final_message()
     assert _text(final) == "The capital of France is"
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " Paris")
+
+
+async def test_one_trace_from_the_edge_through_the_sidecar_to_the_engine(llama_server: str) -> None:
+    """The edge → `ingress bridge openai` (its own process) → llama-server: the bridge's span is the child
+    of the edge's attempt, read from the passport, and the engine's request carries the bridge span's
+    context (seen by a recording hop in front of llama-server)."""
+    receiver, engine_headers = OtlpReceiver(), []
+
+    async def hop(request: web.Request) -> web.Response:  # records the engine request's headers, forwards it
+        engine_headers.append(dict(request.headers))
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{llama_server}{request.path}", data=await request.read(),
+                headers={"Content-Type": request.content_type}) as answer:
+            return web.Response(status=answer.status, body=await answer.read(), content_type=answer.content_type)
+
+    recording = web.Application()
+    recording.router.add_post("/v1/chat/completions", hop)
+    async with receiver.running() as traces, serve_app(recording, "127.0.0.1", 0) as engine:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "ingress", "bridge", "openai", "--target", engine,
+                                 "--port", str(port), "--log-level", "warning", "--trace-endpoint", traces],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            await _healthy(f"http://127.0.0.1:{port}", proc)
+            settings = Settings(upstream=f"http://127.0.0.1:{port}", timeouts=PATIENT,
+                                tracing=Tracing(endpoint=traces, flush_interval=0.05))
+            async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, openai.AsyncOpenAI(
+                    base_url=f"{edge}/v1", api_key="sk-client", max_retries=0, timeout=60) as client:
+                answer = await client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=24)
+                assert answer.choices[0].message.content == ANSWER
+            spans = await receiver.wait_for(lambda spans: {s.service for s in spans} == {"ingress", "ingress-bridge"},
+                                            "the edge's and the bridge's spans", timeout=30)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            if proc.stderr is not None:
+                proc.stderr.close()
+    [server] = [s for s in spans if s.kind == "server"]
+    [attempt] = [s for s in spans if s.name == "attempt"]
+    [bridged] = [s for s in spans if s.service == "ingress-bridge"]
+    assert attempt.parent_id == server.span_id and bridged.parent_id == attempt.span_id
+    assert {s.trace_id for s in spans} == {server.trace_id}
+    assert (bridged.name, bridged.attributes["http.response.status_code"]) == ("chat smollm2", 200)
+    [headers] = engine_headers
+    assert headers["traceparent"].startswith(f"00-{server.trace_id}-{bridged.span_id}-")

@@ -1,4 +1,5 @@
-"""What an operator reads from a running edge: /metrics, /healthz, /readyz and Server-Timing.
+"""What an operator reads from a running edge: /metrics, each request's access line (its usage record),
+/healthz, /readyz and Server-Timing.
 
 Metrics are process-wide, and every edge a test suite starts in this process records into the same
 registry, so each test compares a scrape taken before its requests with one taken after.
@@ -7,6 +8,7 @@ registry, so each test compares a scrape taken before its requests with one take
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import math
 import platform
@@ -15,14 +17,19 @@ from importlib import metadata
 from typing import Any
 
 import aiohttp
+import anthropic
 import openai
 import pytest
+from aiohttp import web
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
+from logcapture import lines
 from prometheus_client.parser import text_string_to_metric_families
 
-from ingress import __version__
+from ingress import __version__, wire
 from ingress.settings import Ejection, Endpoint, Group, Route, Settings, Timeouts
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Key, ModelPolicy, Price, Tenancy
 
 CHAT = "/v1/chat/completions"
 MODEL = "ingress-demo"
@@ -154,6 +161,88 @@ async def test_a_failed_upstream_call_is_timed_as_upstream_not_as_overhead(
     assert timing["total"] >= 500
     assert overhead < 0.25, f"{overhead:.3f} s of a 0.5 s upstream timeout counted as proxy overhead"
     assert timing.get("upstream", 0) >= 500
+
+
+# --- the access line: each request's usage record ------------------------------------------------
+
+KEY, KEY_ID, KEY_HASH = new_key()
+PRICES = {"gpt-4o*": Price(input=2.5, output=10.0), "claude-*": Price(input=3.0, output=15.0)}  # USD per M tokens
+
+
+async def _cached_answer(call: fu.Call) -> web.StreamResponse:
+    """A whole answer whose prompt was mostly read from the service's cache, and that reasoned first."""
+    usage = wire.Usage(prompt_tokens=40, completion_tokens=12, total_tokens=52, cached_tokens=32, reasoning_tokens=5)
+    answer = wire.Response(id=call.answer_id, model=call.received.request.model, created=fu.CREATED, usage=usage,
+                           choices=[wire.Choice(index=0, content="from the cache", finish_reason="stop")])
+    return web.Response(body=bytes(wire.write_response(answer)), content_type=wire.CONTENT_TYPE)
+
+
+async def test_the_access_lines_summed_are_the_token_metrics_and_cost_what_the_prices_say(
+        start_edge: StartEdge, fake_upstream: FakeUpstream, http: aiohttp.ClientSession,
+        log_stream: io.StringIO) -> None:
+    tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH),),
+                      models={name: ModelPolicy(price=price) for name, price in PRICES.items()})
+    url = await start_edge(Settings(
+        groups={"main": Group(endpoints=[Endpoint(url=fake_upstream.url)])},
+        routes=(Route(model="gpt-4o", upstream_model="gpt-4o-2024-08-06", group="main"),
+                Route(prefix="claude-", group="main"), Route(model="text-embedding-3-small", group="main")),
+        timeouts=FAST, tenancy=tenancy))
+    fake_upstream.play(_cached_answer)
+    before = await scrape(http, url)
+
+    def named(request_id: str) -> dict[str, Any]:
+        return {"extra_headers": {"x-request-id": request_id}}
+
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0) as client:
+        await client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}],
+                                             **named("usage-whole"))
+        stream = await client.chat.completions.create(
+            model="gpt-4o", messages=[{"role": "user", "content": "one two three four five"}], stream=True,
+            stream_options={"include_usage": True}, **named("usage-stream"))
+        assert [c.usage.completion_tokens async for c in stream if c.usage] == [5]
+        embedded = await client.embeddings.create(model="text-embedding-3-small", input=["a", "b", "c"],
+                                                  **named("usage-embed"))
+        assert len(embedded.data) == 3
+        with pytest.raises(openai.NotFoundError):
+            await client.chat.completions.create(model="gpt-5-unrouted", messages=[{"role": "user", "content": "x"}],
+                                                 **named("usage-refused"))
+    async with anthropic.AsyncAnthropic(base_url=url, api_key=KEY, max_retries=0) as claude, \
+            claude.messages.stream(model="claude-sonnet-4-5", max_tokens=64, **named("usage-messages"),
+                                   messages=[{"role": "user", "content": "count these six words please"}]) as events:
+        message = await events.get_final_message()
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (5, 5)
+    after = await scrape(http, url)
+
+    records = {line["request_id"]: line for line in lines(log_stream)
+               if line["event"] == "request" and str(line["request_id"]).startswith("usage-")}
+    assert set(records) == {"usage-whole", "usage-stream", "usage-embed", "usage-refused", "usage-messages"}
+    keep = ("api", "route", "served_model", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
+    assert {rid: tuple(line.get(k) for k in keep) for rid, line in records.items()} == {
+        "usage-whole": ("chat", "gpt-4o", "gpt-4o-2024-08-06", 40, 12, 32, 5),
+        "usage-stream": ("chat", "gpt-4o", "gpt-4o-2024-08-06", 5, 5, 0, 0),
+        "usage-embed": ("embeddings", "text-embedding-3-small", "fake-embedder", 3, 0, 0, 0),
+        "usage-refused": ("chat", None, None, None, None, None, None),
+        "usage-messages": ("messages", "claude-", "claude-sonnet-4-5", 5, 5, 0, 0),
+    }
+    assert records["usage-stream"]["ttfb_ms"] <= records["usage-stream"]["duration_ms"]
+    assert all((line["tenant"], line["key_id"]) == ("acme", KEY_ID) for line in records.values())
+
+    # Summed by route (here each route's metric label), the lines are the token counters' increase.
+    for label in ("gpt-4o", "claude-", "text-embedding-3-small"):
+        for kind in ("prompt", "completion"):
+            logged = sum(line[f"{kind}_tokens"] for line in records.values() if line.get("route") == label)
+            counted = (after.value("ingress_tokens_total", model=label, kind=kind)
+                       - before.value("ingress_tokens_total", model=label, kind=kind))
+            assert logged == counted, (label, kind)
+    # A cost where a price applies and usage came back: the tokens at the model's price (the cached ones as input).
+    costs = {rid: line["cost_usd"] for rid, line in records.items() if "cost_usd" in line}
+    assert set(costs) == {"usage-whole", "usage-stream", "usage-messages"}
+    for rid, cost in costs.items():
+        line = records[rid]
+        price = PRICES["gpt-4o*" if line["model"].startswith("gpt-4o") else "claude-*"]
+        expected = (line["prompt_tokens"] * price.input + line["completion_tokens"] * price.output) / 1e6
+        assert cost == pytest.approx(expected, rel=1e-12), rid
+    assert costs["usage-whole"] == pytest.approx((40 * 2.5 + 12 * 10.0) / 1e6, rel=1e-12)
 
 
 # --- /healthz and /readyz -------------------------------------------------------------------------

@@ -375,6 +375,14 @@ def test_output_holds_what_was_streamed_for_counting() -> None:
     assert (t.output, t.usage, t.done) == (["r", "t", "{}"], USAGE, True)
 
 
+def test_the_model_the_service_named_is_kept_and_the_client_is_told_its_own() -> None:
+    t = MessagesStreamTranslator(id="m", model="claude-x", input_tokens=1)
+    events = [e for f in frames(Chunk(sequence=0, content="a"), Chunk(sequence=0, model="claude-x-20250929"),
+                                Chunk(sequence=0, model="another", done=True)) for e in t.read_frame(f)]
+    assert plain(events[0])["message"]["model"] == "claude-x"
+    assert t.served_model == "claude-x-20250929"  # the first the service named, for the usage record
+
+
 def test_an_error_frame_is_raised_with_its_status() -> None:
     t = MessagesStreamTranslator(id="m", model="c", input_tokens=1)
     t.read_frame(frames(Chunk(sequence=0, content="a"))[0])

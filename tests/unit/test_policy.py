@@ -7,6 +7,7 @@ import pytest
 from ingress.errors import Unauthenticated
 from ingress.guardrails import Guardrails
 from ingress.tenancy.keys import new_key
+from ingress.tenancy.plan import TokenPrice
 from ingress.tenancy.policy import Policy, presented_key
 from ingress.tenancy.settings import Budget, Key, Limits, ModelPolicy, Price, Tenancy, Tenant
 
@@ -107,3 +108,17 @@ def test_a_guardrail_bounding_the_prompts_tokens_needs_its_exact_count() -> None
         settings = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, guardrails=guardrails),))
         p = Policy(settings)
         assert p.counts_prompt(p.authenticate({"x-api-key": KEY}), "llama-3") is counts
+
+
+
+def test_a_models_price_is_its_policys_per_token_resolved_once_a_name() -> None:
+    price = Price(input=2.5, output=10.0)
+    p = Policy(Tenancy(models={"gpt-4o*": ModelPolicy(price=price), "llama-*": ModelPolicy(limits=Limits(rpm=1)),
+                               "free": ModelPolicy(price=Price())}))
+    assert p.model_policy("gpt-4o-mini") == ("gpt-4o*", ModelPolicy(price=price))
+    priced = TokenPrice(input=2_500, output=10_000)  # nano-USD a token, as a usd budget charges
+    assert [p.price_of(m) for m in ("gpt-4o-mini", "llama-3", "free", "o3")] == [priced, None, None, None]
+    p._globs.clear()  # each name's answer is kept: no glob is matched again for a name already asked
+    assert [p.price_of(m) for m in ("gpt-4o-mini", "llama-3", "o3")] == [priced, None, None]
+    assert p.model_policy("llama-3") == ("llama-*", ModelPolicy(limits=Limits(rpm=1)))
+    assert p.price_of("gpt-4o-2024-08-06") is None

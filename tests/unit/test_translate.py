@@ -64,6 +64,7 @@ def test_stream_without_usage() -> None:
         head(choices=[{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None}]),
     ]
     assert t.done and t.usage == USAGE  # kept for the log line even when the client did not ask for it
+    assert t.served_model == "served"  # and the model the service named, for the usage record
     t.finish()
 
 
@@ -80,6 +81,7 @@ def test_first_chunk_fields_carry_over_and_defaults_stand_in() -> None:
     later = run(t, Chunk(sequence=1, id="chatcmpl-late", content="b"), Chunk(sequence=2, content="c"))
     assert [(o["id"], o["model"], o["created"]) for o in later] == [("chatcmpl-late", "requested", 1000)] * 2
     assert all("system_fingerprint" not in o for o in later)
+    assert t.served_model is None  # the service named none: the usage record does not pretend it did
 
 
 def test_tool_call_deltas() -> None:

@@ -1,0 +1,76 @@
+"""A request's usage record, from its Exchange: the fields of its access line, what a cost report is built from.
+
+One function makes it, so that whatever else reports a request (a span's event) carries the same fields
+under the same names. The keys, in the line's order (each only when known, but for the first five):
+
+    method, path, status, outcome, duration_ms          the HTTP exchange and how it ended
+    model, stream, upstream                             as asked; the endpoint that served it (null if none)
+    route, served_model                                 the route that took it; the model the answer named
+    tenant, key_id, api, dropped, limit                 who asked; the API family; hints not sent; admission
+    ttfb_ms, paced_ms                                   time to the first byte of the answer; the start's wait
+    prompt_tokens, completion_tokens, cached_tokens,    the service's usage (cached, cache write: of the prompt;
+    cache_write_tokens, reasoning_tokens, cost_usd      reasoning: of the completion); its cost at the price
+    error_code, error_type, error_detail                what went wrong
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ingress.tenancy.plan import NANO_USD_PER_USD
+
+if TYPE_CHECKING:
+    from ingress.exchange import Exchange
+    from ingress.tenancy.plan import TokenPrice
+    from ingress.tenancy.policy import Policy
+    from ingress.wire.types import Usage
+
+
+def cost_usd(usage: Usage, price: TokenPrice) -> float:
+    """What `usage` costs at a model's price, computed as a `usd` budget charges it (in whole nano-USD a
+    token), so that a tenant's spending and the sum of its records agree. A Price has no price of its own
+    for cached input (nor for a cache write): those tokens are part of `prompt_tokens` and are priced as
+    input; reasoning tokens are part of `completion_tokens`, priced as output."""
+    return (price.input * usage.prompt_tokens + price.output * usage.completion_tokens) / NANO_USD_PER_USD
+
+
+def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str, now: float,
+                 policy: Policy | None = None) -> dict[str, object]:
+    """The record of a request that has ended (`now`, a perf_counter mark), with its cost when `policy`
+    prices the model asked for (as budgets charge it: by the name the request gave, not the service's)."""
+    record: dict[str, object] = {
+        "method": method, "path": path, "status": status, "outcome": outcome,
+        "duration_ms": round((now - ex.started) * 1000, 3),
+    }
+    if ex.model is not None:
+        record.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
+        if ex.route is not None:
+            record["route"] = ex.route
+        if ex.served_model is not None:
+            record["served_model"] = ex.served_model
+    if ex.principal is not None:
+        record.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
+    if ex.api is not None:
+        record["api"] = ex.api
+    if ex.dropped:
+        record["dropped"] = ex.dropped
+    if ex.limit_outcome is not None:
+        record["limit"] = ex.limit_outcome
+    if ex.first_byte is not None:
+        record["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
+    if ex.paced is not None:
+        record["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
+    usage = ex.usage
+    if usage is not None:
+        record.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                      cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
+                      reasoning_tokens=usage.reasoning_tokens)
+        price = policy.price_of(ex.model) if policy is not None and ex.model is not None else None
+        if price is not None:
+            record["cost_usd"] = cost_usd(usage, price)
+    error = ex.error
+    if error is not None:
+        record.update(error_code=error.code, error_type=error.type)
+        if error.__cause__ is not None:  # what went wrong inside, for operators only
+            record["error_detail"] = f"{type(error.__cause__).__name__}: {error.__cause__}"[:300]
+    return record
