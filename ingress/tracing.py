@@ -140,6 +140,12 @@ class RequestTrace:
             if value is not None and not isinstance(value, msgspec.UnsetType):
                 span.set_attribute(name, value)
 
+    def answered(self, response_id: str, finish_reasons: list[str]) -> None:
+        """A whole answer's id and why each choice ended, on the server span."""
+        if self.recording:
+            self.span.set_attributes({"gen_ai.response.id": response_id,
+                                      "gen_ai.response.finish_reasons": finish_reasons})
+
     def attempt(self, group: str, endpoint: str, number: int) -> None:
         """An attempt begins: its span, and the hop names it as the parent of what the service does."""
         self.end_attempt(None)

@@ -49,6 +49,8 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = response.usage, response.model or None
+    if ex.trace is not None:
+        ex.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason])
     return response
 
 

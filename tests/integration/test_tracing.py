@@ -112,6 +112,7 @@ async def test_a_chat_answer_is_one_server_span_under_the_callers_with_its_attem
     assert a["gen_ai.usage.input_tokens"] == answer.usage.prompt_tokens  # type: ignore[union-attr]
     assert a["gen_ai.usage.output_tokens"] == answer.usage.completion_tokens  # type: ignore[union-attr]
     assert a["http.response.status_code"] == 200 and server.status == "unset"
+    assert (a["gen_ai.response.id"], a["gen_ai.response.finish_reasons"]) == (answer.id, ["stop"])
     assert {s.trace_id for s in spans} == {CALLER_TRACE} and server.service == "ingress"
 
     attempt, settle = children(spans, server)
