@@ -23,6 +23,7 @@ from fakes.upstream import FakeUpstream
 from openai.types.chat import ChatCompletionMessageParam
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from otlp_receiver import OtlpReceiver, Span
+from waiting import eventually
 
 from ingress import wire
 from ingress.serve.app import serve_app
@@ -257,12 +258,29 @@ async def test_a_stalled_collector_costs_requests_nothing_and_its_spans_are_drop
     assert receiver.exports >= 1
 
 
-async def dropped_spans(http: aiohttp.ClientSession, url: str) -> float:
-    """ingress_trace_spans_dropped_total, every reason (the registry is the process's: compare two reads)."""
+async def test_a_collector_that_is_down_costs_requests_nothing_and_its_spans_are_counted_as_failed_exports(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver, http: aiohttp.ClientSession) -> None:
+    with fu.refusing_url() as down:
+        trace = Tracing(endpoint=f"{down}/v1/traces", flush_interval=0.05, export_timeout=0.5)
+        url = await start_edge(edge_settings(receiver, [fake_upstream.url], trace=trace))
+        before = await dropped_spans(http, url, "export_failed")
+        for _ in range(10):
+            await oai(url).chat.completions.create(model=MODEL, messages=HELLO)
+
+        async def counted() -> bool:
+            return await dropped_spans(http, url, "export_failed") > before
+
+        await eventually(counted, "failed exports counted")
+    assert receiver.spans == []
+
+
+async def dropped_spans(http: aiohttp.ClientSession, url: str, reason: str = "") -> float:
+    """ingress_trace_spans_dropped_total, of one reason or all (the registry is the process's: compare two
+    reads)."""
     async with http.get(f"{url}/metrics") as response:
         text = await response.text()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("ingress_trace_spans_dropped_total{"))
+    prefix = "ingress_trace_spans_dropped_total{" + (f'reason="{reason}"' if reason else "")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 async def test_tracing_needs_its_headers_variables(tmp_path: Any) -> None:
