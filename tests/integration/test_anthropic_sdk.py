@@ -15,12 +15,12 @@ import io
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anthropic
 import pytest
+from agent_turn import BETAS, agent_turn
 from anthropic.types import MessageParam, RawMessageStreamEvent, TextBlock, ToolParam, ToolUseBlock
 from anthropic.types.beta import BetaMessageParam
 from fakes import upstream as fu
@@ -56,10 +56,6 @@ WEATHER_INPUT = {"city": ASK_WEATHER, "days": 0}
 TEXT = "Tell me a story about frames"  # what the fake echoes, a frame a word
 SETTLE = 0.05  # the fake's pause after each write, so the edge reads every frame on its own
 SLOW = Timeouts(connect=1.0, first_byte=30.0, idle=30.0)  # only the test ends a held request
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic" / "agent_first_turn.json"
-BETAS = ["claude-code-20250219", "oauth-2025-04-20", "interleaved-thinking-2025-05-14",
-         "fine-grained-tool-streaming-2025-05-14", "context-management-2025-06-27", "context-1m-2025-08-07",
-         "effort-2025-11-24", "prompt-caching-scope-2026-01-05"]
 
 RATE_LIMITED = wire.ErrorInfo(status=429, type="rate_limit_error", code="rate_limit_exceeded",
                               message="Rate limit reached for requests.")
@@ -506,15 +502,8 @@ async def _scrape(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
 # --- an agentic coding CLI's first turn ------------------------------------------------------------
 
 
-def _agent_turn() -> dict[str, Any]:
-    """The fixture as its keyword arguments: the SDK's stream helper sets `stream` itself."""
-    turn: dict[str, Any] = json.loads(FIXTURE.read_text())
-    del turn["stream"]
-    return turn
-
-
 async def test_an_agentic_clis_first_turn_is_streamed_and_answered(aclaude: anthropic.AsyncAnthropic) -> None:
-    turn = _agent_turn()
+    turn = agent_turn()
     assert len(turn["tools"]) >= 12 and turn["model"] == AGENT_MODEL
 
     async with aclaude.beta.messages.stream(**turn, betas=BETAS, extra_query={"beta": "true"}) as stream:
@@ -531,7 +520,7 @@ async def test_an_agentic_clis_first_turn_is_streamed_and_answered(aclaude: anth
 
 async def test_what_the_service_receives_for_an_agentic_clis_first_turn(
         edge: str, fake_upstream: FakeUpstream, log_stream: io.StringIO) -> None:
-    turn = _agent_turn()
+    turn = agent_turn()
 
     async with _client(edge) as client, client.beta.messages.stream(
             **turn, betas=BETAS, extra_query={"beta": "true"},

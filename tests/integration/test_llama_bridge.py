@@ -18,6 +18,7 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from agent_turn import BETAS, agent_turn
 from aiohttp import web
 from anthropic.types import MessageParam, TextBlock
 from fakes.processes import free_port
@@ -281,3 +282,21 @@ async def test_one_trace_from_the_edge_through_the_sidecar_to_the_engine(llama_s
     assert (bridged.name, bridged.attributes["http.response.status_code"]) == ("chat smollm2", 200)
     [headers] = engine_headers
     assert headers["traceparent"].startswith(f"00-{server.trace_id}-{bridged.span_id}-")
+
+
+async def test_an_agentic_clis_first_turn_is_answered_by_the_engine(
+        claude_through_sidecar: anthropic.AsyncAnthropic) -> None:
+    """The whole first turn of an agent CLI (a dozen tools with long schemas, system blocks with cache_control,
+    adaptive thinking, context_management, effort, eight beta flags, `?beta=true`), streamed, reaches
+    llama-server through the edge and the OpenAI dialect's bridge, and its answer comes back in Anthropic's
+    event grammar: what only Anthropic would use is left out (named in the access line), the rest maps."""
+    async with claude_through_sidecar.beta.messages.stream(**agent_turn(max_tokens=24), betas=BETAS,
+                                                           extra_query={"beta": "true"}) as stream:
+        events = [e.type async for e in stream]
+        final = await stream.get_final_message()
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert events.count("message_start") == events.count("message_delta") == events.count("message_stop") == 1
+    assert final.stop_reason in ("end_turn", "max_tokens", "tool_use") and final.content
+    # The engine read the system blocks and every turn (~190 tokens; SmolLM2's chat template renders no tools,
+    # which llama-server then leaves out of the prompt), not the bare question (~30).
+    assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) > 100
