@@ -137,14 +137,12 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
         return await _call(request, bridge, call, headers)
     span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers)
     try:
-        answer = await _call(request, bridge, call, headers, span)
-    except BaseException as exc:
+        return await _call(request, bridge, call, headers, span)
+    except BaseException as exc:  # the edge went away (cancelled), or a fault
         span.set_attribute("error.type", "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
         raise
     finally:
         span.end()
-    span.set_attribute("ingress.bridge.status_code", answer.status)
-    return answer
 
 
 async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers: dict[str, str],
