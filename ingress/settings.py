@@ -120,6 +120,9 @@ class Route(_Config, frozen=True):
     # Who answers a Messages request's count_tokens: the edge's tokenizer, or (provider = "anthropic"
     # only) the provider itself, asked through the route's Anthropic bridge.
     count_tokens: Literal["edge", "provider"] = "edge"
+    # With [tracing]: the request's span carries the prompt (as sent, after the guardrails' redaction) and the
+    # answer's text (gen_ai.input.messages, gen_ai.output.messages). Off: no span holds a request's text.
+    trace_content: bool = False
 
 
 class Retry(_Config, frozen=True):

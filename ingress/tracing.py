@@ -18,6 +18,7 @@ dropped and counted (`ingress_trace_spans_dropped_total`). No span holds a promp
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -96,7 +97,7 @@ class RequestTrace:
     run, or after them from the Exchange's marks (perf_counter readings, placed on the wall clock by the
     offset taken when the trace began)."""
 
-    __slots__ = ("_attempt", "_buffer", "_headers", "_offset", "_span_at", "owner", "span", "tracestate")
+    __slots__ = ("_attempt", "_buffer", "_headers", "_offset", "_span_at", "content", "owner", "span", "tracestate")
 
     def __init__(self, owner: Tracer, span: Span, tracestate: str | None) -> None:
         self.owner, self.span, self.tracestate = owner, span, tracestate
@@ -105,6 +106,7 @@ class RequestTrace:
         self._buffer: bytearray | None = None
         self._headers: dict[str, str] | None = None
         self._span_at: int | None = None
+        self.content = False  # the route put the prompt on the span: the answer's text goes there too
 
     @property
     def recording(self) -> bool:
@@ -129,8 +131,9 @@ class RequestTrace:
         self._buffer, self._span_at = writable, traceparent_at(writable)  # read in place
         return writable
 
-    def asked(self, request: object, provider: str) -> None:
-        """What the decoded request asks, on the server span (its parameters; never its text)."""
+    def asked(self, request: object, provider: str, content: bool = False) -> None:
+        """What the decoded request asks, on the server span: its parameters, and (`content`: the route opted
+        in) its prompt as it is sent, after the guardrails' redaction."""
         if not self.recording:
             return
         span = self.span
@@ -139,12 +142,25 @@ class RequestTrace:
             value = getattr(request, field, None)
             if value is not None and not isinstance(value, msgspec.UnsetType):
                 span.set_attribute(name, value)
+        if content:
+            self.content = True
+            span.set_attribute("gen_ai.input.messages", _json.encode(input_messages(request)).decode())
 
-    def answered(self, response_id: str, finish_reasons: list[str]) -> None:
-        """A whole answer's id and why each choice ended, on the server span."""
+    def output(self, texts: list[str], finish_reasons: list[str]) -> None:
+        """The answer's text, when the route opted in (`asked(content=True)`): one assistant message a choice."""
+        if self.content and self.recording:
+            messages = [{"role": "assistant", "parts": [{"type": "text", "content": text}],
+                         **({"finish_reason": finish} if finish else {})}
+                        for text, finish in itertools.zip_longest(texts, finish_reasons[:len(texts)])]
+            self.span.set_attribute("gen_ai.output.messages", _json.encode(messages).decode())
+
+    def answered(self, response_id: str, finish_reasons: list[str], texts: list[str]) -> None:
+        """A whole answer's id and why each choice ended, on the server span (and its text, if the route
+        opted in)."""
         if self.recording:
             self.span.set_attributes({"gen_ai.response.id": response_id,
                                       "gen_ai.response.finish_reasons": finish_reasons})
+            self.output(texts, finish_reasons)
 
     def attempt(self, group: str, endpoint: str, number: int) -> None:
         """An attempt begins: its span, and the hop names it as the parent of what the service does."""
@@ -242,6 +258,23 @@ def provider_answered(span: Span, status: int, headers: Mapping[str, str]) -> No
 _ASKED = (("gen_ai.request.max_tokens", "max_completion_tokens"), ("gen_ai.request.max_tokens", "max_tokens"),
           ("gen_ai.request.temperature", "temperature"), ("gen_ai.request.top_p", "top_p"),
           ("gen_ai.request.seed", "seed"), ("gen_ai.request.stream", "stream"))
+
+
+_json = msgspec.json.Encoder()
+
+
+def input_messages(request: object) -> list[dict[str, Any]]:
+    """A request's prompt in the GenAI conventions' input-messages shape: each message's role and text (a
+    text completion's prompts and embeddings' inputs as user messages; token ids as their list)."""
+    from ingress.oai.chat import ROLES
+    from ingress.wire.encode import message_text
+
+    messages = getattr(request, "messages", None)
+    if messages is not None:
+        return [{"role": ROLES[type(m)], "parts": [{"type": "text", "content": message_text(m)}]} for m in messages]
+    texts = getattr(request, "prompts", None) or getattr(request, "inputs", None) or []
+    return [{"role": "user", "parts": [{"type": "text", "content": t if isinstance(t, str) else str(t)}]}
+            for t in texts]
 
 
 def error_type(error: BaseException) -> str:

@@ -50,7 +50,8 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
     ex.mark_first_byte()
     ex.usage, ex.served_model = response.usage, response.model or None
     if ex.trace is not None:
-        ex.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason])
+        ex.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason],
+                          [c.content or "" for c in response.choices])
     return response
 
 

@@ -69,7 +69,7 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
     headers = hop_headers(ex.request_id, passport)
     if ex.trace is not None:  # each attempt writes its span's id where the hop carries its traceparent
         encoded = ex.trace.hop(encoded, headers) or encoded
-        ex.trace.asked(request, match.route.provider)
+        ex.trace.asked(request, match.route.provider, match.route.trace_content)
     if match.route.forward_authorization and meta.api_key is not None:
         headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
     ex.prompt_tokens = passport.prompt_tokens_estimate

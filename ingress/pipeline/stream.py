@@ -191,6 +191,8 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()
+        if ex.trace is not None and ex.trace.content:
+            ex.trace.output(["".join(translator.output)], [])
     ex.upstream_ok = True
     yield DONE
 

@@ -6,6 +6,7 @@ when the collector stalls. Clients are the official SDKs; the service is the scr
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from otlp_receiver import OtlpReceiver, Span
 from waiting import eventually
 
 from ingress import wire
+from ingress.guardrails import Guardrails, Pii
 from ingress.serve.app import serve_app
 from ingress.settings import Bridge, Endpoint, Group, Retry, Route, Settings, Timeouts, Tracing
 from ingress.tenancy.keys import new_key
@@ -399,3 +401,36 @@ async def test_a_drain_sends_the_spans_still_queued_and_a_stream_it_ended_is_one
     [server] = server_spans(await receiver.wait_for(lambda spans: bool(server_spans(spans)), "the server span"))
     assert (server.status, server.attributes["error.type"]) == ("error", "shutting_down")
     assert [c.name for c in children(receiver.spans, server)] == ["attempt", "settle"]
+
+
+async def test_a_route_may_put_the_redacted_prompt_and_the_answer_on_its_spans(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    guarded = Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=("*",),
+                  guardrails=Guardrails(pii=Pii(email="redact")))
+    url = await start_edge(Settings(
+        groups={"main": Group(endpoints=[Endpoint(url=fake_upstream.url)])},
+        routes=(Route(model=MODEL, group="main", trace_content=True), Route(model="plain", group="main")),
+        timeouts=FAST, tracing=tracing(receiver), workers=1,
+        tenancy=Tenancy(keys=(guarded,), tenants={"acme": Tenant()})))
+    asked: list[ChatCompletionMessageParam] = [{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": "mail ann@example.com now"}]
+    client = oai(url)
+    await client.chat.completions.create(model=MODEL, messages=asked)
+    stream = await client.chat.completions.create(model=MODEL, messages=asked, stream=True)
+    async for _ in stream:
+        pass
+    await client.chat.completions.create(model="plain", messages=asked)
+    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 3, "three server spans")
+    whole, streamed, plain = sorted(server_spans(spans), key=lambda s: s.start_ns)
+    sent = fake_upstream.received[0].user_text
+    assert "ann@example.com" not in sent  # redacted before it was sent: the span shows what was sent
+    for span in (whole, streamed):
+        assert json.loads(span.attributes["gen_ai.input.messages"]) == [
+            {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
+            {"role": "user", "parts": [{"type": "text", "content": sent}]}]
+    assert json.loads(whole.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": sent}], "finish_reason": "stop"}]
+    assert json.loads(streamed.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": sent}]}]
+    assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & set(plain.attributes)
+    assert all("ann@example.com" not in str(s.attributes) for s in spans)
