@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ class Tracer:
         from opentelemetry.propagators.textmap import DefaultGetter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
         from opentelemetry.trace import SpanKind
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -73,14 +74,25 @@ class Tracer:
         exporter = exporter or OTLPSpanExporter(endpoint=config.endpoint, headers=headers,
                                                 timeout=config.export_timeout)
         self.provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
-                                       sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)))
+                                       sampler=ParentBased(ALWAYS_ON))  # `sampled` decided before the SDK runs
+        self.ratio = config.sample_ratio
         self.provider.add_span_processor(_batch(exporter, config))
         self.tracer = self.provider.get_tracer("ingress")
         self._propagator, self._getter = TraceContextTextMapPropagator(), DefaultGetter()
         self._server, self._client, self._internal = SpanKind.SERVER, SpanKind.CLIENT, SpanKind.INTERNAL
 
-    def begin(self, traceparent: str | None, tracestate: str | None) -> RequestTrace:
-        """The request's server span, started now, as the child of the caller's span if it sent one."""
+    def sampled(self, traceparent: str | None) -> bool:
+        """Whether a request is traced: as its caller's sampled flag says, else at the configured ratio.
+        Decided before any span is made: an unsampled request costs the SDK nothing."""
+        if traceparent is not None:
+            return int(traceparent[53:55], 16) & 1 == 1
+        return random.random() < self.ratio
+
+    def begin(self, traceparent: str | None, tracestate: str | None) -> RequestTrace | None:
+        """The request's server span, started now, as the child of the caller's span if it sent one; None
+        when the request is not sampled."""
+        if not self.sampled(traceparent):
+            return None
         carrier = {"traceparent": traceparent, "tracestate": tracestate} if traceparent else {}
         parent = self._propagator.extract(carrier) if carrier else None
         span = self.tracer.start_span("request", context=parent, kind=self._server)
@@ -225,14 +237,21 @@ class RequestTrace:
         span.end()
 
 
-def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str]) -> Span:
+def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str]) -> Span | None:
     """A bridge's span around its call to the engine or provider: the child of the span that sent the
     request (its passport's context, read in place), named for the operation and model; `headers` (the
-    engine request's) then carry its own context on, which vLLM and others continue."""
+    engine request's) then carry its own context on, which vLLM and others continue. None when the
+    request is not sampled: the engine is then told the sender's context as it is."""
     from ingress.wire.decode import read_request
     from ingress.wire.passport import trace_context
 
     traceparent, tracestate = trace_context(buf)
+    if not tracer.sampled(traceparent):
+        if traceparent:
+            headers["traceparent"] = traceparent
+            if tracestate:
+                headers["tracestate"] = tracestate
+        return None
     carrier = {"traceparent": traceparent, "tracestate": tracestate or ""} if traceparent else {}
     parent = tracer._propagator.extract(carrier) if carrier else None
     model = (read_request(buf).ModelName() or b"").decode("utf-8", "replace")

@@ -136,6 +136,8 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
     if bridge.tracer is None:
         return await _call(request, bridge, call, headers)
     span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers)
+    if span is None:
+        return await _call(request, bridge, call, headers)
     try:
         return await _call(request, bridge, call, headers, span)
     except BaseException as exc:  # the edge went away (cancelled), or a fault

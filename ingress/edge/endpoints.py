@@ -18,7 +18,7 @@ from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
-from ingress.wire.passport import RequestMeta, valid_traceparent, valid_tracestate
+from ingress.wire.passport import RequestMeta, new_traceparent, valid_traceparent, valid_tracestate
 
 
 def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
@@ -42,6 +42,8 @@ def request_meta(request: web.Request) -> RequestMeta:
     else:
         traceparent = valid_traceparent(h.get("traceparent"))
         tracestate = valid_tracestate(h.get("tracestate")) if traceparent else None
+        if traceparent is None and request.app[GATEWAY].tracer is not None:  # traced, but not this request
+            traceparent = new_traceparent(sampled=False)
     return RequestMeta(
         api_key=auth[7:].strip() or None if auth[:7].lower() == "bearer " else None,
         tenant_id=h.get("OpenAI-Project") or h.get("OpenAI-Organization"),

@@ -183,8 +183,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         _drop_tracebacks(ex.error)
 
 
-def begin_trace(tracer: Tracer, request: web.Request) -> RequestTrace:
-    """The request's trace, parented on the caller's span when it sent a well-formed traceparent."""
+def begin_trace(tracer: Tracer, request: web.Request) -> RequestTrace | None:
+    """The request's trace, parented on the caller's span when it sent a well-formed traceparent (None: not
+    sampled)."""
     headers = request.headers
     traceparent = valid_traceparent(headers.get("traceparent"))
     return tracer.begin(traceparent, valid_tracestate(headers.get("tracestate")) if traceparent else None)

@@ -69,9 +69,9 @@ def key_id_of(api_key: str | None) -> str | None:
     return hashlib.blake2b(api_key.encode(), digest_size=8).hexdigest()
 
 
-def new_traceparent() -> str:
+def new_traceparent(sampled: bool = True) -> str:
     # Trace ids need to be unique, not secret: OpenTelemetry's SDK also uses random.getrandbits.
-    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-01"
+    return f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-{'01' if sampled else '00'}"
 
 
 def valid_traceparent(value: str | None) -> str | None:
