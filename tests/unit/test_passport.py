@@ -23,7 +23,6 @@ from ingress.oai.codec import decode_chat_request
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request, message_text
 from ingress.wire.passport import (
-    PREFIX_BYTES,
     Passport,
     RequestMeta,
     compute_passport,
@@ -32,6 +31,7 @@ from ingress.wire.passport import (
     valid_traceparent,
     valid_tracestate,
 )
+from ingress.wire.prefix import PREFIX_BYTES
 
 API_KEY = "sk-proj-5up3r53cr3tK3yTh4tMu5tN3v3rL34v3Th33dg3"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
