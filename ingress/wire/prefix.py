@@ -50,10 +50,11 @@ from ingress.oai.chat import (
 )
 
 # vLLM caches blocks of 16 tokens, SGLang a radix tree of tokens, TensorRT-LLM blocks of 64: at ~4 bytes a
-# token, 256 bytes is a handful of engine blocks, fine enough to tell where two prompts part, coarse enough
-# that a 16 KiB prompt has 64 hashes (each costs a copy of the hash state, ~0.7 µs).
+# token, 512 bytes (~128 tokens) is a handful of engine blocks, fine enough to tell where two prompts part,
+# coarse enough that a 16 KiB prompt has 32 hashes (each a copy of the hash state, ~0.7 µs, and an entry
+# in a cache-affine group's map, ~100 bytes).
 BLOCK_BYTES = 512
-LIMIT_BYTES = 16 * 1024  # of canonical text hashed in blocks: at most 32 blocks
+LIMIT_BYTES = 16 * 1024  # of canonical text hashed in blocks: 32 of them (the first user message's beside)
 FIRST_TURN_BYTES = 8 * 1024  # of a first user message that ends past LIMIT_BYTES
 PREFIX_BYTES = 4096  # what the passport's prefix_hash covers
 
