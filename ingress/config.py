@@ -140,11 +140,17 @@ def _check(settings: Settings) -> None:
                               "Anthropic to count)")
         if route.tokenizer is not None and (problem := tokenizer_problem(route.tokenizer)):
             raise ConfigError(f"{key}.tokenizer: {problem}")
+        affine = [g for g in (route.group, route.fallback) if g in groups and groups[g].balance == "cache_affine"]
+        if route.affinity_header is not None and not affine:
+            raise ConfigError(f"{key}.affinity_header: the route's groups balance by p2c, which has no use for an "
+                              "affinity key; set balance = \"cache_affine\" on its group")
         for name in ([route.model] if route.model else []) + route.aliases:
             if name in seen:
                 raise ConfigError(f"{key}: model name {name!r} is already served by {seen[name]}")
             seen[name] = key
     for name, group in groups.items():
+        if group.affinity is not None and group.balance != "cache_affine":
+            raise ConfigError(f"groups.{name}.affinity: only a group with balance = \"cache_affine\" uses it")
         for j, endpoint in enumerate(group.endpoints):
             key = f"groups.{name}.endpoints[{j}].url" if settings.groups else "upstream"
             if (endpoint.url is None) == (endpoint.bridge is None):

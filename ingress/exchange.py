@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ingress.errors import IngressError
+    from ingress.routing.affinity import Decision
     from ingress.tenancy.limiter import Admission
     from ingress.tenancy.policy import Principal
     from ingress.tracing import RequestTrace
@@ -40,6 +41,7 @@ class Exchange:
     usage: Usage | None = None
     error: IngressError | None = None
     lease: Lease | None = None  # the endpoint's slot, held until the exchange settles
+    choice: Decision | None = None  # how a cache-affine group chose the last attempt's endpoint (None: by P2C)
     upstream_ok: bool | None = None  # for the endpoint's health: True, False (its failure), None (not its doing)
     principal: Principal | None = None  # the key the request presented (tenancy on)
     admission: Admission | None = None  # its reservation against the limits, held until the exchange settles

@@ -27,6 +27,8 @@ BufferBytes = Annotated[int, Meta(ge=1024, le=2**31 - 1)]
 BodyBytes = Annotated[int, Meta(ge=1024, le=2**30)]
 EndpointUrl = Annotated[str, Meta(pattern=r"^(https?://[^\s/]+/?\Z|unix:/\S+\Z|embedded:\Z)")]
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
+HeaderName = Annotated[str, Meta(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}\Z")]
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +88,17 @@ class Ejection(_Config, frozen=True):
     max: Seconds = 300.0
 
 
+class Affinity(_Config, frozen=True):
+    """A cache-affine group's choice (docs/routing.md): how far above the mean load an endpoint may be and
+    still take a request its cache prefers, and what each worker remembers of where prefixes went."""
+
+    load_slack: Annotated[float, Meta(ge=0, le=10)] = 0.25  # within (1 + load_slack) x the mean outstanding
+    # Blocks remembered (each ~100 bytes): size it to what the engines' caches hold together, in blocks of
+    # 512 bytes of prompt (~128 tokens); remembering more than they keep sends requests to evicted prefixes.
+    max_entries: Annotated[int, Meta(ge=64, le=10_000_000)] = 65_536
+    max_age: Seconds = 600.0  # a prefix last served longer ago is taken to be evicted
+
+
 class Group(_Config, frozen=True):
     endpoints: Annotated[list[Endpoint], Meta(min_length=1)]
     max_in_flight: Count = 0  # 0: no limit
@@ -93,6 +106,10 @@ class Group(_Config, frozen=True):
     queue_timeout: Seconds = 5.0
     health_check: HealthCheck | None = None
     ejection: Ejection = Ejection()
+    # "p2c": power of two choices on outstanding requests. "cache_affine": where the prompt's prefix was
+    # last served, within a load bound, else where rendezvous hashing puts its conversation (docs/routing.md).
+    balance: Literal["p2c", "cache_affine"] = "p2c"
+    affinity: Affinity | None = None  # cache_affine's settings (default: Affinity())
 
 
 class Route(_Config, frozen=True):
@@ -123,6 +140,9 @@ class Route(_Config, frozen=True):
     # With [tracing]: the request's span carries the prompt (as sent, after the guardrails' redaction) and the
     # answer's text (gen_ai.input.messages, gen_ai.output.messages). Off: no span holds a request's text.
     trace_content: bool = False
+    # A cache-affine group's explicit affinity key: this request header's value (e.g. "x-session-id"), when
+    # sent, keys the choice instead of the prompt's hash, before the request's own `prompt_cache_key`.
+    affinity_header: HeaderName | None = None
 
 
 class Retry(_Config, frozen=True):
@@ -157,10 +177,6 @@ class Client(_Config, frozen=True):
     keepalive_timeout: Seconds = 75.0  # a connection with no request in progress is closed after this
     write_timeout: Seconds = 60.0  # how long one write of an answer may wait for a client that stopped reading
     max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
-
-
-EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]
-HeaderName = Annotated[str, Meta(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}\Z")]
 
 
 class Tracing(_Config, frozen=True):

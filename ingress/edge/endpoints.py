@@ -30,6 +30,13 @@ def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> in
     return int(raw)
 
 
+def affinity_headers(request: web.Request) -> tuple[tuple[str, str], ...]:
+    """The values of the headers routes key cache affinity by (lower-cased names), as sent."""
+    names = request.app[GATEWAY].affinity_headers
+    h = request.headers
+    return tuple((name, value) for name in names if (value := h.get(name)) is not None) if names else ()
+
+
 def request_meta(request: web.Request) -> RequestMeta:
     """What the passport needs from the headers; the API key is only hashed, never forwarded. A traced
     request's passport carries its own span's context (ingress/tracing.py), the caller's tracestate kept."""
@@ -51,6 +58,7 @@ def request_meta(request: web.Request) -> RequestMeta:
         timeout_ms=_bounded_int(request, "x-ingress-timeout-ms", 1, 86_400_000),
         traceparent=traceparent,
         tracestate=tracestate,
+        affinity_headers=affinity_headers(request),
     )
 
 
@@ -59,7 +67,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     ex.api = "chat"  # a FlatBuffers request's too: relayed, it is a chat request
     body = await read_body(request, gw.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
-        return await write_relayed(request, ex, await pipeline.relay(gw, body, ex))
+        return await write_relayed(request, ex, await pipeline.relay(gw, body, ex, affinity_headers(request)))
     prepared = pipeline.prepare(gw, body, request_meta(request), ex)
     await pipeline.admit(gw, prepared, ex)
     return await _answer(request, ex, prepared)

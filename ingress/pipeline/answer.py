@@ -45,7 +45,7 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
         except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send(gw, prepared.match, ex, attempt)
+    response = await send(gw, prepared.match, ex, attempt, prepared.prefix)
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = response.usage, response.model or None
@@ -78,7 +78,7 @@ async def count_by_service(gw: Gateway, prepared: Prepared[Completion], ex: Exch
         except UpstreamProtocolError as exc:
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send(gw, prepared.match, ex, attempt)
+    response = await send(gw, prepared.match, ex, attempt, prepared.prefix)
     ex.upstream_ok = True
     if response.usage is None:
         raise UpstreamProtocolError("The model service answered a count without its usage.", after_head=True)
@@ -104,7 +104,7 @@ async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange)
                                         f"for {inputs} inputs.", after_head=True)
         return embeddings
 
-    embeddings = await send(gw, prepared.match, ex, attempt)
+    embeddings = await send(gw, prepared.match, ex, attempt, prepared.prefix)
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = embeddings.usage, embeddings.model or None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ingress.errors import NotFound
@@ -11,7 +11,7 @@ from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import Match, RouteTable
-from ingress.settings import Settings, Timeouts
+from ingress.settings import Route, Settings, Timeouts
 from ingress.tenancy import Tenancy
 from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
@@ -35,6 +35,11 @@ class Gateway:
     tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
     tracer: Tracer | None = None  # OpenTelemetry spans ([tracing]); None: none are made
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
+    affinity_headers: tuple[str, ...] = ()  # the request headers routes take affinity keys from
+    _affine: frozenset[str] = field(init=False, default=frozenset())  # the cache-affine groups' names
+
+    def __post_init__(self) -> None:
+        self._affine = frozenset(name for name, group in self.groups.items() if group.affinity is not None)
 
     def route(self, model: str, ex: Exchange) -> Match:
         match = self.routes.match(model)
@@ -50,6 +55,11 @@ class Gateway:
         ex.route = r.model if r.model is not None else r.prefix if r.prefix is not None else r.glob
         ex.group = r.group
         return match
+
+    def affine(self, route: Route) -> bool:
+        """Whether the route's group or fallback chooses by the prompt's prefix: its passport then carries
+        the prefix hash chain, which costs tens of µs a request to compute."""
+        return route.group in self._affine or route.fallback in self._affine
 
     def forwards_extras(self, model: str) -> bool:
         """The model's route forwards the fields that are not OpenAI's (asked only when a body has some)."""

@@ -20,6 +20,7 @@ from ingress.oai.responses import Call
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
+from ingress.routing.affinity import Prefix, key_hash
 from ingress.routing.table import Match
 from ingress.settings import Timeouts
 from ingress.tokens import TokenCounter, counter_for
@@ -47,6 +48,7 @@ class Prepared(Generic[R]):
     timeouts: Timeouts
     prompt_tokens: int  # the passport's count (exact only where a limit needs it), and what admission reserves
     max_output_tokens: int | None  # the most the request may generate (None: unbounded by the request)
+    prefix: Prefix | None = None  # what a cache-affine group chooses by; None on a route without one
 
 
 Completion = ChatCompletionRequest | TextCompletionRequest  # both answered by `complete` and `stream`
@@ -64,7 +66,9 @@ def route_decoded(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: Req
 
 
 def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
-              encoded: bytes | bytearray, meta: RequestMeta, max_output_tokens: int | None) -> Prepared[R]:
+                 encoded: bytes | bytearray, meta: RequestMeta, max_output_tokens: int | None,
+                 cache_key: str | None = None) -> Prepared[R]:
+    """`cache_key`: the request's own affinity key (`prompt_cache_key`); the route's header comes first."""
     ex.encoded = time.perf_counter()
     headers = hop_headers(ex.request_id, passport)
     if ex.trace is not None:  # each attempt writes its span's id where the hop carries its traceparent
@@ -73,8 +77,12 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
     if match.route.forward_authorization and meta.api_key is not None:
         headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
     ex.prompt_tokens = passport.prompt_tokens_estimate
+    prefix = None
+    if gw.affine(match.route):
+        key = meta.header(match.route.affinity_header) or cache_key
+        prefix = Prefix(passport.prefix_blocks or (), passport.conversation_block, key_hash(key) if key else None)
     return Prepared(request, match, encoded, headers, gw.timeouts(match), passport.prompt_tokens_estimate,
-                    max_output_tokens)
+                    max_output_tokens, prefix)
 
 
 def counter(gw: Gateway, match: Match) -> TokenCounter:
@@ -142,10 +150,11 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
     tokens = counter(gw, match).chat(request, counts_exactly(gw, ex))
     request = _guarded_chat(ex, request, tokens, prompt_param)
-    passport = compute_passport(request, meta, prompt_tokens=tokens)
+    passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request))
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
+                        request.prompt_cache_key)
 
 
 def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
@@ -155,7 +164,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
     tokens = counter(gw, match).texts(request.prompts, counts_exactly(gw, ex))
     request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
-    passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens)
+    passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request))
@@ -192,7 +201,7 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
         read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
         whole = False
     ex.dropped = read.dropped
-    passport = compute_passport(chat, meta, prompt_tokens=tokens)
+    passport = compute_passport(chat, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_messages_request(chat, ex.request_id, passport, match.route.provider, match.upstream_model,
                                       extra_json, anthropic_json=body.decode() if whole else None,
                                       anthropic_beta=beta if whole else None,
@@ -212,7 +221,7 @@ def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, 
     tokens = counter(gw, match).chat(read.request, True)
     if not asks_provider:
         return tokens, None
-    passport = compute_passport(read.request, meta, prompt_tokens=tokens)
+    passport = compute_passport(read.request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_messages_request(read.request, ex.request_id, passport, match.route.provider,
                                       match.upstream_model, anthropic_json=body.decode(), anthropic_beta=beta,
                                       anthropic_version=version)
@@ -241,7 +250,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     match, meta = route_decoded(gw, ex, request.model, False, meta)
     tokens = counter(gw, match).texts(request.inputs, counts_exactly(gw, ex))
     request = _guarded_texts(ex, request, "input", request.inputs, tokens)
-    passport = compute_embedding_passport(request, meta, prompt_tokens=tokens)
+    passport = compute_embedding_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
     return prepared_for(gw, ex, request, match, passport, encoded, meta, 0)
 

@@ -14,10 +14,12 @@ from ingress.exchange import Exchange
 from ingress.pipeline.admit import admit_estimate
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.pipeline.send import send
+from ingress.routing.affinity import Prefix, key_hash
 from ingress.upstream import http1
 from ingress.upstream.group import Lease
 from ingress.wire import verify
 from ingress.wire.decode import PROVIDER_NAMES, WireError, read_request
+from ingress.wire.passport import prefix_at
 
 RELAYED_HEADERS = ("Content-Type", "Retry-After")
 
@@ -34,8 +36,11 @@ class RelayedAnswer:
     close: Callable[[], None]
 
 
-async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
-    """Verify a CompletionRequest, route on fields read in place, forward the exact bytes."""
+async def relay(gw: Gateway, body: bytes, ex: Exchange,
+                affinity_headers: tuple[tuple[str, str], ...] = ()) -> RelayedAnswer:
+    """Verify a CompletionRequest, route on fields read in place, forward the exact bytes. A cache-affine
+    group chooses by the client's own passport's chain, and the route's affinity header (the values of
+    those routes name, `affinity_headers`) or the request's prompt_cache_key."""
     ex.binary = True
     try:
         verify.verify_request(body, max_size=gw.settings.max_body_bytes)
@@ -53,6 +58,13 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     if not 0 <= provider < len(PROVIDER_NAMES):
         raise InvalidRequest(f"Unknown provider {provider}.", param="provider")
     match = gw.route(model, ex)
+    prefix = None
+    if gw.affine(match.route):
+        blocks, conversation_block = prefix_at(body)
+        name = (match.route.affinity_header or "").lower()
+        key = next((value for sent, value in affinity_headers if sent == name), None)
+        key = key or (view.PromptCacheKey() or b"").decode(errors="replace")
+        prefix = Prefix(blocks, conversation_block, key_hash(key) if key else None)
     await admit_estimate(gw, ex, model, prompt_tokens, max_output_tokens)
     headers, timeouts = hop_headers(ex.request_id, None), gw.timeouts(match)
     if ex.trace is not None:  # the buffer is the client's, sent as it came: only the header names the attempt
@@ -63,7 +75,7 @@ async def relay(gw: Gateway, body: bytes, ex: Exchange) -> RelayedAnswer:
     async def forward(lease: Lease) -> tuple[http1.Response, AsyncIterator[bytes]]:
         return await lease.client.forward(body, headers, timeouts)
 
-    response, reads = await send(gw, match, ex, forward)
+    response, reads = await send(gw, match, ex, forward, prefix)
     ex.mark_first_byte()
     headers_out = {name: value for name in RELAYED_HEADERS if (value := response.headers.get(name.lower())) is not None}
 

@@ -17,14 +17,17 @@ from ingress.errors import (
 )
 from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
+from ingress.routing.affinity import Prefix
 from ingress.routing.table import Match
 from ingress.upstream.group import Lease
 
 T = TypeVar("T")
 
 
-async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease], Awaitable[T]]) -> T:
-    """Run `attempt` on an endpoint of the route's group, and on others when it is safe to.
+async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease], Awaitable[T]],
+               prefix: Prefix | None = None) -> T:
+    """Run `attempt` on an endpoint of the route's group, and on others when it is safe to. `prefix`: what
+    a cache-affine group chooses by (the request's prefix hashes and affinity key).
 
     Retried, within the retry budget: a connection that could not be made (nothing was sent).
     Then the fallback group, if any: when the group is unavailable or fails before the first byte.
@@ -45,9 +48,9 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
                 metrics.RETRIES.labels(name).inc()
             ex.attempts += 1
             ex.group = name
-            lease = await group.acquire(frozenset(tried))
+            lease = await group.acquire(frozenset(tried), prefix)
             tried.add(lease.state.url)
-            ex.upstream = lease.state.url
+            ex.upstream, ex.choice = lease.state.url, lease.decision
             if ex.upstream_sent is None:
                 ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
             if ex.trace is not None:

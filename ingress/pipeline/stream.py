@@ -152,7 +152,7 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
             raise
         return stack, reads
 
-    stack, reads = await send(gw, prepared.match, ex, attempt)
+    stack, reads = await send(gw, prepared.match, ex, attempt, prepared.prefix)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
     return reads, await anext(reads, b"")

@@ -11,6 +11,7 @@ from ingress.settings import Ejection
 class EndpointState:
     url: str
     weight: int = 1
+    identity: str = ""  # what rendezvous hashing names it by, the same on every worker and replica ("": url)
     max_in_flight: int = 0  # 0: unlimited
     ejection: Ejection = field(default_factory=Ejection)
     in_flight: int = 0

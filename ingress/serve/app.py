@@ -113,6 +113,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
                                asyncio.get_running_loop().time()),
             tenancy=tenancy,
             tracer=tracer,
+            affinity_headers=tuple(sorted({r.affinity_header.lower() for r in routes if r.affinity_header})),
         )
         yield
 

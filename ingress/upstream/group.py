@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from ingress import metrics
 from ingress.errors import Overloaded
 from ingress.log import get_logger
+from ingress.routing.affinity import CacheAffinity, Decision, Prefix
 from ingress.routing.balance import choose
 from ingress.routing.health import EndpointState
-from ingress.settings import Group
+from ingress.settings import Affinity, Endpoint, Group
 from ingress.upstream.client import UpstreamClient
 
 log = get_logger("ingress.upstream")
@@ -29,6 +30,7 @@ class Lease:
     group: EndpointGroup
     state: EndpointState
     client: UpstreamClient
+    decision: Decision | None = None  # how a cache-affine group chose the endpoint (None: by P2C)
     released: bool = False
 
     def release(self, ok: bool | None) -> None:
@@ -39,32 +41,52 @@ class Lease:
         self.group.release(self, ok)
 
 
+def _identity(endpoint: Endpoint) -> str:
+    if endpoint.bridge is not None:
+        return f"{endpoint.bridge.dialect}+{endpoint.bridge.target}#{endpoint.bridge.model or ''}"
+    return endpoint.url or ""
+
+
 class EndpointGroup:
     def __init__(self, name: str, config: Group, clients: list[UpstreamClient],
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
         self.name = name
         self.config = config
         # clients[i] serves config.endpoints[i] (its URL resolved, e.g. the embedded demo's port).
+        # An endpoint's identity is its configured URL, or its bridge's target: a bridge's (or the embedded
+        # demo's) own socket differs from worker to worker, and rendezvous hashing must not.
         self.states = [EndpointState(url=c.endpoint, weight=e.weight, max_in_flight=e.max_in_flight,
-                                     ejection=config.ejection) for e, c in zip(config.endpoints, clients, strict=True)]
+                                     ejection=config.ejection, identity=_identity(e))
+                       for e, c in zip(config.endpoints, clients, strict=True)]
         self.clients = {c.endpoint: c for c in clients}
         self.in_flight = 0
         self._waiters: deque[tuple[asyncio.Future[None], frozenset[str]]] = deque()
         self._clock = clock
         self._rng = rng or random.Random()
+        affinity = config.affinity or Affinity()
+        self.affinity = (CacheAffinity(affinity.load_slack, affinity.max_entries, affinity.max_age)
+                         if config.balance == "cache_affine" else None)
 
     def _has_room(self) -> bool:
         return self.config.max_in_flight == 0 or self.in_flight < self.config.max_in_flight
 
-    def _try(self, exclude: frozenset[str]) -> Lease | None:
+    def _try(self, exclude: frozenset[str], prefix: Prefix | None) -> Lease | None:
         if not self._has_room():
             return None
-        state = choose(self.states, self._clock(), self._rng, exclude)
+        now = self._clock()
+        decision = None
+        if self.affinity is not None:
+            decision = self.affinity.choose(self.states, prefix, now, self._rng, exclude)
+            state = decision.endpoint if decision is not None else None
+        else:
+            state = choose(self.states, now, self._rng, exclude)
         if state is None:
             return None
+        if self.affinity is not None:
+            self.affinity.served(prefix, state.url, now)
         state.in_flight += 1
         self.in_flight += 1
-        return Lease(self, state, self.clients[state.url])
+        return Lease(self, state, self.clients[state.url], decision)
 
     def has_candidates(self, exclude: frozenset[str]) -> bool:
         return any(s.url not in exclude for s in self.states)
@@ -76,14 +98,15 @@ class EndpointGroup:
     def _could_serve(self, exclude: frozenset[str]) -> bool:
         return self._has_room() and any(s.url not in exclude and s.has_room() for s in self.states)
 
-    async def acquire(self, exclude: frozenset[str] = frozenset()) -> Lease:
-        """An endpoint lease, waiting in a bounded FIFO queue when every endpoint is at its limit.
+    async def acquire(self, exclude: frozenset[str] = frozenset(), prefix: Prefix | None = None) -> Lease:
+        """An endpoint lease, waiting in a bounded FIFO queue when every endpoint is at its limit. `prefix`:
+        what a cache-affine group chooses by (ingress/routing/affinity.py); a P2C group ignores it.
 
         Arrivals never overtake waiters; a waiter woken for a slot it cannot use keeps its place;
         a wake-up a waiter will not use (it timed out or was cancelled) is passed on.
         """
         if not self._waiters:
-            lease = self._try(exclude)
+            lease = self._try(exclude, prefix)
             if lease is not None:
                 return lease
         if len(self._waiters) >= self.config.max_queue:
@@ -110,7 +133,7 @@ class EndpointGroup:
             finally:
                 if entry in self._waiters:
                     self._waiters.remove(entry)
-            lease = self._try(exclude)
+            lease = self._try(exclude, prefix)
             if lease is not None:
                 self._wake_one()  # there may be room for the next waiter too
                 return lease

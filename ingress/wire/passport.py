@@ -12,16 +12,16 @@ from typing import Any
 
 import msgspec
 
-from ingress.oai.chat import ROLES, ChatCompletionRequest
+from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.tokens import TokenCounter
-from ingress.wire import identifiers
+from ingress.wire import identifiers, prefix
 from ingress.wire._generated.LLMGateway.CompletionRequest import CompletionRequest as CompletionTable
 from ingress.wire._generated.LLMGateway.EmbeddingRequest import EmbeddingRequest as EmbeddingTable
 from ingress.wire.encode import message_text
+from ingress.wire.prefix import PREFIX_BYTES
 from ingress.wire.types import PassportData
 
-PREFIX_BYTES = 4096  # how much of the prompt the cache-affinity hash (SHA-256, first 64 bits) covers
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers, when no counter is given
 
 TRACEPARENT_LENGTH = 55  # "00-" trace id (32 hex) "-" span id (16 hex) "-" flags (2 hex)
@@ -45,21 +45,42 @@ class RequestMeta(msgspec.Struct, kw_only=True, frozen=True):
     timeout_ms: int = 0
     traceparent: str | None = None
     tracestate: str | None = None
+    affinity_headers: tuple[tuple[str, str], ...] = ()  # the values of the headers routes key affinity by
+
+    def header(self, name: str | None) -> str | None:
+        """A header a route keys affinity by, as sent (None: not sent, or no name)."""
+        if name is not None:
+            name = name.lower()
+            for sent, value in self.affinity_headers:
+                if sent == name:
+                    return value
+        return None
 
 
-def _prompt_facts(request: ChatCompletionRequest) -> tuple[bytes, int]:
-    """The leading PREFIX_BYTES of the prompt (role and text of each message, separated), and its length
-    in characters. Only the prefix is encoded, however long the prompt."""
-    parts: list[bytes] = []
-    size = chars = 0
-    for m in request.messages:
-        text = message_text(m)
-        chars += len(text)
-        if size < PREFIX_BYTES:
-            piece = f"{ROLES[type(m)]}\x1f{text[:PREFIX_BYTES]}\x1e".encode()
-            parts.append(piece)
-            size += len(piece)
-    return b"".join(parts)[:PREFIX_BYTES], chars
+class PrefixFacts(msgspec.Struct, frozen=True, gc=False):
+    """What the passport says of the prompt's prefix (ingress/wire/prefix.py)."""
+
+    prefix_hash: int
+    blocks: list[int] | None = None  # the chain, when asked for
+    conversation_block: int = 0
+
+
+def prefix_facts(text: bytes, first_turn_end: int, blocks: bool) -> PrefixFacts:
+    """The prefix hash of canonical text, and with `blocks` its chain (the text then runs to LIMIT_BYTES)."""
+    if not blocks:
+        return PrefixFacts(prefix.prefix_hash(text))
+    return PrefixFacts(*prefix.chain(text, first_turn_end))
+
+
+def _prompt_facts(request: ChatCompletionRequest, blocks: bool) -> PrefixFacts:
+    """The prompt's prefix hash, and with `blocks` its chain of block hashes: only the text they cover is
+    built, however long the prompt."""
+    limit = prefix.LIMIT_BYTES if blocks else PREFIX_BYTES
+    return prefix_facts(*prefix.chat_text(request, limit, blocks), blocks)
+
+
+def _chars(request: ChatCompletionRequest) -> int:
+    return sum(len(message_text(m)) for m in request.messages)
 
 
 def key_id_of(api_key: str | None) -> str | None:
@@ -98,6 +119,25 @@ def traceparent_at(buf: bytes | bytearray) -> int | None:
     return at + 4 if struct.unpack_from("<I", buf, at)[0] == TRACEPARENT_LENGTH else None
 
 
+MAX_READ_BLOCKS = 1024  # of a client's own chain, read for routing (the edge's own has at most ~50)
+
+
+def prefix_at(buf: bytes | bytearray) -> tuple[tuple[int, ...], int]:
+    """A request buffer's prefix hash chain (at most MAX_READ_BLOCKS of it) and conversation block, read in
+    place from its passport: what a cache-affine group chooses a client's own buffer by. ((), 0): none."""
+    root = _ROOTS.get(identifiers.identifier_of(buf))
+    passport = root.GetRootAs(buf, 0).Passport() if root is not None else None
+    if passport is None:
+        return (), 0
+    tab = passport._tab
+    slot = tab.Offset(20)  # Passport.prefix_blocks: field 8, vtable slot 4 + 2 * 8
+    if not slot:
+        return (), 0
+    at = tab.Vector(slot)
+    count = min(tab.VectorLen(slot), MAX_READ_BLOCKS)
+    return struct.unpack_from(f"<{count}Q", buf, at), passport.ConversationBlock()
+
+
 def trace_context(buf: bytes | bytearray) -> tuple[str | None, str | None]:
     """A request buffer's traceparent and tracestate, read in place from its passport (well-formed ones
     only): the context a service continues the trace from, with no header to parse."""
@@ -126,59 +166,56 @@ def start_span(tracer: Any, buf: bytes | bytearray, name: str, *, kind: Any = No
 
 
 def compute_passport(request: ChatCompletionRequest, meta: RequestMeta, now: float | None = None, *,
-                     counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
+                     counter: TokenCounter | None = None, prompt_tokens: int | None = None,
+                     blocks: bool = False) -> Passport:
     """`counter` (the route's, ingress/tokens) makes prompt_tokens_estimate the prompt's token count, as
     `prompt_tokens` does when it was counted already; without either it is the prompt's characters /
-    CHARS_PER_TOKEN."""
-    prefix_bytes, chars = _prompt_facts(request)
+    CHARS_PER_TOKEN. `blocks`: the passport carries the prompt's prefix hash chain (for a cache-affine
+    group; it costs tens of µs, so it is computed only where a choice reads it)."""
+    facts = _prompt_facts(request, blocks)
     if prompt_tokens is not None:
         tokens = prompt_tokens
     else:
-        tokens = counter.chat(request) if counter is not None else -(-chars // CHARS_PER_TOKEN)
-    return _passport(prefix_bytes, tokens, meta, now)
+        tokens = counter.chat(request) if counter is not None else -(-_chars(request) // CHARS_PER_TOKEN)
+    return _passport(facts, tokens, meta, now)
 
 
 def compute_embedding_passport(request: EmbeddingRequest, meta: RequestMeta, now: float | None = None, *,
-                               counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
+                               counter: TokenCounter | None = None, prompt_tokens: int | None = None,
+                               blocks: bool = False) -> Passport:
     """The passport of an embeddings request: its texts (or token ids, counted exactly) stand for the prompt."""
-    return compute_prompts_passport(request.inputs, meta, now, counter=counter, prompt_tokens=prompt_tokens)
+    return compute_prompts_passport(request.inputs, meta, now, counter=counter, prompt_tokens=prompt_tokens,
+                                    blocks=blocks)
 
 
 def compute_prompts_passport(prompts: list[str | list[int]], meta: RequestMeta, now: float | None = None, *,
-                             counter: TokenCounter | None = None, prompt_tokens: int | None = None) -> Passport:
+                             counter: TokenCounter | None = None, prompt_tokens: int | None = None,
+                             blocks: bool = False) -> Passport:
     """The passport of texts or token-id lists (embeddings inputs, text-completion prompts); ids count exactly,
-    texts by `counter` when given."""
-    parts: list[bytes] = []
-    size = chars = tokens = 0
-    for value in prompts:
-        if isinstance(value, str):
-            chars += len(value)
-            piece = value[:PREFIX_BYTES].encode() + b"\x1e"
-        else:
-            tokens += len(value)
-            piece = " ".join(map(str, value[:PREFIX_BYTES])).encode() + b"\x1e"
-        if size < PREFIX_BYTES:
-            parts.append(piece)
-            size += len(piece)
+    texts by `counter` when given. They have no user message: the first block stands for the conversation."""
+    text = prefix.prompts_text(prompts, prefix.LIMIT_BYTES if blocks else PREFIX_BYTES)
+    facts = prefix_facts(text, 0, blocks)
     if prompt_tokens is not None:
         tokens = prompt_tokens
     elif counter is not None:
         tokens = counter.texts(prompts)
     else:
-        tokens += -(-chars // CHARS_PER_TOKEN)
-    return _passport(b"".join(parts)[:PREFIX_BYTES], tokens, meta, now)
+        chars = sum(len(v) for v in prompts if isinstance(v, str))
+        tokens = sum(len(v) for v in prompts if isinstance(v, list)) + -(-chars // CHARS_PER_TOKEN)
+    return _passport(facts, tokens, meta, now)
 
 
-def _passport(prefix_bytes: bytes, tokens_estimate: int, meta: RequestMeta, now: float | None) -> Passport:
-    prefix = int.from_bytes(hashlib.sha256(prefix_bytes).digest()[:8], "little")  # SHA-NI: ~1 GB/s here
+def _passport(facts: PrefixFacts, tokens_estimate: int, meta: RequestMeta, now: float | None) -> Passport:
     now = time.time() if now is None else now
     return Passport(
         tenant_id=meta.tenant_id,
         key_id=meta.key_id or key_id_of(meta.api_key),
         prompt_tokens_estimate=min(tokens_estimate, 2**32 - 1),
-        prefix_hash=prefix,
+        prefix_hash=facts.prefix_hash,
         priority=meta.priority,
         deadline_unix_ms=int(now * 1000) + meta.timeout_ms if meta.timeout_ms else 0,
         traceparent=meta.traceparent or new_traceparent(),
         tracestate=meta.tracestate,
+        prefix_blocks=facts.blocks,
+        conversation_block=facts.conversation_block,
     )

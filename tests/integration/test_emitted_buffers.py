@@ -20,6 +20,7 @@ from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings
+from ingress.wire.passport import RequestMeta, compute_passport
 
 pytestmark = pytest.mark.cxx
 
@@ -181,3 +182,37 @@ async def test_every_emitted_messages_request_verifies_as_the_chat_request_it_am
         assert view.Stream() is stream
         whole = view.AnthropicJson()  # bound for Anthropic, the request as sent, byte for byte
         assert whole == (msgspec.json.encode(body) if provider == "anthropic" else None)
+
+
+async def test_a_cache_affine_routes_requests_carry_the_prefix_chain_and_verify(cxx_verifier: object) -> None:
+    """Behind a cache-affine group every request's passport carries its prefix hash chain: chat,
+    Responses, Messages, legacy completions and embeddings alike, each through the C++ Verifier."""
+    bodies: list[bytes] = []
+    async with serve_app(recording_demo(bodies), "127.0.0.1", 0) as upstream:
+        group = Group(endpoints=[Endpoint(url=upstream)], balance="cache_affine")
+        settings = Settings(groups={"demo": group}, routes=(Route(group="demo", model="ingress-demo"),))
+        async with (serve_app(create_app(settings), "127.0.0.1", 0) as edge,
+                    openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as client,
+                    aiohttp.ClientSession() as http):
+            for extra in REQUESTS:
+                await client.chat.completions.create(model="ingress-demo", **extra)  # type: ignore[call-overload]
+            await client.responses.create(model="ingress-demo", **RESPONSES[1])  # type: ignore[call-overload]
+            async with http.post(f"{edge}/v1/messages", json={"model": "ingress-demo", **MESSAGES[1]},
+                                 headers={"x-api-key": "sk-test"}) as answer:
+                assert answer.status == 200, await answer.text()
+            await client.completions.create(model="ingress-demo", prompt=["Once upon a time", "x" * 3000])
+            await client.embeddings.create(model="ingress-demo", input=[[1, 2, 3], [4, 5]])
+    assert len(bodies) == len(REQUESTS) + 4
+    for buf in bodies[:-1]:
+        assert cxx_verifier.verify("request", buf)  # type: ignore[attr-defined]
+        passport = wire.read_request_data(buf).passport
+        assert passport is not None and passport.prefix_blocks
+        assert 0 <= passport.conversation_block < len(passport.prefix_blocks)
+    for buf, extra in zip(bodies, REQUESTS, strict=False):  # a chat request's chain is its decoded request's
+        read = wire.read_request_data(buf).passport
+        assert read is not None
+        decoded = decode_chat_request(msgspec.json.encode({"model": "ingress-demo", **extra}))
+        assert read.prefix_blocks == compute_passport(decoded, RequestMeta(), blocks=True).prefix_blocks
+    assert cxx_verifier.verify("embedding_request", bodies[-1])  # type: ignore[attr-defined]
+    embedding = wire.read_embedding_request(bodies[-1]).passport
+    assert embedding is not None and embedding.prefix_blocks

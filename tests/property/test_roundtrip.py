@@ -257,6 +257,7 @@ passports = st.builds(
     Passport,
     tenant_id=nullable(text), key_id=nullable(text), prompt_tokens_estimate=u(32), prefix_hash=u(64),
     priority=i(8), deadline_unix_ms=i(64), traceparent=nullable(text), tracestate=nullable(text),
+    prefix_blocks=nullable(st.lists(u(64), max_size=40)), conversation_block=u(32),
 )
 
 
@@ -318,6 +319,8 @@ def test_request_round_trips_through_the_wire(
         tenant_id=_s(p.TenantId()), key_id=_s(p.KeyId()), prompt_tokens_estimate=p.PromptTokensEstimate(),
         prefix_hash=p.PrefixHash(), priority=p.Priority(), deadline_unix_ms=p.DeadlineUnixMs(),
         traceparent=_s(p.Traceparent()), tracestate=_s(p.Tracestate()),
+        prefix_blocks=None if p.PrefixBlocksIsNone() else [p.PrefixBlocks(j) for j in range(p.PrefixBlocksLength())],
+        conversation_block=p.ConversationBlock(),
     ) == passport
 
 

@@ -248,12 +248,39 @@ def test_a_missing_key_names_no_line(text: str, key: str) -> None:
     pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n'
                  'count_tokens = "provider"\n', "routes[0].count_tokens", 'needs provider = "anthropic"',
                  id="a-provider-count-off-anthropic"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\n[[routes]]\nmodel = "m"\ngroup = "g"\n'
+                 'affinity_header = "x-session-id"\n', "routes[0].affinity_header", 'set balance = "cache_affine"',
+                 id="an-affinity-header-on-a-p2c-group"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\naffinity = { load_slack = 0.5 }\n'
+                 '[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.affinity", 'balance = "cache_affine"',
+                 id="affinity-settings-on-a-p2c-group"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "round_robin"\n'
+                 '[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.balance", "Invalid enum value",
+                 id="an-unknown-balance"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "cache_affine"\n'
+                 'affinity = { load_slack = -0.1 }\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
+                 "groups.g.affinity.load_slack", ">= 0", id="a-negative-load-slack"),
 ])
 def test_whole_file_mistakes_name_the_key(text: str, key: str, detail: str) -> None:
     message = _error(text)
 
     assert message.startswith(f"ingress.toml: {key}: "), message
     assert detail in message
+
+
+def test_a_cache_affine_group_and_its_routes_key_decode() -> None:
+    text = ('[groups.g]\nendpoints = [{ url = "http://a:1" }, { url = "http://b:1" }]\nbalance = "cache_affine"\n'
+            'affinity = { load_slack = 0.5, max_entries = 4096, max_age = 60.0 }\n'
+            '[groups.p]\nendpoints = [{ url = "http://c:1" }]\n'
+            '[[routes]]\nmodel = "m"\ngroup = "p"\nfallback = "g"\naffinity_header = "x-session-id"\n')
+
+    settings = parse_config(text, environ={})
+
+    affine, p2c = settings.groups["g"], settings.groups["p"]
+    assert (affine.balance, p2c.balance, p2c.affinity) == ("cache_affine", "p2c", None)
+    assert affine.affinity is not None
+    assert (affine.affinity.load_slack, affine.affinity.max_entries, affine.affinity.max_age) == (0.5, 4096, 60.0)
+    assert settings.routes[0].affinity_header == "x-session-id"  # its fallback is cache-affine
 
 
 def test_load_config_names_a_file_it_cannot_read(tmp_path: Path) -> None:

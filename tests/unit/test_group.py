@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from ingress.errors import Overloaded
+from ingress.routing.affinity import Prefix, Way
 from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Timeouts
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup, Lease
@@ -270,6 +271,44 @@ async def test_a_wake_up_reaches_a_waiter_that_can_use_the_freed_endpoint(make_p
     finally:
         second.release(True)
         await asyncio.gather(retrying, return_exceptions=True)
+
+
+# --- cache-affine groups ------------------------------------------------------------------------
+
+
+async def test_a_cache_affine_group_leases_where_the_conversation_was_served(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine")
+
+    first = await pool.acquire(prefix=Prefix([1, 2], 1))
+    first.release(True)
+    again = await pool.acquire(prefix=Prefix([1, 2, 3], 1))  # the next turn
+    meanwhile = await pool.acquire(prefix=Prefix([1, 2, 3, 4], 1))  # while it runs: 2 on one of 3 is too many
+
+    assert first.decision is not None and first.decision.way is Way.HASHED
+    assert again.decision is not None and (again.decision.way, again.state.url) == (Way.HIT, first.state.url)
+    assert meanwhile.decision is not None and meanwhile.decision.way is Way.OVERRIDDEN_BY_LOAD
+    assert meanwhile.state.url != first.state.url
+    assert pool.affinity is not None and len(pool.affinity.seen) == 3  # blocks 2, 3 and 4: from the conversation's on
+
+
+async def test_a_p2c_group_leaves_the_prefix_alone(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS])
+
+    lease = await pool.acquire(prefix=Prefix([1, 2], 1))
+
+    assert (lease.decision, pool.affinity) == (None, None)
+
+
+async def test_a_waiter_is_chosen_for_by_its_own_prefix(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine", max_in_flight=1, max_queue=1)
+    held = await pool.acquire(prefix=Prefix([7, 8], 1))
+    waiter = asyncio.create_task(pool.acquire(prefix=Prefix([7, 8, 9], 1)))
+    await _settle()
+
+    held.release(True)
+    lease = await waiter
+
+    assert lease.decision is not None and (lease.decision.way, lease.state.url) == (Way.HIT, held.state.url)
 
 
 # --- active health checks -----------------------------------------------------------------------

@@ -23,15 +23,17 @@ from ingress.oai.codec import decode_chat_request
 from ingress.wire import read_request
 from ingress.wire.encode import encode_request, message_text
 from ingress.wire.passport import (
-    PREFIX_BYTES,
+    MAX_READ_BLOCKS,
     Passport,
     RequestMeta,
     compute_passport,
     key_id_of,
     new_traceparent,
+    prefix_at,
     valid_traceparent,
     valid_tracestate,
 )
+from ingress.wire.prefix import PREFIX_BYTES
 
 API_KEY = "sk-proj-5up3r53cr3tK3yTh4tMu5tN3v3rL34v3Th33dg3"
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -188,3 +190,30 @@ def test_message_text(message: Message, text: str) -> None:
 ])
 def test_only_a_well_formed_tracestate_is_forwarded(value: str | None, kept: bool) -> None:
     assert valid_tracestate(value) == (value if kept else None)
+
+
+def test_a_buffers_prefix_chain_is_read_in_place() -> None:
+    request = chat({"role": "system", "content": "be brief " * 100}, user("hello"))
+    with_chain = compute_passport(request, RequestMeta(), blocks=True)
+    assert with_chain.prefix_blocks is not None and len(with_chain.prefix_blocks) == 2
+
+    assert prefix_at(bytes(encode_request(request, "r", with_chain))) == (tuple(with_chain.prefix_blocks), 1)
+    assert prefix_at(bytes(encode_request(request, "r", compute_passport(request, RequestMeta())))) == ((), 0)
+    assert prefix_at(bytes(encode_request(request, "r", Passport(prefix_blocks=[], conversation_block=5)))) == (
+        (), 5)
+
+
+def test_a_clients_long_chain_is_read_only_so_far() -> None:
+    passport = Passport(prefix_blocks=list(range(MAX_READ_BLOCKS + 10)), conversation_block=3)
+
+    blocks, conversation_block = prefix_at(bytes(encode_request(chat(user("hi")), "r", passport)))
+
+    assert (blocks, conversation_block) == (tuple(range(MAX_READ_BLOCKS)), 3)
+
+
+@pytest.mark.parametrize("name", ["x-session-id", "X-Session-Id"])
+def test_a_routes_affinity_header_is_found_whatever_its_case(name: str) -> None:
+    meta = RequestMeta(affinity_headers=(("x-session-id", "s-1"), ("x-tenant-session", "t-2")))
+
+    assert meta.header(name) == "s-1"
+    assert (meta.header("x-other"), meta.header(None)) == (None, None)

@@ -102,6 +102,8 @@ class PassportData(msgspec.Struct, kw_only=True, gc=False):
     deadline_unix_ms: int = 0
     traceparent: str | None = None
     tracestate: str | None = None
+    prefix_blocks: list[int] | None = None
+    conversation_block: int = 0
 
 
 class PromptInputData(msgspec.Struct, kw_only=True, gc=False):
@@ -656,7 +658,7 @@ def _write_ResponseFormat(buf: bytearray, o: ResponseFormatData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Passport = struct.Struct('<10Hi4xQq4x4xI4x4xb3x').pack
+_VT_TB_Passport = struct.Struct('<12Hi4xQq4x4xI4x4x4xIb3x').pack
 
 
 def _write_Passport(buf: bytearray, o: PassportData) -> int:
@@ -664,14 +666,16 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
     f_key_id = o.key_id
     f_traceparent = o.traceparent
     f_tracestate = o.tracestate
-    pad = -(len(buf) + 20) & 7
+    f_prefix_blocks = o.prefix_blocks
+    pad = -(len(buf) + 24) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 20
+    t = len(buf) + 24
     buf += _VT_TB_Passport(
-        20, 48, 24 if f_tenant_id is not None else 0, 28 if f_key_id is not None else 0, 32, 8, 44, 16,
-        36 if f_traceparent is not None else 0, 40 if f_tracestate is not None else 0, 20, o.prefix_hash,
-        o.deadline_unix_ms, o.prompt_tokens_estimate, o.priority,
+        24, 56, 24 if f_tenant_id is not None else 0, 28 if f_key_id is not None else 0, 32, 8, 52, 16,
+        36 if f_traceparent is not None else 0, 40 if f_tracestate is not None else 0,
+        44 if f_prefix_blocks is not None else 0, 48, 24, o.prefix_hash, o.deadline_unix_ms, o.prompt_tokens_estimate,
+        o.conversation_block, o.priority,
     )
     if f_tenant_id is not None:
         d = f_tenant_id.encode()
@@ -709,6 +713,10 @@ def _write_Passport(buf: bytearray, o: PassportData) -> int:
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
+    if f_prefix_blocks is not None:
+        v = _vector_start(buf, len(f_prefix_blocks), 8)
+        buf += struct.pack(f'<{len(f_prefix_blocks)}Q', *f_prefix_blocks)
+        _ref(buf, t + 44, v)
     return t
 
 
@@ -1933,6 +1941,12 @@ def build_Passport(b: Builder, o: PassportData) -> int:
     tracestate_off = 0
     if o.tracestate is not None:
         tracestate_off = b.CreateString(o.tracestate)
+    prefix_blocks_off = 0
+    if o.prefix_blocks is not None:
+        _fb_Passport.StartPrefixBlocksVector(b, len(o.prefix_blocks))
+        for e_prefix_blocks in reversed(o.prefix_blocks):
+            b.PrependUint64(e_prefix_blocks)
+        prefix_blocks_off = b.EndVector()
     _fb_Passport.Start(b)
     if tenant_id_off:
         _fb_Passport.AddTenantId(b, tenant_id_off)
@@ -1946,6 +1960,9 @@ def build_Passport(b: Builder, o: PassportData) -> int:
         _fb_Passport.AddTraceparent(b, traceparent_off)
     if tracestate_off:
         _fb_Passport.AddTracestate(b, tracestate_off)
+    if prefix_blocks_off:
+        _fb_Passport.AddPrefixBlocks(b, prefix_blocks_off)
+    _fb_Passport.AddConversationBlock(b, o.conversation_block)
     return int(_fb_Passport.End(b))
 
 

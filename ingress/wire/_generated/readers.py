@@ -136,7 +136,7 @@ def _read_ResponseFormat(buf: bytes, t: int) -> ResponseFormatData:
 
 
 def _read_Passport(buf: bytes, t: int) -> PassportData:
-    o0, o1, o2, o3, o4, o5, o6, o7 = _vtable(buf, t, 8)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9 = _vtable(buf, t, 10)
     f_tenant_id = _str(buf, t + o0) if o0 else None
     f_key_id = _str(buf, t + o1) if o1 else None
     f_prompt_tokens_estimate = _S_I(buf, t + o2)[0] if o2 else 0
@@ -145,10 +145,15 @@ def _read_Passport(buf: bytes, t: int) -> PassportData:
     f_deadline_unix_ms = _S_q(buf, t + o5)[0] if o5 else 0
     f_traceparent = _str(buf, t + o6) if o6 else None
     f_tracestate = _str(buf, t + o7) if o7 else None
+    f_prefix_blocks = None
+    if o8:
+        at, n = _vector(buf, t + o8)
+        f_prefix_blocks = list(struct.unpack_from(f'<{n}Q', buf, at))
+    f_conversation_block = _S_I(buf, t + o9)[0] if o9 else 0
     return PassportData(
         tenant_id=f_tenant_id, key_id=f_key_id, prompt_tokens_estimate=f_prompt_tokens_estimate,
         prefix_hash=f_prefix_hash, priority=f_priority, deadline_unix_ms=f_deadline_unix_ms, traceparent=f_traceparent,
-        tracestate=f_tracestate,
+        tracestate=f_tracestate, prefix_blocks=f_prefix_blocks, conversation_block=f_conversation_block,
     )
 
 

@@ -203,7 +203,7 @@ def _table_Passport(v: Verifier, t: int) -> None:
         v.again(done, "Passport")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 8, "Passport")
+    e = v.table_start(t, 10, "Passport")
     n = v.size
     o = e[0]  # field tenant_id: string
     if o:
@@ -229,6 +229,12 @@ def _table_Passport(v: Verifier, t: int) -> None:
     o = e[7]  # field tracestate: string
     if o:
         v.string(v.offset(t + o, "Passport.tracestate"), "Passport.tracestate")
+    o = e[8]  # field prefix_blocks: [uint64]
+    if o:
+        v.vector(v.offset(t + o, "Passport.prefix_blocks"), 8, 8, "Passport.prefix_blocks")
+    o = e[9]  # field conversation_block: uint32
+    if o and ((t + o) & 3 or t + o > n - 4):
+        bad_scalar(t + o, 4, "Passport.conversation_block")
     v.table_end(key, tables, peak)
 
 

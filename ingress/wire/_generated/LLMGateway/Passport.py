@@ -87,8 +87,42 @@ class Passport(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Passport
+    def PrefixBlocks(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # Passport
+    def PrefixBlocksAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
+        return 0
+
+    # Passport
+    def PrefixBlocksLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Passport
+    def PrefixBlocksIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        return o == 0
+
+    # Passport
+    def ConversationBlock(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def PassportStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(10)
 
 def Start(builder):
     PassportStart(builder)
@@ -140,6 +174,24 @@ def PassportAddTracestate(builder, tracestate):
 
 def AddTracestate(builder, tracestate):
     PassportAddTracestate(builder, tracestate)
+
+def PassportAddPrefixBlocks(builder, prefixBlocks):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(prefixBlocks), 0)
+
+def AddPrefixBlocks(builder, prefixBlocks):
+    PassportAddPrefixBlocks(builder, prefixBlocks)
+
+def PassportStartPrefixBlocksVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartPrefixBlocksVector(builder, numElems):
+    return PassportStartPrefixBlocksVector(builder, numElems)
+
+def PassportAddConversationBlock(builder, conversationBlock):
+    builder.PrependUint32Slot(9, conversationBlock, 0)
+
+def AddConversationBlock(builder, conversationBlock):
+    PassportAddConversationBlock(builder, conversationBlock)
 
 def PassportEnd(builder):
     return builder.EndObject()

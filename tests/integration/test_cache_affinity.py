@@ -1,0 +1,160 @@
+"""Cache-affine routing end to end: three edges in front of four fake endpoints on loopback, as three
+replicas sharing nothing. A conversation keeps its endpoint across turns and edges, moves (on every edge
+alike) when that endpoint goes down, and conversations behind one long system prompt still spread."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from fakes.upstream import FakeUpstream
+from recording import recording_edge
+
+from ingress import wire
+from ingress.exchange import Exchange
+from ingress.oai.codec import decode_chat_request
+from ingress.routing.affinity import Way
+from ingress.settings import Affinity, Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
+from ingress.wire.encode import encode_request
+from ingress.wire.passport import RequestMeta, compute_passport
+
+SYSTEM = "You are the support agent of a travel company. Follow every rule below. " * 80  # ~5.8 KB
+QUICK = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)
+
+
+@dataclass
+class Fleet:
+    edges: list[tuple[str, list[Exchange]]]  # each edge's URL and the Exchanges of its requests, in order
+    fakes: list[FakeUpstream]
+    stops: list[AsyncExitStack]  # closing one stops its fake: its port then refuses connections
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[Fleet]:
+    async with AsyncExitStack() as stack:
+        fakes, stops = [], []
+        for _ in range(4):
+            fake, stop = FakeUpstream(), AsyncExitStack()
+            await stop.enter_async_context(fake.running())
+            stack.push_async_callback(stop.aclose)
+            fakes.append(fake)
+            stops.append(stop)
+        group = Group(endpoints=[Endpoint(url=f.url) for f in fakes], balance="cache_affine",
+                      affinity=Affinity(load_slack=0.25), ejection=Ejection(failures=1, base=30.0))
+        settings = Settings(groups={"main": group}, timeouts=QUICK,
+                            routes=(Route(model="chat", group="main", affinity_header="x-session-id"),),
+                            retry=Retry(attempts=2, budget_min_per_s=1000.0))  # retries not earned by traffic
+        edges = []
+        for _ in range(3):
+            url, _, exchanges = await recording_edge(stack, settings)
+            edges.append((url, exchanges))
+        yield Fleet(edges, fakes, stops)
+
+
+async def _turn(http: aiohttp.ClientSession, fleet: Fleet, edge: int, messages: list[dict[str, Any]],
+                **extra: Any) -> tuple[str, Exchange]:
+    """Send the conversation so far to one edge: the answer's text, and what that edge decided."""
+    url, exchanges = fleet.edges[edge]
+    headers = extra.pop("headers", {})
+    async with http.post(f"{url}/v1/chat/completions", headers=headers,
+                         json={"model": "chat", "messages": messages, **extra}) as response:
+        assert response.status == 200, await response.text()
+        body = await response.json()
+    return body["choices"][0]["message"]["content"], exchanges[-1]
+
+
+def _way(ex: Exchange) -> Way:
+    assert ex.choice is not None
+    return ex.choice.way
+
+
+async def test_a_conversation_keeps_its_endpoint_across_turns_and_edges_and_moves_when_it_goes_down(
+        fleet: Fleet) -> None:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "My flight to Lyon was cancelled."}]
+    served: list[str] = []
+    ways: list[Way] = []
+    async with aiohttp.ClientSession() as http:
+        for turn in range(6):
+            answer, ex = await _turn(http, fleet, turn % 3, messages)
+            assert ex.upstream is not None and ex.attempts == 1
+            served.append(ex.upstream)
+            ways.append(_way(ex))
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"And then {turn}?"}]
+
+        assert len(set(served)) == 1  # every turn, on every edge, where the first one went
+        assert ways[:3] == [Way.HASHED] * 3  # each edge met the conversation first: the hash agreed
+        assert ways[3:] == [Way.HIT] * 3  # then each found where it had served it
+        down = served[0]
+        await fleet.stops[[f.url for f in fleet.fakes].index(down)].aclose()
+
+        moved: list[str] = []
+        for turn in range(6, 12):
+            answer, ex = await _turn(http, fleet, turn % 3, messages)
+            assert ex.upstream is not None
+            moved.append(ex.upstream)
+            if turn < 9:  # each edge learns it is down from its own attempt, and retries elsewhere
+                assert ex.attempts == 2
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"And then {turn}?"}]
+
+    assert down not in moved and len(set(moved)) == 1  # every edge moved it to the same next endpoint
+    assert sum(len(f.received) for f in fleet.fakes) == 12
+
+
+async def test_conversations_behind_one_system_prompt_spread_and_each_keeps_its_endpoint(fleet: Fleet) -> None:
+    firsts: dict[int, str] = {}
+    async with aiohttp.ClientSession() as http:
+        for i in range(24):  # one at a time: no load bound moves any of them
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Booking {i} please."}]
+            answer, ex = await _turn(http, fleet, i % 3, messages)
+            assert ex.upstream is not None and _way(ex) is Way.HASHED
+            firsts[i] = ex.upstream
+            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks."}]
+            _, again = await _turn(http, fleet, (i + 1) % 3, messages)  # the next turn, on another edge
+            assert again.upstream == ex.upstream
+
+    # Spread by hash (the fakes' ports, in the endpoints' identities, differ from run to run): not all behind
+    # the system prompt's endpoint. Bounds a uniform spread of 24 over 4 misses about once in a million runs.
+    assert len(set(firsts.values())) >= 3
+    assert max(Counter(firsts.values()).values()) <= 16
+
+
+async def test_an_affinity_key_keeps_a_session_together_whatever_its_prompts(fleet: Fleet) -> None:
+    async with aiohttp.ClientSession() as http:
+        by_header = [await _turn(http, fleet, i % 3, [{"role": "user", "content": f"Unrelated question {i}"}],
+                                 headers={"x-session-id": "session-42"}) for i in range(6)]
+        by_field = [await _turn(http, fleet, i % 3, [{"role": "user", "content": f"Another question {i}"}],
+                                prompt_cache_key="tenant-7") for i in range(6)]
+
+    for turns in (by_header, by_field):
+        assert len({ex.upstream for _, ex in turns}) == 1
+        assert {_way(ex) for _, ex in turns} <= {Way.AFFINITY_KEY, Way.HIT}
+
+
+async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(fleet: Fleet) -> None:
+    """An internal client that computes its passport with the chain is routed by it, as JSON clients are."""
+    turn_one = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Seat upgrade?"}]
+    turn_two = [*turn_one, {"role": "assistant", "content": "Which flight?"}, {"role": "user", "content": "LY42"}]
+    served = []
+    async with aiohttp.ClientSession() as http:
+        for i, messages in enumerate((turn_one, turn_two)):
+            request = decode_chat_request(msgspec.json.encode({"model": "chat", "messages": messages}))
+            passport = compute_passport(request, RequestMeta(), blocks=True)
+            url, exchanges = fleet.edges[i]
+            body = bytes(encode_request(request, f"bin-{i}", passport))
+            async with http.post(f"{url}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": wire.CONTENT_TYPE}) as response:
+                assert response.status == 200
+                await response.read()
+            served.append((exchanges[-1].upstream, _way(exchanges[-1])))
+        # and the JSON form of the same conversation goes there too
+        _, ex = await _turn(http, fleet, 2, turn_two)
+
+    assert served[0][0] == served[1][0] == ex.upstream
+    assert [way for _, way in served] == [Way.HASHED, Way.HASHED]

@@ -1,0 +1,113 @@
+"""The cache-affine choice under any loads, weights, health and history: the load bound is never exceeded,
+rendezvous order survives endpoints leaving and returning, and the map finds the longest chain served."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingress.routing.affinity import CacheAffinity, Prefix, PrefixMap, Way, rendezvous
+from ingress.routing.health import EndpointState
+
+SETTINGS = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SLACK = 0.25
+
+
+def _bound(endpoint: EndpointState, healthy: list[EndpointState]) -> int:
+    """What an endpoint may hold with this request, by the definition in ingress/routing/affinity.py."""
+    total = sum(e.in_flight for e in healthy) + 1
+    return math.ceil((1 + SLACK) * total / sum(e.weight for e in healthy) * endpoint.weight)
+
+
+@st.composite
+def endpoints(draw: st.DrawFn) -> list[EndpointState]:
+    count = draw(st.integers(1, 8))
+    out = []
+    for i in range(count):
+        e = EndpointState(url=f"http://10.0.0.{i}:9000", weight=draw(st.integers(1, 5)))
+        e.in_flight = draw(st.integers(0, 40))
+        e.ejected_until = draw(st.sampled_from([0.0, 0.0, 0.0, 500.0]))
+        out.append(e)
+    return out
+
+
+# Chains from a small tree, so that requests share prefixes as conversations and system prompts do.
+chains = st.lists(st.integers(0, 3), min_size=1, max_size=6).map(
+    lambda path: [hash(tuple(path[:i + 1])) & (2**64 - 1) for i in range(len(path))])
+prefixes = st.builds(Prefix, chains, st.integers(0, 3), st.one_of(st.none(), st.integers(0, 2**64 - 1)))
+
+
+@SETTINGS
+@given(endpoints(), st.lists(st.tuples(prefixes, st.integers(0, 7)), max_size=20), prefixes, st.randoms())
+def test_no_choice_exceeds_the_load_bound(states: list[EndpointState], history: list[tuple[Prefix, int]],
+                                          prefix: Prefix, rng: random.Random) -> None:
+    affinity = CacheAffinity(SLACK, 1024, 600.0)
+    for when, (served, index) in enumerate(history):
+        affinity.served(served, states[index % len(states)].url, float(when))
+
+    decision = affinity.choose(states, prefix, 100.0, rng)
+
+    assert decision is not None  # no endpoint has a max_in_flight
+    healthy = [e for e in states if e.healthy(100.0)]
+    if decision.way is Way.BALANCED:
+        assert not healthy  # panic routing: every endpoint ejected
+    else:
+        assert decision.endpoint in healthy
+        assert decision.endpoint.in_flight + 1 <= _bound(decision.endpoint, healthy)
+
+
+@SETTINGS
+@given(st.integers(2, 8), st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=300),
+       st.integers(0, 2**32))
+def test_a_stream_of_requests_never_loads_an_endpoint_past_the_bound(count: int, steps: list[tuple[int, bool]],
+                                                                     seed: int) -> None:
+    """Conversations (a few, so they collide) arrive and finish; whatever the map prefers, each request
+    lands within the bound, so the most loaded endpoint stays near (1 + slack) x the mean."""
+    rng = random.Random(seed)
+    states = [EndpointState(url=f"http://10.0.0.{i}:9000") for i in range(count)]
+    affinity = CacheAffinity(SLACK, 1024, 600.0)
+    held: list[EndpointState] = []
+    for now, (conversation, finish) in enumerate(steps):
+        if finish and held:
+            held.pop(rng.randrange(len(held))).in_flight -= 1
+            continue
+        prefix = Prefix([conversation, 100 + conversation], 1)
+        decision = affinity.choose(states, prefix, float(now), rng)
+        assert decision is not None
+        assert decision.endpoint.in_flight + 1 <= _bound(decision.endpoint, states)
+        affinity.served(prefix, decision.endpoint.url, float(now))
+        decision.endpoint.in_flight += 1
+        held.append(decision.endpoint)
+
+
+@SETTINGS
+@given(st.integers(0, 2**64 - 1), st.integers(2, 12), st.data())
+def test_rendezvous_order_is_stable_when_an_endpoint_leaves_and_returns(key: int, count: int,
+                                                                        data: st.DataObject) -> None:
+    states = [EndpointState(url=f"http://replica-{i}.internal:9000", weight=data.draw(st.integers(1, 3)))
+              for i in range(count)]
+    order = rendezvous(key, states)
+    leaving = data.draw(st.sampled_from(states), label="leaving")
+
+    without = rendezvous(key, [e for e in states if e is not leaving])
+
+    assert without == [e for e in order if e is not leaving]
+    assert rendezvous(key, [*without, leaving]) == order
+
+
+@SETTINGS
+@given(st.lists(st.tuples(chains, st.integers(0, 3)), max_size=30), chains)
+def test_the_map_finds_the_longest_chain_served_and_who_served_it_last(history: list[tuple[list[int], int]],
+                                                                       query: list[int]) -> None:
+    seen = PrefixMap(max_entries=10_000, max_age=600.0)
+    last: dict[int, str] = {}  # what a map that forgets nothing would say
+    for when, (blocks, index) in enumerate(history):
+        seen.remember(blocks, 0, f"e{index}", float(when))
+        last.update(dict.fromkeys(blocks, f"e{index}"))
+
+    known = [i for i, block in enumerate(query) if block in last]
+    expected = (last[query[known[-1]]], known[-1] + 1) if known else None
+    assert seen.longest(query, 0, float(len(history))) == expected

@@ -1,0 +1,168 @@
+"""The cache-affine choice as a decision table: the request's hashes, the endpoints' loads and states, and
+`now` in; the endpoint and which way the choice went out."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pytest
+
+from ingress.routing.affinity import CacheAffinity, Prefix, PrefixMap, Way, key_hash, rendezvous
+from ingress.routing.health import EndpointState
+
+MAX_AGE = 600.0
+SESSION = key_hash("session-9")
+TURN_ONE = Prefix([11, 22], conversation_block=1)  # a system prompt's block, then the first user message's
+TURN_TWO = Prefix([11, 22, 33, 44], conversation_block=1)
+OTHER_CONVERSATION = Prefix([11, 99], conversation_block=1)  # the same system prompt, another first message
+
+
+def url(name: str) -> str:
+    return f"http://{name}:9000"
+
+
+def states(**config: Mapping[str, float]) -> list[EndpointState]:
+    out = []
+    for name in "abcd":
+        e = EndpointState(url=url(name))
+        for key, value in config.get(name, {}).items():
+            setattr(e, key, type(getattr(e, key))(value))
+        out.append(e)
+    return out
+
+
+def test_rendezvous_orders_are_pinned() -> None:
+    """Every worker of every replica, of any release, must put a conversation in the same place."""
+    endpoints = states()
+
+    assert ["".join(e.url[7] for e in rendezvous(key, endpoints)) for key in (22, 99, SESSION)] == [
+        "dacb", "acdb", "bdca"]
+    assert SESSION == 0x1A756D43457C4694
+
+
+@dataclass
+class Row:
+    prefix: Prefix | None
+    way: Way
+    endpoint: str | None  # its name; None: any (P2C's pick)
+    matched: int = 0
+    served: list[tuple[Prefix, str, float]] = field(default_factory=list)  # (prefix, endpoint, when)
+    config: dict[str, dict[str, float]] = field(default_factory=dict)  # endpoint -> EndpointState fields
+    exclude: str = ""
+    now: float = 100.0
+
+
+TABLE = {
+    "nothing to go by: as P2C": Row(None, Way.BALANCED, None),
+    "a new conversation goes where rendezvous puts it": Row(TURN_ONE, Way.HASHED, "d"),
+    "a later turn goes where its prefix was served": Row(TURN_TWO, Way.HIT, "c", 2, [(TURN_ONE, "c", 0.0)]),
+    "the longest match wins over a more recent shorter one": Row(
+        TURN_TWO, Way.HIT, "b", 3,
+        [(TURN_ONE, "c", 0.0), (Prefix([11, 22, 33], 1), "b", 1.0), (TURN_ONE, "a", 2.0)]),
+    "a prefix served longer ago than max_age is taken to be evicted": Row(
+        TURN_TWO, Way.HASHED, "d", 0, [(TURN_ONE, "c", 0.0)], now=MAX_AGE + 1),
+    "the served endpoint above the load bound: the conversation's first within it": Row(
+        TURN_TWO, Way.OVERRIDDEN_BY_LOAD, "d", 2, [(TURN_ONE, "c", 0.0)], {"c": {"in_flight": 5}}),
+    "the served endpoint at the bound still takes it": Row(
+        TURN_TWO, Way.HIT, "c", 2, [(TURN_ONE, "c", 0.0)], {n: {"in_flight": 1} for n in "abcd"}),
+    "at low load the bound is strict: one more than the others is too many": Row(
+        TURN_TWO, Way.OVERRIDDEN_BY_LOAD, "d", 2, [(TURN_ONE, "c", 0.0)], {"c": {"in_flight": 1}}),
+    "rendezvous's first above the bound: the next": Row(TURN_ONE, Way.OVERRIDDEN_BY_LOAD, "a", 0,
+                                                        config={"d": {"in_flight": 3}}),
+    "rendezvous's first at its max_in_flight: the next": Row(
+        TURN_ONE, Way.OVERRIDDEN_BY_LOAD, "a", 0, config={"d": {"in_flight": 1, "max_in_flight": 1}}),
+    "the served endpoint ejected: rendezvous over the healthy ones": Row(
+        TURN_TWO, Way.HASHED, "d", 2, [(TURN_ONE, "c", 0.0)], {"c": {"ejected_until": 200}}),
+    "rendezvous's first ejected: the next is first": Row(TURN_ONE, Way.HASHED, "a", 0,
+                                                         config={"d": {"ejected_until": 200}}),
+    "rendezvous's first failing its health check: the next is first": Row(
+        TURN_ONE, Way.HASHED, "a", 0, config={"d": {"active_healthy": False}}),
+    "a retry excludes the endpoint tried": Row(TURN_ONE, Way.HASHED, "a", exclude="d"),
+    "an affinity key overrides the hash": Row(Prefix([11, 22], 1, SESSION), Way.AFFINITY_KEY, "b"),
+    "an affinity key without a chain (a binary client's)": Row(Prefix((), 0, SESSION), Way.AFFINITY_KEY, "b"),
+    "an affinity key's first above the bound: the next": Row(
+        Prefix([11, 22], 1, SESSION), Way.OVERRIDDEN_BY_LOAD, "d", config={"b": {"in_flight": 3}}),
+    "where the prefix was served beats the key": Row(Prefix([11, 22, 33, 44], 1, SESSION), Way.HIT, "c", 2,
+                                                     [(TURN_ONE, "c", 0.0)]),
+    "another conversation behind the same system prompt is not a hit": Row(
+        OTHER_CONVERSATION, Way.HASHED, "a", 0, [(TURN_ONE, "c", 0.0)]),
+    "a conversation block out of range (a client's) stands for the first": Row(
+        Prefix([22, 33], 7), Way.HASHED, "d"),
+    "every endpoint ejected: the soonest to recover, as P2C's panic routing": Row(
+        TURN_ONE, Way.BALANCED, "b", 0,
+        config={"a": {"ejected_until": 300}, "b": {"ejected_until": 150}, "c": {"ejected_until": 300},
+                "d": {"ejected_until": 300}}),
+    "none within the bound has room (the rest excluded): the least loaded with room": Row(
+        TURN_ONE, Way.OVERRIDDEN_BY_LOAD, "c", 0,
+        config={"a": {"in_flight": 1, "max_in_flight": 1}, "c": {"in_flight": 9}}, exclude="bd"),
+}
+
+
+@pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
+def test_the_choice(row: Row) -> None:
+    affinity = CacheAffinity(load_slack=0.25, max_entries=1024, max_age=MAX_AGE)
+    for prefix, name, when in row.served:
+        affinity.served(prefix, url(name), when)
+    endpoints = states(**row.config)
+
+    decision = affinity.choose(endpoints, row.prefix, row.now, random.Random(1),
+                               frozenset(url(n) for n in row.exclude))
+
+    assert decision is not None
+    assert (decision.way, decision.matched) == (row.way, row.matched)
+    if row.endpoint is not None:
+        assert decision.endpoint.url == url(row.endpoint)
+
+
+def test_none_when_every_healthy_endpoint_is_full() -> None:
+    endpoints = states(**{n: {"in_flight": 1, "max_in_flight": 1} for n in "abcd"})
+
+    assert CacheAffinity(0.25, 1024, MAX_AGE).choose(endpoints, TURN_ONE, 0.0, random.Random(1)) is None
+
+
+def test_the_first_turn_served_is_found_by_the_second_on_the_same_worker() -> None:
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE)
+    endpoints = states(d={"in_flight": 3})  # the first turn is pushed off its rendezvous endpoint
+    first = affinity.choose(endpoints, TURN_ONE, 0.0, random.Random(1))
+    assert first is not None and first.way is Way.OVERRIDDEN_BY_LOAD
+    affinity.served(TURN_ONE, first.endpoint.url, 0.0)
+    endpoints[3].in_flight = 0
+
+    second = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
+
+    assert second is not None and (second.way, second.endpoint.url) == (Way.HIT, first.endpoint.url)
+
+
+def test_weights_bound_each_endpoint_by_its_share() -> None:
+    endpoints = [EndpointState(url=url("a"), weight=3), EndpointState(url=url("b"), weight=1)]
+    for e in endpoints:
+        e.in_flight = 2  # of 5 with this one: a may hold ceil(1.25 * 5 * 3/4) = 5, b ceil(1.25 * 5 * 1/4) = 2
+
+    for served, way in (("a", Way.HIT), ("b", Way.OVERRIDDEN_BY_LOAD)):
+        affinity = CacheAffinity(0.25, 1024, MAX_AGE)
+        affinity.served(TURN_ONE, url(served), 0.0)
+        decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
+        assert decision is not None and (decision.way, decision.endpoint.url) == (way, url("a"))
+
+
+# --- the map ------------------------------------------------------------------------------------
+
+
+def test_the_map_keeps_at_most_its_entries_and_the_most_recent_ones() -> None:
+    seen = PrefixMap(max_entries=64, max_age=MAX_AGE)
+    for i in range(1000):
+        seen.remember([i * 10 + j for j in range(4)], 0, url("a"), float(i))
+        assert len(seen) <= 64 + 4
+
+    assert seen.longest([9990, 9991, 9992, 9993], 0, 1000.0) == (url("a"), 4)
+    assert seen.longest([0, 1, 2, 3], 0, 1000.0) is None  # long since dropped
+
+
+def test_the_map_remembers_a_chain_from_its_conversation_block_on() -> None:
+    seen = PrefixMap(max_entries=64, max_age=MAX_AGE)
+    seen.remember([11, 22, 33], 1, url("a"), 0.0)
+
+    assert seen.longest([11, 22, 33, 44], 1, 1.0) == (url("a"), 3)
+    assert seen.longest([11], 0, 1.0) is None  # the block others share was not remembered
