@@ -3,10 +3,11 @@ sample_ratio 0.0 and at 1.0, side by side in one run.
 
     nice -n 10 .venv/bin/python bench/tracing.py [--quick] [--rounds 8] [--seconds 4] [--connections 32]
                                                  [--streams 128] [--reps 3] [--measures request paced spans]
-                                                 [--deferred] [--out FILE]
+                                                 [--deferred] [--propagated] [--out FILE]
         -> results/tracing.json (~11 min, ~14 with --deferred; --quick ~2 min, results/tracing-quick.json)
-    nice -n 10 .venv/bin/python bench/tracing.py --profile [--seconds 20] [--top 30]
-        -> py-spy's samples of the traced edge under wrk: what its spans cost, by function and by thread
+    nice -n 10 .venv/bin/python bench/tracing.py --profile [--seconds 20] [--profile-rounds 2] [--top 30]
+                                                 [--profile-variant ratio1|ratio0|deferred]
+        -> py-spy's samples of an untraced edge and a traced one under wrk: where the extra goes
 
 Three edges, the same but for [tracing] (ingress/tracing.py):
 
@@ -17,7 +18,9 @@ Three edges, the same but for [tracing] (ingress/tracing.py):
 - `ratio 1.0`: every request's spans recorded and exported: the server span, admission, the attempt,
   settle (4 a request);
 - with `--deferred`, `1.0 deferred`: ratio 1.0 with a queue that holds every span of the run and no flush
-  due before the edge stops: what the request path pays for its spans with no export running beside it.
+  due before the edge stops: what the request path pays for its spans with no export running beside it;
+- with `--propagated` (non-streamed only), `off + caller tp`: the untraced edge, wrk sending a
+  traceparent, which the edge carries on in the passport and the hop's header as a traced edge does.
 
 Each is messages.py's edge: `ingress serve`, one worker, started with this checkout's code
 (lib.servers.python_in; the run checks which `ingress` that imports), routing both names (gpt-4o and
@@ -94,7 +97,12 @@ VARIANTS = ("off", "ratio0", "ratio1")
 # With --deferred, a fourth edge: ratio 1.0 with its export put off past the run (a queue that holds every
 # span, no flush due): what the request path pays alone, with no export thread running beside it.
 DEFERRED = "deferred"
-LABELS = {"off": "off", "ratio0": "ratio 0.0", "ratio1": "ratio 1.0", DEFERRED: "1.0 deferred"}
+# With --propagated, another: the untraced edge sent a traceparent by its client (wrk; not the paced
+# streams), which it carries on in the passport and the hop's header: what a traced edge carries too.
+PROPAGATED = "propagated"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+LABELS = {"off": "off", "ratio0": "ratio 0.0", "ratio1": "ratio 1.0", DEFERRED: "1.0 deferred",
+          PROPAGATED: "off + caller tp"}
 RATIOS = {"ratio0": 0.0, "ratio1": 1.0, DEFERRED: 1.0}
 KINDS = ("request", "paced")  # each its own edges and mocks
 MEASURES = {"request": "non-streamed, µs/request", "paced": "paced stream, µs/stream",
@@ -104,6 +112,13 @@ TRACES = "/v1/traces"
 # The targets of the issue that made tracing: ratio 1.0 at most 10% more CPU a request, 3 µs more a chunk.
 TARGET_RATIO, TARGET_CHUNK_US = 1.10, 3.0
 WARM_SECONDS = 1
+
+
+# wrk's script: the caller's traceparent when $BENCH_TRACEPARENT names one (lua, after wrk.py's and messages.py's)
+CALLER = """
+local traceparent = os.getenv("BENCH_TRACEPARENT")
+if traceparent ~= nil and traceparent ~= "" then wrk.headers["traceparent"] = traceparent end
+"""
 
 
 # --- the sink --------------------------------------------------------------------------------------
@@ -177,7 +192,7 @@ def imported_ingress() -> str:
 
 
 def tracing_section(variant: str, sink: Server, service: str) -> str:
-    if variant == "off":
+    if variant not in RATIOS:  # off, and off with the caller's traceparent
         return ""
     section = (f'\n[tracing]\nendpoint = "{sink.url}{TRACES}"\nsample_ratio = {RATIOS[variant]}\n'
                f'service_name = "{service}"\n')
@@ -193,6 +208,8 @@ def make_edges(work: Path, mocks: dict[str, Server], sink: Server, section: str,
     edges = {}
     for kind, mock in mocks.items():
         for variant in variants:
+            if kind == "paced" and variant == PROPAGATED:
+                continue
             port = free_port()
             name = f"edge-{kind}-{variant}"
             config = work / f"{name}.toml"
@@ -246,6 +263,23 @@ def threads_cpu(pid: int) -> tuple[float, float]:
             else:
                 other += seconds
     return main, other
+
+
+def switches(pid: int) -> tuple[int, int]:
+    """A process tree's context switches so far, all its threads': (voluntary, nonvoluntary: preempted)."""
+    counts = [0, 0]
+    for process in family(pid):
+        for task in Path(f"/proc/{process}/task").glob("[0-9]*"):
+            try:
+                status = (task / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    counts[0] += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    counts[1] += int(line.split()[1])
+    return counts[0], counts[1]
 
 
 class Split:
@@ -307,9 +341,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     sink = Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, work / "sink.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
-    wrk.script.write_text(SCRIPT + HEADERS)
+    wrk.script.write_text(SCRIPT + HEADERS + CALLER)
     os.environ["BENCH_KEY"], os.environ["BENCH_API"] = key, "chat"
-    variants = (*VARIANTS, DEFERRED) if args.deferred else VARIANTS
+    variants = (*VARIANTS, *((DEFERRED,) if args.deferred else ()), *((PROPAGATED,) if args.propagated else ()))
     rounds: Rounds[str] = Rounds(variants, args.rounds, order="alternate", baseline="off")
     spans: list[dict[str, Any]] = []
     others: list[float] = []
@@ -325,33 +359,38 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             with ThreadPoolExecutor(len(edges) * len(MODELS)) as pool:  # a paced answer takes 1.3 s
                 list(pool.map(lambda e: check_answer(e[0].port, "chat", e[1], e[2] == "paced", key),
                               [(edge, model, kind) for (kind, _), edge in edges.items() for model in MODELS]))
-            for (kind, _), edge in edges.items():
+            for (kind, variant), edge in edges.items():
                 for model in MODELS:
                     if kind == "request":  # warmed: 1 s of wrk a name
+                        os.environ["BENCH_TRACEPARENT"] = TRACEPARENT if variant == PROPAGATED else ""
                         wrk.run(f"{edge.url}{CHAT}", files[(model, False)], "application/json", args.connections,
                                 WARM_SECONDS)
             models = MODELS if r % 2 == 0 else MODELS[::-1]
             for kind in kinds:
                 for m, model in enumerate(models):
                     for variant in order if m % 2 == 0 else order[::-1]:  # A B C C B A
-                        edge = edges[(kind, variant)]
+                        subject = edges.get((kind, variant))
+                        if subject is None:  # the propagated edge: non-streamed alone
+                            continue
                         if kind == "paced":
-                            per_stream, per_chunk = paced_run(loop, edge, files[(model, True)].read_bytes(), key,
+                            per_stream, per_chunk = paced_run(loop, subject, files[(model, True)].read_bytes(), key,
                                                               args)
                             rounds.add(variant, per_stream, ("paced", model))
                             rounds.add(variant, per_chunk, ("chunk", model))
                         else:
-                            run = request_run(wrk, edge, files[(model, False)], args)
+                            os.environ["BENCH_TRACEPARENT"] = TRACEPARENT if variant == PROPAGATED else ""
+                            run = request_run(wrk, subject, files[(model, False)], args)
                             others.append(run["others_cpu_percent"])
                             rounds.add(variant, run, ("request", model))
-            seen = {k: edge_spans(e) for k, e in edges.items() if k[1] != "off"}
+            seen = {k: edge_spans(e) for k, e in edges.items() if k[1] not in ("off", PROPAGATED)}
             stop_together(list(edges.values()))
             received = sink_counts(sink)
             for (kind, variant), metrics in seen.items():
                 got = received.get(service_of(kind, variant, r), {"posts": 0, "bytes": 0, "spans": {}, "traces": 0})
                 spans.append({"round": r, "kind": kind, "variant": variant, **metrics, **got})
             line = ", ".join(f"{kind} {model} " + "/".join(f"{rounds.runs(v, (kind, model))[-1]['us']:.1f}"
-                                                          for v in variants) for kind, model in cells(rounds))
+                                                          for v in variants if rounds.runs(v, (kind, model)))
+                             for kind, model in cells(rounds))
             print(f"round {r + 1}/{args.rounds} ({time.perf_counter() - started:.0f} s): µs "
                   f"{'/'.join(LABELS[v] for v in variants)}: {line}",
                   flush=True)
@@ -371,22 +410,25 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                 "stream": len(body("chat", OPENAI_MODEL, True))},
                  "wall_s": round(time.perf_counter() - started, 1)},
         "table": table(rounds), "spans": span_table(spans),
-        "runs": {f"{cell[0]}/{cell[1]}/{v}": rounds.runs(v, cell) for cell in cells(rounds) for v in variants},
+        "runs": {f"{cell[0]}/{cell[1]}/{v}": rounds.runs(v, cell) for cell in cells(rounds) for v in variants
+                 if rounds.runs(v, cell)},
         "spans_by_round": spans,
     }
 
 
 def request_run(wrk: Wrk, edge: Server, payload: Path, args: argparse.Namespace) -> dict[str, Any]:
     """wrk against the edge: its CPU per request (all of it, its event loop's, its other threads'), its GC."""
-    gc0, threads0 = gc_of(edge.port), threads_cpu(edge.pid)
+    gc0, threads0, switches0 = gc_of(edge.port), threads_cpu(edge.pid), switches(edge.pid)
     result = wrk.run(f"{edge.url}{CHAT}", payload, "application/json", args.connections, args.seconds,
                      watch={"edge": edge.pid})
-    threads1 = threads_cpu(edge.pid)
+    threads1, switches1 = threads_cpu(edge.pid), switches(edge.pid)
     if result["errors"]:
         raise SystemExit(f"{edge.name}: errors {result['errors']}")
     n = result["requests"]
-    return {"us": result["cpu_us_per_request"]["edge"], "loop_us": (threads1[0] - threads0[0]) / n * 1e6,
-            "threads_us": (threads1[1] - threads0[1]) / n * 1e6, **gc_used(gc0, gc_of(edge.port), n),
+    return {"us": result["cpu_us_per_request"]["edge"], "sys_us": result["system_cpu_us_per_request"]["edge"],
+            "loop_us": (threads1[0] - threads0[0]) / n * 1e6, "threads_us": (threads1[1] - threads0[1]) / n * 1e6,
+            "switches": (switches1[0] - switches0[0]) / n, "preempted": (switches1[1] - switches0[1]) / n,
+            **gc_used(gc0, gc_of(edge.port), n),
             "rps": result["rps"], "p50_ms": result["p50_ms"], "p99_ms": result["p99_ms"],
             "others_cpu_percent": result["others_cpu_percent"]}
 
@@ -444,18 +486,20 @@ def table(rounds: Rounds[str]) -> list[dict[str, Any]]:
     rows = []
     for kind, model in cells(rounds):
         cell = (kind, model)
+        present = [v for v in rounds.variants if rounds.runs(v, cell)]
         row: dict[str, Any] = {"measure": kind, "model": model,
-                               **{f"{v}_us": rounds.median(v, "us", cell) for v in rounds.variants}}
-        for v in rounds.variants[1:]:
+                               **{f"{v}_us": rounds.median(v, "us", cell) for v in present}}
+        for v in present[1:]:
             row[f"{v}_ratio"] = _spread(rounds.ratio(v, "us", cell=cell))
             row[f"{v}_added_us"] = _spread(rounds.added(v, "us", cell=cell))
             for part in PARTS:  # where the difference is: the event loop, the other threads, GC pauses
                 row[f"{v}_added_{part}"] = _spread(rounds.added(v, _part(part), cell=cell))
         row["ratio1_over_ratio0"] = _spread(rounds.ratio("ratio1", "us", baseline="ratio0", cell=cell))
-        for v in rounds.variants:
+        for v in present:
             row.update({f"{v}_{part}": _num(rounds.median(v, _part(part), cell)) for part in PARTS})
         if kind == "request":
-            row.update({f"{v}_rps": rounds.median(v, "rps", cell) for v in rounds.variants})
+            for figure in ("rps", "sys_us", "switches", "preempted", "p99_ms"):
+                row.update({f"{v}_{figure}": _num(rounds.median(v, _part(figure), cell)) for v in present})
         rows.append(row)
     return rows
 
@@ -596,6 +640,10 @@ def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
 
     kept = Kept()
     out: dict[str, Any] = {}
+    # the edge's own work on the request, to run the sequence amid: chat's prepare (decode, route, count,
+    # passport, encode) as messages.py times it
+    work = messages.stage_pairs()[f"request: prepare, {OPENAI_MODEL}"][0]
+    assert work is not None
     for ratio in (1.0, 0.0):
         calls = span_calls(ratio, kept)
 
@@ -611,8 +659,24 @@ def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
         for _ in range(args.stage_rounds):
             for k in range(len(calls) + 1):
                 timed[k].append(cpu_us(prefix(k), args.stage_budget, repeats=3))
+        amid = []  # (prepare, then the whole sequence) - prepare alone, back to back, which first alternating
+        whole = prefix(len(calls))
+
+        def both(whole: Callable[[], object] = whole) -> None:
+            work()
+            whole()
+
+        for r in range(args.stage_rounds):
+            if r % 2 == 0:
+                alone = cpu_us(work, args.stage_budget, repeats=3)
+                paired = cpu_us(both, args.stage_budget, repeats=3)
+            else:
+                paired = cpu_us(both, args.stage_budget, repeats=3)
+                alone = cpu_us(work, args.stage_budget, repeats=3)
+            amid.append(paired - alone)
         medians = [statistics.median(t) for t in timed]
         out[f"ratio {ratio}"] = {"whole_us": medians[-1] - medians[0],
+                                 "amid_prepare_us": statistics.median(amid), "amid_range": [min(amid), max(amid)],
                                  "calls_us": {name: medians[k + 1] - medians[k] for k, (name, _) in enumerate(calls)},
                                  "whole_range": [min(b - a for a, b in zip(timed[0], timed[-1], strict=True)),
                                                  max(b - a for a, b in zip(timed[0], timed[-1], strict=True))]}
@@ -666,7 +730,7 @@ def print_result(result: dict[str, Any]) -> None:
         print("\nwhere the difference goes (traced - off, µs, medians of the rounds' differences): the edge's event "
               "loop (its main thread), its other threads (the batch processor: encoding, POSTing), and of the loop's "
               "share the GC pauses its /metrics recorded")
-        t = Table(("measure", "<26"), ("model", "<23"), ("edge", "<13"), ("x off", ">7"), ("rounds", ">11"),
+        t = Table(("measure", "<26"), ("model", "<23"), ("edge", "<16"), ("x off", ">7"), ("rounds", ">11"),
                   ("all", ">9"), ("loop", ">9"), ("threads", ">9"), ("GC", ">7"))
         print(t.header())
         for row in result["table"]:
@@ -676,6 +740,18 @@ def print_result(result: dict[str, Any]) -> None:
                 print(t.row(MEASURES[row["measure"]], row["model"], LABELS[v], f"{ratio['median']:.3f}",
                             f"{ratio['range'][0]:.2f}-{ratio['range'][1]:.2f}",
                             *(_signed(row[f"{v}_added_{part}"]["median"], digits) for part in ("us", *PARTS))))
+        requests = [row for row in result["table"] if row["measure"] == "request" and row.get("off_sys_us")]
+        if requests:
+            print("\nnon-streamed, a request (medians): requests/s, the kernel's share of the edge's CPU, its threads' "
+                  "context switches (voluntary, and preempted), wrk's p99")
+            t = Table(("model", "<23"), ("edge", "<16"), ("req/s", ">7"), ("sys µs", ">8"), ("switches", ">9"),
+                      ("preempted", ">10"), ("p99 ms", ">8"))
+            print(t.header())
+            for row in requests:
+                for v in (v for v in LABELS if f"{v}_rps" in row):
+                    print(t.row(row["model"], LABELS[v], f"{row[f'{v}_rps']:,.0f}", f"{row[f'{v}_sys_us']:,.0f}",
+                                f"{row[f'{v}_switches']:.2f}", f"{row[f'{v}_preempted']:.2f}",
+                                f"{row[f'{v}_p99_ms']:.1f}"))
         print("\ntargets (ratio 1.0 against off):")
         for row in result["table"]:
             if row["measure"] == "request":
@@ -712,6 +788,9 @@ def print_result(result: dict[str, Any]) -> None:
         for name, us in one["calls_us"].items():
             print(t.row(name, f"{us:.1f}", f"{zero['calls_us'][name]:.1f}"))
         print(t.row("the whole sequence", f"{one['whole_us']:.1f}", f"{zero['whole_us']:.1f}"))
+        if "amid_prepare_us" in one:
+            print(t.row("the same, each after a prepare", f"{one['amid_prepare_us']:.1f}",
+                        f"{zero['amid_prepare_us']:.1f}"))
         e = costs["export_per_span_us"]
         print(f"the export thread, per span ({sum(e['spans_by_name'].values())} spans a batch, "
               f"{e['batch_bytes']:,} B encoded): encoding {e['encode']:.1f} µs, the exporter's whole export "
@@ -722,9 +801,12 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def profile(args: argparse.Namespace) -> None:
-    """The ratio-1.0 edge under wrk (gpt-4o, --connections, --seconds) recorded by py-spy, every thread: the
-    share of its samples under tracing's code (ingress/tracing.py, ingress/edge/spans.py, opentelemetry/),
-    by function (inclusive) and by thread (the event loop's, the batch processor's)."""
+    """An edge with no [tracing] and a traced one (ratio 1.0, or --profile-variant's) under wrk (gpt-4o,
+    --connections, --seconds a run, --profile-rounds rounds, the two alternating), each run recorded by
+    py-spy, every thread; the samples of both summed per edge and read as CPU: each function's share of an
+    edge's samples times the edge's CPU per request (/proc). Where the traced edge's extra goes: in
+    tracing's code (ingress/tracing.py, ingress/edge/spans.py and the OpenTelemetry packages, from their
+    first frame down), by thread and by function, and how much the rest of the event loop's work moved."""
     from peers import key_section
 
     pyspy = str(Path(PY).parent / "py-spy")
@@ -732,8 +814,6 @@ def profile(args: argparse.Namespace) -> None:
         pyspy = shutil.which("py-spy") or ""
     if not pyspy:
         raise SystemExit("--profile needs py-spy: .venv/bin/pip install -e '.[dev]' (or pip install py-spy)")
-    from lib.procs import family
-
     where = imported_ingress()
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-tracing-prof-"))
     section, key, _ = key_section()
@@ -741,76 +821,132 @@ def profile(args: argparse.Namespace) -> None:
     mock = Server("mock", [PY, str(HERE / "tenancy.py"), "--serve-mock", str(port), "0"], port, work / "mock.log")
     port = free_port()
     sink = Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, work / "sink.log")
-    start_all(sink, mock)
-    edge = make_edges(work, {"request": mock}, sink, section, 0)[("request", "ratio1")]
+    variants = ("off", args.profile_variant)
+    edges = make_edges(work, {"request": mock}, sink, section, 0, variants)
     payload = work / "body.json"
     payload.write_bytes(body("chat", OPENAI_MODEL, False))
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(SCRIPT + HEADERS)
     os.environ["BENCH_KEY"], os.environ["BENCH_API"] = key, "chat"
-    raw = work / "stacks.txt"
+    stacks = {v: Stacks() for v in variants}
+    cpu = {v: [0.0, 0] for v in variants}  # CPU seconds, requests
     try:
-        start_all(edge)
-        print(f"{describe(code_version())}; the edge imports {where}", flush=True)
-        wrk.run(f"{edge.url}{CHAT}", payload, "application/json", args.connections, 2)
-        worker = family(edge.pid)[-1]
-        spy = subprocess.Popen([pyspy, "record", "-r", "250", "-f", "raw", "--threads", "--full-filenames", "-o",
-                                str(raw), "-p", str(worker), "-d", str(round(args.seconds) + 2), "--nonblocking"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1)
-        result = wrk.run(f"{edge.url}{CHAT}", payload, "application/json", args.connections, round(args.seconds),
-                         watch={"edge": edge.pid})
-        _, said = spy.communicate(timeout=120)
-        if not raw.exists():
-            raise RuntimeError(f"py-spy wrote nothing: {said.decode(errors='replace')[-800:]}")
-        print(f"wrk: {result['rps']:,.0f} req/s, {result['cpu_us_per_request']['edge']:.0f} µs CPU a request, "
-              f"the rest of the machine {result['others_cpu_percent']:.0f}% of a core", flush=True)
+        start_all(sink, mock, *edges.values())
+        print(f"{describe(code_version())}; the edges import {where}; nice {os.nice(0)}", flush=True)
+        for edge in edges.values():
+            wrk.run(f"{edge.url}{CHAT}", payload, "application/json", args.connections, 2)
+        for r, order in Rounds(variants, args.profile_rounds, order="alternate"):
+            for variant in order:
+                edge = edges[("request", variant)]
+                raw = work / f"stacks-{variant}-{r}.txt"
+                spy = subprocess.Popen([pyspy, "record", "-r", str(SAMPLE_HZ), "-f", "raw", "--threads",
+                                        "--full-filenames", "-o", str(raw), "-p", str(edge.pid), "-d",
+                                        str(round(args.seconds)), "--nonblocking"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                time.sleep(0.5)  # py-spy attached
+                result = wrk.run(f"{edge.url}{CHAT}", payload, "application/json", args.connections,
+                                 round(args.seconds) - 1, watch={"edge": edge.pid})
+                _, said = spy.communicate(timeout=120)
+                if not raw.exists():
+                    raise RuntimeError(f"py-spy wrote nothing: {said.decode(errors='replace')[-800:]}")
+                stacks[variant].read(raw)
+                cpu[variant][0] += result["cpu_us_per_request"]["edge"] * result["requests"] / 1e6
+                cpu[variant][1] += result["requests"]
+                print(f"  {LABELS[variant]}: {result['rps']:,.0f} req/s, {result['cpu_us_per_request']['edge']:.0f} "
+                      f"µs CPU a request, the rest of the machine {result['others_cpu_percent']:.0f}% of a core",
+                      flush=True)
+                if args.keep:
+                    shutil.copy(raw, args.keep.with_name(f"{args.keep.name}-{variant}-{r}"))
     finally:
-        stop_together([edge, sink, mock])
-    summarize(raw, args.top)
-    if args.keep:
-        shutil.copy(raw, args.keep)
+        stop_together([*edges.values(), sink, mock])
     shutil.rmtree(work, ignore_errors=True)
+    per = {v: cpu[v][0] / cpu[v][1] * 1e6 for v in variants}  # CPU µs a request over every run
+    summarize(stacks, per, args.top)
 
 
+SAMPLE_HZ = 250
 TRACING_FILES = ("/ingress/tracing.py", "/ingress/edge/spans.py", "/opentelemetry/")
+LOOP = "MainThread"
 
 
-def summarize(raw: Path, top: int) -> None:
-    """py-spy's raw stacks (`thread (TID): NAME;frame;...;frame count`, the outermost frame first): each
-    thread's share of the samples and its share under tracing's code (from the first frame in
-    ingress/tracing.py, ingress/edge/spans.py or the OpenTelemetry packages down); for each thread, the
-    functions under tracing's code holding most samples, inclusive and self."""
-    threads: Counter[str] = Counter()
-    traced: Counter[str] = Counter()
-    inclusive: dict[str, Counter[str]] = {}
-    leaf: dict[str, Counter[str]] = {}
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        n = int(count)
-        head, _, rest = stack.partition(";")
-        thread = head.split(": ", 1)[-1]
-        frames = rest.split(";")
-        total += n
-        threads[thread] += n
-        at = next((i for i, f in enumerate(frames) if any(p in f for p in TRACING_FILES)), None)
-        if at is None:
+class Stacks:
+    """py-spy's raw stacks of one edge (`thread (TID): NAME;frame;...;frame count`, the outermost frame
+    first), summed: samples by thread; by function, inclusive, for each thread; and of those the samples
+    under tracing's code, from its first frame down (`entered`: the frames above it, and its first)."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.threads: Counter[str] = Counter()
+        self.traced: Counter[str] = Counter()
+        self.inclusive: dict[str, Counter[str]] = {}
+        self.entered: dict[str, Counter[str]] = {}  # a function's samples with tracing's code below it
+        self.tracing: dict[str, Counter[str]] = {}  # tracing's own functions, inclusive
+        self.leaf: dict[str, Counter[str]] = {}  # ...and self
+
+    def read(self, raw: Path) -> None:
+        for line in raw.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            n = int(count)
+            head, _, rest = stack.partition(";")
+            thread = head.split(": ", 1)[-1]
+            frames = [_short(f) for f in rest.split(";")]
+            self.samples += n
+            self.threads[thread] += n
+            for f in set(frames):
+                self.inclusive.setdefault(thread, Counter())[f] += n
+            at = next((i for i, f in enumerate(rest.split(";")) if any(p in f for p in TRACING_FILES)), None)
+            if at is None:
+                continue
+            self.traced[thread] += n
+            for f in set(frames[:at + 1]):
+                self.entered.setdefault(thread, Counter())[f] += n
+            for f in set(frames[at:]):
+                self.tracing.setdefault(thread, Counter())[f] += n
+            self.leaf.setdefault(thread, Counter())[frames[-1]] += n
+
+
+def summarize(stacks: dict[str, Stacks], cpu_us: dict[str, float], top: int) -> None:
+    """Each edge's CPU a request by thread, and tracing's share, as py-spy's samples split it; the event
+    loop's heaviest functions off and traced; then tracing's own functions, by thread."""
+    name = next(v for v in stacks if v != "off")  # the traced edge
+    traced, off = stacks[name], stacks["off"]
+
+    def us(st: Stacks, n: float, variant: str) -> float:  # samples as CPU µs a request
+        return n / st.samples * cpu_us[variant] if st.samples else math.nan
+
+    print(f"\nCPU µs a request (/proc), split as py-spy's samples split ({off.samples:,} and {traced.samples:,} "
+          f"samples at {SAMPLE_HZ} Hz; a preempted thread is sampled too):")
+    t = Table(("edge", "<11"), ("all", ">8"), ("loop", ">8"), ("tracing", ">9"), ("the rest", ">10"),
+              ("threads", ">9"), ("tracing", ">9"))
+    print(t.header())
+    for variant, st in (("off", off), (name, traced)):
+        loop = st.threads[LOOP]
+        others = st.samples - loop
+        print(t.row(LABELS[variant], f"{cpu_us[variant]:,.0f}", f"{us(st, loop, variant):,.0f}",
+                    f"{us(st, st.traced[LOOP], variant):,.0f}", f"{us(st, loop - st.traced[LOOP], variant):,.0f}",
+                    f"{us(st, others, variant):,.0f}",
+                    f"{us(st, sum(st.traced.values()) - st.traced[LOOP], variant):,.0f}"))
+    print("\nthe event loop's heaviest functions, inclusive, CPU µs a request (tracing: the traced edge's "
+          "samples with tracing's code below):")
+    t = Table(("function", "<64"), ("off", ">7"), (LABELS[name].removeprefix("ratio "), ">7"), ("tracing", ">8"),
+              ("rest +", ">8"))
+    print(t.header())
+    loop1, loop0 = traced.inclusive.get(LOOP, Counter()), off.inclusive.get(LOOP, Counter())
+    entered = traced.entered.get(LOOP, Counter())
+    shown = 0
+    for f, n in loop1.most_common():
+        if any(p in f for p in ("(otel:", "(ingress/tracing.py", "(edge/spans.py")) or shown >= top:
             continue
-        traced[thread] += n
-        for f in {_short(f) for f in frames[at:]}:
-            inclusive.setdefault(thread, Counter())[f] += n
-        leaf.setdefault(thread, Counter())[_short(frames[-1])] += n
-    print(f"\n{total} samples; {sum(traced.values()) / total * 100:.1f}% under tracing's code. By thread:")
-    for thread, n in threads.most_common():
-        print(f"  {n / total * 100:5.1f}%  {thread} ({traced[thread] / total * 100:.1f}% under tracing's code)")
-    for thread in traced:
-        print(f"\n{thread}, under tracing's code (% of all samples), inclusive:")
-        for f, n in inclusive[thread].most_common(top):
-            print(f"  {n / total * 100:5.1f}%  {f}")
+        shown += 1
+        a, b, c = us(off, loop0[f], "off"), us(traced, n, name), us(traced, entered[f], name)
+        print(t.row(f[:63], f"{a:,.0f}", f"{b:,.0f}", f"{c:,.0f}", f"{b - c - a:+,.0f}"))
+    for thread in traced.tracing:
+        print(f"\nthe traced edge's {thread}, tracing's functions, CPU µs a request, inclusive:")
+        for f, n in traced.tracing[thread].most_common(top):
+            print(f"  {us(traced, n, name):7.1f}  {f}")
         print("self:")
-        for f, n in leaf[thread].most_common(top):
-            print(f"  {n / total * 100:5.1f}%  {f}")
+        for f, n in traced.leaf[thread].most_common(top):
+            print(f"  {us(traced, n, name):7.1f}  {f}")
 
 
 def _short(frame: str) -> str:
@@ -837,10 +973,15 @@ def main() -> None:
     parser.add_argument("--stage-rounds", type=int, help="rounds of the in-process timings (7; --quick 3)")
     parser.add_argument("--deferred", action="store_true",
                         help="a fourth edge: ratio 1.0 with no export during the run (the request path alone)")
+    parser.add_argument("--propagated", action="store_true",
+                        help="another untraced edge, its wrk clients sending a traceparent (non-streamed only)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--profile", action="store_true", help="py-spy the ratio-1.0 edge under wrk")
+    parser.add_argument("--profile-rounds", type=int, default=2, help="with --profile: runs of each edge")
+    parser.add_argument("--profile-variant", choices=["ratio1", "ratio0", DEFERRED], default="ratio1",
+                        help="with --profile: the traced edge set beside the untraced one")
     parser.add_argument("--top", type=int, default=30)
-    parser.add_argument("--keep", type=Path, help="with --profile: keep py-spy's raw stacks here")
+    parser.add_argument("--keep", type=Path, help="with --profile: keep py-spy's raw stacks (PATH-edge-round)")
     parser.add_argument("--serve-sink", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_sink:
