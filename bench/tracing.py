@@ -4,7 +4,7 @@ sample_ratio 0.0 and at 1.0, side by side in one run.
     nice -n 10 .venv/bin/python bench/tracing.py [--quick] [--rounds 8] [--seconds 4] [--connections 32]
                                                  [--streams 128] [--reps 3] [--measures request paced spans]
                                                  [--deferred] [--propagated] [--out FILE]
-        -> results/tracing.json (~11 min, ~14 with --deferred; --quick ~2 min, results/tracing-quick.json)
+        -> results/tracing.json (~12 min, ~16 with --deferred; --quick ~2 min, results/tracing-quick.json)
     nice -n 10 .venv/bin/python bench/tracing.py --profile [--seconds 20] [--profile-rounds 2] [--top 30]
                                                  [--profile-variant ratio1|ratio0|deferred]
         -> py-spy's samples of an untraced edge and a traced one under wrk: where the extra goes
