@@ -1002,10 +1002,10 @@ def main() -> None:
         result = measure(args)
     if "spans" in args.measures:
         print("in process: a traced request's calls, and the export of its spans ...", flush=True)
-        port = free_port()
-        with Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port,
-                    Path(tempfile.mkdtemp(prefix="ingress-bench-tracing-sink-")) / "sink.log") as sink:
+        port, logs = free_port(), Path(tempfile.mkdtemp(prefix="ingress-bench-tracing-sink-"))
+        with Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, logs / "sink.log") as sink:
             result["in_process"] = span_costs(args, sink.url)
+        shutil.rmtree(logs, ignore_errors=True)
         result["meta"].setdefault("code", code_version())
         result["meta"].setdefault("load_average_before", os.getloadavg())
         result["meta"].setdefault("load_average_after", os.getloadavg())
