@@ -22,7 +22,6 @@ from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
 from ingress.tenancy.stores.resp import address_of
 from ingress.tokens import tokenizer_problem
-from ingress.tracing import tracing_problem
 
 _VAR = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -174,10 +173,8 @@ def _check(settings: Settings) -> None:
 
 
 def _check_tracing(tracing: Tracing) -> None:
-    """The exporter can be loaded, and every header's variable is set (an export refused for want of
-    its credentials would drop every span, silently but for a counter)."""
-    if (problem := tracing_problem()) is not None:
-        raise ConfigError(f"tracing: {problem}")
+    """Every header's variable is set (an export refused for want of its credentials would drop every
+    span, silently but for a counter)."""
     if tracing.max_batch > tracing.max_queue:
         raise ConfigError("tracing.max_batch: a batch cannot be larger than max_queue")
     for header, env in tracing.headers_env.items():

@@ -11,97 +11,223 @@ A traced request is one trace of spans, named and attributed per OpenTelemetry's
     │                                     and the header), so a service's or bridge's span is its child
     └── settle                  INTERNAL  the endpoint's slot let go, the reservation charged what was used
 
-The spans go to the OpenTelemetry SDK's batch processor: a bounded queue a thread exports over OTLP/HTTP,
-never blocking a request; a span that finds the queue full, or whose batch the collector refused, is
-dropped and counted (`ingress_trace_spans_dropped_total`). No span holds a prompt's or an answer's text.
+A span is a plain record (`Span`), ended into a bounded queue that a thread sends in batches over OTLP/HTTP
+(`ingress/otlp.py` encodes them), never blocking a request; a span that finds the queue full, or whose batch
+the collector refused or could not be reached for, is dropped and counted (`ingress_trace_spans_dropped_total`).
+Why not the OpenTelemetry SDK on this path: its four spans of a request cost ~260 µs of CPU before any
+encoding (bench/notes/tracing.md); these cost a tenth of that, encoding included. The W3C trace context,
+sampling (parent-based, then by ratio) and the OTLP payload are the standard's; tests decode what is sent
+with opentelemetry-proto. No span holds a prompt's or an answer's text unless its route opts in.
 """
 
 from __future__ import annotations
 
+import collections
+import http.client
 import itertools
 import os
 import random
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
-from ingress import metrics
+from ingress import metrics, otlp
+from ingress.log import get_logger
 from ingress.settings import Tracing
 from ingress.wire.passport import traceparent_at
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import ReadableSpan
-    from opentelemetry.sdk.trace.export import SpanExporter
-    from opentelemetry.trace import Span
 
 # The endpoints traced, and each one's gen_ai.operation.name (the Responses and Messages APIs are chat
 # with another shape: ingress.api names which).
 OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings",
               "/v1/responses": "chat", "/v1/messages": "chat", "/v1/messages/count_tokens": "count_tokens"}
 _SPAN_ID = slice(36, 52)  # where a traceparent holds the parent's span id
+SCOPE = "ingress"
+log = get_logger("ingress.tracing")
 
 
-def tracing_problem() -> str | None:
-    """Why spans could not be exported from this install, or None."""
-    try:
-        import opentelemetry.exporter.otlp.proto.http.trace_exporter
-        import opentelemetry.sdk.trace  # noqa: F401
-    except ImportError as exc:
-        return f"the OpenTelemetry SDK is not installed ({exc.name}): pip install 'ingress[tracing]'"
-    return None
+class Span:
+    """One span, as the OTLP payload has it (`otlp.SpanData`): ids, times in Unix nanoseconds, attributes,
+    events, status. Ended once, into its tracer's queue."""
+
+    __slots__ = ("attributes", "end_ns", "events", "flags", "kind", "name", "owner", "parent_id", "remote_parent",
+                 "span_id", "start_ns", "status", "status_message", "trace_id", "trace_state")
+
+    def __init__(self, owner: Tracer, name: str, kind: int, trace_id: int, parent_id: int, *, flags: int = 1,
+                 trace_state: str | None = None, remote_parent: bool = False, start_ns: int | None = None,
+                 attributes: dict[str, Any] | None = None) -> None:
+        self.owner, self.name, self.kind = owner, name, kind
+        self.trace_id, self.parent_id, self.span_id = trace_id, parent_id, random.getrandbits(64) or 1
+        self.flags, self.trace_state, self.remote_parent = flags, trace_state, remote_parent
+        self.start_ns = time.time_ns() if start_ns is None else start_ns
+        self.end_ns = 0
+        self.attributes: dict[str, Any] = attributes if attributes is not None else {}
+        self.events: list[tuple[str, int, Mapping[str, Any]]] = []
+        self.status, self.status_message = otlp.STATUS_UNSET, ""
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
+
+    def set_attribute(self, name: str, value: Any) -> None:
+        self.attributes[name] = value
+
+    def add_event(self, name: str, at_ns: int | None = None, attributes: Mapping[str, Any] | None = None) -> None:
+        self.events.append((name, time.time_ns() if at_ns is None else at_ns, attributes or {}))
+
+    def fail(self, error_type: str, description: str) -> None:
+        self.attributes["error.type"] = error_type
+        self.status, self.status_message = otlp.STATUS_ERROR, description[:200]
+
+    def child(self, name: str, kind: int, **options: Any) -> Span:
+        return Span(self.owner, name, kind, self.trace_id, self.span_id, flags=self.flags,
+                    trace_state=self.trace_state, **options)
+
+    def end(self, end_ns: int | None = None) -> None:
+        self.end_ns = time.time_ns() if end_ns is None else end_ns
+        self.owner.submit(self)
 
 
-def traceparent_of(span: Span) -> str:
-    context = span.get_span_context()
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+def fail(span: Span, error_type: str, description: str) -> None:
+    span.fail(error_type, description)
+
+
+def _parent(traceparent: str) -> tuple[int, int, int]:
+    """A well-formed traceparent's trace id, span id and flags."""
+    return int(traceparent[3:35], 16), int(traceparent[36:52], 16), int(traceparent[53:55], 16)
 
 
 class Tracer:
-    """A worker's tracer provider, sampler and exporter; `begin` starts a request's trace."""
+    """A worker's sampling, span queue and exporter; `begin` starts a request's trace, `span` any other."""
 
-    def __init__(self, config: Tracing, exporter: SpanExporter | None = None) -> None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.propagators.textmap import DefaultGetter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-        from opentelemetry.trace import SpanKind
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
+    def __init__(self, config: Tracing) -> None:
+        self.ratio, self.config = config.sample_ratio, config
+        self._queue: collections.deque[Span] = collections.deque()
+        self._prefix = otlp.resource_prefix({"service.name": config.service_name, "telemetry.sdk.language": "python",
+                                             "telemetry.sdk.name": "ingress"}, SCOPE, _version())
         headers = {name: os.environ.get(env, "") for name, env in config.headers_env.items()}
-        exporter = exporter or OTLPSpanExporter(endpoint=config.endpoint, headers=headers,
-                                                timeout=config.export_timeout)
-        self.provider = TracerProvider(resource=Resource.create({"service.name": config.service_name}),
-                                       sampler=ParentBased(ALWAYS_ON))  # `sampled` decided before the SDK runs
-        self.ratio = config.sample_ratio
-        self.provider.add_span_processor(_batch(exporter, config))
-        self.tracer = self.provider.get_tracer("ingress")
-        self._propagator, self._getter = TraceContextTextMapPropagator(), DefaultGetter()
-        self._server, self._client, self._internal = SpanKind.SERVER, SpanKind.CLIENT, SpanKind.INTERNAL
+        self._exporter = _Exporter(config, headers, self._queue, self._prefix)
 
     def sampled(self, traceparent: str | None) -> bool:
         """Whether a request is traced: as its caller's sampled flag says, else at the configured ratio.
-        Decided before any span is made: an unsampled request costs the SDK nothing."""
+        Decided before any span is made: an unsampled request costs one random number."""
         if traceparent is not None:
             return int(traceparent[53:55], 16) & 1 == 1
         return random.random() < self.ratio
+
+    def span(self, name: str, kind: int, traceparent: str | None, tracestate: str | None,
+             attributes: dict[str, Any] | None = None) -> Span:
+        """A span started now: the child of `traceparent`'s span (another process's), else a new trace's root."""
+        if traceparent is None:
+            return Span(self, name, kind, random.getrandbits(128) or 1, 0, attributes=attributes)
+        trace_id, parent_id, flags = _parent(traceparent)
+        return Span(self, name, kind, trace_id, parent_id, flags=flags, trace_state=tracestate, remote_parent=True,
+                    attributes=attributes)
 
     def begin(self, traceparent: str | None, tracestate: str | None) -> RequestTrace | None:
         """The request's server span, started now, as the child of the caller's span if it sent one; None
         when the request is not sampled."""
         if not self.sampled(traceparent):
             return None
-        carrier = {"traceparent": traceparent, "tracestate": tracestate} if traceparent else {}
-        parent = self._propagator.extract(carrier) if carrier else None
-        span = self.tracer.start_span("request", context=parent, kind=self._server)
-        return RequestTrace(self, span, tracestate)
+        return RequestTrace(self, self.span("request", otlp.KIND_SERVER, traceparent, tracestate), tracestate)
+
+    def submit(self, span: Span) -> None:
+        """An ended span, for the exporter; dropped and counted when the queue is full."""
+        queue = self._queue
+        if len(queue) >= self.config.max_queue:
+            metrics.TRACE_SPANS_DROPPED.labels("queue_full").inc()
+            return
+        queue.append(span)
+        if len(queue) >= self.config.max_batch:
+            self._exporter.wake()
 
     def flush(self, timeout_s: float = 5.0) -> None:
-        """Export what is queued (a drain's end), then stop: blocking, so run off the event loop."""
-        self.provider.force_flush(int(timeout_s * 1000))
-        self.provider.shutdown()
+        """Send what is queued (a drain's end), then stop the exporter: blocking, so run off the event loop."""
+        self._exporter.stop(timeout_s)
+
+
+def _version() -> str:
+    from ingress import __version__
+
+    return __version__
+
+
+class _Exporter:
+    """The thread that sends the queued spans: a batch every `flush_interval`, or as soon as `max_batch`
+    are waiting; one POST of an ExportTraceServiceRequest each, on a kept-alive connection, within
+    `export_timeout`. A batch that fails (an error status, no connection, too slow) is dropped and counted:
+    the collector's absence must cost the edge nothing but its spans."""
+
+    def __init__(self, config: Tracing, headers: dict[str, str], queue: collections.deque[Span],
+                 prefix: tuple[bytes, bytes]) -> None:
+        url = urllib.parse.urlsplit(config.endpoint)
+        self._https, self._host, self._port = url.scheme == "https", url.hostname or "", url.port
+        self._path = url.path or "/v1/traces"
+        self._headers = {"Content-Type": "application/x-protobuf", **headers}
+        self._config, self._queue, self._prefix = config, queue, prefix
+        self._event, self._stopping = threading.Event(), False
+        self._connection: http.client.HTTPConnection | None = None
+        self._thread = threading.Thread(target=self._run, name="ingress-trace-export", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        if not self._event.is_set():
+            self._event.set()
+
+    def stop(self, timeout_s: float) -> None:
+        self._stopping = True
+        self._event.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        interval = self._config.flush_interval
+        while True:
+            self._event.wait(interval)
+            self._event.clear()
+            while self._queue:
+                self._send(self._batch())
+            if self._stopping:
+                if self._connection is not None:
+                    self._connection.close()
+                return
+
+    def _batch(self) -> list[Span]:
+        queue, batch = self._queue, []
+        for _ in range(min(len(queue), self._config.max_batch)):
+            batch.append(queue.popleft())
+        return batch
+
+    def _send(self, spans: list[Span]) -> None:
+        try:
+            body = otlp.export_request(self._prefix, spans)
+            connection = self._connection or self._connect()
+            connection.request("POST", self._path, body, self._headers)
+            response = connection.getresponse()
+            response.read()
+            ok = 200 <= response.status < 300
+            if response.will_close or not ok:
+                self._close()
+        except Exception as exc:  # the collector unreachable, too slow, a fault: never the edge's
+            self._close()
+            ok = False
+            log.debug("trace export failed", error=type(exc).__name__)
+        if ok:
+            metrics.TRACE_SPANS_EXPORTED.inc(len(spans))
+        else:
+            metrics.TRACE_SPANS_DROPPED.labels("export_failed").inc(len(spans))
+
+    def _connect(self) -> http.client.HTTPConnection:
+        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        self._connection = kind(self._host, self._port, timeout=self._config.export_timeout)
+        return self._connection
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
 
 class RequestTrace:
@@ -120,14 +246,12 @@ class RequestTrace:
         self._span_at: int | None = None
         self.content = False  # the route put the prompt on the span: the answer's text goes there too
 
-    @property
-    def recording(self) -> bool:
-        return self.span.is_recording()
+    recording = True  # a trace is made only for a sampled request
 
     @property
     def traceparent(self) -> str:
         """What the hop carries before an attempt names itself: the server span's context."""
-        return traceparent_of(self.span)
+        return self.span.traceparent
 
     def ns(self, mark: float) -> int:
         """A perf_counter mark on the wall clock, in nanoseconds."""
@@ -137,7 +261,7 @@ class RequestTrace:
         """Where the hop's traceparent lives (the encoded request's passport, and its headers), for each
         attempt to write its own span id into; returns the buffer to send (made writable if it was not)."""
         self._headers = headers
-        if buffer is None or not self.recording:
+        if buffer is None:
             return buffer
         writable = buffer if isinstance(buffer, bytearray) else bytearray(buffer)
         self._buffer, self._span_at = writable, traceparent_at(writable)  # read in place
@@ -146,8 +270,6 @@ class RequestTrace:
     def asked(self, request: object, provider: str, content: bool = False) -> None:
         """What the decoded request asks, on the server span: its parameters, and (`content`: the route opted
         in) its prompt as it is sent, after the guardrails' redaction."""
-        if not self.recording:
-            return
         span = self.span
         span.set_attribute("gen_ai.provider.name", provider)
         for name, field in _ASKED:
@@ -160,7 +282,7 @@ class RequestTrace:
 
     def output(self, texts: list[str], finish_reasons: list[str]) -> None:
         """The answer's text, when the route opted in (`asked(content=True)`): one assistant message a choice."""
-        if self.content and self.recording:
+        if self.content:
             messages = [{"role": "assistant", "parts": [{"type": "text", "content": text}],
                          **({"finish_reason": finish} if finish else {})}
                         for text, finish in itertools.zip_longest(texts, finish_reasons[:len(texts)])]
@@ -169,22 +291,17 @@ class RequestTrace:
     def answered(self, response_id: str, finish_reasons: list[str], texts: list[str]) -> None:
         """A whole answer's id and why each choice ended, on the server span (and its text, if the route
         opted in)."""
-        if self.recording:
-            self.span.set_attributes({"gen_ai.response.id": response_id,
-                                      "gen_ai.response.finish_reasons": finish_reasons})
-            self.output(texts, finish_reasons)
+        self.span.attributes.update({"gen_ai.response.id": response_id,
+                                     "gen_ai.response.finish_reasons": finish_reasons})
+        self.output(texts, finish_reasons)
 
     def attempt(self, group: str, endpoint: str, number: int) -> None:
         """An attempt begins: its span, and the hop names it as the parent of what the service does."""
         self.end_attempt(None)
-        from opentelemetry.trace import set_span_in_context
-
-        span = self._attempt = self.owner.tracer.start_span(
-            "attempt", context=set_span_in_context(self.span), kind=self.owner._client,
+        span = self._attempt = self.span.child(
+            "attempt", otlp.KIND_CLIENT,
             attributes={"server.address": endpoint, "ingress.group": group, "ingress.attempt": number})
-        if not span.is_recording():
-            return
-        traceparent = traceparent_of(span)
+        traceparent = span.traceparent
         if self._headers is not None:
             self._headers["traceparent"] = traceparent
             if self.tracestate:
@@ -203,13 +320,8 @@ class RequestTrace:
 
     def child(self, name: str, start: float, end: float, attributes: Mapping[str, Any] | None = None) -> None:
         """A child span of a stage already run, from its perf_counter marks."""
-        if not self.recording:
-            return
-        from opentelemetry.trace import set_span_in_context
-
-        span = self.owner.tracer.start_span(name, context=set_span_in_context(self.span),
-                                            kind=self.owner._internal, attributes=attributes,
-                                            start_time=self.ns(start))
+        span = self.span.child(name, otlp.KIND_INTERNAL, start_ns=self.ns(start),
+                               attributes=dict(attributes) if attributes else None)
         span.end(self.ns(end))
 
     def finish(self, name: str, attributes: Mapping[str, Any], usage: Mapping[str, Any], *,
@@ -221,13 +333,11 @@ class RequestTrace:
         span's status: a refusal of bad input or over a limit is the edge doing its job, only named)."""
         self.end_attempt(attempt_error, attempt_end)
         span = self.span
-        if not span.is_recording():
-            return
-        span.update_name(name)
-        span.set_attributes(attributes)
+        span.name = name
+        span.attributes.update(attributes)
         if first_token is not None:
-            span.add_event("first_token", timestamp=self.ns(first_token))
-        span.add_event("usage", attributes=usage)
+            span.add_event("first_token", self.ns(first_token))
+        span.add_event("usage", None, usage)
         if error is not None:
             error_type, description = error
             if description is None:
@@ -252,16 +362,13 @@ def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers
             if tracestate:
                 headers["tracestate"] = tracestate
         return None
-    carrier = {"traceparent": traceparent, "tracestate": tracestate or ""} if traceparent else {}
-    parent = tracer._propagator.extract(carrier) if carrier else None
     model = (read_request(buf).ModelName() or b"").decode("utf-8", "replace")
-    span = tracer.tracer.start_span(f"chat {model}" if model else "chat", context=parent, kind=tracer._client,
-                                    attributes={"gen_ai.operation.name": "chat", "gen_ai.provider.name": dialect,
-                                                "gen_ai.request.model": model, "server.address": target})
-    if span.is_recording() or traceparent:
-        headers["traceparent"] = traceparent_of(span)
-        if tracestate:
-            headers["tracestate"] = tracestate
+    span = tracer.span(f"chat {model}" if model else "chat", otlp.KIND_CLIENT, traceparent, tracestate,
+                       {"gen_ai.operation.name": "chat", "gen_ai.provider.name": dialect,
+                        "gen_ai.request.model": model, "server.address": target})
+    headers["traceparent"] = span.traceparent
+    if tracestate:
+        headers["tracestate"] = tracestate
     return span
 
 
@@ -299,45 +406,3 @@ def input_messages(request: object) -> list[dict[str, Any]]:
 def error_type(error: BaseException) -> str:
     code = getattr(error, "code", None) or getattr(error, "type", None)
     return str(code) if code else type(error).__qualname__
-
-
-def fail(span: Span, error_type: str, description: str) -> None:
-    from opentelemetry.trace import Status, StatusCode
-
-    span.set_attribute("error.type", error_type)
-    span.set_status(Status(StatusCode.ERROR, description[:200]))
-
-
-def _batch(exporter: SpanExporter, config: Tracing) -> Any:
-    """The SDK's batch processor, counting the spans it drops: when its queue is full, and a batch the
-    collector refused or could not be reached for (the SDK's exporter has retried within its timeout)."""
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-    class Counted(SpanExporter):
-        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-            try:
-                result = exporter.export(spans)
-            except Exception:  # an exporter's bug must not stop the thread that exports
-                result = SpanExportResult.FAILURE
-            if result == SpanExportResult.SUCCESS:
-                metrics.TRACE_SPANS_EXPORTED.inc(len(spans))
-            else:
-                metrics.TRACE_SPANS_DROPPED.labels("export_failed").inc(len(spans))
-            return result
-
-        def shutdown(self) -> None:
-            exporter.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30_000) -> bool:
-            return exporter.force_flush(timeout_millis)
-
-    class Batch(BatchSpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)  # the SDK's, bounded
-            if queue is not None and len(queue) >= config.max_queue:
-                metrics.TRACE_SPANS_DROPPED.labels("queue_full").inc()
-            super().on_end(span)
-
-    return Batch(Counted(), max_queue_size=config.max_queue, max_export_batch_size=config.max_batch,
-                 schedule_delay_millis=config.flush_interval * 1000,
-                 export_timeout_millis=config.export_timeout * 1000)

@@ -34,7 +34,7 @@ from ingress.wire import identifiers
 from ingress.wire.decode import WireError
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from ingress.tracing import Span
 
 MAX_REQUEST = 64 << 20  # a CompletionRequest buffer: the edge's own body limit is far below
 MAX_ANSWER = 64 << 20  # an engine's whole answer, or its error body (read only to describe the error)

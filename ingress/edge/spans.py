@@ -13,7 +13,8 @@ from ingress.tracing import OPERATIONS, error_type
 def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
     """The server span's name, attributes and status from how the request ended: a server's failure
     (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named. The
-    request's usage record (ingress/usage.py, its access line's fields) is the span's `usage` event."""
+    request's usage record (ingress/usage.py, its access line's fields) is on the span: as its attributes,
+    and the fields they do not carry as its `usage` event."""
     trace = ex.trace
     if trace is None:
         return
@@ -26,10 +27,17 @@ def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mappi
     elif ex.error is not None:
         failed = status >= 500 or outcome == "stream_error"
         error = (error_type(ex.error), _described(ex.error) if failed else None)
-    usage = {k: v for k, v in record.items() if v is not None}
+    usage = {k: v for k, v in record.items() if v is not None and k not in _ON_THE_SPAN}
     trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, usage, first_token=ex.first_byte,
                  attempt_error=ex.error if outcome != "ok" else None,
                  attempt_end=ex.upstream_done or ex.upstream_head, error=error)
+
+
+# The usage record's fields the server span's attributes already carry (gen_ai.*, http.*, ingress.*): its
+# `usage` event holds the rest (the outcome, times, cache and reasoning tokens, the cost, hints not sent).
+_ON_THE_SPAN = frozenset({"method", "path", "status", "model", "stream", "upstream", "route", "served_model",
+                          "tenant", "key_id", "api", "limit", "prompt_tokens", "completion_tokens", "error_code",
+                          "error_type"})
 
 
 def _described(error: IngressError) -> str:
