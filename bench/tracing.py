@@ -545,7 +545,7 @@ def span_table(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # --- in process ------------------------------------------------------------------------------------
 
 
-def span_calls(ratio: float, exporter: Any) -> list[tuple[str, Callable[[dict[str, Any]], object]]]:
+def span_calls(ratio: float, tracer: Any) -> list[tuple[str, Callable[[dict[str, Any]], object]]]:
     """The calls a traced chat request makes to ingress/tracing.py, in the edge's order, each on the data it
     gets there (state passed along in a dict): what middleware, endpoints, prepare, admit, send and the end
     of the request call, and nothing else."""
@@ -557,12 +557,11 @@ def span_calls(ratio: float, exporter: Any) -> list[tuple[str, Callable[[dict[st
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request
     from ingress.pipeline.gateway import hop_headers
-    from ingress.settings import Tracing
-    from ingress.tracing import Tracer
+    from ingress.usage import usage_record
     from ingress.wire.encode import encode_request
     from ingress.wire.passport import RequestMeta, compute_passport
 
-    tracer = Tracer(Tracing(endpoint="http://127.0.0.1:9/v1/traces", sample_ratio=ratio), exporter=exporter)
+    tracer.ratio = ratio
     request = decode_chat_request(body("chat", OPENAI_MODEL, False))
     headers = CIMultiDict({"Authorization": "Bearer sk-bench", "Content-Type": "application/json"})
     fake = type("Request", (), {"headers": headers})()
@@ -575,9 +574,14 @@ def span_calls(ratio: float, exporter: Any) -> list[tuple[str, Callable[[dict[st
 
     def meta(s: dict[str, Any]) -> None:  # endpoints.request_meta: the passport carries the server span's context
         trace = s["ex"].trace
+        if trace is None:  # not sampled: no span, the passport says so
+            return
         s["meta"] = RequestMeta(tenant_id="bench", key_id="key", traceparent=trace.traceparent,
                                 tracestate=trace.tracestate)
 
+    template = Exchange("0123456789abcdef0123456789abcdef")  # the access line's record, made whether traced or not
+    template.model, template.usage, template.upstream = OPENAI_MODEL, usage, url
+    record = usage_record(template, "POST", CHAT, 200, "ok", time.perf_counter())
     passport = compute_passport(request, RequestMeta(traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"))
     encoded = encode_request(request, "0123456789abcdef0123456789abcdef", passport)
 
@@ -585,30 +589,35 @@ def span_calls(ratio: float, exporter: Any) -> list[tuple[str, Callable[[dict[st
         ex = s["ex"]
         ex.model, ex.stream = OPENAI_MODEL, False
         s["headers"] = hop = hop_headers(ex.request_id, passport)
-        ex.trace.hop(encoded, hop)
-        ex.trace.asked(request, "openai")
+        if ex.trace is not None:
+            ex.trace.hop(encoded, hop)
+            ex.trace.asked(request, "openai")
 
     def admitted(s: dict[str, Any]) -> None:  # admit: the admission's span from its marks
         ex = s["ex"]
         asked = time.perf_counter()
         ex.admitted = time.perf_counter()
         ex.limit_outcome = "admitted"
-        ex.trace.child("admission", asked, ex.admitted, {"ingress.limit.outcome": "admitted",
-                                                          "ingress.tenant": "bench"})
+        if ex.trace is not None:
+            ex.trace.child("admission", asked, ex.admitted, {"ingress.limit.outcome": "admitted",
+                                                              "ingress.tenant": "bench"})
 
     def attempt(s: dict[str, Any]) -> None:  # send: the attempt's span, its id written into the hop
         ex = s["ex"]
         ex.attempts, ex.group, ex.upstream = 1, "default", url
         ex.upstream_sent = time.perf_counter()
-        ex.trace.attempt("default", url, 1)
+        if ex.trace is not None:
+            ex.trace.attempt("default", url, 1)
 
     def settled(s: dict[str, Any]) -> None:  # the middleware's end: settle's span, then the server span's end
         ex = s["ex"]
         ex.upstream_head = ex.upstream_done = time.perf_counter()
         ex.usage = usage
         settling = time.perf_counter()
-        ex.trace.child("settle", settling, time.perf_counter())
-        end_trace(ex, CHAT, 200, "ok")
+        now = time.perf_counter()
+        if ex.trace is not None:
+            ex.trace.child("settle", settling, now)
+            end_trace(ex, CHAT, 200, "ok", record)
 
     return [("begin (the server span)", begin), ("traceparent for the passport", meta),
             ("hop + asked (prepare)", prepared), ("admission's child span", admitted),
@@ -617,35 +626,29 @@ def span_calls(ratio: float, exporter: Any) -> list[tuple[str, Callable[[dict[st
 
 def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
     """Each call's thread CPU µs, as the difference between the sequence's prefixes, at ratio 1.0 and 0.0;
-    and the export thread's µs per span for 512 of ratio 1.0's spans."""
-    from budget import cpu_us
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    and the export thread's µs per span for 512 of ratio 1.0's spans (encoding, and encoding + POST)."""
+    import http.client
+    import urllib.parse
 
-    from ingress import log
+    from budget import cpu_us
+
+    from ingress import log, otlp
+    from ingress.settings import Tracing
+    from ingress.tracing import Tracer
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115  # for the process
 
-    class Kept(SpanExporter):
-        """Keeps what it is given (the batch processor's thread calls it: the request path never waits)."""
-
-        def __init__(self) -> None:
-            self.spans: list[Any] = []
-
-        def export(self, spans: Any) -> SpanExportResult:
-            if len(self.spans) < 4096:
-                self.spans.extend(spans)
-            return SpanExportResult.SUCCESS
-
-    kept = Kept()
+    # A tracer whose exporter is stopped: the spans the sequence makes stay queued, to be timed here.
+    tracer = Tracer(Tracing(endpoint=sink_url + TRACES, max_queue=1_000_000, max_batch=1_000_000,
+                            flush_interval=86_400))
+    tracer.flush(1.0)
     out: dict[str, Any] = {}
     # the edge's own work on the request, to run the sequence amid: chat's prepare (decode, route, count,
     # passport, encode) as messages.py times it
     work = messages.stage_pairs()[f"request: prepare, {OPENAI_MODEL}"][0]
     assert work is not None
     for ratio in (1.0, 0.0):
-        calls = span_calls(ratio, kept)
+        calls = span_calls(ratio, tracer)
 
         def prefix(k: int, calls: list[Any] = calls) -> Callable[[], object]:
             def run() -> None:
@@ -681,18 +684,25 @@ def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
                                  "whole_range": [min(b - a for a, b in zip(timed[0], timed[-1], strict=True)),
                                                  max(b - a for a, b in zip(timed[0], timed[-1], strict=True))]}
     # the export thread's work: 512 spans (128 requests' 4), as one batch
-    time.sleep(1.5)  # the batch processor's flush: what ratio 1.0 made is kept
-    batch = kept.spans[:512]
+    batch = list(tracer._queue)[:512]
     if len(batch) < 512:
         raise SystemExit(f"only {len(batch)} spans were kept to time their export")
-    exporter = OTLPSpanExporter(endpoint=sink_url + TRACES, timeout=10)
-    encode = [cpu_us(lambda: encode_spans(batch).SerializePartialToString(), args.stage_budget, repeats=3)
+    prefix = tracer._prefix
+    sink = urllib.parse.urlsplit(sink_url)
+    connection = http.client.HTTPConnection(sink.hostname or "127.0.0.1", sink.port, timeout=10)
+
+    def post() -> None:
+        connection.request("POST", TRACES, otlp.export_request(prefix, batch),
+                           {"Content-Type": "application/x-protobuf"})
+        connection.getresponse().read()
+
+    encode = [cpu_us(lambda: otlp.export_request(prefix, batch), args.stage_budget, repeats=3)
               for _ in range(args.stage_rounds)]
-    export = [cpu_us(lambda: exporter.export(batch), args.stage_budget, repeats=3) for _ in range(args.stage_rounds)]
-    exporter.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it untyped
+    export = [cpu_us(post, args.stage_budget, repeats=3) for _ in range(args.stage_rounds)]
+    connection.close()
     out["export_per_span_us"] = {"encode": statistics.median(encode) / len(batch),
                                  "export (encode + POST)": statistics.median(export) / len(batch),
-                                 "batch_bytes": len(encode_spans(batch).SerializePartialToString()),
+                                 "batch_bytes": len(otlp.export_request(prefix, batch)),
                                  "spans_by_name": dict(Counter(s.name for s in batch))}
     return out
 
@@ -865,7 +875,7 @@ def profile(args: argparse.Namespace) -> None:
 
 
 SAMPLE_HZ = 250
-TRACING_FILES = ("/ingress/tracing.py", "/ingress/edge/spans.py", "/opentelemetry/")
+TRACING_FILES = ("/ingress/tracing.py", "/ingress/otlp.py", "/ingress/edge/spans.py", "/opentelemetry/")
 LOOP = "MainThread"
 
 
