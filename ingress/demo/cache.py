@@ -1,0 +1,152 @@
+"""The demo's simulated prefix cache: an LRU of prompt blocks, the cached tokens it yields, and the prefill wait.
+
+An engine with prefix caching (vLLM, SGLang, llama.cpp) keeps a prompt's KV cache in blocks and skips the
+prefill of the leading blocks a new prompt shares with one it still holds. The demo keeps only the blocks'
+hashes, at most `blocks` of them per service (one service is one endpoint), least recently used first out:
+
+- a prompt's chain is its passport's (`prefix_blocks`: each hash covers its block and every one before it,
+  ingress/wire/prefix.py), the same hashes the edge routes by; past the passport's end (the edge hashes the
+  first 16 KiB) and for a request without one, the demo hashes its own layout of the prompt (`prompt_text`)
+  the same way, each of those hashes keyed on the passport's last, so a change anywhere still changes every
+  block from its own on;
+- the prompt's leading blocks the cache holds are cached; they become `cached_tokens` in proportion to the
+  bytes they cover in the demo's layout (the demo's tokens are words), never the whole prompt (an engine
+  computes at least the last token);
+- the chain is then stored, its last block touched first, so the cache evicts a prompt's tail before its
+  head, as vLLM frees a request's blocks;
+- the answer's first token waits `prefill_s_per_token` for each uncached prompt token.
+
+The service learns a prompt when it arrives, not when its prefill would end: two requests with one new
+prefix at once both find the first one's blocks. Good enough to compare routing policies at 4-16 endpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ingress.wire import ROLES, CompletionRequestData, MessageData
+from ingress.wire.prefix import block_ends, chain
+
+_u64 = struct.Struct("<Q").unpack_from
+_ROLE_USER = ROLES["user"]
+_OPENING = (ROLES["system"], ROLES["developer"])  # the messages a chat template puts before the tools
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheSettings:
+    """A demo service's simulated prefix cache: `blocks` held (0: none), and the prefill wait per uncached token."""
+
+    blocks: int = 0
+    prefill_s_per_token: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Prefill:
+    """What one prompt read from the cache: its cached tokens, and how long its first token waits."""
+
+    cached_tokens: int
+    delay_s: float
+
+
+class BlockCache:
+    """At most `capacity` block hashes, least recently used first out."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._held: OrderedDict[int, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, block: int) -> bool:
+        return block in self._held
+
+    def leading(self, blocks: Sequence[int]) -> int:
+        """How many of `blocks`' leading ones are held (a later block without its earlier ones is no use)."""
+        held = self._held
+        count = 0
+        for block in blocks:
+            if block not in held:
+                break
+            count += 1
+        return count
+
+    def store(self, blocks: Sequence[int]) -> None:
+        """`blocks` were just computed: held, the first most recently used; the oldest dropped past capacity."""
+        held = self._held
+        for block in reversed(blocks):
+            held[block] = None
+            held.move_to_end(block)
+        while len(held) > self.capacity:
+            held.popitem(last=False)
+
+
+def _message_bytes(m: MessageData) -> bytes:
+    text = m.content if m.content is not None else "".join(p.text or p.payload_json or "" for p in m.parts or ())
+    calls = "".join(f"\x1dcall\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls or ())
+    return f"{m.role}\x1d{m.name or ''}\x1f{text}{calls}\x1d{m.tool_call_id or ''}\x1e".encode()
+
+
+def prompt_text(req: CompletionRequestData) -> tuple[bytes, int]:
+    """The demo's layout of a prompt, as ingress/wire/prefix.py lays out the edge's (system messages, tools,
+    the other messages; a legacy prompt's texts or token ids), and where its first user message ends (0: none)."""
+    messages = req.messages or []
+    opening = 0
+    while opening < len(messages) and messages[opening].role in _OPENING:
+        opening += 1
+    out = [_message_bytes(m) for m in messages[:opening]]
+    out += [b"\x1dtools\x1f%s\x1f%s\x1e" % ((t.name or "").encode(), (t.arguments_json or "").encode())
+            for t in req.tools or ()]
+    size = sum(map(len, out))
+    end = 0
+    for m in messages[opening:]:
+        out.append(_message_bytes(m))
+        size += len(out[-1])
+        if not end and m.role == _ROLE_USER:
+            end = size
+    for p in req.prompts or ():
+        tokens = p.tokens or ()
+        out.append((p.text.encode() if p.text is not None else struct.pack(f"<{len(tokens)}I", *tokens)) + b"\x1e")
+    return b"".join(out), end
+
+
+def prompt_chain(req: CompletionRequestData, text: bytes, first_turn_end: int) -> list[int]:
+    """The prompt's chain of block hashes: its passport's, then the demo's own past its end (see the docstring)."""
+    own = chain(text, first_turn_end)[1] if text else []
+    given = list(req.passport.prefix_blocks or ()) if req.passport is not None else []
+    if not given:
+        return own
+    last = struct.pack("<Q", given[-1])
+    return given + [int(_u64(hashlib.sha256(last + struct.pack("<Q", h)).digest())[0]) for h in own[len(given):]]
+
+
+class KvCache:
+    """One demo service's simulated prefix cache (see the module's docstring)."""
+
+    def __init__(self, settings: KvCacheSettings) -> None:
+        self.settings = settings
+        self.blocks = BlockCache(settings.blocks)
+
+    def prefill(self, req: CompletionRequestData, prompt_tokens: int) -> Prefill:
+        """Read the prompt's leading blocks from the cache, store its chain, and say what that saved."""
+        if not self.settings.blocks:
+            return Prefill(0, self.settings.prefill_s_per_token * prompt_tokens)
+        text, first_turn_end = prompt_text(req)
+        blocks = prompt_chain(req, text, first_turn_end)
+        held = self.blocks.leading(blocks)
+        self.blocks.store(blocks)
+        cached = cached_tokens(prompt_tokens, len(text), block_ends(len(text), first_turn_end), held)
+        return Prefill(cached, self.settings.prefill_s_per_token * (prompt_tokens - cached))
+
+
+def cached_tokens(prompt_tokens: int, size: int, ends: Sequence[int], held: int) -> int:
+    """The tokens of a prompt of `size` bytes that its first `held` blocks (ending at `ends`) cover, in
+    proportion to their bytes; at most all but one of the prompt's tokens."""
+    if not held or not ends or not size:
+        return 0
+    covered = ends[min(held, len(ends)) - 1]
+    return max(0, min(prompt_tokens - 1, prompt_tokens * covered // size))
