@@ -6,12 +6,13 @@ hashes, at most `blocks` of them per service (one service is one endpoint), leas
 
 - a prompt's chain is its passport's (`prefix_blocks`: each hash covers its block and every one before it,
   ingress/wire/prefix.py), the same hashes the edge routes by; past the passport's end (the edge hashes the
-  first 16 KiB) and for a request without one, the demo hashes its own layout of the prompt (`prompt_text`)
+  first 16 KiB) and for a request without one, the demo hashes its own layout of the prompt (`Layout`)
   the same way, each of those hashes keyed on the passport's last, so a change anywhere still changes every
   block from its own on;
-- the prompt's leading blocks the cache holds are cached; they become `cached_tokens` in proportion to the
-  bytes they cover in the demo's layout (the demo's tokens are words), never the whole prompt (an engine
-  computes at least the last token);
+- the prompt's leading blocks the cache holds are cached; they become `cached_tokens` as the demo's tokens
+  (words) of the messages they cover in its layout, and a share by bytes of the one they cut, never the whole
+  prompt (an engine computes at least the last token). A prompt's last block is partial: the next turn's
+  block there is longer, so it is computed again, as an engine recomputes its partial block;
 - the chain is then stored, its last block touched first, so the cache evicts a prompt's tail before its
   head, as vLLM frees a request's blocks;
 - the answer's first token waits `prefill_s_per_token` for each uncached prompt token.
@@ -24,10 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
+from ingress.demo.answer import count_tokens, message_text
 from ingress.wire import ROLES, CompletionRequestData, MessageData
 from ingress.wire.prefix import block_ends, chain
 
@@ -85,38 +89,64 @@ class BlockCache:
             held.popitem(last=False)
 
 
-def _message_bytes(m: MessageData) -> bytes:
-    text = m.content if m.content is not None else "".join(p.text or p.payload_json or "" for p in m.parts or ())
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The demo's layout of a prompt (as ingress/wire/prefix.py lays out the edge's: system messages, tools,
+    the other messages; a legacy prompt's texts or token ids), where its first user message ends in it (0:
+    none), and where each piece ends with the demo's tokens up to there (ingress/demo/answer.py counts them)."""
+
+    text: bytes
+    first_turn_end: int
+    ends: list[int]
+    tokens: list[int]
+
+    def tokens_before(self, offset: int) -> int:
+        """The prompt's tokens in text[:offset]: the whole pieces' count, and of the piece the offset cuts, its
+        share by bytes."""
+        i = bisect_left(self.ends, offset)
+        if i == len(self.ends):
+            return self.tokens[-1] if self.tokens else 0
+        start, before = (self.ends[i - 1], self.tokens[i - 1]) if i else (0, 0)
+        return before + (self.tokens[i] - before) * (offset - start) // (self.ends[i] - start)
+
+
+def _message_bytes(m: MessageData, text: str) -> bytes:
     calls = "".join(f"\x1dcall\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls or ())
     return f"{m.role}\x1d{m.name or ''}\x1f{text}{calls}\x1d{m.tool_call_id or ''}\x1e".encode()
 
 
-def prompt_text(req: CompletionRequestData) -> tuple[bytes, int]:
-    """The demo's layout of a prompt, as ingress/wire/prefix.py lays out the edge's (system messages, tools,
-    the other messages; a legacy prompt's texts or token ids), and where its first user message ends (0: none)."""
+def prompt_layout(req: CompletionRequestData) -> Layout:
+    """The prompt's Layout (see the class)."""
     messages = req.messages or []
     opening = 0
     while opening < len(messages) and messages[opening].role in _OPENING:
         opening += 1
-    out = [_message_bytes(m) for m in messages[:opening]]
-    out += [b"\x1dtools\x1f%s\x1f%s\x1e" % ((t.name or "").encode(), (t.arguments_json or "").encode())
-            for t in req.tools or ()]
-    size = sum(map(len, out))
-    end = 0
+    pieces: list[tuple[bytes, int]] = []  # each piece's bytes and tokens
+    for m in messages[:opening]:
+        text = message_text(m)
+        pieces.append((_message_bytes(m, text), count_tokens(text)))
+    pieces += [(b"\x1dtools\x1f%s\x1f%s\x1e" % ((t.name or "").encode(), (t.arguments_json or "").encode()), 0)
+               for t in req.tools or ()]
+    first_user = -1  # the index of its piece
     for m in messages[opening:]:
-        out.append(_message_bytes(m))
-        size += len(out[-1])
-        if not end and m.role == _ROLE_USER:
-            end = size
+        text = message_text(m)
+        if first_user < 0 and m.role == _ROLE_USER:
+            first_user = len(pieces)
+        pieces.append((_message_bytes(m, text), count_tokens(text)))
     for p in req.prompts or ():
         tokens = p.tokens or ()
-        out.append((p.text.encode() if p.text is not None else struct.pack(f"<{len(tokens)}I", *tokens)) + b"\x1e")
-    return b"".join(out), end
+        if p.text is not None:
+            pieces.append((p.text.encode() + b"\x1e", count_tokens(p.text)))
+        else:
+            pieces.append((struct.pack(f"<{len(tokens)}I", *tokens) + b"\x1e", len(tokens)))
+    ends = list(accumulate(len(piece) for piece, _ in pieces))
+    return Layout(b"".join(piece for piece, _ in pieces), ends[first_user] if first_user >= 0 else 0, ends,
+                  list(accumulate(n for _, n in pieces)))
 
 
-def prompt_chain(req: CompletionRequestData, text: bytes, first_turn_end: int) -> list[int]:
+def prompt_chain(req: CompletionRequestData, layout: Layout) -> list[int]:
     """The prompt's chain of block hashes: its passport's, then the demo's own past its end (see the docstring)."""
-    own = chain(text, first_turn_end)[1] if text else []
+    own = chain(layout.text, layout.first_turn_end)[1] if layout.text else []
     given = list(req.passport.prefix_blocks or ()) if req.passport is not None else []
     if not given:
         return own
@@ -135,18 +165,18 @@ class KvCache:
         """Read the prompt's leading blocks from the cache, store its chain, and say what that saved."""
         if not self.settings.blocks:
             return Prefill(0, self.settings.prefill_s_per_token * prompt_tokens)
-        text, first_turn_end = prompt_text(req)
-        blocks = prompt_chain(req, text, first_turn_end)
+        layout = prompt_layout(req)
+        blocks = prompt_chain(req, layout)
         held = self.blocks.leading(blocks)
         self.blocks.store(blocks)
-        cached = cached_tokens(prompt_tokens, len(text), block_ends(len(text), first_turn_end), held)
+        cached = cached_tokens(prompt_tokens, layout, held)
         return Prefill(cached, self.settings.prefill_s_per_token * (prompt_tokens - cached))
 
 
-def cached_tokens(prompt_tokens: int, size: int, ends: Sequence[int], held: int) -> int:
-    """The tokens of a prompt of `size` bytes that its first `held` blocks (ending at `ends`) cover, in
-    proportion to their bytes; at most all but one of the prompt's tokens."""
-    if not held or not ends or not size:
+def cached_tokens(prompt_tokens: int, layout: Layout, held: int) -> int:
+    """The prompt's tokens its first `held` blocks cover in its layout (the passport's blocks taken to end
+    where the demo's own would); at most all but one of `prompt_tokens`."""
+    ends = block_ends(len(layout.text), layout.first_turn_end)
+    if not held or not ends:
         return 0
-    covered = ends[min(held, len(ends)) - 1]
-    return max(0, min(prompt_tokens - 1, prompt_tokens * covered // size))
+    return max(0, min(prompt_tokens - 1, layout.tokens_before(ends[min(held, len(ends)) - 1])))

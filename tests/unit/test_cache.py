@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from ingress import wire
 from ingress.demo.answer import plan
-from ingress.demo.cache import BlockCache, KvCache, KvCacheSettings, cached_tokens, prompt_chain, prompt_text
+from ingress.demo.cache import BlockCache, KvCache, KvCacheSettings, Layout, cached_tokens, prompt_chain, prompt_layout
 from ingress.oai.codec import decode_chat_request
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import RequestMeta, compute_passport
@@ -71,15 +71,20 @@ def test_the_cache_never_holds_more_than_its_capacity(capacity: int, chains: lis
 
 # --- cached tokens and the prefill wait ----------------------------------------------------------------------
 
+# Two messages: 1024 bytes of 90 tokens, then 1024 of 10 (blocks of 512 bytes end at 512, 1024, 1536, 2048).
+TWO = Layout(b"x" * 2048, 0, [1024, 2048], [90, 100])
+
+
 @pytest.mark.parametrize(("held", "expected"), [
     (0, 0),  # nothing held
-    (1, 25),  # 512 of 2048 bytes: a quarter of 100 tokens
-    (2, 50),
+    (1, 45),  # half the first message: half its tokens
+    (2, 90),  # the whole first message
+    (3, 95),
     (4, 99),  # all of it: all but the last token, which an engine always computes
     (9, 99),  # a passport's longer chain covers no more than the prompt
 ])
-def test_cached_tokens_are_the_held_blocks_share_of_the_prompt(held: int, expected: int) -> None:
-    assert cached_tokens(100, 2048, [512, 1024, 1536, 2048], held) == expected
+def test_cached_tokens_are_the_tokens_the_held_blocks_cover(held: int, expected: int) -> None:
+    assert cached_tokens(100, TWO, held) == expected
 
 
 def test_a_conversations_later_turns_read_its_earlier_ones_and_wait_less() -> None:
@@ -88,11 +93,14 @@ def test_a_conversations_later_turns_read_its_earlier_ones_and_wait_less() -> No
     fresh = kv.prefill(first, prompt_tokens(first))
     assert fresh.cached_tokens == 0 and fresh.delay_s == pytest.approx(0.001 * prompt_tokens(first))
 
-    for turns in (2, 3, 6):
+    previous = prompt_tokens(first)
+    for turns in (2, 3, 4):
         later = request(conversation(turns))
         total = prompt_tokens(later)
         prefill = kv.prefill(later, total)
-        assert 0.5 * total < prefill.cached_tokens < total  # most of it: the turns before
+        assert 0.5 * total < prefill.cached_tokens < total  # most of it: the turns before,
+        assert prefill.cached_tokens <= previous  # never more than they had
+        previous = total
         assert prefill.delay_s == pytest.approx(0.001 * (total - prefill.cached_tokens))
 
     other = request(conversation(2, topic="Where is my bag?"))  # the same system prompt: its blocks only
@@ -119,9 +127,8 @@ def test_with_the_cache_off_nothing_is_cached_and_every_token_waits() -> None:
 
 def test_the_passports_chain_is_read_and_the_demos_own_only_past_its_end() -> None:
     req = request(conversation(3))
-    text, end = prompt_text(req)
     assert req.passport is not None and req.passport.prefix_blocks
-    chain = prompt_chain(req, text, end)
+    chain = prompt_chain(req, prompt_layout(req))
     given = list(req.passport.prefix_blocks)
     assert chain[:len(given)] == given
     assert len(chain) >= len(given)
@@ -133,7 +140,7 @@ def test_past_the_passports_end_the_demo_hashes_the_rest_itself() -> None:
     one, two = request(long), request(changed)
     assert one.passport is not None and two.passport is not None
     assert one.passport.prefix_blocks == two.passport.prefix_blocks  # the edge hashed their first 16 KiB only
-    chains = [prompt_chain(r, *prompt_text(r)) for r in (one, two)]
+    chains = [prompt_chain(r, prompt_layout(r)) for r in (one, two)]
     assert len(chains[0]) > len(one.passport.prefix_blocks or ()) + 20
     assert chains[0][:-1] == chains[1][:-1] and chains[0][-1] != chains[1][-1]  # they part at the last block
 
@@ -147,6 +154,15 @@ def test_without_a_chain_in_the_passport_the_demo_hashes_the_prompt_itself() -> 
 
 
 def test_a_legacy_prompts_text_is_its_own_layout() -> None:
-    req = wire.CompletionRequestData(text_completion=True, prompts=[wire.PromptInputData(text="abc"),
+    req = wire.CompletionRequestData(text_completion=True, prompts=[wire.PromptInputData(text="abc de"),
                                                                      wire.PromptInputData(tokens=[1, 2])])
-    assert prompt_text(req) == (b"abc\x1e\x01\x00\x00\x00\x02\x00\x00\x00\x1e", 0)
+    assert prompt_layout(req) == Layout(b"abc de\x1e\x01\x00\x00\x00\x02\x00\x00\x00\x1e", 0, [7, 16], [2, 4])
+
+
+def test_a_chat_prompts_layout_counts_the_tokens_the_demo_bills() -> None:
+    req = request([{"role": "system", "content": "be brief"}, {"role": "user", "content": "one two three"},
+                   {"role": "assistant", "content": "four"}, {"role": "user", "content": "five six"}])
+    layout = prompt_layout(req)
+    assert layout.tokens == [2, 5, 6, 8] and layout.tokens[-1] == prompt_tokens(req)
+    assert layout.first_turn_end == layout.ends[1] and layout.ends[-1] == len(layout.text)
+    assert layout.tokens_before(layout.ends[1]) == 5 and layout.tokens_before(0) == 0
