@@ -1,9 +1,12 @@
 """Cache-affine routing end to end: three edges in front of four fake endpoints on loopback, as three
 replicas sharing nothing. A conversation keeps its endpoint across turns and edges, moves (on every edge
-alike) when that endpoint goes down, and conversations behind one long system prompt still spread."""
+alike) when that endpoint goes down, and conversations behind one long system prompt still spread. And an
+edge in front of four demo services with their simulated prefix caches on: what the choice buys, as the
+services report it and as an operator reads it (the access line, /metrics)."""
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -14,12 +17,17 @@ import aiohttp
 import msgspec
 import pytest
 from fakes.upstream import FakeUpstream
+from logcapture import lines
+from prometheus_client.parser import text_string_to_metric_families
 from recording import recording_edge
 
 from ingress import wire
+from ingress.demo.cache import KvCacheSettings
+from ingress.demo.service import create_demo_app
 from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.routing.affinity import Way
+from ingress.serve.app import serve_app
 from ingress.settings import Affinity, Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import RequestMeta, compute_passport
@@ -158,3 +166,58 @@ async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(flee
 
     assert served[0][0] == served[1][0] == ex.upstream
     assert [way for _, way in served] == [Way.HASHED, Way.HASHED]
+
+
+async def _samples(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    async with http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_with_the_demos_caches_on_a_conversations_later_turns_are_read_from_its_endpoints_cache(
+        http: aiohttp.ClientSession, log_stream: io.StringIO) -> None:
+    async with AsyncExitStack() as stack:
+        caches = KvCacheSettings(blocks=512, prefill_s_per_token=0.00001)
+        demos = [await stack.enter_async_context(serve_app(create_demo_app(kv_cache=caches), "127.0.0.1", 0))
+                 for _ in range(4)]
+        group = Group(endpoints=[Endpoint(url=u) for u in demos], balance="cache_affine")
+        url, _, exchanges = await recording_edge(stack, Settings(
+            groups={"cached": group}, routes=(Route(model="chat", group="cached"),), timeouts=QUICK))
+        before = await _samples(http, url)
+
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                          {"role": "user", "content": "My flight to Lyon was cancelled."}]
+        usages = []
+        for turn in range(5):
+            async with http.post(f"{url}/v1/chat/completions", headers={"x-request-id": f"kv-{turn}"},
+                                 json={"model": "chat", "messages": messages}) as response:
+                assert response.status == 200, await response.text()
+                body = await response.json()
+            usages.append(body["usage"])
+            messages += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": f"And then {turn}? " + "Tell me more. " * 20}]
+        after = await _samples(http, url)
+
+    cached = [(u.get("prompt_tokens_details") or {}).get("cached_tokens", 0) for u in usages]
+    assert cached[0] == 0  # the first turn: a cold cache
+    assert all(0 < c < u["prompt_tokens"] for c, u in zip(cached[1:], usages[1:], strict=True))  # then its own turns
+    assert len({ex.upstream for ex in exchanges if ex.api == "chat"}) == 1  # (not /metrics)
+
+    records = [line for line in lines(log_stream) if line["event"] == "request"
+               and str(line["request_id"]).startswith("kv-")]
+    assert [line["affinity"] for line in records] == ["hashed"] + ["hit"] * 4
+    assert records[0]["matched_blocks"] == 0 and all(line["matched_blocks"] > 0 for line in records[1:])
+    assert [line["cached_tokens"] for line in records] == cached
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, frozenset(labels.items()))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew("ingress_affinity_choices_total", group="cached", way="hit") == 4
+    assert grew("ingress_affinity_choices_total", group="cached", way="hashed") == 1
+    assert grew("ingress_affinity_matched_blocks_count", group="cached") == 5
+    assert grew("ingress_affinity_matched_blocks_bucket", group="cached", le="0.0") == 1
+    assert grew("ingress_upstream_tokens_total", group="cached", kind="cached") == sum(cached)
+    assert grew("ingress_upstream_tokens_total", group="cached", kind="prompt") == sum(
+        u["prompt_tokens"] for u in usages)
