@@ -37,6 +37,7 @@ from ingress.wire.prefix import block_ends, chain
 
 _u64 = struct.Struct("<Q").unpack_from
 _ROLE_USER = ROLES["user"]
+_ROLE_NAMES = {value: name for name, value in ROLES.items()}
 _OPENING = (ROLES["system"], ROLES["developer"])  # the messages a chat template puts before the tools
 
 
@@ -111,8 +112,14 @@ class Layout:
 
 
 def _message_bytes(m: MessageData, text: str) -> bytes:
+    """As ingress/wire/prefix.py's, byte for byte for a message of a role and a text (most): blocks then end
+    where the edge's do, and the passport's blocks cover what the demo takes them to."""
+    role = _ROLE_NAMES.get(m.role, "")
+    if not m.name and not m.tool_calls and m.tool_call_id is None:
+        return f"{role}\x1f{text}\x1e".encode()
     calls = "".join(f"\x1dcall\x1f{c.name}\x1f{c.arguments}" for c in m.tool_calls or ())
-    return f"{m.role}\x1d{m.name or ''}\x1f{text}{calls}\x1d{m.tool_call_id or ''}\x1e".encode()
+    name = f"\x1d{m.name}" if m.name else ""
+    return f"{role}{name}\x1f{text}{calls}\x1d{m.tool_call_id or ''}\x1e".encode()
 
 
 def prompt_layout(req: CompletionRequestData) -> Layout:

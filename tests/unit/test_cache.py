@@ -16,7 +16,7 @@ from ingress.demo.cache import BlockCache, KvCache, KvCacheSettings, Layout, cac
 from ingress.oai.codec import decode_chat_request
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import RequestMeta, compute_passport
-from ingress.wire.prefix import BLOCK_BYTES
+from ingress.wire.prefix import BLOCK_BYTES, chat_text
 
 SYSTEM = "You are the support agent of a travel company. Follow every rule below. " * 40  # ~2.9 KB: 6 blocks
 
@@ -166,3 +166,10 @@ def test_a_chat_prompts_layout_counts_the_tokens_the_demo_bills() -> None:
     assert layout.tokens == [2, 5, 6, 8] and layout.tokens[-1] == prompt_tokens(req)
     assert layout.first_turn_end == layout.ends[1] and layout.ends[-1] == len(layout.text)
     assert layout.tokens_before(layout.ends[1]) == 5 and layout.tokens_before(0) == 0
+
+
+def test_a_plain_chats_layout_is_the_edges_byte_for_byte_so_the_passports_blocks_end_where_the_demos_do() -> None:
+    messages = conversation(4)
+    chat = decode_chat_request(msgspec.json.encode({"model": "m", "messages": messages}))
+    layout = prompt_layout(request(messages))
+    assert (layout.text, layout.first_turn_end) == chat_text(chat, 1 << 20, True)
