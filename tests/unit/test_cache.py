@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ingress import wire
+from ingress.demo import service
 from ingress.demo.answer import plan
 from ingress.demo.cache import BlockCache, KvCache, KvCacheSettings, Layout, cached_tokens, prompt_chain, prompt_layout
 from ingress.oai.codec import decode_chat_request
+from ingress.serve.app import serve_app
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.prefix import BLOCK_BYTES, chat_text
@@ -173,3 +176,23 @@ def test_a_plain_chats_layout_is_the_edges_byte_for_byte_so_the_passports_blocks
     chat = decode_chat_request(msgspec.json.encode({"model": "m", "messages": messages}))
     layout = prompt_layout(request(messages))
     assert (layout.text, layout.first_turn_end) == chat_text(chat, 1 << 20, True)
+
+
+# --- the service: the usage it answers and the wait before its first token ------------------------------------
+
+async def test_the_service_answers_a_whole_answer_and_a_stream_with_the_cached_tokens() -> None:
+    """(The wait before the first token is KvCache.prefill's delay_s, tested above: not timed here.)"""
+    settings = KvCacheSettings(blocks=100, prefill_s_per_token=0.000001)
+    chat = decode_chat_request(msgspec.json.encode({"model": "m", "messages": conversation(2)}))
+    passport = compute_passport(chat, RequestMeta(), blocks=True)
+    body = bytes(encode_request(chat, "req-1", passport))
+    streamed = bytes(encode_request(msgspec.structs.replace(chat, stream=True), "req-2", passport))
+    async with serve_app(service.create_demo_app(kv_cache=settings), "127.0.0.1", 0) as url, \
+            aiohttp.ClientSession() as http:
+        async with http.post(url + wire.COMPLETE_PATH, data=body) as response:
+            first = wire.decode_response(await response.read()).usage
+        async with http.post(url + wire.COMPLETE_PATH, data=streamed) as response:
+            frames = list(wire.FrameDecoder().feed(await response.read()))
+    usage = wire.decode_chunk(frames[-1][4:]).usage  # a frame's size prefix stripped
+    assert first is not None and usage is not None
+    assert first.cached_tokens == 0 and 0 < usage.cached_tokens < usage.prompt_tokens == first.prompt_tokens
