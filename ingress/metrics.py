@@ -1,7 +1,8 @@
 """Prometheus metrics: all defined here, each recorded where what it counts happens.
 
-A request's summary (count, duration, overhead, upstream time, first token, tokens, refusal) is recorded
-from its Exchange in one place, the edge's middleware. The rest as they happen: retries and chunk gaps in
+A request's summary (count, duration, overhead, upstream time, first token, tokens, its group's prompt and
+cached tokens, a cache-affine choice, refusal) is recorded from its Exchange in one place, the edge's
+middleware. The rest as they happen: retries and chunk gaps in
 the pipeline (a stream's gaps counted by `Gaps`, added at its end), admissions and the limit store's
 calls in tenancy/, endpoint health in upstream/ (and on scrape), connections refused before any HTTP
 in the edge, GC pauses and live tasks here.
