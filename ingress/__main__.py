@@ -72,14 +72,19 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from ingress.demo.cache import KvCacheSettings
     from ingress.demo.service import create_demo_app
     from ingress.serve.server import event_loop
 
+    if args.cache_blocks < 0 or args.prefill_us_per_token < 0:
+        print("ingress: --cache-blocks and --prefill-us-per-token may not be negative", file=sys.stderr)
+        return 2
+    kv_cache = KvCacheSettings(blocks=args.cache_blocks, prefill_s_per_token=args.prefill_us_per_token / 1e6)
     configure(args.log_level)
     capture_uncaught()
     get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
-    web.run_app(create_demo_app(args.delay_ms / 1000), **where, loop=event_loop(),
+    web.run_app(create_demo_app(args.delay_ms / 1000, kv_cache), **where, loop=event_loop(),
                 handler_cancellation=True, access_log=None, print=None)
     return 0
 
@@ -195,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--port", type=int, default=9000)
     demo.add_argument("--unix", help="listen on this Unix socket path instead")
     demo.add_argument("--delay-ms", type=float, default=0.0, help="pause between streamed tokens")
+    demo.add_argument("--cache-blocks", type=int, default=0,
+                      help="simulate an engine's prefix cache of this many prompt blocks (LRU; 0: none): "
+                           "answers report cached_tokens")
+    demo.add_argument("--prefill-us-per-token", type=float, default=0.0,
+                      help="the first token waits this long for each prompt token not read from the cache")
     demo.add_argument("--log-level", default="info", choices=typing.get_args(LogLevel))
     demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)

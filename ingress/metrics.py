@@ -1,14 +1,16 @@
 """Prometheus metrics: all defined here, each recorded where what it counts happens.
 
-A request's summary (count, duration, overhead, upstream time, first token, tokens, refusal) is recorded
-from its Exchange in one place, the edge's middleware. The rest as they happen: retries and chunk gaps in
+A request's summary (count, duration, overhead, upstream time, first token, tokens, its group's prompt and
+cached tokens, a cache-affine choice, refusal) is recorded from its Exchange in one place, the edge's
+middleware. The rest as they happen: retries and chunk gaps in
 the pipeline (a stream's gaps counted by `Gaps`, added at its end), admissions and the limit store's
 calls in tenancy/, endpoint health in upstream/ (and on scrape), connections refused before any HTTP
 in the edge, GC pauses and live tasks here.
 
 With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor before any worker
 starts) makes every worker write its values to shared files, and /metrics aggregates them.
-Labels stay bounded: `model` is a name some route serves (or "other"), never an arbitrary string.
+Labels stay bounded: `model` is a name some route serves (or "other"), never an arbitrary string; `group` a
+configured group's name.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 CHUNK = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PAUSE = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+BLOCKS = (0, 1, 2, 4, 8, 16, 32, 64)  # a prefix chain's blocks (ingress/wire/prefix.py: at most ~50 of the edge's)
 
 REQUESTS = Counter("ingress_requests", "Requests by route, model and status.", ["route", "model", "status"])
 DURATION = Histogram("ingress_request_duration_seconds", "Total request latency.", ["route"], buckets=LATENCY)
@@ -52,6 +55,18 @@ IN_FLIGHT = Gauge("ingress_in_flight", "Requests in progress.", multiprocess_mod
 TOKENS = Counter("ingress_tokens", "Tokens by model and kind (prompt, completion).", ["model", "kind"])
 ENDPOINT_HEALTHY = Gauge("ingress_upstream_endpoint_healthy", "1 when an endpoint may be chosen.",
                          ["group", "endpoint"], multiprocess_mode="livemax")
+# Cache-affine groups (ingress/routing/affinity.py): `group` is a configured group's name, `way` one of Way's
+# five. One choice a request: its last attempt's.
+AFFINITY_CHOICES = Counter("ingress_affinity_choices", "Cache-affine choices by group and way: hit (where the "
+                           "prefix was last served), hashed (rendezvous hashing of the conversation), affinity_key "
+                           "(the client's key, hashed), overridden_by_load (the preferred endpoint full or above the "
+                           "load bound), balanced (nothing to go by: as P2C).", ["group", "way"])
+AFFINITY_MATCHED = Histogram("ingress_affinity_matched_blocks", "A cache-affine choice's longest remembered chain "
+                             "of the request's prefix blocks (512 bytes of prompt each; 0: none), by group.",
+                             ["group"], buckets=BLOCKS)
+GROUP_TOKENS = Counter("ingress_upstream_tokens", "Prompt tokens the services reported, by group and kind: prompt, "
+                       "and cached (of them, read from the service's prefix cache). Cached over prompt is the hit "
+                       "ratio the group's choice buys.", ["group", "kind"])
 RETRIES = Counter("ingress_retries", "Requests sent again to another endpoint or the fallback group.", ["group"])
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
 HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "

@@ -6,6 +6,9 @@ under the same names. The keys, in the line's order (each only when known, but f
     method, path, status, outcome, duration_ms          the HTTP exchange and how it ended
     model, stream, upstream                             as asked; the endpoint that served it (null if none)
     route, served_model                                 the route that took it; the model the answer named
+    affinity, matched_blocks                            a cache-affine group's choice: which way it went (hit,
+                                                        hashed, affinity_key, overridden_by_load, balanced) and
+                                                        the prefix blocks it matched (0: none)
     tenant, key_id, api, dropped, limit                 who asked; the API family; hints not sent; admission
     ttfb_ms, paced_ms                                   time to the first byte of the answer; the start's wait
     prompt_tokens, completion_tokens, cached_tokens,    the service's usage (cached, cache write: of the prompt;
@@ -48,6 +51,8 @@ def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str
             record["route"] = ex.route
         if ex.served_model is not None:
             record["served_model"] = ex.served_model
+        if ex.choice is not None:
+            record.update(affinity=ex.choice.way.value, matched_blocks=ex.choice.matched)
     if ex.principal is not None:
         record.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
     if ex.api is not None:

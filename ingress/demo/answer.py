@@ -89,7 +89,8 @@ class Plan:
         return len(self.text_tokens) + (len(tokens(self.tool_call.arguments)) if self.tool_call else 0)
 
 
-def _text(m: MessageData) -> str:
+def message_text(m: MessageData) -> str:
+    """A message's text: its content, or its text parts'."""
     content: str | None = m.content
     if content is not None:
         return content
@@ -125,11 +126,11 @@ def _chosen_tool(req: CompletionRequestData, user_text: str) -> int | None:
 
 def plan(req: CompletionRequestData, request_id: str) -> Plan:
     messages = req.messages or []
-    prompt_tokens = sum(count_tokens(_text(m)) for m in messages)
-    user_text = next((_text(m) for m in reversed(messages) if m.role == ROLE_USER), "")
+    prompt_tokens = sum(count_tokens(message_text(m)) for m in messages)
+    user_text = next((message_text(m) for m in reversed(messages) if m.role == ROLE_USER), "")
     last = messages[-1] if messages else None
     if last is not None and last.role == ROLE_TOOL:
-        reply = f"Tool {last.tool_call_id or ''} returned: {_text(last)}"
+        reply = f"Tool {last.tool_call_id or ''} returned: {message_text(last)}"
         return Plan(tokens(reply), None, "stop", prompt_tokens)
     tool = _chosen_tool(req, user_text)
     if tool is not None:

@@ -10,23 +10,26 @@ from aiohttp import web
 from ingress import wire
 from ingress.demo import embed as embedding
 from ingress.demo.answer import Plan, logprob, plan
+from ingress.demo.cache import KvCache, KvCacheSettings, Prefill
 from ingress.demo.text import TextPlan, plan_text, usage_of
 from ingress.sockets import name_server
 
 DELAY = web.AppKey("delay", float)
+KV_CACHE = web.AppKey("kv_cache", KvCache)  # a simulated prefix cache (ingress/demo/cache.py); off by default
 FINGERPRINT = "fp_ingress_demo"  # the demo's one configuration
 TIER = "default"  # the demo's one tier: the answer to a request that names any
 
 
-def text_usage(prompt: int, completion: int) -> wire.Usage:
-    """Every token the demo counts is text (an image or audio part is not counted at all); it caches
-    nothing, so cached and cache-write tokens stay 0."""
+def text_usage(prompt: int, completion: int, cached: int = 0) -> wire.Usage:
+    """Every token the demo counts is text (an image or audio part is not counted at all); `cached` of the
+    prompt's were read from its simulated prefix cache (0 with the cache off). It writes no cache a client
+    pays for: cache-write tokens stay 0."""
     return wire.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                      prompt_text_tokens=prompt, completion_text_tokens=completion)
+                      prompt_text_tokens=prompt, completion_text_tokens=completion, cached_tokens=cached)
 
 
-def _usage(p: Plan, n: int) -> wire.Usage:
-    return text_usage(p.prompt_tokens, p.completion_tokens * n)
+def _usage(p: Plan, n: int, prefill: Prefill) -> wire.Usage:
+    return text_usage(p.prompt_tokens, p.completion_tokens * n, prefill.cached_tokens)
 
 
 def _calls(p: Plan) -> list[wire.FunctionCall]:
@@ -47,22 +50,29 @@ async def complete(request: web.Request) -> web.StreamResponse:
         return web.Response(status=400, body=wire.write_error(error), content_type=wire.CONTENT_TYPE)
     n = req.n or 1
     if req.text_completion:
-        return await _complete_text(request, req, n, plan_text(req))
+        plans = plan_text(req)
+        prefill = request.app[KV_CACHE].prefill(req, usage_of(plans, n)[0])
+        return await _complete_text(request, req, n, plans, prefill)
+    prefill = request.app[KV_CACHE].prefill(req, p.prompt_tokens)
     answer_id, created = f"chatcmpl-{request_id}", int(time.time())
     top = req.top_logprobs or 0
     logprobs = [logprob(t, top) for t in p.text_tokens] if req.logprobs else None
     tier = TIER if req.service_tier is not None else None
     if not req.stream:
+        if prefill.delay_s:
+            await asyncio.sleep(prefill.delay_s)
         text = "".join(p.text_tokens) if not p.tool_call else None
         choices = [wire.Choice(index=i, content=text, tool_calls=_calls(p), finish_reason=p.finish_reason,
                                logprobs=logprobs) for i in range(n)]
-        response = wire.Response(id=answer_id, model=model, created=created, choices=choices, usage=_usage(p, n),
-                                 system_fingerprint=FINGERPRINT, service_tier=tier)
+        response = wire.Response(id=answer_id, model=model, created=created, choices=choices,
+                                 usage=_usage(p, n, prefill), system_fingerprint=FINGERPRINT, service_tier=tier)
         return web.Response(body=wire.write_response(response), content_type=wire.CONTENT_TYPE)
 
     stream = web.StreamResponse(headers={"Content-Type": wire.STREAM_CONTENT_TYPE})
     await stream.prepare(request)
     delay, seq = request.app[DELAY], 0
+    if prefill.delay_s:  # the first token waits for the prompt's prefill
+        await asyncio.sleep(prefill.delay_s)
 
     async def send(**fields: object) -> None:
         nonlocal seq
@@ -85,16 +95,18 @@ async def complete(request: web.Request) -> web.StreamResponse:
             await send(choice_index=i, tool_calls=[wire.ToolCallDelta(index=0, arguments=call.arguments)])
     for i in range(n):
         await send(choice_index=i, finish_reason=p.finish_reason)
-    await send(usage=_usage(p, n), done=True)
+    await send(usage=_usage(p, n, prefill), done=True)
     await stream.write_eof()
     return stream
 
 
 async def _complete_text(request: web.Request, req: wire.CompletionRequestData, n: int,
-                         plans: list[TextPlan]) -> web.StreamResponse:
+                         plans: list[TextPlan], prefill: Prefill) -> web.StreamResponse:
     """A legacy text completion: each prompt's n choices, indexed prompt * n + j."""
-    usage = text_usage(*usage_of(plans, n))
+    usage = text_usage(*usage_of(plans, n), prefill.cached_tokens)
     answer_id, model, created = f"cmpl-{req.request_id or ''}", req.model_name or "", int(time.time())
+    if prefill.delay_s:
+        await asyncio.sleep(prefill.delay_s)
     if not req.stream:
         choices = [wire.Choice(index=i * n + j, content=p.echo + "".join(p.words), finish_reason=p.finish_reason,
                                logprobs=p.logprobs)
@@ -155,9 +167,11 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def create_demo_app(delay_s: float = 0.0) -> web.Application:
+def create_demo_app(delay_s: float = 0.0, kv_cache: KvCacheSettings | None = None) -> web.Application:
+    """The demo service: `delay_s` between streamed tokens; `kv_cache`, its simulated prefix cache (None: off)."""
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[DELAY] = delay_s
+    app[KV_CACHE] = KvCache(kv_cache or KvCacheSettings())
     app.router.add_post(wire.COMPLETE_PATH, complete)
     app.router.add_post(wire.EMBED_PATH, embed)
     app.router.add_get("/healthz", healthz)

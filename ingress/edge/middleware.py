@@ -223,7 +223,14 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
     child(metrics.OVERHEAD_S, route).observe(max(total - upstream, 0.0))
     if ex.stream and ex.first_byte is not None:
         child(metrics.TTFT, ex.metric_model).observe(ex.first_byte - ex.started)
+    if ex.choice is not None:
+        group = ex.group or "unknown"
+        child(metrics.AFFINITY_CHOICES, group, ex.choice.way.value).inc()
+        child(metrics.AFFINITY_MATCHED, group).observe(ex.choice.matched)
     if ex.usage is not None:
+        if ex.group is not None:
+            child(metrics.GROUP_TOKENS, ex.group, "prompt").inc(ex.usage.prompt_tokens)
+            child(metrics.GROUP_TOKENS, ex.group, "cached").inc(ex.usage.cached_tokens)
         child(metrics.TOKENS, ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
         if ex.prompt_tokens is not None:
             child(metrics.PROMPT_COUNTED, ex.metric_model).inc(ex.prompt_tokens)

@@ -1,9 +1,13 @@
 """Cache-affine routing end to end: three edges in front of four fake endpoints on loopback, as three
 replicas sharing nothing. A conversation keeps its endpoint across turns and edges, moves (on every edge
-alike) when that endpoint goes down, and conversations behind one long system prompt still spread."""
+alike) when that endpoint goes down, and conversations behind one long system prompt still spread. And an
+edge in front of four demo services with their simulated prefix caches on: what the choice buys, as the
+services report it and as an operator reads it (the access line, /metrics)."""
 
 from __future__ import annotations
 
+import io
+import itertools
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -12,14 +16,22 @@ from typing import Any
 
 import aiohttp
 import msgspec
+import openai
 import pytest
 from fakes.upstream import FakeUpstream
+from logcapture import lines
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletionMessageParam
+from prometheus_client.parser import text_string_to_metric_families
 from recording import recording_edge
 
 from ingress import wire
+from ingress.demo.cache import KvCacheSettings
+from ingress.demo.service import create_demo_app
 from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.routing.affinity import Way
+from ingress.serve.app import serve_app
 from ingress.settings import Affinity, Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
 from ingress.wire.encode import encode_request
 from ingress.wire.passport import RequestMeta, compute_passport
@@ -158,3 +170,68 @@ async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(flee
 
     assert served[0][0] == served[1][0] == ex.upstream
     assert [way for _, way in served] == [Way.HASHED, Way.HASHED]
+
+
+async def _samples(http: aiohttp.ClientSession, url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    async with http.get(f"{url}/metrics") as response:
+        text = await response.text()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_with_the_demos_caches_on_a_conversations_later_turns_are_read_from_its_endpoints_cache(
+        http: aiohttp.ClientSession, log_stream: io.StringIO) -> None:
+    async with AsyncExitStack() as stack:
+        caches = KvCacheSettings(blocks=512, prefill_s_per_token=0.00001)
+        demos = [await stack.enter_async_context(serve_app(create_demo_app(kv_cache=caches), "127.0.0.1", 0))
+                 for _ in range(4)]
+        group = Group(endpoints=[Endpoint(url=u) for u in demos], balance="cache_affine")
+        url, _, exchanges = await recording_edge(stack, Settings(
+            groups={"cached": group}, routes=(Route(model="chat", group="cached"),), timeouts=QUICK))
+        before = await _samples(http, url)
+
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "system", "content": SYSTEM}, {"role": "user", "content": "My flight to Lyon was cancelled."}]
+        usages: list[tuple[int, int]] = []  # each turn's (prompt tokens, cached tokens), as the client read them
+        async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0) as client:
+            for turn in range(5):
+                named = {"x-request-id": f"kv-{turn}"}
+                if turn % 2:  # streamed: the usage comes in the last chunk
+                    stream = await client.chat.completions.create(
+                        model="chat", messages=messages, stream=True, stream_options={"include_usage": True},
+                        extra_headers=named)
+                    chunks = [chunk async for chunk in stream]
+                    answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                    usage: CompletionUsage | None = next(c.usage for c in chunks if c.usage is not None)
+                else:
+                    whole = await client.chat.completions.create(model="chat", messages=messages, extra_headers=named)
+                    answer, usage = whole.choices[0].message.content or "", whole.usage
+                assert usage is not None
+                details = usage.prompt_tokens_details
+                usages.append((usage.prompt_tokens, details.cached_tokens or 0 if details is not None else 0))
+                messages.append({"role": "assistant", "content": answer})
+                messages.append({"role": "user", "content": f"And then {turn}? " + "Tell me more. " * 20})
+        after = await _samples(http, url)
+
+    cached = [c for _, c in usages]
+    assert cached[0] == 0  # the first turn: a cold cache
+    # then most of the turns before: what their full blocks held (a prompt's last block is partial)
+    assert all(0.8 * previous < c <= previous for (previous, _), (_, c) in itertools.pairwise(usages))
+    assert len({ex.upstream for ex in exchanges if ex.api == "chat"}) == 1  # (not /metrics)
+
+    records = [line for line in lines(log_stream) if line["event"] == "request"
+               and str(line["request_id"]).startswith("kv-")]
+    assert [line["affinity"] for line in records] == ["hashed"] + ["hit"] * 4
+    assert records[0]["matched_blocks"] == 0 and all(line["matched_blocks"] > 0 for line in records[1:])
+    assert [line["cached_tokens"] for line in records] == cached
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, frozenset(labels.items()))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew("ingress_affinity_choices_total", group="cached", way="hit") == 4
+    assert grew("ingress_affinity_choices_total", group="cached", way="hashed") == 1
+    assert grew("ingress_affinity_matched_blocks_count", group="cached") == 5
+    assert grew("ingress_affinity_matched_blocks_bucket", group="cached", le="0.0") == 1
+    assert grew("ingress_upstream_tokens_total", group="cached", kind="cached") == sum(cached)
+    assert grew("ingress_upstream_tokens_total", group="cached", kind="prompt") == sum(p for p, _ in usages)

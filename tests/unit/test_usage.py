@@ -6,6 +6,8 @@ import pytest
 
 from ingress.errors import NotFound, UpstreamProtocolError
 from ingress.exchange import Exchange
+from ingress.routing.affinity import Decision, Way
+from ingress.routing.health import EndpointState
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.plan import NANO_USD_PER_USD, TokenPrice, checks_of
 from ingress.tenancy.policy import Policy
@@ -67,6 +69,20 @@ def test_without_usage_there_are_no_tokens_and_no_cost() -> None:
     record = usage_record(served(usage=None), "POST", "/v1/chat/completions", 499, "client_closed", 101.5, POLICY)
     assert not {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens", "cost_usd"} & set(record)
     assert record["served_model"] == "gpt-4o-2024-08-06"
+
+
+@pytest.mark.parametrize(("way", "matched"), [(Way.HIT, 12), (Way.HASHED, 0), (Way.OVERRIDDEN_BY_LOAD, 7)])
+def test_a_cache_affine_choice_names_its_way_and_blocks_after_the_model_served(way: Way, matched: int) -> None:
+    ex = served()
+    ex.choice = Decision(EndpointState(url="http://10.0.0.5:9000"), way, matched)
+    record = usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+
+    keys = list(record)
+    assert keys[keys.index("served_model") + 1:keys.index("tenant")] == ["affinity", "matched_blocks"]
+    assert (record["affinity"], record["matched_blocks"]) == (way.value, matched)
+    # the other keys keep their order; a P2C group's request has neither
+    assert [k for k in keys if k not in ("affinity", "matched_blocks")] == list(usage_record(
+        served(), "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY))
 
 
 def test_a_refused_request_has_its_head_and_its_error() -> None:
