@@ -38,7 +38,6 @@ import msgspec
 from ingress import metrics, otlp
 from ingress.log import get_logger
 from ingress.settings import Tracing
-from ingress.wire.passport import traceparent_at
 
 # The endpoints traced, and each one's gen_ai.operation.name (the Responses and Messages APIs are chat
 # with another shape: ingress.api names which).
@@ -264,7 +263,10 @@ class RequestTrace:
         if buffer is None:
             return buffer
         writable = buffer if isinstance(buffer, bytearray) else bytearray(buffer)
-        self._buffer, self._span_at = writable, traceparent_at(writable)  # read in place
+        # The passport's traceparent is this span's, whose id is fresh and random: found by its bytes (a
+        # memchr-speed search), where reading the passport through the flatbuffers runtime cost ~20 µs.
+        at = writable.find(self.span.traceparent.encode())
+        self._buffer, self._span_at = writable, at if at >= 0 else None
         return writable
 
     def asked(self, request: object, provider: str, content: bool = False) -> None:

@@ -24,7 +24,6 @@ from ingress.wire.types import PassportData
 
 CHARS_PER_TOKEN = 4  # the usual estimate for English text with BPE tokenizers, when no counter is given
 
-TRACEPARENT_LENGTH = 55  # "00-" trace id (32 hex) "-" span id (16 hex) "-" flags (2 hex)
 _ROOTS: dict[bytes, type[CompletionTable] | type[EmbeddingTable]] = {
     identifiers.REQUEST: CompletionTable, identifiers.EMBEDDING_REQUEST: EmbeddingTable}
 _TRACEPARENT = re.compile(r"^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -102,21 +101,6 @@ def valid_traceparent(value: str | None) -> str | None:
 def valid_tracestate(value: str | None) -> str | None:
     """W3C tracestate is at most 512 printable ASCII characters; anything else is not forwarded."""
     return value if value is not None and _TRACESTATE.fullmatch(value) else None
-
-
-def traceparent_at(buf: bytes | bytearray) -> int | None:
-    """Where a request buffer's passport (a CompletionRequest's or an EmbeddingRequest's) holds its
-    traceparent's characters, so a span id can be written over its own in place; None when it holds none."""
-    root = _ROOTS.get(identifiers.identifier_of(buf))
-    passport = root.GetRootAs(buf, 0).Passport() if root is not None else None
-    if passport is None:
-        return None
-    slot = passport._tab.Offset(16)  # Passport.traceparent: field 6, vtable slot 4 + 2 * 6
-    if not slot:
-        return None
-    at = passport._tab.Pos + slot
-    at += struct.unpack_from("<I", buf, at)[0]
-    return at + 4 if struct.unpack_from("<I", buf, at)[0] == TRACEPARENT_LENGTH else None
 
 
 MAX_READ_BLOCKS = 1024  # of a client's own chain, read for routing (the edge's own has at most ~50)
