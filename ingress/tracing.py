@@ -90,10 +90,6 @@ class Span:
         self.owner.submit(self)
 
 
-def fail(span: Span, error_type: str, description: str) -> None:
-    span.fail(error_type, description)
-
-
 def _parent(traceparent: str) -> tuple[int, int, int]:
     """A well-formed traceparent's trace id, span id and flags."""
     return int(traceparent[3:35], 16), int(traceparent[36:52], 16), int(traceparent[53:55], 16)
@@ -317,7 +313,7 @@ class RequestTrace:
         if span is None:
             return
         if error is not None:
-            fail(span, error_type(error), str(getattr(error, "message", "")) or type(error).__name__)
+            span.fail(error_type(error), str(getattr(error, "message", "")) or type(error).__name__)
         span.end(self.ns(end) if end is not None else None)
 
     def child(self, name: str, start: float, end: float, attributes: Mapping[str, Any] | None = None) -> None:
@@ -341,11 +337,11 @@ class RequestTrace:
             span.add_event("first_token", self.ns(first_token))
         span.add_event("usage", None, usage)
         if error is not None:
-            error_type, description = error
+            kind, description = error
             if description is None:
-                span.set_attribute("error.type", error_type)
+                span.set_attribute("error.type", kind)
             else:
-                fail(span, error_type, description)
+                span.fail(kind, description)
         span.end()
 
 

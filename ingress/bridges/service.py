@@ -28,7 +28,7 @@ from ingress.errors import IngressError, UpstreamConnectFailed
 from ingress.log import get_logger
 from ingress.settings import Timeouts
 from ingress.sockets import chunk, clear, name_server
-from ingress.tracing import Tracer, fail, provider_answered, provider_span
+from ingress.tracing import Tracer, provider_answered, provider_span
 from ingress.upstream.http1 import ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
@@ -159,7 +159,7 @@ async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers:
         log.warning("engine unreachable", target=bridge.target.url, error=type(exc).__name__)
         info = _hop_failure(exc, "answer")
         if span is not None:
-            fail(span, info.code or "upstream_unavailable", info.message)
+            span.fail(info.code or "upstream_unavailable", info.message)
         return _error(info)
     if span is not None:
         provider_answered(span, response.status, response.headers)
@@ -172,7 +172,7 @@ async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers:
             info = bridge.dialect.error(response.status, response.headers, error_body)
             log.info("engine refused", status=response.status, code=info.code)
             if span is not None:
-                fail(span, info.code or info.type or str(info.status), info.message)
+                span.fail(info.code or info.type or str(info.status), info.message)
             return _error(info, response.headers.get("retry-after"))
         if not call.request.stream:
             return await _whole(call, response, t)
