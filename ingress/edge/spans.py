@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ingress.errors import IngressError
 from ingress.exchange import Exchange
 from ingress.tracing import OPERATIONS, error_type
 
@@ -26,7 +25,7 @@ def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mappi
         error = ("client_closed", "the client went away before the answer ended")
     elif ex.error is not None:
         failed = status >= 500 or outcome == "stream_error"
-        error = (error_type(ex.error), _described(ex.error) if failed else None)
+        error = (error_type(ex.error), ex.error.message if failed else None)
     usage = {k: v for k, v in record.items() if v is not None and k not in _ON_THE_SPAN}
     trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, usage, first_token=ex.first_byte,
                  attempt_error=ex.error if outcome != "ok" else None,
@@ -38,10 +37,6 @@ def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mappi
 _ON_THE_SPAN = frozenset({"method", "path", "status", "model", "stream", "upstream", "route", "served_model",
                           "tenant", "key_id", "api", "limit", "prompt_tokens", "completion_tokens", "error_code",
                           "error_type"})
-
-
-def _described(error: IngressError) -> str:
-    return error.message
 
 
 def attributes_of(ex: Exchange, route: str) -> dict[str, Any]:
