@@ -190,6 +190,11 @@ def resource_prefix(resource: Mapping[str, Any], scope: str, version: str) -> tu
 
 def export_request(prefix: tuple[bytes, bytes], spans: Iterable[SpanData]) -> bytes:
     """One ExportTraceServiceRequest: one resource, one scope, `spans`."""
+    return export_encoded(prefix, [span(s) for s in spans])
+
+
+def export_encoded(prefix: tuple[bytes, bytes], spans: Iterable[bytes]) -> bytes:
+    """One ExportTraceServiceRequest of spans already encoded (each `span(s)`)."""
     resource, scope = prefix
-    scope_spans = _field(2, scope + b"".join(_field(2, span(s)) for s in spans))
+    scope_spans = _field(2, scope + b"".join(_field(2, s) for s in spans))
     return _field(1, resource + scope_spans)

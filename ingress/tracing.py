@@ -11,8 +11,8 @@ A traced request is one trace of spans, named and attributed per OpenTelemetry's
     │                                     and the header), so a service's or bridge's span is its child
     └── settle                  INTERNAL  the endpoint's slot let go, the reservation charged what was used
 
-A span is a plain record (`Span`), ended into a bounded queue that a thread sends in batches over OTLP/HTTP
-(`ingress/otlp.py` encodes them), never blocking a request; a span that finds the queue full, or whose batch
+A span is a plain record (`Span`), encoded as it ends (`ingress/otlp.py`) into a bounded queue that a thread
+sends in batches over OTLP/HTTP, never blocking a request; a span that finds the queue full, or whose batch
 the collector refused or could not be reached for, is dropped and counted (`ingress_trace_spans_dropped_total`).
 Why not the OpenTelemetry SDK on this path: its four spans of a request cost ~260 µs of CPU before any
 encoding (bench/notes/tracing.md); these cost a tenth of that, encoding included. The W3C trace context,
@@ -100,7 +100,7 @@ class Tracer:
 
     def __init__(self, config: Tracing) -> None:
         self.ratio, self.config = config.sample_ratio, config
-        self._queue: collections.deque[Span] = collections.deque()
+        self._queue: collections.deque[bytes] = collections.deque()  # ended spans, encoded
         self._prefix = otlp.resource_prefix({"service.name": config.service_name, "telemetry.sdk.language": "python",
                                              "telemetry.sdk.name": "ingress"}, SCOPE, _version())
         headers = {name: os.environ.get(env, "") for name, env in config.headers_env.items()}
@@ -130,12 +130,14 @@ class Tracer:
         return RequestTrace(self, self.span("request", otlp.KIND_SERVER, traceparent, tracestate), tracestate)
 
     def submit(self, span: Span) -> None:
-        """An ended span, for the exporter; dropped and counted when the queue is full."""
+        """An ended span, encoded at once (in the event loop, a few µs: an export thread encoding batches
+        held the interpreter's lock for milliseconds at a time, and the loop waited for it) and queued for
+        the exporter; dropped and counted when the queue is full."""
         queue = self._queue
         if len(queue) >= self.config.max_queue:
             metrics.TRACE_SPANS_DROPPED.labels("queue_full").inc()
             return
-        queue.append(span)
+        queue.append(otlp.span(span))
         if len(queue) >= self.config.max_batch:
             self._exporter.wake()
 
@@ -156,7 +158,7 @@ class _Exporter:
     `export_timeout`. A batch that fails (an error status, no connection, too slow) is dropped and counted:
     the collector's absence must cost the edge nothing but its spans."""
 
-    def __init__(self, config: Tracing, headers: dict[str, str], queue: collections.deque[Span],
+    def __init__(self, config: Tracing, headers: dict[str, str], queue: collections.deque[bytes],
                  prefix: tuple[bytes, bytes]) -> None:
         url = urllib.parse.urlsplit(config.endpoint)
         self._https, self._host, self._port = url.scheme == "https", url.hostname or "", url.port
@@ -178,26 +180,31 @@ class _Exporter:
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        interval = self._config.flush_interval
+        interval, full = self._config.flush_interval, self._config.max_batch
         while True:
             self._event.wait(interval)
             self._event.clear()
-            while self._queue:
+            # What is queued, then whole batches only: the spans that arrive while a batch is sent wait for
+            # the next interval or a full batch, not a POST each (which cost the loop a thread switch a span).
+            self._send(self._batch())
+            while len(self._queue) >= full or (self._stopping and self._queue):
                 self._send(self._batch())
             if self._stopping:
                 if self._connection is not None:
                     self._connection.close()
                 return
 
-    def _batch(self) -> list[Span]:
+    def _batch(self) -> list[bytes]:
         queue, batch = self._queue, []
         for _ in range(min(len(queue), self._config.max_batch)):
             batch.append(queue.popleft())
         return batch
 
-    def _send(self, spans: list[Span]) -> None:
+    def _send(self, spans: list[bytes]) -> None:
+        if not spans:
+            return
         try:
-            body = otlp.export_request(self._prefix, spans)
+            body = otlp.export_encoded(self._prefix, spans)
             connection = self._connection or self._connect()
             connection.request("POST", self._path, body, self._headers)
             response = connection.getresponse()
