@@ -127,7 +127,7 @@ class Tracer:
         when the request is not sampled."""
         if not self.sampled(traceparent):
             return None
-        return RequestTrace(self, self.span("request", otlp.KIND_SERVER, traceparent, tracestate), tracestate)
+        return RequestTrace(self.span("request", otlp.KIND_SERVER, traceparent, tracestate), tracestate)
 
     def submit(self, span: Span) -> None:
         """An ended span, encoded at once (in the event loop, a few µs: an export thread encoding batches
@@ -237,18 +237,16 @@ class RequestTrace:
     run, or after them from the Exchange's marks (perf_counter readings, placed on the wall clock by the
     offset taken when the trace began)."""
 
-    __slots__ = ("_attempt", "_buffer", "_headers", "_offset", "_span_at", "content", "owner", "span", "tracestate")
+    __slots__ = ("_attempt", "_buffer", "_headers", "_offset", "_span_at", "content", "span", "tracestate")
 
-    def __init__(self, owner: Tracer, span: Span, tracestate: str | None) -> None:
-        self.owner, self.span, self.tracestate = owner, span, tracestate
+    def __init__(self, span: Span, tracestate: str | None) -> None:
+        self.span, self.tracestate = span, tracestate
         self._offset = time.time_ns() - time.perf_counter_ns()
         self._attempt: Span | None = None
         self._buffer: bytearray | None = None
         self._headers: dict[str, str] | None = None
         self._span_at: int | None = None
         self.content = False  # the route put the prompt on the span: the answer's text goes there too
-
-    recording = True  # a trace is made only for a sampled request
 
     @property
     def traceparent(self) -> str:
