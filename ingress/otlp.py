@@ -122,59 +122,82 @@ def _any(value: Any) -> bytes:
     return _string(1, str(value))
 
 
-_PAIRS: dict[str, dict[str, bytes]] = {}  # an attribute's KeyValue by name and string value, the first few values
-_PAIR_VALUES = 64  # of each name (a route, a tenant, an outcome repeat; a request id is never kept past these)
+# Each attribute field (tag, length, KeyValue) as encoded, by field number, name and value: a request's spans
+# repeat most of theirs (a route, a tenant, an outcome, status 200, one attempt), and a hit is one lookup. A
+# name's first few values of each kind are kept (a request id is never kept past these); str and int values
+# apart, as True == 1 and a bool is no int here.
+_STRS: dict[int, dict[str, dict[str, bytes]]] = {1: {}, 3: {}, 9: {}}
+_INTS: dict[int, dict[str, dict[int, bytes]]] = {1: {}, 3: {}, 9: {}}
+_PAIR_VALUES = 64
 
 
-def _pair(key: str, value: Any) -> bytes:
-    """A KeyValue's payload; one with a string value is encoded once, while its name has few values."""
-    if type(value) is not str:
-        return _key_value(key, _any(value))
-    values = _PAIRS.get(key)
-    if values is None:
-        values = {}
-        if len(_PAIRS) < _MAX_KEYS:
-            _PAIRS[key] = values
-    encoded = values.get(value)
-    if encoded is None:
-        raw = value.encode()
+def _attribute(number: int, key: str, value: Any) -> bytes:
+    """One attribute as KeyValue field `number`, kept for the next time when its name has few values."""
+    kind = type(value)
+    if kind is str:
+        raw: bytes = value.encode()
         n = len(raw)
-        encoded = _key_value(key, b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + raw)
-        if len(values) < _PAIR_VALUES:
+        any_value = b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + raw
+    elif kind is float:
+        any_value = b"\x21" + _DOUBLE(value)
+    else:
+        any_value = _any(value)
+    n = len(any_value)
+    kv = _key(key) + b"\x12" + (_SMALL[n] if n < 0x80 else varint(n)) + any_value
+    n = len(kv)
+    encoded = _TAGS[number] + (_SMALL[n] if n < 0x80 else varint(n)) + kv
+    kept = _STRS[number] if kind is str else _INTS[number] if kind is int else None
+    if kept is not None:
+        values = kept.get(key)
+        if values is None and len(kept) < _MAX_KEYS:
+            values = kept[key] = {}
+        if values is not None and len(values) < _PAIR_VALUES:
             values[value] = encoded
     return encoded
 
 
-def _key_value(key: str, any_value: bytes) -> bytes:
-    n = len(any_value)
-    return _key(key) + b"\x12" + (_SMALL[n] if n < 0x80 else varint(n)) + any_value
-
-
 def attributes(number: int, values: Mapping[str, Any]) -> bytes:
     """Each attribute as a KeyValue field `number`; a None value is left out, as the SDK leaves it out."""
-    tag = _TAGS[number]
+    strs, ints = _STRS[number], _INTS[number]
     parts = []
     for key, value in values.items():
-        if value is not None:
-            kv = _pair(key, value)
-            n = len(kv)
-            parts.append(tag + (_SMALL[n] if n < 0x80 else varint(n)) + kv)
+        kind = type(value)
+        if kind is str:
+            known = strs.get(key)
+        elif kind is int:
+            known = ints.get(key)  # type: ignore[assignment]  # by int, as strs is by str
+        elif value is None:
+            continue
+        else:
+            known = None
+        encoded = known.get(value) if known is not None else None
+        parts.append(encoded if encoded is not None else _attribute(number, key, value))
     return b"".join(parts)
 
 
 _TAGS = {number: varint(number << 3 | 2) for number in (1, 3, 9)}  # attributes of a resource, an event, a span
+_TIMES = struct.Struct("<BQBQ").pack  # start_time_unix_nano (7) and end_time_unix_nano (8), both fixed64
+_KINDS = {kind: b"\x30" + varint(kind) for kind in range(6)}
+_NAMES: dict[str, bytes] = {}  # a span's name as field 5 (a route's few operations and models)
+_EVENTS = {name: _string(2, name) for name in ("first_token", "usage")}  # the edge's events' names, as Event.name
 
 
 def span(s: SpanData) -> bytes:
-    parts = [b"\x0a\x10" + s.trace_id.to_bytes(16, "big"), b"\x12\x08" + s.span_id.to_bytes(8, "big")]
+    name = _NAMES.get(s.name)
+    if name is None:
+        name = _string(5, s.name)
+        if len(_NAMES) < _MAX_KEYS:
+            _NAMES[s.name] = name
+    parts = [b"\x0a\x10" + s.trace_id.to_bytes(16, "big") + b"\x12\x08" + s.span_id.to_bytes(8, "big")]
     if s.trace_state:
         parts.append(_string(3, s.trace_state))
     if s.parent_id:
         parts.append(b"\x22\x08" + s.parent_id.to_bytes(8, "big"))
-    parts += [_string(5, s.name), b"\x30" + varint(s.kind), b"\x39" + _FIXED64(s.start_ns),
-              b"\x41" + _FIXED64(s.end_ns), attributes(9, s.attributes)]
-    for name, at, values in s.events:
-        parts.append(_field(11, b"\x09" + _FIXED64(at) + _string(2, name) + attributes(3, values)))
+    parts += [name, _KINDS.get(s.kind) or b"\x30" + varint(s.kind), _TIMES(0x39, s.start_ns, 0x41, s.end_ns),
+              attributes(9, s.attributes)]
+    for event_name, at, values in s.events:
+        name = _EVENTS.get(event_name) or _string(2, event_name)
+        parts.append(_field(11, b"\x09" + _FIXED64(at) + name + attributes(3, values)))
     if s.status:
         message = _string(2, s.status_message) if s.status_message else b""
         parts.append(_field(15, message + b"\x18" + varint(s.status)))

@@ -52,8 +52,8 @@ class Span:
     """One span, as the OTLP payload has it (`otlp.SpanData`): ids, times in Unix nanoseconds, attributes,
     events, status. Ended once, into its tracer's queue."""
 
-    __slots__ = ("attributes", "end_ns", "events", "flags", "kind", "name", "owner", "parent_id", "remote_parent",
-                 "span_id", "start_ns", "status", "status_message", "trace_id", "trace_state")
+    __slots__ = ("_traceparent", "attributes", "end_ns", "events", "flags", "kind", "name", "owner", "parent_id",
+                 "remote_parent", "span_id", "start_ns", "status", "status_message", "trace_id", "trace_state")
 
     def __init__(self, owner: Tracer, name: str, kind: int, trace_id: int, parent_id: int, *, flags: int = 1,
                  trace_state: str | None = None, remote_parent: bool = False, start_ns: int | None = None,
@@ -66,10 +66,14 @@ class Span:
         self.attributes: dict[str, Any] = attributes if attributes is not None else {}
         self.events: list[tuple[str, int, Mapping[str, Any]]] = []
         self.status, self.status_message = otlp.STATUS_UNSET, ""
+        self._traceparent: str | None = None
 
     @property
     def traceparent(self) -> str:
-        return f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
+        """The span's W3C context, as the hop and the passport carry it (asked up to three times a span)."""
+        if self._traceparent is None:
+            self._traceparent = f"00-{self.trace_id:032x}-{self.span_id:016x}-{self.flags:02x}"
+        return self._traceparent
 
     def set_attribute(self, name: str, value: Any) -> None:
         self.attributes[name] = value

@@ -127,4 +127,11 @@ def test_repeated_values_are_encoded_once_and_a_name_with_many_values_stops_bein
     assert otlp.attributes(9, {"ingress.tenant": "acme"}) == first
     for i in range(500):
         otlp.attributes(9, {"test.request_id": f"{i:032x}"})
-    assert len(otlp._PAIRS["test.request_id"]) == otlp._PAIR_VALUES
+    assert len(otlp._STRS[9]["test.request_id"]) == otlp._PAIR_VALUES
+
+
+def test_a_kept_value_is_never_served_for_an_equal_value_of_another_kind() -> None:
+    for value in (1, True, 1.0, "1", 0, False, 0.0):  # equal as dict keys, each its own AnyValue
+        for _ in range(2):  # the second time, from what was kept
+            kv = KeyValue.FromString(otlp.attributes(9, {"test.kind": value})[2:])
+            assert kv.value == _any(value)
