@@ -191,8 +191,9 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
         ex.upstream_done = time.perf_counter()
-        if ex.trace is not None and ex.trace.content:
-            ex.trace.output(["".join(translator.output)], [])
+        if ex.trace is not None:  # the answer's id and finish reasons (its text too, where the route opted in)
+            ex.trace.answered(translator.id, translator.finish_reasons,
+                              ["".join(translator.output)] if ex.trace.content else [])
     ex.upstream_ok = True
     yield DONE
 

@@ -48,6 +48,16 @@ class FrameTranslator(Protocol[T_co]):
         """The model the service named, on the first chunk that named one (None until then)."""
         ...
 
+    @property
+    def id(self) -> str:
+        """The answer's id, as the client is told it."""
+        ...
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        """Why each choice ended, in the contract's words, as the final chunks said (a request's span has them)."""
+        ...
+
     def read_frame(self, frame: bytes) -> Sequence[T_co]: ...
 
     def finish(self) -> None:

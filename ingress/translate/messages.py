@@ -182,6 +182,11 @@ class MessagesStreamTranslator:
             self._end(events)
         return events
 
+    @property
+    def finish_reasons(self) -> list[str]:
+        """The answer's finish reason, in the contract's words (a Messages answer is its first choice)."""
+        return [self._finish] if self._finish is not None else []
+
     def finish(self) -> None:
         """At the end of the upstream body: a stream without its final frame was cut short."""
         if not self.done:

@@ -90,6 +90,7 @@ class StreamTranslator:
         self.system_fingerprint: str | None = None
         self.service_tier: str | None = None
         self.served_model: str | None = None  # the service's name for its model, as its first chunk that had one
+        self.finish_reasons: list[str] = []  # each choice's, as its last chunk said (never a token read in place)
         self._next_sequence = 0
         self._verify = verify
         self._legacy = legacy_functions
@@ -151,6 +152,8 @@ class StreamTranslator:
             reasoning_content=chunk.reasoning if chunk.reasoning is not None else UNSET,
         )
         logprobs = translate_logprobs(chunk.logprobs, chunk.refusal_logprobs)
+        if chunk.finish_reason is not None:
+            self.finish_reasons.append(chunk.finish_reason)
         if delta != _EMPTY_DELTA or chunk.finish_reason is not None or logprobs is not None:
             finish = translate_finish(chunk.finish_reason, self._legacy)
             choice = chat_answers.ChunkChoiceOut(index=chunk.choice_index, delta=delta, finish_reason=finish,

@@ -83,6 +83,14 @@ class TextStreamTranslator:
     def served_model(self) -> str | None:
         return self._chat.served_model
 
+    @property
+    def id(self) -> str:
+        return self._chat.id
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        return self._chat.finish_reasons
+
     def read_frame(self, frame: bytes) -> list[TextCompletion]:
         """One whole frame → zero or more text chunks (a `FrameTranslator`, as StreamTranslator is)."""
         return [text for chunk in self._chat.feed_frame(frame) if (text := self._text_chunk(chunk)) is not None]

@@ -134,10 +134,15 @@ async def test_a_stream_names_its_first_token_and_usage(start_edge: Any, fake_up
     url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
     stream = await oai(url).chat.completions.create(model=MODEL, messages=HELLO, stream=True,
                                                     stream_options={"include_usage": True})
-    usage = [c.usage async for c in stream if c.usage is not None]
+    chunks = [c async for c in stream]
+    usage = [c.usage for c in chunks if c.usage is not None]
     server, spans = await one_trace(receiver, {"attempt", "settle"})
     a = server.attributes
     assert server.parent_id == "" and a["gen_ai.request.stream"] is True
+    # The answer's id and why it ended, as the chunks told the client.
+    finished = [c.finish_reason for chunk in chunks for c in chunk.choices if c.finish_reason]
+    assert (a["gen_ai.response.id"], a["gen_ai.response.finish_reasons"]) == (chunks[0].id, finished) == (
+        chunks[0].id, ["stop"])
     assert a["gen_ai.usage.output_tokens"] == usage[0].completion_tokens == 2
     assert "first_token" in server.events and 0 < a["gen_ai.response.time_to_first_chunk"] < 10
     # The usage record, as the access line has it: on the span's attributes, the rest as its `usage` event.
@@ -183,6 +188,35 @@ async def test_a_fallback_is_an_attempt_of_its_own_and_the_hop_names_the_one_tha
     assert (server.attributes["ingress.attempts"], second.attributes["ingress.attempt"]) == (2, 2)
     [received] = fake_upstream.received
     assert hop_traceparent(received) == f"00-{CALLER_TRACE}-{second.span_id}-01" == received.headers["traceparent"]
+
+
+async def test_a_retry_in_the_group_is_an_attempt_of_its_own(start_edge: Any, fake_upstream: FakeUpstream,
+                                                              receiver: OtlpReceiver) -> None:
+    with fu.refusing_url() as refusing:
+        # P2C draws by weight: the refusing endpoint is nearly always tried first, then the retry takes the other.
+        settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=refusing, weight=1000),
+                                                             Endpoint(url=fake_upstream.url)])},
+                            routes=(Route(model=MODEL, group="main"),), timeouts=FAST,
+                            retry=Retry(budget_ratio=1.0, budget_min_per_s=1000.0), tracing=tracing(receiver))
+        url = await start_edge(settings)
+        await asyncio.sleep(0.05)  # the retry budget is earned over time
+        retried: Span | None = None
+        for sent in range(1, 6):  # until a request was first sent to the refusing endpoint
+            await oai(url).chat.completions.create(model=MODEL, messages=HELLO)
+            def ended(spans: list[Span], n: int = sent) -> bool:
+                return sum(s.name == "settle" for s in spans) == n == len(server_spans(spans))
+
+            spans = await receiver.wait_for(ended, f"{sent} requests' server and settle spans")
+            retried = next((s for s in server_spans(spans) if s.attributes["ingress.attempts"] == 2), None)
+            if retried is not None:
+                break
+    assert retried is not None
+    first, second, _settle = children(spans, retried)
+    assert (first.name, first.status, first.attributes["server.address"]) == ("attempt", "error", refusing)
+    assert (second.status, second.attributes["server.address"]) == ("unset", fake_upstream.url)
+    assert (first.attributes["ingress.group"], second.attributes["ingress.group"]) == ("main", "main")
+    assert (first.attributes["ingress.attempt"], second.attributes["ingress.attempt"]) == (1, 2)
+    assert hop_traceparent(fake_upstream.received[-1]) == f"00-{retried.trace_id}-{second.span_id}-01"
 
 
 async def test_a_limit_refusal_has_its_admission_and_names_the_error(start_edge: Any, fake_upstream: FakeUpstream,
@@ -430,9 +464,8 @@ async def test_a_route_may_put_the_redacted_prompt_and_the_answer_on_its_spans(
         assert json.loads(span.attributes["gen_ai.input.messages"]) == [
             {"role": "system", "parts": [{"type": "text", "content": "Be brief."}]},
             {"role": "user", "parts": [{"type": "text", "content": sent}]}]
-    assert json.loads(whole.attributes["gen_ai.output.messages"]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": sent}], "finish_reason": "stop"}]
-    assert json.loads(streamed.attributes["gen_ai.output.messages"]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": sent}]}]
+    for span in (whole, streamed):
+        assert json.loads(span.attributes["gen_ai.output.messages"]) == [
+            {"role": "assistant", "parts": [{"type": "text", "content": sent}], "finish_reason": "stop"}]
     assert not {"gen_ai.input.messages", "gen_ai.output.messages"} & set(plain.attributes)
     assert all("ann@example.com" not in str(s.attributes) for s in spans)
