@@ -40,6 +40,7 @@ from ingress.pipeline.answer import message_id
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
+from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.messages import MessagesStreamTranslator
 from ingress.translate.responses import ResponseEvents
@@ -47,6 +48,8 @@ from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
+from ingress.wire.answer import decode_frame
+from ingress.wire.framing import FrameDecoder, FrameError
 
 
 class Signal:
@@ -140,22 +143,49 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, dire
 
 async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
                 head: asyncio.Future[None]) -> tuple[Reads, bytes]:
-    """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
+    """Send; once the service's head has come, wait for the first read of its body (b"": it ended). On a
+    route whose chain falls back on a content filter, the first read is waited for before the head is
+    announced: a stream whose first read ends content_filter before any content moves on unseen."""
+    peek = len(prepared.match.links) > 1 and "content_filter" in prepared.match.fallback_on
+    max_frame = gw.settings.max_frame_bytes
 
-    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads]:
+    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads, bytes | None]:
         stack = AsyncExitStack()
         try:
             reads = await stack.enter_async_context(
                 lease.client.stream(prepared.encoded, prepared.headers, prepared.timeouts))
+            return stack, reads, (await anext(reads, b"") if peek else None)
         except BaseException:
             await stack.aclose()
             raise
-        return stack, reads
 
-    stack, reads = await send(gw, prepared.match, ex, attempt, prepared.prefix)
+    def refused(opened: tuple[AsyncExitStack, Reads, bytes | None]) -> bool:
+        return opened[2] is not None and filtered_first(opened[2], max_frame)
+
+    async def discard(opened: tuple[AsyncExitStack, Reads, bytes | None]) -> None:
+        await opened[0].aclose()
+
+    stack, reads, first = await send(gw, prepared.match, ex, attempt, prepared.prefix,
+                                     reroute=prepared.rerouter(gw, ex), refused=refused if peek else None,
+                                     discard=discard)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
-    return reads, await anext(reads, b"")
+    return reads, first if first is not None else await anext(reads, b"")
+
+
+def filtered_first(data: bytes, max_frame: int) -> bool:
+    """Whether a stream's first read ends content_filter (or refusal) before any content: its whole frames
+    are read (a partial one at its end is not); anything unreadable is left for the stream's own reading."""
+    try:
+        for frame in FrameDecoder(max_frame).feed(data):
+            chunk = decode_frame(frame, verify_frame=True)
+            if chunk.content or chunk.tool_calls or chunk.reasoning or chunk.refusal:
+                return False
+            if chunk.finish_reason in FILTERED_FINISH:
+                return True
+    except (IngressError, FrameError):
+        return False  # the stream's reading meets it, as for any stream
+    return False
 
 
 async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, translator: FrameTranslator[Any],
