@@ -87,7 +87,7 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
             if ex.upstream_sent is None:
                 ex.upstream_sent = time.perf_counter()  # retries count as upstream time, not overhead
             if ex.trace is not None:
-                ex.trace.attempt(link.group, lease.state.url, ex.attempts)
+                ex.trace.attempt(link.group, lease.state.url, ex.attempts, link.name)
             try:
                 try:
                     result = await attempt(lease)
