@@ -22,7 +22,7 @@ from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.routing.affinity import Prefix, key_hash
-from ingress.routing.chain import Link
+from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
 from ingress.settings import Route, Timeouts
 from ingress.tokens import TokenCounter, counter_for
@@ -133,12 +133,20 @@ def counter(gw: Gateway, match: Match) -> TokenCounter:
     return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
 
 
-def counts_exactly(gw: Gateway, ex: Exchange, match: Match | None = None) -> bool:
+def counted(gw: Gateway, ex: Exchange, match: Match, count: Callable[[bool], int]) -> int:
+    """The prompt's count (`count(exact)`): exact where `counts_exactly` says, else the estimate, which is an
+    upper bound; counted exactly after all when that bound is above the max_context of a fallback route of
+    the chain, which it would skip (ingress/routing/chain.py): then only the exact count may skip it."""
+    exact = counts_exactly(gw, ex)
+    tokens = count(exact)
+    if not exact and len(match.chain) > 1 and any(too_long(link, tokens) for link in match.chain[1:]):
+        return count(True)
+    return tokens
+
+
+def counts_exactly(gw: Gateway, ex: Exchange) -> bool:
     """Whether the prompt is counted exactly: only when a limit charges its tokens or a guardrail bounds
-    them (the key's plan says), or a fallback route of its chain is skipped for a prompt above its
-    max_context. Otherwise the estimate is its count, for the passport too."""
-    if match is not None and len(match.chain) > 1 and any(link.route.max_context for link in match.chain[1:]):
-        return True
+    them (the key's plan says). Otherwise the estimate is its count, for the passport too."""
     principal = ex.principal
     return principal is not None and gw.tenancy is not None and gw.tenancy.policy.counts_prompt(principal,
                                                                                                 ex.model or "")
@@ -195,7 +203,7 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     given its passport, encoded."""
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user,
                                 request.safety_identifier)
-    tokens = counter(gw, match).chat(request, counts_exactly(gw, ex, match))
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
     request = _guarded_chat(ex, request, tokens, prompt_param)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -214,7 +222,7 @@ def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> P
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user)
-    tokens = counter(gw, match).texts(request.prompts, counts_exactly(gw, ex, match))
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).texts(request.prompts, exact))
     request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
     passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
@@ -254,7 +262,7 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
             raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
                                  "forward engine parameters).", param="top_k")
         extra_json = f'{{"top_k":{read.top_k}}}'
-    tokens = counter(gw, match).chat(read.request, counts_exactly(gw, ex, match))
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(read.request, exact))
     chat = _guarded_chat(ex, read.request, tokens, "messages")
     redacted = chat is not read.request
     if whole and redacted:  # redacted: the request as sent may not travel
@@ -326,7 +334,7 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
     """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
     match, meta = route_decoded(gw, ex, request.model, False, meta, request.user)
-    tokens = counter(gw, match).texts(request.inputs, counts_exactly(gw, ex, match))
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).texts(request.inputs, exact))
     request = _guarded_texts(ex, request, "input", request.inputs, tokens)
     passport = compute_embedding_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)

@@ -9,6 +9,7 @@ variant takes its share from all the others, moving no key between them.
 
 from __future__ import annotations
 
+import functools
 import math
 from hashlib import blake2b
 from typing import Final
@@ -16,11 +17,18 @@ from typing import Final
 _SCALE: Final = 2.0**64
 
 
+@functools.cache
+def _seeded(name: str) -> blake2b:
+    """BLAKE2b already fed the variant's name (length-prefixed): each key costs a copy and its own bytes."""
+    named = name.encode()
+    return blake2b(len(named).to_bytes(4, "big") + named, digest_size=8, person=b"ingress-split")
+
+
 def _unit(key: bytes, name: str) -> float:
     """A hash of (key, name) in the open interval (0, 1)."""
-    named = name.encode()
-    digest = blake2b(len(named).to_bytes(4, "big") + named + key, digest_size=8, person=b"ingress-split").digest()
-    return (int.from_bytes(digest, "big") + 0.5) / _SCALE
+    hasher = _seeded(name).copy()
+    hasher.update(key)
+    return (int.from_bytes(hasher.digest(), "big") + 0.5) / _SCALE
 
 
 def choose(key: bytes, shares: tuple[tuple[str, int], ...]) -> str:
