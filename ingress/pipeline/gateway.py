@@ -10,6 +10,7 @@ from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.routing.budget import RetryBudget
+from ingress.routing.chain import route_name
 from ingress.routing.split import choose
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Route, Settings, Timeouts
@@ -56,10 +57,11 @@ class Gateway:
                            code="model_not_found")
         r = match.route
         ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
-        # What a cost report groups by: the route as the configuration names it (an exact route by its model,
-        # aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one entry per route
-        # whatever names clients send, unlike `model`; and unlike `group`, the same when a fallback serves.
-        ex.route = r.model if r.model is not None else r.prefix if r.prefix is not None else r.glob
+        # What a cost report groups by: the route as the configuration names it (its `name`; else an exact route
+        # by its model, aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one
+        # entry per route whatever names clients send, unlike `model`; and unlike `group`, the same when a
+        # fallback or a split's variant serves (those are `served_by` and `variant`).
+        ex.route = route_name(r)
         ex.group = r.group
         if shares := self.routes.shares(match):
             key = _split_key(r, ex, meta, user, safety_identifier)
