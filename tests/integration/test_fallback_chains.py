@@ -433,3 +433,26 @@ async def test_a_split_is_sticky_by_user_and_named_in_the_header_the_metrics_and
     split = {dict(labels)["variant"]: value - before.get((name, labels), 0.0) for (name, labels), value in after.items()
              if name == "ingress_split_requests_total" and dict(labels)["route"] == "gpt"}
     assert split == {"gpt": len(received["primary"]), "canary": len(received["canary"])}
+
+
+@pytest.mark.parametrize("split_by", ["key", "header"])
+async def test_a_canary_keeps_each_key_or_header_value_on_one_variant(
+        start_chain: StartChain, http: aiohttp.ClientSession, split_by: str) -> None:
+    extra: dict[str, Any] = {"split_header": "x-team"} if split_by == "header" else {}
+    chain = await start_chain([
+        Route(model="gpt", group="primary", upstream_model="gpt-4o", split_by=split_by,  # type: ignore[arg-type]
+              split=[Share(route="gpt", weight=3), Share(route="canary", weight=1)], **extra),
+        _named("canary", "gpt-5")])
+
+    async def served(who: str) -> str:
+        headers = {"x-team": who} if split_by == "header" else {"Authorization": f"Bearer sk-{who}"}
+        body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}]}
+        async with http.post(f"{chain.url}/v1/chat/completions", json=body, headers=headers) as response:
+            assert response.status == 200
+            return response.headers[SERVED_BY]
+
+    who = [f"team-{i}" for i in range(32)]
+    first = [await served(w) for w in who]
+
+    assert [await served(w) for w in who] == first
+    assert {value.rsplit('variant="', 1)[1] for value in first} == {'gpt"', 'canary"'}
