@@ -202,6 +202,29 @@ async def test_each_routes_buffer_passes_the_cxx_verifier(start_chain: StartChai
     assert first.messages == second.messages and first.tools == second.tools and second.temperature == 0.2
 
 
+async def test_text_completions_and_embeddings_move_along_the_chain_in_verified_buffers(
+        start_chain: StartChain, cxx_verifier: object) -> None:
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("unavailable",)), _named("claude", "claude-sonnet-4-5")])
+    chain.fakes["primary"].play(fu.error_answer(OVERLOADED))
+    chain.fakes["primary"].play_embed(fu.embed_error(OVERLOADED))
+
+    async with _client(chain) as client:
+        text = await client.completions.create(model="gpt", prompt=TEXT, max_tokens=8)
+        vectors = await client.embeddings.with_raw_response.create(model="gpt", input=["one", "two"])
+
+    assert text.choices[0].text == TEXT
+    assert vectors.headers[SERVED_BY] == 'route="claude", model="claude-sonnet-4-5"'
+    assert len(vectors.parse().data) == 2
+    assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
+    for fake in chain.fakes.values():
+        for received in fake.received:
+            assert cxx_verifier.verify("request", received.body)  # type: ignore[attr-defined]
+    [first], [second] = (fake.embeddings_received for fake in chain.fakes.values())
+    assert (first.request.model_name, second.request.model_name) == ("gpt-4o", "claude-sonnet-4-5")
+    for received in (first, second):
+        assert cxx_verifier.verify("embedding_request", received.body)  # type: ignore[attr-defined]
+
+
 async def test_a_class_the_route_does_not_list_ends_the_chain(start_chain: StartChain) -> None:
     chain = await start_chain([_gpt(fallbacks=["claude"], on=("rate_limited",)), _named("claude", "claude-sonnet-4-5")])
     chain.fakes["primary"].play(fu.error_answer(OVERLOADED))
@@ -371,7 +394,7 @@ async def test_the_group_fallback_still_serves_as_before(start_chain: StartChain
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_the_messages_api_falls_back_on_anthropics_rate_limit_and_prompt_too_long(
-        start_chain: StartChain, stream: bool) -> None:
+        start_chain: StartChain, cxx_verifier: object, stream: bool) -> None:
     chain = await start_chain([
         Route(model="claude", group="primary", provider="anthropic", upstream_model="claude-sonnet-4-5",
               fallbacks=["haiku", "gpt-long"], fallback_on=("rate_limited", "context_length")),
@@ -397,6 +420,8 @@ async def test_the_messages_api_falls_back_on_anthropics_rate_limit_and_prompt_t
     assert chain.models_received() == {"primary": ["claude-sonnet-4-5"], "haiku": ["claude-haiku-4-5"],
                                        "gpt-long": ["gpt-4.1"]}
     [haiku], [gpt] = chain.fakes["haiku"].received, chain.fakes["gpt-long"].received
+    for received in (haiku, gpt):
+        assert cxx_verifier.verify("request", received.body)  # type: ignore[attr-defined]
     assert wire.read_request(haiku.body).AnthropicJson()  # whole to Anthropic's bridge
     assert not wire.read_request(gpt.body).AnthropicJson()  # read as a chat request elsewhere
     assert chain.last().fell_back == ["claude:rate_limited", "haiku:context_length"]
