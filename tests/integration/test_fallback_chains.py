@@ -221,8 +221,8 @@ async def test_text_completions_and_embeddings_move_along_the_chain_in_verified_
             assert cxx_verifier.verify("request", received.body)  # type: ignore[attr-defined]
     [first], [second] = (fake.embeddings_received for fake in chain.fakes.values())
     assert (first.request.model_name, second.request.model_name) == ("gpt-4o", "claude-sonnet-4-5")
-    for received in (first, second):
-        assert cxx_verifier.verify("embedding_request", received.body)  # type: ignore[attr-defined]
+    for embedding in (first, second):
+        assert cxx_verifier.verify("embedding_request", embedding.body)  # type: ignore[attr-defined]
 
 
 async def test_a_class_the_route_does_not_list_ends_the_chain(start_chain: StartChain) -> None:
