@@ -127,8 +127,9 @@ def _attempts(before: dict[Any, float], after: dict[Any, float]) -> dict[tuple[s
     return gained
 
 
-def _filtered(*, stream: bool) -> fu.Behaviour:
-    """An answer a content filter ended before any content: whole, or as a stream's first frames."""
+def _filtered(*, stream: bool, apart: float = 0.0) -> fu.Behaviour:
+    """An answer a content filter ended before any content: whole, or as a stream's first frames (each
+    written `apart` seconds after the one before, or all in one write)."""
 
     async def run(call: Call) -> web.StreamResponse:
         model = call.received.request.model
@@ -142,7 +143,11 @@ def _filtered(*, stream: bool) -> fu.Behaviour:
                              content=""),
                   wire.Chunk(sequence=1, finish_reason="content_filter"),
                   wire.Chunk(sequence=2, usage=wire.Usage(prompt_tokens=5), done=True)]
-        await out.write(b"".join(bytes(wire.write_chunk(c)) for c in chunks))
+        if not apart:
+            await out.write(b"".join(bytes(wire.write_chunk(c)) for c in chunks))
+        for chunk in chunks if apart else ():
+            await out.write(bytes(wire.write_chunk(chunk)))
+            await asyncio.sleep(apart)
         await out.write_eof()
         return out
 
@@ -294,12 +299,13 @@ async def test_a_fallback_whose_context_is_too_short_is_skipped_up_front(
 # --- content filter ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("stream", "apart"), [(False, 0.0), (True, 0.0), (True, 0.05)],
+                         ids=["whole", "stream-in-one-read", "stream-frame-by-frame"])
 async def test_an_answer_a_filter_ended_moves_on_before_the_client_sees_it(
-        start_chain: StartChain, http: aiohttp.ClientSession, stream: bool) -> None:
+        start_chain: StartChain, http: aiohttp.ClientSession, stream: bool, apart: float) -> None:
     chain = await start_chain([_gpt(fallbacks=["claude"], on=("content_filter",)),
                                _named("claude", "claude-sonnet-4-5")])
-    chain.fakes["primary"].play(_filtered(stream=stream))
+    chain.fakes["primary"].play(_filtered(stream=stream, apart=apart))
 
     body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "stream": stream}
     async with http.post(f"{chain.url}/v1/chat/completions", json=body) as response:
@@ -315,6 +321,34 @@ async def test_an_answer_a_filter_ended_moves_on_before_the_client_sees_it(
     else:
         assert json.loads(text)["choices"][0]["message"]["content"] == TEXT
     assert chain.last().fell_back == ["gpt:content_filter"]
+
+
+async def test_a_stream_filtered_after_its_content_began_is_not_moved(
+        start_chain: StartChain, http: aiohttp.ClientSession) -> None:
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("content_filter",)),
+                               _named("claude", "claude-sonnet-4-5")])
+
+    async def filtered_late(call: Call) -> web.StreamResponse:
+        out = await call.open_stream()
+        chunks = [wire.Chunk(sequence=0, id=call.answer_id, model="gpt-4o", created=fu.CREATED, role="assistant",
+                             content=""),
+                  wire.Chunk(sequence=1, content="Once upon"),
+                  wire.Chunk(sequence=2, finish_reason="content_filter"),
+                  wire.Chunk(sequence=3, usage=wire.Usage(prompt_tokens=5, completion_tokens=2), done=True)]
+        for chunk in chunks:
+            await out.write(bytes(wire.write_chunk(chunk)))
+            await asyncio.sleep(0.02)
+        await out.write_eof()
+        return out
+
+    chain.fakes["primary"].play(filtered_late)
+    body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "stream": True}
+    async with http.post(f"{chain.url}/v1/chat/completions", json=body) as response:
+        text = await response.text()
+
+    assert "Once upon" in text and '"finish_reason":"content_filter"' in text
+    assert response.headers[SERVED_BY] == 'route="gpt", model="gpt-4o"'
+    assert chain.models_received()["claude"] == []
 
 
 async def test_the_last_routes_filtered_answer_is_served_as_it_is(start_chain: StartChain) -> None:
