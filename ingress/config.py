@@ -5,6 +5,7 @@ Every error names the key (`groups.main.endpoints[0].url`), and the line where i
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import tomllib
@@ -17,7 +18,8 @@ import msgspec
 
 from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
-from ingress.settings import Bridge, Group, Settings, Tracing
+from ingress.routing.chain import route_name
+from ingress.settings import Bridge, Group, Route, Settings, Tracing
 from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
 from ingress.tenancy.stores.resp import address_of
@@ -124,9 +126,16 @@ def _check(settings: Settings) -> None:
     for i, route in enumerate(routes):
         key = f"routes[{i}]"
         selectors = [name for name in ("model", "prefix", "glob") if getattr(route, name) is not None]
-        if len(selectors) != 1:
+        if not selectors and route.name is not None:  # reached from other routes only
+            if route.upstream_model is None:
+                raise ConfigError(f"{key}.upstream_model: a route with only a name (reached as a fallback or a "
+                                  "split's variant) must name the model it sends")
+            if route.aliases:
+                raise ConfigError(f"{key}.aliases: aliases need an exact model")
+        elif len(selectors) != 1:
             where = f"{key}.{selectors[1]}" if selectors else key
-            raise ConfigError(f"{where}: set exactly one of model, prefix or glob")
+            raise ConfigError(f"{where}: set exactly one of model, prefix or glob (or only a name, for a route "
+                              "reached as a fallback or a split's variant)")
         if route.aliases and route.model is None:
             raise ConfigError(f"{key}.aliases: aliases need an exact model")
         for ref, target in (("group", route.group), ("fallback", route.fallback)):
@@ -147,6 +156,7 @@ def _check(settings: Settings) -> None:
             if name in seen:
                 raise ConfigError(f"{key}: model name {name!r} is already served by {seen[name]}")
             seen[name] = key
+    _check_policies(routes)
     for name, group in groups.items():
         if group.affinity is not None and group.balance != "cache_affine":
             raise ConfigError(f"groups.{name}.affinity: only a group with balance = \"cache_affine\" uses it")
@@ -170,6 +180,72 @@ def _check(settings: Settings) -> None:
         _check_tenancy(settings.tenancy)
     if settings.tracing is not None:
         _check_tracing(settings.tracing)
+
+
+def _check_policies(routes: tuple[Route, ...]) -> None:
+    """Fallback chains and splits name routes that exist, once each; a split's variants do not split
+    again (which could loop) and its weights add up to something; every option has its use."""
+    named: dict[str, int] = {}
+    for i, route in enumerate(routes):
+        name = route_name(route)
+        if route.name is not None and name in named:
+            raise ConfigError(f"routes[{i}].name: {name!r} already names routes[{named[name]}]")
+        named.setdefault(name, i)
+    ambiguous = {name for name, n in collections.Counter(route_name(r) for r in routes).items() if n > 1}
+
+    def target(where: str, name: str) -> Route:
+        if name not in named:
+            raise ConfigError(f"{where}: no route named {name!r} (a route is named by its name, else its model, "
+                              "prefix or glob)")
+        if name in ambiguous:
+            raise ConfigError(f"{where}: more than one route is called {name!r}; give the one meant a name")
+        return routes[named[name]]
+
+    for i, route in enumerate(routes):
+        key, name = f"routes[{i}]", route_name(route)
+        if route.fallbacks and route.fallback is not None:
+            raise ConfigError(f"{key}.fallback: give fallbacks (routes, each with its group and model) or fallback "
+                              "(a group of the same route), not both; a fallback group is the route itself with "
+                              "that group: name such a route and list it in fallbacks")
+        if route.fallback_on != ("unavailable",) and not route.fallbacks:
+            raise ConfigError(f"{key}.fallback_on: it chooses when the routes of fallbacks are tried; this route "
+                              "has none")
+        if not route.fallback_on:
+            raise ConfigError(f"{key}.fallback_on: list at least one class of failure (\"unavailable\" is the default)")
+        if len(set(route.fallback_on)) != len(route.fallback_on):
+            raise ConfigError(f"{key}.fallback_on: a class is listed twice")
+        for j, fallback in enumerate(route.fallbacks):
+            target(f"{key}.fallbacks[{j}]", fallback)
+            if fallback == name:
+                raise ConfigError(f"{key}.fallbacks[{j}]: a route cannot fall back on itself (a cycle); list "
+                                  "another route")
+            if fallback in route.fallbacks[:j]:
+                raise ConfigError(f"{key}.fallbacks[{j}]: {fallback!r} is listed twice")
+        if route.split_by == "header" and route.split_header is None:
+            raise ConfigError(f"{key}.split_header: split_by = \"header\" needs the header's name")
+        if route.split_header is not None and route.split_by != "header":
+            raise ConfigError(f"{key}.split_header: only split_by = \"header\" uses it")
+        if route.split_header is not None and not route.split:
+            raise ConfigError(f"{key}.split_header: the route has no split")
+        if not route.split:
+            continue
+        if len(route.split) < 2:
+            raise ConfigError(f"{key}.split: a split needs two variants or more (the route itself may be one)")
+        if sum(share.weight for share in route.split) <= 0:
+            raise ConfigError(f"{key}.split: the weights add up to 0; give a variant a weight")
+        seen: set[str] = set()
+        for j, share in enumerate(route.split):
+            where = f"{key}.split[{j}].route"
+            variant = target(where, share.route)
+            if share.route in seen:
+                raise ConfigError(f"{where}: {share.route!r} is listed twice")
+            seen.add(share.route)
+            if variant is not route and variant.split:
+                raise ConfigError(f"{where}: {share.route!r} splits too; a split's variants must not split again "
+                                  "(a split of splits could be a cycle)")
+            if variant.model is None and variant.upstream_model is None and variant is not route:
+                raise ConfigError(f"{where}: {share.route!r} is a prefix or glob route without an upstream_model; a "
+                                  "variant must name the model it sends")
 
 
 def _check_tracing(tracing: Tracing) -> None:

@@ -25,6 +25,9 @@ class Exchange:
     model: str | None = None  # as asked
     route: str | None = None  # the route that took it, as configured (ingress/pipeline/gateway.py)
     served_model: str | None = None  # as the service's answer named it (a whole answer's, a stream's first chunk's)
+    variant: str | None = None  # the split's variant that took it (a route's name), when its route splits
+    served_by: tuple[str, str] | None = None  # the route (its name) and the upstream model of the answer's attempt
+    fell_back: list[str] | None = None  # the chain's routes that failed it, each as "route:class", in order
     metric_model: str = "other"  # a name some route serves, for bounded metric labels
     group: str | None = None
     upstream: str | None = None

@@ -68,6 +68,11 @@ GROUP_TOKENS = Counter("ingress_upstream_tokens", "Prompt tokens the services re
                        "and cached (of them, read from the service's prefix cache). Cached over prompt is the hit "
                        "ratio the group's choice buys.", ["group", "kind"])
 RETRIES = Counter("ingress_retries", "Requests sent again to another endpoint or the fallback group.", ["group"])
+ROUTE_ATTEMPTS = Counter("ingress_route_attempts", "Attempts by the route of a fallback chain that made them "
+                         "(its name) and outcome: ok, the class of failure that moved the request on (or ended it), "
+                         "error (a failure that never moves), skipped (a fallback route the request cannot go to).",
+                         ["route", "outcome"])
+SPLITS = Counter("ingress_split_requests", "Requests a split route sent to each of its variants.", ["route", "variant"])
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
 HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "
                          "context_management, earlier thinking...) not sent to a service that has no use for them, "

@@ -112,10 +112,23 @@ class Group(_Config, frozen=True):
     affinity: Affinity | None = None  # cache_affine's settings (default: Affinity())
 
 
+ErrorClass = Literal["unavailable", "5xx", "timeout", "rate_limited", "context_length", "content_filter"]
+RouteName = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class Share(_Config, frozen=True):
+    """One variant of a split: the route that serves it and its weight (a share of the split's total)."""
+
+    route: RouteName
+    weight: Annotated[int, Meta(ge=0, le=1_000_000)]
+
+
 class Route(_Config, frozen=True):
-    """One of `model` (exact), `prefix` or `glob` selects the requests; aliases are more exact names."""
+    """One of `model` (exact), `prefix` or `glob` selects the requests; aliases are more exact names. A route
+    with only a `name` is reached from other routes alone (as a fallback or a split's variant)."""
 
     group: str
+    name: RouteName | None = None  # what fallbacks and splits call it (default: its model, prefix or glob)
     model: str | None = None
     prefix: str | None = None
     glob: str | None = None
@@ -123,6 +136,18 @@ class Route(_Config, frozen=True):
     upstream_model: str | None = None  # the name sent upstream (default: `model`, or the name asked for)
     provider: Literal["openai", "anthropic", "self_hosted"] = "openai"
     fallback: str | None = None  # a group tried when `group` is unavailable or fails before the first byte
+    # Routes tried in order, each with its own group and upstream model, when an attempt fails in one of
+    # the classes of `fallback_on`, before the client was sent anything (docs/routing.md, "Fallback chains").
+    fallbacks: list[RouteName] = []
+    fallback_on: tuple[ErrorClass, ...] = ("unavailable",)
+    # The longest prompt (in the edge's count of its tokens) the route's model takes: as a fallback, the
+    # route is skipped up front for a longer one.
+    max_context: Annotated[int, Meta(ge=1, le=2**31 - 1)] | None = None
+    # Weighted shares of the route's requests served by other routes (or itself), sticky by `split_by`:
+    # the API key, the request's `user` or `safety_identifier`, or the value of the header `split_header`.
+    split: list[Share] = []
+    split_by: Literal["key", "user", "safety_identifier", "header"] = "key"
+    split_header: HeaderName | None = None
     timeouts: Timeouts | None = None
     # Top-level request fields that are not OpenAI's (an engine's top_k, min_p, guided_json...): refused
     # with a 400 naming the field, or forwarded to the internal service as one JSON object (extra_json).

@@ -302,12 +302,14 @@ class RequestTrace:
                                      "gen_ai.response.finish_reasons": finish_reasons})
         self.output(texts, finish_reasons)
 
-    def attempt(self, group: str, endpoint: str, number: int) -> None:
-        """An attempt begins: its span, and the hop names it as the parent of what the service does."""
+    def attempt(self, group: str, endpoint: str, number: int, route: str | None = None) -> None:
+        """An attempt begins: its span, and the hop names it as the parent of what the service does. `route`:
+        the route of the chain that makes it (its name), and the model it sends."""
         self.end_attempt(None)
-        span = self._attempt = self.span.child(
-            "attempt", otlp.KIND_CLIENT,
-            attributes={"server.address": endpoint, "ingress.group": group, "ingress.attempt": number})
+        attributes: dict[str, Any] = {"server.address": endpoint, "ingress.group": group, "ingress.attempt": number}
+        if route is not None:
+            attributes["ingress.route"] = route
+        span = self._attempt = self.span.child("attempt", otlp.KIND_CLIENT, attributes=attributes)
         traceparent = span.traceparent
         if self._headers is not None:
             self._headers["traceparent"] = traceparent

@@ -6,6 +6,8 @@ under the same names. The keys, in the line's order (each only when known, but f
     method, path, status, outcome, duration_ms          the HTTP exchange and how it ended
     model, stream, upstream                             as asked; the endpoint that served it (null if none)
     route, served_model                                 the route that took it; the model the answer named
+    variant, served_route, fell_back                    a split's variant that took it; the route of its chain
+                                                        that answered; the routes that failed it ("route:class")
     affinity, matched_blocks                            a cache-affine group's choice: which way it went (hit,
                                                         hashed, affinity_key, overridden_by_load, balanced) and
                                                         the prefix blocks it matched (0: none)
@@ -51,6 +53,10 @@ def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str
             record["route"] = ex.route
         if ex.served_model is not None:
             record["served_model"] = ex.served_model
+        if ex.variant is not None:
+            record["variant"] = ex.variant
+        if ex.fell_back is not None:
+            record.update(served_route=ex.served_by[0] if ex.served_by is not None else None, fell_back=ex.fell_back)
         if ex.choice is not None:
             record.update(affinity=ex.choice.way.value, matched_blocks=ex.choice.matched)
     if ex.principal is not None:

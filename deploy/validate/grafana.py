@@ -24,6 +24,8 @@ METRICS: dict[str, str] = {
     "ingress_affinity_matched_blocks": "histogram",
     "ingress_upstream_tokens_total": "counter",
     "ingress_retries_total": "counter",
+    "ingress_route_attempts_total": "counter",
+    "ingress_split_requests_total": "counter",
     "ingress_rejections_total": "counter",
     "ingress_hints_not_sent_total": "counter",
     "ingress_trace_spans_exported_total": "counter",

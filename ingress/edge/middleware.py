@@ -29,6 +29,7 @@ from ingress.wire.passport import valid_traceparent, valid_tracestate
 from ingress.wire.types import ErrorInfo
 
 REQUEST_ID = "x-request-id"
+SERVED_BY = "x-ingress-served-by"
 ANTHROPIC_REQUEST_ID = "request-id"  # where Anthropic's SDKs read an answer's and an error's request id
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
@@ -86,6 +87,24 @@ async def name_request(request: web.Request, response: web.StreamResponse) -> No
         response.headers[ANTHROPIC_REQUEST_ID] = ex.request_id
 
 
+def served_by(ex: Exchange) -> str | None:
+    """x-ingress-served-by: the route (its name) and the model that answered, and the split's variant that
+    took the request, as a structured-field dictionary (RFC 8941): `route="claude", model="claude-sonnet-4-5"`."""
+    served = ex.served_by
+    if served is None:
+        return None
+    route, model = served
+    value = f'route="{_quoted(route)}", model="{_quoted(model)}"'
+    return f'{value}, variant="{_quoted(ex.variant)}"' if ex.variant is not None else value
+
+
+def _quoted(text: str) -> str:
+    """A structured field's string: printable ASCII, its backslashes and quotes escaped."""
+    if not (text.isascii() and text.isprintable()):
+        text = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 def _draining(request: web.Request) -> bool:
     """Whether a drain has started (while draining, every response closes its connection)."""
     drain = request.app.get(DRAIN)
@@ -135,6 +154,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         outcome = "stream_error" if ex.error is not None else "ok"
         if not response.prepared:  # streams set theirs before the head is sent
             response.headers.setdefault(REQUEST_ID, ex.request_id)
+            if (served := served_by(ex)) is not None:
+                response.headers[SERVED_BY] = served
             if ex.limit_headers:
                 response.headers.update(ex.limit_headers)
             if _draining(request):
@@ -235,6 +256,8 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
         if ex.prompt_tokens is not None:
             child(metrics.PROMPT_COUNTED, ex.metric_model).inc(ex.prompt_tokens)
         child(metrics.TOKENS, ex.metric_model, "completion").inc(ex.usage.completion_tokens)
+    if ex.variant is not None:
+        child(metrics.SPLITS, ex.route or "", ex.variant).inc()
     for hint in ex.dropped or ():
         metrics.HINTS_NOT_SENT.labels(hint).inc()
     if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ingress import pipeline
 from ingress.edge.appkeys import DRAIN, GATEWAY
-from ingress.edge.middleware import REQUEST_ID, server_timing
+from ingress.edge.middleware import REQUEST_ID, SERVED_BY, served_by, server_timing
 from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
 from ingress.exchange import Exchange
@@ -127,6 +127,8 @@ def _abort(request: web.Request) -> None:
 async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
     response = web.StreamResponse(headers={**SSE_HEADERS, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id,
                                            "Server-Timing": server_timing(ex)})
+    if (served := served_by(ex)) is not None:
+        response.headers[SERVED_BY] = served
     if request.app[DRAIN].draining:
         response.force_close()
     await response.prepare(request)
@@ -140,6 +142,8 @@ async def write_relayed(request: web.Request, ex: Exchange, relay: pipeline.Rela
     try:
         response = web.StreamResponse(status=relay.status, headers={
             "Content-Type": CONTENT_TYPE, **relay.headers, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id})
+        if (served := served_by(ex)) is not None:
+            response.headers[SERVED_BY] = served
         await response.prepare(request)
         try:
             async with aclosing(relay.chunks):

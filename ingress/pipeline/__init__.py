@@ -20,7 +20,7 @@
 Only the edge renders bytes for the client: the stages yield typed events, and raise IngressErrors.
 
     gateway.py  what every request shares          prepare.py  the CPU-only stages
-    admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, fallback
+    admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
     answer.py   complete, respond, answer_message, count_by_service, embed
     stream.py   stream, stream_response, stream_messages, their events
     relay.py    relay

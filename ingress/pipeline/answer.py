@@ -14,6 +14,7 @@ from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send
+from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.messages import message_from_response
@@ -45,7 +46,8 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
         except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send(gw, prepared.match, ex, attempt, prepared.prefix)
+    response = await send(gw, prepared.match, ex, attempt, prepared.prefix, reroute=prepared.rerouter(gw, ex),
+                          refused=filtered)
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = response.usage, response.model or None
@@ -53,6 +55,11 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
         ex.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason],
                           [c.content or "" for c in response.choices])
     return response
+
+
+def filtered(response: Response) -> bool:
+    """An answer a content filter ended (a chain may fall back on it: ingress/routing/chain.py)."""
+    return any(choice.finish_reason in FILTERED_FINISH for choice in response.choices)
 
 
 async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
@@ -104,7 +111,7 @@ async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange)
                                         f"for {inputs} inputs.", after_head=True)
         return embeddings
 
-    embeddings = await send(gw, prepared.match, ex, attempt, prepared.prefix)
+    embeddings = await send(gw, prepared.match, ex, attempt, prepared.prefix, reroute=prepared.rerouter(gw, ex))
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = embeddings.usage, embeddings.model or None

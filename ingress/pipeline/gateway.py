@@ -10,13 +10,15 @@ from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.routing.budget import RetryBudget
+from ingress.routing.chain import route_name
+from ingress.routing.split import choose
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Route, Settings, Timeouts
 from ingress.tenancy import Tenancy
 from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
 from ingress.wire.encode import encode_request
-from ingress.wire.passport import Passport
+from ingress.wire.passport import Passport, RequestMeta
 
 T = TypeVar("T")
 
@@ -37,11 +39,17 @@ class Gateway:
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
     affinity_headers: tuple[str, ...] = ()  # the request headers routes take affinity keys from
     _affine: frozenset[str] = field(init=False, default=frozenset())  # the cache-affine groups' names
+    _affine_chains: frozenset[int] = field(init=False, default=frozenset())  # routes with one in their chain
 
     def __post_init__(self) -> None:
         self._affine = frozenset(name for name, group in self.groups.items() if group.affinity is not None)
+        self._affine_chains = frozenset(id(route) for route in self.routes.routes
+                                        if any(link.group in self._affine for link in self.routes.chain(route)))
 
-    def route(self, model: str, ex: Exchange) -> Match:
+    def route(self, model: str, ex: Exchange, meta: RequestMeta | None = None, user: str | None = None,
+              safety_identifier: str | None = None) -> Match:
+        """The route that serves `model` for this request: the one its name selects, or the variant of that
+        route's split its sticky key (`meta`'s key or header, `user`, `safety_identifier`) falls on."""
         match = self.routes.match(model)
         if match is None or (ex.principal is not None and not ex.principal.allows(model)):
             # One answer for both, as OpenAI's: a key learns nothing of the models it may not use.
@@ -49,17 +57,23 @@ class Gateway:
                            code="model_not_found")
         r = match.route
         ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
-        # What a cost report groups by: the route as the configuration names it (an exact route by its model,
-        # aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one entry per route
-        # whatever names clients send, unlike `model`; and unlike `group`, the same when a fallback serves.
-        ex.route = r.model if r.model is not None else r.prefix if r.prefix is not None else r.glob
+        # What a cost report groups by: the route as the configuration names it (its `name`; else an exact route
+        # by its model, aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one
+        # entry per route whatever names clients send, unlike `model`; and unlike `group`, the same when a
+        # fallback or a split's variant serves (those are `served_by` and `variant`).
+        ex.route = route_name(r)
         ex.group = r.group
+        if shares := self.routes.shares(match):
+            key = _split_key(r, ex, meta, user, safety_identifier)
+            match = self.routes.variant(match, choose(key.encode(), shares), model)
+            ex.variant = match.variant
+            ex.group = match.route.group
         return match
 
     def affine(self, route: Route) -> bool:
         """Whether the route's group or fallback chooses by the prompt's prefix: its passport then carries
         the prefix hash chain, which costs tens of µs a request to compute."""
-        return route.group in self._affine or route.fallback in self._affine
+        return route.group in self._affine or route.fallback in self._affine or id(route) in self._affine_chains
 
     def forwards_extras(self, model: str) -> bool:
         """The model's route forwards the fields that are not OpenAI's (asked only when a body has some)."""
@@ -68,6 +82,23 @@ class Gateway:
 
     def timeouts(self, match: Match) -> Timeouts:
         return match.route.timeouts or self.settings.timeouts
+
+
+def _split_key(route: Route, ex: Exchange, meta: RequestMeta | None, user: str | None,
+               safety_identifier: str | None) -> str:
+    """What keeps a request on its split's variant: the route's `split_by`, as the request gives it; a request
+    without one is placed by its own id (a weighted draw, not sticky)."""
+    by = route.split_by
+    key: str | None = None
+    if by == "key":
+        key = ex.principal.key.id if ex.principal is not None else meta.api_key if meta is not None else None
+    elif by == "user":
+        key = user
+    elif by == "safety_identifier":
+        key = safety_identifier
+    elif meta is not None:
+        key = meta.header(route.split_header)
+    return f"{by}:{key}" if key else ex.request_id
 
 
 def hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -21,8 +22,9 @@ from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.routing.affinity import Prefix, key_hash
+from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
-from ingress.settings import Timeouts
+from ingress.settings import Route, Timeouts
 from ingress.tokens import TokenCounter, counter_for
 from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.encode import encode_messages_request, encode_text_request
@@ -49,17 +51,57 @@ class Prepared(Generic[R]):
     prompt_tokens: int  # the passport's count (exact only where a limit needs it), and what admission reserves
     max_output_tokens: int | None  # the most the request may generate (None: unbounded by the request)
     prefix: Prefix | None = None  # what a cache-affine group chooses by; None on a route without one
+    # The request encoded for another route of its chain (that route, the model name it sends); None on a
+    # route whose chain has no other route. InvalidRequest: what the request asks for, that route cannot serve.
+    encode_for: Callable[[Route, str], bytes | bytearray] | None = None
+    passport: Passport | None = None
+    meta: RequestMeta | None = None
+    cache_key: str | None = None
+
+    def rerouter(self, gw: Gateway, ex: Exchange) -> Callable[[Link], Prefix | None] | None:
+        """What makes the request ready for another route of its chain (pipeline/send.py), when it has one."""
+        encode_for = self.encode_for
+        if encode_for is None:
+            return None
+
+        def reroute(link: Link) -> Prefix | None:
+            route, model = link.route, link.model(ex.model or "")
+            encoded = encode_for(route, model)
+            headers = hop_headers(ex.request_id, self.passport)
+            if ex.trace is not None:  # each attempt writes its span's id into the buffer it sends
+                encoded = ex.trace.hop(encoded, headers) or encoded
+            if route.forward_authorization and self.meta is not None and self.meta.api_key is not None:
+                headers["authorization"] = f"Bearer {self.meta.api_key}"
+            self.match = Match(route, model)
+            self.encoded, self.headers = encoded, headers
+            self.timeouts = route.timeouts or gw.settings.timeouts
+            self.prefix = _prefix(gw, route, self.passport, self.meta, self.cache_key)
+            return self.prefix
+
+        return reroute
+
+
+def _prefix(gw: Gateway, route: Route, passport: Passport | None, meta: RequestMeta | None,
+            cache_key: str | None) -> Prefix | None:
+    """What a cache-affine group of the route chooses by: the prompt's prefix chain, and the route's affinity
+    header, else the request's own key (`prompt_cache_key`); None on a route whose groups balance by p2c."""
+    if passport is None or not gw.affine(route):
+        return None
+    key = (meta.header(route.affinity_header) if meta is not None else None) or cache_key
+    return Prefix(passport.prefix_blocks or (), passport.conversation_block, key_hash(key) if key else None)
 
 
 Completion = ChatCompletionRequest | TextCompletionRequest  # both answered by `complete` and `stream`
 
 
-def route_decoded(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: RequestMeta) -> tuple[Match, RequestMeta]:
+def route_decoded(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: RequestMeta, user: str | None = None,
+                  safety_identifier: str | None = None) -> tuple[Match, RequestMeta]:
     """The decoded request's route, for every endpoint (a model the key may not use is not found), and
-    the request's meta as the passport carries it: with a key, the key's public id and its tenant."""
+    the request's meta as the passport carries it: with a key, the key's public id and its tenant. A split
+    route's variant is chosen by the route's sticky key (the key, `user`, `safety_identifier` or a header)."""
     ex.decoded = time.perf_counter()
     ex.model, ex.stream = model, stream
-    match = gw.route(model, ex)
+    match = gw.route(model, ex, meta, user, safety_identifier)
     if ex.principal is not None:
         meta = msgspec.structs.replace(meta, tenant_id=ex.principal.tenant_name, key_id=ex.principal.key.id)
     return match, meta
@@ -67,8 +109,10 @@ def route_decoded(gw: Gateway, ex: Exchange, model: str, stream: bool, meta: Req
 
 def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: Passport,
                  encoded: bytes | bytearray, meta: RequestMeta, max_output_tokens: int | None,
-                 cache_key: str | None = None) -> Prepared[R]:
-    """`cache_key`: the request's own affinity key (`prompt_cache_key`); the route's header comes first."""
+                 cache_key: str | None = None,
+                 encode_for: Callable[[Route, str], bytes | bytearray] | None = None) -> Prepared[R]:
+    """`cache_key`: the request's own affinity key (`prompt_cache_key`); the route's header comes first.
+    `encode_for`: the request encoded for another route, kept only when the route's chain has one."""
     ex.encoded = time.perf_counter()
     headers = hop_headers(ex.request_id, passport)
     if ex.trace is not None:  # each attempt writes its span's id where the hop carries its traceparent
@@ -77,17 +121,27 @@ def prepared_for(gw: Gateway, ex: Exchange, request: R, match: Match, passport: 
     if match.route.forward_authorization and meta.api_key is not None:
         headers["authorization"] = f"Bearer {meta.api_key}"  # the route passes the client's own key on
     ex.prompt_tokens = passport.prompt_tokens_estimate
-    prefix = None
-    if gw.affine(match.route):
-        key = meta.header(match.route.affinity_header) or cache_key
-        prefix = Prefix(passport.prefix_blocks or (), passport.conversation_block, key_hash(key) if key else None)
+    prefix = _prefix(gw, match.route, passport, meta, cache_key)
+    if len(match.chain) < 2 or all(link.route is match.route for link in match.chain):
+        encode_for = None  # no other route to encode for: the common path keeps nothing more
     return Prepared(request, match, encoded, headers, gw.timeouts(match), passport.prompt_tokens_estimate,
-                    max_output_tokens, prefix)
+                    max_output_tokens, prefix, encode_for, passport, meta, cache_key)
 
 
 def counter(gw: Gateway, match: Match) -> TokenCounter:
     """The prompt's token counter: the route's tokenizer, else the one the model's name implies (cached)."""
     return counter_for(match.upstream_model, match.route.tokenizer, gw.settings.max_exact_count_bytes)
+
+
+def counted(gw: Gateway, ex: Exchange, match: Match, count: Callable[[bool], int]) -> int:
+    """The prompt's count (`count(exact)`): exact where `counts_exactly` says, else the estimate, which is an
+    upper bound; counted exactly after all when that bound is above the max_context of a fallback route of
+    the chain, which it would skip (ingress/routing/chain.py): then only the exact count may skip it."""
+    exact = counts_exactly(gw, ex)
+    tokens = count(exact)
+    if not exact and len(match.chain) > 1 and any(too_long(link, tokens) for link in match.chain[1:]):
+        return count(True)
+    return tokens
 
 
 def counts_exactly(gw: Gateway, ex: Exchange) -> bool:
@@ -147,27 +201,39 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
                    meta: RequestMeta, prompt_param: str) -> Prepared[Completion]:
     """A decoded chat request (as sent, or what a Responses request amounts to): routed, counted, guarded,
     given its passport, encoded."""
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = counter(gw, match).chat(request, counts_exactly(gw, ex))
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user,
+                                request.safety_identifier)
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
     request = _guarded_chat(ex, request, tokens, prompt_param)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
+    guarded = request
+
+    def encode_for(route: Route, model: str) -> bytes | bytearray:
+        return gw.encode_request(guarded, ex.request_id, passport, route.provider, model, extra_json)
+
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
-                        request.prompt_cache_key)
+                        request.prompt_cache_key, encode_for)
 
 
 def prepare_text(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[Completion]:
     """As prepare, for a legacy text completion: it travels as a CompletionRequest with its prompts, and
     `complete` / `stream` answer it as text_completion objects."""
     request, extra_json = decode_text_request_forwarding(body, gw.forwards_extras)
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
-    tokens = counter(gw, match).texts(request.prompts, counts_exactly(gw, ex))
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user)
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).texts(request.prompts, exact))
     request = _guarded_texts(ex, request, "prompt", request.prompts, tokens)
     passport = compute_prompts_passport(request.prompts, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_text_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                   extra_json)
-    return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request))
+    guarded = request
+
+    def encode_for(route: Route, model: str) -> bytes | bytearray:
+        return encode_text_request(guarded, ex.request_id, passport, route.provider, model, extra_json)
+
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, _text_output(request),
+                        encode_for=encode_for)
 
 
 def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> tuple[Call, Prepared[Completion]]:
@@ -186,7 +252,8 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
     on the exchange) and what only Anthropic serves is refused. A guardrail that redacts the prompt
     leaves the whole request behind: then only its (redacted) reading travels, as to any other service."""
     request, _ = decode_messages(body, beta=bool(beta))
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta)
+    user = request.metadata.user_id if request.metadata is not None else None
+    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, user)
     whole = match.route.provider == "anthropic"
     read = messages_as_chat(request, for_anthropic=whole)
     extra_json = None
@@ -195,9 +262,10 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
             raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
                                  "forward engine parameters).", param="top_k")
         extra_json = f'{{"top_k":{read.top_k}}}'
-    tokens = counter(gw, match).chat(read.request, counts_exactly(gw, ex))
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(read.request, exact))
     chat = _guarded_chat(ex, read.request, tokens, "messages")
-    if whole and chat is not read.request:  # redacted: the request as sent may not travel
+    redacted = chat is not read.request
+    if whole and redacted:  # redacted: the request as sent may not travel
         read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
         whole = False
     ex.dropped = read.dropped
@@ -206,7 +274,24 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
                                       extra_json, anthropic_json=body.decode() if whole else None,
                                       anthropic_beta=beta if whole else None,
                                       anthropic_version=version if whole else None)
-    return request, prepared_for(gw, ex, chat, match, passport, encoded, meta, _chat_output(chat))
+
+    def encode_for(route: Route, model: str) -> bytes | bytearray:
+        """As above, for another route: whole to Anthropic (unless redacted), else read as a chat request
+        (InvalidRequest: the request asks for what only Anthropic serves, or for top_k the route refuses)."""
+        to_anthropic = route.provider == "anthropic" and not redacted
+        reading = chat if redacted else messages_as_chat(request, for_anthropic=to_anthropic).request
+        extra = None
+        if read.top_k is not None and not to_anthropic:
+            if route.extra_fields != "forward":
+                raise InvalidRequest("top_k: not forwarded by this route.", param="top_k")
+            extra = f'{{"top_k":{read.top_k}}}'
+        return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra,
+                                       anthropic_json=body.decode() if to_anthropic else None,
+                                       anthropic_beta=beta if to_anthropic else None,
+                                       anthropic_version=version if to_anthropic else None)
+
+    return request, prepared_for(gw, ex, chat, match, passport, encoded, meta, _chat_output(chat),
+                                 encode_for=encode_for)
 
 
 def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
@@ -215,7 +300,8 @@ def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, 
     counted exactly by the route's tokenizer (or the one its model's name implies); and, where the route
     asks its provider to count (`count_tokens = "provider"`), the request prepared for that."""
     request, _ = decode_messages(_with_max_tokens(body), beta=bool(beta))
-    match, meta = route_decoded(gw, ex, request.model, False, meta)
+    match, meta = route_decoded(gw, ex, request.model, False, meta,
+                                request.metadata.user_id if request.metadata is not None else None)
     asks_provider = match.route.count_tokens == "provider"
     read = messages_as_chat(request, for_anthropic=asks_provider)
     tokens = counter(gw, match).chat(read.request, True)
@@ -247,10 +333,15 @@ def _with_max_tokens(body: bytes) -> bytes:
 def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
     """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
-    match, meta = route_decoded(gw, ex, request.model, False, meta)
-    tokens = counter(gw, match).texts(request.inputs, counts_exactly(gw, ex))
+    match, meta = route_decoded(gw, ex, request.model, False, meta, request.user)
+    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).texts(request.inputs, exact))
     request = _guarded_texts(ex, request, "input", request.inputs, tokens)
     passport = compute_embedding_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = encode_embedding_request(request, ex.request_id, passport, match.route.provider, match.upstream_model)
-    return prepared_for(gw, ex, request, match, passport, encoded, meta, 0)
+    guarded = request
+
+    def encode_for(route: Route, model: str) -> bytes | bytearray:
+        return encode_embedding_request(guarded, ex.request_id, passport, route.provider, model)
+
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, 0, encode_for=encode_for)
 

@@ -40,6 +40,7 @@ from ingress.pipeline.answer import message_id
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.pipeline.send import send
+from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.messages import MessagesStreamTranslator
 from ingress.translate.responses import ResponseEvents
@@ -47,6 +48,8 @@ from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
+from ingress.wire.answer import decode_frame
+from ingress.wire.framing import FrameDecoder, FrameError
 
 
 class Signal:
@@ -140,22 +143,76 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, dire
 
 async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
                 head: asyncio.Future[None]) -> tuple[Reads, bytes]:
-    """Send; once the service's head has come, wait for the first read of its body (b"": it ended)."""
+    """Send; once the service's head has come, wait for the first read of its body (b"": it ended). On a
+    route whose chain falls back on a content filter, the body is read until its first content (or its
+    end, or PEEK_BYTES) before the head is announced: a stream a filter ended before any content moves on
+    unseen."""
+    peek = len(prepared.match.links) > 1 and "content_filter" in prepared.match.fallback_on
+    max_frame = gw.settings.max_frame_bytes
 
-    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads]:
+    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads, bytes | None, bool]:
         stack = AsyncExitStack()
         try:
             reads = await stack.enter_async_context(
                 lease.client.stream(prepared.encoded, prepared.headers, prepared.timeouts))
+            if not peek:
+                return stack, reads, None, False
+            start, filtered = await _until_content(reads, max_frame)
+            return stack, reads, start, filtered
         except BaseException:
             await stack.aclose()
             raise
-        return stack, reads
 
-    stack, reads = await send(gw, prepared.match, ex, attempt, prepared.prefix)
+    async def discard(opened: tuple[AsyncExitStack, Reads, bytes | None, bool]) -> None:
+        await opened[0].aclose()
+
+    stack, reads, start, _ = await send(gw, prepared.match, ex, attempt, prepared.prefix,
+                                        reroute=prepared.rerouter(gw, ex),
+                                        refused=(lambda opened: opened[3]) if peek else None, discard=discard)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
-    return reads, await anext(reads, b"")
+    return reads, start if start is not None else await anext(reads, b"")
+
+
+PEEK_BYTES = 64 * 1024  # what a stream's start may hold back, waiting for its first content
+
+
+async def _until_content(reads: Reads, max_frame: int) -> tuple[bytes, bool]:
+    """A stream's reads up to its first content (text, a tool call, reasoning), its end or PEEK_BYTES, and
+    whether a filter ended it before any content (finish content_filter or refusal)."""
+    peek, held = StartPeek(max_frame), bytearray()
+    while True:
+        data = await anext(reads, b"")
+        held += data
+        verdict = peek.feed(data) if data else False
+        if verdict is not None or len(held) >= PEEK_BYTES:
+            return bytes(held), bool(verdict)
+
+
+class StartPeek:
+    """A stream's first frames, read as they come (sans-I/O): `feed` says True once a filter ended it
+    before any content, False once content came first (or the frames cannot be read: the stream's own
+    reading meets that), None while it cannot tell yet. The frames are read again, verified, by the
+    stream's reading: this is only a look."""
+
+    __slots__ = ("_frames",)
+
+    def __init__(self, max_frame: int) -> None:
+        self._frames = FrameDecoder(max_frame)
+
+    def feed(self, data: bytes) -> bool | None:
+        try:
+            for frame in self._frames.feed(data):
+                chunk = decode_frame(frame, verify_frame=True)
+                if chunk.content or chunk.tool_calls or chunk.reasoning or chunk.refusal:
+                    return False
+                if chunk.finish_reason in FILTERED_FINISH:
+                    return True
+                if chunk.done or chunk.finish_reason is not None:
+                    return False
+        except (IngressError, FrameError):
+            return False
+        return None
 
 
 async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, translator: FrameTranslator[Any],

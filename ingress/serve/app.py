@@ -103,8 +103,8 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
         for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
-            if route.model is not None:
-                counter_for(route.upstream_model or route.model, route.tokenizer, settings.max_exact_count_bytes)
+            if route.model is not None or route.upstream_model is not None:
+                counter_for(route.upstream_model or route.model or "", route.tokenizer, settings.max_exact_count_bytes)
         app[GATEWAY] = Gateway(
             settings=settings,
             routes=RouteTable(routes),
@@ -113,7 +113,8 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
                                asyncio.get_running_loop().time()),
             tenancy=tenancy,
             tracer=tracer,
-            affinity_headers=tuple(sorted({r.affinity_header.lower() for r in routes if r.affinity_header})),
+            affinity_headers=tuple(sorted({name.lower() for r in routes
+                                           for name in (r.affinity_header, r.split_header) if name})),
         )
         yield
 

@@ -219,6 +219,32 @@ async def test_a_retry_in_the_group_is_an_attempt_of_its_own(start_edge: Any, fa
     assert hop_traceparent(fake_upstream.received[-1]) == f"00-{retried.trace_id}-{second.span_id}-01"
 
 
+async def test_a_fallback_route_is_an_attempt_of_its_own_and_its_reencoded_hop_names_it(
+        start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
+    primary = FakeUpstream()
+    async with primary.running():
+        primary.play(fu.error_answer(wire.ErrorInfo(status=429, type="rate_limit_error", code="rate_limit_exceeded",
+                                                    message="Rate limit reached.")))
+        settings = Settings(groups={"main": Group(endpoints=[Endpoint(url=primary.url)]),
+                                    "other": Group(endpoints=[Endpoint(url=fake_upstream.url)])},
+                            routes=(Route(model=MODEL, group="main", fallbacks=["other"],
+                                          fallback_on=("rate_limited",)),
+                                    Route(name="other", group="other", upstream_model="other-model")),
+                            timeouts=FAST, retry=Retry(budget_ratio=1.0, budget_min_per_s=1000.0),
+                            tracing=tracing(receiver))
+        url = await start_edge(settings)
+        await oai(url, traceparent=CALLER).chat.completions.create(model=MODEL, messages=HELLO)
+        server, spans = await one_trace(receiver, {"attempt", "settle"})
+    first, second, _settle = children(spans, server)
+    assert (first.status, first.attributes["ingress.route"], first.attributes["error.type"]) == (
+        "error", MODEL, "rate_limit_exceeded")
+    assert (second.status, second.attributes["ingress.route"], second.attributes["ingress.group"]) == (
+        "unset", "other", "other")
+    [received] = fake_upstream.received
+    assert received.request.model == "other-model"
+    assert hop_traceparent(received) == f"00-{CALLER_TRACE}-{second.span_id}-01" == received.headers["traceparent"]
+
+
 async def test_a_limit_refusal_has_its_admission_and_names_the_error(start_edge: Any, fake_upstream: FakeUpstream,
                                                                      receiver: OtlpReceiver) -> None:
     tenancy = Tenancy(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, models=(MODEL,), limits=Limits(rpm=1)),),

@@ -552,3 +552,71 @@ def test_keys_new_prints_the_key_once_and_an_entry_the_config_accepts(capsys: py
     made = settings.tenancy.keys[-1] if settings.tenancy else None
     assert made is not None and made.hash == hash_of(key[0]) and made.models == ("gpt-4o*",)
     assert made.name == "ci bot"
+
+
+# --- fallback chains and splits ------------------------------------------------------------------
+
+POLICY = ('[groups.openai]\nendpoints = [{ url = "http://a:1" }]\n'
+          '[groups.anthropic]\nendpoints = [{ url = "http://b:1" }]\n'
+          '[[routes]]\nmodel = "gpt"\ngroup = "openai"\nupstream_model = "gpt-4o"\n'
+          'fallbacks = ["claude", "long"]\nfallback_on = ["rate_limited", "5xx", "context_length"]\n'
+          'split = [{ route = "gpt", weight = 95 }, { route = "canary", weight = 5 }]\nsplit_by = "user"\n'
+          '[[routes]]\nname = "claude"\ngroup = "anthropic"\nprovider = "anthropic"\n'
+          'upstream_model = "claude-sonnet-4-5"\n'
+          '[[routes]]\nname = "long"\ngroup = "openai"\nupstream_model = "gpt-4.1"\nmax_context = 1000000\n'
+          '[[routes]]\nname = "canary"\ngroup = "openai"\nupstream_model = "gpt-5"\nfallbacks = ["gpt"]\n')
+
+
+def test_a_chain_and_a_split_decode() -> None:
+    gpt, claude, long, canary = parse_config(POLICY, environ={}).routes
+
+    assert gpt.fallbacks == ["claude", "long"] and gpt.fallback_on == ("rate_limited", "5xx", "context_length")
+    assert [(s.route, s.weight) for s in gpt.split] == [("gpt", 95), ("canary", 5)] and gpt.split_by == "user"
+    assert (claude.name, claude.model, long.max_context, canary.fallbacks) == ("claude", None, 1_000_000, ["gpt"])
+
+
+@pytest.mark.parametrize(("old", "new", "key", "detail"), [
+    pytest.param('fallbacks = ["claude", "long"]', 'fallbacks = ["claude", "gemini"]', "routes[0].fallbacks[1]",
+                 "no route named 'gemini'", id="an-unknown-fallback"),
+    pytest.param('fallbacks = ["claude", "long"]', 'fallbacks = ["claude", "gpt"]', "routes[0].fallbacks[1]",
+                 "cannot fall back on itself", id="a-fallback-on-itself"),
+    pytest.param('fallbacks = ["claude", "long"]', 'fallbacks = ["claude", "claude"]', "routes[0].fallbacks[1]",
+                 "listed twice", id="a-fallback-twice"),
+    pytest.param('fallback_on = ["rate_limited", "5xx", "context_length"]', 'fallback_on = ["rate_limit"]',
+                 "routes[0].fallback_on[0]", "Invalid enum value", id="an-unknown-class"),
+    pytest.param('fallback_on = ["rate_limited", "5xx", "context_length"]', 'fallback_on = []',
+                 "routes[0].fallback_on", "at least one class", id="no-class"),
+    pytest.param('fallback_on = ["rate_limited", "5xx", "context_length"]', 'fallback_on = ["5xx", "5xx"]',
+                 "routes[0].fallback_on", "listed twice", id="a-class-twice"),
+    pytest.param('upstream_model = "gpt-4o"\n', 'upstream_model = "gpt-4o"\nfallback = "anthropic"\n',
+                 "routes[0].fallback", "not both", id="a-group-fallback-and-fallbacks"),
+    pytest.param('upstream_model = "gpt-5"\nfallbacks = ["gpt"]\n', 'upstream_model = "gpt-5"\nfallback_on = ["5xx"]\n',
+                 "routes[3].fallback_on", "has none", id="fallback-on-without-fallbacks"),
+    pytest.param('{ route = "canary", weight = 5 }', '{ route = "nightly", weight = 5 }', "routes[0].split[1].route",
+                 "no route named 'nightly'", id="an-unknown-variant"),
+    pytest.param('weight = 95 }, { route = "canary", weight = 5 }', 'weight = 0 }, { route = "canary", weight = 0 }',
+                 "routes[0].split", "add up to 0", id="weights-of-nothing"),
+    pytest.param('weight = 95 }, { route = "canary", weight = 5 }', 'weight = -1 }, { route = "canary", weight = 5 }',
+                 "routes[0].split[0].weight", ">= 0", id="a-negative-weight"),
+    pytest.param(', { route = "canary", weight = 5 }]', ']', "routes[0].split", "two variants or more",
+                 id="a-split-of-one"),
+    pytest.param('{ route = "canary", weight = 5 }', '{ route = "gpt", weight = 5 }', "routes[0].split[1].route",
+                 "listed twice", id="a-variant-twice"),
+    pytest.param('upstream_model = "gpt-5"\nfallbacks = ["gpt"]\n',
+                 'upstream_model = "gpt-5"\nsplit = [{ route = "gpt", weight = 1 }, { route = "long", weight = 1 }]\n',
+                 "routes[0].split[1].route", "must not split again", id="a-split-of-splits"),
+    pytest.param('split_by = "user"', 'split_by = "header"', "routes[0].split_header", "needs the header's name",
+                 id="split-by-header-without-its-name"),
+    pytest.param('split_by = "user"', 'split_by = "cookie"', "routes[0].split_by", "Invalid enum value",
+                 id="an-unknown-split-key"),
+    pytest.param('name = "long"\ngroup = "openai"\nupstream_model = "gpt-4.1"\n', 'name = "long"\ngroup = "openai"\n',
+                 "routes[2].upstream_model", "must name the model it sends", id="a-named-route-without-its-model"),
+    pytest.param('name = "long"\n', 'name = "claude"\n', "routes[2].name", "already names routes[1]",
+                 id="a-name-twice"),
+])
+def test_policy_mistakes_name_the_key(old: str, new: str, key: str, detail: str) -> None:
+    assert POLICY.count(old) == 1, old
+    message = _error(POLICY.replace(old, new))
+
+    assert message.startswith(f"ingress.toml: {key}: "), message
+    assert detail in message

@@ -11,7 +11,7 @@ from ingress.routing.balance import choose
 from ingress.routing.budget import RetryBudget
 from ingress.routing.health import EndpointState
 from ingress.routing.table import RouteTable
-from ingress.settings import Ejection, Route
+from ingress.settings import Ejection, Route, Share
 
 # --- the route table ----------------------------------------------------------------------------
 
@@ -72,6 +72,35 @@ def test_the_prefix_rewrite_sends_the_configured_name() -> None:
 def test_listed_models_are_the_exact_names_and_aliases() -> None:
     assert RouteTable(ROUTES).listed_models() == ["four-oh", "gpt-4o", "gpt-4o-latest", "llama-3"]
     assert RouteTable((Route(glob="*", group="g"),)).listed_models() == []
+
+
+def test_a_route_carries_its_chain_and_a_named_route_is_reached_only_from_others() -> None:
+    gpt = Route(model="gpt", group="openai", fallbacks=["claude"], fallback_on=("rate_limited", "5xx"))
+    claude = Route(name="claude", group="anthropic", upstream_model="claude-sonnet-4-5")
+    table = RouteTable((gpt, claude))
+    match = table.match("gpt")
+
+    assert match is not None
+    assert [(link.name, link.group, link.model("gpt")) for link in match.chain] == [
+        ("gpt", "openai", "gpt"), ("claude", "anthropic", "claude-sonnet-4-5")]
+    assert match.fallback_on == {"rate_limited", "5xx"} and match.variant is None
+    assert table.match("claude") is None and table.listed_models() == ["gpt"]
+
+
+def test_a_splits_variant_is_a_match_of_its_own_route() -> None:
+    gpt = Route(model="gpt", group="openai", split=[Share(route="gpt", weight=9), Share(route="canary", weight=1)])
+    canary = Route(name="canary", group="openai", upstream_model="gpt-5", fallbacks=["gpt"])
+    table = RouteTable((gpt, canary))
+    match = table.match("gpt")
+    assert match is not None
+
+    assert table.shares(match) == (("gpt", 9), ("canary", 1))
+    variant = table.variant(match, "canary", "gpt")
+    assert (variant.route, variant.upstream_model, variant.variant) == (canary, "gpt-5", "canary")
+    assert [link.name for link in variant.chain] == ["canary", "gpt"]  # the variant's own chain
+    assert table.shares(variant) == ()  # a variant is not split again
+    itself = table.variant(match, "gpt", "gpt")
+    assert (itself.route, itself.variant) == (gpt, "gpt")
 
 
 # --- choosing an endpoint -----------------------------------------------------------------------
