@@ -1,0 +1,71 @@
+"""A request's canonical bytes: the encoded request without what only this one exchange carries.
+
+The response cache keys an answer by what the service is asked (ingress/cache): an encoded
+`CompletionRequest` or `EmbeddingRequest` read back and encoded again without its request id, its
+passport (estimates, trace context, who asked: the cache scopes by that itself) and the flags that
+shape only how the answer travels: `stream`, `include_usage` and `include_obfuscation` of a completion,
+`base64` of embeddings, and the `stream` member of a Messages request carried whole for Anthropic
+(`anthropic_json`). Two requests that differ only in those have the same canonical bytes, and so the
+same answer; any other difference, down to a byte of a prompt or a tool's schema, is kept.
+
+Re-encoding the request read back costs about what encoding it did (bench/response_cache.py); cutting the
+passport out of the sent bytes in place cannot work: its size, and the request id's, shift the offsets
+of the fields written after them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from ingress.wire import identifiers
+from ingress.wire._generated import encoders as gen
+from ingress.wire._generated import readers
+
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_json = msgspec.json.Encoder()
+
+
+class Canonical(NamedTuple):
+    """The canonical bytes, and whether the request asks for a deterministic answer: greedy decoding
+    (temperature 0, sent by the client) or a fixed seed; embeddings always are."""
+
+    data: bytes
+    deterministic: bool
+
+
+def canonical(encoded: bytes | bytearray) -> Canonical:
+    """The canonical form of an encoded CompletionRequest or EmbeddingRequest (one the edge encoded:
+    it is not verified again). ValueError for any other buffer."""
+    buf = bytes(encoded)
+    kind = identifiers.identifier_of(buf)
+    if kind == identifiers.REQUEST:
+        request = readers.read_CompletionRequest(buf)
+        deterministic = (request.temperature_set and request.temperature == 0) or request.seed is not None
+        anthropic = request.anthropic_json
+        request = msgspec.structs.replace(request, request_id=None, passport=None, stream=False,
+                                          include_usage=False, include_obfuscation=None,
+                                          anthropic_json=_without_stream(anthropic) if anthropic else anthropic)
+        out = bytearray()
+        gen.encode_CompletionRequest(out, request)
+        return Canonical(bytes(out), deterministic)
+    if kind == identifiers.EMBEDDING_REQUEST:
+        embedding = readers.read_EmbeddingRequest(buf)
+        embedding = msgspec.structs.replace(embedding, request_id=None, passport=None, base64=False)
+        out = bytearray()
+        gen.encode_EmbeddingRequest(out, embedding)
+        return Canonical(bytes(out), True)
+    raise ValueError(f"not a request buffer (identifier {kind!r})")
+
+
+def _without_stream(anthropic_json: str) -> str:
+    """A Messages request as sent, without its `stream` member (its other members, and their order, kept)."""
+    try:
+        members = _members.decode(anthropic_json)
+    except msgspec.DecodeError:
+        return anthropic_json  # the edge decoded it already; kept whole if it ever were not an object
+    if "stream" not in members:
+        return anthropic_json
+    del members["stream"]
+    return _json.encode(members).decode()
