@@ -65,6 +65,8 @@ def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str
         record["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
     if ex.paced is not None:
         record["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
+    if ex.cache == "hit":
+        record["cached"] = True  # the usage below is the cached answer's; no limit or budget was charged it
     usage = ex.usage
     if usage is not None:
         record.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ingress import pipeline
 from ingress.edge.appkeys import DRAIN, GATEWAY
-from ingress.edge.middleware import REQUEST_ID, server_timing
+from ingress.edge.middleware import CACHE_HEADER, REQUEST_ID, server_timing
 from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
 from ingress.exchange import Exchange
@@ -127,6 +127,8 @@ def _abort(request: web.Request) -> None:
 async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
     response = web.StreamResponse(headers={**SSE_HEADERS, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id,
                                            "Server-Timing": server_timing(ex)})
+    if ex.cache is not None:
+        response.headers[CACHE_HEADER] = ex.cache
     if request.app[DRAIN].draining:
         response.force_close()
     await response.prepare(request)

@@ -28,6 +28,7 @@ from typing import Any, Final
 from ingress import metrics, tasks
 from ingress.anthropic import answers as anthropic_answers
 from ingress.anthropic.messages import MessagesRequest
+from ingress.cache.entries import STREAM
 from ingress.errors import (
     IngressError,
     UpstreamAnswered,
@@ -37,9 +38,9 @@ from ingress.exchange import Exchange
 from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.answer import message_id
+from ingress.pipeline.cache import send_cached
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
-from ingress.pipeline.send import send
 from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.messages import MessagesStreamTranslator
 from ingress.translate.responses import ResponseEvents
@@ -152,7 +153,7 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
             raise
         return stack, reads
 
-    stack, reads = await send(gw, prepared.match, ex, attempt, prepared.prefix)
+    stack, reads = await send_cached(gw, prepared, ex, attempt, STREAM)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
     return reads, await anext(reads, b"")
