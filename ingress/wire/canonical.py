@@ -60,12 +60,11 @@ def canonical(encoded: bytes | bytearray) -> Canonical:
 
 
 def _without_stream(anthropic_json: str) -> str:
-    """A Messages request as sent, without its `stream` member (its other members, and their order, kept)."""
+    """A Messages request as sent, without its `stream` member, re-encoded: its other members, their order
+    and their values as sent, kept (only the whitespace between top-level members goes)."""
     try:
         members = _members.decode(anthropic_json)
     except msgspec.DecodeError:
         return anthropic_json  # the edge decoded it already; kept whole if it ever were not an object
-    if "stream" not in members:
-        return anthropic_json
-    del members["stream"]
+    members.pop("stream", None)
     return _json.encode(members).decode()
