@@ -148,6 +148,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.error = exc
         response = error_response(exc, ex.request_id, binary=ex.binary, anthropic=speaks_anthropic(request),
                                   more=ex.limit_headers)
+        if ex.cache is not None:
+            response.headers[CACHE_HEADER] = ex.cache
         status = response.status
         response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         if _draining(request):

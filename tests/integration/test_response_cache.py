@@ -348,7 +348,7 @@ async def test_failed_or_cut_answers_are_never_stored(stack: AsyncExitStack, fak
     error = wire.ErrorInfo(status=500, type="server_error", message="boom")
     fake_upstream.play(fu.error_answer(error), fu.drop_mid_stream(frames=2), fu.error_frame(error, after=2),
                        fu.end_without_done(frames=2))
-    assert (await post(http, url, body("e")))[0] == 500
+    assert (await post(http, url, body("e")))[:2] == (500, "miss")
     for _ in range(3):  # each stream fails after it began: in-band, and nothing kept
         status, header, text = await post(http, url, body("s", stream=True))
         assert status == 200 and header == "miss" and "data: [DONE]" not in text
@@ -378,6 +378,17 @@ async def test_embeddings_are_cached_whatever_their_encoding(stack: AsyncExitSta
     same = await post(http, url, request, path="/v1/embeddings")
     assert (first[1], again[1], same[1]) == ("miss", "hit", "hit")
     assert first[2] == same[2] and len(fake_upstream.embeddings_received) == 1
+
+
+async def test_the_responses_api_shares_the_chat_requests_entry(stack: AsyncExitStack, fake_upstream: FakeUpstream,
+                                                                http: aiohttp.ClientSession) -> None:
+    url = await edge_for(stack, fake_upstream)
+    request = {"model": MODEL, "input": "what the responses api asks", "temperature": 0}
+    status, header, text = await post(http, url, request, path="/v1/responses")
+    assert (status, header) == (200, "miss") and '"object":"response"' in text
+    status, header, text = await post(http, url, {**request, "stream": True}, path="/v1/responses")
+    assert (status, header) == (200, "hit") and "event: response.completed" in text
+    assert len(fake_upstream.received) == 1
 
 
 def tenancy(**limits: Limits) -> tuple[Tenancy, dict[str, str]]:
