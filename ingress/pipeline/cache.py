@@ -13,6 +13,7 @@ A store that fails or is slow is a miss (ingress/cache/stores.py). `ex.cache` sa
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -180,10 +181,11 @@ class _Recorder:
             self.cache.put(self.route, self.key, value)
 
     def ended(self) -> None:
-        """The stream closed: stored if the service's answer was whole and nothing failed on the way."""
+        """The stream closed: stored if the service's answer was whole and nothing failed on the way; its
+        frames checked once more (`entry`) in a later turn of the loop, once its end is on its way."""
         ex = self.ex
         if ex.upstream_ok is True and ex.error is None:
-            self.whole()
+            asyncio.get_running_loop().call_soon(self.whole)
 
 
 class _RecordingLease:

@@ -1,16 +1,18 @@
 """A request's canonical bytes: the encoded request without what only this one exchange carries.
 
 The response cache keys an answer by what the service is asked (ingress/cache): an encoded
-`CompletionRequest` or `EmbeddingRequest` read back and encoded again without its request id, its
-passport (estimates, trace context, who asked: the cache scopes by that itself) and the flags that
+`CompletionRequest` or `EmbeddingRequest` read back, every field, and serialized again without its request
+id, its passport (estimates, trace context, who asked: the cache scopes by that itself) and the flags that
 shape only how the answer travels: `stream`, `include_usage` and `include_obfuscation` of a completion,
 `base64` of embeddings, and the `stream` member of a Messages request carried whole for Anthropic
 (`anthropic_json`). Two requests that differ only in those have the same canonical bytes, and so the
 same answer; any other difference, down to a byte of a prompt or a tool's schema, is kept.
 
-Re-encoding the request read back costs about what encoding it did (bench/response_cache.py); cutting the
-passport out of the sent bytes in place cannot work: its size, and the request id's, shift the offsets
-of the fields written after them.
+The fields read back are serialized as MessagePack (the schema's data classes, their fields in schema
+order: deterministic), not as FlatBuffers again: the same fields, for a tenth of the generated encoder's
+cost; reading the buffer back is most of what a key costs (bench/response_cache.py). Cutting the passport
+out of the sent bytes in place cannot work: its size, and the request id's, shift the offsets of the
+fields written after them.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from typing import NamedTuple
 import msgspec
 
 from ingress.wire import identifiers
-from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import readers
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _json = msgspec.json.Encoder()
+_canonical = msgspec.msgpack.Encoder()
 
 
 class Canonical(NamedTuple):
@@ -47,15 +49,11 @@ def canonical(encoded: bytes | bytearray) -> Canonical:
         request = msgspec.structs.replace(request, request_id=None, passport=None, stream=False,
                                           include_usage=False, include_obfuscation=None,
                                           anthropic_json=_without_stream(anthropic) if anthropic else anthropic)
-        out = bytearray()
-        gen.encode_CompletionRequest(out, request)
-        return Canonical(bytes(out), deterministic)
+        return Canonical(_canonical.encode(request), deterministic)
     if kind == identifiers.EMBEDDING_REQUEST:
         embedding = readers.read_EmbeddingRequest(buf)
         embedding = msgspec.structs.replace(embedding, request_id=None, passport=None, base64=False)
-        out = bytearray()
-        gen.encode_EmbeddingRequest(out, embedding)
-        return Canonical(bytes(out), True)
+        return Canonical(_canonical.encode(embedding), True)
     raise ValueError(f"not a request buffer (identifier {kind!r})")
 
 

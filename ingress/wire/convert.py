@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ingress.wire import identifiers
 from ingress.wire import types as wire_types
-from ingress.wire.answer import decode_answer, decode_frame
+from ingress.wire.answer import content_delta, decode_answer, decode_frame
 from ingress.wire.encode import encode_chunk_frame, encode_response
 from ingress.wire.framing import MAX_FRAME, FrameDecoder, FrameError
 from ingress.wire.types import Chunk, ToolCallDelta
@@ -80,17 +80,19 @@ class _Choice:
 
     def add(self, k: Chunk) -> None:
         if k.content is not None:
-            self.content = (self.content or []) + [k.content]
+            self.text(k.content)
         if k.refusal is not None:
-            self.refusal = (self.refusal or []) + [k.refusal]
+            self.refusal = [*(self.refusal or ()), k.refusal]
         if k.reasoning is not None:
-            self.reasoning = (self.reasoning or []) + [k.reasoning]
+            if self.reasoning is None:
+                self.reasoning = []
+            self.reasoning.append(k.reasoning)
         self.signature = k.signature if k.signature is not None else self.signature
         self.redacted += k.redacted_thinking
         if k.logprobs is not None:
-            self.logprobs = (self.logprobs or []) + k.logprobs
+            self.logprobs = [*(self.logprobs or ()), *k.logprobs]
         if k.refusal_logprobs is not None:
-            self.refusal_logprobs = (self.refusal_logprobs or []) + k.refusal_logprobs
+            self.refusal_logprobs = [*(self.refusal_logprobs or ()), *k.refusal_logprobs]
         for d in k.tool_calls:
             call = self.calls.setdefault(d.index, _Call())
             call.id = call.id or d.id
@@ -101,6 +103,11 @@ class _Choice:
                 call.arguments.append(d.arguments)
         self.finish_reason = k.finish_reason or self.finish_reason
         self.stop_sequence = k.stop_sequence if k.stop_sequence is not None else self.stop_sequence
+
+    def text(self, content: str) -> None:
+        if self.content is None:
+            self.content = []
+        self.content.append(content)
 
     def whole(self, index: int) -> wire_types.Choice:
         calls = [wire_types.FunctionCall(id=c.id or "", type=c.type or "function", name="".join(c.name),
@@ -116,26 +123,37 @@ class _Choice:
             redacted_thinking=self.redacted, stop_sequence=self.stop_sequence)
 
 
-def stream_chunks(body: bytes) -> list[Chunk]:
-    """The chunks of a whole stream (`complete_stream`), verified and decoded; ValueError if it is not one
-    (an IngressError if a frame does not verify, or is an Error)."""
+Delta = tuple[int, int, str]  # (sequence, choice index, content): a token's frame, read in place
+
+
+def stream_chunks(body: bytes) -> list[Chunk | Delta]:
+    """The frames of a whole stream (`complete_stream`), verified and read: a token's frame in place (as
+    the stream translators read it, `content_delta`), any other decoded; ValueError if it is not a whole
+    stream (an IngressError if a frame does not verify, or is an Error)."""
     frames = FrameDecoder(MAX_FRAME)
     try:
         found = list(frames.feed(body))
         frames.finish()
     except FrameError as exc:
         raise ValueError(str(exc)) from None
-    chunks: list[Chunk] = []
+    if not found:
+        raise ValueError("no frames")
+    last = len(found) - 1
+    read: list[Chunk | Delta] = []
     for n, frame in enumerate(found):
+        delta = content_delta(frame)
+        if delta is not None:  # never the final frame: its `done` is false
+            if delta[0] != n or n == last:
+                raise ValueError(f"frame {n} is out of order, or the stream has no final frame")
+            read.append(delta)
+            continue
         if identifiers.identifier_of(frame, 4) != identifiers.CHUNK:
             raise ValueError(f"frame {n} is not a chunk")
         chunk = decode_frame(frame)  # verified: what a store gives back is read as warily as a service's
-        if chunk.sequence != n or chunk.done != (n == len(found) - 1):
+        if chunk.sequence != n or chunk.done != (n == last):
             raise ValueError(f"frame {n} is out of order, or the stream's end is not its last frame")
-        chunks.append(chunk)
-    if not chunks:
-        raise ValueError("no frames")
-    return chunks
+        read.append(chunk)
+    return read
 
 
 def complete_stream(body: bytes) -> bool:
@@ -149,11 +167,13 @@ def complete_stream(body: bytes) -> bool:
 
 def stream_response(body: bytes) -> bytes:
     """A whole stream's frames as one CompletionResponse buffer: the same answer, whole."""
-    chunks = stream_chunks(body)
     choices: dict[int, _Choice] = {}
-    first = chunks[0]
-    r = wire_types.Response(id=first.id or "", model=first.model or "", created=first.created or 0, choices=[])
-    for k in chunks:
+    r = wire_types.Response(id="", model="", created=0, choices=[])
+    for k in stream_chunks(body):
+        if type(k) is tuple:  # a token's content, nothing else
+            choices.setdefault(k[1], _Choice()).text(k[2])
+            continue
+        assert isinstance(k, Chunk)
         r.id = r.id or k.id or ""
         r.model = r.model or k.model or ""
         r.created = r.created or k.created or 0
