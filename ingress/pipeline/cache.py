@@ -31,7 +31,7 @@ from ingress.pipeline.send import send
 from ingress.settings import Timeouts
 from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
-from ingress.wire.canonical import canonical
+from ingress.wire.canonical import canonical, deterministic
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,11 +69,9 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
 
 def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
     """The entry's key, or None when the request is not to be cached (no-store, or not deterministic)."""
-    if ex.cache_control == NO_STORE:
+    if ex.cache_control == NO_STORE or not (route.nondeterministic or deterministic(prepared.encoded)):
         return None
     request = canonical(prepared.encoded)
-    if not (request.deterministic or route.nondeterministic):
-        return None
     principal = ex.principal
     who = scope_value(route.scope, principal.tenant_name if principal is not None else None,
                       principal.key.id if principal is not None else None, prepared.headers.get("authorization"))

@@ -23,6 +23,7 @@ import msgspec
 
 from ingress.wire import identifiers
 from ingress.wire._generated import readers
+from ingress.wire.decode import read_request
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _json = msgspec.json.Encoder()
@@ -55,6 +56,19 @@ def canonical(encoded: bytes | bytearray) -> Canonical:
         embedding = msgspec.structs.replace(embedding, request_id=None, passport=None, base64=False)
         return Canonical(_canonical.encode(embedding), True)
     raise ValueError(f"not a request buffer (identifier {kind!r})")
+
+
+def deterministic(encoded: bytes | bytearray) -> bool:
+    """As `canonical(encoded).deterministic`, for a fraction of its cost: three fields read in place (a
+    route that caches only deterministic requests asks this first)."""
+    buf = bytes(encoded)
+    kind = identifiers.identifier_of(buf)
+    if kind == identifiers.EMBEDDING_REQUEST:
+        return True
+    if kind != identifiers.REQUEST:
+        raise ValueError(f"not a request buffer (identifier {kind!r})")
+    view = read_request(buf)
+    return (view.TemperatureSet() and view.Temperature() == 0) or view.Seed() is not None
 
 
 def _without_stream(anthropic_json: str) -> str:

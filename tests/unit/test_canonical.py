@@ -9,7 +9,7 @@ from typing import Any
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.wire.canonical import canonical
+from ingress.wire.canonical import canonical, deterministic
 from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.encode import encode_messages_request, encode_request, encode_text_request
 from ingress.wire.passport import Passport
@@ -44,11 +44,12 @@ def test_whatever_the_service_is_asked_is_kept() -> None:
 
 
 def test_deterministic_means_temperature_zero_sent_or_a_seed() -> None:
-    assert canonical(encoded(chat(seed=7, temperature=1))).deterministic
-    assert not canonical(encoded(chat(temperature=0.2))).deterministic
     unset = dict(CHAT)
     del unset["temperature"]
-    assert not canonical(encoded(json.dumps(unset).encode())).deterministic  # the default is 1
+    for body, expected in ((chat(), True), (chat(seed=7, temperature=1), True), (chat(seed=0), True),
+                           (chat(temperature=0.2), False), (json.dumps(unset).encode(), False)):  # the default is 1
+        assert canonical(encoded(body)).deterministic is expected
+        assert deterministic(encoded(body)) is expected
 
 
 def test_a_legacy_completion_and_embeddings() -> None:
