@@ -20,6 +20,7 @@ from typing import Any
 
 import aiohttp
 import anthropic
+import msgspec
 import openai
 import pytest
 from aiohttp import web
@@ -28,6 +29,7 @@ from fakes.upstream import FakeUpstream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionMessageParam
+from otlp_receiver import OtlpReceiver
 from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 from redis_servers import Server
@@ -36,7 +38,7 @@ from waiting import eventually
 from ingress import wire
 from ingress.cache.settings import RouteCache
 from ingress.serve.app import create_app, serve_app
-from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
+from ingress.settings import Endpoint, Group, Route, Settings, Timeouts, Tracing
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
 from ingress.tenancy.settings import Redis as RedisSettings
@@ -389,6 +391,22 @@ async def test_the_responses_api_shares_the_chat_requests_entry(stack: AsyncExit
     status, header, text = await post(http, url, {**request, "stream": True}, path="/v1/responses")
     assert (status, header) == (200, "hit") and "event: response.completed" in text
     assert len(fake_upstream.received) == 1
+
+
+async def test_a_hit_is_traced_as_a_cache_span_and_no_attempt(stack: AsyncExitStack, fake_upstream: FakeUpstream,
+                                                               http: aiohttp.ClientSession) -> None:
+    receiver = OtlpReceiver()
+    await stack.enter_async_context(receiver.running())
+    settings = msgspec.structs.replace(config(fake_upstream.url), tracing=Tracing(
+        endpoint=receiver.url, flush_interval=0.05, export_timeout=2.0))
+    url = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+    assert [(await post(http, url, body("traced")))[1] for _ in range(2)] == ["miss", "hit"]
+    spans = await receiver.wait_for(lambda spans: len([s for s in spans if s.kind == "server"]) == 2
+                                    and len([s for s in spans if s.name == "settle"]) == 2, "two traces")
+    for outcome in ("miss", "hit"):
+        [cache] = [s for s in spans if s.name == "cache" and s.attributes["ingress.cache"] == outcome]
+        names = {s.name for s in receiver.trace(cache.trace_id) if s.kind != "server"}
+        assert names == ({"cache", "attempt", "settle"} if outcome == "miss" else {"cache", "settle"})
 
 
 def tenancy(**limits: Limits) -> tuple[Tenancy, dict[str, str]]:
