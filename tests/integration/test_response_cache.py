@@ -456,10 +456,11 @@ async def test_a_hit_counts_toward_rpm_but_charges_no_tokens(stack: AsyncExitSta
 # --- the Redis backend, on real Redis and Valkey servers -----------------------------------------------------
 
 
-async def redis_edge(stack: AsyncExitStack, fake: FakeUpstream, server: Server) -> tuple[str, dict[str, str]]:
+async def redis_edge(stack: AsyncExitStack, fake: FakeUpstream, server: Server,
+                     deadline_ms: int = 2000) -> tuple[str, dict[str, str]]:
     """An edge whose tenancy (and so whose cache) is on `server`; the keys' secrets by name."""
     t, secrets = tenancy()
-    t = Tenancy(backend="redis", redis=RedisSettings(url=server.url, prefix="rc-test", deadline_ms=2000),
+    t = Tenancy(backend="redis", redis=RedisSettings(url=server.url, prefix="rc-test", deadline_ms=deadline_ms),
                 keys=t.keys, tenants=t.tenants)
     settings = config(fake.url, cache=RouteCache(ttl=120, backend="redis"), tenancy=t)
     return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0)), secrets
@@ -514,3 +515,21 @@ async def test_a_stopped_store_is_a_miss_and_the_request_succeeds(
 
 def _stored_count() -> float:
     return REGISTRY.get_sample_value("ingress_response_cache_stores_total", {"backend": "redis"}) or 0.0
+
+
+@pytest.mark.redis
+async def test_a_frozen_store_costs_a_request_at_most_its_deadline(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession,
+        own_limit_server: Server) -> None:
+    url, secrets = await redis_edge(stack, fake_upstream, own_limit_server, deadline_ms=200)
+    headers = {"Authorization": f"Bearer {secrets['a1']}"}
+    assert (await post(http, url, body("before the freeze"), headers))[1] == "miss"
+    own_limit_server.freeze()  # connections accepted, nothing answered
+    try:
+        for n in range(5):  # the cache's deadline is [cache] timeout_ms (50 ms); then its breaker opens
+            started = asyncio.get_running_loop().time()
+            status, header, _ = await post(http, url, body(f"frozen {n}"), headers)
+            assert (status, header) == (200, "miss")
+            assert asyncio.get_running_loop().time() - started < 1.5  # the tenancy's 200 ms and the cache's 50
+    finally:
+        own_limit_server.thaw()
