@@ -332,6 +332,14 @@ async def test_only_deterministic_requests_and_never_no_store(stack: AsyncExitSt
     assert (status, header) == (200, None)  # a route without a cache says nothing of one
 
 
+async def test_a_route_may_cache_sampled_requests_too(stack: AsyncExitStack, fake_upstream: FakeUpstream,
+                                                       http: aiohttp.ClientSession) -> None:
+    url = await edge_for(stack, fake_upstream, cache=RouteCache(nondeterministic=True))
+    sampled = {"model": MODEL, "messages": [{"role": "user", "content": "sampled"}], "temperature": 0.9}
+    assert [(await post(http, url, sampled))[1] for _ in range(2)] == ["miss", "hit"]
+    assert (await post(http, url, sampled, {"Cache-Control": "no-store"}))[1] == "bypass"
+
+
 async def test_no_cache_refreshes_the_entry(stack: AsyncExitStack, fake_upstream: FakeUpstream,
                                             http: aiohttp.ClientSession) -> None:
     url = await edge_for(stack, fake_upstream)
