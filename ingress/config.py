@@ -146,6 +146,10 @@ def _check(settings: Settings) -> None:
         if route.count_tokens == "provider" and route.provider != "anthropic":
             raise ConfigError(f"{key}.count_tokens: \"provider\" needs provider = \"anthropic\" (its bridge asks "
                               "Anthropic to count)")
+        if route.cache is not None and route.cache.backend == "redis" and (
+                settings.tenancy is None or settings.tenancy.redis is None):
+            raise ConfigError(f"{key}.cache.backend: \"redis\" uses the tenancy's server; set [tenancy] "
+                              "redis = { url = \"redis://...\" }")
         if route.tokenizer is not None and (problem := tokenizer_problem(route.tokenizer)):
             raise ConfigError(f"{key}.tokenizer: {problem}")
         affine = [g for g in (route.group, route.fallback) if g in groups and groups[g].balance == "cache_affine"]

@@ -57,6 +57,8 @@ class Exchange:
     # (the last two Anthropic's); None off the API (probes, /metrics, unknown paths)
     dropped: list[str] | None = None  # processing hints of the request not sent to its service, by name
     trace: RequestTrace | None = None  # its spans, when the edge traces ([tracing])
+    cache: str | None = None  # the route's response cache: hit, miss or bypass (None: the route has none)
+    cache_control: str | None = None  # the request's Cache-Control as the cache reads it: no-store, no-cache
 
     def mark_first_byte(self) -> None:
         if self.first_byte is None:

@@ -77,6 +77,15 @@ REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by rea
 HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "
                          "context_management, earlier thinking...) not sent to a service that has no use for them, "
                          "by hint.", ["hint"])
+CACHE_LOOKUPS = Counter("ingress_response_cache_lookups", "Requests to a route with a response cache, by route and "
+                        "outcome: hit (served from the cache), miss (sent; its answer stored if it completes), "
+                        "bypass (not cacheable: no-store, or not deterministic).", ["route", "outcome"])
+CACHE_STORES = Counter("ingress_response_cache_stores", "Answers stored in the response cache, by backend.",
+                       ["backend"])
+CACHE_EVICTIONS = Counter("ingress_response_cache_evictions", "Entries the memory backend dropped before their TTL "
+                          "to stay within [cache] memory_bytes.", ["backend"])
+CACHE_ERRORS = Counter("ingress_response_cache_errors", "Calls to a response-cache store that failed or missed "
+                       "their deadline (each a miss, never an error), by backend and call.", ["backend", "call"])
 TRACE_SPANS_EXPORTED = Counter("ingress_trace_spans_exported", "Spans the collector accepted ([tracing]).")
 TRACE_SPANS_DROPPED = Counter("ingress_trace_spans_dropped", "Spans not exported, by reason: queue_full (the "
                               "collector slower than the spans come) or export_failed (refused or unreachable).",

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from ingress.cache.settings import CacheSettings, RouteCache
 from ingress.tenancy.settings import Tenancy
 
 DEMO_MODEL = "ingress-demo"
@@ -156,6 +157,8 @@ class Route(_Config, frozen=True):
     # the provider with it instead of its own key): for providers whose callers bring their own keys.
     # Off by default: a client's credential goes nowhere but the edge.
     forward_authorization: bool = False
+    # The exact response cache (ingress/cache, docs/routing.md): `{ttl, scope, backend}`; None: none.
+    cache: RouteCache | None = None
     # What counts the prompt's tokens (ingress/tokens): "o200k", "cl100k" or a tokenizer.json path;
     # None: chosen from the upstream model's name (OpenAI's models), else an upper-bound estimate.
     tokenizer: Annotated[str, Meta(min_length=1)] | None = None
@@ -238,6 +241,7 @@ class Settings(_Config, frozen=True):
     timeouts: Timeouts = Timeouts()
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     tracing: Tracing | None = None  # OpenTelemetry spans; without it none are made
+    cache: CacheSettings = CacheSettings()  # what the routes' response caches share
     verify_answers: bool = True  # verify every upstream buffer before reading it
     # New requests' starts get at most this much of one turn of the event loop while others wait for the
     # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).

@@ -13,6 +13,7 @@ under the same names. The keys, in the line's order (each only when known, but f
                                                         the prefix blocks it matched (0: none)
     tenant, key_id, api, dropped, limit                 who asked; the API family; hints not sent; admission
     ttfb_ms, paced_ms                                   time to the first byte of the answer; the start's wait
+    cached                                              true: served from the route's response cache
     prompt_tokens, completion_tokens, cached_tokens,    the service's usage (cached, cache write: of the prompt;
     cache_write_tokens, reasoning_tokens, cost_usd      reasoning: of the completion); its cost at the price
     error_code, error_type, error_detail                what went wrong
@@ -71,14 +72,16 @@ def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str
         record["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
     if ex.paced is not None:
         record["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
+    if ex.cache == "hit":
+        record["cached"] = True  # the usage below is the cached answer's; no limit or budget was charged it
     usage = ex.usage
     if usage is not None:
         record.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                       cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
                       reasoning_tokens=usage.reasoning_tokens)
         price = policy.price_of(ex.model) if policy is not None and ex.model is not None else None
-        if price is not None:
-            record["cost_usd"] = cost_usd(usage, price)
+        if price is not None:  # a hit cost nothing: budgets were not charged it, and the lines sum to spending
+            record["cost_usd"] = 0.0 if ex.cache == "hit" else cost_usd(usage, price)
     error = ex.error
     if error is not None:
         record.update(error_code=error.code, error_type=error.type)

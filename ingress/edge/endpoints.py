@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ingress import pipeline
 from ingress.anthropic.models import ModelInfo, model_page
+from ingress.cache import directive
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.bodies import read_body
 from ingress.edge.sse import ResponsesSseWriter, SseWriter
@@ -42,7 +43,9 @@ def request_meta(request: web.Request) -> RequestMeta:
     request's passport carries its own span's context (ingress/tracing.py), the caller's tracestate kept."""
     h = request.headers
     auth = h.get("Authorization", "")
-    trace = request[EXCHANGE].trace
+    ex = request[EXCHANGE]
+    ex.cache_control = directive(h.get("Cache-Control"))
+    trace = ex.trace
     traceparent: str | None
     if trace is not None:
         traceparent, tracestate = trace.traceparent, trace.tracestate

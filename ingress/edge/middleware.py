@@ -30,6 +30,7 @@ from ingress.wire.types import ErrorInfo
 
 REQUEST_ID = "x-request-id"
 SERVED_BY = "x-ingress-served-by"
+CACHE_HEADER = "x-ingress-cache"  # a cacheable route's answer: hit, miss or bypass (ingress/pipeline/cache.py)
 ANTHROPIC_REQUEST_ID = "request-id"  # where Anthropic's SDKs read an answer's and an error's request id
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
@@ -158,6 +159,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 response.headers[SERVED_BY] = served
             if ex.limit_headers:
                 response.headers.update(ex.limit_headers)
+            if ex.cache is not None:
+                response.headers[CACHE_HEADER] = ex.cache
             if _draining(request):
                 response.force_close()
             response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
@@ -166,6 +169,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.error = exc
         response = error_response(exc, ex.request_id, binary=ex.binary, anthropic=speaks_anthropic(request),
                                   more=ex.limit_headers)
+        if ex.cache is not None:
+            response.headers[CACHE_HEADER] = ex.cache
         status = response.status
         response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
         if _draining(request):

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ingress import pipeline
 from ingress.edge.appkeys import DRAIN, GATEWAY
-from ingress.edge.middleware import REQUEST_ID, SERVED_BY, served_by, server_timing
+from ingress.edge.middleware import CACHE_HEADER, REQUEST_ID, SERVED_BY, served_by, server_timing
 from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
 from ingress.exchange import Exchange
@@ -129,6 +129,8 @@ async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
                                            "Server-Timing": server_timing(ex)})
     if (served := served_by(ex)) is not None:
         response.headers[SERVED_BY] = served
+    if ex.cache is not None:
+        response.headers[CACHE_HEADER] = ex.cache
     if request.app[DRAIN].draining:
         response.force_close()
     await response.prepare(request)

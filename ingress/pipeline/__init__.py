@@ -24,6 +24,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
     answer.py   complete, respond, answer_message, count_by_service, embed
     stream.py   stream, stream_response, stream_messages, their events
     relay.py    relay
+    cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
 """
 
 from __future__ import annotations

@@ -56,6 +56,8 @@ def settle(ex: Exchange) -> None:
 def used(ex: Exchange, plan: Plan) -> Actual | None:
     """What the request used, for its reservation: the service's usage; without it, what the edge knows.
     None (refund all) when nothing ran: never sent, or refused by the service before any output."""
+    if ex.cache == "hit":  # served from the response cache: the request counts, its tokens do not
+        return Actual(0, 0)
     if ex.usage is not None:
         return Actual(ex.usage.prompt_tokens, ex.usage.completion_tokens)
     if ex.binary:  # a relayed answer is not read: the reservation stands

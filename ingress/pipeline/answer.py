@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ingress.anthropic import answers as anthropic_answers
 from ingress.anthropic.messages import MessagesRequest
+from ingress.cache.entries import EMBEDDINGS, WHOLE
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
@@ -11,6 +12,7 @@ from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
 from ingress.oai.responses import Call
 from ingress.oai.responses_answers import ResponseObject
+from ingress.pipeline.cache import send_cached
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
 from ingress.pipeline.send import send
@@ -46,8 +48,8 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
         except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send(gw, prepared.match, ex, attempt, prepared.prefix, reroute=prepared.rerouter(gw, ex),
-                          refused=filtered)
+    response = await send_cached(gw, prepared, ex, attempt, WHOLE, reroute=prepared.rerouter(gw, ex),
+                                 refused=filtered)
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = response.usage, response.model or None
@@ -111,7 +113,7 @@ async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange)
                                         f"for {inputs} inputs.", after_head=True)
         return embeddings
 
-    embeddings = await send(gw, prepared.match, ex, attempt, prepared.prefix, reroute=prepared.rerouter(gw, ex))
+    embeddings = await send_cached(gw, prepared, ex, attempt, EMBEDDINGS, reroute=prepared.rerouter(gw, ex))
     ex.upstream_ok = True
     ex.mark_first_byte()
     ex.usage, ex.served_model = embeddings.usage, embeddings.model or None

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from ingress.cache import ResponseCache
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
@@ -36,6 +37,7 @@ class Gateway:
     budget: RetryBudget
     tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
     tracer: Tracer | None = None  # OpenTelemetry spans ([tracing]); None: none are made
+    cache: ResponseCache | None = None  # the routes' response caches' stores; None: no route has one
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
     affinity_headers: tuple[str, ...] = ()  # the request headers routes take affinity keys from
     _affine: frozenset[str] = field(init=False, default=frozenset())  # the cache-affine groups' names

@@ -28,6 +28,7 @@ from typing import Any, Final
 from ingress import metrics, tasks
 from ingress.anthropic import answers as anthropic_answers
 from ingress.anthropic.messages import MessagesRequest
+from ingress.cache.entries import STREAM
 from ingress.errors import (
     IngressError,
     UpstreamAnswered,
@@ -37,9 +38,9 @@ from ingress.exchange import Exchange
 from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.answer import message_id
+from ingress.pipeline.cache import send_cached
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
-from ingress.pipeline.send import send
 from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.messages import MessagesStreamTranslator
@@ -166,9 +167,9 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
     async def discard(opened: tuple[AsyncExitStack, Reads, bytes | None, bool]) -> None:
         await opened[0].aclose()
 
-    stack, reads, start, _ = await send(gw, prepared.match, ex, attempt, prepared.prefix,
-                                        reroute=prepared.rerouter(gw, ex),
-                                        refused=(lambda opened: opened[3]) if peek else None, discard=discard)
+    stack, reads, start, _ = await send_cached(gw, prepared, ex, attempt, STREAM,
+                                               reroute=prepared.rerouter(gw, ex),
+                                               refused=(lambda opened: opened[3]) if peek else None, discard=discard)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
     return reads, start if start is not None else await anext(reads, b"")

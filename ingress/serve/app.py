@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from aiohttp import web
 
 from ingress import metrics
+from ingress.cache import ResponseCache
 from ingress.demo.service import create_demo_app
 from ingress.edge import routes
 from ingress.edge.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
@@ -102,6 +103,11 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
+        cache = None
+        if any(route.cache is not None for route in routes):  # the stores, once per worker (ingress/cache)
+            redis = settings.tenancy.redis if settings.tenancy is not None else None
+            cache = ResponseCache(settings.cache, redis)
+            stack.push_async_callback(cache.close)
         for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
             if route.model is not None or route.upstream_model is not None:
                 counter_for(route.upstream_model or route.model or "", route.tokenizer, settings.max_exact_count_bytes)
@@ -113,6 +119,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
                                asyncio.get_running_loop().time()),
             tenancy=tenancy,
             tracer=tracer,
+            cache=cache,
             affinity_headers=tuple(sorted({name.lower() for r in routes
                                            for name in (r.affinity_header, r.split_header) if name})),
         )

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from recording import recording_edge
 
 from ingress import wire
+from ingress.cache.settings import RouteCache
 from ingress.exchange import Exchange
 from ingress.settings import Endpoint, ErrorClass, Group, Retry, Route, Settings, Share, Timeouts
 
@@ -515,3 +516,59 @@ async def test_a_canary_keeps_each_key_or_header_value_on_one_variant(
 
     assert [await served(w) for w in who] == first
     assert {value.rsplit('variant="', 1)[1] for value in first} == {'gpt"', 'canary"'}
+
+
+# --- a chain behind the route's response cache ---------------------------------------------------
+
+
+async def _twice(http: aiohttp.ClientSession, chain: Chain, stream: bool) -> list[tuple[int, str, str, str]]:
+    """The same deterministic request sent twice: each answer's status, cache and served-by headers, and text."""
+    body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "temperature": 0, "stream": stream}
+    answers = []
+    for _ in range(2):
+        async with http.post(f"{chain.url}/v1/chat/completions", json=body) as response:
+            text = await response.text()
+            if stream:
+                events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+            else:
+                text = json.loads(text)["choices"][0]["message"]["content"]
+            answers.append((response.status, response.headers.get("x-ingress-cache", ""),
+                            response.headers.get(SERVED_BY, ""), text))
+        await asyncio.sleep(0.05)  # a stream is stored in a later turn of the edge's loop, once it has ended
+    return answers
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_cached_route_keeps_what_its_chain_served_and_a_hit_sends_nothing(
+        start_chain: StartChain, http: aiohttp.ClientSession, stream: bool) -> None:
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("rate_limited",), cache=RouteCache(ttl=600)),
+                               _named("claude", "claude-sonnet-4-5")])
+    chain.fakes["primary"].play(fu.error_answer(RATE_LIMITED))
+
+    miss, hit = await _twice(http, chain, stream)
+
+    assert miss == (200, "miss", 'route="claude", model="claude-sonnet-4-5"', TEXT)
+    assert hit[:2] == (200, "hit") and hit[3] == TEXT
+    assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
+
+
+async def test_what_a_chain_served_after_a_content_filter_is_kept_and_a_held_back_answer_never_is(
+        start_chain: StartChain, http: aiohttp.ClientSession) -> None:
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("content_filter", "5xx"), cache=RouteCache(ttl=600)),
+                               _named("claude", "claude-sonnet-4-5")])
+    chain.fakes["primary"].play(_filtered(stream=False))
+    miss, hit = await _twice(http, chain, stream=False)
+    assert miss == (200, "miss", 'route="claude", model="claude-sonnet-4-5"', TEXT) and hit[:2] == (200, "hit")
+
+    # The filtered answer held back and served because the next route failed: the last attempt recorded
+    # was that failure, and nothing is kept.
+    body = {"model": "gpt", "messages": [{"role": "user", "content": "another"}], "temperature": 0}
+    for _ in range(2):
+        chain.fakes["primary"].play(_filtered(stream=False))
+        chain.fakes["claude"].play(fu.error_answer(FAILED))
+        async with http.post(f"{chain.url}/v1/chat/completions", json=body) as response:
+            answer = await response.json()
+            assert (response.status, response.headers["x-ingress-cache"]) == (200, "miss")
+            assert answer["choices"][0]["finish_reason"] == "content_filter"
+    assert chain.models_received() == {"primary": ["gpt-4o"] * 3, "claude": ["claude-sonnet-4-5"] * 3}

@@ -620,3 +620,23 @@ def test_policy_mistakes_name_the_key(old: str, new: str, key: str, detail: str)
 
     assert message.startswith(f"ingress.toml: {key}: "), message
     assert detail in message
+
+
+# --- the response cache ----------------------------------------------------------------------------
+
+
+def test_a_routes_cache_and_the_cache_section() -> None:
+    text = _edit('glob = "*-mini"\n', 'glob = "*-mini"\ncache = { ttl = 60, scope = "key" }\n') + (
+        "\n[cache]\nmemory_bytes = 1048576\ntimeout_ms = 20\n")
+    settings = parse_config(text, environ={})
+    route = next(r for r in settings.routes if r.glob == "*-mini")
+    assert route.cache is not None
+    assert (route.cache.ttl, route.cache.scope, route.cache.backend) == (60, "key", "memory")
+    assert (settings.cache.memory_bytes, settings.cache.timeout_ms) == (1048576, 20)
+    assert "cache.scope" in _error(_edit('glob = "*-mini"\n', 'glob = "*-mini"\ncache = { scope = "user" }\n'))
+    assert "cache.ttl" in _error(_edit('glob = "*-mini"\n', 'glob = "*-mini"\ncache = { ttl = 0 }\n'))
+
+
+def test_a_redis_cache_needs_the_tenancys_redis() -> None:
+    message = _error(_edit('glob = "*-mini"\n', 'glob = "*-mini"\ncache = { backend = "redis" }\n'))
+    assert "routes[2].cache.backend" in message and "[tenancy]" in message

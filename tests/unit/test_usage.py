@@ -112,3 +112,14 @@ def test_the_cost_is_what_a_usd_budget_charges_for_the_same_usage() -> None:
         charged = budget.cost(usage.prompt_tokens, usage.completion_tokens)
         assert cost_usd(usage, TokenPrice.of(price)) == charged / NANO_USD_PER_USD
 
+
+
+def test_a_cache_hit_says_so_and_reports_the_cached_usage_at_no_cost() -> None:
+    ex = served()
+    ex.cache, ex.upstream = "hit", None
+    record = usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+    assert record["cached"] is True and record["upstream"] is None
+    assert list(record).index("cached") == list(record).index("ttfb_ms") + 1
+    assert (record["prompt_tokens"], record["completion_tokens"], record["cost_usd"]) == (1200, 300, 0.0)
+    ex.cache = "miss"
+    assert "cached" not in usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)

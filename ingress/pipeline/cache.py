@@ -1,0 +1,248 @@
+"""cache: the response cache in front of `send`, for a route that has one (ingress/cache).
+
+    lookup   canonical bytes → key → the store: a hit is the stored answer, in the shape asked for
+    hit      the stage's own `attempt` runs on the stored answer instead of an endpoint: the answer is then
+             read, verified and translated exactly as a live one (any dialect, whole or streamed)
+    miss     `send` as without a cache, the answer's bytes recorded as they pass; stored once it is whole
+             and successful (a whole answer once it decoded, a stream once its final frame was read and
+             nothing failed), never an error, a cut or failed stream, or one whose client left first
+
+A store that fails or is slow is a miss (ingress/cache/stores.py). `ex.cache` says which way it went
+(hit, miss, bypass): the x-ingress-cache header, the metrics and the usage record read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from ingress import metrics
+from ingress.cache import NO_CACHE, NO_STORE, ResponseCache, entry_key, scope_value
+from ingress.cache.entries import STREAM, Shape, entry, served
+from ingress.cache.settings import RouteCache
+from ingress.errors import IngressError
+from ingress.exchange import Exchange
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.prepare import Prepared
+from ingress.pipeline.send import send
+from ingress.settings import Timeouts
+from ingress.upstream.client import Reads
+from ingress.upstream.group import Lease
+from ingress.wire.canonical import canonical, deterministic
+
+T = TypeVar("T")
+R = TypeVar("R")
+HIT, MISS, BYPASS = "hit", "miss", "bypass"
+
+
+async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attempt: Callable[[Any], Awaitable[T]],
+                      shape: Shape, **chain: Any) -> T:
+    """`send`, behind the route's cache: `attempt` runs on an endpoint's lease, or on the stored answer.
+    `chain`: send's options for the route's fallback chain (reroute, refused, discard)."""
+    route, cache = prepared.match.route.cache, gw.cache
+    if route is None or cache is None:
+        return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
+    asked = time.perf_counter()
+    key = _key(prepared, ex, route)
+    if key is None:
+        _outcome(ex, BYPASS, asked)
+        return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
+    if ex.cache_control != NO_CACHE:
+        value = await cache.get(route, key)
+        answer = served(value, shape) if value else None
+        if answer is not None:
+            try:
+                result = await attempt(_StoredLease(answer))
+            except IngressError:  # a stored answer that does not read back: served by the service instead
+                pass
+            else:
+                _outcome(ex, HIT, asked)
+                return result
+    _outcome(ex, MISS, asked)
+    recorder = _Recorder(cache, route, key, shape, ex, cache.settings.max_entry_bytes)
+    result = await send(gw, prepared.match, ex, lambda lease: attempt(recorder.lease(lease)), prepared.prefix,
+                        **chain)
+    if shape != STREAM:
+        recorder.whole()
+    return result
+
+
+def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
+    """The entry's key, or None when the request is not to be cached (no-store, or not deterministic)."""
+    if ex.cache_control == NO_STORE or not (route.nondeterministic or deterministic(prepared.encoded)):
+        return None
+    request = canonical(prepared.encoded)
+    principal = ex.principal
+    who = scope_value(route.scope, principal.tenant_name if principal is not None else None,
+                      principal.key.id if principal is not None else None, prepared.headers.get("authorization"))
+    return entry_key(request.data, ex.route or "", prepared.match.upstream_model, who)
+
+
+def _outcome(ex: Exchange, outcome: str, asked: float) -> None:
+    ex.cache = outcome
+    metrics.child(metrics.CACHE_LOOKUPS, ex.route or "", outcome).inc()
+    if ex.trace is not None:
+        ex.trace.child("cache", asked, time.perf_counter(), {"ingress.cache": outcome})
+
+
+# --- a hit: the stored answer, where an endpoint's client would be -------------------------------------
+
+
+class _StoredLease:
+    """What an attempt reads its answer from (`lease.client`), for a hit."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, answer: bytes) -> None:
+        self.client = _StoredClient(answer)
+
+
+class _StoredClient:
+    """An upstream client's calls, answered with the stored answer."""
+
+    __slots__ = ("_answer",)
+
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
+
+    async def complete(self, body: bytes | bytearray, headers: Mapping[str, str], timeouts: Timeouts | None = None,
+                       **_: object) -> bytes:
+        return self._answer
+
+    async def embed(self, body: bytes | bytearray, headers: Mapping[str, str],
+                    timeouts: Timeouts | None = None) -> bytes:
+        return self._answer
+
+    @asynccontextmanager
+    async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
+                     timeouts: Timeouts | None = None) -> AsyncIterator[_StoredReads]:
+        yield _StoredReads(self._answer)
+
+
+class _StoredReads:
+    """A stored stream's body as `Reads`: all of its frames in one read."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def __aiter__(self) -> _StoredReads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data, self._data = self._data, b""
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+    async def pump(self, consume: Callable[[bytes], R | None]) -> R | None:
+        data, self._data = self._data, b""
+        return consume(data) if data else None
+
+
+# --- a miss: the answer recorded on its way, stored once it is whole -----------------------------------
+
+
+class _Recorder:
+    """The bytes of the attempt's answer as they pass (up to `limit`: a larger answer is not stored)."""
+
+    def __init__(self, cache: ResponseCache, route: RouteCache, key: str, shape: Shape, ex: Exchange,
+                 limit: int) -> None:
+        self.cache, self.route, self.key, self.shape, self.ex, self.limit = cache, route, key, shape, ex, limit
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def lease(self, lease: Lease) -> _RecordingLease:
+        self.parts, self.size = [], 0  # each attempt records afresh
+        return _RecordingLease(lease, self)
+
+    def add(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size <= self.limit:
+            self.parts.append(data)
+        else:
+            self.parts = []
+
+    def whole(self) -> None:
+        """The attempt succeeded with a whole answer: stored if it is one to keep. What was recorded is the
+        last attempt's answer: the one served, or (a filtered answer held back on a chain, served when every
+        route after it failed) a failure, which `entry` does not keep."""
+        if self.size > self.limit or not self.parts:
+            return
+        value = entry(self.shape, b"".join(self.parts))
+        if value is not None:
+            self.cache.put(self.route, self.key, value)
+
+    def ended(self) -> None:
+        """The stream closed: stored if the service's answer was whole and nothing failed on the way; its
+        frames checked once more (`entry`) in a later turn of the loop, once its end is on its way."""
+        ex = self.ex
+        if ex.upstream_ok is True and ex.error is None:
+            asyncio.get_running_loop().call_soon(self.whole)
+
+
+class _RecordingLease:
+    __slots__ = ("client",)
+
+    def __init__(self, lease: Lease, recorder: _Recorder) -> None:
+        self.client = _RecordingClient(lease, recorder)
+
+
+class _RecordingClient:
+    """The endpoint's client, each answer's bytes recorded on their way to the attempt."""
+
+    __slots__ = ("_client", "_recorder")
+
+    def __init__(self, lease: Lease, recorder: _Recorder) -> None:
+        self._client, self._recorder = lease.client, recorder
+
+    async def complete(self, body: bytes | bytearray, headers: Mapping[str, str], timeouts: Timeouts | None = None,
+                       **options: Any) -> bytes:
+        answer = await self._client.complete(body, headers, timeouts, **options)
+        self._recorder.add(answer)
+        return answer
+
+    async def embed(self, body: bytes | bytearray, headers: Mapping[str, str],
+                    timeouts: Timeouts | None = None) -> bytes:
+        answer = await self._client.embed(body, headers, timeouts)
+        self._recorder.add(answer)
+        return answer
+
+    @asynccontextmanager
+    async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
+                     timeouts: Timeouts | None = None) -> AsyncIterator[_RecordingReads]:
+        async with self._client.stream(body, headers, timeouts) as reads:
+            try:
+                yield _RecordingReads(reads, self._recorder)
+            finally:
+                self._recorder.ended()
+
+
+class _RecordingReads:
+    """`Reads`, each read recorded before it is handed on (in the stream's task, or the pump's callback)."""
+
+    __slots__ = ("_reads", "_recorder")
+
+    def __init__(self, reads: Reads, recorder: _Recorder) -> None:
+        self._reads, self._recorder = reads, recorder
+
+    def __aiter__(self) -> _RecordingReads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data = await anext(self._reads)
+        self._recorder.add(data)
+        return data
+
+    async def pump(self, consume: Callable[[bytes], R | None]) -> R | None:
+        add = self._recorder.add
+
+        def recorded(data: bytes) -> R | None:
+            add(data)
+            return consume(data)
+
+        return await self._reads.pump(recorded)
