@@ -4,7 +4,7 @@ edge's CPU, and the choice's own cost and memory (issue 32's benchmarks).
 
     nice -n 10 .venv/bin/python bench/cache_affinity.py [--quick] [--rounds 2] [--parts choice sim llama]
                                                         [--endpoints 4 16] [--out FILE]
-        -> results/cache_affinity.json and .png (~7 min; --quick ~3 min, results/cache_affinity-quick.json)
+        -> results/cache_affinity.json and .png (~10 min; --quick ~3 min, results/cache_affinity-quick.json)
 
 Parts:
 
@@ -13,35 +13,39 @@ Parts:
   conversation's later turn (a hit) and for a new one (rendezvous), a map already holding 2,000 other
   conversations and a 33-block chain; beside P2C's `choose` and round robin's on the same endpoints. And the
   prefix map's memory (tracemalloc) filled far past its `max_entries` cap with 33-block chains.
-- **sim**: the demo's simulated KV caches: N `ingress demo-upstream --cache-blocks B --prefill-us-per-token X`
-  processes (N = 4 and 16), and one single-worker edge a policy in front of all N, each a group of the N
-  with `balance` = round_robin, p2c or cache_affine, route `gpt-4o`. Four seeded workloads, the same bodies
-  for every policy (the first message carries a run's tag, so each run starts on caches cold for it: the
-  demos' LRUs drop the other runs' blocks first):
+- **sim**: the demo's simulated KV caches: N `ingress demo-upstream --cache-blocks 256 --prefill-us-per-token
+  200 --delay-ms 30` processes (N = 4 and 16: each holds 256 blocks of 512 bytes, a first token waits 200 µs
+  for each uncached prompt token, and the 6 tokens asked for come 30 ms apart), and one single-worker edge a
+  policy in front of all N, each a group of the N with `balance` = round_robin, p2c or cache_affine, route
+  `gpt-4o` (the round-robin and P2C groups have a cache-affine fallback that nothing fails over to, so their
+  edges compute the same passport chain: the services see the same chain, the edges differ in the choice).
+  Four seeded workloads, the same bodies for every policy (the first message carries a run's tag, so each
+  run starts on caches cold for it: the demos' LRUs drop the other runs' blocks first):
     multi-turn      conversations of 10-30 turns, each turn the last one's prompt plus an answer and a
-                    question, behind one of 4 system prompts; `concurrency` conversations at a time;
+                    question, behind one of 4 system prompts;
     shared-prefix   one-turn requests: one of 4 long system prompts and its tool set (~9 KB), and a short
                     question of their own;
     unique          one-turn requests sharing nothing (~4 KB each);
     skewed          multi-turn conversations keyed (`prompt_cache_key`) by their family: half of them in
                     one family, the rest over 15 others (the explicit key sends a family to one endpoint:
                     the load bound must hold).
-  Each request is streamed (usage in its last chunk, max_tokens 8) from this process (aiohttp, closed loop:
-  `concurrency` workers, each sending its conversation's next turn when the last one ended). Per policy:
+  Each request is streamed (usage in its last chunk, max_tokens 6) from this process (aiohttp, closed loop:
+  4 x N workers, each sending its conversation's next turn 0.2 s (exponential, seeded) after the last one
+  ended; --quick: 3-6 turns, 15 x N one-turn requests; else 10-30 turns, 30 x N). Per policy:
   hit ratio = cached over prompt tokens as the answers' usage reports them (the edge's
   `ingress_upstream_tokens_total{group,kind}` is read beside it as a check); the oracle's = the same
   requests, in the order they were sent, through one `ingress.demo.cache.KvCache` of N x B blocks with the
   same passport chain the edge computes (an upper bound: one cache seeing everything); load imbalance =
   max over mean of the endpoints' requests in flight, sampled every 5 ms while at least three quarters of
-  the workers had one out (each request's endpoint read from the edge's access line, its span from the
-  client's send to its last byte), the samples' mean and 95th percentile; TTFT p50/p99 (send to first
+  the workers still had conversations (each request's endpoint read from the edge's access line, its span
+  from the client's send to its last byte), the samples' mean and 95th percentile; TTFT p50/p99 (send to first
   content delta); requests/s; the edge's CPU per request (/proc, user + system). Policies run in a
   rotated order each round; medians over rounds.
 - **llama**: two real `llama-server` processes (tests/llama_engine.py's build, SmolLM2-135M-Instruct, one
   thread each, one slot, prompt cache on with `--cache-ram`), each behind `ingress bridge openai`, one
   edge a policy in front of both bridges (route `SmolLM2-135M-Instruct`); the engines and bridges are
   started afresh for each policy, so each starts cold. A multi-turn workload (8 conversations x 6 turns,
-  4 at a time; --quick 4 x 4, 2 at a time), prompts of ~150-500 tokens growing ~60 a turn; cached tokens
+  4 at a time; --quick 4 x 3, 2 at a time), prompts of ~150-500 tokens growing ~60 a turn; cached tokens
   and TTFT as the engine reports and the client sees them.
 
 Every figure is from this machine's 2 shared vCPUs (bench/README.md): the demos' prefill is a sleep, so
@@ -176,12 +180,12 @@ def workload(name: str, endpoints: int, quick: bool) -> tuple[list[Conversation]
     """The workload's conversations (seeded: the same for every policy and run) and its concurrency."""
     rng = random.Random(f"{name}-{endpoints}")
     concurrency = PER_ENDPOINT * endpoints
-    turns = (3, 6) if quick else (8, 20)
+    turns = (3, 6) if quick else (10, 30)
     if name == "multi-turn":
         return multi_turn(rng, concurrency, turns), concurrency
     if name == "skewed":
         return skewed(rng, concurrency, turns), concurrency
-    requests = 15 * endpoints if quick else 50 * endpoints
+    requests = 15 * endpoints if quick else 30 * endpoints
     return (shared_prefix(rng, requests) if name == "shared-prefix" else unique(rng, requests)), concurrency
 
 
