@@ -3,8 +3,8 @@ prefix-cache hit ratio (and its ratio to an oracle), load imbalance, time to fir
 edge's CPU, and the choice's own cost and memory (issue 32's benchmarks).
 
     nice -n 10 .venv/bin/python bench/cache_affinity.py [--quick] [--rounds 2] [--parts choice sim llama]
-                                                        [--endpoints 4 16] [--out FILE]
-        -> results/cache_affinity.json and .png (~10 min; --quick ~3 min, results/cache_affinity-quick.json)
+                                                        [--endpoints 4 16] [--load-slack X] [--out FILE]
+        -> results/cache_affinity.json and .png (~14 min; --quick ~3 min, results/cache_affinity-quick.json)
 
 Parts:
 
@@ -31,7 +31,7 @@ Parts:
                     the load bound must hold).
   Each request is streamed (usage in its last chunk, max_tokens 6) from this process (aiohttp, closed loop:
   4 x N workers, each sending its conversation's next turn 0.2 s (exponential, seeded) after the last one
-  ended; --quick: 3-6 turns, 15 x N one-turn requests; else 10-30 turns, 30 x N). Per policy:
+  ended; --quick: 3-5 turns, 10 x N one-turn requests; else 10-30 turns, 30 x N). Per policy:
   hit ratio = cached over prompt tokens as the answers' usage reports them (the edge's
   `ingress_upstream_tokens_total{group,kind}` is read beside it as a check); the oracle's = the same
   requests, in the order they were sent, through one `ingress.demo.cache.KvCache` of N x B blocks with the
@@ -180,12 +180,12 @@ def workload(name: str, endpoints: int, quick: bool) -> tuple[list[Conversation]
     """The workload's conversations (seeded: the same for every policy and run) and its concurrency."""
     rng = random.Random(f"{name}-{endpoints}")
     concurrency = PER_ENDPOINT * endpoints
-    turns = (3, 6) if quick else (10, 30)
+    turns = (3, 5) if quick else (10, 30)
     if name == "multi-turn":
         return multi_turn(rng, concurrency, turns), concurrency
     if name == "skewed":
         return skewed(rng, concurrency, turns), concurrency
-    requests = 15 * endpoints if quick else 30 * endpoints
+    requests = 10 * endpoints if quick else 30 * endpoints
     return (shared_prefix(rng, requests) if name == "shared-prefix" else unique(rng, requests)), concurrency
 
 
@@ -402,7 +402,10 @@ def run_policy(edge: Server, access_log: Path, model: str, conversations: list[C
                tag: str, pids: list[int], think_s: float = 0.0) -> tuple[dict[str, Any], list[Sent]]:
     """One policy's run of one workload through its edge."""
     before_tokens = scrape_tokens(edge.url)
-    own = lambda: sum(sum(cpu_seconds(p)) for p in [edge.pid, *pids]) + time.process_time()  # noqa: E731
+
+    def own() -> float:
+        return sum(sum(cpu_seconds(p)) for p in [edge.pid, *pids]) + time.process_time()
+
     edge_cpu0, ours0, busy0 = sum(cpu_seconds(edge.pid)), own(), machine_busy()
     t0 = time.perf_counter()
     sent, done = asyncio.run(drive(edge.url, model, tagged(conversations, tag), concurrency, tag, think_s))
@@ -422,7 +425,8 @@ def run_policy(edge: Server, access_log: Path, model: str, conversations: list[C
 # --- the set-ups ---------------------------------------------------------------------------------------
 
 
-def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str], first_byte: float) -> Path:
+def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str], first_byte: float,
+                load_slack: float | None = None) -> Path:
     """One worker, one group of `urls` balanced by `policy`. A round-robin or P2C group gets a cache-affine
     fallback over the same endpoints, never used (nothing fails), so that its edge computes the passport's
     chain as the cache-affine edge does: every policy's services then see the same chain, and the edges differ
@@ -430,19 +434,22 @@ def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str],
     endpoints = ", ".join(f'{{ url = "{u}" }}' for u in urls)
     shadow = (f'[groups.shadow]\nendpoints = [{endpoints}]\nbalance = "cache_affine"\n'
               if policy != "cache_affine" else "")
+    slack = (f"affinity = {{ load_slack = {load_slack} }}\n"
+             if policy == "cache_affine" and load_slack is not None else "")
     path.write_text(f'port = {port}\nworkers = 1\nlog_level = "info"\n'
                     f"[timeouts]\nconnect = 5.0\nfirst_byte = {first_byte}\nidle = {first_byte}\n"
-                    f'[groups.main]\nendpoints = [{endpoints}]\nbalance = "{policy}"\n{shadow}'
+                    f'[groups.main]\nendpoints = [{endpoints}]\nbalance = "{policy}"\n{slack}{shadow}'
                     f'[[routes]]\nmodel = "{model}"\ngroup = "main"\n'
                     + ('fallback = "shadow"\n' if shadow else ""))
     return path
 
 
-def edges_for(work: Path, name: str, model: str, urls: list[str], first_byte: float) -> dict[str, Server]:
+def edges_for(work: Path, name: str, model: str, urls: list[str], first_byte: float,
+              load_slack: float | None = None) -> dict[str, Server]:
     out = {}
     for policy in POLICIES:
         port = free_port()
-        config = edge_config(work / f"{name}-{policy}.toml", port, model, policy, urls, first_byte)
+        config = edge_config(work / f"{name}-{policy}.toml", port, model, policy, urls, first_byte, load_slack)
         out[policy] = Server(f"edge-{name}-{policy}", [PY, "-m", "ingress", "serve", "--config", str(config)],
                              port, work / f"{name}-{policy}.log", stdout=work / f"{name}-{policy}.access")
     return out
@@ -454,7 +461,7 @@ def part_sim(args: argparse.Namespace, work: Path, endpoints: int) -> dict[str, 
                                  "--delay-ms", str(DECODE_MS),
                                  "--log-level", "warning"], port, work / f"demo{endpoints}-{i}.log")
              for i in range(endpoints)]
-    edges = edges_for(work, f"sim{endpoints}", SIM_MODEL, [d.url for d in demos], 60.0)
+    edges = edges_for(work, f"sim{endpoints}", SIM_MODEL, [d.url for d in demos], 60.0, args.load_slack)
     found: dict[str, Any] = {"endpoints": endpoints, "cache_blocks": CACHE_BLOCKS, "prefill_us_per_token": PREFILL_US,
                              "workloads": {}}
     start_all(*demos, *edges.values(), timeout=60.0)
@@ -492,10 +499,10 @@ def table_of(rounds: Rounds[str], oracle: float, concurrency: int, requests: int
                            "policies": {}}
     for policy in POLICIES:
         runs = rounds.runs(policy)
-        figures = {k: rounds.median(policy, k) for k in FIGURES}
+        figures: dict[str, Any] = {k: rounds.median(policy, k) for k in FIGURES}
         figures["of_oracle"] = figures["hit_ratio"] / oracle if oracle else math.nan
-        figures["ways"] = sum((Counter(r["ways"]) for r in runs), Counter())
-        figures["errors"] = sum((Counter(r["errors"]) for r in runs), Counter())
+        figures["ways"] = sum((Counter[str](r["ways"]) for r in runs), Counter[str]())
+        figures["errors"] = sum((Counter[str](r["errors"]) for r in runs), Counter[str]())
         if policy != "p2c":
             figures["x_p2c"] = {k: rounds.paired(policy, k, lambda a, b: a / b if b else math.nan).median
                                 for k in ("hit_ratio", "ttft_p50_ms", "ttft_p99_ms", "requests_per_s",
@@ -703,10 +710,10 @@ def print_policies(title: str, table: dict[str, Any], oracle: bool = True) -> No
 
 def plot(found: dict[str, Any], path: Path) -> bool:
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found, unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         print("note: matplotlib is not installed; no plot (pip install matplotlib)")
         return False
@@ -744,6 +751,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=["choice", "sim", "llama"], default=["choice", "sim", "llama"])
     parser.add_argument("--endpoints", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--load-slack", type=float, help="the simulated cache_affine groups' (default: 0.25)")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot-only", type=Path, metavar="JSON", help="draw the plot of a saved run, beside it")
@@ -769,12 +777,12 @@ def main() -> None:
         found["sim"] = []
         for n in args.endpoints:
             if found:
-                time.sleep(PAUSE_S / 4 if args.quick else PAUSE_S)
+                time.sleep(0 if args.quick else PAUSE_S)
             print(f"\nsimulated caches, {n} endpoints ({CACHE_BLOCKS} blocks each, {PREFILL_US:.0f} µs a token)",
                   flush=True)
             found["sim"].append(part_sim(args, work, n))
     if "llama" in args.parts:
-        time.sleep(0 if not found else PAUSE_S / 4 if args.quick else PAUSE_S)
+        time.sleep(PAUSE_S if found and not args.quick else 0)
         print("\ntwo llama-servers behind bridges", flush=True)
         found["llama"] = part_llama(args, work)
     for setup in found.get("sim", []):
