@@ -109,7 +109,8 @@ class Group(_Config, frozen=True):
     ejection: Ejection = Ejection()
     # "p2c": power of two choices on outstanding requests. "cache_affine": where the prompt's prefix was
     # last served, within a load bound, else where rendezvous hashing puts its conversation (docs/routing.md).
-    balance: Literal["p2c", "cache_affine"] = "p2c"
+    # "round_robin": each endpoint in turn, by weight, blind to load.
+    balance: Literal["p2c", "cache_affine", "round_robin"] = "p2c"
     affinity: Affinity | None = None  # cache_affine's settings (default: Affinity())
 
 

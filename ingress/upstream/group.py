@@ -15,7 +15,7 @@ from ingress import metrics
 from ingress.errors import Overloaded
 from ingress.log import get_logger
 from ingress.routing.affinity import CacheAffinity, Decision, Prefix
-from ingress.routing.balance import choose
+from ingress.routing.balance import RoundRobin, choose
 from ingress.routing.health import EndpointState
 from ingress.settings import Affinity, Endpoint, Group
 from ingress.upstream.client import UpstreamClient
@@ -66,6 +66,7 @@ class EndpointGroup:
         affinity = config.affinity or Affinity()
         self.affinity = (CacheAffinity(affinity.load_slack, affinity.max_entries, affinity.max_age)
                          if config.balance == "cache_affine" else None)
+        self.round_robin = RoundRobin() if config.balance == "round_robin" else None
 
     def _has_room(self) -> bool:
         return self.config.max_in_flight == 0 or self.in_flight < self.config.max_in_flight
@@ -78,6 +79,8 @@ class EndpointGroup:
         if self.affinity is not None:
             decision = self.affinity.choose(self.states, prefix, now, self._rng, exclude)
             state = decision.endpoint if decision is not None else None
+        elif self.round_robin is not None:
+            state = self.round_robin.choose(self.states, now, exclude)
         else:
             state = choose(self.states, now, self._rng, exclude)
         if state is None:

@@ -9,7 +9,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.routing.affinity import CacheAffinity, Prefix, PrefixMap, Way, rendezvous
+from ingress.routing.affinity import CacheAffinity, Prefix, PrefixMap, Way, rendezvous, score
 from ingress.routing.health import EndpointState
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -96,6 +96,15 @@ def test_rendezvous_order_is_stable_when_an_endpoint_leaves_and_returns(key: int
 
     assert without == [e for e in order if e is not leaving]
     assert rendezvous(key, [*without, leaving]) == order
+
+
+@SETTINGS
+@given(st.integers(0, 2**64 - 1), st.integers(1, 20), st.integers(1, 5))
+def test_rendezvous_with_one_weight_is_the_order_of_the_scores(key: int, count: int, weight: int) -> None:
+    """Its shortcut for equal weights (no logarithm) orders the endpoints exactly as their scores do."""
+    states = [EndpointState(url=f"http://replica-{i}.internal:9000", weight=weight) for i in range(count)]
+
+    assert rendezvous(key, states) == sorted(states, key=lambda e: score(key, e), reverse=True)
 
 
 @SETTINGS

@@ -254,7 +254,7 @@ def test_a_missing_key_names_no_line(text: str, key: str) -> None:
     pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\naffinity = { load_slack = 0.5 }\n'
                  '[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.affinity", 'balance = "cache_affine"',
                  id="affinity-settings-on-a-p2c-group"),
-    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "round_robin"\n'
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "least_request"\n'
                  '[[routes]]\nmodel = "m"\ngroup = "g"\n', "groups.g.balance", "Invalid enum value",
                  id="an-unknown-balance"),
     pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "cache_affine"\n'

@@ -299,6 +299,15 @@ async def test_a_p2c_group_leaves_the_prefix_alone(make_pool: MakePool) -> None:
     assert (lease.decision, pool.affinity) == (None, None)
 
 
+async def test_a_round_robin_group_leases_each_endpoint_in_turn(make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS], balance="round_robin")
+
+    leases = [await pool.acquire(prefix=Prefix([1, 2], 1)) for _ in range(6)]  # held: load changes nothing
+
+    assert [lease.state.url for lease in leases] == URLS * 2
+    assert (leases[0].decision, pool.affinity) == (None, None)
+
+
 async def test_a_waiter_is_chosen_for_by_its_own_prefix(make_pool: MakePool) -> None:
     pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine", max_in_flight=1, max_queue=1)
     held = await pool.acquire(prefix=Prefix([7, 8], 1))

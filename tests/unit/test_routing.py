@@ -7,7 +7,7 @@ from collections import Counter, deque
 
 import pytest
 
-from ingress.routing.balance import choose
+from ingress.routing.balance import RoundRobin, choose
 from ingress.routing.budget import RetryBudget
 from ingress.routing.health import EndpointState
 from ingress.routing.table import RouteTable
@@ -223,6 +223,48 @@ def test_excluded_endpoints_are_not_chosen() -> None:
     exclude = frozenset({states[0].url, states[2].url})
 
     assert all(choose(states, 0.0, rng, exclude=exclude) is states[1] for _ in range(100))
+
+
+def _turns(rr: RoundRobin, states: list[EndpointState], n: int, now: float = 100.0,
+           exclude: frozenset[str] = frozenset()) -> list[int]:
+    """The indexes of the next `n` endpoints round robin chooses."""
+    chosen = [rr.choose(states, now, exclude) for _ in range(n)]
+    return [states.index(c) for c in chosen if c is not None]
+
+
+def test_round_robin_takes_each_endpoint_in_turn_whatever_its_load() -> None:
+    states = _states(1, 1, 1)
+    states[0].in_flight = 50  # blind to load, as a DNS or L4 balancer is
+
+    assert _turns(RoundRobin(), states, 7) == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_round_robin_follows_the_weights_spread_out() -> None:
+    assert _turns(RoundRobin(), _states(5, 1, 1), 14) == [0, 0, 1, 0, 2, 0, 0] * 2  # nginx's smooth order
+    shares = Counter(_turns(RoundRobin(), _states(6, 3, 1), 1000))
+    assert [shares[i] for i in range(3)] == [600, 300, 100]
+
+
+def test_round_robin_skips_ejected_full_and_excluded_endpoints() -> None:
+    states = _states(1, 1, 1, 1, max_in_flight=1)
+    states[0].ejected_until = 101.0
+    states[1].in_flight = 1
+    rr = RoundRobin()
+
+    assert _turns(rr, states, 4, exclude=frozenset({states[2].url})) == [3] * 4
+    assert _turns(rr, states, 4) == [2, 3, 2, 3]
+    assert _turns(rr, states, 4, now=101.0) == [0, 2, 3, 0]  # back from its ejection, it takes its turn again
+    for s in states[1:]:
+        s.in_flight = 1
+    assert rr.choose(states, 100.0) is None  # the healthy ones are full: wait, never pick the ejected one
+
+
+def test_round_robin_panics_like_p2c_when_every_endpoint_is_ejected() -> None:
+    states = _states(1, 1, 1)
+    for state, until in zip(states, (130.0, 110.0, 120.0), strict=True):
+        state.ejected_until = until
+
+    assert _turns(RoundRobin(), states, 5) == [1] * 5
 
 
 # --- passive health -----------------------------------------------------------------------------
