@@ -65,6 +65,8 @@ def main() -> int:
                         help="a fresh process for each edge each round (two processes of one tree differ by a few %%)")
     parser.add_argument("--pin", action="store_true", help="the edges on CPU 1, the service and wrk on CPU 0")
     parser.add_argument("--model", default=MODEL, help="the model name each request sends (routed to the service)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="each edge's workers (several: their metrics in PROMETHEUS_MULTIPROC_DIR's files)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "commits.json")
     args = parser.parse_args()
     for checkout in (args.before, args.after):
@@ -92,8 +94,8 @@ def main() -> int:
         port = free_port()
         where = (["--config", str(edge_config(work / f"{name}.toml", port, demo.url, section, args.model))]
                  if args.keys else ["--model", args.model, "--port", str(port), "--upstream", demo.url])
-        edges[name] = Server(name, [*pin_edge, *python_in(checkout), "-m", "ingress", "serve", "--workers", "1",
-                                    *where],
+        edges[name] = Server(name, [*pin_edge, *python_in(checkout), "-m", "ingress", "serve",
+                                    "--workers", str(args.workers), *where],
                              port, work / f"{name}.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(script)

@@ -9,6 +9,14 @@ in the edge, GC pauses and live tasks here.
 
 With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor before any worker
 starts) makes every worker write its values to shared files, and /metrics aggregates them.
+
+Folded, as Envoy flushes its stats: what the event loop records through `child` (counters, histograms) is
+kept in plain per-worker fields, a few attribute updates, and added to prometheus-client by `fold`: every
+second (the app's `metrics-fold` task), before each scrape this worker serves, and at the end of a drain.
+With several workers a scrape may miss another worker's last second; a worker killed with SIGKILL loses
+at most its last second of counts. Recorded directly: gauges of the present (requests in flight, endpoint
+health, the breaker), and what other threads count (the trace exporter's).
+
 Labels stay bounded: `model` is a name some route serves (or "other"), never an arbitrary string; `group` a
 configured group's name.
 """
@@ -23,7 +31,7 @@ import platform
 import time
 from bisect import bisect_left
 from importlib import metadata
-from typing import Any, TypeVar, cast
+from typing import Any, overload
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -119,20 +127,15 @@ BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", 
               multiprocess_mode="max")
 
 
-M = TypeVar("M", bound=MetricWrapperBase)
-
-
 class Gaps:
-    """One stream's gaps between chunks, counted into a histogram's buckets here and added to it once, at
-    the end (`flush`): as `observe` would count each, for a fraction of its cost per chunk (two locked
-    increments and a scan of the bounds, ~2 µs). It reads prometheus-client's buckets, the one place
-    that does."""
+    """One stream's gaps between chunks, counted into the folded histogram's buckets at the stream's end
+    (`flush`): as `observe` would count each, for a fraction of its cost per chunk."""
 
     __slots__ = ("_child", "_counts", "_last", "_sum")
 
-    def __init__(self, child: Histogram) -> None:
+    def __init__(self, child: FoldedHistogram) -> None:
         self._child = child
-        self._counts = [0] * len(child._upper_bounds)
+        self._counts = [0] * len(child.bounds)
         self._sum = 0.0
         self._last: float | None = None
 
@@ -142,7 +145,7 @@ class Gaps:
         if last is not None:
             gap = now - last
             self._sum += gap
-            self._counts[bisect_left(self._child._upper_bounds, gap)] += 1  # the first bound >= gap, as observe
+            self._counts[bisect_left(self._child.bounds, gap)] += 1  # the first bound >= gap, as observe
 
     def sent(self, n: int) -> None:
         """n chunks went out now, together."""
@@ -151,33 +154,150 @@ class Gaps:
             self.mark(now)
 
     def flush(self) -> None:
-        child, counts = self._child, self._counts
+        counts = self._counts
         if not any(counts):
             return
-        for bucket, n in zip(child._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-        child._sum.inc(self._sum)
+        self._child.add(counts, self._sum)
         self._counts = [0] * len(counts)
         self._sum = 0.0
 
 
 def inter_chunk_gaps(model: str) -> Gaps:
     """A stream's gaps, for INTER_CHUNK under `model` (a metric label: a name some route serves)."""
-    return Gaps(INTER_CHUNK.labels(model))
+    return Gaps(child(INTER_CHUNK, model))
 
 
-def child(metric: M, *labels: str) -> M:
-    """`metric.labels(*labels)`, memoised: prometheus-client's labels() takes a lock and builds a
-    tuple each call (~2 µs), and the request path records half a dozen. Label values are bounded."""
+class _Folded:
+    """A metric child's values since the last fold, in plain fields; queued for `fold` once touched."""
+
+    __slots__ = ("queued", "target")
+
+    def __init__(self, target: Any) -> None:
+        self.target = target  # prometheus-client's child (or the metric, without labels)
+        self.queued = False
+
+    def _queue(self) -> None:
+        self.queued = True
+        _queued.append(self)
+
+    def fold(self) -> None:
+        raise NotImplementedError
+
+
+class FoldedCounter(_Folded):
+    __slots__ = ("amount",)
+
+    def __init__(self, target: Any) -> None:
+        super().__init__(target)
+        self.amount = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:  # as prometheus-client refuses it, here rather than at the fold
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self.amount += amount
+        if not self.queued:
+            self._queue()
+
+    def fold(self) -> None:
+        self.queued = False
+        amount, self.amount = self.amount, 0.0
+        if amount:
+            self.target.inc(amount)
+
+
+class FoldedGauge(_Folded):
+    """A gauge's steps up and down (the in-flight count): their sum is added at the fold."""
+
+    __slots__ = ("delta",)
+
+    def __init__(self, target: Any) -> None:
+        super().__init__(target)
+        self.delta = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.delta += amount
+        if not self.queued:
+            self._queue()
+
+    def dec(self, amount: float = 1) -> None:
+        self.inc(-amount)
+
+    def fold(self) -> None:
+        self.queued = False
+        delta, self.delta = self.delta, 0.0
+        if delta:
+            self.target.inc(delta)
+
+
+class FoldedHistogram(_Folded):
+    """Observations counted into the histogram's own buckets (the first bound >= the value, as `observe`
+    counts it) and added to them at the fold: prometheus-client keeps them apart, not cumulated."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, target: Any) -> None:
+        super().__init__(target)
+        self.bounds: list[float] = target._upper_bounds
+        self.counts = [0] * len(self.bounds)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        if not self.queued:
+            self._queue()
+
+    def add(self, counts: list[int], total: float) -> None:
+        """Observations already counted by bucket (`Gaps`), and their sum."""
+        mine = self.counts
+        for i, n in enumerate(counts):
+            if n:
+                mine[i] += n
+        self.sum += total
+        if not self.queued:
+            self._queue()
+
+    def fold(self) -> None:
+        self.queued = False
+        counts, self.counts = self.counts, [0] * len(self.bounds)
+        for bucket, n in zip(self.target._buckets, counts, strict=True):
+            if n:
+                bucket.inc(n)
+        self.target._sum.inc(self.sum)
+        self.sum = 0.0
+
+
+@overload
+def child(metric: Counter, *labels: str) -> FoldedCounter: ...
+@overload
+def child(metric: Histogram, *labels: str) -> FoldedHistogram: ...
+@overload
+def child(metric: Gauge, *labels: str) -> FoldedGauge: ...
+def child(metric: MetricWrapperBase, *labels: str) -> _Folded:
+    """The folded child of `metric` for `labels` (the metric itself without labels), memoised:
+    prometheus-client's labels() takes a lock and builds a tuple each call (~2 µs), and each of its
+    increments takes a lock (a file's, with several workers); the request path records a dozen. Label
+    values are bounded. For the event loop's thread only (see the module's docstring)."""
     key = (metric, labels)
     found = _children.get(key)
     if found is None:
-        found = _children[key] = metric.labels(*labels)
-    return cast(M, found)
+        target = metric.labels(*labels) if labels else metric
+        kind = FoldedCounter if isinstance(metric, Counter) else FoldedHistogram if isinstance(
+            metric, Histogram) else FoldedGauge
+        found = _children[key] = kind(target)
+    return found
 
 
-_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], _Folded] = {}
+_queued: list[_Folded] = []
+
+
+def fold() -> None:
+    """Add what the folded children recorded since the last fold to prometheus-client."""
+    global _queued
+    queued, _queued = _queued, []
+    for folded in queued:
+        folded.fold()
 
 
 def set_build_info() -> None:
@@ -193,7 +313,7 @@ class GcRecorder:
     not reentrant: a collection started while this thread held one (in multiprocess mode one lock guards
     every value, and creating a labelled child allocates under it) would block on it forever if the hook
     updated a metric. So the hook only notes the pause, and `flush()` records what it noted from ordinary
-    code: every second (the app's `gc-metrics` task) and before each scrape."""
+    code: every second (the app's `metrics-fold` task) and before each scrape."""
 
     def __init__(self) -> None:
         self._started = 0.0
@@ -210,7 +330,7 @@ class GcRecorder:
             return
         pending, self.pending = self.pending, []  # a collection during the updates notes into the new list
         for generation, seconds in pending:
-            GC_PAUSE.observe(seconds)
+            child(GC_PAUSE).observe(seconds)
             child(GC_COLLECTIONS, str(generation)).inc()
 
 
@@ -241,6 +361,7 @@ def render() -> tuple[bytes, str]:
     """The exposition text: this process's metrics, or every worker's when running several."""
     count_tasks()
     flush_gc()
+    fold()
     if "PROMETHEUS_MULTIPROC_DIR" in os.environ:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated upstream

@@ -139,7 +139,7 @@ class Tracer:
         the exporter; dropped and counted when the queue is full."""
         queue = self._queue
         if len(queue) >= self.config.max_queue:
-            metrics.TRACE_SPANS_DROPPED.labels("queue_full").inc()
+            metrics.child(metrics.TRACE_SPANS_DROPPED, "queue_full").inc()
             return
         queue.append(otlp.span(span))
         if len(queue) >= self.config.max_batch:

@@ -95,7 +95,7 @@ class EdgeConnection(RequestHandler):
         self._head_timer = None
         if self._request_in_progress or self._messages or self.transport is None:
             return
-        metrics.REJECTIONS.labels("header_timeout").inc()
+        metrics.child(metrics.REJECTIONS, "header_timeout").inc()
         log.info("request head not received in time; closing", timeout_s=self._head_timeout)
         self.transport.write(_HEAD_TIMEOUT)
         self.force_close()  # the transport sends what it holds, then closes
@@ -130,7 +130,7 @@ class EdgeConnection(RequestHandler):
         error: IngressError
         if status < 500:
             error = InvalidRequest("The request is not valid HTTP/1.1.", code="invalid_http", status=status)
-            metrics.REJECTIONS.labels("invalid_http").inc()
+            metrics.child(metrics.REJECTIONS, "invalid_http").inc()
         else:
             error = IngressError("The server had an error while processing your request.", status=status)
         log.info("bad http request", status=status, exc_type=type(exc).__name__ if exc is not None else None)

@@ -134,7 +134,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         ex.trace = begin_trace(gw.tracer, request)
     structlog.contextvars.bind_contextvars(request_id=ex.request_id)
     status, outcome = 500, "error"
-    metrics.IN_FLIGHT.inc()
+    metrics.IN_FLIGHT.inc()  # direct, not folded: a gauge of now
     drain = request.app.get(DRAIN)
     if drain is not None:
         drain.enter()
@@ -264,9 +264,9 @@ def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None
     if ex.variant is not None:
         child(metrics.SPLITS, ex.route or "", ex.variant).inc()
     for hint in ex.dropped or ():
-        metrics.HINTS_NOT_SENT.labels(hint).inc()
+        child(metrics.HINTS_NOT_SENT, hint).inc()
     if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
-        metrics.REJECTIONS.labels(ex.error.code or str(ex.error.status)).inc()
+        child(metrics.REJECTIONS, ex.error.code or str(ex.error.status)).inc()
 
 
 def _usage(request: web.Request, ex: Exchange, status: int, outcome: str, now: float) -> dict[str, object]:

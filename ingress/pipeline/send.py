@@ -72,7 +72,7 @@ async def send(gw: Gateway, match: Match, ex: Exchange, attempt: Callable[[Lease
             if ex.attempts and not gw.budget.withdraw(loop.time()):
                 return _exhausted(ex, kept, last)
             if ex.attempts:
-                metrics.RETRIES.labels(link.group).inc()
+                metrics.child(metrics.RETRIES, link.group).inc()
             ex.attempts += 1
             ex.group = link.group
             try:

@@ -56,11 +56,13 @@ async def serve_app(app: web.Application, host: str, port: int, unix: str | None
         sock.close()
 
 
-async def flush_gc_forever(interval: float = 1.0) -> None:
-    """Record the GC pauses noted since the last flush, every `interval` seconds (metrics.GcRecorder)."""
+async def fold_metrics_forever(interval: float = 1.0) -> None:
+    """Every `interval` seconds: the GC pauses noted since the last flush (metrics.GcRecorder), and what the
+    loop recorded, added to prometheus-client (metrics.fold)."""
     while True:
         await asyncio.sleep(interval)
         metrics.flush_gc()
+        metrics.fold()
 
 
 async def _gateway(app: web.Application) -> AsyncIterator[None]:
@@ -68,6 +70,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
     groups_config, routes = settings.resolved()
     tasks = app[TASKS] = BackgroundTasks()
     async with AsyncExitStack() as stack:
+        stack.callback(metrics.fold)  # last of all: what the drain's requests recorded
         tracer = None
         if settings.tracing is not None:  # in each worker: the exporter's thread does not survive a fork
             tracer = Tracer(settings.tracing)
@@ -97,7 +100,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if config.health_check is not None:
                 tasks.spawn(pool.check_health(), f"health:{name}")
         stack.push_async_callback(tasks.close)
-        tasks.spawn(flush_gc_forever(), "gc-metrics")
+        tasks.spawn(fold_metrics_forever(), "metrics-fold")
         tenancy = None
         if settings.tenancy is not None:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())

@@ -24,7 +24,7 @@ from typing import Literal
 
 import pytest
 from logcapture import lines
-from prometheus_client import REGISTRY
+from metric_values import sample_value
 from redis.asyncio import Redis as Client
 from redis_servers import SERVER_KINDS, LimitServers, Server
 from waiting import eventually
@@ -71,7 +71,7 @@ def store_on(server: Server, prefix: str, deadline_ms: int = CALM_MS, failures: 
 
 
 def sample(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    return sample_value(name, labels) or 0.0
 
 
 def errors(call: str, reason: str) -> float:

@@ -28,9 +28,9 @@ from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from metric_values import sample_value
 from openai.types.chat import ChatCompletionMessageParam
 from otlp_receiver import OtlpReceiver
-from prometheus_client import REGISTRY
 from redis.asyncio import Redis
 from redis_servers import Server
 from waiting import eventually
@@ -441,7 +441,7 @@ async def test_tenants_never_see_each_others_entries(stack: AsyncExitStack, fake
 
 
 def settled(tenant: str) -> float:
-    return REGISTRY.get_sample_value("ingress_tokens_settled_total", {"tenant": tenant}) or 0.0
+    return sample_value("ingress_tokens_settled_total", {"tenant": tenant}) or 0.0
 
 
 async def test_a_hit_counts_toward_rpm_but_charges_no_tokens(stack: AsyncExitStack, fake_upstream: FakeUpstream,
@@ -517,12 +517,12 @@ async def test_a_stopped_store_is_a_miss_and_the_request_succeeds(
         status, header, _ = await post(http, url, body(text), headers)
         assert (status, header) == (200, "miss")
         assert asyncio.get_running_loop().time() - started < 3.0
-    errors = REGISTRY.get_sample_value("ingress_response_cache_errors_total", {"backend": "redis", "call": "get"})
+    errors = sample_value("ingress_response_cache_errors_total", {"backend": "redis", "call": "get"})
     assert errors and errors > 0
 
 
 def _stored_count() -> float:
-    return REGISTRY.get_sample_value("ingress_response_cache_stores_total", {"backend": "redis"}) or 0.0
+    return sample_value("ingress_response_cache_stores_total", {"backend": "redis"}) or 0.0
 
 
 @pytest.mark.redis

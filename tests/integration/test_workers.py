@@ -171,6 +171,9 @@ async def test_a_killed_worker_is_replaced_and_its_counts_are_kept(
         for _ in range(10):
             await _chat(fresh, edge.url, f"request {sent}")
             sent += 1
+        # Counts are folded into the shared files every second: a worker killed with SIGKILL loses at most its
+        # last second. Once every worker's scrape agrees, the victim's requests are in the files.
+        await _scrapes_agree(fresh, edge.url, sent)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
         async def replaced() -> set[int]:  # requests keep succeeding while the worker is replaced

@@ -14,7 +14,7 @@ import pytest
 import structlog
 from aiohttp import web
 from logcapture import lines
-from prometheus_client import REGISTRY
+from metric_values import sample_value
 
 from ingress import log
 from ingress.log import access, configure
@@ -59,14 +59,14 @@ async def test_a_request_is_counted_and_logged_before_its_answer_is_sent(log_str
 
     async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
         logged = [str(line["request_id"]) for line in lines(log_stream) if line["event"] == "request"]
-        at_send.append((REGISTRY.get_sample_value(*served) or 0.0, logged))
+        at_send.append((sample_value(*served) or 0.0, logged))
 
     app = create_app(Settings())
     app.on_response_prepare.append(on_prepare)
     body = {"model": "ingress-demo", "messages": [{"role": "user", "content": "count me first"}]}
     async with serve_app(app, "127.0.0.1", 0) as url, aiohttp.ClientSession() as http:
         for n in range(2):
-            before = REGISTRY.get_sample_value(*served) or 0.0
+            before = sample_value(*served) or 0.0
             async with http.post(f"{url}/v1/chat/completions", json=body, headers={"x-request-id": f"first-{n}"}) as r:
                 assert r.status == 200
             counted, logged = at_send[-1]

@@ -23,13 +23,13 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import eventually
 
 from ingress import __version__, metrics
 from ingress.metrics import CHUNK, Gaps
-from ingress.serve.app import flush_gc_forever
+from ingress.serve.app import fold_metrics_forever
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,6 +60,7 @@ def test_gc_recorder_times_each_collection_by_generation() -> None:
             recorder("stop", {"generation": 1, "collected": 0, "uncollectable": 0})
         assert value("ingress_gc_pause_seconds_count") == count  # noted, recorded at the next flush
         recorder.flush()
+        metrics.fold()
         assert value("ingress_gc_pause_seconds_count") == count + 1
         assert abs(value("ingress_gc_pause_seconds_sum") - total - 0.004) < 1e-9
         assert value("ingress_gc_pause_seconds_bucket", {"le": "0.005"}) == fast + 1
@@ -107,7 +108,7 @@ async def test_the_noted_collections_reach_the_metrics_every_second_and_on_each_
         assert recorder.pending == []
         recorder("start", {"generation": 2})
         recorder("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
-        flusher = asyncio.get_running_loop().create_task(flush_gc_forever(0.01))
+        flusher = asyncio.get_running_loop().create_task(fold_metrics_forever(0.01))
         try:
             await eventually(lambda: not recorder.pending, "the pause flushed")
         finally:
@@ -193,6 +194,7 @@ gc.set_threshold(1)  # a collection at nearly every allocation, those under prom
 for i in range(int(sys.argv[1])):
     metrics.REQUESTS.labels(f"/route-{i}", "m", "200").inc()  # each new child allocates under the lock
 metrics.flush_gc()
+metrics.fold()
 print(metrics.GC_PAUSE._sum.get() > 0)
 """
 
@@ -229,7 +231,7 @@ def _samples(h: Histogram, label: str) -> dict[tuple[str, str], float]:
        st.integers(1, 3))
 def test_gaps_counted_per_stream_match_an_observe_each(gaps: list[float], streams: int) -> None:
     h = Histogram("gaps", "gaps", ["model"], buckets=CHUNK, registry=CollectorRegistry())
-    batched = h.labels("batched")
+    batched = metrics.FoldedHistogram(h.labels("batched"))
     for _ in range(streams):  # several streams into one child, each flushed at its end
         counted, now = Gaps(batched), 100.0
         counted.mark(now)
@@ -237,6 +239,7 @@ def test_gaps_counted_per_stream_match_an_observe_each(gaps: list[float], stream
             now += gap
             counted.mark(now)
         counted.flush()
+    batched.fold()
     each = h.labels("each")
     for _ in range(streams):
         now = 100.0
@@ -247,3 +250,60 @@ def test_gaps_counted_per_stream_match_an_observe_each(gaps: list[float], stream
     # the sum is added once a stream, not once a gap: the same up to the order of float additions
     assert batched_samples.pop(("gaps_sum", "")) == pytest.approx(each_samples.pop(("gaps_sum", "")), rel=1e-12)
     assert batched_samples == each_samples
+
+
+# --- folding: what the loop records, added to prometheus-client every second and on scrape ---------------
+
+observations = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.floats(0, 200, allow_nan=False)), max_size=60)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(observations, st.integers(1, 4))
+def test_folded_metrics_read_as_the_same_records_made_directly(records: list[tuple[str, float]], folds: int) -> None:
+    registry = CollectorRegistry()
+    counter = Counter("c", "c", ["label", "way"], registry=registry)
+    histogram = Histogram("h", "h", ["label", "way"], buckets=metrics.LATENCY, registry=registry)
+    gauge = Gauge("g", "g", ["label", "way"], registry=registry)
+    folded = {label: (metrics.FoldedCounter(counter.labels(label, "folded")),
+                      metrics.FoldedHistogram(histogram.labels(label, "folded")),
+                      metrics.FoldedGauge(gauge.labels(label, "folded"))) for label in "ab"}
+    for label in "ab":  # the same series on both sides, recorded or not
+        counter.labels(label, "direct"), histogram.labels(label, "direct"), gauge.labels(label, "direct")
+    for i, (label, value) in enumerate(records):
+        c, h, g = folded[label]
+        c.inc(value)
+        h.observe(value)
+        g.inc() if i % 3 else g.dec(2)
+        counter.labels(label, "direct").inc(value)
+        histogram.labels(label, "direct").observe(value)
+        gauge.labels(label, "direct").inc() if i % 3 else gauge.labels(label, "direct").dec(2)
+        if i % max(len(records) // folds, 1) == 0:
+            for parts in folded.values():
+                for part in parts:
+                    part.fold()
+    for parts in folded.values():
+        for part in parts:
+            part.fold()
+    samples: dict[str, dict[tuple[str, str, str], float]] = {"folded": {}, "direct": {}}
+    for family in registry.collect():
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):
+                key = (sample.name, sample.labels["label"], sample.labels.get("le", ""))
+                samples[sample.labels["way"]][key] = sample.value
+    assert samples["folded"].keys() == samples["direct"].keys()
+    for key, value in samples["direct"].items():
+        assert samples["folded"][key] == pytest.approx(value, rel=1e-9, abs=1e-9)
+
+
+def test_a_folded_child_is_kept_and_reaches_the_exposition_at_the_scrape() -> None:
+    child = metrics.child(metrics.REQUESTS, "/v1/test-fold", "other", "200")
+    assert metrics.child(metrics.REQUESTS, "/v1/test-fold", "other", "200") is child
+    before = metrics.REQUESTS.labels("/v1/test-fold", "other", "200")._value.get()
+    child.inc()
+    child.inc(2)
+    assert metrics.REQUESTS.labels("/v1/test-fold", "other", "200")._value.get() == before  # not yet folded
+    body, _ = metrics.render()
+    series = 'ingress_requests_total{model="other",route="/v1/test-fold",status="200"}'
+    assert f"{series} {before + 3}" in body.decode()
+    with pytest.raises(ValueError, match="non-negative"):
+        child.inc(-1)

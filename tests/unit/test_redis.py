@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Literal
 
 import pytest
-from prometheus_client import REGISTRY
+from metric_values import sample_value
 
 from ingress.tenancy.plan import Actual, Check, Plan
 from ingress.tenancy.settings import Redis
@@ -87,13 +87,13 @@ async def test_refuse_wins_over_local_over_allow(open_store: RedisStore) -> None
 
 
 async def test_the_local_fallback_holds_a_share_per_live_process_and_settles_locally(open_store: RedisStore) -> None:
-    skipped = REGISTRY.get_sample_value("ingress_limit_store_errors_total",
+    skipped = sample_value("ingress_limit_store_errors_total",
                                         {"call": "admit", "reason": "breaker_open"}) or 0.0
     local, allow = rpm("k:s", 8, "local"), rpm("k:t", 8, "allow")
     decisions = [await open_store.admit(Plan(f"s{i}", (local, allow), 0, 0)) for i in range(3)]
     assert [d.admitted for d in decisions] == [True, True, False]  # 8 / 4 workers, the allow check not counted
     assert decisions[2].refused == local and decisions[2].degraded == "local"
-    assert REGISTRY.get_sample_value("ingress_limit_store_errors_total",
+    assert sample_value("ingress_limit_store_errors_total",
                                      {"call": "admit", "reason": "breaker_open"}) == skipped + 3
     await open_store.settle("s0", Actual(1, 1))  # admitted here, settled here: charged as reserved
     await open_store.settle("s1", None)  # cancelled here: its request given back

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from prometheus_client import REGISTRY
+from metric_values import sample_value
 
 from ingress.cache.stores import ENTRY_OVERHEAD, MemoryCache, RedisCache
 from ingress.tenancy.stores.redis import Breaker
@@ -35,7 +35,7 @@ def test_the_bound_evicts_the_least_recently_used() -> None:
     clock = Clock()
     cost = 1 + 100 + ENTRY_OVERHEAD
     cache = MemoryCache(3 * cost, clock)
-    before = REGISTRY.get_sample_value("ingress_response_cache_evictions_total", {"backend": "memory"}) or 0
+    before = sample_value("ingress_response_cache_evictions_total", {"backend": "memory"}) or 0
     for key in "abc":
         assert cache.put_now(key, bytes(100), ttl=60)
     assert cache.get_now("a") is not None  # a is now the most recently used
@@ -43,7 +43,7 @@ def test_the_bound_evicts_the_least_recently_used() -> None:
     assert cache.get_now("b") is None
     assert all(cache.get_now(k) is not None for k in "acd")
     assert cache.size == 3 * cost
-    assert REGISTRY.get_sample_value("ingress_response_cache_evictions_total", {"backend": "memory"}) == before + 1
+    assert sample_value("ingress_response_cache_evictions_total", {"backend": "memory"}) == before + 1
     assert not cache.put_now("huge", bytes(4 * cost), ttl=60)  # larger than the whole bound: not kept
     assert cache.put_now("a", bytes(50), ttl=60)  # replacing an entry frees what it held
     assert cache.size == 2 * cost + cost - 50

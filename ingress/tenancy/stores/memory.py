@@ -174,7 +174,7 @@ class MemoryStore:
             del held[ticket]
         if expired:
             self.leases_expired += len(expired)
-            metrics.LEASES_EXPIRED.inc(len(expired))
+            metrics.child(metrics.LEASES_EXPIRED).inc(len(expired))
         return held
 
     def _apply(self, check: Check, amount: int, now: int, ticket: str, limit: float, release: bool = False) -> None:

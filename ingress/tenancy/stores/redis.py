@@ -363,7 +363,7 @@ class RedisStore:
     def _decision(self, plan: Plan, reply: list[int]) -> Decision:
         status, index, wait, never, expired, *states = reply
         if expired:
-            metrics.LEASES_EXPIRED.inc(expired)
+            metrics.child(metrics.LEASES_EXPIRED).inc(expired)
         if status == CANCELLED:
             return Decision(False, (), None, 0, never=False, degraded="cancelled")
         rates = [c for c in plan.checks if c.algorithm == "rate"]
