@@ -678,7 +678,40 @@ def part_choice(args: argparse.Namespace) -> dict[str, Any]:
     found["memory"] = {"max_entries": cap, "entries_held": len(affinity.seen), "max_entries_seen": peak_entries,
                        "bytes": size, "peak_bytes": peak, "bytes_per_entry": size / max(1, len(affinity.seen)),
                        "bytes_at_cap_per_entry": peak / cap}
+    found["orders"] = bucket_orders(16)
     return found
+
+
+def bucket_orders(n: int) -> dict[str, float]:
+    """The kept rendezvous orders at `n` endpoints: choose() of a request with only a key on its bucket's
+    first use and after (µs, each bucket once, GC off, thread CPU), and what a CacheAffinity with every
+    bucket's order and an empty prefix map holds (tracemalloc)."""
+    from ingress.routing.affinity import BUCKETS, CacheAffinity, Prefix
+    from ingress.routing.health import EndpointState
+
+    states = [EndpointState(url=f"http://10.0.1.{i}:8000") for i in range(n)]
+    rng = random.Random(1)
+    affinity = CacheAffinity(0.25, 1024, 600.0)
+    prefixes = [Prefix((), 0, b) for b in range(BUCKETS)]
+    affinity.choose(states, prefixes[0], 0.0, rng)  # the members recorded
+    gc.disable()
+    t0 = time.thread_time()
+    for prefix in prefixes[1:]:
+        affinity.choose(states, prefix, 0.0, rng)
+    first = (time.thread_time() - t0) / (BUCKETS - 1) * 1e6
+    t0 = time.thread_time()
+    for prefix in prefixes[1:]:
+        affinity.choose(states, prefix, 0.0, rng)
+    kept = (time.thread_time() - t0) / (BUCKETS - 1) * 1e6
+    gc.enable()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    filled = CacheAffinity(0.25, 1024, 600.0)
+    for prefix in prefixes:
+        filled.choose(states, prefix, 0.0, rng)
+    size = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    return {"endpoints": n, "first_use_us": first, "kept_us": kept, "bytes_all_filled": size}
 
 
 # --- tables ----------------------------------------------------------------------------------------------
@@ -696,6 +729,11 @@ def print_choice(found: dict[str, Any]) -> None:
     print(f"prefix map filled with 4x its cap of {m['max_entries']:,} entries: holds {m['entries_held']:,} "
           f"(never more than {m['max_entries_seen']:,}), {m['bytes'] / 2**20:.1f} MiB "
           f"(peak {m['peak_bytes'] / 2**20:.1f} MiB, {m['bytes_at_cap_per_entry']:.0f} bytes per entry of the cap)")
+    if "orders" in found:
+        o = found["orders"]
+        print(f"rendezvous orders at {o['endpoints']} endpoints, choose() of a key-only request: "
+              f"{o['first_use_us']:.1f} µs on its bucket's first use, {o['kept_us']:.1f} µs after; "
+              f"every bucket's order kept: {o['bytes_all_filled'] / 2**10:.0f} KiB")
 
 
 def print_policies(title: str, table: dict[str, Any], oracle: bool = True) -> None:
