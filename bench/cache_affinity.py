@@ -4,6 +4,7 @@ edge's CPU, and the choice's own cost and memory (issue 32's benchmarks).
 
     nice -n 10 .venv/bin/python bench/cache_affinity.py [--quick] [--rounds 2] [--parts choice sim llama]
                                                         [--endpoints 4 16] [--load-slack X] [--out FILE]
+                                                        [--llama-cache-ram 16 256] [--llama-policies ...]
         -> results/cache_affinity.json and .png (~14 min; --quick ~3 min, results/cache_affinity-quick.json)
 
 Parts:
@@ -46,7 +47,11 @@ Parts:
   edge a policy in front of both bridges (route `SmolLM2-135M-Instruct`); the engines and bridges are
   started afresh for each policy, so each starts cold. A multi-turn workload (8 conversations x 6 turns,
   4 at a time; --quick 4 x 3, 2 at a time), prompts of ~150-500 tokens growing ~60 a turn; cached tokens
-  and TTFT as the engine reports and the client sees them.
+  and TTFT as the engine reports and the client sees them, and the prompt-cache entries the engines'
+  logs say they dropped to make room. One set-up per `--llama-cache-ram` value: by default 16 MiB each,
+  about half of the conversations' states in play (~27 MiB, see LLAMA_CACHE_RAM_SMALL_MIB), as engines
+  whose caches are smaller than the working set run; 256 MiB holds every state (the 2026-12-04 runs').
+  `--llama-policies` to run some of the policies only.
 
 Every figure is from this machine's 2 shared vCPUs (bench/README.md): the demos' prefill is a sleep, so
 the simulated TTFTs are the cache's effect plus the edge's and client's queueing; only the llama part has
@@ -101,7 +106,13 @@ DECODE_MS = 30.0  # the demos' pause between streamed tokens: a request holds it
 THINK_S = 0.2  # a simulated client's mean pause before each request (a user reading, an agent's tool running)
 SAMPLE_S = 0.005
 PAUSE_S = 10.0  # between set-ups: the machine's other work gets both cores back for a while
-LLAMA_CACHE_RAM_MIB = 256  # each engine's prompt cache in RAM: every conversation's states fit
+# Each engine's prompt cache in RAM (`--cache-ram`, MiB), one set-up each. SmolLM2-135M's KV cache takes
+# 22.5 KiB a token (30 layers x 3 KV heads x 64 dims x K and V x 2 bytes: the engine's log says 12.66 MiB
+# for a 576-token prompt). The llama workload keeps 4 conversations going at ~310 prompt tokens a request
+# (14,830 over 48 in the 2026-12-04 run; ~150 at the first turn, ~500 at the last): ~4 x 310 x 22.5 KiB =
+# 27 MiB of states in play, up to 44 MiB near the ends of the conversations.
+LLAMA_CACHE_RAM_SMALL_MIB = 16  # about half of that: one or two states besides the slot's own; it evicts
+LLAMA_CACHE_RAM_LARGE_MIB = 256  # every conversation's states fit, whatever the policy
 VOCABULARY = (
     "the of and to in is for on that with as by at from this be or are it an was not can will your flight "
     "hotel booking refund seat upgrade baggage lounge visa route fare policy traveller agent check "
@@ -494,16 +505,17 @@ FIGURES = ("hit_ratio", "metrics_hit_ratio", "imbalance_mean", "imbalance_p95", 
            "ttft_p99_ms", "ttft_mean_ms", "requests_per_s", "edge_cpu_us_per_request", "others_cpu_percent")
 
 
-def table_of(rounds: Rounds[str], oracle: float, concurrency: int, requests: int) -> dict[str, Any]:
+def table_of(rounds: Rounds[str], oracle: float, concurrency: int, requests: int,
+             policies: tuple[str, ...] = POLICIES) -> dict[str, Any]:
     out: dict[str, Any] = {"oracle_hit_ratio": oracle, "concurrency": concurrency, "requests": requests,
                            "policies": {}}
-    for policy in POLICIES:
+    for policy in policies:
         runs = rounds.runs(policy)
         figures: dict[str, Any] = {k: rounds.median(policy, k) for k in FIGURES}
         figures["of_oracle"] = figures["hit_ratio"] / oracle if oracle else math.nan
         figures["ways"] = sum((Counter[str](r["ways"]) for r in runs), Counter[str]())
         figures["errors"] = sum((Counter[str](r["errors"]) for r in runs), Counter[str]())
-        if policy != "p2c":
+        if policy != "p2c" and "p2c" in policies:
             figures["x_p2c"] = {k: rounds.paired(policy, k, lambda a, b: a / b if b else math.nan).median
                                 for k in ("hit_ratio", "ttft_p50_ms", "ttft_p99_ms", "requests_per_s",
                                           "edge_cpu_us_per_request")}
@@ -516,7 +528,7 @@ def table_of(rounds: Rounds[str], oracle: float, concurrency: int, requests: int
 
 
 @contextmanager
-def llama_fleet(work: Path, policy: str, tag: str) -> Iterator[tuple[Server, list[int]]]:
+def llama_fleet(work: Path, policy: str, tag: str, cache_ram_mib: int) -> Iterator[tuple[Server, list[int]]]:
     """Two fresh llama-servers, a bridge in front of each, and the policy's edge in front of both."""
     sys.path.insert(0, str(HERE.parent / "tests"))
     import llama_engine
@@ -524,7 +536,7 @@ def llama_fleet(work: Path, policy: str, tag: str) -> Iterator[tuple[Server, lis
     exe, model = llama_engine.ensure_server(), llama_engine.ensure_model()
     with ExitStack() as stack:
         engines = [stack.enter_context(llama_engine.running_server(
-            exe, model, work / f"llama-{tag}-{i}.log", "-c", "8192", "-cram", str(LLAMA_CACHE_RAM_MIB)))
+            exe, model, work / f"llama-{tag}-{i}.log", "-c", "8192", "-cram", str(cache_ram_mib)))
             for i in range(2)]
         bridges = [Server(f"bridge{i}", [PY, "-m", "ingress", "bridge", "openai", "--target", target,
                                          "--port", str(port := free_port()), "--log-level", "warning"],
@@ -548,27 +560,36 @@ def llama_pids() -> list[int]:
     return out
 
 
-def part_llama(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def evictions(work: Path, tag: str) -> int:
+    """How many prompt-cache entries the engines of a run dropped to make room (their own logs say)."""
+    return sum(log.read_text(errors="replace").count("making room for prompt cache entry")
+               for log in work.glob(f"llama-{tag}-*.log"))
+
+
+def part_llama(args: argparse.Namespace, work: Path, cache_ram_mib: int) -> dict[str, Any]:
     conversations_n, turns, concurrency = (4, 3, 2) if args.quick else (8, 6, 4)
     rng = random.Random("llama")
     conversations = multi_turn(rng, conversations_n, (turns, turns), system_words=110, user_words=(15, 30),
                                answer_words=(15, 30), families=conversations_n)
-    rounds: Rounds[str] = Rounds(POLICIES, 1, order="rotate", baseline="p2c")
+    policies = tuple(p for p in POLICIES if p in args.llama_policies)
+    rounds: Rounds[str] = Rounds(policies, 1, order="rotate", baseline="p2c" if "p2c" in policies else None)
     for _, order in rounds:
         for policy in order:
             tag = f"ll{SHORT[policy]}{random.randrange(10**6):06d}"
-            with llama_fleet(work, policy, tag) as (edge, bridges):
+            with llama_fleet(work, policy, tag, cache_ram_mib) as (edge, bridges):
                 summary, _ = run_policy(edge, edge.stdout or work, LLAMA_MODEL, conversations, concurrency, tag,
                                         [*bridges, *llama_pids()])
+            summary["evictions"] = evictions(work, tag)
             rounds.add(policy, summary)
             print(f"  llama {policy:<12} cached {summary['cached_tokens']} of {summary['prompt_tokens']} "
                   f"p50 {summary['ttft_p50_ms']:.0f} ms p99 {summary['ttft_p99_ms']:.0f} ms "
-                  f"{summary['requests_per_s']:.2f} req/s{errors_of(summary)}", flush=True)
-    out = table_of(rounds, math.nan, concurrency, conversations_n * turns)
-    for policy in POLICIES:
-        out["policies"][policy]["cached_tokens"] = rounds.median(policy, "cached_tokens")
-        out["policies"][policy]["prompt_tokens"] = rounds.median(policy, "prompt_tokens")
-    out.update(conversations=conversations_n, turns=turns, cache_ram_mib=LLAMA_CACHE_RAM_MIB)
+                  f"{summary['requests_per_s']:.2f} req/s, engines evicted {summary['evictions']}"
+                  f"{errors_of(summary)}", flush=True)
+    out = table_of(rounds, math.nan, concurrency, conversations_n * turns, policies)
+    for policy in policies:
+        for key in ("cached_tokens", "prompt_tokens", "evictions"):
+            out["policies"][policy][key] = rounds.median(policy, key)
+    out.update(conversations=conversations_n, turns=turns, cache_ram_mib=cache_ram_mib)
     return out
 
 
@@ -623,6 +644,8 @@ def choice_timings(n: int, rng: random.Random, rounds: int) -> dict[str, list[fl
     later = Prefix(chain, 2)
     affinity.served(Prefix(chain[:30], 2), states[1].url, 2.0)
     counter = iter(range(10**9))
+    blocks = list(chain)
+    fresh = Prefix(blocks, 1)  # its conversation block (blocks[1]) made new for each call, in place
 
     def hit() -> None:
         decision = affinity.choose(states, later, 3.0, rng)
@@ -630,7 +653,9 @@ def choice_timings(n: int, rng: random.Random, rounds: int) -> dict[str, list[fl
         affinity.served(later, decision.endpoint.url, 3.0)
 
     def new() -> None:
-        fresh = Prefix([*chain[:1], next(counter), *chain[2:]], 1)  # a conversation never seen
+        # A conversation never seen. Not a new Prefix each call: building its 33-block list took ~2 µs,
+        # which the passport pays, not the choice (the figures before 2026-12-04's second run included it).
+        blocks[1] = next(counter)
         decision = affinity.choose(states, fresh, 3.0, rng)
         assert decision is not None
         affinity.served(fresh, decision.endpoint.url, 3.0)
@@ -674,7 +699,40 @@ def part_choice(args: argparse.Namespace) -> dict[str, Any]:
     found["memory"] = {"max_entries": cap, "entries_held": len(affinity.seen), "max_entries_seen": peak_entries,
                        "bytes": size, "peak_bytes": peak, "bytes_per_entry": size / max(1, len(affinity.seen)),
                        "bytes_at_cap_per_entry": peak / cap}
+    found["orders"] = bucket_orders(16)
     return found
+
+
+def bucket_orders(n: int) -> dict[str, float]:
+    """The kept rendezvous orders at `n` endpoints: choose() of a request with only a key on its bucket's
+    first use and after (µs, each bucket once, GC off, thread CPU), and what a CacheAffinity with every
+    bucket's order and an empty prefix map holds (tracemalloc)."""
+    from ingress.routing.affinity import BUCKETS, CacheAffinity, Prefix
+    from ingress.routing.health import EndpointState
+
+    states = [EndpointState(url=f"http://10.0.1.{i}:8000") for i in range(n)]
+    rng = random.Random(1)
+    affinity = CacheAffinity(0.25, 1024, 600.0)
+    prefixes = [Prefix((), 0, b) for b in range(BUCKETS)]
+    affinity.choose(states, prefixes[0], 0.0, rng)  # the members recorded
+    gc.disable()
+    t0 = time.thread_time()
+    for prefix in prefixes[1:]:
+        affinity.choose(states, prefix, 0.0, rng)
+    first = (time.thread_time() - t0) / (BUCKETS - 1) * 1e6
+    t0 = time.thread_time()
+    for prefix in prefixes[1:]:
+        affinity.choose(states, prefix, 0.0, rng)
+    kept = (time.thread_time() - t0) / (BUCKETS - 1) * 1e6
+    gc.enable()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    filled = CacheAffinity(0.25, 1024, 600.0)
+    for prefix in prefixes:
+        filled.choose(states, prefix, 0.0, rng)
+    size = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    tracemalloc.stop()
+    return {"endpoints": n, "first_use_us": first, "kept_us": kept, "bytes_all_filled": size}
 
 
 # --- tables ----------------------------------------------------------------------------------------------
@@ -692,6 +750,11 @@ def print_choice(found: dict[str, Any]) -> None:
     print(f"prefix map filled with 4x its cap of {m['max_entries']:,} entries: holds {m['entries_held']:,} "
           f"(never more than {m['max_entries_seen']:,}), {m['bytes'] / 2**20:.1f} MiB "
           f"(peak {m['peak_bytes'] / 2**20:.1f} MiB, {m['bytes_at_cap_per_entry']:.0f} bytes per entry of the cap)")
+    if "orders" in found:
+        o = found["orders"]
+        print(f"rendezvous orders at {o['endpoints']} endpoints, choose() of a key-only request: "
+              f"{o['first_use_us']:.1f} µs on its bucket's first use, {o['kept_us']:.1f} µs after; "
+              f"every bucket's order kept: {o['bytes_all_filled'] / 2**10:.0f} KiB")
 
 
 def print_policies(title: str, table: dict[str, Any], oracle: bool = True) -> None:
@@ -729,7 +792,7 @@ def plot(found: dict[str, Any], path: Path) -> bool:
                                             ("ttft_p50_ms", "TTFT p50, ms"))):
             ax = axes[row][col]
             for k, policy in enumerate(POLICIES):
-                values = [setup["workloads"][w]["policies"][policy][key] for w in names]
+                values = [setup["workloads"][w]["policies"].get(policy, {}).get(key, math.nan) for w in names]
                 ax.bar([i + (k - 1) * width for i in range(len(names))], values, width, label=policy,
                        color=colors[policy])
             if key == "hit_ratio":
@@ -752,6 +815,11 @@ def main() -> None:
     parser.add_argument("--endpoints", nargs="+", type=int, default=[4, 16])
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--load-slack", type=float, help="the simulated cache_affine groups' (default: 0.25)")
+    parser.add_argument("--llama-cache-ram", nargs="+", type=int, metavar="MIB", default=[LLAMA_CACHE_RAM_SMALL_MIB],
+                        help="each llama-server's prompt cache in RAM, one set-up each (default: "
+                             f"{LLAMA_CACHE_RAM_SMALL_MIB}, about half of the states in play, so that it evicts; "
+                             f"{LLAMA_CACHE_RAM_LARGE_MIB}: every state fits)")
+    parser.add_argument("--llama-policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--plot-only", type=Path, metavar="JSON", help="draw the plot of a saved run, beside it")
@@ -783,15 +851,19 @@ def main() -> None:
             found["sim"].append(part_sim(args, work, n))
     if "llama" in args.parts:
         time.sleep(PAUSE_S if found and not args.quick else 0)
-        print("\ntwo llama-servers behind bridges", flush=True)
-        found["llama"] = part_llama(args, work)
+        setups = []
+        for mib in args.llama_cache_ram:
+            print(f"\ntwo llama-servers behind bridges, --cache-ram {mib} MiB each", flush=True)
+            setups.append(part_llama(args, work, mib))
+        found["llama"], found["llama_more"] = setups[0], setups[1:]  # the first in the plot; all in the tables
     for setup in found.get("sim", []):
         for name, table in setup["workloads"].items():
             print_policies(f"{setup['endpoints']} demo endpoints, {name}", table)
-    if "llama" in found:
-        print_policies("2 llama-servers, multi-turn", found["llama"], oracle=False)
-        for policy, f in found["llama"]["policies"].items():
-            print(f"  {policy}: engines' cached tokens {f['cached_tokens']:.0f} of {f['prompt_tokens']:.0f}")
+    for setup in [found["llama"], *found.get("llama_more", [])] if "llama" in found else []:
+        print_policies(f"2 llama-servers, multi-turn, --cache-ram {setup['cache_ram_mib']} MiB", setup, oracle=False)
+        for policy, f in setup["policies"].items():
+            print(f"  {policy}: engines' cached tokens {f['cached_tokens']:.0f} of {f['prompt_tokens']:.0f}, "
+                  f"prompt-cache entries evicted {f['evictions']:.0f}")
     if "choice" in found:
         print_choice(found["choice"])
     seconds = time.perf_counter() - started

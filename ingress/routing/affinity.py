@@ -4,13 +4,19 @@ load bound. Pure: the request's hashes, the endpoints' loads and states, and `no
 In order:
 1. **hit**: the endpoint that most recently served the longest matching chain of the request's blocks
    (this worker's PrefixMap), unless it is ejected, excluded, full, or above the load bound.
-2. **hashed**: rendezvous (highest-random-weight) hashing of the request's conversation over the healthy
-   endpoints, walking down its order to the first within the bound. The conversation's hash is the block
-   that ends with its first user message (ingress/wire/prefix.py): every turn has it, on any worker of any
-   replica, so a conversation goes to the same place without the replicas talking to each other, while the
-   conversations behind one long shared system prompt still spread. Only blocks from that one on are
-   remembered, so a new conversation never "hits" on the shared system prompt alone.
+2. **hashed**: rendezvous (highest-random-weight) hashing of the request's conversation over the
+   endpoints, walking down its order to the first healthy one within the bound. The conversation's hash is
+   the block that ends with its first user message (ingress/wire/prefix.py): every turn has it, on any
+   worker of any replica, so a conversation goes to the same place without the replicas talking to each
+   other, while the conversations behind one long shared system prompt still spread. Only blocks from that
+   one on are remembered, so a new conversation never "hits" on the shared system prompt alone.
    **affinity_key**: the same, on the client's explicit key (`prompt_cache_key`, or the route's header).
+   The order is that of the key's bucket (its low 12 bits: BUCKETS of them), rendezvous over (bucket,
+   endpoint identity), computed on a bucket's first use and kept until the set of endpoints or their weights
+   change (an ejection or a failed health check is no change: the walk skips such endpoints). Every worker
+   and replica computes the same orders with nothing shared; an endpoint leaving or returning moves only
+   the buckets it heads; each endpoint heads a share of the buckets proportional to its weight (4,096
+   buckets: ~256 ± 16 each of 16 equal endpoints). Held: BUCKETS slots, a filled one ~33 + N bytes.
 3. **overridden_by_load**: the endpoint the cache or the hash preferred was full or above the bound, so
    another was taken (the next in rendezvous order within it, else the least loaded with room).
 4. **balanced**: nothing to go by (no hashes, no key), or every endpoint ejected: as power of two choices.
@@ -22,8 +28,9 @@ healthy endpoint always fits (their bounds add up to more than their load), so a
 the ones that fit are at their max_in_flight or excluded by a retry. At low load the bound is strict (with
 four endpoints and two requests, one endpoint may hold one): the load imbalance stays near 1 + load_slack.
 
-A choice and its remembering take 10-18 µs (timeit, the same machine as ingress/wire/prefix.py's figures;
-4 or 16 endpoints, a map holding 2,000 other conversations, a 33-block chain).
+A choice and its remembering take ~10-15 µs, a new conversation's as a later turn's (bench/cache_affinity.py
+--parts choice: 4 or 16 endpoints, a map holding 2,000 other conversations, a 33-block chain); a bucket's
+first use costs what scoring every endpoint does (~35 µs at 16), at most BUCKETS times per group and worker.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ import random
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 from itertools import repeat
 
 from ingress.routing.balance import choose
 from ingress.routing.health import EndpointState
 
 _MASK = 2**64 - 1
+BUCKETS = 4096  # a power of two: a key's bucket is its low bits (SHA-256 bits, ingress/wire/prefix.py)
 _u64 = struct.Struct("<Q").unpack_from
 
 
@@ -109,14 +117,26 @@ def _bits(key: int, endpoint: EndpointState) -> int:
     return (x ^ (x >> 31)) >> 11
 
 
-def rendezvous(key: int, endpoints: Sequence[EndpointState]) -> list[EndpointState]:
-    """The endpoints in `key`'s order, best first. An endpoint leaving or returning moves no other.
+def bucket(key: int) -> int:
+    """The bucket whose rendezvous order a key follows."""
+    return key & (BUCKETS - 1)
+
+
+def _ranks(key: int, endpoints: Sequence[EndpointState]) -> list[int]:
+    """The endpoints' indexes in `key`'s rendezvous order, best first.
 
     When the weights are all one value, `score` grows with u and u with its 53 bits: ordered by the bits, the
     same order without a logarithm or a float per endpoint (a third cheaper at 16 endpoints)."""
+    indexes = range(len(endpoints))
     if endpoints and all(e.weight == endpoints[0].weight for e in endpoints):
-        return sorted(endpoints, key=partial(_bits, key), reverse=True)
-    return sorted(endpoints, key=lambda e: score(key, e), reverse=True)
+        return sorted(indexes, key=lambda i: _bits(key, endpoints[i]), reverse=True)
+    return sorted(indexes, key=lambda i: score(key, endpoints[i]), reverse=True)
+
+
+def rendezvous(key: int, endpoints: Sequence[EndpointState]) -> list[EndpointState]:
+    """The endpoints in `key`'s order, best first. An endpoint leaving or returning moves no other. The choice
+    follows the order of a key's bucket: `rendezvous(bucket(key), endpoints)`."""
+    return [endpoints[i] for i in _ranks(key, endpoints)]
 
 
 class PrefixMap:
@@ -169,17 +189,39 @@ class CacheAffinity:
     def __init__(self, load_slack: float, max_entries: int, max_age: float) -> None:
         self.load_slack = load_slack
         self.seen = PrefixMap(max_entries, max_age)
+        # Each bucket's rendezvous order (endpoints' indexes), for the endpoints and weights in _members.
+        self._members: list[tuple[str, str, int]] = []
+        self._orders: list[Sequence[int] | None] = [None] * BUCKETS
+
+    def _order(self, key: int, endpoints: Sequence[EndpointState]) -> Sequence[int]:
+        """`rendezvous(bucket(key), endpoints)` as indexes into `endpoints`, kept per bucket until the
+        endpoints' identities or weights change."""
+        members = [(e.identity, e.url, e.weight) for e in endpoints]
+        if members != self._members:
+            self._members, self._orders = members, [None] * BUCKETS
+        b = bucket(key)
+        order = self._orders[b]
+        if order is None:
+            ranks = _ranks(b, endpoints)
+            order = self._orders[b] = bytes(ranks) if len(ranks) <= 256 else tuple(ranks)
+        return order
 
     def choose(self, endpoints: Sequence[EndpointState], prefix: Prefix | None, now: float, rng: random.Random,
                exclude: frozenset[str] = frozenset()) -> Decision | None:
         """The endpoint to try next and why, or None when every candidate is full (the caller waits)."""
-        healthy = [e for e in endpoints if e.url not in exclude and e.healthy(now)]
+        healthy: list[EndpointState] = []
+        load = weight = 0
+        for e in endpoints:  # one pass, not three: ~2 µs less at 16 endpoints
+            if e.url not in exclude and e.healthy(now):
+                healthy.append(e)
+                load += e.in_flight
+                weight += e.weight
         if not healthy or prefix is None or (not prefix.blocks and prefix.key is None):
             chosen = choose(endpoints, now, rng, exclude)  # panic routing, or nothing to go by: as P2C
             return Decision(chosen, Way.BALANCED) if chosen is not None else None
         if not any(e.has_room() for e in healthy):
             return None
-        scale = (1 + self.load_slack) * (sum(e.in_flight for e in healthy) + 1) / sum(e.weight for e in healthy)
+        scale = (1 + self.load_slack) * (load + 1) / weight
 
         def fits(e: EndpointState) -> bool:
             return e.has_room() and e.in_flight + 1 <= math.ceil(scale * e.weight)
@@ -199,9 +241,14 @@ class CacheAffinity:
             key, way = prefix.key, Way.AFFINITY_KEY
         else:
             key, way = prefix.blocks[start], Way.HASHED
-        for rank, e in enumerate(rendezvous(key, healthy)):
+        rank = 0  # among the healthy endpoints not excluded
+        for i in self._order(key, endpoints):
+            e = endpoints[i]
+            if e.url in exclude or not e.healthy(now):
+                continue
             if fits(e):
                 return Decision(e, way if rank == 0 and not overridden else Way.OVERRIDDEN_BY_LOAD, matched)
+            rank += 1
         # None fits: some are full, or excluded ones carry the load. The least loaded with room.
         least = min((e for e in healthy if e.has_room()), key=EndpointState.load)
         return Decision(least, Way.OVERRIDDEN_BY_LOAD, matched)

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ingress.routing.affinity import CacheAffinity, Prefix, PrefixMap, Way, key_hash, rendezvous
+from ingress.routing.affinity import BUCKETS, CacheAffinity, Prefix, PrefixMap, Way, bucket, key_hash, rendezvous
 from ingress.routing.health import EndpointState
 
 MAX_AGE = 600.0
-SESSION = key_hash("session-9")
+SESSION = key_hash("session-27")  # its bucket's order is not that of block 22
 TURN_ONE = Prefix([11, 22], conversation_block=1)  # a system prompt's block, then the first user message's
 TURN_TWO = Prefix([11, 22, 33, 44], conversation_block=1)
 OTHER_CONVERSATION = Prefix([11, 99], conversation_block=1)  # the same system prompt, another first message
@@ -34,12 +34,35 @@ def states(**config: Mapping[str, float]) -> list[EndpointState]:
 
 
 def test_rendezvous_orders_are_pinned() -> None:
-    """Every worker of every replica, of any release, must put a conversation in the same place."""
+    """Every worker of every replica, of any release, must put a conversation in the same place: the order of
+    its key's bucket (the key's low 12 bits), rendezvous over (bucket, endpoint identity)."""
     endpoints = states()
 
-    assert ["".join(e.url[7] for e in rendezvous(key, endpoints)) for key in (22, 99, SESSION)] == [
-        "dacb", "acdb", "bdca"]
-    assert SESSION == 0x1A756D43457C4694
+    assert [bucket(key) for key in (22, 99, SESSION, 2**64 - BUCKETS + 22)] == [22, 99, 1150, 22]
+    assert ["".join(e.url[7] for e in rendezvous(bucket(key), endpoints)) for key in (22, 99, SESSION)] == [
+        "dacb", "acdb", "bdac"]
+    assert SESSION == 0x7385803E2FEC847E
+
+
+def test_the_choice_follows_its_buckets_order() -> None:
+    """Keys of one bucket go to one endpoint; the order is computed once per bucket, not per key."""
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE)
+    endpoints = states()
+    chosen = {key: affinity.choose(endpoints, Prefix((), 0, key), 0.0, random.Random(1)) for key in
+              (22, 2**40 + 22, 2**64 - BUCKETS + 22, 99, SESSION)}
+
+    assert [d.endpoint.url[7] if d else None for d in chosen.values()] == ["d", "d", "d", "a", "b"]
+
+
+def test_the_orders_are_made_again_when_a_weight_changes() -> None:
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE)
+    endpoints = states()
+    assert affinity.choose(endpoints, TURN_ONE, 0.0, random.Random(1)) is not None
+    endpoints[1].weight = 50  # b, in place
+
+    decision = affinity.choose(endpoints, TURN_ONE, 0.0, random.Random(1))
+
+    assert decision is not None and decision.endpoint is rendezvous(bucket(22), endpoints)[0] is endpoints[1]
 
 
 @dataclass
