@@ -205,30 +205,6 @@ class FoldedCounter(_Folded):
             self.target.inc(amount)
 
 
-class FoldedGauge(_Folded):
-    """A gauge's steps up and down (the in-flight count): their sum is added at the fold."""
-
-    __slots__ = ("delta",)
-
-    def __init__(self, target: Any) -> None:
-        super().__init__(target)
-        self.delta = 0.0
-
-    def inc(self, amount: float = 1) -> None:
-        self.delta += amount
-        if not self.queued:
-            self._queue()
-
-    def dec(self, amount: float = 1) -> None:
-        self.inc(-amount)
-
-    def fold(self) -> None:
-        self.queued = False
-        delta, self.delta = self.delta, 0.0
-        if delta:
-            self.target.inc(delta)
-
-
 class FoldedHistogram(_Folded):
     """Observations counted into the histogram's own buckets (the first bound >= the value, as `observe`
     counts it) and added to them at the fold: prometheus-client keeps them apart, not cumulated."""
@@ -271,20 +247,16 @@ class FoldedHistogram(_Folded):
 def child(metric: Counter, *labels: str) -> FoldedCounter: ...
 @overload
 def child(metric: Histogram, *labels: str) -> FoldedHistogram: ...
-@overload
-def child(metric: Gauge, *labels: str) -> FoldedGauge: ...
-def child(metric: MetricWrapperBase, *labels: str) -> _Folded:
+def child(metric: Counter | Histogram, *labels: str) -> _Folded:
     """The folded child of `metric` for `labels` (the metric itself without labels), memoised:
     prometheus-client's labels() takes a lock and builds a tuple each call (~2 µs), and each of its
     increments takes a lock (a file's, with several workers); the request path records a dozen. Label
-    values are bounded. For the event loop's thread only (see the module's docstring)."""
+    values are bounded. For the event loop's thread only, and not for gauges (see the module's docstring)."""
     key = (metric, labels)
     found = _children.get(key)
     if found is None:
         target = metric.labels(*labels) if labels else metric
-        kind = FoldedCounter if isinstance(metric, Counter) else FoldedHistogram if isinstance(
-            metric, Histogram) else FoldedGauge
-        found = _children[key] = kind(target)
+        found = _children[key] = FoldedCounter(target) if isinstance(metric, Counter) else FoldedHistogram(target)
     return found
 
 
