@@ -170,7 +170,7 @@ def chunk_stages() -> dict[str, Callable[[], object]]:
         return t
 
     http, frames, tr, sse = decoder(), FrameDecoder(), translator(), SseWriter()
-    gaps = Gaps(metrics.INTER_CHUNK.labels("bench"))
+    gaps = Gaps(metrics.child(metrics.INTER_CHUNK, "bench"))
     delta = tr.read_frame(frame)[0]
 
     def read(t: StreamTranslator) -> object:

@@ -3,7 +3,7 @@
 A request's summary (count, duration, overhead, upstream time, first token, tokens, its group's prompt and
 cached tokens, a cache-affine choice, refusal) is recorded from its Exchange in one place, the edge's
 middleware. The rest as they happen: retries and chunk gaps in
-the pipeline (a stream's gaps counted by `Gaps`, added at its end), admissions and the limit store's
+the pipeline (a stream's gaps marked by `Gaps`), admissions and the limit store's
 calls in tenancy/, endpoint health in upstream/ (and on scrape), connections refused before any HTTP
 in the edge, GC pauses and live tasks here.
 
@@ -128,38 +128,26 @@ BUILD = Gauge("ingress_build_info", "Build information.", ["version", "python", 
 
 
 class Gaps:
-    """One stream's gaps between chunks, counted into the folded histogram's buckets at the stream's end
-    (`flush`): as `observe` would count each, for a fraction of its cost per chunk."""
+    """One stream's gaps between chunks, each observed into the folded histogram (a bisect and two
+    additions: the fold adds them to prometheus-client's buckets)."""
 
-    __slots__ = ("_child", "_counts", "_last", "_sum")
+    __slots__ = ("_child", "_last")
 
     def __init__(self, child: FoldedHistogram) -> None:
         self._child = child
-        self._counts = [0] * len(child.bounds)
-        self._sum = 0.0
         self._last: float | None = None
 
     def mark(self, now: float) -> None:
         """A chunk went out at `now` (perf_counter)."""
         last, self._last = self._last, now
         if last is not None:
-            gap = now - last
-            self._sum += gap
-            self._counts[bisect_left(self._child.bounds, gap)] += 1  # the first bound >= gap, as observe
+            self._child.observe(now - last)
 
     def sent(self, n: int) -> None:
         """n chunks went out now, together."""
         now = time.perf_counter()
         for _ in range(n):
             self.mark(now)
-
-    def flush(self) -> None:
-        counts = self._counts
-        if not any(counts):
-            return
-        self._child.add(counts, self._sum)
-        self._counts = [0] * len(counts)
-        self._sum = 0.0
 
 
 def inter_chunk_gaps(model: str) -> Gaps:
@@ -220,16 +208,6 @@ class FoldedHistogram(_Folded):
     def observe(self, value: float) -> None:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
-        if not self.queued:
-            self._queue()
-
-    def add(self, counts: list[int], total: float) -> None:
-        """Observations already counted by bucket (`Gaps`), and their sum."""
-        mine = self.counts
-        for i, n in enumerate(counts):
-            if n:
-                mine[i] += n
-        self.sum += total
         if not self.queued:
             self._queue()
 

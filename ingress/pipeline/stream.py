@@ -244,7 +244,6 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
             except IngressError as exc:  # the connection broke, or the service went silent: its failure
                 read = Read([], exc)
     finally:
-        gaps.flush()
         ex.usage, ex.served_model = translator.usage, translator.served_model or None
         if translator.usage is None and translator.output:  # accounting counts what was streamed
             ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))

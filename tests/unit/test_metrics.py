@@ -238,7 +238,6 @@ def test_gaps_counted_per_stream_match_an_observe_each(gaps: list[float], stream
         for gap in gaps:
             now += gap
             counted.mark(now)
-        counted.flush()
     batched.fold()
     each = h.labels("each")
     for _ in range(streams):
