@@ -1,4 +1,5 @@
-"""The process's log lines, captured: configure logging into a buffer, read it back as JSON objects."""
+"""The process's log lines, captured: configure logging into a buffer, read it back as JSON objects (once
+the access lines buffered for the loop's next turn are written: ingress/log.py's `flush`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import structlog
 
-from ingress.log import configure
+from ingress.log import configure, flush
 
 
 @contextmanager
@@ -26,4 +27,5 @@ def captured_logs(level: str = "info") -> Iterator[io.StringIO]:
 
 def lines(stream: io.StringIO) -> list[dict[str, Any]]:
     """The buffer's log lines, each parsed (every line the process writes is one JSON object)."""
+    flush()
     return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]

@@ -202,7 +202,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if drain is not None:
             drain.leave()
         # Counted and logged before aiohttp writes the response: an answer a client has seen is in
-        # the metrics and the access log even if this worker is killed the moment after.
+        # the metrics and the access log (folded within a second, written at the loop's next turn,
+        # and at a drain's end) unless this worker is killed with SIGKILL the moment after.
         _record(request, ex, status, now)
         access(ex.error.log_level if ex.error is not None else logging.INFO, record, ex.request_id)
         structlog.contextvars.unbind_contextvars("request_id")

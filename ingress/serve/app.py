@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from aiohttp import web
 
-from ingress import metrics
+from ingress import log, metrics
 from ingress.cache import ResponseCache
 from ingress.demo.service import create_demo_app
 from ingress.edge import routes
@@ -71,6 +71,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
     tasks = app[TASKS] = BackgroundTasks()
     async with AsyncExitStack() as stack:
         stack.callback(metrics.fold)  # last of all: what the drain's requests recorded
+        stack.callback(log.flush)  # and the access lines they wrote
         tracer = None
         if settings.tracing is not None:  # in each worker: the exporter's thread does not survive a fork
             tracer = Tracer(settings.tracing)

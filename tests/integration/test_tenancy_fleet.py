@@ -85,6 +85,8 @@ async def test_the_fleet_admits_the_limit_once_not_once_an_edge(tmp_path: Path, 
             elapsed = time.monotonic() - started
         admitted = statuses.count(200)
         assert set(statuses) == {200, 429}
+        # An edge writes its access lines at its loop's next turn: the last may land just after its answer.
+        await eventually(lambda: sum(len(e.events("request")) for e in edges) == 90, "every request logged")
         assert {e["limit"] for edge in edges for e in edge.events("request")} == {"admitted", "limited"}
         # 30 at once, and one every 2 s after: what the burst's own duration refilled, never 3 x 30.
         assert 30 <= admitted <= 30 + int(elapsed / 2) + 1, (admitted, elapsed)
@@ -102,6 +104,7 @@ async def test_concurrent_bursts_through_every_edge_cannot_overshoot_the_token_l
     try:
         async with aiohttp.ClientSession() as http:
             statuses = await asyncio.gather(*(_chat(http, edges[i % 3], max_tokens=300) for i in range(45)))
+        await eventually(lambda: sum(len(e.events("request")) for e in edges) == 45, "every request logged")
         reserved = [e for edge in edges for e in edge.events("request") if e.get("status") == 200]
         assert statuses.count(200) == len(reserved)
         # Each reserves its prompt's count (a few tokens) and 300: at most 9 of them fit in 3000.
@@ -148,6 +151,7 @@ async def test_with_the_store_gone_the_fleet_serves_under_the_degraded_policy(tm
             assert [await _chat(http, edge) for _ in range(5)] == [200] * 5
             assert time.monotonic() - started < 5 * 3 * 0.1 + 2  # each admission waits at most about its deadline
             store.start()
+        await eventually(lambda: len(edge.events("request")) == 6, "every request logged")
         limits = [e.get("limit") for e in edge.events("request")]
         assert limits[0] == "admitted" and "degraded_local" in limits[1:]
     finally:

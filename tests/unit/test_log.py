@@ -8,6 +8,10 @@ import io
 import json
 import logging
 import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -53,7 +57,8 @@ async def test_one_line_per_request_without_secrets(log_stream: io.StringIO, str
 
 
 async def test_a_request_is_counted_and_logged_before_its_answer_is_sent(log_stream: io.StringIO) -> None:
-    """So a worker killed the moment after answering leaves no answered request uncounted or unlogged."""
+    """So a worker that stops the moment after answering leaves no answered request uncounted or unlogged
+    (counts folded and lines written by the drain's end; SIGKILL may lose the last second's)."""
     served = ("ingress_requests_total", {"route": "/v1/chat/completions", "model": "ingress-demo", "status": "200"})
     at_send: list[tuple[float, list[str]]] = []
 
@@ -205,3 +210,142 @@ def test_a_record_that_cannot_be_formatted_is_a_json_line_too(log_stream: io.Str
     assert capsys.readouterr().err == ""
     (line,) = lines(log_stream)
     assert line == {"event": "a log record could not be rendered", "logger": "somewhere", "level": "error"}
+
+
+# --- the access lines, written once a loop turn -------------------------------------------------
+
+
+class _Writes(io.RawIOBase):
+    """A byte stream that keeps each write it is given, as the pipe under stdout would see them."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+class _Closed(io.StringIO):
+    """A stream whose every write fails, as a write to a pipe nobody reads any more does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError
+
+
+@pytest.fixture
+def writes() -> Iterator[list[bytes]]:
+    """The writes the process makes to a UTF-8 stdout over a pipe, each as the pipe receives it."""
+    raw = _Writes()
+    configure("info", io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8"), cache=False)
+    try:
+        yield raw.writes
+    finally:
+        structlog.reset_defaults()
+        configure("info", cache=False)
+
+
+def _request_ids(writes: list[bytes]) -> list[str]:
+    return [json.loads(line)["request_id"] for write in writes for line in write.splitlines()]
+
+
+async def test_a_turn_s_access_lines_are_written_at_its_end_in_whole_lines_of_at_most_pipe_buf(
+        writes: list[bytes]) -> None:
+    sent = [f"r{n}" for n in range(50)]
+    for n, request_id in enumerate(sent):
+        access(logging.INFO, {"status": 200, "path": "/v1/chat/completions", "model": "m" * (n * 7 % 90)}, request_id)
+    structlog.get_logger("ingress.edge").info("another logger's line")
+    assert [json.loads(write)["event"] for write in writes] == ["another logger's line"]  # written at once
+    await asyncio.sleep(0)  # the turn ends
+
+    lines_written = writes[1:]
+    assert _request_ids(lines_written) == sent
+    assert sum(map(len, lines_written)) > 2 * log.PIPE_BUF and len(lines_written) == 3  # not one a line
+    for write, after in zip(lines_written, [*lines_written[1:], b""], strict=True):
+        assert write.endswith(b"\n") and len(write) <= log.PIPE_BUF
+        if after:  # each write as full as whole lines let it be
+            assert len(write) + len(after.split(b"\n", 1)[0]) + 1 > log.PIPE_BUF
+    await asyncio.sleep(0)
+    assert len(writes) == 4  # nothing written twice
+
+
+async def test_an_access_line_longer_than_pipe_buf_goes_alone(writes: list[bytes]) -> None:
+    access(logging.INFO, {"status": 200}, "short-1")
+    access(logging.INFO, {"status": 200, "model": "x" * log.PIPE_BUF}, "long")
+    access(logging.INFO, {"status": 200}, "short-2")
+    await asyncio.sleep(0)
+    assert [_request_ids([write]) for write in writes] == [["short-1"], ["long"], ["short-2"]]
+    assert len(writes[1]) > log.PIPE_BUF
+
+
+def test_without_a_running_loop_the_access_line_is_written_at_once(writes: list[bytes]) -> None:
+    access(logging.INFO, {"status": 200}, "r1")
+    assert _request_ids(writes) == ["r1"]
+    access(logging.INFO, {"status": 200}, "r2")
+    assert _request_ids(writes) == ["r1", "r2"] and len(writes) == 2
+
+
+async def test_reconfiguring_writes_the_buffered_lines_to_the_stream_they_were_written_for(
+        writes: list[bytes]) -> None:
+    access(logging.INFO, {"status": 200}, "before")
+    later = io.StringIO()
+    configure("info", later, cache=False)
+    access(logging.INFO, {"status": 200}, "after")
+    await asyncio.sleep(0)
+    assert _request_ids(writes) == ["before"]
+    assert [json.loads(line)["request_id"] for line in later.getvalue().splitlines()] == ["after"]
+
+
+def test_lines_left_by_a_loop_that_stopped_before_its_next_turn_are_written_with_the_next() -> None:
+    stream = io.StringIO()
+    configure("info", stream, cache=False)
+    try:
+        loop = asyncio.new_event_loop()
+        loop.call_soon(access, logging.INFO, {"status": 200}, "last-turn")
+        loop.call_soon(loop.stop)
+        loop.run_forever()  # stopped: the flush it was given never runs
+        loop.close()
+        assert stream.getvalue() == ""
+
+        async def next_loop() -> None:
+            access(logging.INFO, {"status": 200}, "next-loop")
+            assert stream.getvalue() == ""  # buffered: on this loop, for its next turn
+            await asyncio.sleep(0)
+
+        asyncio.run(next_loop())
+    finally:
+        structlog.reset_defaults()
+    assert [json.loads(line)["request_id"] for line in stream.getvalue().splitlines()] == ["last-turn", "next-loop"]
+
+
+def test_lines_buffered_when_the_process_exits_are_written() -> None:
+    script = ("import asyncio, logging; from ingress.log import access, configure; configure()\n"
+              "loop = asyncio.new_event_loop(); loop.call_soon(access, logging.INFO, {'status': 200}, 'at-exit')\n"
+              "loop.call_soon(loop.stop); loop.run_forever()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True, timeout=30).stdout
+    assert [json.loads(line)["request_id"] for line in out.splitlines()] == ["at-exit"]
+
+
+async def test_a_failed_write_loses_its_turn_s_lines_only() -> None:
+    """As a line's failed write did before the buffering: it raises (here into the loop's exception
+    handler, which the loop survives), that turn's lines are lost, and the next turn's are written."""
+    loop = asyncio.get_running_loop()
+    raised: list[BaseException | None] = []
+    loop.set_exception_handler(lambda _, context: raised.append(context.get("exception")))
+    configure("info", _Closed(), cache=False)
+    fixed = io.StringIO()
+    try:
+        access(logging.INFO, {"status": 200}, "lost")
+        await asyncio.sleep(0)
+        assert [type(exc) for exc in raised] == [BrokenPipeError]
+        configure("info", fixed, cache=False)
+        access(logging.INFO, {"status": 200}, "kept")
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+        structlog.reset_defaults()
+    assert [json.loads(line)["request_id"] for line in fixed.getvalue().splitlines()] == ["kept"]
+    assert len(raised) == 1
