@@ -171,8 +171,8 @@ class _Exporter:
         self._config, self._queue, self._prefix = config, queue, prefix
         self._event, self._stopping = threading.Event(), False
         self._connection: http.client.HTTPConnection | None = None
-        self._thread = threading.Thread(target=self._run, name="ingress-trace-export", daemon=True)
-        self._thread.start()
+        self._sender = threading.Thread(target=self._run, name="ingress-trace-export", daemon=True)
+        self._sender.start()
 
     def wake(self) -> None:
         if not self._event.is_set():
@@ -181,7 +181,7 @@ class _Exporter:
     def stop(self, timeout_s: float) -> None:
         self._stopping = True
         self._event.set()
-        self._thread.join(timeout_s)
+        self._sender.join(timeout_s)
 
     def _run(self) -> None:
         interval, full = self._config.flush_interval, self._config.max_batch

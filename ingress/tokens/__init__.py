@@ -65,6 +65,7 @@ took 40-190 ms.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 from ingress.oai.chat import ChatCompletionRequest
@@ -164,7 +165,7 @@ def counter_for(model: str, tokenizer: str | None = None, max_exact_bytes: int =
     costs = tile_costs(model)
     fmt = O200K if name == "o200k" else CL100K if name == "cl100k" else OTHER
     if costs != fmt.image_costs:
-        fmt = Format(**{**fmt.__dict__, "image_costs": costs})
+        fmt = dataclasses.replace(fmt, image_costs=costs)
     return TokenCounter(name, engine(name), fmt, max_exact_bytes, count_cache(name))
 
 

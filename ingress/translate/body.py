@@ -103,8 +103,8 @@ class StreamBody(Generic[T]):
                         sent(len(made))
                 if translator.done:
                     break
-        except FrameError as exc:
-            return Read(chunks, _malformed(exc))
+        except FrameError as malformed:  # one name an except clause: a compiled build types each
+            return Read(chunks, _malformed(malformed))
         except IngressError as exc:
             return Read(chunks, exc)
         return Read(chunks, None)
@@ -114,8 +114,8 @@ class StreamBody(Generic[T]):
         try:
             self._frames.finish()
             self.translator.finish()
-        except FrameError as exc:
-            return Read([], _malformed(exc))
+        except FrameError as malformed:
+            return Read([], _malformed(malformed))
         except IngressError as exc:
             return Read([], exc)
         return Read([], None)

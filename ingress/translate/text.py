@@ -95,7 +95,9 @@ class TextStreamTranslator:
         """One whole frame → zero or more text chunks (a `FrameTranslator`, as StreamTranslator is)."""
         return [text for chunk in self._chat.feed_frame(frame) if (text := self._text_chunk(chunk)) is not None]
 
-    feed_frame = read_frame  # StreamTranslator's name for its chunks without Deltas, which text makes none of
+    def feed_frame(self, frame: bytes) -> list[TextCompletion]:
+        """StreamTranslator's name for its chunks without Deltas, which text makes none of."""
+        return self.read_frame(frame)
 
     def finish(self) -> None:
         self._chat.finish()

@@ -304,10 +304,10 @@ class ConnectionPool:
     for `keepalive` seconds."""
 
     def __init__(self, url: str, keepalive: float = KEEPALIVE) -> None:
-        self._unix: str | None = None
+        self._socket_path: str | None = None
         self._ssl: ssl.SSLContext | None = None
         if url.startswith("unix:"):
-            self._unix, self._host, self._port, host = url[len("unix:"):], "localhost", 0, "localhost"
+            self._socket_path, self._host, self._port, host = url[len("unix:"):], "localhost", 0, "localhost"
         else:
             parts = urlsplit(url)
             https = parts.scheme == "https"
@@ -374,8 +374,8 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         async with asyncio.timeout_at(min(loop.time() + timeout, deadline)):
             try:
-                if self._unix is not None:
-                    _, conn = await loop.create_unix_connection(lambda: Connection(self), self._unix)
+                if self._socket_path is not None:
+                    _, conn = await loop.create_unix_connection(lambda: Connection(self), self._socket_path)
                 else:
                     _, conn = await loop.create_connection(lambda: Connection(self), self._host, self._port,
                                                            ssl=self._ssl)

@@ -79,6 +79,6 @@ def _then_raise(frames: list[bytes], error: FrameError) -> Iterator[bytes]:
     raise error
 
 
-def frame(buf: bytes) -> bytes:
+def frame(buf: bytes | bytearray) -> bytes:
     """Prefix an unprefixed buffer with its size. (Builders can also finish size-prefixed directly.)"""
     return PREFIX.pack(len(buf)) + buf

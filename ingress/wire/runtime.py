@@ -40,10 +40,12 @@ def reserve_slots(slots: int) -> None:
 
 # --- encoders: a buffer written forward ----------------------------------------------------------------
 
-ZERO = tuple(bytes(n) for n in range(8))
+# Annotated: the generated encoders import these through an import cycle, where a compiled build's type
+# check cannot infer them
+ZERO: tuple[bytes, ...] = tuple(bytes(n) for n in range(8))
 _U32 = struct.Struct("<I")
-pack_u32 = _U32.pack
-patch_u32 = _U32.pack_into
+pack_u32: Callable[[int], bytes] = _U32.pack
+patch_u32: Callable[[bytearray, int, int], None] = _U32.pack_into
 
 
 def write_string(buf: bytearray, value: str) -> int:

@@ -58,7 +58,9 @@ def tiktoken_encodings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
         env.delenv("no_proxy", raising=False)
         encodings = {name: tiktoken.get_encoding(f"{name}_base") for name in URLS}
         assert sorted(p.name for p in cache.iterdir()) == seeded, "tiktoken fetched something"
-        yield encodings
+    # the encodings are built: the refusing proxy ends here, before other fixtures of the module run (pip,
+    # installing the SmolLM2 model on a new machine, would go through it and fail)
+    yield encodings
 
 
 TRICKY = [

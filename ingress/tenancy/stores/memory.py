@@ -74,10 +74,10 @@ class MemoryStore:
             scaled = check.limit * share
             algorithm = check.algorithm
             if algorithm == "rate":
-                limit = scaled if scaled > 1.0 else 1.0
-                limits.append(limit)
+                rate = scaled if scaled > 1.0 else 1.0
+                limits.append(rate)
                 period = check.period_us
-                step = cost * (period / limit)
+                step = cost * (period / rate)
                 tat = tats.get(check.key, 0.0)
                 ahead = (tat if tat > now else now) + step - now
                 if step > period:
@@ -99,8 +99,8 @@ class MemoryStore:
             never = [r for r in refused if r[0]]
             _, wait, check = never[0] if never else max(refused, key=lambda r: r[1])
             return Decision(False, self._states(checks, limits, now), check, wait, never=bool(never))
-        for check, cost, limit in zip(checks, costs, limits, strict=True):
-            self._apply(check, cost, now, ticket, limit)
+        for check, cost, bound in zip(checks, costs, limits, strict=True):
+            self._apply(check, cost, now, ticket, bound)
         self._reserved[ticket] = _Reservation(checks, costs, now + (TOMBSTONE_US if lease is None else lease))
         return Decision(True, self._states(checks, limits, now))
 
