@@ -1,6 +1,7 @@
 """Does a mypyc build of the hot synchronous modules pay for itself? The same commit, pure and compiled, side by side.
 
-    nice -n 10 .venv/bin/python bench/compiled.py [--set hot|wide] [--rounds 4] [--skip-chunks]
+    nice -n 10 .venv/bin/python bench/compiled.py [--set hot|wide] [--rounds 4] [--chunk-rounds 1]
+                                                  [--skip-requests] [--skip-chunks]
         -> results/compiled-<set>.json   (~3 min to compile, ~2 min a model, ~2 min for chunks)
 
 Two copies of HEAD (`git archive`) in a temporary directory; in one, the modules of `--set` are compiled in
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib.machinery
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,7 +120,10 @@ def main() -> int:
     parser.add_argument("--set", choices=sorted(SETS), default="hot")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--skip-chunks", action="store_true")
+    parser.add_argument("--skip-requests", action="store_true")
+    parser.add_argument("--chunk-rounds", type=int, default=1, help="1: chunks.py --quick; more: --rounds N")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--keep", action="store_true", help="keep the two copies (e.g. to run bench/stages.py in each)")
     args = parser.parse_args()
     modules = SETS[args.set]
     work = Path(tempfile.mkdtemp(prefix="ingress-compiled-"))
@@ -129,7 +134,7 @@ def main() -> int:
 
     result: dict[str, Any] = {"set": args.set, "modules": modules, "build_s": build_s,
                               "commit": (pure / "COMMIT").read_text().strip(), "requests": {}}
-    for model in MODELS:
+    for model in () if args.skip_requests else MODELS:
         out = work / f"commits-{model}.json"
         run("commits.py", "--before", str(pure), "--after", str(compiled), "--keys", "--connections", "32",
             "--rounds", str(args.rounds), "--seconds", "4", "--model", model, "--out", str(out))
@@ -139,12 +144,17 @@ def main() -> int:
                                      "cpu_ratio": row["cpu_ratio"], "cpu_ratio_range": row["cpu_ratio_range"]}
     if not args.skip_chunks:
         out = work / "chunks.json"
-        run("chunks.py", "--quick", "--baseline", str(pure), "--out", str(out), cwd=compiled)
+        rounds = ["--quick"] if args.chunk_rounds == 1 else ["--rounds", str(args.chunk_rounds)]
+        run("chunks.py", *rounds, "--baseline", str(pure), "--out", str(out), cwd=compiled)
         table = json.loads(out.read_text())["table"]
         result["chunks"] = {
             side: {"steady_us_64": table[name]["64"]["steady_us_per_chunk"],
                    "all_us_64": table[name]["64"]["us_per_chunk"], "zero_us": table[name]["zero"]["us_per_chunk"]}
             for side, name in (("pure", "edge_base"), ("compiled", "edge"))}
+        result["chunks_by_level"] = {  # steady µs a chunk at each level both held or ran
+            level: {side: table[name][level]["steady_us_per_chunk"] for side, name in (("pure", "edge_base"),
+                                                                                      ("compiled", "edge"))}
+            for level in sorted((k for k in table["edge"] if k.isdigit()), key=int)}
 
     print(f"\nmypyc, set '{args.set}' ({len(modules)} modules), compiled / pure; the bar: <= 0.85")
     for model, r in result["requests"].items():
@@ -156,9 +166,15 @@ def main() -> int:
         if "chunks" in result:
             before, after = result["chunks"]["pure"][figure], result["chunks"]["compiled"][figure]
             print(f"  {label:<45} {before:6.1f} -> {after:6.1f} µs  {after / before:.3f}")
+    for level, by in result.get("chunks_by_level", {}).items():
+        label = f"CPU a chunk, steady, {level} streams"
+        print(f"  {label:<45} {by['pure']:6.1f} -> {by['compiled']:6.1f} µs"
+              f"  {by['compiled'] / by['pure']:.3f}")
     out = args.out or HERE / "results" / f"compiled-{args.set}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (f"; the copies are in {work}" if args.keep else ""))
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -38,6 +38,7 @@ from lib.procs import family, steal_seconds  # bench/ is not a package
 from lib.rounds import Rounds
 from lib.servers import ROOT, Server, free_port, serving
 from payloads import MODEL, SIZES, chat_request
+from peers import key_section
 from provenance import code_version, describe
 from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
@@ -49,8 +50,8 @@ MAX_TOKENS = 64  # the demo echoes at most this many words: answers stay small
 WORKERS = (1, 2)
 
 
-def check(url: str, body: bytes) -> None:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": JSON_TYPE})
+def check(url: str, body: bytes, auth: dict[str, str]) -> None:
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": JSON_TYPE, **auth})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200 and b'"chat.completion"' in r.read(), url
 
@@ -66,7 +67,7 @@ def wait_for_workers(server: Server, workers: int) -> list[int]:
     return pids
 
 
-def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dict[str, Any]:
+def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path, auth: dict[str, str]) -> dict[str, Any]:
     body = work / "body.json"
     demo: Server | None = None
     upstream: list[str] = []
@@ -74,7 +75,7 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
         port = free_port()
         demo = Server("demo", [PY, "-m", "ingress", "demo-upstream", "--port", str(port)], port, work / "demo.log",
                       env={"PROMETHEUS_MULTIPROC_DIR": None})
-        upstream = ["--upstream", f"http://127.0.0.1:{port}", "--model", MODEL]
+        upstream = ["--upstream", f"http://127.0.0.1:{port}", "--model", args.model]
     edges: dict[int, Server] = {}
     for workers in WORKERS:
         port = free_port()
@@ -95,7 +96,7 @@ def measure(setup: str, args: argparse.Namespace, bench: Wrk, work: Path) -> dic
     with serving(*servers):
         for workers, server in edges.items():
             started += wait_for_workers(server, workers)
-            check(server.url + CHAT, body.read_bytes())
+            check(server.url + CHAT, body.read_bytes(), auth)
             bench.run(server.url + CHAT, body, JSON_TYPE, args.connections, 1)  # warm-up, untimed
         total = len(WORKERS) * 2 * args.cycles
         for r, order in rounds:  # 1 2, then 2 1: the A B B A cycles
@@ -160,6 +161,8 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=2, help="A B B A cycles")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--size", choices=sorted(SIZES), default="1KB", help="chat request body size")
+    parser.add_argument("--model", default=MODEL, help="the model name each request sends (gpt-4o: counted with o200k)")
+    parser.add_argument("--keys", action="store_true", help="a key and limits on (memory backend), as peers.py runs it")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "cpu_scaling.json"))
     args = parser.parse_args()
 
@@ -168,19 +171,27 @@ def main() -> int:
     steal_before, wall_before = steal_seconds(), time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="ingress-scaling-"))
     try:
-        (work / "body.json").write_bytes(chat_request(SIZES[args.size], max_tokens=MAX_TOKENS))
-        (work / "post.lua").write_text(WRK_SCRIPT)
-        (work / "edge.toml").write_text("[drain]\ndelay = 0\ndeadline = 2\n")  # SIGTERM stops at once
+        (work / "body.json").write_bytes(chat_request(SIZES[args.size], max_tokens=MAX_TOKENS, model=args.model))
+        auth: dict[str, str] = {}
+        script, config = WRK_SCRIPT, "[drain]\ndelay = 0\ndeadline = 2\n"  # SIGTERM stops at once
+        if args.keys:  # as peers.py and commits.py run the edge: a key, its limits and its tenant's, never reached
+            section, key, _ = key_section()
+            script += f'\nwrk.headers["Authorization"] = "Bearer {key}"\n'
+            auth = {"Authorization": f"Bearer {key}"}
+            config = section.lstrip("\n") + "\n" + config
+        (work / "post.lua").write_text(script)
+        (work / "edge.toml").write_text(config)
         bench = Wrk(ensure_wrk(), work / "post.lua")
         setups = ("process", "embedded") if args.setup == "both" else (args.setup,)
-        results = {setup: measure(setup, args, bench, work) for setup in setups}
+        results = {setup: measure(setup, args, bench, work, auth) for setup in setups}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     cores = os.cpu_count() or 1
     steal = (steal_seconds() - steal_before) / (time.monotonic() - wall_before)  # cores taken by other guests
     out = {
-        "what": f"wrk -t1 -c{args.connections} -d{args.seconds}s, POST {args.size} chat JSON; "
+        "what": f"wrk -t1 -c{args.connections} -d{args.seconds}s, POST {args.size} chat JSON for {args.model}"
+                f"{', a key and limits on' if args.keys else ''}; "
                 f"serve --workers 1 vs 2, A B B A x{args.cycles}; cores = CPU seconds per wall second",
         "code": version,
         "machine": {"cpus": cores, "python": platform.python_version(), "platform": platform.platform(),
