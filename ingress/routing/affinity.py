@@ -8,7 +8,8 @@ In order:
    endpoints, walking down its order to the first healthy one within the bound. The conversation's hash is
    the block that ends with its first user message (ingress/wire/prefix.py): every turn has it, on any
    worker of any replica, so a conversation goes to the same place without the replicas talking to each
-   other, while the conversations behind one long shared system prompt still spread. Only blocks from that
+   other, while the conversations behind one shared system prompt still spread (over every endpoint, or
+   first over a few when the prompt is long: below). Only blocks from that
    one on are remembered, so a new conversation never "hits" on the shared system prompt alone.
    **affinity_key**: the same, on the client's explicit key (`prompt_cache_key`, or the route's header).
    The order is that of the key's bucket (its low 12 bits: BUCKETS of them), rendezvous over (bucket,
@@ -19,12 +20,12 @@ In order:
    buckets: ~256 ± 16 each of 16 equal endpoints). Held: BUCKETS slots, a filled one ~33 + N bytes.
    **A shared prefix spread over a few endpoints** (`prefix_spread` k > 0): when LONG_PREFIX_BLOCKS or more
    whole blocks come before the conversation's (a long system prompt, tools: what thousands of
-   conversations may share), the walk starts
-   with the first k endpoints of the first block's order, taken in the conversation's own order (rendezvous
-   over those k), then goes on down the first block's order. The shared prompt is prefilled on k endpoints,
-   not on all, each conversation still has its own place among them on any replica, and the load bound
-   sends the overflow on to the next endpoints of the same order (which then hold the prompt too). An
-   endpoint leaving moves its own conversations, and may move others within the subsets it was among.
+   conversations may share), the walk starts with the first k endpoints of the first block's order, taken
+   in the conversation's own order (rendezvous over those k), then goes on down the first block's order.
+   The shared prompt is prefilled on k endpoints, not on all, each conversation still has its own place
+   among them on any replica, and the load bound sends the overflow on to the next endpoints of the same
+   order (which then hold the prompt too). An endpoint leaving moves its own conversations, and may move
+   others within the subsets it was among.
 3. **overridden_by_load**: the endpoint the cache or the hash preferred was full or above the bound, so
    another was taken (the next in rendezvous order within it, else the least loaded with room).
 4. **balanced**: nothing to go by (no hashes, no key), or every endpoint ejected: as power of two choices.
@@ -37,14 +38,15 @@ request counted, times the endpoint's share of their weight. Some healthy endpoi
 relative bounds alone add up to more than the load), so a choice exceeds it only when the ones that fit are
 at their max_in_flight or excluded by a retry. The relative bound rules at high load (past m = allowance /
 slack: 8 requests an endpoint with the defaults), the allowance at low load, where the relative bound
-alone is strict (with four endpoints and two requests, one endpoint may hold one) and pushed 20 % of a
-16-endpoint multi-turn run's conversations off the endpoint that held their prefix (bench/notes/
+alone is strict (with four endpoints and two requests, one endpoint may hold one) and pushed a fifth of
+a 16-endpoint multi-turn run's turns off the endpoint that held their conversation (bench/notes/
 cache_affinity.md). The allowance lets an endpoint run a couple of requests above the mean there; with
 load_allowance 0 the bound is the relative one alone.
 
-A choice and its remembering take ~10-15 µs, a new conversation's as a later turn's (bench/cache_affinity.py
---parts choice: 4 or 16 endpoints, a map holding 2,000 other conversations, a 33-block chain); a bucket's
-first use costs what scoring every endpoint does (~35 µs at 16), at most BUCKETS times per group and worker.
+A choice and its remembering take ~6-15 µs, a new conversation's as a later turn's, one behind a spread
+prefix ~1 µs more (bench/cache_affinity.py --parts choice: 4 or 16 endpoints, a map holding 2,000 other
+conversations, a 33-block chain; the machine's load moves these by half); a bucket's first use costs what
+scoring every endpoint does (~16-35 µs at 16), at most BUCKETS times per group and worker.
 """
 
 from __future__ import annotations
