@@ -33,14 +33,17 @@ In order:
 The load bound is that of consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam) with an
 absolute allowance beside it (as SGLang's router's balance_abs_threshold beside its relative one): an
 endpoint may take the request if its outstanding requests, this one included, are at most
-ceil((1 + load_slack) x m) or at most m + load_allowance, where m is the healthy endpoints' mean, this
-request counted, times the endpoint's share of their weight. Some healthy endpoint always fits (the
-relative bounds alone add up to more than the load), so a choice exceeds it only when the ones that fit are
-at their max_in_flight or excluded by a retry. The relative bound rules at high load (past m = allowance /
-slack: 8 requests an endpoint with the defaults), the allowance at low load, where the relative bound
-alone is strict (with four endpoints and two requests, one endpoint may hold one) and pushed a fifth of
-a 16-endpoint multi-turn run's turns off the endpoint that held their conversation (bench/notes/
-cache_affinity.md). The allowance lets an endpoint run a couple of requests above the mean there; with
+ceil((1 + load_slack) x m), where m is the healthy endpoints' mean, this request counted, times the
+endpoint's share p of their weight; or if they are at most load_allowance above the others' mean (scaled
+to its weight), which is n <= m + load_allowance x (1 - p). Some healthy endpoint always fits (the relative
+bounds alone add up to more than the load), so a choice exceeds it only when the ones that fit are at their
+max_in_flight or excluded by a retry. The relative bound rules at high load (past m ~ allowance / slack:
+~8 requests an endpoint with the defaults), the allowance at low load, where the relative bound alone is
+strict (with four endpoints and two requests, one endpoint may hold one) and pushed a fifth of a
+16-endpoint multi-turn run's turns off the endpoint that held their conversation (bench/notes/
+cache_affinity.md). Measured against the others' mean, not the mean, the allowance cannot empty the other
+endpoints of a small group: with two endpoints and four requests one may hold three, not four (as the mean
++ 2 let it, which on two one-slot llama-servers queued most requests behind one engine). With
 load_allowance 0 the bound is the relative one alone.
 
 A choice and its remembering take ~6-15 µs, a new conversation's as a later turn's, one behind a spread
@@ -248,12 +251,15 @@ class CacheAffinity:
             return Decision(chosen, Way.BALANCED) if chosen is not None else None
         if not any(e.has_room() for e in healthy):
             return None
-        mean = (load + 1) / weight  # per unit of weight, this request counted
-        scale, allowance = (1 + self.load_slack) * mean, self.load_allowance
+        total = load + 1  # this request counted
+        scale, allowance = (1 + self.load_slack) * total / weight, self.load_allowance
 
         def fits(e: EndpointState) -> bool:
+            # n <= m + allowance x (1 - its share of the weight), m = total x its share: multiplied out
+            # (exact for whole numbers, so that a bound met exactly is met)
             n = e.in_flight + 1
-            return e.has_room() and (n <= math.ceil(scale * e.weight) or n <= mean * e.weight + allowance)
+            return e.has_room() and (n <= math.ceil(scale * e.weight)
+                                     or n * weight <= total * e.weight + allowance * (weight - e.weight))
 
         matched, overridden = 0, False
         start = prefix.start()

@@ -30,10 +30,17 @@ SLACK = 0.25
 
 def _within(endpoint: EndpointState, healthy: list[EndpointState], allowance: float) -> bool:
     """Whether the endpoint, with this request, is within the load bound of ingress/routing/affinity.py: at
-    most ceil((1 + slack) x its share of the mean), or at most its share of the mean + the allowance."""
-    share = (sum(e.in_flight for e in healthy) + 1) / sum(e.weight for e in healthy) * endpoint.weight
+    most ceil((1 + slack) x its share of the mean), or at most the allowance above the others' mean (per
+    unit of weight, times its weight)."""
+    total = sum(e.in_flight for e in healthy) + 1
+    weight = sum(e.weight for e in healthy)
     n = endpoint.in_flight + 1
-    return n <= math.ceil((1 + SLACK) * share) or n <= share + allowance
+    if n <= math.ceil((1 + SLACK) * total / weight * endpoint.weight):
+        return True
+    if weight == endpoint.weight:  # no others: the relative bound alone (which always fits it)
+        return False
+    others = (total - n) / (weight - endpoint.weight) * endpoint.weight
+    return n <= others + allowance + 1e-9
 
 
 allowances = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0])
@@ -88,7 +95,7 @@ def test_a_stream_of_requests_never_loads_an_endpoint_past_the_bound(count: int,
                                                                      spread: int) -> None:
     """Conversations (a few, behind one shared block, so they collide) arrive and finish; whatever the map
     prefers, each request lands within the bound, so the most loaded endpoint stays near
-    max((1 + slack) x the mean, the mean + the allowance)."""
+    max((1 + slack) x the mean, the others' mean + the allowance)."""
     rng = random.Random(seed)
     states = [EndpointState(url=f"http://10.0.0.{i}:9000") for i in range(count)]
     affinity = CacheAffinity(SLACK, 1024, 600.0, allowance, spread)

@@ -129,7 +129,7 @@ TABLE = {
                                                      [(TURN_ONE, "c", 0.0)]),
     "another conversation behind the same system prompt is not a hit": Row(
         OTHER_CONVERSATION, Way.HASHED, "a", 0, [(TURN_ONE, "c", 0.0)]),
-    # load_allowance: within the mean + the allowance, or within the relative bound, whichever is looser
+    # load_allowance: within the others' mean + the allowance, or within the relative bound, whichever is looser
     "at low load the allowance lets the served endpoint take its conversation back": Row(
         TURN_TWO, Way.HIT, "c", 2, [(TURN_ONE, "c", 0.0)], {"c": {"in_flight": 1}}, allowance=2),
     "more than the allowance above the mean: pushed off": Row(
@@ -224,16 +224,33 @@ def test_weights_bound_each_endpoint_by_its_share() -> None:
         assert decision is not None and (decision.way, decision.endpoint.url) == (way, url("a"))
 
 
-def test_the_allowance_is_added_to_each_endpoints_share_of_the_mean() -> None:
+@pytest.mark.parametrize(("allowance", "way", "endpoint"), [(3, Way.HIT, "b"), (2, Way.OVERRIDDEN_BY_LOAD, "a")])
+def test_the_allowance_is_over_the_others_mean_scaled_to_the_weight(allowance: float, way: Way,
+                                                                    endpoint: str) -> None:
+    """b (weight 1 of 4) with 3 of 5, this one counted: the relative bound is ceil(1.25 x 5/4) = 2; a's mean per
+    unit of weight is 2/3, so b is 3 - 2/3 = 2.33 above it: within an allowance of 3, not of 2."""
     endpoints = [EndpointState(url=url("a"), weight=3), EndpointState(url=url("b"), weight=1)]
     for e in endpoints:
-        e.in_flight = 2  # b's share of the mean, this request counted: 5 x 1/4 = 1.25; with 2 more, 3.25 >= 3
-    affinity = CacheAffinity(0.25, 1024, MAX_AGE, load_allowance=2)
+        e.in_flight = 2
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE, load_allowance=allowance)
     affinity.served(TURN_ONE, url("b"), 0.0)
 
     decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
 
-    assert decision is not None and (decision.way, decision.endpoint.url) == (Way.HIT, url("b"))
+    assert decision is not None and (decision.way, decision.endpoint.url) == (way, url(endpoint))
+
+
+def test_the_allowance_never_empties_the_other_endpoint_of_two() -> None:
+    """Two endpoints, three requests in flight on one, none on the other: the fourth is 4 above the other's
+    0, past an allowance of 2 (and past ceil(1.25 x 4/2) = 3): it goes to the other."""
+    endpoints = [EndpointState(url=url("a")), EndpointState(url=url("b"))]
+    endpoints[0].in_flight = 3
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE, load_allowance=2)
+    affinity.served(TURN_ONE, url("a"), 0.0)
+
+    decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
+
+    assert decision is not None and (decision.way, decision.endpoint.url) == (Way.OVERRIDDEN_BY_LOAD, url("b"))
 
 
 # --- the map ------------------------------------------------------------------------------------

@@ -297,13 +297,12 @@ async def test_a_cache_affine_groups_default_allowance_keeps_a_conversation_home
     pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine")
 
     first = await pool.acquire(prefix=Prefix([1, 2], 1))
-    again = await pool.acquire(prefix=Prefix([1, 2, 3], 1))  # 2 on one of 3: within the mean (1) + 2
-    third = await pool.acquire(prefix=Prefix([1, 2, 3, 4], 1))  # 3 on one: within the mean (1.33) + 2
-    fourth = await pool.acquire(prefix=Prefix([1, 2, 3, 4, 5], 1))  # 4 on one: past 1.67 + 2, and ceil(1.25 x 1.67)
+    again = await pool.acquire(prefix=Prefix([1, 2, 3], 1))  # 2 on one of 3: the others' mean (0) + 2
+    third = await pool.acquire(prefix=Prefix([1, 2, 3, 4], 1))  # 3 on one: past 0 + 2 and ceil(1.25 x 1)
 
-    assert {lease.state.url for lease in (first, again, third)} == {first.state.url}
-    assert fourth.decision is not None and fourth.decision.way is Way.OVERRIDDEN_BY_LOAD
-    assert fourth.state.url != first.state.url
+    assert again.decision is not None and (again.decision.way, again.state.url) == (Way.HIT, first.state.url)
+    assert third.decision is not None and third.decision.way is Way.OVERRIDDEN_BY_LOAD
+    assert third.state.url != first.state.url
 
 
 async def test_a_p2c_group_leaves_the_prefix_alone(make_pool: MakePool) -> None:
