@@ -95,8 +95,8 @@ class Affinity(_Config, frozen=True):
     go first, and what each worker remembers of where prefixes went."""
 
     load_slack: Annotated[float, Meta(ge=0, le=10)] = 0.25  # within (1 + load_slack) x the mean outstanding
-    # ... or within the mean + load_allowance requests: at low load, where the relative bound rounds to one
-    # or two requests above the mean, an endpoint may still take its conversations back.
+    # ... or at most load_allowance requests above the other endpoints' mean: at low load, where the relative
+    # bound allows one request above the mean, an endpoint may still take its conversations back.
     load_allowance: Annotated[float, Meta(ge=0, le=1000)] = 2.0
     # Conversations behind one long shared prefix (4 KiB or more before the first user message: a system
     # prompt, tools) hashed over this many endpoints of the prefix's own order first, so that it is
