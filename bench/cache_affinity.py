@@ -3,7 +3,9 @@ prefix-cache hit ratio (and its ratio to an oracle), load imbalance, time to fir
 edge's CPU, and the choice's own cost and memory (issue 32's benchmarks).
 
     nice -n 10 .venv/bin/python bench/cache_affinity.py [--quick] [--rounds 2] [--parts choice sim llama]
-                                                        [--endpoints 4 16] [--load-slack X] [--out FILE]
+                                                        [--endpoints 4 16] [--workloads ...] [--policies ...]
+                                                        [--load-slack X] [--load-allowance X]
+                                                        [--prefix-spread K] [--out FILE]
                                                         [--llama-cache-ram 16 256] [--llama-policies ...]
         -> results/cache_affinity.json and .png (~14 min; --quick ~3 min, results/cache_affinity-quick.json)
 
@@ -11,8 +13,9 @@ Parts:
 
 - **choice**: in process, timeit-style (calibrated loops, GC off, thread CPU time, the median of rounds):
   `CacheAffinity.choose` and remembering where the request went (`served`) at 4 and 16 endpoints, for a
-  conversation's later turn (a hit) and for a new one (rendezvous), a map already holding 2,000 other
-  conversations and a 33-block chain; beside P2C's `choose` and round robin's on the same endpoints. And the
+  conversation's later turn (a hit) and for a new one (rendezvous; and one behind a long shared prefix, which
+  the prefix spread orders), a map already holding 2,000 other conversations and a 33-block chain, the
+  configuration's default `affinity`; beside P2C's `choose` and round robin's on the same endpoints. And the
   prefix map's memory (tracemalloc) filled far past its `max_entries` cap with 33-block chains.
 - **sim**: the demo's simulated KV caches: N `ingress demo-upstream --cache-blocks 256 --prefill-us-per-token
   200 --delay-ms 30` processes (N = 4 and 16: each holds 256 blocks of 512 bytes, a first token waits 200 µs
@@ -29,7 +32,9 @@ Parts:
     unique          one-turn requests sharing nothing (~4 KB each);
     skewed          multi-turn conversations keyed (`prompt_cache_key`) by their family: half of them in
                     one family, the rest over 15 others (the explicit key sends a family to one endpoint:
-                    the load bound must hold).
+                    the load bound must hold);
+    multi-turn-long (only when named in --workloads) multi-turn behind system prompts of ~6 KB, long
+                    enough for the prefix spread: what gathering conversations on a few endpoints costs.
   Each request is streamed (usage in its last chunk, max_tokens 6) from this process (aiohttp, closed loop:
   4 x N workers, each sending its conversation's next turn 0.2 s (exponential, seeded) after the last one
   ended; --quick: 3-5 turns, 10 x N one-turn requests; else 10-30 turns, 30 x N). Per policy:
@@ -39,7 +44,9 @@ Parts:
   same passport chain the edge computes (an upper bound: one cache seeing everything); load imbalance =
   max over mean of the endpoints' requests in flight, sampled every 5 ms while at least three quarters of
   the workers still had conversations (each request's endpoint read from the edge's access line, its span
-  from the client's send to its last byte), the samples' mean and 95th percentile; TTFT p50/p99 (send to first
+  from the client's send to its last byte), the samples' mean and 95th percentile, and beside them the
+  imbalance of the time-averaged loads ("of means": max over mean of each endpoint's in-flight count
+  averaged over the same samples); TTFT p50/p99 (send to first
   content delta); requests/s; the edge's CPU per request (/proc, user + system). Policies run in a
   rotated order each round; medians over rounds.
 - **llama**: two real `llama-server` processes (tests/llama_engine.py's build, SmolLM2-135M-Instruct, one
@@ -96,6 +103,7 @@ PY = sys.executable
 POLICIES = ("round_robin", "p2c", "cache_affine")
 SHORT = {"round_robin": "rr", "p2c": "p2c", "cache_affine": "affine"}
 WORKLOADS = ("multi-turn", "shared-prefix", "unique", "skewed")
+MORE_WORKLOADS = ("multi-turn-long",)  # run when asked for (--workloads)
 SIM_MODEL = "gpt-4o"
 LLAMA_MODEL = "SmolLM2-135M-Instruct"
 CACHE_BLOCKS = 256  # per demo endpoint: 128 KiB of prompt (~22k demo tokens); see the notes for why
@@ -194,6 +202,8 @@ def workload(name: str, endpoints: int, quick: bool) -> tuple[list[Conversation]
     turns = (3, 5) if quick else (10, 30)
     if name == "multi-turn":
         return multi_turn(rng, concurrency, turns), concurrency
+    if name == "multi-turn-long":  # behind system prompts as long as shared-prefix's (~6 KB: 12 blocks)
+        return multi_turn(rng, concurrency, turns, system_words=1000), concurrency
     if name == "skewed":
         return skewed(rng, concurrency, turns), concurrency
     requests = 10 * endpoints if quick else 30 * endpoints
@@ -302,19 +312,23 @@ def access_lines(path: Path, prefix: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def imbalance(sent: list[Sent], upstream: dict[str, str], done: list[float]) -> tuple[float, float, int]:
+def imbalance(sent: list[Sent], upstream: dict[str, str], done: list[float]) -> tuple[float, float, float, int]:
     """Max over mean of the endpoints' requests in flight: the mean and 95th percentile over the samples
     taken while at least three quarters of the workers still had conversations (the steady part of a run,
-    not its tail), with a request in flight; and how many samples."""
+    not its tail), with a request in flight; max over mean of each endpoint's requests in flight averaged
+    over the same samples (how unevenly the run's work was spread, without the moment-to-moment noise of
+    a few requests an endpoint: at ~2.5 in flight each, P2C read 1.4-1.7 sample by sample in the
+    2026-12-04 runs); and how many samples."""
     steady_until = sorted(done)[len(done) // 4] if done else math.inf
     endpoints = sorted(set(upstream.values()))
     index = {u: i for i, u in enumerate(endpoints)}
     events = sorted([(r.sent, index[upstream[r.rid]], 1) for r in sent if r.rid in upstream]
                     + [(r.ended, index[upstream[r.rid]], -1) for r in sent if r.rid in upstream])
     if not events:
-        return math.nan, math.nan, 0
+        return math.nan, math.nan, math.nan, 0
     n = len(endpoints)
     counts = [0] * n
+    sums = [0] * n
     ratios = []
     t, j = events[0][0], 0
     while j < len(events) and t <= steady_until:
@@ -324,11 +338,13 @@ def imbalance(sent: list[Sent], upstream: dict[str, str], done: list[float]) -> 
         total = sum(counts)
         if total > 0:
             ratios.append(max(counts) / (total / n))
+            sums = [a + b for a, b in zip(sums, counts, strict=True)]
         t += SAMPLE_S
     if not ratios:
-        return math.nan, math.nan, 0
+        return math.nan, math.nan, math.nan, 0
     ratios.sort()
-    return statistics.fmean(ratios), ratios[int(0.95 * (len(ratios) - 1))], len(ratios)
+    return (statistics.fmean(ratios), ratios[int(0.95 * (len(ratios) - 1))], max(sums) / (sum(sums) / n),
+            len(ratios))
 
 
 def errors_of(summary: dict[str, Any]) -> str:
@@ -349,7 +365,7 @@ def summarize(sent: list[Sent], access: dict[str, dict[str, Any]], done: list[fl
     prompt, cached = sum(r.prompt for r in ok), sum(r.cached for r in ok)
     ttft = [(r.first - r.sent) * 1000 for r in ok if not math.isnan(r.first)]
     upstream = {rid: line["upstream"] for rid, line in access.items() if line.get("upstream")}
-    mean_ratio, p95_ratio, samples = imbalance(ok, upstream, done)
+    mean_ratio, p95_ratio, of_means, samples = imbalance(ok, upstream, done)
     span = max(r.ended for r in ok) - min(r.sent for r in ok) if ok else math.nan
     ways = Counter(line.get("affinity") for line in access.values() if line.get("affinity"))
     served = Counter(upstream.values())
@@ -359,7 +375,8 @@ def summarize(sent: list[Sent], access: dict[str, dict[str, Any]], done: list[fl
         "ttft_p50_ms": percentile(ttft, 0.50), "ttft_p99_ms": percentile(ttft, 0.99),
         "ttft_mean_ms": statistics.fmean(ttft) if ttft else math.nan,
         "requests_per_s": len(ok) / span if span else math.nan, "seconds": span,
-        "imbalance_mean": mean_ratio, "imbalance_p95": p95_ratio, "imbalance_samples": samples,
+        "imbalance_mean": mean_ratio, "imbalance_p95": p95_ratio, "imbalance_of_means": of_means,
+        "imbalance_samples": samples,
         "served_max_over_mean": (max(served.values()) / (sum(served.values()) / len(served))) if served else math.nan,
         "edge_cpu_us_per_request": cpu_s / len(sent) * 1e6 if sent else math.nan,
         "ways": dict(ways), "wall_s": wall_s, "others_cpu_percent": others,
@@ -437,7 +454,7 @@ def run_policy(edge: Server, access_log: Path, model: str, conversations: list[C
 
 
 def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str], first_byte: float,
-                load_slack: float | None = None) -> Path:
+                affinity: dict[str, float] | None = None) -> Path:
     """One worker, one group of `urls` balanced by `policy`. A round-robin or P2C group gets a cache-affine
     fallback over the same endpoints, never used (nothing fails), so that its edge computes the passport's
     chain as the cache-affine edge does: every policy's services then see the same chain, and the edges differ
@@ -445,8 +462,8 @@ def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str],
     endpoints = ", ".join(f'{{ url = "{u}" }}' for u in urls)
     shadow = (f'[groups.shadow]\nendpoints = [{endpoints}]\nbalance = "cache_affine"\n'
               if policy != "cache_affine" else "")
-    slack = (f"affinity = {{ load_slack = {load_slack} }}\n"
-             if policy == "cache_affine" and load_slack is not None else "")
+    options = ", ".join(f"{k} = {v}" for k, v in (affinity or {}).items())
+    slack = f"affinity = {{ {options} }}\n" if policy == "cache_affine" and options else ""
     path.write_text(f'port = {port}\nworkers = 1\nlog_level = "info"\n'
                     f"[timeouts]\nconnect = 5.0\nfirst_byte = {first_byte}\nidle = {first_byte}\n"
                     f'[groups.main]\nendpoints = [{endpoints}]\nbalance = "{policy}"\n{slack}{shadow}'
@@ -456,11 +473,11 @@ def edge_config(path: Path, port: int, model: str, policy: str, urls: list[str],
 
 
 def edges_for(work: Path, name: str, model: str, urls: list[str], first_byte: float,
-              load_slack: float | None = None) -> dict[str, Server]:
+              affinity: dict[str, float] | None = None, policies: tuple[str, ...] = POLICIES) -> dict[str, Server]:
     out = {}
-    for policy in POLICIES:
+    for policy in policies:
         port = free_port()
-        config = edge_config(work / f"{name}-{policy}.toml", port, model, policy, urls, first_byte, load_slack)
+        config = edge_config(work / f"{name}-{policy}.toml", port, model, policy, urls, first_byte, affinity)
         out[policy] = Server(f"edge-{name}-{policy}", [PY, "-m", "ingress", "serve", "--config", str(config)],
                              port, work / f"{name}-{policy}.log", stdout=work / f"{name}-{policy}.access")
     return out
@@ -472,7 +489,9 @@ def part_sim(args: argparse.Namespace, work: Path, endpoints: int) -> dict[str, 
                                  "--delay-ms", str(DECODE_MS),
                                  "--log-level", "warning"], port, work / f"demo{endpoints}-{i}.log")
              for i in range(endpoints)]
-    edges = edges_for(work, f"sim{endpoints}", SIM_MODEL, [d.url for d in demos], 60.0, args.load_slack)
+    policies = tuple(p for p in POLICIES if p in args.policies)
+    edges = edges_for(work, f"sim{endpoints}", SIM_MODEL, [d.url for d in demos], 60.0, affinity_options(args),
+                      policies)
     found: dict[str, Any] = {"endpoints": endpoints, "cache_blocks": CACHE_BLOCKS, "prefill_us_per_token": PREFILL_US,
                              "workloads": {}}
     start_all(*demos, *edges.values(), timeout=60.0)
@@ -480,7 +499,8 @@ def part_sim(args: argparse.Namespace, work: Path, endpoints: int) -> dict[str, 
         pids = [d.pid for d in demos]
         for name in args.workloads:
             conversations, concurrency = workload(name, endpoints, args.quick)
-            rounds: Rounds[str] = Rounds(POLICIES, args.rounds, order="rotate", baseline="p2c")
+            rounds: Rounds[str] = Rounds(policies, args.rounds, order="rotate",
+                                         baseline="p2c" if "p2c" in policies else None)
             oracle: list[float] = []
             for r, order in rounds:
                 for policy in order:
@@ -492,16 +512,24 @@ def part_sim(args: argparse.Namespace, work: Path, endpoints: int) -> dict[str, 
                         oracle.append(oracle_hit_ratio(sent, endpoints * CACHE_BLOCKS))
                     rounds.add(policy, summary)
                     print(f"  {endpoints:>2} endpoints {name:<13} {policy:<12} hit {summary['hit_ratio']:.3f} "
-                          f"imbalance {summary['imbalance_mean']:.2f} p50 {summary['ttft_p50_ms']:.1f} ms "
+                          f"imbalance {summary['imbalance_mean']:.2f} (of means {summary['imbalance_of_means']:.2f}) "
+                          f"ways {dict(summary['ways'])} p50 {summary['ttft_p50_ms']:.1f} ms "
                           f"{summary['requests_per_s']:.0f} req/s{errors_of(summary)}", flush=True)
             found["workloads"][name] = table_of(rounds, statistics.median(oracle), concurrency,
-                                                sum(len(c.turns) for c in conversations))
+                                                sum(len(c.turns) for c in conversations), policies)
     finally:
         stop_all(*edges.values(), *demos)
     return found
 
 
-FIGURES = ("hit_ratio", "metrics_hit_ratio", "imbalance_mean", "imbalance_p95", "served_max_over_mean", "ttft_p50_ms",
+def affinity_options(args: argparse.Namespace) -> dict[str, float]:
+    """The simulated cache-affine groups' `affinity` options the command line sets (the rest: defaults)."""
+    return {k: v for k, v in (("load_slack", args.load_slack), ("load_allowance", args.load_allowance),
+                              ("prefix_spread", args.prefix_spread)) if v is not None}
+
+
+FIGURES = ("hit_ratio", "metrics_hit_ratio", "imbalance_mean", "imbalance_p95", "imbalance_of_means",
+           "served_max_over_mean", "ttft_p50_ms",
            "ttft_p99_ms", "ttft_mean_ms", "requests_per_s", "edge_cpu_us_per_request", "others_cpu_percent")
 
 
@@ -630,14 +658,14 @@ def passport_costs(rounds: int) -> dict[str, float]:
 
 def choice_timings(n: int, rng: random.Random, rounds: int) -> dict[str, list[float]]:
     """Each choice's CPU µs per request at `n` endpoints, once a round, in a random order each round."""
-    from ingress.routing.affinity import CacheAffinity, Prefix
+    from ingress.routing.affinity import Prefix
     from ingress.routing.balance import RoundRobin, choose
     from ingress.routing.health import EndpointState
 
     states = [EndpointState(url=f"http://10.0.1.{i}:8000") for i in range(n)]
     for s in states:
         s.in_flight = rng.randint(4, 6)
-    affinity = CacheAffinity(0.25, 65_536, 600.0)
+    affinity = configured()
     for _ in range(2000):  # other conversations the map already holds
         affinity.served(Prefix([rng.getrandbits(64) for _ in range(20)], 1), rng.choice(states).url, 1.0)
     chain = [rng.getrandbits(64) for _ in range(33)]
@@ -660,8 +688,18 @@ def choice_timings(n: int, rng: random.Random, rounds: int) -> dict[str, list[fl
         assert decision is not None
         affinity.served(fresh, decision.endpoint.url, 3.0)
 
+    long_blocks = list(chain)
+    fresh_long = Prefix(long_blocks, 17)  # behind a long shared prefix (17 blocks), as shared-prefix's requests
+
+    def new_long() -> None:
+        long_blocks[17] = next(counter)
+        decision = affinity.choose(states, fresh_long, 3.0, rng)
+        assert decision is not None
+        affinity.served(fresh_long, decision.endpoint.url, 3.0)
+
     robin = RoundRobin()
     candidates = {"cache_affine (hit)": hit, "cache_affine (new conversation)": new,
+                  "cache_affine (new, behind a long shared prefix)": new_long,
                   "p2c": lambda: choose(states, 3.0, rng), "round_robin": lambda: robin.choose(states, 3.0)}
     per: dict[str, list[float]] = {k: [] for k in candidates}
     for _ in range(rounds):
@@ -672,8 +710,17 @@ def choice_timings(n: int, rng: random.Random, rounds: int) -> dict[str, list[fl
     return per
 
 
+def configured() -> Any:
+    """A CacheAffinity with the configuration's defaults (`affinity = {}`)."""
+    from ingress.routing.affinity import CacheAffinity
+    from ingress.settings import Affinity
+
+    a = Affinity()
+    return CacheAffinity(a.load_slack, a.max_entries, a.max_age, a.load_allowance, a.prefix_spread)
+
+
 def part_choice(args: argparse.Namespace) -> dict[str, Any]:
-    from ingress.routing.affinity import CacheAffinity, Prefix
+    from ingress.routing.affinity import Prefix
 
     rng = random.Random(5)
     rounds = 3 if args.quick else 9
@@ -685,10 +732,10 @@ def part_choice(args: argparse.Namespace) -> dict[str, Any]:
     found["passport_us"] = passport_costs(rounds)
 
     # memory: one map filled far past its cap with 33-block chains
-    cap = 65_536
+    cap = 65_536  # the default max_entries, which configured() takes
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    affinity = CacheAffinity(0.25, cap, 600.0)
+    affinity = configured()
     peak_entries = 0
     for i in range(cap // 8):  # 8,192 conversations x 32 blocks = 4x the cap
         affinity.served(Prefix([rng.getrandbits(64) for _ in range(33)], 1), f"http://10.0.1.{i % 16}:8000", 1.0)
@@ -739,7 +786,7 @@ def bucket_orders(n: int) -> dict[str, float]:
 
 
 def print_choice(found: dict[str, Any]) -> None:
-    t = Table(("choice, CPU µs per request", "<34"), ("4 endpoints", ">13"), ("16 endpoints", ">14"))
+    t = Table(("choice, CPU µs per request", "<48"), ("4 endpoints", ">13"), ("16 endpoints", ">14"))
     print("\n" + t.header())
     for k in found["timings_us"]["4"]:
         if k != "ranges":
@@ -758,7 +805,7 @@ def print_choice(found: dict[str, Any]) -> None:
 
 
 def print_policies(title: str, table: dict[str, Any], oracle: bool = True) -> None:
-    cols = [("policy", "<14"), ("hit", ">7"), ("of oracle", ">10"), ("imbal", ">7"), ("p95", ">6"),
+    cols = [("policy", "<14"), ("hit", ">7"), ("of oracle", ">10"), ("imbal", ">7"), ("p95", ">6"), ("of means", ">9"),
             ("TTFT p50", ">10"), ("p99", ">9"), ("req/s", ">8"), ("edge µs/req", ">12"), ("others %", ">9")]
     t = Table(*cols)
     extra = f"; oracle hit ratio {table['oracle_hit_ratio']:.3f}" if oracle else ""
@@ -766,7 +813,8 @@ def print_policies(title: str, table: dict[str, Any], oracle: bool = True) -> No
     print(t.header())
     for policy, f in table["policies"].items():
         print(t.row(policy, f"{f['hit_ratio']:.3f}", f"{f['of_oracle']:.2f}" if oracle else "-",
-                    f"{f['imbalance_mean']:.2f}", f"{f['imbalance_p95']:.2f}", figure(f["ttft_p50_ms"]),
+                    f"{f['imbalance_mean']:.2f}", f"{f['imbalance_p95']:.2f}", f"{f['imbalance_of_means']:.2f}",
+                    figure(f["ttft_p50_ms"]),
                     figure(f["ttft_p99_ms"]), figure(f["requests_per_s"]), figure(f["edge_cpu_us_per_request"], 0),
                     figure(f["others_cpu_percent"], 0)))
 
@@ -813,8 +861,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="of the simulated runs (default 2; --quick 1)")
     parser.add_argument("--parts", nargs="+", choices=["choice", "sim", "llama"], default=["choice", "sim", "llama"])
     parser.add_argument("--endpoints", nargs="+", type=int, default=[4, 16])
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS + MORE_WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--load-slack", type=float, help="the simulated cache_affine groups' (default: 0.25)")
+    parser.add_argument("--load-allowance", type=float, help="the simulated cache_affine groups' (default: the "
+                                                               "config's)")
+    parser.add_argument("--prefix-spread", type=int, help="the simulated cache_affine groups' (default: the "
+                                                            "config's)")
+    parser.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES),
+                        help="of the simulated part (default: all three)")
     parser.add_argument("--llama-cache-ram", nargs="+", type=int, metavar="MIB", default=[LLAMA_CACHE_RAM_SMALL_MIB],
                         help="each llama-server's prompt cache in RAM, one set-up each (default: "
                              f"{LLAMA_CACHE_RAM_SMALL_MIB}, about half of the states in play, so that it evicts; "

@@ -91,9 +91,17 @@ class Ejection(_Config, frozen=True):
 
 class Affinity(_Config, frozen=True):
     """A cache-affine group's choice (docs/routing.md): how far above the mean load an endpoint may be and
-    still take a request its cache prefers, and what each worker remembers of where prefixes went."""
+    still take a request its cache prefers, over how many endpoints a long shared prefix's conversations
+    go first, and what each worker remembers of where prefixes went."""
 
     load_slack: Annotated[float, Meta(ge=0, le=10)] = 0.25  # within (1 + load_slack) x the mean outstanding
+    # ... or at most load_allowance requests above the other endpoints' mean: at low load, where the relative
+    # bound allows one request above the mean, an endpoint may still take its conversations back.
+    load_allowance: Annotated[float, Meta(ge=0, le=1000)] = 2.0
+    # Conversations behind one long shared prefix (4 KiB or more before the first user message: a system
+    # prompt, tools) hashed over this many endpoints of the prefix's own order first, so that it is
+    # prefilled on a few, not all (the load bound spreads the rest further down that order); 0: over all.
+    prefix_spread: Annotated[int, Meta(ge=0, le=10_000)] = 2
     # Blocks remembered (each ~100 bytes): size it to what the engines' caches hold together, in blocks of
     # 512 bytes of prompt (~128 tokens); remembering more than they keep sends requests to evicted prefixes.
     max_entries: Annotated[int, Meta(ge=64, le=10_000_000)] = 65_536

@@ -8,7 +8,8 @@ In order:
    endpoints, walking down its order to the first healthy one within the bound. The conversation's hash is
    the block that ends with its first user message (ingress/wire/prefix.py): every turn has it, on any
    worker of any replica, so a conversation goes to the same place without the replicas talking to each
-   other, while the conversations behind one long shared system prompt still spread. Only blocks from that
+   other, while the conversations behind one shared system prompt still spread (over every endpoint, or
+   first over a few when the prompt is long: below). Only blocks from that
    one on are remembered, so a new conversation never "hits" on the shared system prompt alone.
    **affinity_key**: the same, on the client's explicit key (`prompt_cache_key`, or the route's header).
    The order is that of the key's bucket (its low 12 bits: BUCKETS of them), rendezvous over (bucket,
@@ -17,20 +18,38 @@ In order:
    and replica computes the same orders with nothing shared; an endpoint leaving or returning moves only
    the buckets it heads; each endpoint heads a share of the buckets proportional to its weight (4,096
    buckets: ~256 ± 16 each of 16 equal endpoints). Held: BUCKETS slots, a filled one ~33 + N bytes.
+   **A shared prefix spread over a few endpoints** (`prefix_spread` k > 0): when LONG_PREFIX_BLOCKS or more
+   whole blocks come before the conversation's (a long system prompt, tools: what thousands of
+   conversations may share), the walk starts with the first k endpoints of the first block's order, taken
+   in the conversation's own order (rendezvous over those k), then goes on down the first block's order.
+   The shared prompt is prefilled on k endpoints, not on all, each conversation still has its own place
+   among them on any replica, and the load bound sends the overflow on to the next endpoints of the same
+   order (which then hold the prompt too). An endpoint leaving moves its own conversations, and may move
+   others within the subsets it was among.
 3. **overridden_by_load**: the endpoint the cache or the hash preferred was full or above the bound, so
    another was taken (the next in rendezvous order within it, else the least loaded with room).
 4. **balanced**: nothing to go by (no hashes, no key), or every endpoint ejected: as power of two choices.
 
-The load bound is that of consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam): an
+The load bound is that of consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam) with an
+absolute allowance beside it (as SGLang's router's balance_abs_threshold beside its relative one): an
 endpoint may take the request if its outstanding requests, this one included, are at most
-ceil((1 + load_slack) x the healthy endpoints' mean, this request counted, x its share of their weight). Some
-healthy endpoint always fits (their bounds add up to more than their load), so a choice exceeds it only when
-the ones that fit are at their max_in_flight or excluded by a retry. At low load the bound is strict (with
-four endpoints and two requests, one endpoint may hold one): the load imbalance stays near 1 + load_slack.
+ceil((1 + load_slack) x m), where m is the healthy endpoints' mean, this request counted, times the
+endpoint's share p of their weight; or if they are at most load_allowance above the others' mean (scaled
+to its weight), which is n <= m + load_allowance x (1 - p). Some healthy endpoint always fits (the relative
+bounds alone add up to more than the load), so a choice exceeds it only when the ones that fit are at their
+max_in_flight or excluded by a retry. The relative bound rules at high load (past m ~ allowance / slack:
+~8 requests an endpoint with the defaults), the allowance at low load, where the relative bound alone is
+strict (with four endpoints and two requests, one endpoint may hold one) and pushed a fifth of a
+16-endpoint multi-turn run's turns off the endpoint that held their conversation (bench/notes/
+cache_affinity.md). Measured against the others' mean, not the mean, the allowance cannot empty the other
+endpoints of a small group: with two endpoints and four requests one may hold three, not four (as the mean
++ 2 let it, which on two one-slot llama-servers queued most requests behind one engine). With
+load_allowance 0 the bound is the relative one alone.
 
-A choice and its remembering take ~10-15 µs, a new conversation's as a later turn's (bench/cache_affinity.py
---parts choice: 4 or 16 endpoints, a map holding 2,000 other conversations, a 33-block chain); a bucket's
-first use costs what scoring every endpoint does (~35 µs at 16), at most BUCKETS times per group and worker.
+A choice and its remembering take ~6-15 µs, a new conversation's as a later turn's, one behind a spread
+prefix ~1 µs more (bench/cache_affinity.py --parts choice: 4 or 16 endpoints, a map holding 2,000 other
+conversations, a 33-block chain; the machine's load moves these by half); a bucket's first use costs what
+scoring every endpoint does (~16-35 µs at 16), at most BUCKETS times per group and worker.
 """
 
 from __future__ import annotations
@@ -50,6 +69,10 @@ from ingress.routing.health import EndpointState
 
 _MASK = 2**64 - 1
 BUCKETS = 4096  # a power of two: a key's bucket is its low bits (SHA-256 bits, ingress/wire/prefix.py)
+# A prefix_spread applies behind at least this many whole blocks before the conversation's (4 KiB, ~1,000
+# tokens): what prefilling a shared prompt on fewer endpoints saves grows with its length, what gathering
+# its conversations on them costs does not.
+LONG_PREFIX_BLOCKS = 8
 _u64 = struct.Struct("<Q").unpack_from
 
 
@@ -184,21 +207,28 @@ class PrefixMap:
 
 
 class CacheAffinity:
-    """One group's cache-affine choice on one worker: its PrefixMap and its load slack."""
+    """One group's cache-affine choice on one worker: its PrefixMap, its load bound (slack and allowance) and
+    how many endpoints a shared prefix's conversations are hashed over first (0: all of them)."""
 
-    def __init__(self, load_slack: float, max_entries: int, max_age: float) -> None:
+    def __init__(self, load_slack: float, max_entries: int, max_age: float, load_allowance: float = 0.0,
+                 prefix_spread: int = 0) -> None:
         self.load_slack = load_slack
+        self.load_allowance = load_allowance
+        self.prefix_spread = prefix_spread
         self.seen = PrefixMap(max_entries, max_age)
         # Each bucket's rendezvous order (endpoints' indexes), for the endpoints and weights in _members.
         self._members: list[tuple[str, str, int]] = []
         self._orders: list[Sequence[int] | None] = [None] * BUCKETS
 
-    def _order(self, key: int, endpoints: Sequence[EndpointState]) -> Sequence[int]:
-        """`rendezvous(bucket(key), endpoints)` as indexes into `endpoints`, kept per bucket until the
-        endpoints' identities or weights change."""
+    def _sync(self, endpoints: Sequence[EndpointState]) -> None:
+        """The kept orders dropped if the endpoints' identities, URLs or weights changed."""
         members = [(e.identity, e.url, e.weight) for e in endpoints]
         if members != self._members:
             self._members, self._orders = members, [None] * BUCKETS
+
+    def _order(self, key: int, endpoints: Sequence[EndpointState]) -> Sequence[int]:
+        """`rendezvous(bucket(key), endpoints)` as indexes into `endpoints`, kept per bucket (for the
+        endpoints of the last `_sync`)."""
         b = bucket(key)
         order = self._orders[b]
         if order is None:
@@ -221,10 +251,15 @@ class CacheAffinity:
             return Decision(chosen, Way.BALANCED) if chosen is not None else None
         if not any(e.has_room() for e in healthy):
             return None
-        scale = (1 + self.load_slack) * (load + 1) / weight
+        total = load + 1  # this request counted
+        scale, allowance = (1 + self.load_slack) * total / weight, self.load_allowance
 
         def fits(e: EndpointState) -> bool:
-            return e.has_room() and e.in_flight + 1 <= math.ceil(scale * e.weight)
+            # n <= m + allowance x (1 - its share of the weight), m = total x its share: multiplied out
+            # (exact for whole numbers, so that a bound met exactly is met)
+            n = e.in_flight + 1
+            return e.has_room() and (n <= math.ceil(scale * e.weight)
+                                     or n * weight <= total * e.weight + allowance * (weight - e.weight))
 
         matched, overridden = 0, False
         start = prefix.start()
@@ -241,8 +276,12 @@ class CacheAffinity:
             key, way = prefix.key, Way.AFFINITY_KEY
         else:
             key, way = prefix.blocks[start], Way.HASHED
+        self._sync(endpoints)
+        order = self._order(key, endpoints)
+        if self.prefix_spread and prefix.key is None and start >= LONG_PREFIX_BLOCKS:
+            order = self._spread(order, self._order(prefix.blocks[0], endpoints))
         rank = 0  # among the healthy endpoints not excluded
-        for i in self._order(key, endpoints):
+        for i in order:
             e = endpoints[i]
             if e.url in exclude or not e.healthy(now):
                 continue
@@ -252,6 +291,13 @@ class CacheAffinity:
         # None fits: some are full, or excluded ones carry the load. The least loaded with room.
         least = min((e for e in healthy if e.has_room()), key=EndpointState.load)
         return Decision(least, Way.OVERRIDDEN_BY_LOAD, matched)
+
+    def _spread(self, own: Sequence[int], shared: Sequence[int]) -> list[int]:
+        """The walk of a conversation behind a shared prefix: the first `prefix_spread` endpoints of the
+        shared block's order, in the conversation's own order (rendezvous over that subset), then the rest
+        of the shared block's order."""
+        head = shared[:self.prefix_spread]
+        return [i for i in own if i in head] + list(shared[self.prefix_spread:])
 
     def served(self, prefix: Prefix | None, url: str, now: float) -> None:
         """The request was sent to `url`: its blocks are remembered there."""

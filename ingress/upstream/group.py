@@ -64,7 +64,8 @@ class EndpointGroup:
         self._clock = clock
         self._rng = rng or random.Random()
         affinity = config.affinity or Affinity()
-        self.affinity = (CacheAffinity(affinity.load_slack, affinity.max_entries, affinity.max_age)
+        self.affinity = (CacheAffinity(affinity.load_slack, affinity.max_entries, affinity.max_age,
+                                       affinity.load_allowance, affinity.prefix_spread)
                          if config.balance == "cache_affine" else None)
         self.round_robin = RoundRobin() if config.balance == "round_robin" else None
 

@@ -1,6 +1,7 @@
-"""The cache-affine choice under any loads, weights, health and history: the load bound is never exceeded,
-rendezvous order survives endpoints leaving and returning (the choice's per-bucket orders too), each endpoint
-heads a share of the buckets proportional to its weight, and the map finds the longest chain served."""
+"""The cache-affine choice under any loads, weights, health, history, load allowance and prefix spread: the
+load bound is never exceeded, rendezvous order survives endpoints leaving and returning (the choice's
+per-bucket orders too, a shared prefix's subset of them too), each endpoint heads a share of the buckets
+proportional to its weight, and the map finds the longest chain served."""
 
 from __future__ import annotations
 
@@ -10,17 +11,40 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.routing.affinity import BUCKETS, CacheAffinity, Prefix, PrefixMap, Way, bucket, rendezvous, score
+from ingress.routing.affinity import (
+    BUCKETS,
+    LONG_PREFIX_BLOCKS,
+    CacheAffinity,
+    Prefix,
+    PrefixMap,
+    Way,
+    bucket,
+    rendezvous,
+    score,
+)
 from ingress.routing.health import EndpointState
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 SLACK = 0.25
 
 
-def _bound(endpoint: EndpointState, healthy: list[EndpointState]) -> int:
-    """What an endpoint may hold with this request, by the definition in ingress/routing/affinity.py."""
+def _within(endpoint: EndpointState, healthy: list[EndpointState], allowance: float) -> bool:
+    """Whether the endpoint, with this request, is within the load bound of ingress/routing/affinity.py: at
+    most ceil((1 + slack) x its share of the mean), or at most the allowance above the others' mean (per
+    unit of weight, times its weight)."""
     total = sum(e.in_flight for e in healthy) + 1
-    return math.ceil((1 + SLACK) * total / sum(e.weight for e in healthy) * endpoint.weight)
+    weight = sum(e.weight for e in healthy)
+    n = endpoint.in_flight + 1
+    if n <= math.ceil((1 + SLACK) * total / weight * endpoint.weight):
+        return True
+    if weight == endpoint.weight:  # no others: the relative bound alone (which always fits it)
+        return False
+    others = (total - n) / (weight - endpoint.weight) * endpoint.weight
+    return n <= others + allowance + 1e-9
+
+
+allowances = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0])
+spreads = st.integers(0, 4)
 
 
 @st.composite
@@ -36,16 +60,19 @@ def endpoints(draw: st.DrawFn) -> list[EndpointState]:
 
 
 # Chains from a small tree, so that requests share prefixes as conversations and system prompts do.
-chains = st.lists(st.integers(0, 3), min_size=1, max_size=6).map(
+chains = st.lists(st.integers(0, 3), min_size=1, max_size=12).map(
     lambda path: [hash(tuple(path[:i + 1])) & (2**64 - 1) for i in range(len(path))])
-prefixes = st.builds(Prefix, chains, st.integers(0, 3), st.one_of(st.none(), st.integers(0, 2**64 - 1)))
+prefixes = st.builds(Prefix, chains, st.integers(0, 11), st.one_of(st.none(), st.integers(0, 2**64 - 1)))
+LONG = list(range(1, LONG_PREFIX_BLOCKS))  # the blocks of a long shared prefix after its first
 
 
 @SETTINGS
-@given(endpoints(), st.lists(st.tuples(prefixes, st.integers(0, 7)), max_size=20), prefixes, st.randoms())
+@given(endpoints(), st.lists(st.tuples(prefixes, st.integers(0, 7)), max_size=20), prefixes, st.randoms(),
+       allowances, spreads)
 def test_no_choice_exceeds_the_load_bound(states: list[EndpointState], history: list[tuple[Prefix, int]],
-                                          prefix: Prefix, rng: random.Random) -> None:
-    affinity = CacheAffinity(SLACK, 1024, 600.0)
+                                          prefix: Prefix, rng: random.Random, allowance: float,
+                                          spread: int) -> None:
+    affinity = CacheAffinity(SLACK, 1024, 600.0, allowance, spread)
     for when, (served, index) in enumerate(history):
         affinity.served(served, states[index % len(states)].url, float(when))
 
@@ -57,28 +84,30 @@ def test_no_choice_exceeds_the_load_bound(states: list[EndpointState], history: 
         assert not healthy  # panic routing: every endpoint ejected
     else:
         assert decision.endpoint in healthy
-        assert decision.endpoint.in_flight + 1 <= _bound(decision.endpoint, healthy)
+        assert _within(decision.endpoint, healthy, allowance)
 
 
 @SETTINGS
 @given(st.integers(2, 8), st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=300),
-       st.integers(0, 2**32))
+       st.integers(0, 2**32), allowances, spreads)
 def test_a_stream_of_requests_never_loads_an_endpoint_past_the_bound(count: int, steps: list[tuple[int, bool]],
-                                                                     seed: int) -> None:
-    """Conversations (a few, so they collide) arrive and finish; whatever the map prefers, each request
-    lands within the bound, so the most loaded endpoint stays near (1 + slack) x the mean."""
+                                                                     seed: int, allowance: float,
+                                                                     spread: int) -> None:
+    """Conversations (a few, behind one shared block, so they collide) arrive and finish; whatever the map
+    prefers, each request lands within the bound, so the most loaded endpoint stays near
+    max((1 + slack) x the mean, the others' mean + the allowance)."""
     rng = random.Random(seed)
     states = [EndpointState(url=f"http://10.0.0.{i}:9000") for i in range(count)]
-    affinity = CacheAffinity(SLACK, 1024, 600.0)
+    affinity = CacheAffinity(SLACK, 1024, 600.0, allowance, spread)
     held: list[EndpointState] = []
     for now, (conversation, finish) in enumerate(steps):
         if finish and held:
             held.pop(rng.randrange(len(held))).in_flight -= 1
             continue
-        prefix = Prefix([conversation, 100 + conversation], 1)
+        prefix = Prefix([7, *LONG, 100 + conversation], LONG_PREFIX_BLOCKS)
         decision = affinity.choose(states, prefix, float(now), rng)
         assert decision is not None
-        assert decision.endpoint.in_flight + 1 <= _bound(decision.endpoint, states)
+        assert _within(decision.endpoint, states, allowance)
         affinity.served(prefix, decision.endpoint.url, float(now))
         decision.endpoint.in_flight += 1
         held.append(decision.endpoint)
@@ -138,6 +167,56 @@ def test_the_choices_orders_move_only_the_leaving_endpoints_conversations(count:
 
     assert [w for b, w in zip(before, without, strict=True) if b != leaving.url] == [
         b for b in before if b != leaving.url]
+    assert places([*(e for e in states if e is not leaving), leaving]) == before
+
+
+@SETTINGS
+@given(endpoints(), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(1, 4))
+def test_an_idle_group_puts_a_shared_prefixs_conversations_on_the_first_of_its_order(
+        states: list[EndpointState], shared: int, own: int, spread: int) -> None:
+    """With nothing loaded, a conversation behind a long shared prefix goes to the first `spread` endpoints of
+    its first block's order (the healthy ones among them): to the first of those in its own order."""
+    for e in states:
+        e.in_flight = 0
+    healthy = [e for e in states if e.healthy(100.0)]
+    head = [e for e in rendezvous(bucket(shared), states)[:spread] if e in healthy]
+
+    prefix = Prefix([shared, *LONG, own], LONG_PREFIX_BLOCKS)
+    decision = CacheAffinity(SLACK, 1024, 600.0, 0.0, spread).choose(states, prefix, 100.0, random.Random(1))
+
+    assert decision is not None
+    if head:
+        assert decision.endpoint is next(e for e in rendezvous(bucket(own), states) if e in head)
+
+
+@SETTINGS
+@given(st.integers(2, 12), st.lists(st.tuples(st.integers(0, 7), st.integers(0, 2**64 - 1)), min_size=1,
+                                    max_size=50), st.integers(1, 4), st.data())
+def test_a_spread_prefixs_conversations_move_only_when_its_subset_loses_an_endpoint(
+        count: int, conversations: list[tuple[int, int]], spread: int, data: st.DataObject) -> None:
+    """Conversations behind 8 long shared prefixes: when an endpoint leaves, those of prefixes whose first `spread`
+    it was not among stay where they were (those of the others may move within their new subset), and when
+    it returns (last in the list) every one goes back."""
+    states = [EndpointState(url=f"http://replica-{i}.internal:9000", weight=data.draw(st.integers(1, 3)))
+              for i in range(count)]
+    affinity = CacheAffinity(SLACK, 1024, 600.0, 0.0, spread)
+    prefixes = [Prefix([shared * 977 + 5, *LONG, own], LONG_PREFIX_BLOCKS) for shared, own in conversations]
+
+    def places(group: list[EndpointState]) -> list[str]:
+        out = []
+        for prefix in prefixes:
+            decision = affinity.choose(group, prefix, 0.0, random.Random(1))
+            assert decision is not None
+            out.append(decision.endpoint.url)
+        return out
+
+    before = places(states)
+    leaving = data.draw(st.sampled_from(states), label="leaving")
+    without = places([e for e in states if e is not leaving])
+
+    for prefix, b, w in zip(prefixes, before, without, strict=True):
+        if leaving not in rendezvous(bucket(prefix.blocks[0]), states)[:spread]:
+            assert w == b
     assert places([*(e for e in states if e is not leaving), leaving]) == before
 
 

@@ -9,7 +9,17 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ingress.routing.affinity import BUCKETS, CacheAffinity, Prefix, PrefixMap, Way, bucket, key_hash, rendezvous
+from ingress.routing.affinity import (
+    BUCKETS,
+    LONG_PREFIX_BLOCKS,
+    CacheAffinity,
+    Prefix,
+    PrefixMap,
+    Way,
+    bucket,
+    key_hash,
+    rendezvous,
+)
 from ingress.routing.health import EndpointState
 
 MAX_AGE = 600.0
@@ -17,6 +27,12 @@ SESSION = key_hash("session-27")  # its bucket's order is not that of block 22
 TURN_ONE = Prefix([11, 22], conversation_block=1)  # a system prompt's block, then the first user message's
 TURN_TWO = Prefix([11, 22, 33, 44], conversation_block=1)
 OTHER_CONVERSATION = Prefix([11, 99], conversation_block=1)  # the same system prompt, another first message
+# Rendezvous orders over abcd (test_rendezvous_orders_are_pinned): block 11 (the shared system prompt) dcab,
+# block 22 (TURN_ONE's conversation) dacb, block 99 (OTHER_CONVERSATION's) acdb.
+LONG = [11, *range(1001, 1000 + LONG_PREFIX_BLOCKS)]  # a long system prompt's blocks, 11 first
+LONG_ONE = Prefix([*LONG, 22], conversation_block=LONG_PREFIX_BLOCKS)
+LONG_TWO = Prefix([*LONG, 22, 33], conversation_block=LONG_PREFIX_BLOCKS)
+LONG_OTHER = Prefix([*LONG, 99], conversation_block=LONG_PREFIX_BLOCKS)
 
 
 def url(name: str) -> str:
@@ -39,8 +55,8 @@ def test_rendezvous_orders_are_pinned() -> None:
     endpoints = states()
 
     assert [bucket(key) for key in (22, 99, SESSION, 2**64 - BUCKETS + 22)] == [22, 99, 1150, 22]
-    assert ["".join(e.url[7] for e in rendezvous(bucket(key), endpoints)) for key in (22, 99, SESSION)] == [
-        "dacb", "acdb", "bdac"]
+    assert ["".join(e.url[7] for e in rendezvous(bucket(key), endpoints)) for key in (22, 99, SESSION, 11)] == [
+        "dacb", "acdb", "bdac", "dcab"]
     assert SESSION == 0x7385803E2FEC847E
 
 
@@ -75,6 +91,8 @@ class Row:
     config: dict[str, dict[str, float]] = field(default_factory=dict)  # endpoint -> EndpointState fields
     exclude: str = ""
     now: float = 100.0
+    allowance: float = 0.0  # load_allowance
+    spread: int = 0  # prefix_spread
 
 
 TABLE = {
@@ -111,6 +129,41 @@ TABLE = {
                                                      [(TURN_ONE, "c", 0.0)]),
     "another conversation behind the same system prompt is not a hit": Row(
         OTHER_CONVERSATION, Way.HASHED, "a", 0, [(TURN_ONE, "c", 0.0)]),
+    # load_allowance: within the others' mean + the allowance, or within the relative bound, whichever is looser
+    "at low load the allowance lets the served endpoint take its conversation back": Row(
+        TURN_TWO, Way.HIT, "c", 2, [(TURN_ONE, "c", 0.0)], {"c": {"in_flight": 1}}, allowance=2),
+    "more than the allowance above the mean: pushed off": Row(
+        TURN_TWO, Way.OVERRIDDEN_BY_LOAD, "d", 2, [(TURN_ONE, "c", 0.0)], {"c": {"in_flight": 3}}, allowance=2),
+    "at high load the relative bound is the looser one": Row(  # mean 87/4: ceil(1.25 x 21.75) = 28 > 23.75
+        TURN_TWO, Way.HIT, "c", 2, [(TURN_ONE, "c", 0.0)],
+        {"a": {"in_flight": 20}, "b": {"in_flight": 20}, "c": {"in_flight": 26}, "d": {"in_flight": 20}},
+        allowance=2),
+    "at high load, past the relative bound: pushed off": Row(
+        TURN_TWO, Way.OVERRIDDEN_BY_LOAD, "d", 2, [(TURN_ONE, "c", 0.0)],
+        {"a": {"in_flight": 20}, "b": {"in_flight": 20}, "c": {"in_flight": 28}, "d": {"in_flight": 20}},
+        allowance=2),
+    # prefix_spread: behind a long shared prefix, the first `spread` of its first block's order, in the
+    # conversation's own order, then on down the first block's order
+    "one endpoint for a long shared prefix: another conversation goes where the first did": Row(
+        LONG_OTHER, Way.HASHED, "d", spread=1),
+    "two endpoints for a long shared prefix: a conversation takes the first of them in its own order": Row(
+        LONG_OTHER, Way.HASHED, "c", spread=2),
+    "two endpoints for a long shared prefix, LONG_ONE's first among them": Row(LONG_ONE, Way.HASHED, "d",
+                                                                              spread=2),
+    "its first of the two above the bound: the other": Row(
+        LONG_OTHER, Way.OVERRIDDEN_BY_LOAD, "d", config={"c": {"in_flight": 3}}, spread=2),
+    "both above the bound: down the shared block's order": Row(
+        LONG_OTHER, Way.OVERRIDDEN_BY_LOAD, "a", config={"c": {"in_flight": 3}, "d": {"in_flight": 3}},
+        spread=2),
+    "its one above the bound: on down the shared block's order (dcab), not the conversation's (dacb)": Row(
+        LONG_ONE, Way.OVERRIDDEN_BY_LOAD, "c", config={"d": {"in_flight": 3}}, spread=1),
+    "one of the two ejected: the other is first": Row(LONG_ONE, Way.HASHED, "c",
+                                                       config={"d": {"ejected_until": 200}}, spread=2),
+    "a short shared prefix is not spread": Row(OTHER_CONVERSATION, Way.HASHED, "a", spread=1),
+    "an affinity key is not spread": Row(Prefix([*LONG, 22], LONG_PREFIX_BLOCKS, SESSION), Way.AFFINITY_KEY, "b",
+                                         spread=1),
+    "a hit is not spread": Row(LONG_TWO, Way.HIT, "a", LONG_PREFIX_BLOCKS + 1, [(LONG_ONE, "a", 0.0)],
+                               spread=1),
     "a conversation block out of range (a client's) stands for the first": Row(
         Prefix([22, 33], 7), Way.HASHED, "d"),
     "every endpoint ejected: the soonest to recover, as P2C's panic routing": Row(
@@ -125,7 +178,8 @@ TABLE = {
 
 @pytest.mark.parametrize("row", TABLE.values(), ids=TABLE.keys())
 def test_the_choice(row: Row) -> None:
-    affinity = CacheAffinity(load_slack=0.25, max_entries=1024, max_age=MAX_AGE)
+    affinity = CacheAffinity(load_slack=0.25, max_entries=1024, max_age=MAX_AGE, load_allowance=row.allowance,
+                             prefix_spread=row.spread)
     for prefix, name, when in row.served:
         affinity.served(prefix, url(name), when)
     endpoints = states(**row.config)
@@ -168,6 +222,35 @@ def test_weights_bound_each_endpoint_by_its_share() -> None:
         affinity.served(TURN_ONE, url(served), 0.0)
         decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
         assert decision is not None and (decision.way, decision.endpoint.url) == (way, url("a"))
+
+
+@pytest.mark.parametrize(("allowance", "way", "endpoint"), [(3, Way.HIT, "b"), (2, Way.OVERRIDDEN_BY_LOAD, "a")])
+def test_the_allowance_is_over_the_others_mean_scaled_to_the_weight(allowance: float, way: Way,
+                                                                    endpoint: str) -> None:
+    """b (weight 1 of 4) with 3 of 5, this one counted: the relative bound is ceil(1.25 x 5/4) = 2; a's mean per
+    unit of weight is 2/3, so b is 3 - 2/3 = 2.33 above it: within an allowance of 3, not of 2."""
+    endpoints = [EndpointState(url=url("a"), weight=3), EndpointState(url=url("b"), weight=1)]
+    for e in endpoints:
+        e.in_flight = 2
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE, load_allowance=allowance)
+    affinity.served(TURN_ONE, url("b"), 0.0)
+
+    decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
+
+    assert decision is not None and (decision.way, decision.endpoint.url) == (way, url(endpoint))
+
+
+def test_the_allowance_never_empties_the_other_endpoint_of_two() -> None:
+    """Two endpoints, three requests in flight on one, none on the other: the fourth is 4 above the other's
+    0, past an allowance of 2 (and past ceil(1.25 x 4/2) = 3): it goes to the other."""
+    endpoints = [EndpointState(url=url("a")), EndpointState(url=url("b"))]
+    endpoints[0].in_flight = 3
+    affinity = CacheAffinity(0.25, 1024, MAX_AGE, load_allowance=2)
+    affinity.served(TURN_ONE, url("a"), 0.0)
+
+    decision = affinity.choose(endpoints, TURN_TWO, 1.0, random.Random(1))
+
+    assert decision is not None and (decision.way, decision.endpoint.url) == (Way.OVERRIDDEN_BY_LOAD, url("b"))
 
 
 # --- the map ------------------------------------------------------------------------------------

@@ -260,6 +260,12 @@ def test_a_missing_key_names_no_line(text: str, key: str) -> None:
     pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "cache_affine"\n'
                  'affinity = { load_slack = -0.1 }\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
                  "groups.g.affinity.load_slack", ">= 0", id="a-negative-load-slack"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "cache_affine"\n'
+                 'affinity = { load_allowance = -1 }\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
+                 "groups.g.affinity.load_allowance", ">= 0", id="a-negative-load-allowance"),
+    pytest.param('[groups.g]\nendpoints = [{ url = "http://a:1" }]\nbalance = "cache_affine"\n'
+                 'affinity = { prefix_spread = 1.5 }\n[[routes]]\nmodel = "m"\ngroup = "g"\n',
+                 "groups.g.affinity.prefix_spread", "Expected `int`", id="a-fractional-prefix-spread"),
 ])
 def test_whole_file_mistakes_name_the_key(text: str, key: str, detail: str) -> None:
     message = _error(text)
@@ -270,7 +276,8 @@ def test_whole_file_mistakes_name_the_key(text: str, key: str, detail: str) -> N
 
 def test_a_cache_affine_group_and_its_routes_key_decode() -> None:
     text = ('[groups.g]\nendpoints = [{ url = "http://a:1" }, { url = "http://b:1" }]\nbalance = "cache_affine"\n'
-            'affinity = { load_slack = 0.5, max_entries = 4096, max_age = 60.0 }\n'
+            'affinity = { load_slack = 0.5, load_allowance = 1.5, prefix_spread = 3, max_entries = 4096, '
+            'max_age = 60.0 }\n'
             '[groups.p]\nendpoints = [{ url = "http://c:1" }]\n'
             '[[routes]]\nmodel = "m"\ngroup = "p"\nfallback = "g"\naffinity_header = "x-session-id"\n')
 
@@ -280,6 +287,7 @@ def test_a_cache_affine_group_and_its_routes_key_decode() -> None:
     assert (affine.balance, p2c.balance, p2c.affinity) == ("cache_affine", "p2c", None)
     assert affine.affinity is not None
     assert (affine.affinity.load_slack, affine.affinity.max_entries, affine.affinity.max_age) == (0.5, 4096, 60.0)
+    assert (affine.affinity.load_allowance, affine.affinity.prefix_spread) == (1.5, 3)
     assert settings.routes[0].affinity_header == "x-session-id"  # its fallback is cache-affine
 
 

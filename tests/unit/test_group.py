@@ -13,7 +13,7 @@ import pytest
 
 from ingress.errors import Overloaded
 from ingress.routing.affinity import Prefix, Way
-from ingress.settings import Ejection, Endpoint, Group, HealthCheck, Timeouts
+from ingress.settings import Affinity, Ejection, Endpoint, Group, HealthCheck, Timeouts
 from ingress.upstream.client import UpstreamClient
 from ingress.upstream.group import EndpointGroup, Lease
 
@@ -277,7 +277,8 @@ async def test_a_wake_up_reaches_a_waiter_that_can_use_the_freed_endpoint(make_p
 
 
 async def test_a_cache_affine_group_leases_where_the_conversation_was_served(make_pool: MakePool) -> None:
-    pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine")
+    pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine",
+                     affinity=Affinity(load_allowance=0))  # the relative bound alone
 
     first = await pool.acquire(prefix=Prefix([1, 2], 1))
     first.release(True)
@@ -289,6 +290,19 @@ async def test_a_cache_affine_group_leases_where_the_conversation_was_served(mak
     assert meanwhile.decision is not None and meanwhile.decision.way is Way.OVERRIDDEN_BY_LOAD
     assert meanwhile.state.url != first.state.url
     assert pool.affinity is not None and len(pool.affinity.seen) == 3  # blocks 2, 3 and 4: from the conversation's on
+
+
+async def test_a_cache_affine_groups_default_allowance_keeps_a_conversation_home_at_low_load(
+        make_pool: MakePool) -> None:
+    pool = make_pool([Endpoint(url=u) for u in URLS], balance="cache_affine")
+
+    first = await pool.acquire(prefix=Prefix([1, 2], 1))
+    again = await pool.acquire(prefix=Prefix([1, 2, 3], 1))  # 2 on one of 3: the others' mean (0) + 2
+    third = await pool.acquire(prefix=Prefix([1, 2, 3, 4], 1))  # 3 on one: past 0 + 2 and ceil(1.25 x 1)
+
+    assert again.decision is not None and (again.decision.way, again.state.url) == (Way.HIT, first.state.url)
+    assert third.decision is not None and third.decision.way is Way.OVERRIDDEN_BY_LOAD
+    assert third.state.url != first.state.url
 
 
 async def test_a_p2c_group_leaves_the_prefix_alone(make_pool: MakePool) -> None:
