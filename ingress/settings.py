@@ -100,8 +100,9 @@ class Affinity(_Config, frozen=True):
     load_allowance: Annotated[float, Meta(ge=0, le=1000)] = 2.0
     # Conversations behind one long shared prefix (4 KiB or more before the first user message: a system
     # prompt, tools) hashed over this many endpoints of the prefix's own order first, so that it is
-    # prefilled on a few, not all (the load bound spreads the rest further down that order); 0: over all.
-    prefix_spread: Annotated[int, Meta(ge=0, le=10_000)] = 2
+    # prefilled on a few, not all (the load bound spreads the rest further down that order). 0, the default:
+    # over all, so that every replica agrees on each conversation's endpoint however loaded the few would be.
+    prefix_spread: Annotated[int, Meta(ge=0, le=10_000)] = 0
     # Blocks remembered (each ~100 bytes): size it to what the engines' caches hold together, in blocks of
     # 512 bytes of prompt (~128 tokens); remembering more than they keep sends requests to evicted prefixes.
     max_entries: Annotated[int, Meta(ge=64, le=10_000_000)] = 65_536
