@@ -154,12 +154,7 @@ def test_the_choices_orders_move_only_the_leaving_endpoints_conversations(count:
     affinity = CacheAffinity(SLACK, 1024, 600.0)
 
     def places(group: list[EndpointState]) -> list[str]:
-        out = []
-        for key in keys:
-            decision = affinity.choose(group, Prefix((), 0, key), 0.0, random.Random(1))
-            assert decision is not None
-            out.append(decision.endpoint.url)
-        return out
+        return _places(affinity, group, [Prefix((), 0, key) for key in keys])
 
     before = places(states)
     leaving = data.draw(st.sampled_from(states), label="leaving")
@@ -203,12 +198,7 @@ def test_a_spread_prefixs_conversations_move_only_when_its_subset_loses_an_endpo
     prefixes = [Prefix([shared * 977 + 5, *LONG, own], LONG_PREFIX_BLOCKS) for shared, own in conversations]
 
     def places(group: list[EndpointState]) -> list[str]:
-        out = []
-        for prefix in prefixes:
-            decision = affinity.choose(group, prefix, 0.0, random.Random(1))
-            assert decision is not None
-            out.append(decision.endpoint.url)
-        return out
+        return _places(affinity, group, prefixes)
 
     before = places(states)
     leaving = data.draw(st.sampled_from(states), label="leaving")
@@ -258,3 +248,13 @@ def test_the_map_finds_the_longest_chain_served_and_who_served_it_last(history: 
     known = [i for i, block in enumerate(query) if block in last]
     expected = (last[query[known[-1]]], known[-1] + 1) if known else None
     assert seen.longest(query, 0, float(len(history))) == expected
+
+
+def _places(affinity: CacheAffinity, group: list[EndpointState], prefixes: list[Prefix]) -> list[str]:
+    """Where each prefix goes, one after another, on an idle group."""
+    out = []
+    for prefix in prefixes:
+        decision = affinity.choose(group, prefix, 0.0, random.Random(1))
+        assert decision is not None
+        out.append(decision.endpoint.url)
+    return out
