@@ -61,7 +61,8 @@ async def fleet() -> AsyncIterator[Fleet]:
                       affinity=Affinity(load_slack=0.25), ejection=Ejection(failures=1, base=30.0))
         settings = Settings(groups={"main": group}, timeouts=QUICK,
                             routes=(Route(model="chat", group="main", affinity_header="x-session-id"),),
-                            retry=Retry(attempts=2, budget_min_per_s=1000.0))  # retries not earned by traffic
+                            # retries not earned by traffic: each request deposits one
+                            retry=Retry(attempts=2, budget_ratio=1.0, budget_min_per_s=1000.0))
         edges = []
         for _ in range(3):
             url, _, exchanges = await recording_edge(stack, settings)

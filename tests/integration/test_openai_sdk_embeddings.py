@@ -212,11 +212,12 @@ async def test_an_unreachable_service_is_a_502_and_the_fallback_serves_it(
             assert (await response.json())["error"]["code"] == "upstream_unavailable"
 
         # The route's group refuses: nothing was sent, so its fallback serves the request, as for chat
-        # (with a retry budget ample enough for a cold edge).
+        # (with a retry budget ample for a cold edge: each request deposits a whole retry, where the trickle
+        # of budget_min_per_s alone depends on the loop's clock having moved since the edge started).
         groups = {"dead": Group(endpoints=[Endpoint(url=refused)]),
                   "live": Group(endpoints=[Endpoint(url=fake_upstream.url)])}
         settings = Settings(groups=groups, routes=(Route(glob="*", group="dead", fallback="live"),), timeouts=FAST,
-                            retry=Retry(attempts=2, budget_min_per_s=1000.0))
+                            retry=Retry(attempts=2, budget_ratio=1.0, budget_min_per_s=1000.0))
         async with AsyncExitStack() as stack:
             url, _, exchanges = await recording_edge(stack, settings)
             async with http.post(f"{url}/v1/embeddings", json={"model": "m", "input": "a"}) as response:
