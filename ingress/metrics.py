@@ -82,9 +82,9 @@ ROUTE_ATTEMPTS = Counter("ingress_route_attempts", "Attempts by the route of a f
                          ["route", "outcome"])
 SPLITS = Counter("ingress_split_requests", "Requests a split route sent to each of its variants.", ["route", "variant"])
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
-HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages requests (cache_control TTLs, "
-                         "context_management, earlier thinking...) not sent to a service that has no use for them, "
-                         "by hint.", ["hint"])
+HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages and Responses requests "
+                         "(cache_control TTLs, context_management, earlier thinking, client_metadata, OpenAI's "
+                         "built-in tools...) not sent to a service that has no use for them, by hint.", ["hint"])
 CACHE_LOOKUPS = Counter("ingress_response_cache_lookups", "Requests to a route with a response cache, by route and "
                         "outcome: hit (served from the cache), miss (sent; its answer stored if it completes), "
                         "bypass (not cacheable: no-store, or not deterministic).", ["route", "outcome"])

@@ -181,6 +181,10 @@ class Route(_Config, frozen=True):
     # A cache-affine group's explicit affinity key: this request header's value (e.g. "x-session-id"), when
     # sent, keys the choice instead of the prompt's hash, before the request's own `prompt_cache_key`.
     affinity_header: HeaderName | None = None
+    # OpenAI's built-in tools in a Responses request (`web_search`, `file_search`, `code_interpreter`...),
+    # which the route's service cannot run: left out of what the model is offered, named in the access line
+    # as hints not sent ("omit"), or refused with a 400 naming the tool ("refuse").
+    hosted_tools: Literal["omit", "refuse"] = "omit"
 
 
 class Retry(_Config, frozen=True):

@@ -96,6 +96,8 @@ class MessageItem(_Item, tag="message"):
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     phase: None = None  # OpenAI's commentary / final-answer marks: only on OpenAI's own answers
+    # An agent's own bookkeeping on its messages (Codex: which of its parts made the message): a hint.
+    internal_chat_message_metadata_passthrough: Raw = NO_JSON
 
 
 class DirectCaller(_Strict, tag_field="type", tag="direct"):
@@ -112,8 +114,8 @@ class FunctionCallItem(_Item, tag="function_call"):
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     caller: DirectCaller | None = None
-    # OpenAI's tool namespaces and asynchronous calls: accepted only as their defaults, as the SDK writes them.
-    namespace: None = None
+    namespace: FunctionName | None = None  # the call of a tool offered inside a `namespace` tool
+    # OpenAI's asynchronous calls: accepted only as their default, as the SDK writes it.
     async_: Literal[False] | None = msgspec.field(default=None, name="async")
 
 
@@ -124,7 +126,7 @@ class FunctionCallOutputItem(_Item, tag="function_call_output"):
     name: str | None = None  # the call's own name: the call id already says which call it answers
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     caller: DirectCaller | None = None
-    namespace: None = None
+    namespace: str | None = None  # as `name`: the call id says which call it answers
 
 
 class CustomToolCallItem(_Item, tag="custom_tool_call"):
@@ -133,7 +135,7 @@ class CustomToolCallItem(_Item, tag="custom_tool_call"):
     input: str
     id: str | None = None
     caller: DirectCaller | None = None
-    namespace: None = None
+    namespace: FunctionName | None = None
     async_: Literal[False] | None = msgspec.field(default=None, name="async")
 
 
@@ -142,9 +144,32 @@ class CustomToolCallOutputItem(_Item, tag="custom_tool_call_output"):
     output: str | list[InputPart]
     id: str | None = None
     caller: DirectCaller | None = None
+    name: str | None = None
+    namespace: str | None = None
 
 
-Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | CustomToolCallItem | CustomToolCallOutputItem
+class SummaryText(_Strict, tag_field="type", tag="summary_text"):
+    text: str
+
+
+class ReasoningText(_Strict, tag_field="type", tag="reasoning_text"):
+    text: str
+
+
+class ReasoningItem(_Item, tag="reasoning"):
+    """An earlier answer's reasoning, sent back: its text (`content`, else its `summary`) and, with
+    `include: ["reasoning.encrypted_content"]`, the opaque `encrypted_content` its service gave it (the
+    edge's own seal, ingress/oai/sealing.py, or a provider's)."""
+
+    id: str | None = None
+    summary: list[SummaryText] = []
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+Item = (MessageItem | FunctionCallItem | FunctionCallOutputItem | CustomToolCallItem | CustomToolCallOutputItem
+        | ReasoningItem)
 
 
 # --- tools, tool choice, formats ------------------------------------------------------------------
@@ -163,7 +188,26 @@ class CustomTool(_Strict, tag_field="type", tag="custom"):
     format: CustomTextFormat | CustomGrammarFormat | None = None
 
 
-ToolDef = FunctionTool | CustomTool
+class NamespaceTool(_Strict, tag_field="type", tag="namespace"):
+    """A group of function and custom tools under one name (Codex's sub-agent tools): offered to a model
+    as flat tools named `<namespace>__<name>`, whose calls come back to the client as the namespaced
+    calls it offered (`Call.namespaced`)."""
+
+    name: FunctionName
+    description: str | None = None
+    tools: Annotated[list[FunctionTool | CustomTool], Meta(max_length=128)] = []
+
+
+class HostedTool(msgspec.Struct, frozen=True):
+    """A tool OpenAI's own servers run (`web_search`, `file_search`, `code_interpreter`...), named by its
+    `type` and its place in `tools`: on a route that cannot run it, left out (named as a hint) or refused
+    by the route's `hosted_tools`."""
+
+    type: str
+    param: str
+
+
+ToolDef = FunctionTool | CustomTool | NamespaceTool
 
 
 class _Choice(_Strict, tag_field="type"):
@@ -203,13 +247,17 @@ class TextConfig(_Strict):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+SummaryKind = Literal["auto", "concise", "detailed"]
+
+
 class ReasoningConfig(_Strict):
     effort: Annotated[str, Meta(min_length=1, max_length=32)] | None = None
-    # Summaries of a model's reasoning, and how much of it to keep: nothing behind the edge returns any.
-    summary: str | None = None
-    generate_summary: str | None = None
-    context: str | None = None
-    mode: str | None = None
+    # A summary of the reasoning in the answer's reasoning items: the service's reasoning text stands as it.
+    summary: SummaryKind | None = None
+    generate_summary: SummaryKind | None = None  # the older name of `summary`
+    # How much earlier reasoning OpenAI's servers keep, and how they reason: hints to them alone.
+    context: Annotated[str, Meta(max_length=64)] | None = None
+    mode: Annotated[str, Meta(max_length=64)] | None = None
 
 
 class PromptCacheOptions(_Strict):
@@ -261,6 +309,8 @@ class ResponsesRequest(_Strict):
     truncation: Literal["auto", "disabled"] | None = None
     user: ShortText | None = None
     background: bool | None = None
+    # Ids an agent tags its requests with (Codex: its session, turn and window): a hint, never refused.
+    client_metadata: Raw = NO_JSON
     # Declared so that they are refused by name (responses_codec), never taken for typos.
     previous_response_id: str | None = None
     conversation: Raw = NO_JSON
@@ -277,11 +327,22 @@ def is_set(raw: Raw) -> bool:
 
 
 class Call(msgspec.Struct, frozen=True):
-    """A decoded Responses request with its input items and tools decoded one by one."""
+    """A decoded Responses request with its input items and tools decoded one by one; `hosted`: the tools
+    only OpenAI's servers run; `namespaced`: each namespaced tool's flat name, as offered to the model, to
+    its (namespace, name); `hints`: what the request asks of OpenAI's servers alone, by name."""
 
     request: ResponsesRequest
     items: list[Item]
     tools: list[ToolDef]
+    hosted: list[HostedTool] = []
+    namespaced: dict[str, tuple[str, str]] = {}
+    hints: list[str] = []
+
+    @property
+    def summary(self) -> str | None:
+        """The kind of reasoning summary asked for (`reasoning.summary`, or its older name), if any."""
+        reasoning = self.request.reasoning
+        return None if reasoning is None else reasoning.summary or reasoning.generate_summary
 
     @property
     def logprobs(self) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from ingress.oai.chat import TextFormat
 from ingress.oai.chat_answers import TokenLogprobOut
@@ -69,6 +70,7 @@ class FunctionCallOut(_Out, kw_only=True, tag_field="type", tag="function_call")
     name: str
     arguments: str
     status: Status
+    namespace: str | UnsetType = UNSET  # the call of a tool the request offered inside a namespace
 
 
 class CustomToolCallOut(_Out, kw_only=True, tag_field="type", tag="custom_tool_call"):
@@ -76,6 +78,7 @@ class CustomToolCallOut(_Out, kw_only=True, tag_field="type", tag="custom_tool_c
     call_id: str
     name: str
     input: str
+    namespace: str | UnsetType = UNSET
 
 
 OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut
@@ -112,7 +115,7 @@ class ErrorOut(_Out, kw_only=True):
 
 class ReasoningOut(_Out, kw_only=True):
     effort: str | None = None
-    summary: None = None
+    summary: str | None = None
 
 
 TEXT = TextConfig(format=TextFormat())  # the default `text`, echoed when the request gave none

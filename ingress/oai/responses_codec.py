@@ -7,16 +7,25 @@ What needs a store or OpenAI's own hosted tools is refused, named:
 
 - `previous_response_id`, `conversation`, `prompt` (stored templates), `background`, `item_reference`
   input items, `file_id` images: the edge keeps nothing between requests.
-- hosted tools (`web_search`, `file_search`, `mcp`...), `truncation: "auto"`, reasoning summaries,
-  `context_management`, and the other parameters named in `_REFUSED_WHY`: nothing behind the edge does them.
+- `truncation: "auto"`, `context_management`, and the other parameters named in `_REFUSED_WHY`: nothing
+  behind the edge does them.
+
+What only OpenAI's servers act on is accepted and named in `Call.hints` (the access line's `dropped`, and
+`ingress_hints_not_sent_total`), never refused: `client_metadata` (an agent's session and turn ids), the
+agents' own bookkeeping on input messages, `reasoning.context` and `reasoning.mode`. OpenAI's built-in
+tools (`web_search`, `file_search`, `code_interpreter`...) are kept in `Call.hosted`, for the route to
+leave out (named) or refuse (its `hosted_tools`). A `namespace` tool's tools are offered flat, named
+`<namespace>__<name>` (`Call.namespaced` maps them back). Reasoning items are read (`reasoning_items`).
 
 `store: true` is accepted and nothing is kept (the answer says `store: false`). Every `include` value is
-accepted: `message.output_text.logprobs` asks for logprobs; the others name parts of output items the
-edge never produces (hosted tool results, reasoning items), so they add nothing.
+accepted: `message.output_text.logprobs` asks for logprobs, `reasoning.encrypted_content` the reasoning
+items' sealed text; the others name parts of output items the edge never produces (hosted tool
+results), so they add nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +45,7 @@ from ingress.oai.responses import (
     FunctionCallOutputItem,
     FunctionChoice,
     FunctionTool,
+    HostedTool,
     InputFile,
     InputImage,
     InputText,
@@ -43,9 +53,11 @@ from ingress.oai.responses import (
     JsonSchemaText,
     MessageItem,
     NamedTool,
+    NamespaceTool,
     OutputRefusal,
     OutputText,
     Part,
+    ReasoningItem,
     ResponsesRequest,
     ToolDef,
     is_set,
@@ -55,8 +67,16 @@ from ingress.oai.responses import (
 _ITEM_TYPES: dict[str, type[Item]] = {
     "message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
     "custom_tool_call": CustomToolCallItem, "custom_tool_call_output": CustomToolCallOutputItem,
+    "reasoning": ReasoningItem,
 }
-_TOOL_TYPES: dict[str, type[ToolDef]] = {"function": FunctionTool, "custom": CustomTool}
+_TOOL_TYPES: dict[str, type[ToolDef]] = {"function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
+# OpenAI's built-in tools, which its own servers run or only its own models are trained to call.
+HOSTED_TOOLS = frozenset({
+    "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11", "file_search",
+    "code_interpreter", "image_generation", "computer_use_preview", "computer", "mcp", "local_shell", "shell",
+    "apply_patch", "tool_search",
+})
+NAMESPACE_SEPARATOR = "__"
 # A tool's options for OpenAI's programmatic tool calling and tool search: refused when set.
 _TOOL_OPTIONS = ("async", "defer_loading", "allowed_callers", "output_schema")
 # The request's parameters that need what the edge has not, refused by name.
@@ -110,19 +130,74 @@ def _with_type(fields: dict[str, Any], kind: str) -> bytes:
     return msgspec.json.encode({"type": kind, **fields})
 
 
-def _tool_def(raw: Raw, param: str) -> ToolDef:
-    """A tool; its options for OpenAI's programmatic tool calling and tool search are refused by name
-    when they ask for something (their defaults are accepted, and mean nothing here)."""
-    check_nesting(bytes(raw))
-    fields = _kind_decoder.decode(raw)
+def _without_options(fields: dict[str, Any], param: str) -> dict[str, Any]:
+    """A tool's fields less its options for OpenAI's programmatic tool calling and tool search, refused by
+    name when they ask for something (their defaults are accepted, and mean nothing here)."""
     for option in _TOOL_OPTIONS:
         if option in fields:
             if fields[option] not in (None, False, ["direct"]):
                 raise _unsupported(f"{param}.{option}", "OpenAI's programmatic tool calling and tool search are "
                                                         "not available behind this edge")
             del fields[option]
-    return _one(Raw(msgspec.json.encode(fields)), _tool_decoders, None, param, "tools",  # type: ignore[no-any-return]  # _tool_decoders decode only these two
-                "function and custom tools")
+    return fields
+
+
+def _tool_def(raw: Raw, param: str) -> ToolDef | HostedTool:
+    """A tool (a namespace's tools each checked as one), or one of OpenAI's built-in tools, by its type."""
+    check_nesting(bytes(raw))
+    fields = _kind_decoder.decode(raw)
+    kind = fields.get("type")
+    if isinstance(kind, str) and kind in HOSTED_TOOLS:
+        return HostedTool(kind, param)
+    fields = _without_options(fields, param)
+    if kind == "namespace" and isinstance(fields.get("tools"), list):
+        fields["tools"] = [_without_options(t, f"{param}.tools[{j}]") if isinstance(t, dict) else t
+                           for j, t in enumerate(fields["tools"])]
+    return _one(Raw(msgspec.json.encode(fields)), _tool_decoders, None, param, "tools",  # type: ignore[no-any-return]  # _tool_decoders decode only ToolDefs
+                "function, custom and namespace tools, and OpenAI's built-in tools")
+
+
+def flat_name(namespace: str, name: str) -> str:
+    """A namespaced tool's name as offered to a model that has no namespaces: `<namespace>__<name>`, within
+    the 64 characters a function name may have (a longer one ends in a digest of the whole)."""
+    flat = f"{namespace}{NAMESPACE_SEPARATOR}{name}"
+    if len(flat) <= 64:
+        return flat
+    return f"{flat[:55]}_{hashlib.sha256(flat.encode()).hexdigest()[:8]}"
+
+
+def _tools(raws: list[Raw]) -> tuple[list[ToolDef], list[HostedTool], dict[str, tuple[str, str]]]:
+    """The tools, OpenAI's built-in ones apart, and each namespaced tool's flat name → (namespace, name);
+    a flat name that is already a tool's is refused."""
+    tools: list[ToolDef] = []
+    hosted: list[HostedTool] = []
+    functions: list[tuple[str, FunctionTool]] = []
+    flat: dict[str, tuple[str, str, str]] = {}
+    for i, raw in enumerate(raws):
+        tool = _tool_def(raw, f"tools[{i}]")
+        if isinstance(tool, HostedTool):
+            hosted.append(tool)
+            continue
+        tools.append(tool)
+        if isinstance(tool, FunctionTool):
+            functions.append((f"tools[{i}]", tool))
+        elif isinstance(tool, NamespaceTool):
+            for j, inner in enumerate(tool.tools):
+                param = f"tools[{i}].tools[{j}]"
+                if isinstance(inner, FunctionTool):
+                    functions.append((param, inner))
+                name = flat_name(tool.name, inner.name)
+                if name in flat:
+                    raise invalid(f"the namespaced tool '{tool.name}.{inner.name}' is offered as '{name}', "
+                                  "as another one is", f"{param}.name")
+                flat[name] = (tool.name, inner.name, param)
+    for param, function in functions:
+        _check_json_object(function.parameters, f"{param}.parameters")
+    for t in tools:
+        if not isinstance(t, NamespaceTool) and t.name in flat:
+            raise invalid(f"the namespaced tool '{flat[t.name][0]}.{flat[t.name][1]}' would be offered as "
+                          f"'{t.name}', which names another tool", f"{flat[t.name][2]}.name")
+    return tools, hosted, {name: (ns, inner) for name, (ns, inner, _) in flat.items()}
 
 
 def decode_responses_request(body: bytes) -> Call:
@@ -154,10 +229,25 @@ def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], b
         items = [_one(raw, _item_decoders, "message", f"input[{i}]", "input items",
                       "messages, function and custom tool calls and their outputs")
                  for i, raw in enumerate(request.input)]
-    tools = [_tool_def(raw, f"tools[{i}]") for i, raw in enumerate(request.tools or ())]
-    call = Call(request, items, tools)
+    tools, hosted, namespaced = _tools(request.tools or [])
+    call = Call(request, items, tools, hosted, namespaced, _hints(request, items))
     _check(call)
     return call, None
+
+
+def _hints(r: ResponsesRequest, items: list[Item]) -> list[str]:
+    """What the request asks of OpenAI's servers alone, by name (never refused, never sent elsewhere)."""
+    hints = []
+    if is_set(r.client_metadata):
+        hints.append("client_metadata")
+    if r.reasoning is not None:
+        hints += [f"reasoning.{name}" for name in ("context", "mode") if getattr(r.reasoning, name) is not None]
+    if any(isinstance(item, MessageItem) and is_set(item.internal_chat_message_metadata_passthrough)
+           for item in items):
+        hints.append("input.internal_chat_message_metadata_passthrough")
+    if any(isinstance(item, ReasoningItem) for item in items):
+        hints.append("input.reasoning")
+    return hints
 
 
 def _check_refused(r: ResponsesRequest) -> None:
@@ -172,9 +262,6 @@ def _check_refused(r: ResponsesRequest) -> None:
         raise _unsupported("background", "the edge keeps no responses to poll: send it without background")
     if r.truncation == "auto":
         raise _unsupported("truncation", "the edge does not know the model's context window to truncate to")
-    for name in ("summary", "generate_summary", "context", "mode"):
-        if r.reasoning is not None and getattr(r.reasoning, name) is not None:
-            raise _unsupported(f"reasoning.{name}", "answers behind this edge carry no reasoning items")
     options = r.prompt_cache_options
     if options is not None and options.prewarm:
         raise _unsupported("prompt_cache_options.prewarm", "a request without an answer is not sent on")
@@ -193,9 +280,7 @@ def _check_json_object(raw: Raw, param: str) -> None:
 def _check(call: Call) -> None:
     """What the types cannot say: tool options, named tool choices, parts that need a store."""
     r = call.request
-    for i, tool in enumerate(call.tools):
-        if isinstance(tool, FunctionTool):
-            _check_json_object(tool.parameters, f"tools[{i}].parameters")
+    _check_json_object(r.client_metadata, "client_metadata")
     offered = {(t.__struct_config__.tag, t.name) for t in call.tools}
     choice = r.tool_choice
     if isinstance(choice, FunctionChoice | CustomChoice) and (choice.__struct_config__.tag, choice.name) not in offered:

@@ -5,6 +5,8 @@ Input items become chat messages in order: `instructions` first as a system mess
 their role; consecutive `function_call` / `custom_tool_call` items as one assistant message's tool calls
 (joined to the assistant message just before them); their outputs as tool messages. The annotations and
 logprobs of earlier output text are the model's own metadata, not input: they are not sent back to it.
+A `namespace` tool's tools are offered flat, each named `<namespace>__<name>`, and so are earlier calls of
+them; reasoning items are not sent (`Call.hints` names them).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ingress.oai.responses import (
     AllowedToolsChoice,
     Call,
     CustomChoice,
+    CustomTool,
     CustomToolCallItem,
     FunctionCallItem,
     FunctionChoice,
@@ -59,15 +62,18 @@ from ingress.oai.responses import (
     JsonSchemaText,
     MessageItem,
     NamedTool,
+    NamespaceTool,
     OutputRefusal,
     OutputText,
     Part,
     PromptCacheOptions,
+    ReasoningItem,
     ResponsesToolChoice,
     TextConfig,
     ToolDef,
     is_set,
 )
+from ingress.oai.responses_codec import flat_name
 
 _named_decoder = msgspec.json.Decoder(NamedTool)
 
@@ -97,7 +103,7 @@ def as_chat(call: Call) -> ChatCompletionRequest:
         stream_options=StreamOptions(include_usage=True) if r.stream else None,
         temperature=r.temperature,
         tool_choice=_tool_choice(r.tool_choice),
-        tools=[_tool(t) for t in call.tools] or None,
+        tools=[tool for t in call.tools for tool in _tools(t)] or None,
         top_p=r.top_p,
         user=r.user,
         moderation=r.moderation,
@@ -146,11 +152,14 @@ def _append(messages: list[Message], item: Item) -> None:
     if isinstance(item, MessageItem):
         messages.append(_message(item))
         return
+    if isinstance(item, ReasoningItem):
+        return
     if isinstance(item, FunctionCallItem | CustomToolCallItem):
+        name = item.name if item.namespace is None else flat_name(item.namespace, item.name)
         if isinstance(item, FunctionCallItem):
-            call = ToolCallIn(id=item.call_id, function=FunctionCallIn(name=item.name, arguments=item.arguments))
+            call = ToolCallIn(id=item.call_id, function=FunctionCallIn(name=name, arguments=item.arguments))
         else:
-            call = ToolCallIn(id=item.call_id, type="custom", custom=CustomCallIn(name=item.name, input=item.input))
+            call = ToolCallIn(id=item.call_id, type="custom", custom=CustomCallIn(name=name, input=item.input))
         last = messages[-1] if messages else None
         if isinstance(last, AssistantMessage) and last.function_call is None:
             last.tool_calls = [*(last.tool_calls or ()), call]
@@ -162,12 +171,19 @@ def _append(messages: list[Message], item: Item) -> None:
                                 tool_call_id=item.call_id))
 
 
-def _tool(t: ToolDef) -> Tool:
+def _tools(t: ToolDef) -> list[Tool]:
+    """A tool as chat offers it; a namespace's tools each as one, named flat."""
+    if isinstance(t, NamespaceTool):
+        return [_tool(inner, flat_name(t.name, inner.name)) for inner in t.tools]
+    return [_tool(t, t.name)]
+
+
+def _tool(t: FunctionTool | CustomTool, name: str) -> Tool:
     if isinstance(t, FunctionTool):
         parameters = t.parameters if is_set(t.parameters) else NO_JSON
-        return Tool(function=FunctionDef(name=t.name, description=t.description, parameters=parameters,
+        return Tool(function=FunctionDef(name=name, description=t.description, parameters=parameters,
                                          strict=t.strict))
-    return Tool(type="custom", custom=CustomDef(name=t.name, description=t.description, format=t.format))
+    return Tool(type="custom", custom=CustomDef(name=name, description=t.description, format=t.format))
 
 
 def _tool_choice(choice: ResponsesToolChoice | None) -> ToolChoice | None:

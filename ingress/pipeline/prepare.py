@@ -198,11 +198,14 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
 
 
 def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, extra_json: str | None,
-                   meta: RequestMeta, prompt_param: str) -> Prepared[Completion]:
+                   meta: RequestMeta, prompt_param: str,
+                   serves: Callable[[Route], None] | None = None) -> Prepared[Completion]:
     """A decoded chat request (as sent, or what a Responses request amounts to): routed, counted, guarded,
-    given its passport, encoded."""
+    given its passport, encoded. `serves(route)` raises InvalidRequest for a route that cannot serve it."""
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user,
                                 request.safety_identifier)
+    if serves is not None:
+        serves(match.route)
     tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
     request = _guarded_chat(ex, request, tokens, prompt_param)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
@@ -211,6 +214,8 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     guarded = request
 
     def encode_for(route: Route, model: str) -> bytes | bytearray:
+        if serves is not None:
+            serves(route)
         return gw.encode_request(guarded, ex.request_id, passport, route.provider, model, extra_json)
 
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
@@ -240,7 +245,18 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
     travels; the decoded call is kept to answer it in its own shape."""
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
-    return call, _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input")
+
+    def serves(route: Route) -> None:
+        """OpenAI's built-in tools, on a route that refuses them rather than leave them out."""
+        if call.hosted and route.hosted_tools == "refuse":
+            tool = call.hosted[0]
+            raise InvalidRequest(f"'{tool.param}.type': the built-in tool '{tool.type}' is run only by OpenAI's "
+                                 "servers, not by the service behind this model.", param=f"{tool.param}.type",
+                                 code="unsupported_parameter")
+
+    prepared = _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input", serves)
+    ex.dropped = [*call.hints, *dict.fromkeys(f"tools.{tool.type}" for tool in call.hosted)] or None
+    return call, prepared
 
 
 def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],

@@ -15,6 +15,8 @@ from __future__ import annotations
 from copy import deepcopy
 from typing import Any, TypeVar
 
+from msgspec import UNSET
+
 from ingress.errors import IngressError
 from ingress.oai import chat_answers
 from ingress.oai.responses import Call
@@ -90,18 +92,30 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
         error=error, incomplete_details=IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # _INCOMPLETE's values are the Literal's
         instructions=r.instructions, max_output_tokens=r.max_output_tokens, model=model, output=output,
         parallel_tool_calls=r.parallel_tool_calls if r.parallel_tool_calls is not None else True,
-        reasoning=ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None),
+        reasoning=ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None,
+                               summary=call.summary),
         temperature=r.temperature, text=r.text or TEXT, tool_choice=r.tool_choice or "auto", tools=call.tools,
         top_p=r.top_p, usage=usage, user=r.user, metadata=r.metadata or {}, max_tool_calls=r.max_tool_calls,
         top_logprobs=r.top_logprobs, service_tier=service_tier or r.service_tier,
     )
 
 
-def _call_item(i: int, request_id: str, call: wire_types.FunctionCall) -> OutputItem:
-    if call.type == "custom":
-        return CustomToolCallOut(id=f"ctc_{request_id}_{i}", call_id=call.id, name=call.name, input=call.arguments)
-    return FunctionCallOut(id=f"fc_{request_id}_{i}", call_id=call.id, name=call.name, arguments=call.arguments,
-                           status="completed")
+def _named(call: Call, item: FunctionCallOut | CustomToolCallOut) -> None:
+    """A call of a namespaced tool, which the model knew by its flat name, named as the client offered it."""
+    namespaced = call.namespaced.get(item.name)
+    if namespaced is not None:
+        item.namespace, item.name = namespaced
+
+
+def _call_item(call: Call, i: int, request_id: str, c: wire_types.FunctionCall) -> OutputItem:
+    item: FunctionCallOut | CustomToolCallOut
+    if c.type == "custom":
+        item = CustomToolCallOut(id=f"ctc_{request_id}_{i}", call_id=c.id, name=c.name, input=c.arguments)
+    else:
+        item = FunctionCallOut(id=f"fc_{request_id}_{i}", call_id=c.id, name=c.name, arguments=c.arguments,
+                               status="completed")
+    _named(call, item)
+    return item
 
 
 def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str) -> ResponseObject:
@@ -119,7 +133,7 @@ def translate_response_object(call: Call, r: wire_types.Response, *, request_id:
         if choice.refusal is not None:
             parts.append(RefusalOut(refusal=choice.refusal))
         output.append(MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
-    output += [_call_item(i, request_id, c) for i, c in enumerate(choice.tool_calls)]
+    output += [_call_item(call, i, request_id, c) for i, c in enumerate(choice.tool_calls)]
     return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model, status="completed",
                            output=output, usage=_usage(r.usage), finish_reason=finish,
                            service_tier=r.service_tier)
@@ -143,6 +157,7 @@ class ResponseEvents:
         self._part: OutputTextOut | RefusalOut | None = None
         self._part_logprobs: list[DeltaLogprob] = []
         self._calls: dict[int, FunctionCallOut | CustomToolCallOut] = {}  # open, by the chat call index
+        self._names: dict[int, str] = {}  # their names as the model gave them (flat, for namespaced tools)
         self._finish: str | None = None
         self._service_tier: str | None = None
         self._opened = False
@@ -273,12 +288,16 @@ class ResponseEvents:
             else:
                 item = FunctionCallOut(id=f"fc_{self._rid}_{n}", call_id=call_id, name=name, arguments="",
                                        status="in_progress")
+            self._names[delta.index] = name
+            _named(self._call, item)
             self._calls[delta.index] = item
             self.output.append(item)
             events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
                                     output_index=n, item=_copy(item)))
-        elif name:
-            item.name += name
+        elif name:  # a name in pieces: named anew from the flat name so far
+            self._names[delta.index] += name
+            item.name, item.namespace = self._names[delta.index], UNSET
+            _named(self._call, item)
         arguments = function.arguments if isinstance(function.arguments, str) else ""
         if arguments:
             if isinstance(item, CustomToolCallOut):
@@ -305,6 +324,7 @@ class ResponseEvents:
             events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(),
                                     output_index=index, item=_copy(item)))
         self._calls.clear()
+        self._names.clear()
         return events
 
     # --- the end

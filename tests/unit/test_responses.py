@@ -4,6 +4,8 @@ the chat request it amounts to (ingress/oai/responses_to_chat.py), and chat chun
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -17,7 +19,7 @@ from unit.bad_responses import BAD_RESPONSES
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers
 from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from ingress.oai.responses import Call
+from ingress.oai.responses import Call, HostedTool
 from ingress.oai.responses_answers import (
     CustomToolCallOut,
     ErrorOut,
@@ -280,3 +282,77 @@ def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
         id="x", model="m", created=1, usage=wire_types.Usage(prompt_tokens=1), choices=[]), request_id="r")))
     # OpenAI's reference requires both, 0 when nothing was read or written
     assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
+
+
+# --- what coding agents send ----------------------------------------------------------------------
+
+CODEX_FIRST_TURN = Path(__file__).resolve().parents[1] / "fixtures" / "codex" / "first_turn.json"
+
+
+def test_codex_first_turn_is_served_and_what_only_openai_acts_on_is_named() -> None:
+    body = CODEX_FIRST_TURN.read_bytes()  # Codex CLI 0.171's first request (-m gpt-4o), as it sent it
+    decoded = decode_responses_request(body)
+    assert decoded.hints == ["client_metadata", "input.internal_chat_message_metadata_passthrough"]
+    assert decoded.hosted == [HostedTool("web_search", "tools[8]")]
+    assert decoded.summary == "auto"
+    chat_request = as_chat(decoded)
+    names = [t.function.name for t in chat_request.tools or () if t.function is not None]
+    assert names == ["exec_command", "write_stdin", "request_user_input", "view_image",
+                     "multi_agent_v1__close_agent", "multi_agent_v1__resume_agent", "multi_agent_v1__send_input",
+                     "multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent",
+                     "get_goal", "create_goal", "update_goal"]
+    assert decoded.namespaced["multi_agent_v1__spawn_agent"] == ("multi_agent_v1", "spawn_agent")
+    assert chat_request.prompt_cache_key == json.loads(body)["prompt_cache_key"]
+    assert [type(m).__name__ for m in chat_request.messages] == ["DeveloperMessage", "DeveloperMessage",
+                                                                  "UserMessage", "UserMessage"]
+
+
+NAMESPACE = {"type": "namespace", "name": "agents", "description": "sub-agents",
+             "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}},
+                       {"type": "custom", "name": "note"}]}
+
+
+def test_a_namespaced_call_travels_flat_and_comes_back_namespaced() -> None:
+    decoded = call(tools=[NAMESPACE], input=[
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "a", "name": "spawn", "namespace": "agents", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "a", "output": "A", "namespace": "agents", "name": "spawn"},
+    ])
+    chat_request = as_chat(decoded)
+    assert [t.function.name if t.function is not None else t.custom.name  # type: ignore[union-attr]
+            for t in chat_request.tools or ()] == ["agents__spawn", "agents__note"]
+    assistant = chat_request.messages[1]
+    assert isinstance(assistant, AssistantMessage) and assistant.tool_calls is not None
+    assert assistant.tool_calls[0].function.name == "agents__spawn"  # type: ignore[union-attr]
+
+    whole = wire_types.Response(id="x", model="m", created=1, choices=[wire_types.Choice(
+        finish_reason="tool_calls", tool_calls=[
+            wire_types.FunctionCall(id="c1", type="function", name="agents__spawn", arguments="{}"),
+            wire_types.FunctionCall(id="c2", type="custom", name="agents__note", arguments="hi"),
+            wire_types.FunctionCall(id="c3", type="function", name="plain", arguments="{}")])])
+    output = translate_response_object(decoded, whole, request_id="r").output
+    assert [(o.name, o.namespace) for o in output] == [  # type: ignore[union-attr]
+        ("spawn", "agents"), ("note", "agents"), ("plain", UNSET)]
+
+    events = ResponseEvents(decoded, request_id="r", created_at=5)
+    streamed = [*events.opened(), *events.feed(chunk(tools=[tool(0, "{", id="c1", name="agents__sp")])),
+                *events.feed(chunk(tools=[tool(0, "}", name="awn")])), *events.completed(None)]
+    check_well_formed(streamed)
+    done = [e.item for e in streamed if e.type == "response.output_item.done"]
+    assert [(i.name, i.namespace, i.arguments) for i in done] == [("spawn", "agents", "{}")]
+    assert msgspec.json.decode(msgspec.json.encode(done[0]))["namespace"] == "agents"
+
+
+def test_hints_name_what_only_openais_servers_act_on() -> None:
+    decoded = call(client_metadata={"session_id": "s"}, reasoning={"effort": "low", "context": "all_turns"},
+                   input=[{"type": "message", "role": "user", "content": "q",
+                           "internal_chat_message_metadata_passthrough": {"turn_id": "t"}},
+                          {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}],
+                           "encrypted_content": "gAAAA"}],
+                   tools=[{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["v"]}])
+    assert decoded.hints == ["client_metadata", "reasoning.context",
+                             "input.internal_chat_message_metadata_passthrough", "input.reasoning"]
+    assert decoded.hosted == [HostedTool("web_search", "tools[0]"), HostedTool("file_search", "tools[1]")]
+    chat_request = as_chat(decoded)
+    assert chat_request.tools is None and len(chat_request.messages) == 1
+    assert call().hints == []
