@@ -134,6 +134,17 @@ async def stored_response(request: web.Request) -> web.Response:
                    "supported; every request is answered statelessly).", param="response_id", code="response_not_found")
 
 
+async def responses_socket(request: web.Request) -> web.Response:
+    """`GET /v1/responses`: a WebSocket upgrade (Codex CLI's Responses transport, tried first) is answered
+    426, on which its clients go on over HTTP at once (any other refusal, they retry for seconds first);
+    any other GET, 405 as for every path that takes only POST."""
+    request[EXCHANGE].api = "responses"
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        raise InvalidRequest("This edge serves the Responses API over HTTP: send POST /v1/responses (server-sent "
+                             "events when streamed).", code="websocket_not_supported", status=426)
+    raise web.HTTPMethodNotAllowed("GET", ["POST"])
+
+
 def _models(request: web.Request) -> list[str]:
     """The models listed: those the routes name, and of them those the request's key may use."""
     principal = request[EXCHANGE].principal

@@ -11,6 +11,7 @@ from ingress.edge.endpoints import (
     get_model,
     list_models,
     responses,
+    responses_socket,
     stored_response,
 )
 from ingress.edge.messages import count_tokens, messages
@@ -22,6 +23,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/embeddings", embeddings)
     app.router.add_post("/v1/responses", responses)
+    app.router.add_get("/v1/responses", responses_socket)
     app.router.add_route("*", "/v1/responses/{response_id}", stored_response)
     app.router.add_route("*", "/v1/responses/{response_id}/{action:cancel|input_items}", stored_response)
     app.router.add_post("/v1/messages", messages)

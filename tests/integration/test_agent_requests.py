@@ -59,3 +59,18 @@ async def test_a_route_that_refuses_built_in_tools_names_the_tool(edge: tuple[st
     without = [t for t in CODEX_FIRST_TURN["tools"] if t["type"] != "web_search"]  # type: ignore[attr-defined]
     status, _ = await _post(url, {**CODEX_FIRST_TURN, "model": "strict", "tools": without})
     assert status == 200
+
+
+async def test_a_websocket_upgrade_is_answered_426_so_that_codex_goes_on_over_http_at_once(
+        edge: tuple[str, list[Exchange]]) -> None:
+    """Codex CLI tries the Responses WebSocket first: 426 makes it take HTTP at once (a 404 or 405, it
+    retries for ~12 s; a 400 ends its turn)."""
+    url, _ = edge
+    upgrade = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+               "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "openai-beta": "responses_websockets=2026-02-06"}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{url}/v1/responses", headers=upgrade) as r:
+            assert r.status == 426
+            assert (await r.json())["error"]["code"] == "websocket_not_supported"
+        async with http.get(f"{url}/v1/responses") as r:
+            assert r.status == 405
