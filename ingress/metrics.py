@@ -84,7 +84,8 @@ SPLITS = Counter("ingress_split_requests", "Requests a split route sent to each 
 REJECTIONS = Counter("ingress_rejections", "Requests refused by the edge, by reason.", ["reason"])
 HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages and Responses requests "
                          "(cache_control TTLs, context_management, earlier thinking, client_metadata, OpenAI's "
-                         "built-in tools...) not sent to a service that has no use for them, by hint.", ["hint"])
+                         "built-in tools...) not sent to a service that has no use for them, and late system "
+                         "messages folded into user turns, by hint.", ["hint"])
 CACHE_LOOKUPS = Counter("ingress_response_cache_lookups", "Requests to a route with a response cache, by route and "
                         "outcome: hit (served from the cache), miss (sent; its answer stored if it completes), "
                         "bypass (not cacheable: no-store, or not deterministic).", ["route", "outcome"])

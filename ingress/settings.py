@@ -185,6 +185,10 @@ class Route(_Config, frozen=True):
     # which the route's service cannot run: left out of what the model is offered, named in the access line
     # as hints not sent ("omit"), or refused with a 400 naming the tool ("refuse").
     hosted_tools: Literal["omit", "refuse"] = "omit"
+    # System and developer messages after the conversation's first other message, which many engines' chat
+    # templates refuse: delivered as user text in a `<system>` tag ("fold", ingress/pipeline/turns.py) or
+    # as sent ("keep"). None: "fold" on a "self_hosted" route, "keep" on the others.
+    late_system: Literal["fold", "keep"] | None = None
 
 
 class Retry(_Config, frozen=True):
@@ -235,6 +239,21 @@ class Tracing(_Config, frozen=True):
     export_timeout: Seconds = 5.0  # one request to the collector (its retries included)
 
 
+class SealKey(_Config, frozen=True):
+    """A key that seals what the edge gives clients to send back (reasoning, compactions): 32 bytes in
+    base64 in the environment variable `key_env`, named by `id` in every blob it seals."""
+
+    id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._-]{1,32}\Z")]
+    key_env: EnvName
+
+
+class Sealing(_Config, frozen=True):
+    """The sealing keys: the first seals, every one opens (add the new key first, drop the old one once no
+    client holds what it sealed). Every replica needs the same keys."""
+
+    keys: Annotated[list[SealKey], Meta(min_length=1, max_length=16)]
+
+
 class Settings(_Config, frozen=True):
     host: Annotated[str, Meta(pattern=r"^[A-Za-z0-9._:%-]{1,253}\Z")] = "127.0.0.1"  # a name or an address
     port: Annotated[int, Meta(ge=0, le=65535)] = 8080
@@ -256,6 +275,9 @@ class Settings(_Config, frozen=True):
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     tracing: Tracing | None = None  # OpenTelemetry spans; without it none are made
     cache: CacheSettings = CacheSettings()  # what the routes' response caches share
+    # The keys of what the edge seals for clients (ingress/oai/sealing.py); without them, a key made at
+    # start and shared by this edge's workers, so that what it sealed opens only until it restarts.
+    sealing: Sealing | None = None
     verify_answers: bool = True  # verify every upstream buffer before reading it
     # New requests' starts get at most this much of one turn of the event loop while others wait for the
     # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).

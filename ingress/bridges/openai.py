@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -53,7 +54,8 @@ class OpenAIDialect:
         request: ChatCompletionRequest | TextCompletionRequest
         request = wire.decode_text_request(buf) if text else wire.decode_request(buf)
         model = request.model or target.model or ""
-        body = request_body(request, text=text, model=model, extra_json=view.ExtraJson())
+        body = request_body(request, text=text, model=model, extra_json=view.ExtraJson(),
+                            host=urlsplit(target.url).hostname)
         stream = bool(request.stream)
         request_id = (view.RequestId() or b"").decode("utf-8", "replace")
         fallback_id = ("cmpl-" if text else "chatcmpl-") + (request_id or "bridge")

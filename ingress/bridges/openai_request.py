@@ -57,11 +57,19 @@ def _types_back(body: dict[str, Any]) -> None:
         choice.setdefault("type", "function")
 
 
+OPENAI_HOSTS = frozenset({"api.openai.com"})  # OpenAI's own API: no `reasoning_content` on its messages
+
+
 def request_body(request: ChatCompletionRequest | TextCompletionRequest, *, text: bool, model: str,
-                 extra_json: bytes | None) -> dict[str, Any]:
+                 extra_json: bytes | None, host: str | None = None) -> dict[str, Any]:
     """The engine's JSON body for `request`: the route's `model` (none: the engine's one), a lone prompt
-    unwrapped, `type: "function"` put back, the route's extras merged, usage asked of a stream."""
+    unwrapped, `type: "function"` put back, the route's extras merged, usage asked of a stream. Earlier
+    reasoning goes back to engines as their assistant messages' `reasoning_content`; OpenAI's own API
+    (`host`) takes none, and keeps its reasoning itself."""
     body: dict[str, Any] = _any.decode(msgspec.json.encode(request))
+    if host in OPENAI_HOSTS:
+        for message in body.get("messages") or ():
+            message.pop("reasoning_content", None)
     if model:
         body["model"] = model
     else:

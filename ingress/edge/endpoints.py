@@ -120,7 +120,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         with drain.deadline():
             answer = await pipeline.respond(gw, call, prepared, ex)
         return json_response(answer)
-    events = ResponseEvents(call, request_id=ex.request_id, created_at=int(time.time()))
+    events = ResponseEvents(call, request_id=ex.request_id, created_at=int(time.time()),
+                            seal=pipeline.sealing_for(gw, prepared))
     return await write_stream(request, ex, pipeline.stream_response(gw, prepared, ex, events),
                               ResponsesSseWriter(events))
 

@@ -146,6 +146,9 @@ class AssistantMessage(_Message, tag="assistant"):
     refusal: str | None = None
     audio: AudioRef | None = None
     function_call: FunctionCallIn | None = None  # legacy, with `functions`
+    # The turn's reasoning given back to the model, as vLLM, SGLang and llama.cpp name it (and as the
+    # Responses API's reasoning items travel): a reasoning model's templates put it before the answer.
+    reasoning_content: str | None = None
 
 
 class ToolMessage(_Message, tag="tool"):

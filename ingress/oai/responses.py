@@ -84,8 +84,9 @@ InputPart = InputText | InputImage | InputFile
 # --- input items ----------------------------------------------------------------------------------
 
 
-class _Item(_Strict, tag_field="type"):
-    pass
+class _Item(_Strict, tag_field="type", kw_only=True):
+    # An agent's own bookkeeping on its items (Codex: the turn and the parts that made it): a hint.
+    internal_chat_message_metadata_passthrough: Raw = NO_JSON
 
 
 class MessageItem(_Item, tag="message"):
@@ -96,8 +97,6 @@ class MessageItem(_Item, tag="message"):
     id: str | None = None
     status: Literal["in_progress", "completed", "incomplete"] | None = None
     phase: None = None  # OpenAI's commentary / final-answer marks: only on OpenAI's own answers
-    # An agent's own bookkeeping on its messages (Codex: which of its parts made the message): a hint.
-    internal_chat_message_metadata_passthrough: Raw = NO_JSON
 
 
 class DirectCaller(_Strict, tag_field="type", tag="direct"):
@@ -168,8 +167,20 @@ class ReasoningItem(_Item, tag="reasoning"):
     status: Literal["in_progress", "completed", "incomplete"] | None = None
 
 
+class CompactionItem(_Item, tag="compaction"):
+    """An earlier compaction of the conversation, sent back in its place: the summary the edge sealed."""
+
+    encrypted_content: str
+    id: str | None = None
+
+
+class CompactionTrigger(_Item, tag="compaction_trigger"):
+    """The last input item of a request that asks for the conversation compacted (Codex CLI, when its
+    context fills): answered with one `compaction` item."""
+
+
 Item = (MessageItem | FunctionCallItem | FunctionCallOutputItem | CustomToolCallItem | CustomToolCallOutputItem
-        | ReasoningItem)
+        | ReasoningItem | CompactionItem | CompactionTrigger)
 
 
 # --- tools, tool choice, formats ------------------------------------------------------------------
@@ -337,6 +348,16 @@ class Call(msgspec.Struct, frozen=True):
     hosted: list[HostedTool] = []
     namespaced: dict[str, tuple[str, str]] = {}
     hints: list[str] = []
+
+    @property
+    def compacting(self) -> bool:
+        """Whether the request asks for the conversation compacted (its last item a compaction_trigger)."""
+        return bool(self.items) and isinstance(self.items[-1], CompactionTrigger)
+
+    @property
+    def sealed_reasoning(self) -> bool:
+        """Whether the answer's reasoning items carry their text sealed (`include`), to be sent back."""
+        return "reasoning.encrypted_content" in (self.request.include or ())
 
     @property
     def summary(self) -> str | None:

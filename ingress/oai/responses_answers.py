@@ -81,7 +81,34 @@ class CustomToolCallOut(_Out, kw_only=True, tag_field="type", tag="custom_tool_c
     namespace: str | UnsetType = UNSET
 
 
-OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut
+class SummaryTextOut(_Out, kw_only=True, tag_field="type", tag="summary_text"):
+    text: str
+
+
+class ReasoningTextOut(_Out, kw_only=True, tag_field="type", tag="reasoning_text"):
+    text: str
+
+
+class ReasoningItemOut(_Out, kw_only=True, tag_field="type", tag="reasoning"):
+    """The model's reasoning: its text as `content` (as open-weights servers answer it), as the summary
+    when one was asked (the service's reasoning text stands as its own summary), and sealed by the edge
+    in `encrypted_content` when `include` asks for it, for the client to send back."""
+
+    id: str
+    summary: list[SummaryTextOut]
+    content: list[ReasoningTextOut]
+    encrypted_content: str | UnsetType | None = UNSET
+    status: Status | UnsetType = UNSET
+
+
+class CompactionOut(_Out, kw_only=True, tag_field="type", tag="compaction"):
+    """A conversation compacted: the model's summary of it, sealed, for the client to send back in its place."""
+
+    id: str
+    encrypted_content: str
+
+
+OutputItem = MessageOut | FunctionCallOut | CustomToolCallOut | ReasoningItemOut | CompactionOut
 
 
 # --- the response object --------------------------------------------------------------------------
@@ -174,6 +201,42 @@ class ItemEvent(_Out, kw_only=True):
     item: OutputItem
 
 
+class SummaryPartEvent(_Out, kw_only=True):
+    """response.reasoning_summary_part.added and .done."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int
+    part: SummaryTextOut
+
+
+class ReasoningDeltaEvent(_Out, kw_only=True):
+    """response.reasoning_summary_text.delta (with `summary_index`) and response.reasoning_text.delta
+    (with `content_index`)."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int | UnsetType = UNSET
+    content_index: int | UnsetType = UNSET
+    delta: str
+
+
+class ReasoningDoneEvent(_Out, kw_only=True):
+    """response.reasoning_summary_text.done and response.reasoning_text.done."""
+
+    type: str
+    sequence_number: int
+    item_id: str
+    output_index: int
+    summary_index: int | UnsetType = UNSET
+    content_index: int | UnsetType = UNSET
+    text: str
+
+
 class PartEvent(_Out, kw_only=True):
     """response.content_part.added and .done."""
 
@@ -261,4 +324,5 @@ class ErrorEvent(_Out, kw_only=True):
 
 
 StreamEvent = (ResponseEvent | ItemEvent | PartEvent | TextDeltaEvent | TextDoneEvent | RefusalDeltaEvent
-               | RefusalDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent | CustomInputDoneEvent | ErrorEvent)
+               | RefusalDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent | CustomInputDoneEvent | ErrorEvent
+               | SummaryPartEvent | ReasoningDeltaEvent | ReasoningDoneEvent)

@@ -33,10 +33,13 @@ import msgspec
 from msgspec import Raw
 
 from ingress.errors import InvalidRequest
+from ingress.oai import sealing
 from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
 from ingress.oai.responses import (
     AllowedToolsChoice,
     Call,
+    CompactionItem,
+    CompactionTrigger,
     CustomChoice,
     CustomTool,
     CustomToolCallItem,
@@ -67,7 +70,7 @@ from ingress.oai.responses import (
 _ITEM_TYPES: dict[str, type[Item]] = {
     "message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
     "custom_tool_call": CustomToolCallItem, "custom_tool_call_output": CustomToolCallOutputItem,
-    "reasoning": ReasoningItem,
+    "reasoning": ReasoningItem, "compaction": CompactionItem, "compaction_trigger": CompactionTrigger,
 }
 _TOOL_TYPES: dict[str, type[ToolDef]] = {"function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
 # OpenAI's built-in tools, which its own servers run or only its own models are trained to call.
@@ -242,11 +245,11 @@ def _hints(r: ResponsesRequest, items: list[Item]) -> list[str]:
         hints.append("client_metadata")
     if r.reasoning is not None:
         hints += [f"reasoning.{name}" for name in ("context", "mode") if getattr(r.reasoning, name) is not None]
-    if any(isinstance(item, MessageItem) and is_set(item.internal_chat_message_metadata_passthrough)
-           for item in items):
+    if any(is_set(item.internal_chat_message_metadata_passthrough) for item in items):
         hints.append("input.internal_chat_message_metadata_passthrough")
-    if any(isinstance(item, ReasoningItem) for item in items):
-        hints.append("input.reasoning")
+    if any(isinstance(item, ReasoningItem) and not item.content
+           and not (item.encrypted_content or "").startswith(sealing.PREFIX) for item in items):
+        hints.append("input.reasoning")  # a provider's own sealed reasoning, or a summary only: not sent
     return hints
 
 
@@ -297,6 +300,8 @@ def _check(call: Call) -> None:
     if r.text is not None and isinstance(r.text.format, JsonSchemaText):
         _check_json_object(r.text.format.schema, "text.format.schema")
     for i, item in enumerate(call.items):
+        if isinstance(item, CompactionTrigger) and i != len(call.items) - 1:
+            raise invalid("a compaction_trigger is the last input item", f"input[{i}].type")
         if isinstance(item, MessageItem) and not isinstance(item.content, str):
             for j, part in enumerate(item.content):
                 _check_part(item.role, part, f"input[{i}].content[{j}]")

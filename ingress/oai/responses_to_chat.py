@@ -6,10 +6,15 @@ their role; consecutive `function_call` / `custom_tool_call` items as one assist
 (joined to the assistant message just before them); their outputs as tool messages. The annotations and
 logprobs of earlier output text are the model's own metadata, not input: they are not sent back to it.
 A `namespace` tool's tools are offered flat, each named `<namespace>__<name>`, and so are earlier calls of
-them; reasoning items are not sent (`Call.hints` names them).
+them. An earlier reasoning item's text (its `content`, or what the edge sealed in its
+`encrypted_content`) goes back to the model as its assistant turn's `reasoning_content`; a provider's own
+sealed reasoning is not sent (`Call.hints` names it). A `compaction` item the edge sealed is the summary
+it holds, as a user message; a request ending in a `compaction_trigger` asks the model for that summary.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import msgspec
 from msgspec import Raw
@@ -49,10 +54,14 @@ from ingress.oai.codec import invalid
 from ingress.oai.responses import (
     AllowedToolsChoice,
     Call,
+    CompactionItem,
+    CompactionTrigger,
     CustomChoice,
     CustomTool,
     CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
+    FunctionCallOutputItem,
     FunctionChoice,
     FunctionTool,
     InputFile,
@@ -74,18 +83,49 @@ from ingress.oai.responses import (
     is_set,
 )
 from ingress.oai.responses_codec import flat_name
+from ingress.oai.sealing import Kind, Sealed
 
 _named_decoder = msgspec.json.Decoder(NamedTool)
+# Unseal(kind, blob, param): what the edge sealed in `blob` (None: not its own); InvalidRequest if it does not open.
+Unseal = Callable[[Kind, str, str], Sealed | None]
+
+COMPACT = ("Write a summary of this conversation so far, for the same task to be carried on from it without "
+           "the conversation itself: the user's goal and constraints, what has been done and found (files, "
+           "commands and their results, decisions and why), what failed, and what remains to be done next. "
+           "Answer with the summary alone.")
+COMPACTED = "A summary of the conversation before this point, which it replaces:\n\n"
 
 
-def as_chat(call: Call) -> ChatCompletionRequest:
-    """The chat request this Responses request amounts to (decoded and checked: it is valid)."""
+def _no_seals(kind: Kind, blob: str, param: str) -> Sealed | None:
+    return None
+
+
+def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
+    """The chat request this Responses request amounts to (decoded and checked: it is valid); `unseal`
+    opens what the edge sealed (reasoning, compactions)."""
     r = call.request
     messages: list[Message] = [SystemMessage(content=r.instructions)] if r.instructions is not None else []
-    for item in call.items:
-        _append(messages, item)
+    reasoning: list[str] = []  # the reasoning of the assistant turn that comes next
+    for i, item in enumerate(call.items):
+        if isinstance(item, ReasoningItem):
+            reasoning += _reasoning(item, f"input[{i}].encrypted_content", unseal)
+        elif isinstance(item, CompactionItem):
+            sealed = unseal("compaction", item.encrypted_content, f"input[{i}].encrypted_content")
+            if sealed is None:
+                raise invalid("a compaction item holds a summary this edge sealed: this one was not",
+                              f"input[{i}].encrypted_content")
+            messages.append(UserMessage(content=COMPACTED + sealed.text))
+        elif isinstance(item, CompactionTrigger):
+            messages.append(UserMessage(content=COMPACT))
+        else:
+            _append(messages, item)
+            last = messages[-1]
+            if reasoning and isinstance(last, AssistantMessage):
+                last.reasoning_content = "\n\n".join([*filter(None, [last.reasoning_content]), *reasoning])
+                reasoning = []
     if not messages:
         raise invalid("the input holds no message", "input")
+    compacting = call.compacting
     logprobs = call.logprobs
     return ChatCompletionRequest(
         model=r.model,
@@ -102,8 +142,8 @@ def as_chat(call: Call) -> ChatCompletionRequest:
         # The Responses stream always ends with usage: it is asked of the service whatever the client says.
         stream_options=StreamOptions(include_usage=True) if r.stream else None,
         temperature=r.temperature,
-        tool_choice=_tool_choice(r.tool_choice),
-        tools=[tool for t in call.tools for tool in _tools(t)] or None,
+        tool_choice=None if compacting else _tool_choice(r.tool_choice),
+        tools=None if compacting else [tool for t in call.tools for tool in _tools(t)] or None,
         top_p=r.top_p,
         user=r.user,
         moderation=r.moderation,
@@ -113,6 +153,16 @@ def as_chat(call: Call) -> ChatCompletionRequest:
         safety_identifier=r.safety_identifier,
         verbosity=r.text.verbosity if r.text is not None else None,
     )
+
+
+def _reasoning(item: ReasoningItem, param: str, unseal: Unseal) -> list[str]:
+    """An earlier reasoning item's text: what the edge sealed, else its `content` (a provider's own sealed
+    reasoning and a summary alone are not the model's reasoning: not sent)."""
+    if item.encrypted_content is not None:
+        sealed = unseal("reasoning", item.encrypted_content, param)
+        if sealed is not None:
+            return [sealed.text] if sealed.text else []
+    return [part.text for part in item.content or () if part.text]
 
 
 def _text(parts: list[Part]) -> list[TextPart]:
@@ -152,8 +202,6 @@ def _append(messages: list[Message], item: Item) -> None:
     if isinstance(item, MessageItem):
         messages.append(_message(item))
         return
-    if isinstance(item, ReasoningItem):
-        return
     if isinstance(item, FunctionCallItem | CustomToolCallItem):
         name = item.name if item.namespace is None else flat_name(item.namespace, item.name)
         if isinstance(item, FunctionCallItem):
@@ -166,6 +214,7 @@ def _append(messages: list[Message], item: Item) -> None:
         else:
             messages.append(AssistantMessage(tool_calls=[call]))
         return
+    assert isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem)  # the others are as_chat's
     output = item.output
     messages.append(ToolMessage(content=output if isinstance(output, str) else _text(list(output)),
                                 tool_call_id=item.call_id))

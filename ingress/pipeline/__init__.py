@@ -30,7 +30,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 from __future__ import annotations
 
 from ingress.pipeline.admit import admit, settle, used
-from ingress.pipeline.answer import answer_message, complete, count_by_service, embed, respond
+from ingress.pipeline.answer import answer_message, complete, count_by_service, embed, respond, sealing_for
 from ingress.pipeline.gateway import EncodeRequest, Gateway
 from ingress.pipeline.prepare import (
     Completion,
@@ -88,6 +88,7 @@ __all__ = [
     "prepare_text",
     "relay",
     "respond",
+    "sealing_for",
     "send",
     "settle",
     "stream",

@@ -12,6 +12,7 @@ from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
 from ingress.oai.responses import Call
 from ingress.oai.responses_answers import ResponseObject
+from ingress.oai.sealing import Kind, Sealed
 from ingress.pipeline.cache import send_cached
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared
@@ -20,7 +21,7 @@ from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
 from ingress.translate.messages import message_from_response
-from ingress.translate.responses import translate_response_object
+from ingress.translate.responses import Seal, translate_response_object
 from ingress.translate.text import translate_text_response
 from ingress.upstream.group import Lease
 from ingress.wire.answer import decode_answer
@@ -59,6 +60,17 @@ async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) 
     return response
 
 
+def sealing_for(gw: Gateway, prepared: Prepared[Completion]) -> Seal:
+    """What seals a Responses answer's reasoning and compactions, naming the route that served them (read
+    when sealing: a fallback may have served)."""
+
+    def seal(kind: Kind, text: str) -> str:
+        match = prepared.match
+        return gw.sealer.seal(kind, Sealed(text=text, provider=match.route.provider, model=match.upstream_model))
+
+    return seal
+
+
 def filtered(response: Response) -> bool:
     """An answer a content filter ended (a chain may fall back on it: ingress/routing/chain.py)."""
     return any(choice.finish_reason in FILTERED_FINISH for choice in response.choices)
@@ -66,7 +78,8 @@ def filtered(response: Response) -> bool:
 
 async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
     """A non-streamed Responses answer, sent as `complete` sends."""
-    return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id)
+    return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id,
+                                     seal=sealing_for(gw, prepared))
 
 
 async def answer_message(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],

@@ -10,6 +10,7 @@ from ingress.cache import ResponseCache
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
+from ingress.oai.sealing import Sealer, new_key
 from ingress.routing.budget import RetryBudget
 from ingress.routing.chain import route_name
 from ingress.routing.split import choose
@@ -40,6 +41,8 @@ class Gateway:
     cache: ResponseCache | None = None  # the routes' response caches' stores; None: no route has one
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
     affinity_headers: tuple[str, ...] = ()  # the request headers routes take affinity keys from
+    # What seals reasoning and compactions for clients to send back ([sealing], or a key made at start).
+    sealer: Sealer = field(default_factory=lambda: Sealer([("test", new_key())]))
     _affine: frozenset[str] = field(init=False, default=frozenset())  # the cache-affine groups' names
     _affine_chains: frozenset[int] = field(init=False, default=frozenset())  # routes with one in their chain
 

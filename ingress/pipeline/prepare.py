@@ -21,6 +21,7 @@ from ingress.oai.responses import Call
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
+from ingress.pipeline.turns import FOLDED, fold_late_system, late_system
 from ingress.routing.affinity import Prefix, key_hash
 from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
@@ -165,6 +166,17 @@ def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, par
     return request
 
 
+def _turns(ex: Exchange, request: ChatCompletionRequest, route: Route) -> ChatCompletionRequest:
+    """The request as the route takes system and developer messages after the first turn (pipeline/turns.py):
+    folded into user turns, which the exchange's hints name, or as sent."""
+    if late_system(route) == "keep":
+        return request
+    request, folded = fold_late_system(request)
+    if folded and FOLDED not in (ex.dropped or ()):
+        ex.dropped = [*(ex.dropped or ()), FOLDED]  # appended: Responses and Messages name their own hints
+    return request
+
+
 P = TypeVar("P", TextCompletionRequest, EmbeddingRequest)
 
 
@@ -207,16 +219,17 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     if serves is not None:
         serves(match.route)
     tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
-    request = _guarded_chat(ex, request, tokens, prompt_param)
+    guarded = _guarded_chat(ex, request, tokens, prompt_param)
+    request = _turns(ex, guarded, match.route)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
     encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
                                 extra_json)
-    guarded = request
 
     def encode_for(route: Route, model: str) -> bytes | bytearray:
         if serves is not None:
             serves(route)
-        return gw.encode_request(guarded, ex.request_id, passport, route.provider, model, extra_json)
+        return gw.encode_request(_turns(ex, guarded, route), ex.request_id, passport, route.provider, model,
+                                 extra_json)
 
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
                         request.prompt_cache_key, encode_for)
@@ -254,8 +267,9 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
                                  "servers, not by the service behind this model.", param=f"{tool.param}.type",
                                  code="unsupported_parameter")
 
-    prepared = _prepared_chat(gw, ex, as_chat(call), extra_json, meta, "input", serves)
-    ex.dropped = [*call.hints, *dict.fromkeys(f"tools.{tool.type}" for tool in call.hosted)] or None
+    prepared = _prepared_chat(gw, ex, as_chat(call, gw.sealer.open), extra_json, meta, "input", serves)
+    ex.dropped = [*(ex.dropped or ()), *call.hints,
+                  *dict.fromkeys(f"tools.{tool.type}" for tool in call.hosted)] or None
     return call, prepared
 
 
@@ -284,9 +298,10 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
     if whole and redacted:  # redacted: the request as sent may not travel
         read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
         whole = False
-    ex.dropped = read.dropped
-    passport = compute_passport(chat, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = encode_messages_request(chat, ex.request_id, passport, match.route.provider, match.upstream_model,
+    ex.dropped = [*(ex.dropped or ()), *read.dropped] or None
+    sent = chat if whole else _turns(ex, chat, match.route)
+    passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
+    encoded = encode_messages_request(sent, ex.request_id, passport, match.route.provider, match.upstream_model,
                                       extra_json, anthropic_json=body.decode() if whole else None,
                                       anthropic_beta=beta if whole else None,
                                       anthropic_version=version if whole else None)
@@ -296,6 +311,8 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
         (InvalidRequest: the request asks for what only Anthropic serves, or for top_k the route refuses)."""
         to_anthropic = route.provider == "anthropic" and not redacted
         reading = chat if redacted else messages_as_chat(request, for_anthropic=to_anthropic).request
+        if not to_anthropic:
+            reading = _turns(ex, reading, route)
         extra = None
         if read.top_k is not None and not to_anthropic:
             if route.extra_fields != "forward":
@@ -306,7 +323,7 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
                                        anthropic_beta=beta if to_anthropic else None,
                                        anthropic_version=version if to_anthropic else None)
 
-    return request, prepared_for(gw, ex, chat, match, passport, encoded, meta, _chat_output(chat),
+    return request, prepared_for(gw, ex, sent, match, passport, encoded, meta, _chat_output(sent),
                                  encode_for=encode_for)
 
 

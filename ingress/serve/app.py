@@ -4,6 +4,8 @@ health checks, and the embedded demo service."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import os
 import shutil
 import tempfile
@@ -22,6 +24,7 @@ from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.drain import Drain
 from ingress.edge.middleware import edge_middleware, name_request
 from ingress.edge.pacing import StartPacer
+from ingress.oai.sealing import Sealer, new_key, parse_key
 from ingress.pipeline import Gateway
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
@@ -126,8 +129,23 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             cache=cache,
             affinity_headers=tuple(sorted({name.lower() for r in routes
                                            for name in (r.affinity_header, r.split_header) if name})),
+            sealer=sealer(settings),
         )
         yield
+
+
+SEALING_KEY = "INGRESS_SEALING_KEY"  # the key made at start when [sealing] names none, for every worker
+
+
+def sealer(settings: Settings) -> Sealer:
+    """The keys of `[sealing]` from the environment; without them one key made at start (by the supervisor,
+    for its workers), named by its digest, so that what a former start sealed is known as such."""
+    if settings.sealing is not None:
+        return Sealer([(k.id, parse_key(os.environ.get(k.key_env, ""), f"[sealing] key '{k.id}' (${k.key_env})"))
+                       for k in settings.sealing.keys])
+    made = os.environ.get(SEALING_KEY) or os.environ.setdefault(SEALING_KEY, base64.b64encode(new_key()).decode())
+    key = parse_key(made, f"${SEALING_KEY}")
+    return Sealer([(f"start-{hashlib.sha256(key).hexdigest()[:12]}", key)])
 
 
 INNER_DIR = "INGRESS_INNER_DIR"  # where the services inside the edge listen: a supervisor's, for its workers

@@ -30,7 +30,7 @@ from aiohttp import web
 from ingress.edge.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
-from ingress.serve.app import INNER_DIR, create_app, tune_gc
+from ingress.serve.app import INNER_DIR, create_app, sealer, tune_gc
 from ingress.settings import Settings
 
 log = get_logger("ingress.server")
@@ -124,6 +124,7 @@ def workers_of(settings: Settings) -> int:
 
 def serve(settings: Settings) -> int:
     sock = bind(settings)
+    sealer(settings)  # its keys read (or, without [sealing], made) once, before any worker starts
     if workers_of(settings) == 1:
         run_worker(msgspec.json.encode(settings), sock)
         return 0

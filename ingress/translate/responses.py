@@ -4,7 +4,10 @@
 A Responses request travels as a chat request (`ingress.oai.responses_to_chat.as_chat`), so its answer is a
 CompletionResponse, or CompletionChunk frames that StreamTranslator has already checked and made into
 chat chunks: here they become output items. A choice's text and refusal are one `message` item; each
-tool call is a `function_call` (or `custom_tool_call`) item. The stream's events follow OpenAI's order:
+tool call is a `function_call` (or `custom_tool_call`) item; its reasoning, a `reasoning` item before them
+(the text as `content`, as the summary when one was asked, and sealed by `seal` when `include` asks for
+`reasoning.encrypted_content`). A compaction's answer is one `compaction` item: the text, sealed.
+The stream's events follow OpenAI's order:
 created, in_progress; per item output_item.added, then its parts and deltas, their .done events and
 output_item.done; then completed (or incomplete, when the answer was cut by max_output_tokens or a
 content filter) with the whole response and its usage. A failure ends it with `error` and response.failed.
@@ -12,6 +15,7 @@ content filter) with the whole response and its usage. A failure ends it with `e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from copy import deepcopy
 from typing import Any, TypeVar
 
@@ -24,6 +28,7 @@ from ingress.oai.responses_answers import (
     TEXT,
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
+    CompactionOut,
     CustomInputDoneEvent,
     CustomToolCallOut,
     DeltaLogprob,
@@ -39,7 +44,11 @@ from ingress.oai.responses_answers import (
     OutputTextOut,
     OutputTokensDetails,
     PartEvent,
+    ReasoningDeltaEvent,
+    ReasoningDoneEvent,
+    ReasoningItemOut,
     ReasoningOut,
+    ReasoningTextOut,
     RefusalDeltaEvent,
     RefusalDoneEvent,
     RefusalOut,
@@ -47,15 +56,20 @@ from ingress.oai.responses_answers import (
     ResponseObject,
     Status,
     StreamEvent,
+    SummaryPartEvent,
+    SummaryTextOut,
     TextDeltaEvent,
     TextDoneEvent,
     UrlCitationOut,
     UsageOut,
 )
+from ingress.oai.sealing import Kind
 from ingress.translate.completion import translate_finish, translate_token
 from ingress.wire import types as wire_types
 
 T = TypeVar("T")
+# Seal(kind, text): the text sealed for the client to send back (ingress/oai/sealing.py), by the route that served.
+Seal = Callable[[Kind, str], str]
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
@@ -118,12 +132,32 @@ def _call_item(call: Call, i: int, request_id: str, c: wire_types.FunctionCall) 
     return item
 
 
-def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str) -> ResponseObject:
+def _reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None) -> ReasoningItemOut:
+    item = ReasoningItemOut(id=item_id, summary=[SummaryTextOut(text=text)] if call.summary else [],
+                            content=[ReasoningTextOut(text=text)])
+    if call.sealed_reasoning and seal is not None:
+        item.encrypted_content = seal("reasoning", text)
+    return item
+
+
+def _compaction(request_id: str, text: str, seal: Seal | None) -> CompactionOut:
+    assert seal is not None  # a compaction is answered only where the edge seals
+    return CompactionOut(id=f"cmp_{request_id}", encrypted_content=seal("compaction", text))
+
+
+def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str,
+                              seal: Seal | None = None) -> ResponseObject:
     """A whole answer: its first choice (a Responses request asks for one) as output items."""
     choice = r.choices[0] if r.choices else wire_types.Choice()
     finish = translate_finish(choice.finish_reason)
     item_status = "incomplete" if finish in _INCOMPLETE else "completed"
     output: list[OutputItem] = []
+    if call.compacting:
+        return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model,
+                               status="completed", output=[_compaction(request_id, choice.content or "", seal)],
+                               usage=_usage(r.usage), finish_reason=finish, service_tier=r.service_tier)
+    if choice.reasoning:
+        output.append(_reasoning_item(call, f"rs_{request_id}", choice.reasoning, seal))
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[OutputTextOut | RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
@@ -145,8 +179,12 @@ class ResponseEvents:
     `opened()` when the service has accepted the stream; `feed(chunk)` for each chat chunk;
     `completed(usage)` at its end; `failed(error)` when it breaks (also after the edge's own failures)."""
 
-    def __init__(self, call: Call, *, request_id: str, created_at: int) -> None:
+    def __init__(self, call: Call, *, request_id: str, created_at: int, seal: Seal | None = None) -> None:
         self._call = call
+        self._seal = seal
+        self._reasoning: ReasoningItemOut | None = None  # the open reasoning item, and its text so far
+        self._thought = ""
+        self._compacted: list[str] = []  # a compaction's text, answered whole at the end
         self._rid = request_id
         self.id = f"resp_{request_id}"
         self._created_at = created_at
@@ -192,6 +230,13 @@ class ResponseEvents:
             if choice.index != 0:
                 continue  # a Responses request asks for one choice
             delta = choice.delta
+            if self._call.compacting:  # the summary is answered whole, sealed, once complete
+                if isinstance(delta.content, str):
+                    self._compacted.append(delta.content)
+                self._finish = choice.finish_reason or self._finish
+                continue
+            if isinstance(delta.reasoning_content, str) and delta.reasoning_content:
+                events += self._think(delta.reasoning_content)
             if isinstance(delta.content, str) and delta.content:
                 logprobs = choice.logprobs.content if choice.logprobs is not None else None
                 events += self._text(delta.content, logprobs or [])
@@ -204,10 +249,59 @@ class ResponseEvents:
                 self._finish = choice.finish_reason
         return events
 
+    # --- the reasoning item
+
+    def _think(self, text: str) -> list[StreamEvent]:
+        events: list[StreamEvent] = []
+        item = self._reasoning
+        if item is None:
+            events += self._close_message("completed") + self._close_calls()
+            item = self._reasoning = ReasoningItemOut(id=f"rs_{self._rid}_{len(self.output)}", summary=[],
+                                                      content=[])
+            self.output.append(item)
+            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
+                                    output_index=len(self.output) - 1, item=_copy(item)))
+            if self._call.summary:
+                events.append(SummaryPartEvent(type="response.reasoning_summary_part.added",
+                                               sequence_number=self._n(), item_id=item.id,
+                                               output_index=len(self.output) - 1, summary_index=0,
+                                               part=SummaryTextOut(text="")))
+        self._thought += text
+        where = self.output.index(item)
+        if self._call.summary:
+            events.append(ReasoningDeltaEvent(type="response.reasoning_summary_text.delta", sequence_number=self._n(),
+                                              item_id=item.id, output_index=where, summary_index=0, delta=text))
+        else:
+            events.append(ReasoningDeltaEvent(type="response.reasoning_text.delta", sequence_number=self._n(),
+                                              item_id=item.id, output_index=where, content_index=0, delta=text))
+        return events
+
+    def _close_reasoning(self) -> list[StreamEvent]:
+        item, self._reasoning = self._reasoning, None
+        if item is None:
+            return []
+        text, self._thought = self._thought, ""
+        where = self.output.index(item)
+        final = _reasoning_item(self._call, item.id, text, self._seal)
+        self.output[where] = final
+        events: list[StreamEvent] = []
+        if self._call.summary:
+            events += [ReasoningDoneEvent(type="response.reasoning_summary_text.done", sequence_number=self._n(),
+                                          item_id=item.id, output_index=where, summary_index=0, text=text),
+                       SummaryPartEvent(type="response.reasoning_summary_part.done", sequence_number=self._n(),
+                                        item_id=item.id, output_index=where, summary_index=0,
+                                        part=SummaryTextOut(text=text))]
+        else:
+            events.append(ReasoningDoneEvent(type="response.reasoning_text.done", sequence_number=self._n(),
+                                             item_id=item.id, output_index=where, content_index=0, text=text))
+        events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(), output_index=where,
+                                item=_copy(final)))
+        return events
+
     # --- the message item and its parts
 
     def _open_part(self, part: OutputTextOut | RefusalOut) -> list[StreamEvent]:
-        events = self._close_calls()
+        events = self._close_reasoning() + self._close_calls()
         if self._message is None:
             self._message = MessageOut(id=f"msg_{self._rid}_{len(self.output)}", status="in_progress", content=[])
             self.output.append(self._message)
@@ -275,7 +369,7 @@ class ResponseEvents:
     # --- tool call items
 
     def _tool_delta(self, delta: chat_answers.ToolCallDeltaOut) -> list[StreamEvent]:
-        events = self._close_message("completed")
+        events = self._close_reasoning() + self._close_message("completed")
         item = self._calls.get(delta.index)
         function = (delta.function if isinstance(delta.function, chat_answers.FunctionDeltaOut)
                     else chat_answers.FunctionDeltaOut())
@@ -332,8 +426,14 @@ class ResponseEvents:
     def completed(self, usage: wire_types.Usage | None) -> list[StreamEvent]:
         """The stream is complete: every open item is closed; then response.completed (or .incomplete)."""
         status: Status = "incomplete" if self._finish in _INCOMPLETE else "completed"
-        events = self._close_message(status) + self._close_calls(status)
-        if not self.output:  # an empty answer is still one message with one (empty) text
+        events = self._close_reasoning() + self._close_message(status) + self._close_calls(status)
+        if self._call.compacting:
+            item = _compaction(self._rid, "".join(self._compacted), self._seal)
+            self.output.append(item)
+            events += [ItemEvent(type=kind, sequence_number=self._n(), output_index=len(self.output) - 1,
+                                 item=_copy(item))
+                       for kind in ("response.output_item.added", "response.output_item.done")]
+        elif not self.output:  # an empty answer is still one message with one (empty) text
             events += self._open_part(OutputTextOut(text="", annotations=[]))
             events += self._close_message(status)
         self.ended = True

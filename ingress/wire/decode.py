@@ -176,7 +176,8 @@ def _message(m: gen.MessageData) -> chat.Message:
             content=content, name=name, tool_calls=calls, refusal=m.refusal,
             audio=chat.AudioRef(id=m.audio_id) if m.audio_id is not None else None,
             function_call=None if legacy is None else chat.FunctionCallIn(
-                name=legacy.name or "", arguments=legacy.arguments or ""))
+                name=legacy.name or "", arguments=legacy.arguments or ""),
+            reasoning_content=m.reasoning)
     if role == "function":
         return chat.FunctionMessage(content=content, name=name or "")
     if role == "tool":

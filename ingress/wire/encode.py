@@ -82,7 +82,8 @@ def _message(m: chat.Message) -> gen.MessageData:
             role=_ASSISTANT, content=text, parts=parts, name=m.name, tool_calls=calls, refusal=m.refusal,
             audio_id=m.audio.id if m.audio is not None else None,
             function_call=None if legacy is None else gen.FunctionCallData(name=legacy.name,
-                                                                           arguments=legacy.arguments))
+                                                                           arguments=legacy.arguments),
+            reasoning=m.reasoning_content)
     if cls is chat.ToolMessage:
         assert isinstance(m, chat.ToolMessage)
         return gen.MessageData(role=_TOOL, content=text, parts=parts, tool_call_id=m.tool_call_id)

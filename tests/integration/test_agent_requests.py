@@ -8,13 +8,16 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from recording import recording_edge
 
 from ingress.exchange import Exchange
-from ingress.settings import DEMO_MODEL, EMBEDDED, Endpoint, Group, Route, Settings
+from ingress.serve.app import serve_app
+from ingress.settings import DEMO_MODEL, EMBEDDED, Bridge, Endpoint, Group, Route, Settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 CODEX_FIRST_TURN = json.loads((FIXTURES / "first_turn.json").read_text())
@@ -56,7 +59,7 @@ async def test_a_route_that_refuses_built_in_tools_names_the_tool(edge: tuple[st
     error = json.loads(body)["error"]
     assert (error["param"], error["code"]) == ("tools[8].type", "unsupported_parameter")
     assert "web_search" in error["message"]
-    without = [t for t in CODEX_FIRST_TURN["tools"] if t["type"] != "web_search"]  # type: ignore[attr-defined]
+    without = [t for t in CODEX_FIRST_TURN["tools"] if t["type"] != "web_search"]
     status, _ = await _post(url, {**CODEX_FIRST_TURN, "model": "strict", "tools": without})
     assert status == 200
 
@@ -74,3 +77,91 @@ async def test_a_websocket_upgrade_is_answered_426_so_that_codex_goes_on_over_ht
             assert (await r.json())["error"]["code"] == "websocket_not_supported"
         async with http.get(f"{url}/v1/responses") as r:
             assert r.status == 405
+
+
+# --- a reasoning model behind the OpenAI bridge, two turns of a tool loop ----------------------------
+
+
+def _sse(*docs: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(d).encode() + b"\n\n" for d in docs) + b"data: [DONE]\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "qwen3",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+THINKING_CALL = _sse(  # as vLLM streams a reasoning model's tool call: reasoning apart, then the call
+    _chunk({"role": "assistant", "reasoning_content": "The user wants the files; "}),
+    _chunk({"reasoning_content": "I will run ls."}),
+    _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                            "function": {"name": "exec_command", "arguments": '{"cmd":"ls"}'}}]}),
+    _chunk({}, "tool_calls"),
+    {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "qwen3", "choices": [],
+     "usage": {"prompt_tokens": 50, "completion_tokens": 9, "total_tokens": 59}})
+FINAL = _sse(_chunk({"role": "assistant", "content": "a.txt"}, "stop"),
+             {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "qwen3", "choices": [],
+              "usage": {"prompt_tokens": 70, "completion_tokens": 2, "total_tokens": 72}})
+
+
+@pytest.fixture
+async def engine_edge() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """An edge whose route `qwen3` is an in-process OpenAI bridge to a scripted engine that records what it got."""
+    received: list[dict[str, Any]] = []
+    script = [THINKING_CALL, FINAL]
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        received.append(await request.json())
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(script.pop(0))
+        await out.write_eof()
+        return out
+
+    engine = web.Application()
+    engine.router.add_post("/v1/chat/completions", complete)
+    async with AsyncExitStack() as stack:
+        engine_url = await stack.enter_async_context(serve_app(engine, "127.0.0.1", 0))
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1")
+        settings = Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)])},
+                            routes=(Route(model="qwen3", group="engine", provider="self_hosted"),))
+        url, _, _ = await recording_edge(stack, settings)
+        yield url, received
+
+
+def _events(body: bytes) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")]
+
+
+async def test_sealed_reasoning_reaches_the_engine_again_on_the_next_turn(
+        engine_edge: tuple[str, list[dict[str, Any]]]) -> None:
+    url, received = engine_edge
+    turn: list[dict[str, Any]] = [{"role": "user", "content": "which files are here?"}]
+    first = {"model": "qwen3", "stream": True, "store": False, "include": ["reasoning.encrypted_content"],
+             "reasoning": {"summary": "auto"}, "input": turn,
+             "tools": [{"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]}
+    status, body = await _post(url, first)
+    assert status == 200
+    items = [e["item"] for e in _events(body) if e["type"] == "response.output_item.done"]
+    assert [i["type"] for i in items] == ["reasoning", "function_call"]
+    reasoning = items[0]
+    assert reasoning["summary"] == [{"type": "summary_text", "text": "The user wants the files; I will run ls."}]
+    assert reasoning["encrypted_content"].startswith("ingress:1:")
+
+    # Codex sends the reasoning back as it got it, with `content: null`, then the call and its output
+    turn += [{**reasoning, "content": None}, items[1],
+             {"type": "function_call_output", "call_id": "call_1", "output": "a.txt"}]
+    status, body = await _post(url, {**first, "input": turn})
+    assert status == 200 and _events(body)[-1]["type"] == "response.completed"
+    assistant = received[1]["messages"][1]
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_1"
+    assert assistant["reasoning_content"] == "The user wants the files; I will run ls."
+    assert "reasoning_content" not in received[0]["messages"][0]
+
+    blob = reasoning["encrypted_content"]
+    turn[1] = {**turn[1], "encrypted_content": blob[:-8] + ("A" * 8 if not blob.endswith("A" * 8) else "B" * 8)}
+    status, body = await _post(url, {**first, "input": turn})
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert (error["param"], error["code"]) == ("input[1].encrypted_content", "invalid_encrypted_content")
+    assert len(received) == 2  # refused before anything was sent

@@ -228,7 +228,9 @@ def test_engine_extras_are_sent_but_never_replace_a_field() -> None:
 
 # Every field of the chat request, set: either refused by its name, or sent (the body differs from the
 # request without it). A field that needs nothing sent says why here.
-NOTHING_TO_SEND = {"stream_options": "Anthropic always counts usage; the edge shows it only when asked"}
+NOTHING_TO_SEND = {"stream_options": "Anthropic always counts usage; the edge shows it only when asked",
+                   "prompt_cache_key": "Anthropic keys its cache by the prompt's breakpoints (agents send one)",
+                   "prompt_cache_retention": "the breakpoints' TTL is Anthropic's"}
 SAMPLES: dict[str, Any] = {
     "model": "claude-opus-4-1", "messages": [{"role": "user", "content": "Hello?"}],
     "frequency_penalty": 0.5, "logit_bias": {"50256": -100}, "logprobs": True, "top_logprobs": 2,

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import zstandard
 from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
@@ -306,7 +307,7 @@ async def test_bad_timeout_header_is_a_400(edge: Edge, value: str) -> None:
     assert_error(answer, 400, param="x-ingress-timeout-ms", code="invalid_request")
 
 
-# --- Content-Encoding: gzip and deflate decoded within the body limit, anything else a 415 -------
+# --- Content-Encoding: gzip, deflate and zstd decoded within the body limit, anything else a 415 -
 
 
 def gzipped(raw: bytes) -> bytes:
@@ -318,6 +319,17 @@ def deflated(raw: bytes, wbits: int = zlib.MAX_WBITS) -> bytes:
     return packer.compress(raw) + packer.flush()
 
 
+def zstded(raw: bytes) -> bytes:
+    """A zstd frame that declares its content size, as a one-shot compressor writes it."""
+    return zstandard.ZstdCompressor().compress(raw)
+
+
+def zstd_streamed(raw: bytes) -> bytes:
+    """A zstd frame without its content size, as a streaming compressor (Codex CLI's) writes it."""
+    packer = zstandard.ZstdCompressor().compressobj()
+    return packer.compress(raw) + packer.flush()
+
+
 @pytest.mark.parametrize(("encoding", "encode"), [
     pytest.param("gzip", gzipped, id="gzip"),
     pytest.param("x-gzip", gzipped, id="x-gzip"),
@@ -326,6 +338,9 @@ def deflated(raw: bytes, wbits: int = zlib.MAX_WBITS) -> bytes:
     pytest.param("deflate", lambda raw: deflated(raw, -zlib.MAX_WBITS), id="deflate-raw"),
     pytest.param("identity", lambda raw: raw, id="identity"),
     pytest.param("gzip, identity", gzipped, id="gzip-then-identity"),
+    pytest.param("zstd", zstded, id="zstd"),
+    pytest.param("zstd", zstd_streamed, id="zstd-without-content-size"),
+    pytest.param("ZSTD", lambda raw: zstded(raw) + zstd_streamed(b""), id="zstd-two-frames"),
 ])
 async def test_an_encoded_body_is_decoded(edge: Edge, encoding: str, encode: Any) -> None:
     answer = await edge.chat(encode(valid()), **{"Content-Encoding": encoding})
@@ -342,6 +357,16 @@ async def test_two_gzip_members_are_one_body(edge: Edge) -> None:
     assert answer.status == 200, answer.doc
 
 
+async def test_accept_encoding_on_a_request_changes_nothing(edge: Edge) -> None:
+    """What the client accepts names the answer's codings: the request's body is read by its own header."""
+    plain = await edge.chat(valid(), **{"Accept-Encoding": "zstd,gzip"})
+    packed = await edge.chat(zstded(valid()), **{"Accept-Encoding": "zstd,gzip", "Content-Encoding": "zstd"})
+
+    assert plain.status == packed.status == 200, (plain.doc, packed.doc)
+    assert "Content-Encoding" not in plain.headers and "Content-Encoding" not in packed.headers
+    assert plain.doc["choices"] == packed.doc["choices"]
+
+
 MALFORMED_ENCODINGS = [
     pytest.param("gzip", b"{\"model\": \"not gzip at all\"}", id="plain-bytes-as-gzip"),
     pytest.param("deflate", b"{\"model\": \"not deflate at all\"}", id="plain-bytes-as-deflate"),
@@ -351,6 +376,14 @@ MALFORMED_ENCODINGS = [
     pytest.param("deflate", deflated(b"{}") + b"trailing garbage", id="garbage-after-deflate"),
     pytest.param("gzip", gzipped(b"") * 10_000, id="ten-thousand-empty-members"),
     pytest.param("gzip", bytes(gzipped(b"{}")[:-8]) + b"\0\0\0\0\2\0\0\0", id="bad-checksum"),
+    pytest.param("zstd", b"{\"model\": \"not zstd at all\"}", id="plain-bytes-as-zstd"),
+    pytest.param("zstd", zstded(bytes(range(256)) * 40)[:-12], id="truncated-zstd"),
+    pytest.param("zstd", zstd_streamed(bytes(range(256)) * 40)[:-12], id="truncated-zstd-without-content-size"),
+    pytest.param("zstd", zstded(b"{}") + b"trailing garbage", id="garbage-after-the-frame"),
+    pytest.param("zstd", zstded(b"") * 17, id="seventeen-zstd-frames"),
+    pytest.param("zstd", b"", id="empty-zstd"),
+    pytest.param("zstd", bytes(zstandard.ZstdCompressor(write_checksum=True).compress(b"{}")[:-4]) + b"\0\0\0\0",
+                 id="bad-zstd-checksum"),
 ]
 
 
@@ -361,9 +394,14 @@ async def test_a_malformed_encoded_body_is_a_400(edge: Edge, encoding: str, raw:
     assert_error(answer, 400, code="invalid_encoding")
 
 
-@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
-async def test_a_bomb_is_refused_at_the_body_limit(small_edge: Edge, encoding: str) -> None:
-    bomb = (gzipped if encoding == "gzip" else deflated)(padded(64 * 1024 * 1024))
+@pytest.mark.parametrize(("encoding", "encode"), [
+    pytest.param("gzip", gzipped, id="gzip"),
+    pytest.param("deflate", deflated, id="deflate"),
+    pytest.param("zstd", zstded, id="zstd"),
+    pytest.param("zstd", zstd_streamed, id="zstd-without-content-size"),
+])
+async def test_a_bomb_is_refused_at_the_body_limit(small_edge: Edge, encoding: str, encode: Any) -> None:
+    bomb = encode(padded(64 * 1024 * 1024))
     assert len(bomb) < 1024 * 1024
 
     answer = await small_edge.chat(bomb, **{"Content-Encoding": encoding})
@@ -371,15 +409,21 @@ async def test_a_bomb_is_refused_at_the_body_limit(small_edge: Edge, encoding: s
     assert_error(answer, 413, code="request_too_large")
 
 
-async def test_an_encoded_body_at_the_limit_once_decoded_is_accepted(small_edge: Edge) -> None:
-    answer = await small_edge.chat(gzipped(padded(1024)), **{"Content-Encoding": "gzip"})
+@pytest.mark.parametrize(("encoding", "encode"), [
+    pytest.param("gzip", gzipped, id="gzip"),
+    pytest.param("zstd", zstd_streamed, id="zstd"),
+])
+async def test_an_encoded_body_at_the_limit_once_decoded_is_accepted(small_edge: Edge, encoding: str,
+                                                                     encode: Any) -> None:
+    answer = await small_edge.chat(encode(padded(1024)), **{"Content-Encoding": encoding})
 
     assert answer.status == 200, answer.doc
+    assert (await small_edge.chat(encode(padded(1025)), **{"Content-Encoding": encoding})).status == 413
 
 
 @pytest.mark.parametrize(("encoding", "named"), [
     pytest.param("br", "'br'", id="brotli"),
-    pytest.param("zstd", "'zstd'", id="zstandard"),
+    pytest.param("zstd, gzip", "'zstd, gzip'", id="zstd-then-gzip"),
     pytest.param("compress", "'compress'", id="lzw"),
     pytest.param("gzip, gzip", "'gzip, gzip'", id="gzip-twice"),
     pytest.param("deflate, br", "'deflate, br'", id="two-encodings"),

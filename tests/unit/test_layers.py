@@ -17,8 +17,9 @@ SYNC = ("oai", "anthropic", "wire", "translate", "routing", "tokens", "exchange"
         "config", "metrics", "log", "guardrails", "tracing", "otlp")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
-# Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge.
-SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}}
+# Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
+# the folding of late system messages among the stages.
+SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"}}
 # What each package may import from the others (top-level modules are their own "package").
 FORBIDDEN = {
     "upstream": {"translate", "edge", "pipeline", "oai"},  # upstream → wire ← translate

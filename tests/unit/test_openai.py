@@ -398,3 +398,13 @@ def test_json_nested_too_deeply_in_any_field_is_a_400(where: str, levels: int) -
         DIALECT.build(buf, TARGET)
     else:
         assert_nested_too_deeply(lambda: DIALECT.build(buf, TARGET))
+
+
+def test_earlier_reasoning_goes_to_engines_and_never_to_openais_own_api() -> None:
+    buf = chat_buffer({"model": "m", "messages": [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "reasoning_content": "think first", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"}]})
+    assert sent(buf)["messages"][1]["reasoning_content"] == "think first"
+    assert "reasoning_content" not in sent(buf, Target(url="https://api.openai.com/v1"))["messages"][1]

@@ -21,6 +21,7 @@ from ingress.oai import chat_answers
 from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from ingress.oai.responses import Call, HostedTool
 from ingress.oai.responses_answers import (
+    CompactionOut,
     CustomToolCallOut,
     ErrorOut,
     FunctionCallOut,
@@ -29,12 +30,14 @@ from ingress.oai.responses_answers import (
     MessageOut,
     OutputTextOut,
     OutputTokensDetails,
+    ReasoningItemOut,
     RefusalOut,
     ResponseEvent,
     UsageOut,
 )
 from ingress.oai.responses_codec import decode_responses_request
-from ingress.oai.responses_to_chat import as_chat
+from ingress.oai.responses_to_chat import COMPACT, COMPACTED, as_chat
+from ingress.oai.sealing import Kind, Sealed, Sealer, new_key
 from ingress.translate.responses import ResponseEvents, translate_response_object
 from ingress.wire import types as wire_types
 
@@ -335,7 +338,7 @@ def test_a_namespaced_call_travels_flat_and_comes_back_namespaced() -> None:
         ("spawn", "agents"), ("note", "agents"), ("plain", UNSET)]
 
     events = ResponseEvents(decoded, request_id="r", created_at=5)
-    streamed = [*events.opened(), *events.feed(chunk(tools=[tool(0, "{", id="c1", name="agents__sp")])),
+    streamed: list[Any] = [*events.opened(), *events.feed(chunk(tools=[tool(0, "{", id="c1", name="agents__sp")])),
                 *events.feed(chunk(tools=[tool(0, "}", name="awn")])), *events.completed(None)]
     check_well_formed(streamed)
     done = [e.item for e in streamed if e.type == "response.output_item.done"]
@@ -356,3 +359,102 @@ def test_hints_name_what_only_openais_servers_act_on() -> None:
     chat_request = as_chat(decoded)
     assert chat_request.tools is None and len(chat_request.messages) == 1
     assert call().hints == []
+
+
+# --- reasoning and compaction, sealed --------------------------------------------------------------
+
+SEALER = Sealer([("k1", new_key())])
+
+
+def seal(kind: Kind, text: str) -> str:
+    return SEALER.seal(kind, Sealed(text=text, provider="self_hosted", model="qwen3"))
+
+
+def thinking(text: str) -> chat_answers.ChatCompletionChunk:
+    delta = chat_answers.DeltaOut(reasoning_content=text)
+    return chat_answers.ChatCompletionChunk(id="x", created=1, model="m",
+                                            choices=[chat_answers.ChunkChoiceOut(index=0, delta=delta)])
+
+
+CODEX_LIKE = {"reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"], "store": False}
+
+
+def test_reasoning_is_an_item_before_the_answer_summarised_and_sealed_when_asked() -> None:
+    whole = wire_types.Response(id="x", model="m", created=1, choices=[wire_types.Choice(
+        content="4", reasoning="2 and 2 make 4", finish_reason="stop")])
+    rs, message = translate_response_object(call(**CODEX_LIKE), whole, request_id="r", seal=seal).output
+    assert isinstance(rs, ReasoningItemOut) and isinstance(message, MessageOut)
+    assert [p.text for p in rs.summary] == [p.text for p in rs.content] == ["2 and 2 make 4"]
+    assert isinstance(rs.encrypted_content, str)
+    assert SEALER.open("reasoning", rs.encrypted_content, "p") == Sealed(text="2 and 2 make 4",
+                                                                         provider="self_hosted", model="qwen3")
+    plain, _ = translate_response_object(call(), whole, request_id="r", seal=seal).output
+    assert isinstance(plain, ReasoningItemOut) and plain.summary == [] and plain.encrypted_content is UNSET
+
+
+@pytest.mark.parametrize("fields", [CODEX_LIKE, {}], ids=["summary", "content"])
+def test_streamed_reasoning_then_a_call_is_well_formed_and_ends_sealed(fields: dict[str, Any]) -> None:
+    events = ResponseEvents(call(**fields), request_id="r", created_at=5, seal=seal)
+    out: list[Any] = [*events.opened(), *events.feed(thinking("2 and ")), *events.feed(thinking("2")),
+                      *events.feed(chunk(tools=[tool(0, "{}", id="c1", name="f")])),
+                      *events.feed(chunk(finish="tool_calls")), *events.completed(None)]
+    check_well_formed(out)
+    kinds = [e.type for e in out]
+    family = "reasoning_summary_text" if fields else "reasoning_text"
+    opening = ["response.output_item.added", *(["response.reasoning_summary_part.added"] if fields else []),
+               f"response.{family}.delta", f"response.{family}.delta"]
+    assert kinds[2:2 + len(opening)] == opening
+    assert f"response.{family}.done" in kinds
+    rs = next(e.item for e in out if e.type == "response.output_item.done")
+    assert isinstance(rs, ReasoningItemOut) and [p.text for p in rs.content] == ["2 and 2"]
+    assert isinstance(rs.encrypted_content, str) == bool(fields)
+    assert [type(o).__name__ for o in out[-1].response.output] == ["ReasoningItemOut", "FunctionCallOut"]
+
+
+def test_sealed_reasoning_goes_back_to_the_model_and_a_modified_one_is_refused() -> None:
+    blob = seal("reasoning", "I should list the files")
+    turn: list[dict[str, Any]] = [{"role": "user", "content": "q"},
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "s"}], "content": None,
+             "encrypted_content": blob},
+            {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.txt"}]
+    chat_request = as_chat(call(input=turn), SEALER.open)
+    assistant = chat_request.messages[1]
+    assert isinstance(assistant, AssistantMessage) and assistant.reasoning_content == "I should list the files"
+    assert call(input=turn).hints == []  # carried, so not named
+    tampered = [*turn[:1], {**turn[1], "encrypted_content": blob[:-6] + "AAAAAA"}, *turn[2:]]
+    with pytest.raises(InvalidRequest) as caught:
+        as_chat(call(input=tampered), SEALER.open)
+    assert caught.value.param == "input[1].encrypted_content"
+    foreign = [*turn[:1], {**turn[1], "encrypted_content": "gAAAAABopenai"}, *turn[2:]]
+    assert as_chat(call(input=foreign), SEALER.open).messages[1].reasoning_content is None  # type: ignore[union-attr]
+    assert call(input=foreign).hints == ["input.reasoning"]
+
+
+def test_a_compaction_is_asked_of_the_model_answered_sealed_and_read_back_in_place() -> None:
+    asking = call(input=[{"role": "user", "content": "fix the bug"}, {"type": "compaction_trigger"}],
+                  tools=[WEATHER_TOOL], **CODEX_LIKE)
+    chat_request = as_chat(asking, SEALER.open)
+    assert chat_request.tools is None and chat_request.messages[-1] == UserMessage(content=COMPACT)
+    events = ResponseEvents(asking, request_id="r", created_at=5, seal=seal)
+    out: list[Any] = [*events.opened(), *events.feed(chunk("the user wants ")), *events.feed(chunk("a fix")),
+                      *events.completed(None)]
+    check_well_formed(out)
+    [item] = out[-1].response.output
+    assert isinstance(item, CompactionOut) and [e.type for e in out][2:4] == ["response.output_item.added",
+                                                                             "response.output_item.done"]
+    whole = translate_response_object(asking, wire_types.Response(id="x", model="m", created=1, choices=[
+        wire_types.Choice(content="the user wants a fix", finish_reason="stop")]), request_id="r", seal=seal)
+    assert [type(o) for o in whole.output] == [CompactionOut]
+    later = as_chat(call(input=[{"type": "compaction", "id": item.id, "encrypted_content": item.encrypted_content},
+                                {"role": "user", "content": "go on"}]), SEALER.open)
+    assert later.messages[0] == UserMessage(content=COMPACTED + "the user wants a fix")
+    with pytest.raises(InvalidRequest) as caught:
+        as_chat(call(input=[{"type": "compaction", "encrypted_content": "opaque"}]), SEALER.open)
+    assert caught.value.param == "input[0].encrypted_content"
+    with pytest.raises(InvalidRequest) as caught:
+        call(input=[{"type": "compaction_trigger"}, {"role": "user", "content": "q"}])
+    assert caught.value.param == "input[0].type"
+
+
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}

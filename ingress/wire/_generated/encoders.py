@@ -81,6 +81,7 @@ class MessageData(msgspec.Struct, kw_only=True, gc=False):
     refusal: str | None = None
     audio_id: str | None = None
     function_call: FunctionCallData | None = None
+    reasoning: str | None = None
 
 
 class KeyValueData(msgspec.Struct, kw_only=True, gc=False):
@@ -505,7 +506,7 @@ def _write_FunctionCall(buf: bytearray, o: FunctionCallData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_Message = struct.Struct('<11Hi4x4x4x4x4x4x4x4xb3x').pack
+_VT_TB_Message = struct.Struct('<12Hi4x4x4x4x4x4x4x4x4xb3x').pack
 
 
 def _write_Message(buf: bytearray, o: MessageData) -> int:
@@ -517,15 +518,16 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
     f_refusal = o.refusal
     f_audio_id = o.audio_id
     f_function_call = o.function_call
-    pad = -(len(buf) + 22) & 3
+    f_reasoning = o.reasoning
+    pad = -(len(buf) + 24) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 22
+    t = len(buf) + 24
     buf += _VT_TB_Message(
-        22, 40, 36, 4 if f_content is not None else 0, 8 if f_parts is not None else 0, 12 if f_name is not None else 0,
+        24, 44, 40, 4 if f_content is not None else 0, 8 if f_parts is not None else 0, 12 if f_name is not None else 0,
         16 if f_tool_calls is not None else 0, 20 if f_tool_call_id is not None else 0,
         24 if f_refusal is not None else 0, 28 if f_audio_id is not None else 0,
-        32 if f_function_call is not None else 0, 22, o.role,
+        32 if f_function_call is not None else 0, 36 if f_reasoning is not None else 0, 24, o.role,
     )
     if f_content is not None:
         d = f_content.encode()
@@ -588,6 +590,15 @@ def _write_Message(buf: bytearray, o: MessageData) -> int:
         buf += b"\0"
     if f_function_call is not None:
         _ref(buf, t + 32, _write_FunctionCall(buf, f_function_call))
+    if f_reasoning is not None:
+        d = f_reasoning.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 36, len(buf) - (t + 36))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -1877,6 +1888,9 @@ def build_Message(b: Builder, o: MessageData) -> int:
     function_call_off = 0
     if o.function_call is not None:
         function_call_off = build_FunctionCall(b, o.function_call)
+    reasoning_off = 0
+    if o.reasoning is not None:
+        reasoning_off = b.CreateString(o.reasoning)
     _fb_Message.Start(b)
     _fb_Message.AddRole(b, o.role)
     if content_off:
@@ -1895,6 +1909,8 @@ def build_Message(b: Builder, o: MessageData) -> int:
         _fb_Message.AddAudioId(b, audio_id_off)
     if function_call_off:
         _fb_Message.AddFunctionCall(b, function_call_off)
+    if reasoning_off:
+        _fb_Message.AddReasoning(b, reasoning_off)
     return int(_fb_Message.End(b))
 
 

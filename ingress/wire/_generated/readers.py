@@ -99,7 +99,7 @@ def _read_FunctionCall(buf: bytes, t: int) -> FunctionCallData:
 
 
 def _read_Message(buf: bytes, t: int) -> MessageData:
-    o0, o1, o2, o3, o4, o5, o6, o7, o8 = _vtable(buf, t, 9)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8, o9 = _vtable(buf, t, 10)
     f_role = _S_b(buf, t + o0)[0] if o0 else 0
     f_content = _str(buf, t + o1) if o1 else None
     f_parts = None
@@ -115,9 +115,11 @@ def _read_Message(buf: bytes, t: int) -> MessageData:
     f_refusal = _str(buf, t + o6) if o6 else None
     f_audio_id = _str(buf, t + o7) if o7 else None
     f_function_call = _read_FunctionCall(buf, t + o8 + _u32(buf, t + o8)[0]) if o8 else None
+    f_reasoning = _str(buf, t + o9) if o9 else None
     return MessageData(
         role=f_role, content=f_content, parts=f_parts, name=f_name, tool_calls=f_tool_calls,
         tool_call_id=f_tool_call_id, refusal=f_refusal, audio_id=f_audio_id, function_call=f_function_call,
+        reasoning=f_reasoning,
     )
 
 

@@ -128,7 +128,7 @@ def _table_Message(v: Verifier, t: int) -> None:
         v.again(done, "Message")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 9, "Message")
+    e = v.table_start(t, 10, "Message")
     n = v.size
     o = e[0]  # field role: Role (byte)
     if o and t + o > n - 1:
@@ -159,6 +159,9 @@ def _table_Message(v: Verifier, t: int) -> None:
     o = e[8]  # field function_call: FunctionCall
     if o:
         _table_FunctionCall(v, v.offset(t + o, "Message.function_call"))
+    o = e[9]  # field reasoning: string
+    if o:
+        v.string(v.offset(t + o, "Message.reasoning"), "Message.reasoning")
     v.table_end(key, tables, peak)
 
 

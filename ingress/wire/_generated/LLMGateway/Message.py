@@ -133,8 +133,15 @@ class Message(object):
             return obj
         return None
 
+    # Message
+    def Reasoning(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def MessageStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def Start(builder):
     MessageStart(builder)
@@ -204,6 +211,12 @@ def MessageAddFunctionCall(builder, functionCall):
 
 def AddFunctionCall(builder, functionCall):
     MessageAddFunctionCall(builder, functionCall)
+
+def MessageAddReasoning(builder, reasoning):
+    builder.PrependUOffsetTRelativeSlot(9, flatbuffers.number_types.UOffsetTFlags.py_type(reasoning), 0)
+
+def AddReasoning(builder, reasoning):
+    MessageAddReasoning(builder, reasoning)
 
 def MessageEnd(builder):
     return builder.EndObject()
