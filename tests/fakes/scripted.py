@@ -1,0 +1,225 @@
+"""A scripted tool-calling model, in two dialects: OpenAI's chat completions (`POST /v1/chat/completions`,
+what `ingress bridge openai` calls) and Anthropic's Messages (`POST /v1/messages`, what `ingress bridge
+anthropic` calls), each whole or streamed.
+
+Its script, per conversation, whatever the agent: while the last message is not a tool's result, answer
+with one call to the agent's shell tool (found by name among the tools offered: Claude Code's `Bash`,
+opencode's `bash`, Codex's `exec_command`), running `command`; once a tool's result is the last message,
+answer "DONE: <the result's last line>" (the command's output: Codex's result opens with lines of its own,
+"Chunk ID: ...", "Process exited with code 0", "Output:"). A request that offers no shell tool (a title, a summary) gets
+a short text. Every answer carries usage.
+
+    model = ScriptedModel(command="printf hi > proof.txt && cat proof.txt")
+    async with model.running() as url:       # a bridge's target: f"{url}/v1" (openai) or url (anthropic)
+        ...
+    model.received[1].body["messages"][-1]   # every request, as JSON, with its path and headers
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ingress.serve.app import serve_app
+
+# Each agent's shell tool, by the name it offers, and the argument that holds the command.
+SHELL_TOOLS = {"Bash": "command", "bash": "command", "exec_command": "cmd", "shell": "command"}
+DONE = "DONE: "
+ASIDE = "Noted."  # the answer to a request without a shell tool (a session's title, a summary)
+OUTPUT_TOKENS = 7
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: CIMultiDict[str]
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the script answers: a call to `tool` with `arguments`, or `text`."""
+
+    text: str = ""
+    tool: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScriptedModel:
+    command: str  # what the shell tool is asked to run
+    received: list[Received] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)  # what it answered, in order
+    _ids: Iterator[int] = field(default_factory=itertools.count)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        return app
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        async with serve_app(self.app(), "127.0.0.1", 0) as url:
+            yield url
+
+    def tool_results(self) -> list[str]:
+        """The tool results the agents sent back, in the order they came."""
+        return [result for r in self.received if (result := _last_tool_result(r.path, r.body)) is not None]
+
+    # --- the script ----------------------------------------------------------------------------------
+
+    def _reply(self, tools: dict[str, dict[str, Any]], tool_result: str | None) -> Reply:
+        if tool_result is not None:
+            reply = Reply(text=DONE + last_line(tool_result))
+        elif shell := next((name for name in tools if name in SHELL_TOOLS), None):
+            reply = Reply(tool=shell, arguments=_arguments(tools[shell], SHELL_TOOLS[shell], self.command))
+        else:
+            reply = Reply(text=ASIDE)
+        self.replies.append(reply)
+        return reply
+
+    async def _record(self, request: web.Request) -> dict[str, Any]:
+        body: dict[str, Any] = json.loads(await request.read())
+        self.received.append(Received(request.path, CIMultiDict(request.headers), body))
+        return body
+
+    # --- OpenAI's chat completions -------------------------------------------------------------------
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        tools = {t["function"]["name"]: t["function"].get("parameters") or {}
+                 for t in body.get("tools") or () if t.get("type") == "function"}
+        reply = self._reply(tools, _last_tool_result(request.path, body))
+        model, prompt = body.get("model", "scripted"), _tokens(body)
+        call_id = f"call_scripted_{next(self._ids)}"
+        usage = {"prompt_tokens": prompt, "completion_tokens": OUTPUT_TOKENS, "total_tokens": prompt + OUTPUT_TOKENS}
+        finish = "tool_calls" if reply.tool else "stop"
+        arguments = json.dumps(reply.arguments)
+        call = {"id": call_id, "type": "function", "function": {"name": reply.tool, "arguments": arguments}}
+        head = {"id": f"chatcmpl-{call_id}", "created": 1767225600, "model": model}
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            if reply.tool:
+                message["tool_calls"] = [call]
+            return web.json_response({**head, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": message, "finish_reason": finish}]})
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if reply.tool:  # the arguments in two pieces, as engines stream them
+            half = len(arguments) // 2
+            deltas += [{"tool_calls": [{"index": 0, **call, "function": {"name": reply.tool,
+                                                                         "arguments": arguments[:half]}}]},
+                       {"tool_calls": [{"index": 0, "function": {"arguments": arguments[half:]}}]}]
+        else:
+            deltas += [{"content": reply.text}]
+        chunks = [{"index": 0, "delta": delta, "finish_reason": None} for delta in deltas]
+        events = [{**head, "object": "chat.completion.chunk", "choices": [choice]} for choice in chunks]
+        events.append({**head, "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        return await _sse(request, [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"])
+
+    # --- Anthropic's Messages ------------------------------------------------------------------------
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or () if "name" in t}
+        reply = self._reply(tools, _last_tool_result(request.path, body))
+        n = next(self._ids)
+        usage = {"input_tokens": _tokens(body), "output_tokens": OUTPUT_TOKENS}
+        block: dict[str, Any] = ({"type": "tool_use", "id": f"toolu_scripted_{n}", "name": reply.tool,
+                                  "input": reply.arguments} if reply.tool else {"type": "text", "text": reply.text})
+        stop = "tool_use" if reply.tool else "end_turn"
+        message = {"id": f"msg_scripted_{n}", "type": "message", "role": "assistant",
+                   "model": body.get("model", "scripted"), "content": [block], "stop_reason": stop,
+                   "stop_sequence": None, "usage": usage}
+        if not body.get("stream"):
+            return web.json_response(message, headers={"request-id": f"req_scripted_{n}"})
+        start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        if reply.tool:
+            opening = {**block, "input": {}}
+            arguments = json.dumps(reply.arguments)
+            half = len(arguments) // 2
+            deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in (arguments[:half],
+                                                                                         arguments[half:])]
+        else:
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": reply.text}]
+        events: list[tuple[str, dict[str, Any]]] = [
+            ("message_start", {"type": "message_start", "message": start}),
+            ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": opening}),
+            ("ping", {"type": "ping"}),
+            *[("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": d}) for d in deltas],
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                               "usage": {"output_tokens": OUTPUT_TOKENS}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        return await _sse(request, [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events],
+                          {"request-id": f"req_scripted_{n}"})
+
+    async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        return web.json_response({"input_tokens": _tokens(body)})
+
+
+def last_line(text: str) -> str:
+    """The last line of a tool's result that is not blank."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _arguments(schema: dict[str, Any], key: str, command: str) -> dict[str, Any]:
+    """The shell tool's arguments: the command, and a short string for any other required string
+    (opencode's `bash` requires a `description`)."""
+    properties = schema.get("properties") or {}
+    arguments: dict[str, Any] = {key: command}
+    for name in schema.get("required") or ():
+        if name != key and (properties.get(name) or {}).get("type") == "string":
+            arguments[name] = "Writes the proof file"
+    return arguments
+
+
+def _last_tool_result(path: str, body: dict[str, Any]) -> str | None:
+    """The text of the tool result that ends the conversation, or None when it ends otherwise."""
+    messages = body.get("messages") or []
+    if not messages:
+        return None
+    last = messages[-1]
+    if path.endswith("/chat/completions"):
+        return _text(last.get("content")) if last.get("role") == "tool" else None
+    if last.get("role") != "user" or not isinstance(last.get("content"), list):
+        return None
+    results = [block for block in last["content"] if block.get("type") == "tool_result"]
+    return _text(results[-1].get("content")) if results else None
+
+
+def _text(content: Any) -> str:
+    """A message's or a tool result's text: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def _tokens(body: dict[str, Any]) -> int:
+    """A prompt's tokens, roughly (four bytes a token): the agents only need a number."""
+    return max(1, len(json.dumps(body.get("messages") or [])) // 4)
+
+
+async def _sse(request: web.Request, events: list[str], headers: dict[str, str] | None = None) -> web.StreamResponse:
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                      **(headers or {})})
+    await out.prepare(request)
+    for event in events:
+        await out.write(event.encode())
+    await out.write_eof()
+    return out
