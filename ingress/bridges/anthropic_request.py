@@ -65,11 +65,10 @@ def _refuse(param: str, what: str) -> Unsupported:
 
 
 def _marked(block: dict[str, Any], mark: chat.PromptCacheBreakpoint | None, where: str) -> dict[str, Any]:
-    """A part's prompt-cache breakpoint is Anthropic's cache_control on its block (whose TTL is 5m)."""
+    """A part's prompt-cache breakpoint is Anthropic's cache_control on its block: its default TTL (5m), or,
+    for OpenAI's longer 30m and 12h, Anthropic's longest, 1h (a breakpoint never makes the request fail)."""
     if mark is not None:
-        if mark.ttl is not None:
-            raise _refuse(f"{where}.prompt_cache_breakpoint.ttl", "A prompt cache TTL of 30m or 12h")
-        block["cache_control"] = {"type": "ephemeral"}
+        block["cache_control"] = {"type": "ephemeral"} if mark.ttl is None else {"type": "ephemeral", "ttl": "1h"}
     return block
 
 

@@ -22,7 +22,7 @@ from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.pipeline.turns import FOLDED, fold_late_system, late_system
-from ingress.routing.affinity import Prefix, key_hash
+from ingress.routing.affinity import SESSION_HEADERS, Prefix, key_hash
 from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
 from ingress.settings import Route, Timeouts
@@ -85,10 +85,13 @@ class Prepared(Generic[R]):
 def _prefix(gw: Gateway, route: Route, passport: Passport | None, meta: RequestMeta | None,
             cache_key: str | None) -> Prefix | None:
     """What a cache-affine group of the route chooses by: the prompt's prefix chain, and the route's affinity
-    header, else the request's own key (`prompt_cache_key`); None on a route whose groups balance by p2c."""
+    header, else the request's own key (`prompt_cache_key`), else the agent's session header; None on a
+    route whose groups balance by p2c."""
     if passport is None or not gw.affine(route):
         return None
     key = (meta.header(route.affinity_header) if meta is not None else None) or cache_key
+    if not key and meta is not None:
+        key = next(filter(None, map(meta.header, SESSION_HEADERS)), None)
     return Prefix(passport.prefix_blocks or (), passport.conversation_block, key_hash(key) if key else None)
 
 

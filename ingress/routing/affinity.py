@@ -107,6 +107,12 @@ class Decision:
     matched: int = 0  # the longest chain this worker had seen served, in blocks from the first (0: none)
 
 
+# The headers coding agents name their session by (Codex CLI's `session-id`, opencode's `x-session-affinity`
+# and `x-session-id`): a conversation's affinity key when neither the route's header nor the request's
+# own `prompt_cache_key` gives one.
+SESSION_HEADERS = ("session-id", "x-session-affinity", "x-session-id")
+
+
 def key_hash(key: str) -> int:
     """An affinity key as the 64-bit number rendezvous hashing takes (as stable as the chain's hashes)."""
     return int(_u64(hashlib.sha256(key.encode()).digest())[0])

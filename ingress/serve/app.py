@@ -26,6 +26,7 @@ from ingress.edge.middleware import edge_middleware, name_request
 from ingress.edge.pacing import StartPacer
 from ingress.oai.sealing import Sealer, new_key, parse_key
 from ingress.pipeline import Gateway
+from ingress.routing.affinity import SESSION_HEADERS
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
 from ingress.serve import gctune
@@ -128,7 +129,9 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tracer=tracer,
             cache=cache,
             affinity_headers=tuple(sorted({name.lower() for r in routes
-                                           for name in (r.affinity_header, r.split_header) if name})),
+                                           for name in (r.affinity_header, r.split_header) if name}
+                                          | (set(SESSION_HEADERS) if any(g.affinity is not None
+                                                                         for g in groups.values()) else set()))),
             sealer=sealer(settings),
         )
         yield

@@ -172,6 +172,18 @@ async def test_an_affinity_key_keeps_a_session_together_whatever_its_prompts(fle
         assert {_way(ex) for _, ex in turns} <= {Way.AFFINITY_KEY, Way.HIT}
 
 
+@pytest.mark.parametrize("header", ["session-id", "x-session-affinity"])
+async def test_an_agents_session_header_keeps_its_session_together_with_no_route_setting(
+        fleet: Fleet, header: str) -> None:
+    """Codex CLI names its session in `session-id`, opencode in `x-session-affinity`: with neither the
+    route's header nor a prompt_cache_key sent, the session is the key."""
+    async with aiohttp.ClientSession() as http:
+        turns = [await _turn(http, fleet, i % 3, [{"role": "user", "content": f"Question {i} of a session"}],
+                             headers={header: "agent-session-9"}) for i in range(6)]
+    assert len({ex.upstream for _, ex in turns}) == 1
+    assert {_way(ex) for _, ex in turns} <= {Way.AFFINITY_KEY, Way.HIT}
+
+
 async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(fleet: Fleet) -> None:
     """An internal client that computes its passport with the chain is routed by it, as JSON clients are."""
     turn_one = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Seat upgrade?"}]

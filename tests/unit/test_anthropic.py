@@ -139,11 +139,18 @@ def test_images_documents_and_cache_breakpoints() -> None:
      "messages[0].content[0].image_url.detail"),
     ({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}, "messages[0].content[0]"),
     ({"type": "file", "file": {"file_id": "file-abc"}}, "messages[0].content[0]"),
-    ({"type": "text", "text": "x", "prompt_cache_breakpoint": {"mode": "explicit", "ttl": "12h"}},
-     "messages[0].content[0].prompt_cache_breakpoint.ttl"),
 ])
 def test_parts_anthropic_cannot_take_are_refused_by_name(part: dict[str, Any], param: str) -> None:
     assert refused({"messages": [{"role": "user", "content": [part]}]}) == param
+
+
+@pytest.mark.parametrize(("ttl", "sent_ttl"), [(None, None), ("30m", "1h"), ("12h", "1h")])
+def test_a_cache_breakpoints_ttl_is_anthropics_nearest_never_a_failure(ttl: str | None, sent_ttl: str | None) -> None:
+    mark = {"mode": "explicit", **({"ttl": ttl} if ttl else {})}
+    sent = body({"messages": [{"role": "user", "content": [{"type": "text", "text": "x",
+                                                              "prompt_cache_breakpoint": mark}]}]})
+    control = sent["messages"][0]["content"][0]["cache_control"]
+    assert control == ({"type": "ephemeral"} if sent_ttl is None else {"type": "ephemeral", "ttl": "1h"})
 
 
 def test_tools_keep_their_whole_schema() -> None:
