@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import pytest
 from agent_clis import CLAUDE_CODE, CODEX, CODEX_QUIET, OPENCODE, Agent, installed_agent, isolated_env
 from aiohttp import web
 from fakes.scripted import DONE, ScriptedModel, last_line
+from llama_engine import ensure_model, ensure_server, running_server
 
 from ingress.edge.appkeys import EXCHANGE
 from ingress.exchange import Exchange
@@ -272,3 +273,52 @@ async def test_the_scripted_model_plays_its_loop_in_both_dialects(streamed: bool
         final = await messages.messages.create(model=MODEL, max_tokens=64, messages=turn, tools=shell)
         assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", f"{DONE}hi")]
     assert model.tool_results() == ["Output:\nhi\n", "hi"]
+
+
+# --- Codex's first turn, served by a real engine -----------------------------------------------------
+
+
+@pytest.fixture
+def long_llama(llama_server: str, tmp_path: Path) -> Iterator[str]:
+    """A second llama-server (the session's has a 2,048-token context) whose context takes Codex's first
+    request whole: ~4,600 of SmolLM2's tokens of instructions and tool schemas (~40 s to read on one
+    thread). It needs the session's build, which the `llama_server` fixture asks for."""
+    with running_server(ensure_server(), ensure_model(), tmp_path / "llama-long.log", "-c", "8192") as url:
+        yield url
+
+
+@pytest.mark.agents
+@pytest.mark.llama
+@pytest.mark.timeout(900)
+async def test_codex_first_turn_is_served_by_a_real_engine(long_llama: str, tmp_path: Path) -> None:
+    """Codex, its defaults untouched, through the edge and `bridge openai` to llama.cpp's llama-server:
+    its whole first request (developer messages, 13 tools flat, its web_search left out) is taken by the
+    engine, whose answer ends Codex's turn. SmolLM2-135M calls no tool: the turn is one answer."""
+    exe = installed_agent(CODEX)
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    bridge = Bridge(dialect="openai", target=f"{long_llama}/v1", timeouts=Timeouts(connect=5.0, first_byte=600.0,
+                                                                                     idle=60.0))
+    settings = Settings(groups={"llama": Group(endpoints=[Endpoint(bridge=bridge)])},
+                        routes=(Route(model=MODEL, group="llama", provider="self_hosted", upstream_model="smollm2"),),
+                        timeouts=Timeouts(connect=5.0, first_byte=600.0, idle=60.0))
+    app = create_app(settings)
+    answered: list[tuple[str, int, Exchange | None]] = []
+
+    async def record(request: web.Request, response: web.StreamResponse) -> None:
+        answered.append((request.method, response.status, request.get(EXCHANGE)))
+
+    app.on_response_prepare.append(record)
+    async with serve_app(app, "127.0.0.1", 0) as url:
+        argv, env = codex(exe, url, home)
+        run = await run_agent([*argv[:-1], "Say hello."], work, env)
+    said = f"exit {run.code}\nstdout: {run.stdout[-2000:]}\nstderr: {run.stderr[-3000:]}\nedge: {answered}"
+    posts = [(status, ex) for method, status, ex in answered if method == "POST"]
+    assert posts and all(status == 200 for status, _ in posts), said
+    served = [ex for _, ex in posts if ex is not None]
+    assert served and all(ex.served_model == "smollm2" and ex.usage is not None for ex in served), said
+    assert served[0].usage is not None and served[0].usage.prompt_tokens > 4000, said  # the whole request
+    assert served[0].dropped == ["client_metadata", "input.internal_chat_message_metadata_passthrough",
+                                 "tools.web_search"], said
+    assert run.code == 0, said
