@@ -99,6 +99,15 @@ _REFUSED_WHY = {
 _decoder = msgspec.json.Decoder(ResponsesRequest)
 _OPENAI_FIELDS = frozenset(ResponsesRequest.__struct_fields__)
 _kind_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+class _Kind(msgspec.Struct):
+    """An item's or tool's `type` alone (UNSET when left out): its other fields skipped, not built."""
+
+    type: Any = msgspec.UNSET
+
+
+_kind_only = msgspec.json.Decoder(_Kind)
 _item_decoders = {name: msgspec.json.Decoder(t) for name, t in _ITEM_TYPES.items()}
 _tool_decoders = {name: msgspec.json.Decoder(t) for name, t in _TOOL_TYPES.items()}
 _named_decoder = msgspec.json.Decoder(NamedTool)
@@ -113,16 +122,18 @@ def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str 
     """One item or tool, decoded by its `type` (`default` when it is left out); opaque until now, so
     its depth is checked first."""
     check_nesting(bytes(raw))
-    fields = _kind_decoder.decode(raw)
-    kind = fields.get("type", default)
+    kind = _kind_only.decode(raw).type
+    left_out = kind is msgspec.UNSET
+    if left_out:
+        kind = default
     if not isinstance(kind, str):
         raise invalid(f"{what} needs a string 'type'", f"{param}.type")
     decoder = decoders.get(kind)
     if decoder is None:
         raise _unsupported(f"{param}.type", f"{what} of type '{kind[:64]}' are not available behind this edge "
                                             f"({offered})")
-    if default is not None and "type" not in fields:
-        raw = Raw(_with_type(fields, kind))
+    if left_out:
+        raw = Raw(_with_type(_kind_decoder.decode(raw), kind))
     try:
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
@@ -146,13 +157,20 @@ def _without_options(fields: dict[str, Any], param: str) -> dict[str, Any]:
 
 
 def _tool_def(raw: Raw, param: str) -> ToolDef | HostedTool:
-    """A tool (a namespace's tools each checked as one), or one of OpenAI's built-in tools, by its type."""
+    """A tool (a namespace's tools each checked as one), or one of OpenAI's built-in tools, by its type.
+    Decoded at once as its type says; only a tool that does not decode so (one with options, or a mistake
+    to name) is read field by field."""
     check_nesting(bytes(raw))
-    fields = _kind_decoder.decode(raw)
-    kind = fields.get("type")
+    kind = _kind_only.decode(raw).type
     if isinstance(kind, str) and kind in HOSTED_TOOLS:
         return HostedTool(kind, param)
-    fields = _without_options(fields, param)
+    decoder = _tool_decoders.get(kind) if isinstance(kind, str) else None
+    if decoder is not None:
+        try:
+            return decoder.decode(raw)
+        except msgspec.ValidationError:
+            pass
+    fields = _without_options(_kind_decoder.decode(raw), param)
     if kind == "namespace" and isinstance(fields.get("tools"), list):
         fields["tools"] = [_without_options(t, f"{param}.tools[{j}]") if isinstance(t, dict) else t
                            for j, t in enumerate(fields["tools"])]
