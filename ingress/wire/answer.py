@@ -149,7 +149,7 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
 
 _RESPONSE = identifiers.RESPONSE
 _I64 = struct.Struct("<q").unpack_from
-_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 10, 9, 15
+_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 10, 10, 15
 _MAX_CHOICES = 64  # more are read the general way (and a verifier's table count stays far below its limit)
 
 
@@ -228,9 +228,9 @@ def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
     content = refusal = None
     if o_message:
         m = _offset(buf, n, t + o_message)
-        o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function = _table(
-            buf, n, m, _MESSAGE_SLOTS)
-        if o_parts or o_name or o_calls or o_call_id or o_audio or o_function:
+        (o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function,
+         o_message_reasoning) = _table(buf, n, m, _MESSAGE_SLOTS)
+        if o_parts or o_name or o_calls or o_call_id or o_audio or o_function or o_message_reasoning:
             raise _NOT_COMMON
         if o_role:
             _at(n, m, o_role, 1)

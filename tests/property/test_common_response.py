@@ -158,3 +158,13 @@ def test_what_the_fast_read_accepts_of_a_mutant_the_verifier_accepts(response: w
             _agrees(mutant)
         except WireError as exc:
             raise AssertionError(f"accepted in place, refused by the verifier: {mutant.hex()}") from exc
+
+
+def test_the_fast_read_knows_every_field_of_the_tables_it_reads() -> None:
+    """A field appended to Choice, Message or Usage must be one the fast read checks (or refuses to read)
+    too: its vtable slot counts are the generated tables' field counts."""
+    from ingress.wire import answer
+    from ingress.wire._generated.encoders import ChoiceData, MessageData, UsageData
+
+    generated = [len(t.__struct_fields__) for t in (ChoiceData, MessageData, UsageData)]
+    assert generated == [answer._CHOICE_SLOTS, answer._MESSAGE_SLOTS, answer._USAGE_SLOTS]
