@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +55,9 @@ class Reply:
 @dataclass
 class ScriptedModel:
     command: str  # what the shell tool is asked to run
+    # The prompt tokens its n-th answer reports (from 0), given that request's body; None: a rough count.
+    # (A large count makes an agent compact its context.)
+    prompt_tokens: Callable[[int, dict[str, Any]], int] | None = None
     received: list[Received] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)  # what it answered, in order
     _ids: Iterator[int] = field(default_factory=itertools.count)
@@ -87,6 +90,12 @@ class ScriptedModel:
         self.replies.append(reply)
         return reply
 
+    def _prompt(self, body: dict[str, Any]) -> int:
+        """The prompt tokens the answer to the request just replied to reports."""
+        if self.prompt_tokens is None:
+            return _tokens(body)
+        return self.prompt_tokens(len(self.replies) - 1, body)
+
     async def _record(self, request: web.Request) -> dict[str, Any]:
         body: dict[str, Any] = json.loads(await request.read())
         self.received.append(Received(request.path, CIMultiDict(request.headers), body))
@@ -99,7 +108,7 @@ class ScriptedModel:
         tools = {t["function"]["name"]: t["function"].get("parameters") or {}
                  for t in body.get("tools") or () if t.get("type") == "function"}
         reply = self._reply(tools, _last_tool_result(request.path, body))
-        model, prompt = body.get("model", "scripted"), _tokens(body)
+        model, prompt = body.get("model", "scripted"), self._prompt(body)
         call_id = f"call_scripted_{next(self._ids)}"
         usage = {"prompt_tokens": prompt, "completion_tokens": OUTPUT_TOKENS, "total_tokens": prompt + OUTPUT_TOKENS}
         finish = "tool_calls" if reply.tool else "stop"
@@ -135,7 +144,7 @@ class ScriptedModel:
         tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or () if "name" in t}
         reply = self._reply(tools, _last_tool_result(request.path, body))
         n = next(self._ids)
-        usage = {"input_tokens": _tokens(body), "output_tokens": OUTPUT_TOKENS}
+        usage = {"input_tokens": self._prompt(body), "output_tokens": OUTPUT_TOKENS}
         block: dict[str, Any] = ({"type": "tool_use", "id": f"toolu_scripted_{n}", "name": reply.tool,
                                   "input": reply.arguments} if reply.tool else {"type": "text", "text": reply.text})
         stop = "tool_use" if reply.tool else "end_turn"

@@ -31,11 +31,12 @@ import openai
 import pytest
 from agent_clis import CLAUDE_CODE, CODEX, CODEX_QUIET, OPENCODE, Agent, installed_agent, isolated_env
 from aiohttp import web
-from fakes.scripted import DONE, ScriptedModel, last_line
+from fakes.scripted import ASIDE, DONE, ScriptedModel, last_line
 from llama_engine import ensure_model, ensure_server, running_server
 
 from ingress.edge.appkeys import EXCHANGE
 from ingress.exchange import Exchange
+from ingress.oai.responses_to_chat import COMPACT, COMPACTED
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Bridge, Endpoint, Group, Route, Settings, Timeouts
 
@@ -68,10 +69,10 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def edge_in_front_of_scripted(dialect: str, command: str,
-                                    monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Stack]:
+async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pytest.MonkeyPatch,
+                                    model: ScriptedModel | None = None) -> AsyncIterator[Stack]:
     monkeypatch.setenv("SCRIPTED_MODEL_KEY", "sk-scripted-engine")  # the bridge's key to the "engine"
-    model = ScriptedModel(command)
+    model = model or ScriptedModel(command)
     async with model.running() as engine:
         bridge = Bridge(dialect="openai" if dialect == "openai" else "anthropic",
                         target=f"{engine}/v1" if dialect == "openai" else engine,
@@ -273,6 +274,52 @@ async def test_the_scripted_model_plays_its_loop_in_both_dialects(streamed: bool
         final = await messages.messages.create(model=MODEL, max_tokens=64, messages=turn, tools=shell)
         assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", f"{DONE}hi")]
     assert model.tool_results() == ["Output:\nhi\n", "hi"]
+
+
+# --- Codex compacts its context through the edge ----------------------------------------------------
+
+
+@pytest.mark.agents
+@pytest.mark.timeout(900)
+async def test_codex_compacts_its_context_through_the_edge_and_goes_on(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted model's first answer (the shell call) reports a prompt of 50,000 tokens, past the
+    2,000 Codex is told to compact at: Codex asks the edge to compact (its last item a compaction_trigger)
+    before it sends the tool's result. The edge asks the model for a summary, answers one compaction item
+    holding it sealed, and reads it back as the summary when Codex sends it with the tool's result."""
+    exe = installed_agent(CODEX)
+    proof = "hello from codex"
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    model = ScriptedModel(f"printf '{proof}' > proof.txt && cat proof.txt",
+                          prompt_tokens=lambda n, body: 50_000 if n == 0 else 100)
+    async with edge_in_front_of_scripted("openai", model.command, monkeypatch, model) as stack:
+        argv, env = codex(exe, stack.url, home)
+        run = await run_agent([*argv[:-1], "-c", "model_auto_compact_token_limit=2000", argv[-1]], work, env)
+    said = f"exit {run.code}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}\nedge: {_statuses(stack)}"
+    assert [a for a in stack.answered if a.status != 200 and not a.upgrade] == [], said
+    asked = [r.body for r in model.received if _last_user_text(r.body) == COMPACT]
+    assert len(asked) == 1 and "tools" not in asked[0], said  # the summary, asked without the tools
+    later = model.received[model.received.index(next(r for r in model.received if r.body is asked[0])) + 1:]
+    assert any(_has_user_text(r.body, COMPACTED + ASIDE) for r in later), said  # the sealed summary, read back
+    assert (work / "proof.txt").read_text() == proof, said
+    assert run.code == 0 and f"{DONE}{proof}" in run.stdout, said
+
+
+def _last_user_text(body: dict[str, Any]) -> str | None:
+    users = [m for m in body.get("messages") or () if m.get("role") == "user"]
+    return _content_text(users[-1].get("content")) if users else None
+
+
+def _has_user_text(body: dict[str, Any], text: str) -> bool:
+    return any(m.get("role") == "user" and _content_text(m.get("content")) == text for m in body.get("messages") or ())
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
 
 
 # --- Codex's first turn, served by a real engine -----------------------------------------------------
