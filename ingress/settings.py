@@ -185,6 +185,9 @@ class Route(_Config, frozen=True):
     # which the route's service cannot run: left out of what the model is offered, named in the access line
     # as hints not sent ("omit"), or refused with a 400 naming the tool ("refuse").
     hosted_tools: Literal["omit", "refuse"] = "omit"
+    # On a route to Anthropic (provider = "anthropic"), a chat or Responses request that places no prompt-cache
+    # breakpoint of its own gets the edge's (pipeline/turns.py), so that Anthropic caches its prompt at all.
+    auto_cache_breakpoints: bool = True
     # System and developer messages after the conversation's first other message, which many engines' chat
     # templates refuse: delivered as user text in a `<system>` tag ("fold", ingress/pipeline/turns.py) or
     # as sent ("keep"). None: "fold" on a "self_hosted" route, "keep" on the others.

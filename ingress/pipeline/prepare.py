@@ -21,7 +21,7 @@ from ingress.oai.responses import Call
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway, hop_headers
-from ingress.pipeline.turns import FOLDED, fold_late_system, late_system
+from ingress.pipeline.turns import FOLDED, fold_late_system, late_system, place_cache_breakpoints
 from ingress.routing.affinity import SESSION_HEADERS, Prefix, key_hash
 from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
@@ -170,13 +170,15 @@ def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, par
 
 
 def _turns(ex: Exchange, request: ChatCompletionRequest, route: Route) -> ChatCompletionRequest:
-    """The request as the route takes system and developer messages after the first turn (pipeline/turns.py):
-    folded into user turns, which the exchange's hints name, or as sent."""
-    if late_system(route) == "keep":
-        return request
-    request, folded = fold_late_system(request)
-    if folded and FOLDED not in (ex.dropped or ()):
-        ex.dropped = [*(ex.dropped or ()), FOLDED]  # appended: Responses and Messages name their own hints
+    """The request as the route takes it (pipeline/turns.py): system and developer messages after the first
+    turn folded into user turns (named in the exchange's hints), or as sent; to Anthropic, with prompt-cache
+    breakpoints where the client placed none."""
+    if late_system(route) == "fold":
+        request, folded = fold_late_system(request)
+        if folded and FOLDED not in (ex.dropped or ()):
+            ex.dropped = [*(ex.dropped or ()), FOLDED]  # appended: Responses and Messages name their own hints
+    if route.provider == "anthropic" and route.auto_cache_breakpoints:
+        request, _ = place_cache_breakpoints(request)
     return request
 
 

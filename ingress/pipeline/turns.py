@@ -12,7 +12,7 @@ after them. The leading system and developer messages stay where they are.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -21,6 +21,7 @@ from ingress.oai.chat import (
     DeveloperMessage,
     FunctionMessage,
     Message,
+    PromptCacheBreakpoint,
     SystemMessage,
     TextPart,
     ToolMessage,
@@ -104,3 +105,57 @@ def _joined(contents: list[_Content]) -> _Content:
         else:
             parts += content
     return parts
+
+
+# --- prompt-cache breakpoints for Anthropic ---------------------------------------------------------
+
+_MARK = PromptCacheBreakpoint(mode="explicit")
+_Marked = SystemMessage | DeveloperMessage | UserMessage | ToolMessage
+
+
+def place_cache_breakpoints(request: ChatCompletionRequest) -> tuple[ChatCompletionRequest, bool]:
+    """A request bound for Anthropic in another dialect, with the prompt-cache breakpoints Anthropic needs to
+    cache anything (it caches only up to an explicit `cache_control`): on the leading instructions (which
+    caches the tools and the system prompt), on the last message (the conversation so far, which the next
+    turn extends), and on the end of the turn before the last user message (the prefix the last turn
+    shares with the one before it). None where the client placed its own; whether any was placed."""
+    messages = request.messages
+    if any(_marked(m) for m in messages):
+        return request, False
+    at: list[int] = []
+    leading = [i for i, m in enumerate(messages[:next((i for i, m in enumerate(messages)
+                                                       if not isinstance(m, _Instruction)), len(messages))])]
+    if leading:
+        at.append(leading[-1])
+    markable = [i for i, m in enumerate(messages) if isinstance(m, _Marked) and m.content]
+    if markable and markable[-1] not in at:
+        at.append(markable[-1])
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=None)
+    before = [i for i in markable if last_user is not None and i < last_user and i not in leading]
+    if before and before[-1] not in at:
+        at.append(before[-1])
+    if not at:
+        return request, False
+    placed = list(messages)
+    for i in at:
+        placed[i] = _with_mark(messages[i])  # type: ignore[arg-type]  # markable: a message with content
+    return msgspec.structs.replace(request, messages=placed), True
+
+
+def _marked(m: Message) -> bool:
+    content = getattr(m, "content", None)
+    return isinstance(content, list) and any(getattr(p, "prompt_cache_breakpoint", None) is not None
+                                             for p in content)
+
+
+def _with_mark(m: _Marked) -> _Marked:
+    """The message with a breakpoint on its last part (a string content becomes one text part)."""
+    content = m.content
+    if isinstance(content, str):
+        parts: list[Any] = [TextPart(text=content, prompt_cache_breakpoint=_MARK)]
+    else:
+        assert content
+        last = content[-1]
+        parts = [*content[:-1], msgspec.structs.replace(last, prompt_cache_breakpoint=_MARK)
+                 if hasattr(last, "prompt_cache_breakpoint") else last]
+    return msgspec.structs.replace(m, content=parts)

@@ -60,6 +60,7 @@ class ScriptedModel:
     prompt_tokens: Callable[[int, dict[str, Any]], int] | None = None
     received: list[Received] = field(default_factory=list)
     replies: list[Reply] = field(default_factory=list)  # what it answered, in order
+    _cache: PromptCache = field(default_factory=lambda: PromptCache())
     _ids: Iterator[int] = field(default_factory=itertools.count)
 
     def app(self) -> web.Application:
@@ -144,7 +145,7 @@ class ScriptedModel:
         tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or () if "name" in t}
         reply = self._reply(tools, _last_tool_result(request.path, body))
         n = next(self._ids)
-        usage = {"input_tokens": self._prompt(body), "output_tokens": OUTPUT_TOKENS}
+        usage = {**self._cache.read(body, self._prompt(body)), "output_tokens": OUTPUT_TOKENS}
         block: dict[str, Any] = ({"type": "tool_use", "id": f"toolu_scripted_{n}", "name": reply.tool,
                                   "input": reply.arguments} if reply.tool else {"type": "text", "text": reply.text})
         stop = "tool_use" if reply.tool else "end_turn"
@@ -179,6 +180,47 @@ class ScriptedModel:
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         return web.json_response({"input_tokens": _tokens(body)})
+
+
+class PromptCache:
+    """Anthropic's prompt cache, as its Messages API answers it: a prompt is cached only up to an explicit
+    `cache_control` breakpoint (tools, then system, then messages, block by block); a later prompt reads
+    the longest cached prefix that ends at one of its breakpoints or up to 20 blocks before one, and writes
+    the prefixes its breakpoints end. Usage splits the prompt's tokens into `input_tokens`,
+    `cache_read_input_tokens` and `cache_creation_input_tokens`."""
+
+    LOOKBACK = 20
+
+    def __init__(self) -> None:
+        self._stored: set[str] = set()
+
+    def read(self, body: dict[str, Any], tokens: int) -> dict[str, int]:
+        blocks = [*(body.get("tools") or ()), *_blocks(body.get("system")),
+                  *(b for m in body.get("messages") or () for b in _blocks(m.get("content")))]
+        marks = [i for i, b in enumerate(blocks) if isinstance(b, dict) and b.get("cache_control")]
+        sizes = [len(json.dumps(b)) for b in blocks]
+        total = sum(sizes) or 1
+
+        def prefix(end: int) -> str:
+            return json.dumps([{k: v for k, v in b.items() if k != "cache_control"} if isinstance(b, dict) else b
+                               for b in blocks[:end + 1]])
+
+        def share(end: int) -> int:  # the prompt's tokens up to block `end`, in proportion to its bytes
+            return tokens * sum(sizes[:end + 1]) // total
+
+        hit = max((p for m in marks for p in range(m, max(-1, m - self.LOOKBACK), -1) if prefix(p) in self._stored),
+                  default=-1)
+        read = share(hit) if hit >= 0 else 0
+        written = max(0, share(marks[-1]) - read) if marks else 0
+        self._stored.update(prefix(m) for m in marks)
+        return {"input_tokens": tokens - read - written, "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": written}
+
+
+def _blocks(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content or ())
 
 
 def last_line(text: str) -> str:

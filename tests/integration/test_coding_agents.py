@@ -214,6 +214,12 @@ async def test_an_agent_runs_its_shell_tool_and_answers_with_the_result(
     # The agent's last word is the script's last answer.
     assert run.code == 0, said
     assert f"{DONE}{proof}" in run.stdout, said
+    if case.dialect == "anthropic":
+        # Anthropic caches only up to a breakpoint: Claude Code places its own; for the others the edge
+        # does, and the turn with the tool's result reads the turn before it from the cache.
+        assert any("cache_control" in json.dumps(r.body) for r in stack.model.received), said
+        last = [a.exchange for a in model_calls if a.exchange is not None and a.exchange.usage is not None][-1]
+        assert last.usage is not None and last.usage.cached_tokens > 0, said
 
 
 def _statuses(stack: Stack) -> list[tuple[str, str, int, Any]]:

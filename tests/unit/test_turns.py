@@ -23,7 +23,7 @@ from ingress.oai.chat import (
     ToolMessage,
     UserMessage,
 )
-from ingress.pipeline.turns import fold_late_system, late_system
+from ingress.pipeline.turns import fold_late_system, late_system, place_cache_breakpoints
 from ingress.settings import Route
 
 BREAKPOINT = PromptCacheBreakpoint(mode="explicit")
@@ -167,3 +167,34 @@ def test_the_setting_is_read_from_configuration() -> None:
     assert route.late_system == "keep"
     with pytest.raises(msgspec.ValidationError, match="late_system"):
         msgspec.json.decode(b'{"group": "g", "model": "m", "late_system": "drop"}', type=Route)
+
+
+# --- prompt-cache breakpoints for Anthropic ---------------------------------------------------------
+
+
+def marks(req: ChatCompletionRequest) -> list[int]:
+    return [i for i, m in enumerate(req.messages) if isinstance(getattr(m, "content", None), list)
+            and any(getattr(p, "prompt_cache_breakpoint", None) is not None for p in m.content)]  # type: ignore[union-attr]
+
+
+def test_breakpoints_go_on_the_instructions_the_last_message_and_the_turn_before() -> None:
+    asked = request(SystemMessage(content="rules"), DeveloperMessage(content="more rules"),
+                    UserMessage(content="list the files"), AssistantMessage(tool_calls=[CALL]),
+                    ToolMessage(content="a.txt", tool_call_id="call_1"), AssistantMessage(content="a.txt is there"),
+                    UserMessage(content="and now?"))
+    placed, did = place_cache_breakpoints(asked)
+    assert did and marks(placed) == [1, 4, 6]
+    assert placed.messages[1] == DeveloperMessage(content=[TextPart(text="more rules",
+                                                                    prompt_cache_breakpoint=BREAKPOINT)])
+    assert asked.messages[1] == DeveloperMessage(content="more rules")  # the request given is left as it was
+
+
+def test_a_first_turn_gets_two_and_a_client_s_own_breakpoints_are_left_alone() -> None:
+    first, _ = place_cache_breakpoints(request(SystemMessage(content="rules"), UserMessage(content="q")))
+    assert marks(first) == [0, 1]
+    own = request(SystemMessage(content=[TextPart(text="rules", prompt_cache_breakpoint=BREAKPOINT)]),
+                  UserMessage(content="q"))
+    assert place_cache_breakpoints(own) == (own, False)
+    image = request(UserMessage(content=[TextPart(text="what is it"), ImagePart(image_url=ImageUrl(url="https://x"))]))
+    placed, _ = place_cache_breakpoints(image)
+    assert placed.messages[0].content[-1].prompt_cache_breakpoint == BREAKPOINT  # type: ignore[index, union-attr]
