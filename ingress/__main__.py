@@ -35,6 +35,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     from ingress.bridges import CredentialsError, target_of
     from ingress.routing.table import RouteTable
+    from ingress.serve.app import sealer
     from ingress.serve.server import serve, workers_of
 
     settings = _settings(args)
@@ -46,6 +47,10 @@ def _serve(args: argparse.Namespace) -> int:
                     target_of(endpoint.bridge)  # credentials read now: a missing key stops the start, named
                 except CredentialsError as exc:
                     raise SystemExit(f"ingress: groups.{name}.endpoints[{j}].bridge: {exc}") from None
+    try:
+        sealer(settings)  # the sealing keys read now (or, without [sealing], one made): a bad one stops the start
+    except ValueError as exc:
+        raise SystemExit(f"ingress: {exc}") from None
     configure(settings.log_level)
     capture_uncaught()
     groups, routes = settings.resolved()

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from ingress.errors import InvalidRequest
 from ingress.oai.sealing import PREFIX, Sealed, Sealer, new_key, parse_key
+from ingress.serve.app import SEALING_KEY, sealer
+from ingress.settings import Sealing, SealKey, Settings
 
 OLD, NEW = new_key(), new_key()
 
@@ -67,3 +69,21 @@ def test_keys_are_32_bytes_of_base64() -> None:
     for bad in ("", "short", base64.b64encode(b"x" * 16).decode()):
         with pytest.raises(ValueError, match="32 bytes"):
             parse_key(bad, "k")
+
+
+def test_the_edges_keys_come_from_sealing_else_one_made_at_start_for_every_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    configured = Settings(sealing=Sealing(keys=[SealKey(id="2026-12", key_env="SEAL_NEW"),
+                                                SealKey(id="2026-11", key_env="SEAL_OLD")]))
+    monkeypatch.setenv("SEAL_NEW", base64.b64encode(NEW).decode())
+    monkeypatch.delenv("SEAL_OLD", raising=False)
+    with pytest.raises(ValueError, match=r"\[sealing\] key '2026-11' \(\$SEAL_OLD\)"):
+        sealer(configured)
+    monkeypatch.setenv("SEAL_OLD", base64.b64encode(OLD).decode())
+    old = Sealer([("2026-11", OLD)]).seal("reasoning", Sealed(text="t"))
+    assert sealer(configured).open("reasoning", old, "p") == Sealed(text="t")
+
+    monkeypatch.delenv(SEALING_KEY, raising=False)
+    first = sealer(Settings())  # made, and left in the environment for the workers this process starts
+    blob = first.seal("compaction", Sealed(text="summary"))
+    assert sealer(Settings()).open("compaction", blob, "p") == Sealed(text="summary")
