@@ -13,18 +13,16 @@ from its registry; any other failure fails it.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from llama_engine import locked
 
 INSTALL_TIMEOUT = 600.0  # seconds for npm: Codex's platform package alone is ~300 MB
 VERSION_TIMEOUT = 60.0
@@ -130,7 +128,7 @@ def ensure_installed(agent: Agent) -> Path:
         return agent.executable
     root = agent.directory.parent
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{agent.directory.name}.lock"):
+    with locked(root / f"{agent.directory.name}.lock"):
         if agent.executable.exists():  # another run installed it while this one waited
             return agent.executable
         for stale in root.glob(f".{agent.directory.name}-*"):  # only the lock holder installs: interrupted
@@ -178,12 +176,3 @@ def _install(agent: Agent, prefix: Path, home: Path) -> None:
         raise AgentInstallError(f"{exe} --version exited {version.returncode}, printing "
                                 f"{(version.stdout + version.stderr).strip()[-500:]!r}, not {agent.version}")
 
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # held until closed, released by the kernel if the process dies
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

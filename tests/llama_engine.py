@@ -182,7 +182,7 @@ def _ensure(name: str, make: Callable[[Path], None]) -> None:
     """Make cache_root()/name once: in a temporary directory (make fills its `out`), renamed into place."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{name}.lock"):
+    with locked(root / f"{name}.lock"):
         if (root / name).is_dir():  # another run finished it while this one waited
             return
         for stale in root.glob(f".{name}-*"):  # only the lock holder makes it: these were interrupted
@@ -296,7 +296,8 @@ def _cmake() -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """`path` locked for this process alone while the block runs (a cache's install or build)."""
     with path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # held until closed, released by the kernel if the process dies
         try:
