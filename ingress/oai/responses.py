@@ -15,7 +15,6 @@ from msgspec import Meta, Raw
 from ingress.oai.chat import (
     INT32_MAX,
     NO_JSON,
-    CustomGrammarFormat,
     CustomTextFormat,
     FunctionName,
     JsonObjectFormat,
@@ -179,8 +178,23 @@ class CompactionTrigger(_Item, tag="compaction_trigger"):
     context fills): answered with one `compaction` item."""
 
 
+class AdditionalToolsItem(_Item, tag="additional_tools"):
+    """Tools offered along the way (Codex CLI's default model gets its tools so): offered as the request's."""
+
+    tools: Annotated[list[Raw], Meta(max_length=128)]
+    id: str | None = None
+    role: Literal["developer", "system"] | None = None
+
+
+class ConfigurationUpdate(_Item, tag="configuration_update"):
+    """A change of settings along the way (Codex: the reasoning effort of its turns from here on)."""
+
+    reasoning: ReasoningConfig | None = None
+    id: str | None = None
+
+
 Item = (MessageItem | FunctionCallItem | FunctionCallOutputItem | CustomToolCallItem | CustomToolCallOutputItem
-        | ReasoningItem | CompactionItem | CompactionTrigger)
+        | ReasoningItem | CompactionItem | CompactionTrigger | AdditionalToolsItem | ConfigurationUpdate)
 
 
 # --- tools, tool choice, formats ------------------------------------------------------------------
@@ -193,10 +207,17 @@ class FunctionTool(_Strict, tag_field="type", tag="function"):
     strict: bool | None = None
 
 
+class GrammarFormat(_Strict, tag_field="type", tag="grammar"):
+    """A custom tool's grammar, as the Responses API writes it: flat (chat nests it under `grammar`)."""
+
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
 class CustomTool(_Strict, tag_field="type", tag="custom"):
     name: FunctionName
     description: str | None = None
-    format: CustomTextFormat | CustomGrammarFormat | None = None
+    format: CustomTextFormat | GrammarFormat | None = None
 
 
 class NamespaceTool(_Strict, tag_field="type", tag="namespace"):

@@ -36,10 +36,12 @@ from ingress.errors import InvalidRequest
 from ingress.oai import sealing
 from ingress.oai.codec import check_nesting, invalid, refusal, split_extras, unreadable
 from ingress.oai.responses import (
+    AdditionalToolsItem,
     AllowedToolsChoice,
     Call,
     CompactionItem,
     CompactionTrigger,
+    ConfigurationUpdate,
     CustomChoice,
     CustomTool,
     CustomToolCallItem,
@@ -71,6 +73,7 @@ _ITEM_TYPES: dict[str, type[Item]] = {
     "message": MessageItem, "function_call": FunctionCallItem, "function_call_output": FunctionCallOutputItem,
     "custom_tool_call": CustomToolCallItem, "custom_tool_call_output": CustomToolCallOutputItem,
     "reasoning": ReasoningItem, "compaction": CompactionItem, "compaction_trigger": CompactionTrigger,
+    "additional_tools": AdditionalToolsItem, "configuration_update": ConfigurationUpdate,
 }
 _TOOL_TYPES: dict[str, type[ToolDef]] = {"function": FunctionTool, "custom": CustomTool, "namespace": NamespaceTool}
 # OpenAI's built-in tools, which its own servers run or only its own models are trained to call.
@@ -187,24 +190,24 @@ def flat_name(namespace: str, name: str) -> str:
     return f"{flat[:55]}_{hashlib.sha256(flat.encode()).hexdigest()[:8]}"
 
 
-def _tools(raws: list[Raw]) -> tuple[list[ToolDef], list[HostedTool], dict[str, tuple[str, str]]]:
+def _tools(raws: list[tuple[str, Raw]]) -> tuple[list[ToolDef], list[HostedTool], dict[str, tuple[str, str]]]:
     """The tools, OpenAI's built-in ones apart, and each namespaced tool's flat name → (namespace, name);
     a flat name that is already a tool's is refused."""
     tools: list[ToolDef] = []
     hosted: list[HostedTool] = []
     functions: list[tuple[str, FunctionTool]] = []
     flat: dict[str, tuple[str, str, str]] = {}
-    for i, raw in enumerate(raws):
-        tool = _tool_def(raw, f"tools[{i}]")
+    for at, raw in raws:
+        tool = _tool_def(raw, at)
         if isinstance(tool, HostedTool):
             hosted.append(tool)
             continue
         tools.append(tool)
         if isinstance(tool, FunctionTool):
-            functions.append((f"tools[{i}]", tool))
+            functions.append((at, tool))
         elif isinstance(tool, NamespaceTool):
             for j, inner in enumerate(tool.tools):
-                param = f"tools[{i}].tools[{j}]"
+                param = f"{at}.tools[{j}]"
                 if isinstance(inner, FunctionTool):
                     functions.append((param, inner))
                 name = flat_name(tool.name, inner.name)
@@ -250,7 +253,11 @@ def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], b
         items = [_one(raw, _item_decoders, "message", f"input[{i}]", "input items",
                       "messages, function and custom tool calls and their outputs")
                  for i, raw in enumerate(request.input)]
-    tools, hosted, namespaced = _tools(request.tools or [])
+    # The tools: the request's, and those its items offer along the way (Codex's `additional_tools`).
+    tools, hosted, namespaced = _tools(
+        [(f"tools[{i}]", raw) for i, raw in enumerate(request.tools or ())]
+        + [(f"input[{i}].tools[{j}]", raw) for i, item in enumerate(items) if isinstance(item, AdditionalToolsItem)
+           for j, raw in enumerate(item.tools)])
     call = Call(request, items, tools, hosted, namespaced, _hints(request, items))
     _check(call)
     return call, None

@@ -25,11 +25,13 @@ from ingress.oai.chat import (
     ChatCompletionRequest,
     CustomCallIn,
     CustomDef,
+    CustomGrammarFormat,
     DeveloperMessage,
     FilePart,
     FileRef,
     FunctionCallIn,
     FunctionDef,
+    Grammar,
     ImagePart,
     ImageUrl,
     JsonSchemaFormat,
@@ -52,10 +54,12 @@ from ingress.oai.chat import AllowedTools as ChatAllowedTools
 from ingress.oai.chat import PromptCacheOptions as ChatCacheOptions
 from ingress.oai.codec import invalid
 from ingress.oai.responses import (
+    AdditionalToolsItem,
     AllowedToolsChoice,
     Call,
     CompactionItem,
     CompactionTrigger,
+    ConfigurationUpdate,
     CustomChoice,
     CustomTool,
     CustomToolCallItem,
@@ -64,6 +68,7 @@ from ingress.oai.responses import (
     FunctionCallOutputItem,
     FunctionChoice,
     FunctionTool,
+    GrammarFormat,
     InputFile,
     InputImage,
     InputText,
@@ -106,8 +111,14 @@ def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
     r = call.request
     messages: list[Message] = [SystemMessage(content=r.instructions)] if r.instructions is not None else []
     reasoning: list[str] = []  # the reasoning of the assistant turn that comes next
+    effort = r.reasoning.effort if r.reasoning is not None else None
     for i, item in enumerate(call.items):
-        if isinstance(item, ReasoningItem):
+        if isinstance(item, AdditionalToolsItem):
+            continue  # its tools are the call's (responses_codec)
+        if isinstance(item, ConfigurationUpdate):
+            if item.reasoning is not None and item.reasoning.effort is not None:
+                effort = item.reasoning.effort  # the effort from here on: the last one is the answer's
+        elif isinstance(item, ReasoningItem):
             reasoning += _reasoning(item, f"input[{i}].encrypted_content", unseal)
         elif isinstance(item, CompactionItem):
             sealed = unseal("compaction", item.encrypted_content, f"input[{i}].encrypted_content")
@@ -135,7 +146,7 @@ def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
         max_completion_tokens=r.max_output_tokens,
         metadata=r.metadata,
         parallel_tool_calls=r.parallel_tool_calls,
-        reasoning_effort=r.reasoning.effort if r.reasoning is not None else None,
+        reasoning_effort=effort,
         response_format=_format(r.text),
         service_tier=r.service_tier,
         stream=True if r.stream else None,
@@ -232,7 +243,10 @@ def _tool(t: FunctionTool | CustomTool, name: str) -> Tool:
         parameters = t.parameters if is_set(t.parameters) else NO_JSON
         return Tool(function=FunctionDef(name=name, description=t.description, parameters=parameters,
                                          strict=t.strict))
-    return Tool(type="custom", custom=CustomDef(name=name, description=t.description, format=t.format))
+    f = t.format
+    chat_format = (CustomGrammarFormat(grammar=Grammar(definition=f.definition, syntax=f.syntax))
+                   if isinstance(f, GrammarFormat) else f)
+    return Tool(type="custom", custom=CustomDef(name=name, description=t.description, format=chat_format))
 
 
 def _tool_choice(choice: ResponsesToolChoice | None) -> ToolChoice | None:

@@ -70,7 +70,8 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pytest.MonkeyPatch,
-                                    model: ScriptedModel | None = None) -> AsyncIterator[Stack]:
+                                    model: ScriptedModel | None = None, *, any_model: bool = False
+                                    ) -> AsyncIterator[Stack]:
     monkeypatch.setenv("SCRIPTED_MODEL_KEY", "sk-scripted-engine")  # the bridge's key to the "engine"
     model = model or ScriptedModel(command)
     async with model.running() as engine:
@@ -78,7 +79,8 @@ async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pyt
                         target=f"{engine}/v1" if dialect == "openai" else engine,
                         api_key_env="SCRIPTED_MODEL_KEY", timeouts=GENEROUS)
         # A route to Anthropic (provider = "anthropic") sends a Messages request on whole, as it came.
-        route = Route(model=MODEL, group="scripted", provider="anthropic" if dialect == "anthropic" else "openai")
+        route = Route(model=None if any_model else MODEL, glob="*" if any_model else None, group="scripted",
+                      provider="anthropic" if dialect == "anthropic" else "openai")
         settings = Settings(groups={"scripted": Group(endpoints=[Endpoint(bridge=bridge)])}, routes=(route,),
                             timeouts=GENEROUS)
         app = create_app(settings)
@@ -311,6 +313,29 @@ async def test_codex_compacts_its_context_through_the_edge_and_goes_on(tmp_path:
     assert any(_has_user_text(r.body, COMPACTED + ASIDE) for r in later), said  # the sealed summary, read back
     assert (work / "proof.txt").read_text() == proof, said
     assert run.code == 0 and f"{DONE}{proof}" in run.stdout, said
+
+
+@pytest.mark.agents
+@pytest.mark.timeout(900)
+async def test_codex_with_its_default_model_is_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No `-m`: Codex asks for its own default model, whose requests take another shape (its tools in an
+    `additional_tools` input item, namespaces holding a freeform `exec` tool with a Lark grammar, a
+    `configuration_update` item): served by a route for any model name, answered in one turn (the script
+    finds no shell tool among them and answers in text)."""
+    exe = installed_agent(CODEX)
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    async with edge_in_front_of_scripted("openai", "true", monkeypatch, any_model=True) as stack:
+        argv, env = codex(exe, stack.url, home)
+        m = argv.index("-m")
+        run = await run_agent([*argv[:m], *argv[m + 2:]], work, env)
+    said = f"exit {run.code}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}\nedge: {_statuses(stack)}"
+    assert [a for a in stack.answered if a.status != 200 and not a.upgrade] == [], said
+    [asked] = stack.model.received
+    names = [t["function"]["name"] for t in asked.body["tools"] if t["type"] == "function"]
+    assert "collaboration__spawn_agent" in names and asked.body["reasoning_effort"], said
+    assert run.code == 0 and ASIDE in run.stdout, said
 
 
 def _last_user_text(body: dict[str, Any]) -> str | None:

@@ -18,7 +18,7 @@ from unit.bad_responses import BAD_RESPONSES
 
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers
-from ingress.oai.chat import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from ingress.oai.chat import AssistantMessage, CustomGrammarFormat, SystemMessage, ToolMessage, UserMessage
 from ingress.oai.responses import Call, HostedTool
 from ingress.oai.responses_answers import (
     CompactionOut,
@@ -458,3 +458,28 @@ def test_a_compaction_is_asked_of_the_model_answered_sealed_and_read_back_in_pla
 
 
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+
+
+def test_codex_default_models_first_turn_offers_its_tools_along_the_way() -> None:
+    """Codex's own default model (no -m): its tools in an `additional_tools` item, a freeform `exec` tool
+    with a Lark grammar (the Responses API's flat form), the effort in a `configuration_update` item."""
+    body = (CODEX_FIRST_TURN.parent / "first_turn_default_model.json").read_bytes()
+    decoded = decode_responses_request(body)
+    assert decoded.hints == ["client_metadata", "reasoning.context",
+                             "input.internal_chat_message_metadata_passthrough"]
+    assert decoded.namespaced["functions__exec"] == ("functions", "exec")
+    chat_request = as_chat(decoded)
+    exec_tool = next(t for t in chat_request.tools or () if t.custom is not None)
+    assert exec_tool.custom is not None and isinstance(exec_tool.custom.format, CustomGrammarFormat)
+    assert exec_tool.custom.format.grammar.syntax == "lark"
+    assert chat_request.reasoning_effort == "low"
+    assert len(chat_request.tools or ()) == 12
+
+
+def test_a_configuration_update_sets_the_effort_from_there_on() -> None:
+    updated = call(reasoning={"effort": "high"}, input=[
+        {"role": "user", "content": "q"}, {"type": "configuration_update", "reasoning": {"effort": "minimal"}}])
+    assert as_chat(updated).reasoning_effort == "minimal"
+    with pytest.raises(InvalidRequest) as caught:
+        call(input=[{"role": "user", "content": "q"}, {"type": "additional_tools", "tools": [{"type": "nope"}]}])
+    assert caught.value.param == "input[1].tools[0].type"
