@@ -185,6 +185,10 @@ class Route(_Config, frozen=True):
     # which the route's service cannot run: left out of what the model is offered, named in the access line
     # as hints not sent ("omit"), or refused with a 400 naming the tool ("refuse").
     hosted_tools: Literal["omit", "refuse"] = "omit"
+    # A Responses request travels as the chat request it amounts to ("as_chat"), or also whole, as its client
+    # sent it, for the OpenAI bridge to send on to /v1/responses ("whole": a route to OpenAI's own API, where
+    # client_metadata, the built-in tools and OpenAI's own sealed reasoning go on as they came).
+    responses: Literal["as_chat", "whole"] = "as_chat"
     # On a route to Anthropic (provider = "anthropic"), a chat or Responses request that places no prompt-cache
     # breakpoint of its own gets the edge's (pipeline/turns.py), so that Anthropic caches its prompt at all.
     auto_cache_breakpoints: bool = True

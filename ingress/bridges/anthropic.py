@@ -13,8 +13,8 @@ import msgspec
 
 from ingress import wire
 from ingress.bridges.anthropic_answers import MessagesStream, decode_answer, decode_error
-from ingress.bridges.anthropic_request import COUNT_PATH, PATH, as_sent, request_body, request_headers
-from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, readable, under
+from ingress.bridges.anthropic_request import COUNT_PATH, PATH, request_body, request_headers
+from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, as_sent, readable, under
 from ingress.bridges.failures import retry_after
 from ingress.wire.types import ErrorInfo, Response, Usage
 

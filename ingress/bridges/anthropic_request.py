@@ -331,14 +331,3 @@ def request_headers(target: Target, version: str | None = None, betas: list[str]
     if target.api_key is not None:
         headers["x-api-key"] = target.api_key
     return headers
-
-
-_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
-def as_sent(sent: bytes, model: str) -> bytes:
-    """A Messages request as its client sent it (a JSON object, checked at the edge), with `model` the
-    route's name for the model: every other field, and its order, unchanged."""
-    fields = _fields.decode(sent)
-    fields["model"] = msgspec.Raw(msgspec.json.encode(model))
-    return msgspec.json.encode(fields)

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit
 
+import msgspec
+
 from ingress.oai.codec import NESTED_TOO_DEEPLY
 from ingress.wire import types as wire_types
 
@@ -157,3 +159,14 @@ class Dialect(Protocol):
     def build(self, buf: bytes, target: Target) -> EngineCall: ...
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wire_types.ErrorInfo: ...
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def as_sent(sent: bytes, model: str) -> bytes:
+    """A request as its client sent it (a Messages or a Responses request: a JSON object, checked at the
+    edge), with `model` the route's name for the model: every other field, and its order, unchanged."""
+    fields = _fields.decode(sent)
+    fields["model"] = msgspec.Raw(msgspec.json.encode(model))
+    return msgspec.json.encode(fields)

@@ -1,6 +1,8 @@
 """The OpenAI-compatible dialect (sans-I/O): our contract ↔ `/v1/chat/completions` and `/v1/completions`
 of vLLM, SGLang, llama.cpp, TGI, Ollama and OpenAI itself, each engine's known quirks absorbed: the
-request is `openai_request.py`'s, the answers `openai_answers.py`'s, the errors `failures.py`'s."""
+request is `openai_request.py`'s, the answers `openai_answers.py`'s, the errors `failures.py`'s. A
+Responses request a route sends whole (`responses_json`) goes to `/v1/responses` as its client sent it,
+with the route's model name; its answers are `responses_answers.py`'s."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from urllib.parse import urlsplit
 import msgspec
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineRequest, Target, readable, under
+from ingress.bridges.dialect import Dialect, EngineRequest, Target, as_sent, readable, under
 from ingress.bridges.failures import engine_error
 from ingress.bridges.openai_answers import OpenAIStream, read_answer
-from ingress.bridges.openai_request import CHAT_PATH, TEXT_PATH, request_body, request_headers
+from ingress.bridges.openai_request import CHAT_PATH, RESPONSES_PATH, TEXT_PATH, request_body, request_headers
+from ingress.bridges.responses_answers import ResponsesStream, decode_answer
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.completions import TextCompletionRequest
 from ingress.wire.types import ErrorInfo, Response
@@ -39,6 +42,20 @@ class OpenAICall:
         return OpenAIStream(fallback_id=self._fallback_id, text=self._text)
 
 
+class ResponsesCall:
+    """A Responses request sent on whole to `/v1/responses`."""
+
+    def __init__(self, request: EngineRequest, created: int) -> None:
+        self.request = request
+        self._created = created
+
+    def answer(self, body: bytes) -> Response:
+        return decode_answer(body, self._created)
+
+    def stream(self) -> ResponsesStream:
+        return ResponsesStream(self._created)
+
+
 class OpenAIDialect:
     """vLLM, SGLang, llama.cpp, TGI, Ollama, OpenAI: one dialect. `clock` fills a missing `created`."""
 
@@ -48,8 +65,13 @@ class OpenAIDialect:
         self._clock = clock
 
     @readable
-    def build(self, buf: bytes, target: Target) -> OpenAICall:
+    def build(self, buf: bytes, target: Target) -> OpenAICall | ResponsesCall:
         view = wire.read_request(buf)
+        if (sent := view.ResponsesJson()) is not None:  # a Responses request, as its client sent it
+            model = (view.ModelName() or b"").decode() or target.model or ""
+            engine = EngineRequest(path=under(target, RESPONSES_PATH), headers=request_headers(target, view.Stream()),
+                                   body=as_sent(sent, model), stream=view.Stream())
+            return ResponsesCall(engine, created=int(self._clock()))
         text = bool(view.TextCompletion())
         request: ChatCompletionRequest | TextCompletionRequest
         request = wire.decode_text_request(buf) if text else wire.decode_request(buf)

@@ -27,6 +27,7 @@ from ingress.oai.completions import TextCompletionRequest
 
 CHAT_PATH = "/v1/chat/completions"
 TEXT_PATH = "/v1/completions"
+RESPONSES_PATH = "/v1/responses"
 
 # Fields of OpenAI's requests: an engine extra of one of these names is dropped, never merged over it.
 _CHAT_FIELDS = frozenset(ChatCompletionRequest.__struct_fields__) | {"stream_options"}

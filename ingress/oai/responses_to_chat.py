@@ -88,7 +88,7 @@ from ingress.oai.responses import (
     is_set,
 )
 from ingress.oai.responses_codec import flat_name
-from ingress.oai.sealing import Kind, Sealed
+from ingress.oai.sealing import PREFIX, Kind, Sealed
 
 _named_decoder = msgspec.json.Decoder(NamedTool)
 # Unseal(kind, blob, param): what the edge sealed in `blob` (None: not its own); InvalidRequest if it does not open.
@@ -164,6 +164,32 @@ def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
         safety_identifier=r.safety_identifier,
         verbosity=r.text.verbosity if r.text is not None else None,
     )
+
+
+_body = msgspec.json.Decoder(dict[str, Raw])
+_encoder = msgspec.json.Encoder()
+
+
+def as_sent(call: Call, body: bytes, unseal: Unseal = _no_seals) -> tuple[str, bool]:
+    """The request as its client sent it, for OpenAI's own /v1/responses, and whether anything was left out:
+    every field and item as it came (client_metadata, built-in tools, OpenAI's own sealed reasoning), but
+    what the edge sealed, which OpenAI cannot open: a compaction as the summary it holds (a user message), a
+    reasoning item not at all (its text stays the edge's)."""
+    if isinstance(call.request.input, str):
+        return body.decode(), False
+    fields = _body.decode(body)
+    items: list[Raw | dict[str, str]] = []
+    left_out = False
+    for i, (raw, item) in enumerate(zip(call.request.input, call.items, strict=True)):
+        if isinstance(item, ReasoningItem) and (item.encrypted_content or "").startswith(PREFIX):
+            left_out = True
+        elif isinstance(item, CompactionItem) and item.encrypted_content.startswith(PREFIX):
+            sealed = unseal("compaction", item.encrypted_content, f"input[{i}].encrypted_content")
+            items.append({"role": "user", "content": COMPACTED + (sealed.text if sealed is not None else "")})
+        else:
+            items.append(raw)
+    fields["input"] = Raw(_encoder.encode(items))
+    return _encoder.encode(fields).decode(), left_out
 
 
 def _reasoning(item: ReasoningItem, param: str, unseal: Unseal) -> list[str]:

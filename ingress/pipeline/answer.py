@@ -64,8 +64,10 @@ def sealing_for(gw: Gateway, prepared: Prepared[Completion]) -> Seal:
     """What seals a Responses answer's reasoning and compactions, naming the route that served them (read
     when sealing: a fallback may have served)."""
 
-    def seal(kind: Kind, text: str) -> str:
+    def seal(kind: Kind, text: str, own: str | None) -> str:
         match = prepared.match
+        if own is not None and match.route.responses == "whole":
+            return own  # OpenAI's own sealed reasoning, which goes back to it as it came
         return gw.sealer.seal(kind, Sealed(text=text, provider=match.route.provider, model=match.upstream_model))
 
     return seal

@@ -19,7 +19,7 @@ from ingress.oai.completions import TextCompletionRequest, decode_text_request_f
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
 from ingress.oai.responses import Call
 from ingress.oai.responses_codec import decode_responses_request_forwarding
-from ingress.oai.responses_to_chat import as_chat
+from ingress.oai.responses_to_chat import as_chat, as_sent
 from ingress.pipeline.gateway import Gateway, hop_headers
 from ingress.pipeline.turns import FOLDED, fold_late_system, late_system, place_cache_breakpoints
 from ingress.routing.affinity import SESSION_HEADERS, Prefix, key_hash
@@ -215,26 +215,37 @@ def prepare(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepar
 
 
 def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, extra_json: str | None,
-                   meta: RequestMeta, prompt_param: str,
-                   serves: Callable[[Route], None] | None = None) -> Prepared[Completion]:
+                   meta: RequestMeta, prompt_param: str, serves: Callable[[Route], None] | None = None,
+                   whole: Callable[[Route], str | None] | None = None) -> Prepared[Completion]:
     """A decoded chat request (as sent, or what a Responses request amounts to): routed, counted, guarded,
-    given its passport, encoded. `serves(route)` raises InvalidRequest for a route that cannot serve it."""
+    given its passport, encoded. `serves(route)` raises InvalidRequest for a route that cannot serve it;
+    `whole(route)`: the request as its client sent it, for a route that takes it so (and is given it
+    unless a guardrail redacted the prompt)."""
     match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, request.user,
                                 request.safety_identifier)
     if serves is not None:
         serves(match.route)
     tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
     guarded = _guarded_chat(ex, request, tokens, prompt_param)
+    redacted = guarded is not request  # then only the (redacted) reading travels, never the request as sent
     request = _turns(ex, guarded, match.route)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
-                                extra_json)
 
     def encode_for(route: Route, model: str) -> bytes | bytearray:
         if serves is not None:
             serves(route)
-        return gw.encode_request(_turns(ex, guarded, route), ex.request_id, passport, route.provider, model,
-                                 extra_json)
+        sent = whole(route) if whole is not None and not redacted else None
+        reading = _turns(ex, guarded, route)
+        if sent is not None:
+            return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra_json,
+                                           responses_json=sent)
+        return gw.encode_request(reading, ex.request_id, passport, route.provider, model, extra_json)
+
+    sent = whole(match.route) if whole is not None and not redacted else None
+    encoded = (gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                 extra_json) if sent is None else
+               encode_messages_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+                                       extra_json, responses_json=sent))
 
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
                         request.prompt_cache_key, encode_for)
@@ -265,16 +276,30 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     call, extra_json = decode_responses_request_forwarding(body, gw.forwards_extras)
 
     def serves(route: Route) -> None:
-        """OpenAI's built-in tools, on a route that refuses them rather than leave them out."""
-        if call.hosted and route.hosted_tools == "refuse":
+        """OpenAI's built-in tools, on a route that refuses them rather than leave them out (a route that
+        takes the request whole sends them on)."""
+        if call.hosted and route.hosted_tools == "refuse" and whole(route) is None:
             tool = call.hosted[0]
             raise InvalidRequest(f"'{tool.param}.type': the built-in tool '{tool.type}' is run only by OpenAI's "
                                  "servers, not by the service behind this model.", param=f"{tool.param}.type",
                                  code="unsupported_parameter")
 
-    prepared = _prepared_chat(gw, ex, as_chat(call, gw.sealer.open), extra_json, meta, "input", serves)
-    ex.dropped = [*(ex.dropped or ()), *call.hints,
-                  *dict.fromkeys(f"tools.{tool.type}" for tool in call.hosted)] or None
+    as_came: list[tuple[str, bool]] = []  # the request as sent, made once, for the routes that take it whole
+
+    def whole(route: Route) -> str | None:
+        """The request as sent, for a route to OpenAI's own API; but a compaction, which the edge serves."""
+        if route.responses != "whole" or call.compacting:
+            return None
+        if not as_came:
+            as_came.append(as_sent(call, body, gw.sealer.open))
+        return as_came[0][0]
+
+    prepared = _prepared_chat(gw, ex, as_chat(call, gw.sealer.open), extra_json, meta, "input", serves, whole)
+    if whole(prepared.match.route) is not None:
+        hints = ["input.reasoning"] if as_came[0][1] else []  # all else goes on; the edge's reasoning stays
+    else:
+        hints = [*call.hints, *dict.fromkeys(f"tools.{tool.type}" for tool in call.hosted)]
+    ex.dropped = [*(ex.dropped or ()), *hints] or None
     return call, prepared
 
 

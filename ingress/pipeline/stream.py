@@ -336,19 +336,21 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
     """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
     Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
     its own, such as the drain's deadline)."""
-    async with aclosing(stream(gw, prepared, ex)) as chunks:
+    translator = _translator(gw, prepared, ex)
+    assert isinstance(translator, StreamTranslator)  # a Responses request travels as a chat request
+    async with aclosing(stream(gw, prepared, ex, translator=translator)) as chunks:
         async for event in chunks:
             if type(event) is Delta:
                 for e in events.feed(event.chunk()):
                     yield e
             elif type(event) is chat_answers.ChatCompletionChunk:
-                for e in events.feed(event):
+                for e in events.feed(event, translator.signature):
                     yield e
             elif type(event) is Burst:
                 for chunk in event.chunks:
                     chunk = chunk.chunk() if type(chunk) is Delta else chunk
                     assert type(chunk) is chat_answers.ChatCompletionChunk, chunk
-                    for e in events.feed(chunk):
+                    for e in events.feed(chunk, translator.signature):
                         yield e
             elif event is OPENED:
                 yield OPENED

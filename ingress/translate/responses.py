@@ -68,8 +68,9 @@ from ingress.translate.completion import translate_finish, translate_token
 from ingress.wire import types as wire_types
 
 T = TypeVar("T")
-# Seal(kind, text): the text sealed for the client to send back (ingress/oai/sealing.py), by the route that served.
-Seal = Callable[[Kind, str], str]
+# Seal(kind, text, own): what the client gets to send back: the text sealed by the edge (ingress/oai/sealing.py),
+# naming the route that served; or `own`, the provider's own opaque blob, on a route that gives it back to it.
+Seal = Callable[[Kind, str, str | None], str]
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
@@ -132,17 +133,18 @@ def _call_item(call: Call, i: int, request_id: str, c: wire_types.FunctionCall) 
     return item
 
 
-def _reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None) -> ReasoningItemOut:
+def _reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None,
+                    own: str | None = None) -> ReasoningItemOut:
     item = ReasoningItemOut(id=item_id, summary=[SummaryTextOut(text=text)] if call.summary else [],
                             content=[ReasoningTextOut(text=text)])
     if call.sealed_reasoning and seal is not None:
-        item.encrypted_content = seal("reasoning", text)
+        item.encrypted_content = seal("reasoning", text, own)
     return item
 
 
 def _compaction(request_id: str, text: str, seal: Seal | None) -> CompactionOut:
     assert seal is not None  # a compaction is answered only where the edge seals
-    return CompactionOut(id=f"cmp_{request_id}", encrypted_content=seal("compaction", text))
+    return CompactionOut(id=f"cmp_{request_id}", encrypted_content=seal("compaction", text, None))
 
 
 def translate_response_object(call: Call, r: wire_types.Response, *, request_id: str,
@@ -156,8 +158,8 @@ def translate_response_object(call: Call, r: wire_types.Response, *, request_id:
         return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model,
                                status="completed", output=[_compaction(request_id, choice.content or "", seal)],
                                usage=_usage(r.usage), finish_reason=finish, service_tier=r.service_tier)
-    if choice.reasoning:
-        output.append(_reasoning_item(call, f"rs_{request_id}", choice.reasoning, seal))
+    if choice.reasoning or choice.signature:
+        output.append(_reasoning_item(call, f"rs_{request_id}", choice.reasoning or "", seal, choice.signature))
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[OutputTextOut | RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
@@ -185,6 +187,8 @@ class ResponseEvents:
         self._reasoning: ReasoningItemOut | None = None  # the open reasoning item, and its text so far
         self._thought = ""
         self._compacted: list[str] = []  # a compaction's text, answered whole at the end
+        self._own: str | None = None  # the provider's own opaque signature of the reasoning, when it gives one
+        self._own_unsaid = False  # given, and in no reasoning item yet
         self._rid = request_id
         self.id = f"resp_{request_id}"
         self._created_at = created_at
@@ -221,11 +225,14 @@ class ResponseEvents:
                 ResponseEvent(type="response.in_progress", sequence_number=self._n(),
                               response=self._snapshot("in_progress"))]
 
-    def feed(self, chunk: chat_answers.ChatCompletionChunk) -> list[StreamEvent]:
+    def feed(self, chunk: chat_answers.ChatCompletionChunk, signature: str | None = None) -> list[StreamEvent]:
+        """`signature`: the provider's own opaque signature of the reasoning streamed so far, if any."""
         self._model = chunk.model or self._model
         if isinstance(chunk.service_tier, str):
             self._service_tier = chunk.service_tier
         events: list[StreamEvent] = []
+        if signature and signature != self._own:  # given with the reasoning's item, or alone before the answer
+            self._own, self._own_unsaid = signature, True
         for choice in chunk.choices:
             if choice.index != 0:
                 continue  # a Responses request asks for one choice
@@ -268,7 +275,9 @@ class ResponseEvents:
                                                part=SummaryTextOut(text="")))
         self._thought += text
         where = self.output.index(item)
-        if self._call.summary:
+        if not text:
+            pass
+        elif self._call.summary:
             events.append(ReasoningDeltaEvent(type="response.reasoning_summary_text.delta", sequence_number=self._n(),
                                               item_id=item.id, output_index=where, summary_index=0, delta=text))
         else:
@@ -277,12 +286,16 @@ class ResponseEvents:
         return events
 
     def _close_reasoning(self) -> list[StreamEvent]:
+        opened: list[StreamEvent] = []
+        if self._reasoning is None and self._own_unsaid and not self._call.compacting:
+            opened = self._think("")  # a provider's sealed reasoning with no text: its item all the same
         item, self._reasoning = self._reasoning, None
         if item is None:
             return []
+        self._own_unsaid = False
         text, self._thought = self._thought, ""
         where = self.output.index(item)
-        final = _reasoning_item(self._call, item.id, text, self._seal)
+        final = _reasoning_item(self._call, item.id, text, self._seal, self._own)
         self.output[where] = final
         events: list[StreamEvent] = []
         if self._call.summary:
@@ -296,7 +309,7 @@ class ResponseEvents:
                                              item_id=item.id, output_index=where, content_index=0, text=text))
         events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(), output_index=where,
                                 item=_copy(final)))
-        return events
+        return opened + events
 
     # --- the message item and its parts
 

@@ -95,6 +95,9 @@ class StreamTranslator:
         self._verify = verify
         self._legacy = legacy_functions
         self._head: Head | None = None  # made at the first Delta, dropped when a chunk may change it
+        # The provider's own opaque signature of the reasoning streamed so far (OpenAI's encrypted_content,
+        # Anthropic's thinking signature): no chat chunk carries it; a Responses answer gives it back.
+        self.signature: str | None = None
 
     def feed_frame(self, frame: bytes) -> list[chat_answers.ChatCompletionChunk]:
         """One whole frame (size prefix included): a chunk → zero or more OpenAI chunks; an Error → raised.
@@ -140,6 +143,8 @@ class StreamTranslator:
             self.output.append(chunk.content)
         if chunk.reasoning:
             self.output.append(chunk.reasoning)
+        if chunk.signature:
+            self.signature = chunk.signature
         if calls:
             self.output += [d.arguments for d in calls if d.arguments]
         legacy = _function_delta(calls) if self._legacy and calls else UNSET

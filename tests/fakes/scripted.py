@@ -34,6 +34,7 @@ SHELL_TOOLS = {"Bash": "command", "bash": "command", "exec_command": "cmd", "she
 DONE = "DONE: "
 ASIDE = "Noted."  # the answer to a request without a shell tool (a session's title, a summary)
 OUTPUT_TOKENS = 7
+REASONING_BLOB = "gAAAAB-openai-sealed-"  # the Responses dialect's own encrypted_content, numbered by answer
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class ScriptedModel:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
+        app.router.add_post("/v1/responses", self._responses)
         return app
 
     @asynccontextmanager
@@ -177,6 +179,53 @@ class ScriptedModel:
         return await _sse(request, [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events],
                           {"request-id": f"req_scripted_{n}"})
 
+    # --- OpenAI's Responses API (what a route that sends Responses requests whole reaches) ------------
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        """As OpenAI answers with a reasoning model: a reasoning item (a summary, and OpenAI's own sealed
+        reasoning, `REASONING_BLOB`) before the call or the text."""
+        body = await self._record(request)
+        tools = {t["name"]: t.get("parameters") or {} for t in body.get("tools") or () if t.get("type") == "function"}
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        last = items[-1] if items else {}
+        result = _text(last.get("output")) if last.get("type") == "function_call_output" else None
+        reply = self._reply(tools, result)
+        n = next(self._ids)
+        prompt = self._prompt(body)
+        reasoning = {"type": "reasoning", "id": f"rs_scripted_{n}", "encrypted_content": f"{REASONING_BLOB}{n}",
+                     "summary": [{"type": "summary_text", "text": "Thinking it over."}]}
+        if reply.tool:
+            answer: dict[str, Any] = {"type": "function_call", "id": f"fc_scripted_{n}", "status": "completed",
+                                      "call_id": f"call_scripted_{n}", "name": reply.tool,
+                                      "arguments": json.dumps(reply.arguments)}
+        else:
+            answer = {"type": "message", "id": f"msg_scripted_{n}", "role": "assistant", "status": "completed",
+                      "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}
+        usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": OUTPUT_TOKENS,
+                 "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": prompt + OUTPUT_TOKENS}
+        response = {"id": f"resp_scripted_{n}", "object": "response", "created_at": 1767225600, "status": "completed",
+                    "model": body.get("model", "scripted"), "output": [reasoning, answer], "usage": usage}
+        if not body.get("stream"):
+            return web.json_response(response)
+        started = {**response, "status": "in_progress", "output": [], "usage": None}
+        events: list[dict[str, Any]] = [
+            {"type": "response.created", "response": started},
+            {"type": "response.output_item.added", "output_index": 0, "item": {**reasoning, "summary": []}},
+            {"type": "response.reasoning_summary_text.delta", "output_index": 0, "delta": "Thinking it over."},
+            {"type": "response.output_item.done", "output_index": 0, "item": reasoning},
+        ]
+        if reply.tool:
+            events += [{"type": "response.output_item.added", "output_index": 1, "item": {**answer, "arguments": ""}},
+                       {"type": "response.function_call_arguments.delta", "output_index": 1,
+                        "delta": answer["arguments"]},
+                       {"type": "response.output_item.done", "output_index": 1, "item": answer}]
+        else:
+            events += [{"type": "response.output_item.added", "output_index": 1, "item": {**answer, "content": []}},
+                       {"type": "response.output_text.delta", "output_index": 1, "delta": reply.text},
+                       {"type": "response.output_item.done", "output_index": 1, "item": answer}]
+        events.append({"type": "response.completed", "response": response})
+        return await _sse(request, [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events])
+
     async def _count_tokens(self, request: web.Request) -> web.StreamResponse:
         body = await self._record(request)
         return web.json_response({"input_tokens": _tokens(body)})
@@ -263,7 +312,7 @@ def _text(content: Any) -> str:
 
 def _tokens(body: dict[str, Any]) -> int:
     """A prompt's tokens, roughly (four bytes a token): the agents only need a number."""
-    return max(1, len(json.dumps(body.get("messages") or [])) // 4)
+    return max(1, len(json.dumps(body.get("messages") or body.get("input") or [])) // 4)
 
 
 async def _sse(request: web.Request, events: list[str], headers: dict[str, str] | None = None) -> web.StreamResponse:

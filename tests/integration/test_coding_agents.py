@@ -31,7 +31,7 @@ import openai
 import pytest
 from agent_clis import CLAUDE_CODE, CODEX, CODEX_QUIET, OPENCODE, Agent, installed_agent, isolated_env
 from aiohttp import web
-from fakes.scripted import ASIDE, DONE, ScriptedModel, last_line
+from fakes.scripted import ASIDE, DONE, REASONING_BLOB, ScriptedModel, last_line
 from llama_engine import ensure_model, ensure_server, running_server
 
 from ingress.edge.appkeys import EXCHANGE
@@ -70,8 +70,8 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pytest.MonkeyPatch,
-                                    model: ScriptedModel | None = None, *, any_model: bool = False
-                                    ) -> AsyncIterator[Stack]:
+                                    model: ScriptedModel | None = None, *, any_model: bool = False,
+                                    responses_whole: bool = False) -> AsyncIterator[Stack]:
     monkeypatch.setenv("SCRIPTED_MODEL_KEY", "sk-scripted-engine")  # the bridge's key to the "engine"
     model = model or ScriptedModel(command)
     async with model.running() as engine:
@@ -80,7 +80,8 @@ async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pyt
                         api_key_env="SCRIPTED_MODEL_KEY", timeouts=GENEROUS)
         # A route to Anthropic (provider = "anthropic") sends a Messages request on whole, as it came.
         route = Route(model=None if any_model else MODEL, glob="*" if any_model else None, group="scripted",
-                      provider="anthropic" if dialect == "anthropic" else "openai")
+                      provider="anthropic" if dialect == "anthropic" else "openai",
+                      responses="whole" if responses_whole else "as_chat")
         settings = Settings(groups={"scripted": Group(endpoints=[Endpoint(bridge=bridge)])}, routes=(route,),
                             timeouts=GENEROUS)
         app = create_app(settings)
@@ -336,6 +337,37 @@ async def test_codex_with_its_default_model_is_served(tmp_path: Path, monkeypatc
     names = [t["function"]["name"] for t in asked.body["tools"] if t["type"] == "function"]
     assert "collaboration__spawn_agent" in names and asked.body["reasoning_effort"], said
     assert run.code == 0 and ASIDE in run.stdout, said
+
+
+@pytest.mark.agents
+@pytest.mark.timeout(900)
+async def test_codex_on_a_route_to_openai_itself_goes_whole_and_gets_openais_reasoning_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route with `responses = "whole"` (OpenAI's own API): Codex's request goes on to /v1/responses as it
+    sent it (client_metadata, its namespace tool, web_search), the answer's reasoning item carries OpenAI's
+    own encrypted_content, and on the next turn that blob reaches OpenAI again untouched."""
+    exe = installed_agent(CODEX)
+    proof = "hello from codex"
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    async with edge_in_front_of_scripted("openai", f"printf '{proof}' > proof.txt && cat proof.txt", monkeypatch,
+                                         responses_whole=True) as stack:
+        argv, env = codex(exe, stack.url, home)
+        run = await run_agent(argv, work, env)
+    said = f"exit {run.code}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}\nedge: {_statuses(stack)}"
+    assert [a for a in stack.answered if a.status != 200 and not a.upgrade] == [], said
+    first, second = (r.body for r in stack.model.received)
+    assert [r.path for r in stack.model.received] == ["/v1/responses"] * 2, said
+    assert first["client_metadata"] and first["model"] == MODEL, said
+    assert {t["type"] for t in first["tools"]} >= {"function", "namespace", "web_search"}, said
+    sent_back = [i for i in second["input"] if i.get("type") == "reasoning"]
+    assert [i["encrypted_content"] for i in sent_back] == [f"{REASONING_BLOB}0"], said
+    served = [a.exchange for a in stack.answered if a.exchange is not None and a.exchange.api == "responses"
+              and not a.upgrade]
+    assert all(not ex.dropped for ex in served), said  # nothing left out: it all went on
+    assert (work / "proof.txt").read_text() == proof, said
+    assert run.code == 0 and f"{DONE}{proof}" in run.stdout, said
 
 
 def _last_user_text(body: dict[str, Any]) -> str | None:

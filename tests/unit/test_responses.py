@@ -36,7 +36,7 @@ from ingress.oai.responses_answers import (
     UsageOut,
 )
 from ingress.oai.responses_codec import decode_responses_request
-from ingress.oai.responses_to_chat import COMPACT, COMPACTED, as_chat
+from ingress.oai.responses_to_chat import COMPACT, COMPACTED, as_chat, as_sent
 from ingress.oai.sealing import Kind, Sealed, Sealer, new_key
 from ingress.translate.responses import ResponseEvents, translate_response_object
 from ingress.wire import types as wire_types
@@ -366,7 +366,7 @@ def test_hints_name_what_only_openais_servers_act_on() -> None:
 SEALER = Sealer([("k1", new_key())])
 
 
-def seal(kind: Kind, text: str) -> str:
+def seal(kind: Kind, text: str, own: str | None = None) -> str:
     return SEALER.seal(kind, Sealed(text=text, provider="self_hosted", model="qwen3"))
 
 
@@ -483,3 +483,23 @@ def test_a_configuration_update_sets_the_effort_from_there_on() -> None:
     with pytest.raises(InvalidRequest) as caught:
         call(input=[{"role": "user", "content": "q"}, {"type": "additional_tools", "tools": [{"type": "nope"}]}])
     assert caught.value.param == "input[1].tools[0].type"
+
+
+def test_sent_whole_to_openai_the_request_is_as_it_came_but_for_what_the_edge_sealed() -> None:
+    """OpenAI cannot open what the edge sealed: a compaction goes as the summary it holds, the edge's own
+    reasoning not at all; OpenAI's own sealed reasoning, and every other item and field, as they came."""
+    body = msgspec.json.encode({"model": "m", "client_metadata": {"s": "1"}, "tools": [{"type": "web_search"}],
+                                "input": [
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": seal("compaction", "the story so far")},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal("reasoning", "ours")},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA-openai"},
+        {"role": "user", "content": "go on", "internal_chat_message_metadata_passthrough": {"t": 1}}]})
+    sent, left_out = as_sent(decode_responses_request(body), body, SEALER.open)
+    doc = msgspec.json.decode(sent)
+    assert left_out and doc["client_metadata"] == {"s": "1"} and doc["tools"] == [{"type": "web_search"}]
+    assert doc["input"] == [
+        {"role": "user", "content": COMPACTED + "the story so far"},
+        {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": "gAAAA-openai"},
+        {"role": "user", "content": "go on", "internal_chat_message_metadata_passthrough": {"t": 1}}]
+    plain = msgspec.json.encode({"model": "m", "input": "hello"})
+    assert as_sent(decode_responses_request(plain), plain) == (plain.decode(), False)

@@ -21,7 +21,7 @@ from ingress.wire.runtime import (
     reserve_slots,
 )
 
-reserve_slots(54)  # vtable unpackers for the widest table
+reserve_slots(55)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
@@ -265,7 +265,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
         v.again(done, "CompletionRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 54, "CompletionRequest")
+    e = v.table_start(t, 55, "CompletionRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -440,6 +440,9 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[53]  # field anthropic_version: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.anthropic_version"), "CompletionRequest.anthropic_version")
+    o = e[54]  # field responses_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.responses_json"), "CompletionRequest.responses_json")
     v.table_end(key, tables, peak)
 
 

@@ -544,8 +544,15 @@ class CompletionRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionRequest
+    def ResponsesJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(112))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionRequestStart(builder):
-    builder.StartObject(54)
+    builder.StartObject(55)
 
 def Start(builder):
     CompletionRequestStart(builder)
@@ -921,6 +928,12 @@ def CompletionRequestAddAnthropicVersion(builder, anthropicVersion):
 
 def AddAnthropicVersion(builder, anthropicVersion):
     CompletionRequestAddAnthropicVersion(builder, anthropicVersion)
+
+def CompletionRequestAddResponsesJson(builder, responsesJson):
+    builder.PrependUOffsetTRelativeSlot(54, flatbuffers.number_types.UOffsetTFlags.py_type(responsesJson), 0)
+
+def AddResponsesJson(builder, responsesJson):
+    CompletionRequestAddResponsesJson(builder, responsesJson)
 
 def CompletionRequestEnd(builder):
     return builder.EndObject()
