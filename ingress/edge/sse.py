@@ -122,6 +122,8 @@ class ResponsesSseWriter(_NamedEvents):
             return b""
         if isinstance(event, pipeline.Failed):
             return self.error(event.error)
+        if type(event) is pipeline.ResponsesBurst:
+            return b"".join([self.event(e) for e in event.events])
         return self.event(event)
 
 

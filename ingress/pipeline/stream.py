@@ -100,7 +100,14 @@ Direct = Callable[[StreamEvent], bool]
 its backpressure). Only chunks and Bursts are offered."""
 
 
-ResponsesStreamEvent = responses_answers.StreamEvent | Signal | Failed
+@dataclass(frozen=True, slots=True)
+class ResponsesBurst:
+    """The Responses events of what arrived in one read: the edge sends them in one write."""
+
+    events: list[responses_answers.StreamEvent]
+
+
+ResponsesStreamEvent = responses_answers.StreamEvent | ResponsesBurst | Signal | Failed
 
 
 async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, direct: Direct | None = None,
@@ -340,27 +347,30 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
     assert isinstance(translator, StreamTranslator)  # a Responses request travels as a chat request
     async with aclosing(stream(gw, prepared, ex, translator=translator)) as chunks:
         async for event in chunks:
+            made: list[responses_answers.StreamEvent]
             if type(event) is Delta:
-                for e in events.feed(event.chunk()):
-                    yield e
+                made = events.feed(event.chunk())
             elif type(event) is chat_answers.ChatCompletionChunk:
-                for e in events.feed(event, translator.signature):
-                    yield e
+                made = events.feed(event, translator.signature)
             elif type(event) is Burst:
+                made = []
                 for chunk in event.chunks:
                     chunk = chunk.chunk() if type(chunk) is Delta else chunk
                     assert type(chunk) is chat_answers.ChatCompletionChunk, chunk
-                    for e in events.feed(chunk, translator.signature):
-                        yield e
+                    made += events.feed(chunk, translator.signature)
             elif event is OPENED:
                 yield OPENED
-                for e in events.opened():
-                    yield e
+                made = events.opened()
             elif event is DONE:
-                for e in events.completed(ex.usage):
-                    yield e
-                yield DONE
+                made = events.completed(ex.usage)
             else:
                 assert isinstance(event, Signal | Failed), event
                 yield event
+                continue
+            if len(made) == 1:
+                yield made[0]
+            elif made:
+                yield ResponsesBurst(made)  # the events of one read, in one write
+            if event is DONE:
+                yield DONE
 
