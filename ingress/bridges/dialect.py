@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
+from ingress.bridges.failures import protocol_error
 from ingress.oai.codec import NESTED_TOO_DEEPLY
 from ingress.wire import types as wire_types
 
@@ -141,6 +143,50 @@ class StreamDecoder(Protocol):
     def feed(self, data: bytes) -> list[wire_types.Chunk]: ...
 
     def finish(self) -> list[wire_types.Chunk]: ...
+
+
+class EventStreamDecoder:
+    """A StreamDecoder of server-sent events: each event of the body, read in any split, given to `_event`
+    until it sets `_done`; what was read before a failure reaches the client before it. `source` names
+    who writes the stream, in the errors."""
+
+    source = "The engine"
+
+    def __init__(self) -> None:
+        self._events = EventStreamParser()
+        self._done = False
+
+    def _event(self, event: Event, out: list[wire_types.Chunk]) -> None:
+        raise NotImplementedError
+
+    def feed(self, data: bytes) -> list[wire_types.Chunk]:
+        if self._done:
+            return []
+        out: list[wire_types.Chunk] = []
+        try:
+            events = self._events.feed(data)
+        except EventStreamError as exc:
+            raise EngineFailed(protocol_error(f"{self.source}'s stream is unreadable: {exc}.")) from None
+        with keeping(out):
+            for event in events:
+                if self._done:
+                    break
+                self._event(event, out)
+        return out
+
+    def finish(self) -> list[wire_types.Chunk]:
+        """At the end of the body: its last event, if its blank line never came; a stream not done is cut."""
+        out: list[wire_types.Chunk] = []
+        if not self._done:
+            with keeping(out):
+                for event in self._events.finish():
+                    if not self._done:
+                        self._event(event, out)
+        if not self._done:
+            raise EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
+                                                    message=f"{self.source}'s stream ended before it was complete."),
+                               out)
+        return out
 
 
 class EngineCall(Protocol):

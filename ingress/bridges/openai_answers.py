@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import msgspec
 
-from ingress.bridges.dialect import EngineFailed, keeping
-from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
+from ingress.bridges.dialect import EngineFailed, EventStreamDecoder
+from ingress.bridges.eventstream import Event
 from ingress.bridges.failures import engine_error, protocol_error
 from ingress.wire import types as wire_types
 
@@ -274,11 +274,11 @@ class _ChoiceState:
         self.open: dict[int, int] = {}  # the engine's tool call index → ours
 
 
-class OpenAIStream:
+class OpenAIStream(EventStreamDecoder):
     """One streamed answer: SSE bytes in any split → our numbered chunks (see the module's docstring)."""
 
     def __init__(self, *, fallback_id: str, text: bool = False) -> None:
-        self._events = EventStreamParser()
+        super().__init__()
         self._text = text
         self._fallback_id = fallback_id
         self._id: str | None = None
@@ -290,34 +290,6 @@ class OpenAIStream:
         self._choices: dict[int, _ChoiceState] = {}
         self._sequence = 0
         self._held: wire_types.Chunk | None = None  # a finish reason, kept for the final chunk if nothing follows
-        self._done = False
-
-    def feed(self, data: bytes) -> list[wire_types.Chunk]:
-        if self._done:
-            return []
-        out: list[wire_types.Chunk] = []
-        try:
-            events = self._events.feed(data)
-        except EventStreamError as exc:
-            raise EngineFailed(protocol_error(f"The engine's stream is unreadable: {exc}.")) from None
-        with keeping(out):
-            for event in events:
-                if self._done:
-                    break
-                self._event(event, out)
-        return out
-
-    def finish(self) -> list[wire_types.Chunk]:
-        out: list[wire_types.Chunk] = []
-        if not self._done:
-            with keeping(out):
-                for event in self._events.finish():
-                    if not self._done:
-                        self._event(event, out)
-        if not self._done:
-            raise EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
-                                                    message="The engine's stream ended before it was complete."))
-        return out
 
     def _event(self, event: Event, out: list[wire_types.Chunk]) -> None:
         if event.type == "error":

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import msgspec
 
-from ingress.bridges.dialect import EngineFailed, keeping
-from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
+from ingress.bridges.dialect import EngineFailed, EventStreamDecoder
+from ingress.bridges.eventstream import Event
 from ingress.bridges.failures import protocol_error
 from ingress.oai.responses_codec import flat_name
 from ingress.wire import types as wire_types
@@ -178,40 +178,16 @@ def decode_answer(body: bytes, created: int) -> wire_types.Response:
                                usage=_usage(r.usage), service_tier=r.service_tier)
 
 
-class ResponsesStream:
+class ResponsesStream(EventStreamDecoder):
     """One streamed Responses answer: SSE bytes in any split → our numbered chunks."""
 
+    source = "OpenAI"
+
     def __init__(self, created: int) -> None:
-        self._events = EventStreamParser()
+        super().__init__()
         self._created = created
         self._sequence = 0
         self._calls: dict[int, int] = {}  # output index → our call index
-        self._done = False
-
-    def feed(self, data: bytes) -> list[wire_types.Chunk]:
-        if self._done:
-            return []
-        out: list[wire_types.Chunk] = []
-        try:
-            events = self._events.feed(data)
-        except EventStreamError as exc:
-            raise EngineFailed(protocol_error(f"OpenAI's stream is unreadable: {exc}.")) from None
-        with keeping(out):
-            for event in events:
-                if not self._done:
-                    self._event(event, out)
-        return out
-
-    def finish(self) -> list[wire_types.Chunk]:
-        out: list[wire_types.Chunk] = []
-        with keeping(out):
-            for event in self._events.finish():
-                if not self._done:
-                    self._event(event, out)
-        if not self._done:
-            raise EngineFailed(wire_types.ErrorInfo(status=502, type="server_error", code="upstream_unavailable",
-                                                    message="OpenAI's stream ended before it was complete."), out)
-        return out
 
     def _event(self, raw: Event, out: list[wire_types.Chunk]) -> None:
         if not raw.data.strip() or raw.data.strip() == b"[DONE]":
