@@ -231,21 +231,19 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     request = _turns(ex, guarded, match.route)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
 
+    def encode(reading: ChatCompletionRequest, route: Route, model: str | None) -> bytes | bytearray:
+        sent = whole(route) if whole is not None and not redacted else None
+        if sent is None:
+            return gw.encode_request(reading, ex.request_id, passport, route.provider, model, extra_json)
+        return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra_json,
+                                       responses_json=sent)
+
     def encode_for(route: Route, model: str) -> bytes | bytearray:
         if serves is not None:
             serves(route)
-        sent = whole(route) if whole is not None and not redacted else None
-        reading = _turns(ex, guarded, route)
-        if sent is not None:
-            return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra_json,
-                                           responses_json=sent)
-        return gw.encode_request(reading, ex.request_id, passport, route.provider, model, extra_json)
+        return encode(_turns(ex, guarded, route), route, model)
 
-    sent = whole(match.route) if whole is not None and not redacted else None
-    encoded = (gw.encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
-                                 extra_json) if sent is None else
-               encode_messages_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
-                                       extra_json, responses_json=sent))
+    encoded = encode(request, match.route, match.upstream_model)
 
     return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
                         request.prompt_cache_key, encode_for)
