@@ -275,12 +275,10 @@ class ResponseEvents:
                                                part=SummaryTextOut(text="")))
         self._thought += text
         where = self.output.index(item)
-        if not text:
-            pass
-        elif self._call.summary:
+        if text and self._call.summary:
             events.append(ReasoningDeltaEvent(type="response.reasoning_summary_text.delta", sequence_number=self._n(),
                                               item_id=item.id, output_index=where, summary_index=0, delta=text))
-        else:
+        elif text:
             events.append(ReasoningDeltaEvent(type="response.reasoning_text.delta", sequence_number=self._n(),
                                               item_id=item.id, output_index=where, content_index=0, delta=text))
         return events
