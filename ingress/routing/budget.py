@@ -6,15 +6,18 @@ from __future__ import annotations
 
 class RetryBudget:
     """Each request deposits `ratio` of a retry; each retry withdraws one; `min_per_s` trickle in over
-    time so that light traffic can still retry. The balance is capped, so a quiet period banks little,
-    and starts empty: a cold edge earns its retries like a warm one (the trickle accrues from `now`),
-    rather than retrying the whole of a first burst that meets a failing service."""
+    time so that light traffic can still retry. The balance is capped, so a quiet period banks little.
 
-    def __init__(self, ratio: float, min_per_s: float, now: float, cap_s: float = 10.0) -> None:
+    It starts with its reserve, the minimum over the window (`min_per_s * window_s`), as Finagle's and
+    Linkerd's do: an edge started a moment ago (each replica of a rolling deploy, each one an autoscaler
+    adds) can retry and fall back at once, as an idle warm one can. The bound on a storm is the same for
+    both: over any window, retries are at most the reserve plus `ratio` of the requests plus the trickle."""
+
+    def __init__(self, ratio: float, min_per_s: float, now: float, window_s: float = 10.0) -> None:
         self._ratio = ratio
         self._min_per_s = min_per_s
-        self._cap = max(10.0, min_per_s * cap_s)
-        self._balance = 0.0
+        self._cap = max(10.0, min_per_s * window_s)
+        self._balance = min_per_s * window_s
         self._last = now
 
     def _refill(self, now: float) -> None:

@@ -86,7 +86,7 @@ async def edge(stack: AsyncExitStack, fake: FakeUpstream, spare: FakeUpstream) -
         groups={"main": Group(endpoints=[Endpoint(url=fake.url)]), "spare": Group(endpoints=[Endpoint(url=spare.url)])},
         routes=(Route(model="chat", group="main", fallback="spare"),),
         timeouts=QUICK,
-        retry=Retry(budget_min_per_s=1000.0),  # falling back draws on the retry budget, which starts empty...
+        retry=Retry(budget_min_per_s=1000.0),  # falling back draws on the retry budget...
     )
     url: str = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
     await asyncio.sleep(0.02)  # ...and earns 20 here: more than any test below falls back

@@ -231,6 +231,22 @@ async def test_text_completions_and_embeddings_move_along_the_chain_in_verified_
         assert cxx_verifier.verify("embedding_request", embedding.body)  # type: ignore[attr-defined]
 
 
+async def test_an_edge_started_a_moment_ago_falls_back_with_the_default_budget(start_chain: StartChain) -> None:
+    """Every replica of a rolling deploy starts this way: its first request meets a primary's 429, and the
+    route's fallback serves it, as on an edge that has served for hours (the budget starts with its reserve)."""
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("rate_limited",)), _named("claude", "claude-sonnet-4-5")],
+                              retry=Retry())
+    chain.fakes["primary"].play(fu.error_answer(RATE_LIMITED))
+
+    async with _client(chain) as client:
+        answer = await client.chat.completions.with_raw_response.create(
+            model="gpt", messages=[{"role": "user", "content": TEXT}])
+
+    assert answer.headers[SERVED_BY] == 'route="claude", model="claude-sonnet-4-5"'
+    assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
+    assert chain.last().fell_back == ["gpt:rate_limited"]
+
+
 async def test_a_class_the_route_does_not_list_ends_the_chain(start_chain: StartChain) -> None:
     chain = await start_chain([_gpt(fallbacks=["claude"], on=("rate_limited",)), _named("claude", "claude-sonnet-4-5")])
     chain.fakes["primary"].play(fu.error_answer(OVERLOADED))

@@ -166,7 +166,7 @@ async def test_a_mixed_load_sees_no_errors_while_an_endpoint_refuses_connections
     answers: list[str] = []
 
     async with openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key="sk-test", max_retries=0) as client:
-        for i in range(WARM_UP):  # an edge that has served: a budget starts empty and is earned by traffic
+        for i in range(WARM_UP):  # an edge that has served: the budget's share of requests earned
             await client.chat.completions.create(model="other-model", messages=[{"role": "user", "content": f"{i}"}])
     baseline = await _baseline()
     async with openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key="sk-test", max_retries=0) as client:
@@ -308,14 +308,14 @@ async def test_the_retry_budget_stops_an_outage_from_multiplying_attempts(
 
     assert set(statuses) == {502}
     attempts = sum(ex.attempts for ex in edge.exchanges)
-    assert 100 < attempts <= 100 * (1 + ratio)  # a budget starts empty; without one: 300
+    assert 100 < attempts <= 100 * (1 + ratio)  # no minimum, so no reserve; without a budget: 300
     assert {ex.attempts for ex in edge.exchanges} <= {1, 2, 3}  # retry.attempts=2: three endpoints at most
 
 
 # --- fallback groups ----------------------------------------------------------------------------
 
-# Falling back is a retry, within the budget, and a budget starts empty: for tests of what falls back
-# (not of the budget), one that earns 1,000 retries a second, given time to earn at least 20.
+# Falling back is a retry, within the budget: for tests of what falls back (not of the budget), one that
+# earns 1,000 retries a second, given time to earn at least 20.
 AMPLE = Retry(attempts=2, budget_min_per_s=1000.0)
 AMPLE_ACCRUES = 0.02
 
