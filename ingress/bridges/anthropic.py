@@ -94,8 +94,8 @@ class AnthropicDialect:
         request, model = _as_sent(view, target, COUNT_PATH)
         return CountCall(request, model, int(self._clock()))
 
-    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorInfo:
-        info = decode_error(status, body)
+    def error(self, status: int, headers: Mapping[str, str], body: bytes, *, clients_key: bool = False) -> ErrorInfo:
+        info = decode_error(status, body, clients_key=clients_key)
         if (wait := retry_after(headers)) is not None:
             info.retry_after = wait
         return info

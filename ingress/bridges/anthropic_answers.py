@@ -12,7 +12,7 @@ import msgspec
 
 from ingress.bridges.dialect import EngineFailed, keeping
 from ingress.bridges.eventstream import Event, EventStreamError, EventStreamParser
-from ingress.bridges.failures import scrub
+from ingress.bridges.failures import clients_key_refused, scrub
 from ingress.oai import chat
 from ingress.wire import types as wire_types
 
@@ -305,9 +305,10 @@ def _by_type(kind: str, message: str, status: int | None = None) -> wire_types.E
     return wire_types.ErrorInfo(status=code_status, type=type_, code=code, message=text, retry_after=wait)
 
 
-def decode_error(status: int, body: bytes) -> wire_types.ErrorInfo:
+def decode_error(status: int, body: bytes, *, clients_key: bool = False) -> wire_types.ErrorInfo:
     """An Anthropic refusal (`{"type": "error", "error": {"type", "message"}}`) by its HTTP status; a body
-    that is not Anthropic's shape (a proxy's page) is described by the status alone."""
+    that is not Anthropic's shape (a proxy's page) is described by the status alone. `clients_key`: the
+    key was the client's own, whose refusal (401, 403, or 402 for its account's billing) is its own."""
     kind, message = _BY_STATUS.get(status, ""), ""
     try:
         e = _event_decoder.decode(body)
@@ -315,6 +316,10 @@ def decode_error(status: int, body: bytes) -> wire_types.ErrorInfo:
             message = e.error.message
     except msgspec.DecodeError:
         pass
+    if status in (401, 403, 402) and clients_key:
+        said = scrub(message) or f"HTTP {status}"
+        return clients_key_refused(status, f"Anthropic refused the key sent with the request: {said}",
+                                   kind=_BY_STATUS[status])
     if status in (401, 403, 402):
         kind = _BY_STATUS[status]
     elif 400 <= status < 500 and kind not in _BY_TYPE:

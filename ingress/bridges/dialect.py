@@ -16,10 +16,11 @@ socket, for any split of its stream:
   sent: never a silent drop.
 - `EngineCall.answer(body)`: a whole (non-streamed) engine answer, as one wire.Response.
 - `EngineCall.stream()`: a fresh `StreamDecoder` for its streamed answer.
-- `error(status, headers, body)`: an engine's refusal (any non-2xx answer), as the ErrorInfo our
-  contract carries: the same status and OpenAI's shape for the client's mistakes; 502
+- `error(status, headers, body, clients_key=)`: an engine's refusal (any non-2xx answer), as the
+  ErrorInfo our contract carries: the same status and OpenAI's shape for the client's mistakes; 502
   `upstream_auth_failed` for our own credentials refused (401/403: the client's key is not the
-  problem); the provider's Retry-After kept. Its text is scrubbed of secrets and addresses.
+  problem), but the 401/403 itself when the key was the client's own (`clients_key`: its route
+  forwards it); the provider's Retry-After kept. Its text is scrubbed of secrets and addresses.
 """
 
 from __future__ import annotations
@@ -204,7 +205,8 @@ class Dialect(Protocol):
 
     def build(self, buf: bytes, target: Target) -> EngineCall: ...
 
-    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wire_types.ErrorInfo: ...
+    def error(self, status: int, headers: Mapping[str, str], body: bytes, *,
+              clients_key: bool = False) -> wire_types.ErrorInfo: ...
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -1,7 +1,9 @@
 """An engine's or provider's refusal as the ErrorInfo our contract carries, its text scrubbed (sans-I/O).
 
-Issue 12's table: the client's mistakes (4xx) keep their status in OpenAI's shape; 401/403 are the
-bridge's own credentials refused, a 502 `upstream_auth_failed` (the client's key is not the problem);
+The client's mistakes (4xx) keep their status in OpenAI's shape; 401/403 are the bridge's own
+credentials refused, a 502 `upstream_auth_failed` (the client's key is not the problem: the operator's to
+fix, and a 5xx a fallback chain moves on), unless the key was the client's own (`clients_key`, a route
+with `forward_authorization`): then the 401/403 is the client's, its status kept, and moves nowhere;
 429 stays 429 and 503 (or Anthropic's 529) is a 503, each with the provider's Retry-After; 504 is a
 504 `upstream_timeout`; any other 5xx a 502 `upstream_error`. The body may be OpenAI's shape
 (`{"error": {...}}`), vLLM's (the same with an integer `code`, or its old flat `{"object": "error",
@@ -122,10 +124,21 @@ def retry_after(headers: Mapping[str, str], clock: Callable[[], float] = time.ti
     return max(0, min(math.ceil(seconds), MAX_RETRY_AFTER))
 
 
-def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *,
+def clients_key_refused(status: int, text: str, *, kind: str | None = None, code: str | None = None,
+                        param: str | None = None) -> wire_types.ErrorInfo:
+    """A provider's 401/403 to a key its client sent (a route with `forward_authorization`): the client's
+    to fix, its status kept, never a failure of ours that another route could serve. `text` is scrubbed."""
+    default = ("invalid_request_error", "invalid_api_key") if status == 401 else ("permission_error", None)
+    return wire_types.ErrorInfo(status=status, type=kind or default[0], code=code or default[1], param=param,
+                                message=text or f"The model provider refused the key sent with the request "
+                                                f"(HTTP {status}).")
+
+
+def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *, clients_key: bool = False,
                  clock: Callable[[], float] = time.time) -> wire_types.ErrorInfo:
     """An engine's error: its HTTP answer (`status`), or an error event inside its stream (`status`
-    None: the one the event names, else 500)."""
+    None: the one the event names, else 500). `clients_key`: the request carried its client's own key,
+    whose refusal (401/403) is the client's, not the bridge's."""
     said = _said(body)
     if status is None:
         status = said.status or 500
@@ -134,6 +147,8 @@ def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *,
     kind = said.type if said.type and _IDENTIFIER.fullmatch(said.type) else None
     if said.html:
         text = f"The engine, or a proxy in front of it, answered HTTP {status} with an HTML page."
+    if status in (401, 403) and clients_key:
+        return clients_key_refused(status, text, kind=kind, code=code, param=said.param)
     if status in (401, 403):
         return wire_types.ErrorInfo(status=502, type="server_error", code="upstream_auth_failed",
                                     message=f"The model provider refused the bridge's credentials (HTTP {status})."

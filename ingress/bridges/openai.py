@@ -85,8 +85,8 @@ class OpenAIDialect:
                                headers=request_headers(target, stream), body=msgspec.json.encode(body), stream=stream)
         return OpenAICall(engine, text=text, fallback_id=fallback_id, model=model, clock=self._clock)
 
-    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> ErrorInfo:
-        return engine_error(status, headers, body, clock=self._clock)
+    def error(self, status: int, headers: Mapping[str, str], body: bytes, *, clients_key: bool = False) -> ErrorInfo:
+        return engine_error(status, headers, body, clients_key=clients_key, clock=self._clock)
 
 
 DIALECT: Dialect = OpenAIDialect()  # typed: mypy holds the class to the protocol

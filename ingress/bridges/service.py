@@ -119,6 +119,7 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
     target = bridge.target
     if (key := _client_key(request)) is not None:  # a route forwarding its callers' own keys
         target = replace(target, api_key=key)
+    clients_key = key is not None
     try:
         wire.verify_request(body, max_size=MAX_REQUEST)
         call = build(body, target)
@@ -134,12 +135,12 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
     if (request_id := request.headers.get("x-request-id")) is not None:
         headers["x-request-id"] = request_id  # the edge's id, for the engine's logs
     if bridge.tracer is None:
-        return await _call(request, bridge, call, headers)
+        return await _call(request, bridge, call, headers, clients_key)
     span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers)
     if span is None:
-        return await _call(request, bridge, call, headers)
+        return await _call(request, bridge, call, headers, clients_key)
     try:
-        return await _call(request, bridge, call, headers, span)
+        return await _call(request, bridge, call, headers, clients_key, span)
     except BaseException as exc:  # the edge went away (cancelled), or a fault
         span.set_attribute("error.type", "cancelled" if isinstance(exc, asyncio.CancelledError) else type(exc).__name__)
         raise
@@ -148,8 +149,9 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
 
 
 async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers: dict[str, str],
-                span: Span | None = None) -> web.StreamResponse:
-    """The engine's request, and its answer in our contract."""
+                clients_key: bool, span: Span | None = None) -> web.StreamResponse:
+    """The engine's request, and its answer in our contract. `clients_key`: the request carries its
+    client's own key, so that a refusal of it is the client's (a 401), not the bridge's (a 502)."""
     t = bridge.timeouts
     loop = asyncio.get_running_loop()
     try:
@@ -169,7 +171,7 @@ async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers:
                 error_body = await _read_all(response, t.idle, MAX_ERROR_BODY)
             except (IngressError, OSError, EngineFailed):
                 error_body = b""
-            info = bridge.dialect.error(response.status, response.headers, error_body)
+            info = bridge.dialect.error(response.status, response.headers, error_body, clients_key=clients_key)
             log.info("engine refused", status=response.status, code=info.code)
             if span is not None:
                 span.fail(info.code or info.type or str(info.status), info.message)

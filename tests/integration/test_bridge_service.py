@@ -98,7 +98,8 @@ class Words:
         path = urlsplit(target.url).path.rstrip("/") + "/v1/words"  # under the target's own path, as dialects do
         return WordsCall(EngineRequest(path=path, headers=headers, body=body, stream=bool(request.stream)), model)
 
-    def error(self, status: int, headers: Mapping[str, str], body: bytes) -> wire.ErrorInfo:
+    def error(self, status: int, headers: Mapping[str, str], body: bytes, *,
+              clients_key: bool = False) -> wire.ErrorInfo:
         return wire.ErrorInfo(status=status if 400 <= status < 500 and status not in (401, 403) else 502,
                               code="engine_refused", message=body.decode(errors="replace")[:200])
 

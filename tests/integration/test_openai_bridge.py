@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from aiohttp import web
+from fakes.upstream import FakeUpstream
 
 from ingress.edge.appkeys import GATEWAY
 from ingress.serve.app import create_app, serve_app
@@ -221,3 +223,72 @@ async def test_a_service_inside_the_edge_listens_on_a_unix_socket_only_this_user
             demo = await client.chat.completions.create(model=DEMO_MODEL, messages=HELLO, max_tokens=4)
             assert demo.choices[0].message.content
         assert [place.exists() for place in places] == [False, False]
+
+
+# --- a key refused: the client's own, or the bridge's -----------------------------------------------
+
+INVALID_KEY = {"error": {"message": "Incorrect API key provided: sk-wrong***************xyz. You can find your "
+                                    "API key at https://platform.openai.com/account/api-keys.",
+                         "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
+
+
+@dataclass
+class Refusing:
+    """A provider that refuses every key (OpenAI's 401 invalid_api_key), and a backup route's service."""
+
+    engine: list[str]
+    backup: FakeUpstream
+    edge: str
+
+
+@pytest.fixture
+async def refusing(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> AsyncIterator[Refusing]:
+    """A route through the bridge (`forward_authorization` as the test's parameter) that falls back to
+    `backup` on every class a route can name, 5xx included."""
+    monkeypatch.setenv("ENGINE_KEY", "sk-engine-secret")
+    seen: list[str] = []
+
+    async def refuse(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response(INVALID_KEY, status=401)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", refuse)
+    app.router.add_post("/v1/messages", refuse)
+    backup = FakeUpstream()
+    async with serve_app(app, "127.0.0.1", 0) as engine_url, backup.running():
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", api_key_env="ENGINE_KEY", timeouts=GENEROUS)
+        routes = (Route(model="gpt", upstream_model="gpt-4o", group="provider", forward_authorization=request.param,
+                        fallbacks=["backup"], fallback_on=("unavailable", "5xx", "timeout", "rate_limited")),
+                  Route(name="backup", group="backup", upstream_model="local-model"))
+        settings = Settings(groups={"provider": Group(endpoints=[Endpoint(bridge=bridge)]),
+                                    "backup": Group(endpoints=[Endpoint(url=backup.url)])},
+                            routes=routes, timeouts=GENEROUS)
+        async with serve_app(create_app(settings), "127.0.0.1", 0) as edge:
+            yield Refusing(seen, backup, edge)
+
+
+@pytest.mark.parametrize("refusing", [True], indirect=True)
+async def test_a_clients_own_key_refused_is_its_401_and_never_moves_to_a_fallback(refusing: Refusing) -> None:
+    """The key was the client's: the provider's 401 is the client's to fix, in its own dialect; another route
+    serving it would spend the operator's credit on a caller the provider turned away."""
+    async with openai.AsyncOpenAI(base_url=f"{refusing.edge}/v1", api_key="sk-wrong-key", max_retries=0) as client:
+        with pytest.raises(openai.AuthenticationError) as caught:
+            await client.chat.completions.create(model="gpt", messages=HELLO)
+    assert caught.value.status_code == 401 and caught.value.code == "invalid_api_key"
+    assert "Incorrect API key provided" in caught.value.message and "platform.openai.com" not in caught.value.message
+    async with anthropic.AsyncAnthropic(base_url=refusing.edge, api_key="sk-wrong-key", max_retries=0) as messages:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            await messages.messages.create(model="gpt", max_tokens=16, messages=HELLO)
+    assert refused.value.status_code == 401 and refused.value.type == "authentication_error"
+    assert refusing.engine == ["Bearer sk-wrong-key"] * 2 and refusing.backup.received == []
+
+
+@pytest.mark.parametrize("refusing", [False], indirect=True)
+async def test_the_bridges_own_key_refused_is_the_operators_502_and_moves_as_its_route_says(
+    refusing: Refusing,
+) -> None:
+    async with openai.AsyncOpenAI(base_url=f"{refusing.edge}/v1", api_key="sk-client", max_retries=0) as client:
+        answer = await client.chat.completions.with_raw_response.create(model="gpt", messages=HELLO)
+    assert answer.headers["x-ingress-served-by"] == 'route="backup", model="local-model"'
+    assert refusing.engine == ["Bearer sk-engine-secret"] and len(refusing.backup.received) == 1

@@ -566,6 +566,21 @@ def scrubbed_part(text: str) -> str:
 
 
 @pytest.mark.parametrize(("status", "body", "expected"), [
+    (401, b'{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}',
+     (401, "authentication_error", "Anthropic refused the key sent with the request: invalid x-api-key")),
+    (403, b'{"type":"error","error":{"type":"permission_error","message":"no access"}}',
+     (403, "permission_error", "Anthropic refused the key sent with the request: no access")),
+    (402, b'{"type":"error","error":{"type":"billing_error","message":"credit balance too low"}}',
+     (402, "billing_error", "Anthropic refused the key sent with the request: credit balance too low")),
+    (401, b"", (401, "authentication_error", "Anthropic refused the key sent with the request: HTTP 401")),
+])
+def test_the_clients_own_key_refused_is_its_own_status(status: int, body: bytes,
+                                                      expected: tuple[int, str, str]) -> None:
+    info = DIALECT.error(status, {}, body, clients_key=True)
+    assert (info.status, info.type, info.message) == expected
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
     (403, b'{"type":"error","error":{"type":"permission_error","message":"no access"}}', (502, "upstream_auth_failed")),
     (404, b'{"type":"error","error":{"type":"not_found_error","message":"model: x"}}', (404, "not_found")),
     (413, b'{"type":"error","error":{"type":"request_too_large","message":"big"}}', (413, "request_too_large")),

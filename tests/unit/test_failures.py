@@ -55,6 +55,29 @@ def test_429_and_503_keep_retry_after() -> None:
                          ).status == 503
 
 
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (401, b'{"error": {"message": "Incorrect API key provided: sk-wrong-abcdef12. You can find your API key at'
+          b' https://platform.openai.com/account/api-keys.", "type": "invalid_request_error",'
+          b' "code": "invalid_api_key"}}',
+     (401, "invalid_request_error", "invalid_api_key",
+      "Incorrect API key provided: [redacted]. You can find your API key at [redacted]")),
+    (403, b'{"error": {"message": "Project does not have access to model gpt-5", "type": "invalid_request_error",'
+          b' "code": "model_not_found"}}',
+     (403, "invalid_request_error", "model_not_found", "Project does not have access to model gpt-5")),
+    (401, b"", (401, "invalid_request_error", "invalid_api_key",
+                "The model provider refused the key sent with the request (HTTP 401).")),
+    (403, b"Forbidden", (403, "permission_error", None, "Forbidden")),
+])
+def test_the_clients_own_key_refused_is_its_own_status(status: int, body: bytes,
+                                                      expected: tuple[int, str, str | None, str]) -> None:
+    """A route forwarding its clients' keys: the provider's 401/403 is the client's (no fallback moves it),
+    not the bridge's 502; everything else is as for the bridge's own key."""
+    info = DIALECT.error(status, {}, body, clients_key=True)
+    assert (info.status, info.type, info.code, info.message) == expected
+    assert DIALECT.error(429, {}, b"slow", clients_key=True).status == 429
+    assert DIALECT.error(500, {}, b"down", clients_key=True).code == "upstream_error"
+
+
 @pytest.mark.parametrize(("headers", "seconds"), [
     ({"Retry-After": "120"}, 120), ({"retry-after": "99999"}, 3600), ({"retry-after-ms": "1500"}, 2),
     ({"Retry-After": "soon"}, None), ({}, None),
