@@ -6,7 +6,8 @@
     stores.py    memory (an LRU bounded by bytes) and Redis/Valkey (the tenancy's server, a TTL on every key)
 
 The key is the SHA-256 of the request's canonical bytes (ingress/wire/canonical.py: the encoded request
-without its passport, request id and stream flags), the route, the upstream model and the scope's value.
+without its passport, request id and stream flags), the route that serves (a split's variant, not the route
+the client named), the upstream model and the scope's value.
 Only deterministic requests are cached unless the route says otherwise; `Cache-Control: no-store` skips the
 cache, `no-cache` skips the lookup and stores the new answer. The pipeline's stage is
 ingress/pipeline/cache.py; a hit is charged to rpm only (ingress/pipeline/admit.py `used`).

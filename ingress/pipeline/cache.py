@@ -28,6 +28,7 @@ from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
 from ingress.pipeline.send import send
+from ingress.routing.chain import route_name
 from ingress.settings import Timeouts
 from ingress.upstream.client import Reads
 from ingress.upstream.group import Lease
@@ -78,7 +79,9 @@ def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None
     principal = ex.principal
     who = scope_value(route.scope, principal.tenant_name if principal is not None else None,
                       principal.key.id if principal is not None else None, prepared.headers.get("authorization"))
-    return entry_key(request.data, ex.route or "", prepared.match.upstream_model, who)
+    # The route that serves: a split's variant keeps its own entries (a canary is never answered from the
+    # stable variant's, nor the reverse), though the request named the split's route and both send one model.
+    return entry_key(request.data, route_name(prepared.match.route), prepared.match.upstream_model, who)
 
 
 def _outcome(ex: Exchange, outcome: str, asked: float) -> None:

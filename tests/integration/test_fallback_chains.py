@@ -25,6 +25,7 @@ from recording import recording_edge
 from ingress import wire
 from ingress.cache.settings import RouteCache
 from ingress.exchange import Exchange
+from ingress.routing.split import choose
 from ingress.settings import Endpoint, ErrorClass, Group, Retry, Route, Settings, Share, Timeouts
 
 TEXT = "Tell me a story about frames"
@@ -532,6 +533,41 @@ async def test_a_canary_keeps_each_key_or_header_value_on_one_variant(
 
     assert [await served(w) for w in who] == first
     assert {value.rsplit('variant="', 1)[1] for value in first} == {'gpt"', 'canary"'}
+
+
+def _key_on(variant: str, shares: tuple[tuple[str, int], ...]) -> str:
+    """An API key that a split by key puts on `variant`."""
+    return next(key for key in (f"sk-{i}" for i in range(1000)) if choose(f"key:{key}".encode(), shares) == variant)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_each_variant_of_a_split_keeps_its_own_cache_entries(
+        start_chain: StartChain, stream: bool) -> None:
+    """A canary is never answered from the stable variant's entries, nor the reverse, though both send the
+    same model name: the key is the route that serves, not the one asked for."""
+    shares = (("abc", 50), ("abc-next", 50))
+    chain = await start_chain([
+        Route(name="abc", model="abc", group="a", upstream_model="gpt-4o", cache=RouteCache(ttl=600),
+              split=[Share(route=name, weight=weight) for name, weight in shares]),
+        Route(name="abc-next", group="c", upstream_model="gpt-4o", cache=RouteCache(ttl=600))])
+
+    async def ask(variant: str) -> tuple[str, str]:
+        async with openai.AsyncOpenAI(base_url=f"{chain.url}/v1", api_key=_key_on(variant, shares),
+                                      max_retries=0) as client:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="abc", messages=[{"role": "user", "content": TEXT}], temperature=0, stream=stream)
+            answer = raw.parse()
+            if isinstance(answer, openai.AsyncStream):
+                assert "".join([c.choices[0].delta.content or "" async for c in answer if c.choices]) == TEXT
+            else:
+                assert answer.choices[0].message.content == TEXT
+        await asyncio.sleep(0.05)  # a stream is stored in a later turn of the edge's loop, once it has ended
+        return raw.headers["x-ingress-cache"], raw.headers.get(SERVED_BY, "")
+
+    assert await ask("abc") == ("miss", 'route="abc", model="gpt-4o", variant="abc"')
+    assert await ask("abc-next") == ("miss", 'route="abc-next", model="gpt-4o", variant="abc-next"')
+    assert (await ask("abc"))[0] == (await ask("abc-next"))[0] == "hit"
+    assert chain.models_received() == {"a": ["gpt-4o"], "c": ["gpt-4o"]}
 
 
 # --- a chain behind the route's response cache ---------------------------------------------------
