@@ -89,6 +89,9 @@ HINTS_NOT_SENT = Counter("ingress_hints_not_sent", "Processing hints of Messages
 CACHE_LOOKUPS = Counter("ingress_response_cache_lookups", "Requests to a route with a response cache, by route and "
                         "outcome: hit (served from the cache), miss (sent; its answer stored if it completes), "
                         "bypass (not cacheable: no-store, or not deterministic).", ["route", "outcome"])
+CACHE_COALESCED = Counter("ingress_cache_coalesced", "Requests to a route with a response cache answered with "
+                          "the answer of an identical request already in flight in the same worker (each also a "
+                          "hit), by route.", ["route"])
 CACHE_STORES = Counter("ingress_response_cache_stores", "Answers stored in the response cache, by backend.",
                        ["backend"])
 CACHE_EVICTIONS = Counter("ingress_response_cache_evictions", "Entries the memory backend dropped before their TTL "

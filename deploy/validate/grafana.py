@@ -30,6 +30,7 @@ METRICS: dict[str, str] = {
     "ingress_hints_not_sent_total": "counter",
     "ingress_response_cache_lookups_total": "counter",
     "ingress_response_cache_stores_total": "counter",
+    "ingress_cache_coalesced_total": "counter",
     "ingress_response_cache_evictions_total": "counter",
     "ingress_response_cache_errors_total": "counter",
     "ingress_trace_spans_exported_total": "counter",

@@ -3,6 +3,7 @@
     settings.py  a route's `cache = {ttl, scope, backend}` and the `[cache]` section
     entries.py   an answer as stored (the service's own, in the contract) and as served, in either shape
     lookup.py    a request's key (its canonical bytes, route, model and scope) and its Cache-Control
+    flight.py    a miss in flight: the identical requests that arrive meanwhile wait for its answer
     stores.py    memory (an LRU bounded by bytes) and Redis/Valkey (the tenancy's server, a TTL on every key)
 
 The key is the SHA-256 of the request's canonical bytes (ingress/wire/canonical.py: the encoded request
@@ -19,13 +20,14 @@ import time
 from collections.abc import Callable
 
 from ingress import metrics
+from ingress.cache.flight import Flight
 from ingress.cache.lookup import NO_CACHE, NO_STORE, directive, entry_key, scope_value
 from ingress.cache.settings import CacheSettings, RouteCache
 from ingress.cache.stores import MemoryCache, RedisCache
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.settings import Redis
 
-__all__ = ["NO_CACHE", "NO_STORE", "ResponseCache", "directive", "entry_key", "scope_value"]
+__all__ = ["NO_CACHE", "NO_STORE", "Flight", "ResponseCache", "directive", "entry_key", "scope_value"]
 
 class ResponseCache:
     """The stores the routes' caches use, made once per worker: memory always, Redis when the tenancy
@@ -34,6 +36,7 @@ class ResponseCache:
     def __init__(self, settings: CacheSettings, redis: Redis | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
+        self.flights: dict[str, Flight] = {}  # the misses in flight in this worker, by key
         self.memory = MemoryCache(settings.memory_bytes, clock)
         self.redis = RedisCache(redis.url, redis.prefix, settings.timeout_ms / 1000) if redis is not None else None
         self.tasks = BackgroundTasks()

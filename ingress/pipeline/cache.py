@@ -6,6 +6,9 @@
     miss     `send` as without a cache, the answer's bytes recorded as they pass; stored once it is whole
              and successful (a whole answer once it decoded, a stream once its final frame was read and
              nothing failed), never an error, a cut or failed stream, or one whose client left first
+    in flight  an identical miss already being answered in this worker (ingress/cache/flight.py): the
+             request waits for that answer and is served it as a hit, in its own shape and dialect; if
+             that one ends with nothing to share, or stalls, the request is a miss of its own
 
 A store that fails or is slow is a miss (ingress/cache/stores.py). `ex.cache` says which way it went
 (hit, miss, bypass): the x-ingress-cache header, the metrics and the usage record read it.
@@ -20,7 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from ingress import metrics
-from ingress.cache import NO_CACHE, NO_STORE, ResponseCache, entry_key, scope_value
+from ingress.cache import NO_CACHE, NO_STORE, Flight, ResponseCache, entry_key, scope_value
 from ingress.cache.entries import STREAM, Shape, entry, served
 from ingress.cache.settings import RouteCache
 from ingress.errors import IngressError
@@ -53,6 +56,10 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
         return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
     if ex.cache_control != NO_CACHE:
         value = await cache.get(route, key)
+        if value is None and (flight := cache.flights.get(key)) is not None:
+            value = await _follow(cache, key, flight, gw.timeouts(prepared.match))
+            if value is not None:
+                metrics.child(metrics.CACHE_COALESCED, ex.route or "").inc()
         answer = served(value, shape) if value else None
         if answer is not None:
             try:
@@ -63,12 +70,30 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
                 _outcome(ex, HIT, asked)
                 return result
     _outcome(ex, MISS, asked)
-    recorder = _Recorder(cache, route, key, shape, ex, cache.settings.max_entry_bytes)
-    result = await send(gw, prepared.match, ex, lambda lease: attempt(recorder.lease(lease)), prepared.prefix,
-                        **chain)
+    flight = None
+    if key not in cache.flights:  # the identical requests that come meanwhile wait for this one's answer
+        flight = cache.flights[key] = Flight()
+    recorder = _Recorder(cache, route, key, shape, ex, cache.settings.max_entry_bytes, flight)
+    try:
+        result = await send(gw, prepared.match, ex, lambda lease: attempt(recorder.lease(lease)), prepared.prefix,
+                            **chain)
+    except BaseException:
+        recorder.settle(None)
+        raise
     if shape != STREAM:
         recorder.whole()
+    else:
+        recorder.final = True  # the stream this attempt opened is the answer: its end settles the flight
     return result
+
+
+async def _follow(cache: ResponseCache, key: str, flight: Flight, timeouts: Timeouts) -> bytes | None:
+    """The entry of the identical miss in flight, once it has one; None: it had nothing to share, or stalled
+    (then it is no longer a flight others wait for)."""
+    value = await flight.joined(timeouts.connect + timeouts.first_byte, timeouts.idle)
+    if not flight.ended and cache.flights.get(key) is flight:
+        del cache.flights[key]
+    return value
 
 
 def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
@@ -151,11 +176,14 @@ class _StoredReads:
 
 
 class _Recorder:
-    """The bytes of the attempt's answer as they pass (up to `limit`: a larger answer is not stored)."""
+    """The bytes of the attempt's answer as they pass (up to `limit`: a larger answer is not stored), and the
+    flight its followers wait on (None: this request leads none), settled once the answer is whole or failed."""
 
     def __init__(self, cache: ResponseCache, route: RouteCache, key: str, shape: Shape, ex: Exchange,
-                 limit: int) -> None:
+                 limit: int, flight: Flight | None = None) -> None:
         self.cache, self.route, self.key, self.shape, self.ex, self.limit = cache, route, key, shape, ex, limit
+        self.flight = flight
+        self.final = False  # a stream: the attempt that opened it is the one served (a chain moves no more)
         self.parts: list[bytes] = []
         self.size = 0
 
@@ -169,23 +197,37 @@ class _Recorder:
             self.parts.append(data)
         else:
             self.parts = []
+        if self.flight is not None:
+            self.flight.moved()
 
     def whole(self) -> None:
-        """The attempt succeeded with a whole answer: stored if it is one to keep. What was recorded is the
-        last attempt's answer: the one served, or (a filtered answer held back on a chain, served when every
-        route after it failed) a failure, which `entry` does not keep."""
-        if self.size > self.limit or not self.parts:
-            return
-        value = entry(self.shape, b"".join(self.parts))
+        """The attempt succeeded with a whole answer: stored if it is one to keep, and shared with the
+        followers. What was recorded is the last attempt's answer: the one served, or (a filtered answer held
+        back on a chain, served when every route after it failed) a failure, which `entry` does not keep."""
+        value = None
+        if self.size <= self.limit and self.parts:
+            value = entry(self.shape, b"".join(self.parts))
         if value is not None:
             self.cache.put(self.route, self.key, value)
+        self.settle(value)
+
+    def settle(self, value: bytes | None) -> None:
+        """The flight this request leads ends: its followers get `value`, or go their own way (None)."""
+        flight, self.flight = self.flight, None
+        if flight is not None:
+            flight.end(value)
+            if self.cache.flights.get(self.key) is flight:
+                del self.cache.flights[self.key]
 
     def ended(self) -> None:
-        """The stream closed: stored if the service's answer was whole and nothing failed on the way; its
-        frames checked once more (`entry`) in a later turn of the loop, once its end is on its way."""
+        """A stream closed: stored if the service's answer was whole and nothing failed on the way; its
+        frames checked once more (`entry`) in a later turn of the loop, once its end is on its way. The stream
+        of an attempt a chain moved on from (`final` not yet set) settles nothing."""
         ex = self.ex
         if ex.upstream_ok is True and ex.error is None:
             asyncio.get_running_loop().call_soon(self.whole)
+        elif self.final:
+            self.settle(None)
 
 
 class _RecordingLease:

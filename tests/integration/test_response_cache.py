@@ -461,6 +461,97 @@ async def test_a_hit_counts_toward_rpm_but_charges_no_tokens(stack: AsyncExitSta
     assert len(fake_upstream.received) == 1
 
 
+# --- identical misses in flight: one call to the service -----------------------------------------------------
+
+
+def coalesced() -> float:
+    return sample_value("ingress_cache_coalesced_total", {"route": MODEL}) or 0.0
+
+
+def slowly(behaviour: fu.Behaviour, seconds: float = 0.4) -> fu.Behaviour:
+    """`behaviour`, once `seconds` have passed: long enough for the identical requests to arrive meanwhile."""
+
+    async def run(call: fu.Call) -> web.StreamResponse:
+        await asyncio.sleep(seconds)
+        return await behaviour(call)
+
+    return run
+
+
+async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExitStack, fake_upstream: FakeUpstream,
+                                                                 http: aiohttp.ClientSession) -> None:
+    """An agent fleet, a retry storm, a dashboard refresh: the first identical request calls the service, the
+    ones that arrive while it is answered wait for its answer, each served it in its own shape and dialect."""
+    url = await edge_for(stack, fake_upstream)
+    fake_upstream.play(slowly(fu.answer()))
+    prompt = "the same question from eight clients"
+    before = coalesced()
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
+
+        async def whole() -> tuple[str, str | None]:
+            raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, temperature=0)
+            return raw.headers[CACHE], raw.parse().choices[0].message.content
+
+        async def streamed() -> tuple[str, str | None]:
+            raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, temperature=0,
+                                                                         stream=True)
+            chunks = [c async for c in raw.parse()]
+            return raw.headers[CACHE], "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+        async def responses() -> tuple[str, str | None]:
+            raw = await client.responses.with_raw_response.create(model=MODEL, input=prompt, temperature=0)
+            return raw.headers[CACHE], raw.parse().output_text
+
+        leader = asyncio.create_task(whole())
+        await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
+        followers = await asyncio.gather(*(way() for way in (whole, streamed, responses) * 2 + (streamed,)))
+        first = await leader
+
+    assert first == ("miss", prompt)
+    assert followers == [("hit", prompt)] * 7
+    assert len(fake_upstream.received) == 1
+    assert coalesced() - before == 7
+    assert (await post(http, url, body(prompt)))[1] == "hit"  # and it was stored
+
+
+@pytest.mark.parametrize("ending", ["error", "client_left"])
+async def test_a_leader_that_fails_frees_its_followers_to_call_on_their_own(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession, ending: str) -> None:
+    """A failure is never shared: the followers of a leader whose answer failed (or whose client left
+    mid-stream, so that its answer was never whole) each get an answer of their own."""
+    url = await edge_for(stack, fake_upstream)
+    prompt = f"a leader that ends with {ending}"
+    if ending == "error":
+        fake_upstream.play(slowly(fu.error_answer(wire.ErrorInfo(status=500, type="server_error", message="boom"))))
+    else:
+        fake_upstream.play(fu.answer("one two three four five six"), pace=0.15)
+    before = coalesced()
+
+    followed = asyncio.Event()
+
+    async def lead() -> int:
+        async with http.post(url + "/v1/chat/completions", json=body(prompt, stream=True)) as r:
+            if ending == "client_left":
+                await r.content.readline()  # the first event; then gone, once the followers wait
+                await followed.wait()
+                return r.status
+            await r.read()
+            return r.status
+
+    leader = asyncio.create_task(lead())
+    await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
+    following = asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
+    await asyncio.sleep(0.1)
+    followed.set()
+    followers = await following
+    assert await leader == (500 if ending == "error" else 200)
+
+    assert [(status, header) for status, header, _ in followers] == [(200, "miss")] * 4
+    assert all(ending in text for _, _, text in followers)  # each its own answer: the echo of its prompt
+    assert len(fake_upstream.received) == 5 and coalesced() == before
+
+
 # --- the Redis backend, on real Redis and Valkey servers -----------------------------------------------------
 
 
