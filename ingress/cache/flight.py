@@ -1,28 +1,41 @@
-"""A miss in flight: the identical requests that arrive while it is being answered (its followers) wait for
-its answer instead of each calling the service (single flight, per worker).
+"""A miss in flight: the identical requests that arrive while it is being answered (its followers) are
+answered with its answer instead of each calling the service (single flight, per worker).
 
-The leader's answer is shared as the entry it makes (ingress/cache/entries.py), so each follower reads it
-back in its own shape and dialect, as a hit. A leader that ends with nothing to share (an error, a stream
-cut short or failed, its client gone, an answer too large to store) frees its followers to call on their
-own: a failure is never shared. A follower waits no longer than it would for its own answer: the route's
-connect and first-byte timeouts until the leader's answer first moves, then its idle timeout between moves;
-a leader stalled past them is let go, and taken out of the worker's flights.
+A follower that asked for a stream, of a leader that streams, tails the leader's frames as they arrive, once
+the leader's answer has begun (its first frame read from the attempt a fallback chain settled on): its
+time to first token is the leader's, not the whole answer's. Every other follower waits for the entry the
+leader's answer makes (ingress/cache/entries.py) and reads it back in its own shape, as a hit; either way
+each is translated into its own dialect.
+
+A failure is never shared as an answer: a leader that ends with nothing to share (an error, a stream cut
+short, an answer too large to store) before a follower began reading frees that follower to call on its
+own; a stream that breaks after a tailing follower began ends that follower's stream with an in-band error,
+as its own would. A leader whose client leaves while others wait reads its stream to the end for them
+(`waited`). A follower waits no longer than it would for its own answer: the route's connect and first-byte
+timeouts until the leader's answer first moves, then its idle timeout between moves; a leader stalled past
+them is let go, and taken out of the worker's flights.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from ingress.cache.entries import Shape
+
 
 class Flight:
-    """One key's miss in flight: what its leader has read so far moves it (`moved`), its end settles it."""
+    """One key's miss in flight: the leader's reads move it (`moved`), its end settles it (`end`)."""
 
-    __slots__ = ("_ended", "_moved", "moved_once", "value", "waiting")
+    __slots__ = ("_ended", "_moved", "frames", "moved_once", "opened", "shape", "tailing", "value", "waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, shape: Shape) -> None:
+        self.shape = shape  # what the leader asked for: a stream's frames can be tailed
         self.value: bytes | None = None  # the entry the leader's answer made; None: nothing to share
+        self.frames: list[bytes] = []  # a stream's reads so far, of its current attempt
+        self.opened = False  # the attempt the leader's chain settled on is the answer: its frames can be tailed
         self.moved_once = False
-        self.waiting = 0  # followers waiting now
+        self.waiting = 0  # followers waiting for a move now
+        self.tailing = 0  # followers reading the frames
         self._ended = False
         self._moved = asyncio.Event()
 
@@ -30,13 +43,28 @@ class Flight:
     def ended(self) -> bool:
         return self._ended
 
+    @property
+    def waited(self) -> bool:
+        """Followers depend on it: a leader whose client leaves reads on for them."""
+        return bool(self.waiting or self.tailing)
+
+    def read(self, data: bytes) -> None:
+        """The leader read a part of its answer (a stream's, kept for the followers that tail it)."""
+        if self.shape == "stream":
+            self.frames.append(data)
+        self.moved()
+
     def moved(self) -> None:
-        """The leader read a part of its answer."""
         self.moved_once = True
         if not self.waiting or self._ended:
             return
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()
+
+    def open(self) -> None:
+        """The leader's attempt is the answer (a chain moves no more): its frames may be tailed."""
+        self.opened = True
+        self.moved()
 
     def end(self, value: bytes | None) -> None:
         """The leader is done: `value` is its entry, or None when it has nothing to share. Once only."""
@@ -45,17 +73,30 @@ class Flight:
         self.value, self._ended = value, True
         self._moved.set()
 
-    async def joined(self, first: float, idle: float) -> bytes | None:
-        """The leader's entry, once it ends; None when it had nothing to share, or stalled: no move within
-        `first` seconds before its first, or `idle` seconds between two (then `ended` is still False)."""
+    async def joined(self, first: float, idle: float, *, tail: bool = False) -> bool:
+        """Wait until the leader ends, or (`tail`) until its stream has begun; False when it stalled: no move
+        within `first` seconds before its first, or `idle` seconds between two."""
+        while not self._ended and not (tail and self.opened and self.frames):
+            if not await self._move(idle if self.moved_once else first):
+                return False
+        return True
+
+    async def frame(self, at: int, idle: float) -> bytes | None:
+        """The leader's read number `at` (waiting up to `idle` seconds for it); b"" once the stream ended
+        whole and every read was taken; None when it ended with nothing to share, or stalled."""
+        while at >= len(self.frames):
+            if self._ended:
+                return b"" if self.value is not None else None
+            if not await self._move(idle):
+                return None
+        return self.frames[at]
+
+    async def _move(self, timeout: float) -> bool:
         self.waiting += 1
         try:
-            while not self._ended:
-                moved = self._moved
-                try:
-                    await asyncio.wait_for(moved.wait(), idle if self.moved_once else first)
-                except TimeoutError:
-                    return None
+            await asyncio.wait_for(self._moved.wait(), timeout)
+        except TimeoutError:
+            return False
         finally:
             self.waiting -= 1
-        return self.value
+        return True

@@ -26,7 +26,7 @@ from ingress import metrics
 from ingress.cache import NO_CACHE, NO_STORE, Flight, ResponseCache, entry_key, scope_value
 from ingress.cache.entries import STREAM, Shape, entry, served
 from ingress.cache.settings import RouteCache
-from ingress.errors import IngressError
+from ingress.errors import IngressError, UpstreamUnavailable
 from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
@@ -55,24 +55,26 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
         _outcome(ex, BYPASS, asked)
         return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
     if ex.cache_control != NO_CACHE:
+        stored: _StoredLease | _TailLease | None = None
         value = await cache.get(route, key)
-        if value is None and (flight := cache.flights.get(key)) is not None:
-            value = await _follow(cache, key, flight, gw.timeouts(prepared.match))
-            if value is not None:
-                metrics.child(metrics.CACHE_COALESCED, ex.route or "").inc()
-        answer = served(value, shape) if value else None
-        if answer is not None:
+        if value is not None and (answer := served(value, shape)) is not None:
+            stored = _StoredLease(answer)
+        elif value is None and (flight := cache.flights.get(key)) is not None:
+            stored = await _follow(cache, key, flight, shape, gw.timeouts(prepared.match))
+        if stored is not None:
             try:
-                result = await attempt(_StoredLease(answer))
-            except IngressError:  # a stored answer that does not read back: served by the service instead
+                result = await attempt(stored)
+            except IngressError:  # an answer that does not read back: served by the service instead
                 pass
             else:
                 _outcome(ex, HIT, asked)
+                if value is None:
+                    metrics.child(metrics.CACHE_COALESCED, ex.route or "").inc()
                 return result
     _outcome(ex, MISS, asked)
     flight = None
-    if key not in cache.flights:  # the identical requests that come meanwhile wait for this one's answer
-        flight = cache.flights[key] = Flight()
+    if key not in cache.flights:  # the identical requests that come meanwhile are answered with this one's answer
+        flight = cache.flights[key] = Flight(shape)
     recorder = _Recorder(cache, route, key, shape, ex, cache.settings.max_entry_bytes, flight)
     try:
         result = await send(gw, prepared.match, ex, lambda lease: attempt(recorder.lease(lease)), prepared.prefix,
@@ -83,17 +85,24 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
     if shape != STREAM:
         recorder.whole()
     else:
-        recorder.final = True  # the stream this attempt opened is the answer: its end settles the flight
+        recorder.opened()  # the stream this attempt opened is the answer: its end settles the flight
     return result
 
 
-async def _follow(cache: ResponseCache, key: str, flight: Flight, timeouts: Timeouts) -> bytes | None:
-    """The entry of the identical miss in flight, once it has one; None: it had nothing to share, or stalled
-    (then it is no longer a flight others wait for)."""
-    value = await flight.joined(timeouts.connect + timeouts.first_byte, timeouts.idle)
-    if not flight.ended and cache.flights.get(key) is flight:
-        del cache.flights[key]
-    return value
+async def _follow(cache: ResponseCache, key: str, flight: Flight, shape: Shape,
+                  timeouts: Timeouts) -> _StoredLease | _TailLease | None:
+    """What the identical miss in flight answers this request with: its stream's frames as they come, for a
+    stream of a stream, once it has begun; else its entry, once it has one. None: it had nothing to share,
+    or stalled (then it is no longer a flight others wait for)."""
+    tail = shape == STREAM and flight.shape == STREAM
+    if not await flight.joined(timeouts.connect + timeouts.first_byte, timeouts.idle, tail=tail):
+        if cache.flights.get(key) is flight:
+            del cache.flights[key]
+        return None
+    if not flight.ended:
+        return _TailLease(flight, timeouts.idle)
+    answer = served(flight.value, shape) if flight.value is not None else None
+    return _StoredLease(answer) if answer is not None else None
 
 
 def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
@@ -172,6 +181,64 @@ class _StoredReads:
         return consume(data) if data else None
 
 
+# --- a follower's stream: the leader's frames, as they come ---------------------------------------------
+
+
+class _TailLease:
+    """What an attempt reads its answer from (`lease.client`), for a stream that tails a leader's."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, flight: Flight, idle: float) -> None:
+        self.client = _TailClient(flight, idle)
+
+
+class _TailClient:
+    __slots__ = ("_flight", "_idle")
+
+    def __init__(self, flight: Flight, idle: float) -> None:
+        self._flight, self._idle = flight, idle
+
+    @asynccontextmanager
+    async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
+                     timeouts: Timeouts | None = None) -> AsyncIterator[_TailReads]:
+        flight = self._flight
+        flight.tailing += 1
+        try:
+            yield _TailReads(flight, self._idle)
+        finally:
+            flight.tailing -= 1
+
+
+class _TailReads:
+    """The leader's reads as `Reads`: each once it has come; a leader that ends with nothing to share, or
+    stalls, breaks this stream as its own service would."""
+
+    __slots__ = ("_at", "_flight", "_idle")
+
+    def __init__(self, flight: Flight, idle: float) -> None:
+        self._flight, self._idle, self._at = flight, idle, 0
+
+    def __aiter__(self) -> _TailReads:
+        return self
+
+    async def __anext__(self) -> bytes:
+        data = await self._flight.frame(self._at, self._idle)
+        if data is None:
+            raise UpstreamUnavailable("The model service's answer, shared with an identical request in flight, "
+                                      "broke off.", after_head=True)
+        if not data:
+            raise StopAsyncIteration
+        self._at += 1
+        return data
+
+    async def pump(self, consume: Callable[[bytes], R | None]) -> R | None:
+        async for data in self:
+            if (made := consume(data)) is not None:
+                return made
+        return None
+
+
 # --- a miss: the answer recorded on its way, stored once it is whole -----------------------------------
 
 
@@ -189,7 +256,15 @@ class _Recorder:
 
     def lease(self, lease: Lease) -> _RecordingLease:
         self.parts, self.size = [], 0  # each attempt records afresh
+        if self.flight is not None:
+            self.flight.frames = []
         return _RecordingLease(lease, self)
+
+    def opened(self) -> None:
+        """The stream the last attempt opened is the answer: followers may tail it, and its end settles."""
+        self.final = True
+        if self.flight is not None:
+            self.flight.open()
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
@@ -198,7 +273,7 @@ class _Recorder:
         else:
             self.parts = []
         if self.flight is not None:
-            self.flight.moved()
+            self.flight.read(data)
 
     def whole(self) -> None:
         """The attempt succeeded with a whole answer: stored if it is one to keep, and shared with the
@@ -219,6 +294,17 @@ class _Recorder:
             if self.cache.flights.get(self.key) is flight:
                 del self.cache.flights[self.key]
 
+    async def read_on(self, reads: Reads) -> None:
+        """The answer's client left before its end while followers wait for it: the rest of the stream is
+        read for them (each read within the service's idle timeout), and stored and shared as a whole answer
+        would be (or, if it was not whole, nothing is)."""
+        try:
+            async for data in reads:
+                self.add(data)
+        except (IngressError, OSError):
+            pass
+        self.whole()
+
     def ended(self) -> None:
         """A stream closed: stored if the service's answer was whole and nothing failed on the way; its
         frames checked once more (`entry`) in a later turn of the loop, once its end is on its way. The stream
@@ -228,6 +314,11 @@ class _Recorder:
             asyncio.get_running_loop().call_soon(self.whole)
         elif self.final:
             self.settle(None)
+
+    @property
+    def waited(self) -> bool:
+        """The served stream is still wanted by followers (its own client gone or not)."""
+        return self.final and self.flight is not None and self.flight.waited
 
 
 class _RecordingLease:
@@ -260,11 +351,16 @@ class _RecordingClient:
     @asynccontextmanager
     async def stream(self, body: bytes | bytearray, headers: Mapping[str, str],
                      timeouts: Timeouts | None = None) -> AsyncIterator[_RecordingReads]:
+        recorder = self._recorder
         async with self._client.stream(body, headers, timeouts) as reads:
             try:
-                yield _RecordingReads(reads, self._recorder)
+                yield _RecordingReads(reads, recorder)
             finally:
-                self._recorder.ended()
+                try:
+                    if recorder.waited and not (recorder.ex.upstream_ok is True and recorder.ex.error is None):
+                        await recorder.read_on(reads)
+                finally:
+                    recorder.ended()  # settles the flight, if reading on did not (or was cancelled)
 
 
 class _RecordingReads:

@@ -515,41 +515,146 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
     assert (await post(http, url, body(prompt)))[1] == "hit"  # and it was stored
 
 
-@pytest.mark.parametrize("ending", ["error", "client_left"])
-async def test_a_leader_that_fails_frees_its_followers_to_call_on_their_own(
-        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession, ending: str) -> None:
-    """A failure is never shared: the followers of a leader whose answer failed (or whose client left
-    mid-stream, so that its answer was never whole) each get an answer of their own."""
-    url = await edge_for(stack, fake_upstream)
-    prompt = f"a leader that ends with {ending}"
-    if ending == "error":
-        fake_upstream.play(slowly(fu.error_answer(wire.ErrorInfo(status=500, type="server_error", message="boom"))))
-    else:
-        fake_upstream.play(fu.answer("one two three four five six"), pace=0.15)
-    before = coalesced()
+def gated(gate: asyncio.Event, *, then: str = "answer") -> fu.Behaviour:
+    """A stream's first two frames (its role, its first word), then nothing until `gate` opens; then the
+    rest (`then` "answer"), or the connection dropped ("drop")."""
 
+    async def run(call: fu.Call) -> web.StreamResponse:
+        out = await call.open_stream()
+        frames = call.frames()
+        for frame in frames[:2]:
+            await call.send(out, frame)
+        await gate.wait()
+        if then == "drop":
+            await call.drop()
+        for frame in frames[2:]:
+            await call.send(out, frame)
+        await out.write_eof()
+        return out
+
+    return run
+
+
+async def _first_word(stream: openai.AsyncStream[Any]) -> str:
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            return str(chunk.choices[0].delta.content)
+    raise AssertionError("the stream ended before any content")
+
+
+async def test_a_stream_that_waits_is_sent_the_leaders_frames_as_they_come(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    """Followers that stream tail the leader's stream: their first token comes while the service is still
+    generating (the gate closed), not once the whole answer is in."""
+    url = await edge_for(stack, fake_upstream)
+    gate = asyncio.Event()
+    fake_upstream.play(gated(gate))
+    prompt = "tailed from the first word on"
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
+    before = coalesced()
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
+        streams = []
+        for _ in range(3):  # the leader first, then two that find it in flight
+            raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=messages,
+                                                                         temperature=0, stream=True)
+            stream = raw.parse()
+            assert await asyncio.wait_for(_first_word(stream), 5) == "tailed"  # the gate is still closed
+            streams.append((raw.headers[CACHE], stream))
+        responses = await client.responses.with_raw_response.create(model=MODEL, input=prompt, temperature=0,
+                                                                     stream=True)
+        events = responses.parse()
+        first = await asyncio.wait_for(anext(e async for e in events if e.type == "response.output_text.delta"), 5)
+        assert first.delta == "tailed"  # in another dialect, the gate still closed
+        gate.set()
+        texts = ["tailed" + "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+                 for _, stream in streams]
+        texts.append("tailed" + "".join([e.delta async for e in events if e.type == "response.output_text.delta"]))
+
+    assert [header for header, _ in streams] + [responses.headers[CACHE]] == ["miss", "hit", "hit", "hit"]
+    assert texts == [prompt] * 4
+    assert len(fake_upstream.received) == 1 and coalesced() - before == 3
+    assert (await post(http, url, body(prompt)))[1] == "hit"  # and stored once whole
+
+
+async def test_a_leader_whose_client_leaves_reads_on_for_its_followers(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    url = await edge_for(stack, fake_upstream)
+    prompt = "the leader leaves after its first word"
+    fake_upstream.play(fu.answer(), pace=0.05)
     followed = asyncio.Event()
+
+    async def lead() -> None:
+        async with http.post(url + "/v1/chat/completions", json=body(prompt, stream=True)) as r:
+            await r.content.readline()  # the first event; then gone, once the followers wait
+            await followed.wait()
+
+    leader = asyncio.create_task(lead())
+    await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
+    following = asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
+    await asyncio.sleep(0.02)
+    followed.set()
+    followers = await following
+    await leader
+
+    assert [(status, header) for status, header, _ in followers] == [(200, "hit")] * 4
+    assert all("word" in text for _, _, text in followers)
+    assert len(fake_upstream.received) == 1
+    assert (await post(http, url, body(prompt)))[1] == "hit"  # what it read on for them was stored
+
+
+async def test_a_leader_that_fails_frees_its_followers_to_call_on_their_own(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    """A failure is never shared: the followers of a leader whose answer failed before it began each get
+    an answer of their own."""
+    url = await edge_for(stack, fake_upstream)
+    prompt = "a leader that ends with an error"
+    fake_upstream.play(slowly(fu.error_answer(wire.ErrorInfo(status=500, type="server_error", message="boom"))))
+    before = coalesced()
 
     async def lead() -> int:
         async with http.post(url + "/v1/chat/completions", json=body(prompt, stream=True)) as r:
-            if ending == "client_left":
-                await r.content.readline()  # the first event; then gone, once the followers wait
-                await followed.wait()
-                return r.status
             await r.read()
             return r.status
 
     leader = asyncio.create_task(lead())
     await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
-    following = asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
-    await asyncio.sleep(0.1)
-    followed.set()
-    followers = await following
-    assert await leader == (500 if ending == "error" else 200)
+    followers = await asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
 
+    assert await leader == 500
     assert [(status, header) for status, header, _ in followers] == [(200, "miss")] * 4
-    assert all(ending in text for _, _, text in followers)  # each its own answer: the echo of its prompt
+    assert all("error" in text for _, _, text in followers)  # each its own answer: the echo of its prompt
     assert len(fake_upstream.received) == 5 and coalesced() == before
+
+
+async def test_a_stream_that_breaks_after_its_followers_began_breaks_theirs(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
+    """As their own would: the stream ends with an in-band error, never a truncation that looks whole, and
+    nothing is stored."""
+    url = await edge_for(stack, fake_upstream)
+    gate = asyncio.Event()
+    fake_upstream.play(gated(gate, then="drop"))
+    prompt = "a stream that breaks midway"
+
+    async def one() -> tuple[str | None, list[str]]:
+        async with http.post(url + "/v1/chat/completions", json=body(prompt, stream=True)) as r:
+            lines = [(await r.content.readline()).decode()]
+            while '"content":"a"' not in lines[-1] and lines[-1]:  # the frames before the gate
+                lines.append((await r.content.readline()).decode())
+            started.append(1)
+            return r.headers.get(CACHE), lines + [line.decode() async for line in r.content]
+
+    started: list[int] = []
+    streams = asyncio.gather(*(one() for _ in range(3)))
+    await eventually(lambda: len(started) == 3 or None, "every stream began")
+    gate.set()
+
+    ended = await streams
+    assert sorted(header or "" for header, _ in ended) == ["hit", "hit", "miss"]
+    for _, lines in ended:
+        assert any('"error"' in line for line in lines) and "data: [DONE]\n" not in lines
+    assert len(fake_upstream.received) == 1
+    fake_upstream.play(fu.answer())
+    assert (await post(http, url, body(prompt)))[1] == "miss"  # nothing was stored
 
 
 # --- the Redis backend, on real Redis and Valkey servers -----------------------------------------------------
