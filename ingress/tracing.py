@@ -356,13 +356,13 @@ class RequestTrace:
         span.end()
 
 
-def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str]) -> Span | None:
+def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str],
+                  operation: str = "chat") -> Span | None:
     """A bridge's span around its call to the engine or provider: the child of the span that sent the
-    request (its passport's context, read in place), named for the operation and model; `headers` (the
-    engine request's) then carry its own context on, which vLLM and others continue. None when the
-    request is not sampled: the engine is then told the sender's context as it is."""
-    from ingress.wire.decode import read_request
-    from ingress.wire.passport import trace_context
+    request (its passport's context, read in place), named for the operation ("chat", "embeddings") and
+    model; `headers` (the engine request's) then carry its own context on, which vLLM and others continue.
+    None when the request is not sampled: the engine is then told the sender's context as it is."""
+    from ingress.wire.passport import model_name, trace_context
 
     traceparent, tracestate = trace_context(buf)
     if not tracer.sampled(traceparent):
@@ -371,9 +371,9 @@ def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers
             if tracestate:
                 headers["tracestate"] = tracestate
         return None
-    model = (read_request(buf).ModelName() or b"").decode("utf-8", "replace")
-    span = tracer.span(f"chat {model}" if model else "chat", otlp.KIND_CLIENT, traceparent, tracestate,
-                       {"gen_ai.operation.name": "chat", "gen_ai.provider.name": dialect,
+    model = model_name(buf)
+    span = tracer.span(f"{operation} {model}" if model else operation, otlp.KIND_CLIENT, traceparent, tracestate,
+                       {"gen_ai.operation.name": operation, "gen_ai.provider.name": dialect,
                         "gen_ai.request.model": model, "server.address": target})
     headers["traceparent"] = span.traceparent
     if tracestate:

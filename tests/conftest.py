@@ -22,8 +22,10 @@ import llama_engine  # noqa: E402
 import redis_servers  # noqa: E402
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
 
-# The `llama_server` fixture (a real engine) and the hooks that build it before any test runs.
+# The `llama_server` and `llama_embedder` fixtures (a real engine) and the hooks that build it before any
+# test runs.
 from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hooks by name here)
+    llama_embedder,
     llama_server,
     pytest_collection_modifyitems,
     pytest_runtest_makereport,

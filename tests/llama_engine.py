@@ -53,6 +53,10 @@ SERVE_ARGS = (
     "--cache-prompt", "-cram", "64",
     "--no-webui", "--metrics",
 )
+# The same model as an embedder (`llama_embedder`): `--embeddings` serves /v1/embeddings alone, and SmolLM2, a
+# causal language model, has no pooling of its own to answer one vector per input with: the mean of its
+# tokens' (576 floats, its n_embd, normalised).
+EMBED_ARGS = ("--embeddings", "--pooling", "mean")
 START_TIMEOUT = 120.0  # loading a 135M model takes a second or two; a loaded machine, much more
 STOP_TIMEOUT = 10.0
 PIP_ATTEMPTS = 3
@@ -357,29 +361,33 @@ def _tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
-# --- pytest: the `llama_server` fixture, and the build before any test runs ---------------------------
+# --- pytest: the `llama_server` and `llama_embedder` fixtures, and the build before any test runs --------
 #
 # The first build takes many minutes, far past pytest-timeout's 60 s per test, which counts a fixture's
 # setup as part of the first test using it. So the build happens once collection is done, before any
 # test runs and outside every test's timeout, and only when a selected test needs the server: running
-# other tests never builds it. The fixture then finds the cached binary and starts it in seconds.
+# other tests never builds it. The fixtures then find the cached binary and start it in seconds.
 
 FIXTURE = "llama_server"
+FIXTURES = (FIXTURE, "llama_embedder")
 _BUILD_ERROR = pytest.StashKey[str]()
-_SERVER_LOG = pytest.StashKey[Path]()
+_SERVER_LOG = pytest.StashKey[dict[str, Path]]()
+
+
+def _uses_server(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in FIXTURES)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test using the server is marked `llama`, so `-m "not llama"` leaves the build out."""
     for item in items:
-        if FIXTURE in getattr(item, "fixturenames", ()):
+        if _uses_server(item):
             item.add_marker(pytest.mark.llama)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly or not any(FIXTURE in getattr(item, "fixturenames", ())
-                                                    for item in session.items):
+    if session.config.option.collectonly or not any(map(_uses_server, session.items)):
         return
     if built_server() is None and not missing_tools():
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -399,6 +407,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-server serving SmolLM2-135M on loopback for the whole session; yields its base URL (no `/v1`)."""
+    with _serving(request, tmp_path_factory, FIXTURE) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_embedder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """llama-server serving SmolLM2-135M as an embedder (EMBED_ARGS: `/v1/embeddings` only, mean pooling) for
+    the whole session; yields its base URL (no `/v1`)."""
+    with _serving(request, tmp_path_factory, "llama_embedder", *EMBED_ARGS) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fixture: str,
+             *extra: str) -> Iterator[str]:
     if built_server() is None and (missing := missing_tools()):
         reason = f"{', '.join(missing)} not found: cannot build {SERVER}"
         if os.environ.get("INGRESS_REQUIRE_CXX") == "1":
@@ -406,9 +429,9 @@ def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         pytest.skip(f"{reason}; set INGRESS_REQUIRE_CXX=1 to fail instead")
     if error := request.config.stash.get(_BUILD_ERROR, None):
         pytest.fail(f"{SERVER} build failed: {error}")
-    log = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
-    request.config.stash[_SERVER_LOG] = log
-    with running_server(ensure_server(), ensure_model(), log) as url:
+    log = tmp_path_factory.mktemp(fixture.replace("_", "-")) / "llama-server.log"
+    request.config.stash.setdefault(_SERVER_LOG, {})[fixture] = log
+    with running_server(ensure_server(), ensure_model(), log, *extra) as url:
         yield url
 
 
@@ -416,9 +439,10 @@ def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test that used the server shows the end of the server's log."""
+    """A failed test that used a server shows the end of that server's log."""
     report = yield
-    log = item.config.stash.get(_SERVER_LOG, None)
-    if report.failed and log is not None and log.is_file() and FIXTURE in getattr(item, "fixturenames", ()):
-        report.sections.append((f"{SERVER} log ({log})", _tail(log, 60)))
+    if report.failed:
+        for fixture, log in item.config.stash.get(_SERVER_LOG, {}).items():
+            if log.is_file() and fixture in getattr(item, "fixturenames", ()):
+                report.sections.append((f"{SERVER} log ({log})", _tail(log, 60)))
     return report

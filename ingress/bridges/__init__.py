@@ -1,9 +1,9 @@
 """Bridges: internal services that speak our contract on one side and a real engine's or provider's
 API on the other. `dialect.py` says what a dialect is; `openai.py` and `anthropic.py` are the dialects,
 each joining its `_request.py` (our request → the engine's) and its `_answers.py` (the engine's answers,
-events and errors → ours); `eventstream.py` and `failures.py` are what they share; `service.py` is the
-I/O around one; `ingress bridge DIALECT` serves one alone, and an endpoint's
-`bridge` in the edge's config runs one in-process."""
+events and errors → ours), and `openai_embeddings.py` the OpenAI dialect's embeddings both ways;
+`eventstream.py` and `failures.py` are what they share; `service.py` is the I/O around one; `ingress
+bridge DIALECT` serves one alone, and an endpoint's `bridge` in the edge's config runs one in-process."""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ socket, for any split of its stream:
   sent: never a silent drop.
 - `EngineCall.answer(body)`: a whole (non-streamed) engine answer, as one wire.Response.
 - `EngineCall.stream()`: a fresh `StreamDecoder` for its streamed answer.
+- `embed(buf, target)`, for a dialect whose engines answer embeddings (the service refuses them for one
+  without): the `EmbeddingCall` for a verified EmbeddingRequest buffer, whose `answer` reads the engine's
+  whole answer as one wire `Embeddings`. An embeddings request is never streamed.
 - `error(status, headers, body, clients_key=)`: an engine's refusal (any non-2xx answer), as the
   ErrorInfo our contract carries: the same status and OpenAI's shape for the client's mistakes; 502
   `upstream_auth_failed` for our own credentials refused (401/403: the client's key is not the
@@ -38,6 +41,7 @@ from ingress.bridges.eventstream import Event, EventStreamError, EventStreamPars
 from ingress.bridges.failures import protocol_error
 from ingress.oai.codec import NESTED_TOO_DEEPLY
 from ingress.wire import types as wire_types
+from ingress.wire.embeddings import Embeddings
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,14 @@ class EngineCall(Protocol):
     def answer(self, body: bytes) -> wire_types.Response: ...
 
     def stream(self) -> StreamDecoder: ...
+
+
+class EmbeddingCall(Protocol):
+    """One embeddings request's exchange with the engine: what to send (never a stream), what reads the answer."""
+
+    request: EngineRequest
+
+    def answer(self, body: bytes) -> Embeddings: ...
 
 
 class Dialect(Protocol):

@@ -2,7 +2,8 @@
 of vLLM, SGLang, llama.cpp, TGI, Ollama and OpenAI itself, each engine's known quirks absorbed: the
 request is `openai_request.py`'s, the answers `openai_answers.py`'s, the errors `failures.py`'s. A
 Responses request a route sends whole (`responses_json`) goes to `/v1/responses` as its client sent it,
-with the route's model name; its answers are `responses_answers.py`'s."""
+with the route's model name; its answers are `responses_answers.py`'s. An EmbeddingRequest goes to
+`/v1/embeddings` (`openai_embeddings.py`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ingress import wire
 from ingress.bridges.dialect import Dialect, EngineRequest, Target, as_sent, readable, under
 from ingress.bridges.failures import engine_error
 from ingress.bridges.openai_answers import OpenAIStream, read_answer
+from ingress.bridges.openai_embeddings import EmbeddingsCall, build_embeddings
 from ingress.bridges.openai_request import CHAT_PATH, RESPONSES_PATH, TEXT_PATH, request_body, request_headers
 from ingress.bridges.responses_answers import ResponsesStream, decode_answer
 from ingress.oai.chat import ChatCompletionRequest
@@ -84,6 +86,9 @@ class OpenAIDialect:
         engine = EngineRequest(path=under(target, TEXT_PATH if text else CHAT_PATH),
                                headers=request_headers(target, stream), body=msgspec.json.encode(body), stream=stream)
         return OpenAICall(engine, text=text, fallback_id=fallback_id, model=model, clock=self._clock)
+
+    def embed(self, buf: bytes, target: Target) -> EmbeddingsCall:
+        return build_embeddings(buf, target)
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes, *, clients_key: bool = False) -> ErrorInfo:
         return engine_error(status, headers, body, clients_key=clients_key, clock=self._clock)

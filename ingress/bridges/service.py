@@ -1,9 +1,9 @@
-"""A bridge as a service: our contract in (`POST /v1/complete`), a dialect's engine API out.
+"""A bridge as a service: our contract in (`POST /v1/complete`, `/v1/embed`), a dialect's engine API out.
 
-    buffer ─ verify ─ dialect.build ─▶ engine request ─ http1 ─▶ engine
-                                                                  │
-    CompletionResponse ◀─ call.answer ◀──────── whole body ◀──────┤
-    CompletionChunk frames ◀─ decoder.feed / finish ◀─ reads ◀────┘
+    buffer ─ verify ─ dialect.build (.embed) ─▶ engine request ─ http1 ─▶ engine
+                                                                          │
+    CompletionResponse (EmbeddingResponse) ◀─ call.answer ◀─ whole body ◀─┤
+    CompletionChunk frames ◀─ decoder.feed / finish ◀────────── reads ◀───┘
     Error buffer ◀─ dialect.error (a refusal) / EngineFailed / a broken hop
 
 The provider hop is the edge's own HTTP/1.1 client (`upstream/http1.py`, HTTPS included). Every failure
@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 import msgspec
 from aiohttp import web
 
 from ingress import wire
-from ingress.bridges.dialect import Dialect, EngineCall, EngineFailed, Target, Unsupported
+from ingress.bridges.dialect import Dialect, EmbeddingCall, EngineCall, EngineFailed, Target, Unsupported
 from ingress.errors import IngressError, UpstreamConnectFailed
 from ingress.log import get_logger
 from ingress.settings import Timeouts
@@ -32,6 +32,7 @@ from ingress.tracing import Tracer, provider_answered, provider_span
 from ingress.upstream.http1 import ConnectionPool, Response
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
+from ingress.wire.verify import verify_embedding_request
 
 if TYPE_CHECKING:
     from ingress.tracing import Span
@@ -113,7 +114,22 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     return await _exchange(request, count)
 
 
-async def _exchange(request: web.Request, build: Callable[[bytes, Target], EngineCall]) -> web.StreamResponse:
+async def embed(request: web.Request) -> web.StreamResponse:
+    """An EmbeddingRequest answered by the engine (`EMBED_PATH`), for a dialect whose engines embed; a clear
+    refusal in our contract from one whose API has no embeddings (Anthropic's), rather than a bare 404."""
+    dialect = request.app[BRIDGE].dialect
+    embed = getattr(dialect, "embed", None)
+    if embed is None:
+        await request.read()
+        return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_endpoint",
+                                     message=f"Embeddings are not served through the {dialect.name} bridge (its "
+                                             "API has none); route the embedding model to a service that answers "
+                                             "them, such as an OpenAI-compatible engine through the openai bridge."))
+    return await _exchange(request, embed, verify_embedding_request, "embeddings")
+
+
+async def _exchange(request: web.Request, build: Callable[[bytes, Target], EngineCall | EmbeddingCall],
+                    verify: Callable[..., None] = wire.verify_request, operation: str = "chat") -> web.StreamResponse:
     bridge = request.app[BRIDGE]
     body = await request.read()
     target = bridge.target
@@ -121,7 +137,7 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
         target = replace(target, api_key=key)
     clients_key = key is not None
     try:
-        wire.verify_request(body, max_size=MAX_REQUEST)
+        verify(body, max_size=MAX_REQUEST)
         call = build(body, target)
     except WireError as exc:
         return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid_flatbuffer",
@@ -136,7 +152,7 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
         headers["x-request-id"] = request_id  # the edge's id, for the engine's logs
     if bridge.tracer is None:
         return await _call(request, bridge, call, headers, clients_key)
-    span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers)
+    span = provider_span(bridge.tracer, body, bridge.dialect.name, bridge.target.url, headers, operation)
     if span is None:
         return await _call(request, bridge, call, headers, clients_key)
     try:
@@ -148,7 +164,7 @@ async def _exchange(request: web.Request, build: Callable[[bytes, Target], Engin
         span.end()
 
 
-async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers: dict[str, str],
+async def _call(request: web.Request, bridge: Bridge, call: EngineCall | EmbeddingCall, headers: dict[str, str],
                 clients_key: bool, span: Span | None = None) -> web.StreamResponse:
     """The engine's request, and its answer in our contract. `clients_key`: the request carries its
     client's own key, so that a refusal of it is the client's (a 401), not the bridge's (a 502)."""
@@ -176,21 +192,28 @@ async def _call(request: web.Request, bridge: Bridge, call: EngineCall, headers:
             if span is not None:
                 span.fail(info.code or info.type or str(info.status), info.message)
             return _error(info, response.headers.get("retry-after"))
-        if not call.request.stream:
+        if not _streamed(call):
             return await _whole(call, response, t)
         return await _stream(request, call, response, t)
     finally:
         response.close()  # also on cancellation: the engine's request ends with the edge's
 
 
-async def _whole(call: EngineCall, response: Response, t: Timeouts) -> web.Response:
+def _streamed(call: EngineCall | EmbeddingCall) -> TypeGuard[EngineCall]:
+    """A request the engine answers as a stream: a completion's (an embeddings request never streams)."""
+    return call.request.stream
+
+
+async def _whole(call: EngineCall | EmbeddingCall, response: Response, t: Timeouts) -> web.Response:
+    """A whole answer: a CompletionResponse, or an EmbeddingResponse."""
     try:
         answer = call.answer(await _read_all(response, t.idle, MAX_ANSWER))
     except EngineFailed as exc:
         return _error(exc.info)
     except (IngressError, OSError) as exc:
         return _error(_hop_failure(exc, "finish its answer"))
-    return web.Response(body=wire.write_response(answer), content_type=identifiers.CONTENT_TYPE)
+    body = wire.write_embeddings(answer) if isinstance(answer, wire.Embeddings) else wire.write_response(answer)
+    return web.Response(body=body, content_type=identifiers.CONTENT_TYPE)
 
 
 async def _stream(request: web.Request, call: EngineCall, response: Response, t: Timeouts) -> web.StreamResponse:
@@ -270,15 +293,6 @@ def _says_something(chunk: wire.Chunk) -> bool:
     return bool(chunk.content or chunk.reasoning or chunk.refusal or chunk.tool_calls or chunk.finish_reason
                 or chunk.signature or chunk.redacted_thinking or chunk.usage is not None or chunk.done
                 or chunk.logprobs or chunk.refusal_logprobs)
-
-
-async def embed(request: web.Request) -> web.Response:
-    """Embeddings are not bridged yet: a clear refusal in our contract rather than a bare 404."""
-    await request.read()
-    name = request.app[BRIDGE].dialect.name
-    return _error(wire.ErrorInfo(status=400, type="invalid_request_error", code="unsupported_endpoint",
-                                 message=f"Embeddings are not served through the {name} bridge; route the "
-                                         "embedding model to a service that answers them."))
 
 
 async def healthz(request: web.Request) -> web.Response:

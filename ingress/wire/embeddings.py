@@ -2,8 +2,9 @@
 
 The edge encodes the request (`encode_embedding_request`) and decodes the service's answer
 (`decode_embeddings_answer`: an EmbeddingResponse, or its Error raised); a Python service reads the
-request (`read_embedding_request`) and writes its answer (`encode_embeddings`). Vectors travel as
-FlatBuffers `[float]` vectors: float32, little-endian, never JSON.
+request (`read_embedding_request`; `read_embedding_request_data` once it verified it with its own bound)
+and writes its answer (`encode_embeddings`). Vectors travel as FlatBuffers `[float]` vectors: float32,
+little-endian, never JSON.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def encode_embedding_request(request: EmbeddingRequest, request_id: str, passpor
 def read_embedding_request(buf: bytes) -> gen.EmbeddingRequestData:
     """An EmbeddingRequest from outside, verified, every field read (for services)."""
     verify.verify_embedding_request(buf)
+    return read_embedding_request_data(buf)
+
+
+def read_embedding_request_data(buf: bytes) -> gen.EmbeddingRequestData:
+    """A verified EmbeddingRequest, every field read (for a service that verified it with its own bound)."""
+    if identifiers.identifier_of(buf) != identifiers.EMBEDDING_REQUEST:
+        raise decode.WireError(f"expected an LGEQ buffer, got {identifiers.identifier_of(buf)!r}")
     return readers.read_EmbeddingRequest(buf)
 
 

@@ -134,6 +134,13 @@ def trace_context(buf: bytes | bytearray) -> tuple[str | None, str | None]:
     return traceparent, tracestate if traceparent else None
 
 
+def model_name(buf: bytes | bytearray) -> str:
+    """A request buffer's model name, read in place (a CompletionRequest's or an EmbeddingRequest's)."""
+    root = _ROOTS.get(identifiers.identifier_of(buf))
+    name = root.GetRootAs(buf, 0).ModelName() if root is not None else None
+    return (name or b"").decode("utf-8", "replace")
+
+
 def start_span(tracer: Any, buf: bytes | bytearray, name: str, *, kind: Any = None,
                attributes: Mapping[str, Any] | None = None) -> Any:
     """For a Python service behind the edge: its span for a request buffer, the child of the span that sent

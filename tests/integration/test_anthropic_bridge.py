@@ -133,6 +133,14 @@ async def test_a_parameter_anthropic_cannot_honour_is_refused_before_any_call(st
     assert stack.anthropic.received == []
 
 
+async def test_embeddings_are_refused_clearly_as_anthropic_has_none(stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        await stack.client.embeddings.create(model="claude-sonnet-4-5", input="hello")
+    assert raised.value.code == "unsupported_endpoint"
+    assert "not served through the anthropic bridge (its API has none)" in raised.value.message
+    assert stack.anthropic.received == []
+
+
 # --- Anthropic's own API at the edge, to Anthropic: the request goes as the client sent it ------------
 
 

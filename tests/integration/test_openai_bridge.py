@@ -10,9 +10,11 @@ asks the engine), the engine's refusals with their statuses, and a stream cut sh
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import stat
+from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, EMBEDDED, Bridge, Endpoint, Group, Route, Settings, Timeouts
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"
+EMBEDDER = "Qwen/Qwen3-Embedding-0.6B"
 GENEROUS = Timeouts(connect=5.0, first_byte=20.0, idle=20.0)
 WHOLE = {"id": "chatcmpl-w", "object": "chat.completion", "created": 1741571000, "model": "served-model",
          "choices": [{"index": 0, "finish_reason": "stop",
@@ -58,9 +61,12 @@ class Engine:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.received.append((request.path, dict(request.headers), await request.json()))
-        answer = self.script.pop(0) if self.script else "whole"
+        answer = self.script.pop(0) if self.script else ("embeddings" if request.path.endswith("/embeddings")
+                                                         else "whole")
         if answer == "whole":
             return web.json_response(WHOLE)
+        if answer in ("embeddings", "floats", "whole vectors"):
+            return web.json_response(_embeddings(self.received[-1][2], answer))
         if answer.startswith("status "):
             status = int(answer.split()[1])
             return web.json_response({"error": {"message": "Rate limit reached for sk-live-abcdefghijklmnop",
@@ -76,6 +82,18 @@ class Engine:
         return out
 
 
+def _embeddings(asked: dict[str, Any], how: str) -> dict[str, Any]:
+    """OpenAI's answer to `asked`: input i's vector is [i + 1, 1/2, 1/4, ...] (float32s exactly), of the
+    `dimensions` asked for (`whole vectors`: 8, whatever was asked), in base64 as asked (`floats`: JSON numbers)."""
+    size = 8 if how == "whole vectors" else asked.get("dimensions", 8)
+    data = []
+    for i in range(len(asked["input"])):
+        vector = [float(i + 1)] + [2.0 ** -k for k in range(1, size)]
+        encoded: Any = vector if how == "floats" else base64.b64encode(array("f", vector).tobytes()).decode()
+        data.append({"object": "embedding", "index": i, "embedding": encoded})
+    return {"object": "list", "data": data, "model": asked["model"], "usage": {"prompt_tokens": 6, "total_tokens": 6}}
+
+
 @dataclass
 class Served:
     engine: Engine
@@ -89,10 +107,12 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Served]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", engine.handle)
     app.router.add_post("/v1/completions", engine.handle)
+    app.router.add_post("/v1/embeddings", engine.handle)
     async with serve_app(app, "127.0.0.1", 0) as engine_url:
         bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", api_key_env="ENGINE_KEY", timeouts=GENEROUS)
         settings = Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)])},
-                            routes=(Route(model="qwen", upstream_model="Qwen/Qwen3-8B", group="engine"),),
+                            routes=(Route(model="qwen", upstream_model="Qwen/Qwen3-8B", group="engine"),
+                                    Route(model="embedder", upstream_model=EMBEDDER, group="engine")),
                             timeouts=GENEROUS)
         async with serve_app(create_app(settings), "127.0.0.1", 0) as edge, \
                 openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-client", max_retries=0) as client:
@@ -190,6 +210,50 @@ async def test_a_legacy_text_completion_goes_to_the_engines_completions(served: 
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
     [(path, _, body)] = served.engine.received
     assert path == "/v1/completions" and body["prompt"] == "Once upon"
+
+
+# --- embeddings -------------------------------------------------------------------------------------
+
+
+async def test_embeddings_reach_the_engines_embeddings_with_every_field(served: Served) -> None:
+    result = await served.client.embeddings.create(model="embedder", input=["one", "two"], dimensions=4, user="u-7")
+    assert [item.embedding for item in result.data] == [[1.0, 0.5, 0.25, 0.125], [2.0, 0.5, 0.25, 0.125]]
+    assert (result.model, result.usage.prompt_tokens, result.usage.total_tokens) == (EMBEDDER, 6, 6)
+    [(path, headers, body)] = served.engine.received
+    assert path == "/v1/embeddings" and headers["Authorization"] == "Bearer sk-engine-secret"
+    assert body == {"input": ["one", "two"], "encoding_format": "base64", "model": EMBEDDER, "dimensions": 4,
+                    "user": "u-7"}
+
+
+async def test_token_ids_go_as_ids_and_either_format_reads_the_same(served: Served) -> None:
+    ids = [[1, 2, 3], [4]]
+    as_base64 = await served.client.embeddings.create(model="embedder", input=ids, encoding_format="base64")
+    served.engine.script.append("floats")  # an engine that answers floats whatever it was asked
+    as_floats = await served.client.embeddings.create(model="embedder", input=ids, encoding_format="float")
+    assert [i.embedding for i in as_floats.data] == [[1.0, *(2.0 ** -k for k in range(1, 8))],
+                                                    [2.0, *(2.0 ** -k for k in range(1, 8))]]
+    assert isinstance(as_base64.data[0].embedding, str)
+    decoded = [array("f", base64.b64decode(i.embedding)).tolist() for i in as_base64.data]
+    assert decoded == [i.embedding for i in as_floats.data]
+    assert [body["input"] for _, _, body in served.engine.received] == [[[1, 2, 3], [4]]] * 2
+
+
+async def test_dimensions_an_engine_does_not_honour_are_refused_naming_them(served: Served) -> None:
+    served.engine.script.append("whole vectors")
+    with pytest.raises(openai.BadRequestError) as caught:
+        await served.client.embeddings.create(model="embedder", input="one", dimensions=4)
+    assert (caught.value.code, caught.value.param) == ("unsupported_parameter", "dimensions")
+    assert "vectors of 8 dimensions, not 4" in caught.value.message
+
+
+async def test_the_engines_refusals_of_embeddings_are_mapped_as_for_chat(served: Served) -> None:
+    served.engine.script += ["status 429", "status 401"]
+    with pytest.raises(openai.RateLimitError) as limited:
+        await served.client.embeddings.create(model="embedder", input="one")
+    assert limited.value.response.headers["retry-after"] == "3" and "sk-live" not in limited.value.message
+    with pytest.raises(openai.APIStatusError) as refused:
+        await served.client.embeddings.create(model="embedder", input="one")
+    assert (refused.value.status_code, refused.value.code) == (502, "upstream_auth_failed")
 
 
 async def test_a_service_inside_the_edge_listens_on_a_unix_socket_only_this_user_can_reach(

@@ -416,6 +416,34 @@ async def test_an_in_process_bridge_continues_the_trace_from_the_passport_and_se
     assert refused.attributes["ingress.provider.request_id"] == "req_engine_2"
 
 
+async def test_a_bridged_embeddings_call_is_its_own_operation(start_edge: Any, receiver: OtlpReceiver) -> None:
+    engine = Engine()
+
+    async def embed(request: web.Request) -> web.Response:
+        engine.headers.append(dict(request.headers))
+        await request.read()
+        return web.json_response({"object": "list", "model": "bge-m3", "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                                  "data": [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", embed)
+    async with serve_app(app, "127.0.0.1", 0) as engine_url:
+        bridge = Bridge(dialect="openai", target=f"{engine_url}/v1", timeouts=FAST)
+        url = await start_edge(Settings(groups={"engine": Group(endpoints=[Endpoint(bridge=bridge)])},
+                                        routes=(Route(model=MODEL, upstream_model="BAAI/bge-m3", group="engine"),),
+                                        timeouts=FAST, tracing=tracing(receiver)))
+        await oai(url, traceparent=CALLER).embeddings.create(model=MODEL, input="hello")
+        spans = await receiver.wait_for(
+            lambda spans: len(server_spans(spans)) == 1 and any(s.name == "embeddings BAAI/bge-m3" for s in spans),
+            "the edge's and the bridge's spans")
+    [server] = server_spans(spans)
+    [bridged] = children(spans, children(spans, server)[0])
+    assert (bridged.name, bridged.kind) == ("embeddings BAAI/bge-m3", "client")
+    assert bridged.attributes["gen_ai.operation.name"] == "embeddings"
+    assert bridged.attributes["http.response.status_code"] == 200
+    assert engine.headers[0]["traceparent"] == f"00-{CALLER_TRACE}-{bridged.span_id}-01"
+
+
 async def test_a_python_service_starts_its_span_from_the_request_buffer(fake_upstream: FakeUpstream,
                                                                          start_edge: Any,
                                                                          receiver: OtlpReceiver) -> None:

@@ -28,6 +28,7 @@ from ingress.wire.embeddings import (
     decode_embeddings_answer,
     encode_embedding_request,
     read_embedding_request,
+    read_embedding_request_data,
 )
 from ingress.wire.passport import Passport, RequestMeta, compute_embedding_passport
 
@@ -92,6 +93,14 @@ def test_a_chat_request_is_no_embedding_request() -> None:
     chat = bytes(wire.write_response(wire.Response(id="x", model="m", created=0, choices=[])))
     with pytest.raises(wire.WireError, match="file identifier"):
         read_embedding_request(chat)
+    with pytest.raises(wire.WireError, match="expected an LGEQ buffer"):
+        read_embedding_request_data(chat)
+
+
+def test_a_verified_request_reads_the_same_without_verifying_again() -> None:
+    request = decode_embedding_request(embeddings_body(input=["a", "b"], dimensions=8, user="u"))
+    buf = bytes(encode_embedding_request(request, "req-1", PASSPORT, "openai", "upstream-name"))
+    assert read_embedding_request_data(buf) == read_embedding_request(buf)
 
 
 def test_answer_reads_back_as_written() -> None:

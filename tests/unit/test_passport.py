@@ -20,7 +20,9 @@ from ingress.oai.chat import (
     UserMessage,
 )
 from ingress.oai.codec import decode_chat_request
+from ingress.oai.embeddings import decode_embedding_request
 from ingress.wire import read_request
+from ingress.wire.embeddings import encode_embedding_request
 from ingress.wire.encode import encode_request, message_text
 from ingress.wire.passport import (
     MAX_READ_BLOCKS,
@@ -28,6 +30,7 @@ from ingress.wire.passport import (
     RequestMeta,
     compute_passport,
     key_id_of,
+    model_name,
     new_traceparent,
     prefix_at,
     valid_traceparent,
@@ -201,6 +204,14 @@ def test_a_buffers_prefix_chain_is_read_in_place() -> None:
     assert prefix_at(bytes(encode_request(request, "r", compute_passport(request, RequestMeta())))) == ((), 0)
     assert prefix_at(bytes(encode_request(request, "r", Passport(prefix_blocks=[], conversation_block=5)))) == (
         (), 5)
+
+
+def test_a_buffers_model_name_is_read_in_place_whichever_request_it_is() -> None:
+    chat_buf = bytes(encode_request(chat(user("hi")), "r", Passport(), "openai", "Qwen/Qwen3-8B"))
+    embedding = decode_embedding_request(b'{"model": "text-embedding-3-small", "input": "hi"}')
+    embedding_buf = bytes(encode_embedding_request(embedding, "r", Passport(), "openai", "BAAI/bge-m3"))
+    assert (model_name(chat_buf), model_name(embedding_buf)) == ("Qwen/Qwen3-8B", "BAAI/bge-m3")
+    assert model_name(b"\x00" * 16) == ""  # neither
 
 
 def test_a_clients_long_chain_is_read_only_so_far() -> None:
