@@ -44,6 +44,9 @@ _SCRUB = [(re.compile(p, re.IGNORECASE), r) for p, r in (
      r"(?::\d{1,5})?\b", REDACTED),
     (r"\b[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+:\d{2,5}\b", REDACTED),  # host.name:port
 )]
+# llama.cpp answers an input longer than its batch with a 500, though the input is what is wrong: "input (701
+# tokens) is too large to process. increase the physical batch size (current batch size: 512)".
+_INPUT_TOO_LARGE = re.compile(r"^input \(\d+ tokens\) is too large to process")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 _SPACES = re.compile(r"\s+")
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_.\-]{0,63}")
@@ -147,6 +150,9 @@ def engine_error(status: int | None, headers: Mapping[str, str], body: bytes, *,
     kind = said.type if said.type and _IDENTIFIER.fullmatch(said.type) else None
     if said.html:
         text = f"The engine, or a proxy in front of it, answered HTTP {status} with an HTML page."
+    if status == 500 and _INPUT_TOO_LARGE.match(text):  # the client's to shorten, never the engine failing
+        return wire_types.ErrorInfo(status=400, type="invalid_request_error", code="context_length_exceeded",
+                                    message=text)
     if status in (401, 403) and clients_key:
         return clients_key_refused(status, text, kind=kind, code=code, param=said.param)
     if status in (401, 403):

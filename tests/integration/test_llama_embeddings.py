@@ -147,6 +147,13 @@ async def test_the_engines_refusal_reaches_the_client_in_openais_shape(served: S
     assert refused.value.status_code == 400 and "invalid tokens" in refused.value.message
 
 
+async def test_an_input_longer_than_the_engines_batch_is_the_clients_400(served: Served) -> None:
+    """llama-server answers it with a 500; the input is what is wrong, so no `5xx` fallback moves it."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        await served.client.embeddings.create(model=MODEL, input="word " * 1500)
+    assert refused.value.code == "context_length_exceeded" and "too large to process" in refused.value.message
+
+
 async def test_a_repeated_request_is_answered_from_the_routes_cache(served: Served) -> None:
     first = await served.client.embeddings.with_raw_response.create(model=CACHED, input=TEXTS,
                                                                     encoding_format="float")

@@ -36,6 +36,11 @@ DIALECT = OpenAIDialect(clock=lambda: 1_700_000_000.0)
      (502, "server_error", "upstream_error", None, "The model provider failed (HTTP 502). It said: The engine, or "
                                                    "a proxy in front of it, answered HTTP 502 with an HTML page.")),
     (504, b"", (504, "server_error", "upstream_timeout", None, "The model provider timed out.")),
+    (500, b'{"error": {"code": 500, "message": "input (701 tokens) is too large to process. increase the physical '
+          b'batch size (current batch size: 512)", "type": "server_error"}}',
+     (400, "invalid_request_error", "context_length_exceeded", None, "input (701 tokens) is too large to process. "
+                                                                     "increase the physical batch size (current "
+                                                                     "batch size: 512)")),  # llama.cpp's
     (302, b"", (502, "server_error", "upstream_protocol_error", None,
                 "The model provider answered HTTP 302, which is not an answer.")),
 ])
