@@ -10,6 +10,7 @@ from pathlib import Path
 from codegen.emit import emit_encoders
 from codegen.emit_enums import emit_enums
 from codegen.emit_reader import emit_readers
+from codegen.emit_slots import emit_slots
 from codegen.emit_verifier import emit_verifier
 from codegen.flatc import check_versions, run_flatc
 from codegen.schema import parse
@@ -44,6 +45,7 @@ def _render(version: str) -> dict[str, str]:
     files["encoders.py"] = HEADER.format(version=version) + emit_encoders(schema, PACKAGE, roots)
     files["readers.py"] = HEADER.format(version=version) + emit_readers(schema, PACKAGE, roots)
     files["verifier.py"] = HEADER.format(version=version) + emit_verifier(schema, roots)
+    files["slots.py"] = HEADER.format(version=version) + emit_slots(schema)
     return files
 
 

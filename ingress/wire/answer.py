@@ -7,12 +7,14 @@ bytes, `translate` turns what this returns into OpenAI's shapes). An Error buffe
 
 from __future__ import annotations
 
+import operator
 import struct
+from collections.abc import Callable
 
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamError, UpstreamProtocolError
 from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wire_types
-from ingress.wire._generated import readers
+from ingress.wire._generated import readers, slots
 from ingress.wire.decode import FINISH_NAMES
 from ingress.wire.runtime import ABSENT, ENTRIES, MAX_SIZE, u16
 
@@ -79,11 +81,15 @@ _U16X2 = struct.Struct("<HH").unpack_from
 _U32 = struct.Struct("<I").unpack_from
 _U64 = struct.Struct("<Q").unpack_from
 _CHUNK = identifiers.CHUNK
-# CompletionChunk's vtable slots (schema order) a token's delta may hold: the three it carries, and the
-# three scalars an encoder may write at their defaults (created 0, finish_reason none, done false)
-_SEQUENCE, _CREATED, _CHOICE, _ROLE, _CONTENT, _FINISH, _DONE = 0, 3, 4, 5, 6, 8, 12
+# CompletionChunk's vtable slots a token's delta may hold: the three it carries, and the three scalars an
+# encoder may write at their defaults (created 0, finish_reason none, done false); every other must be absent
+_CC = slots.CompletionChunk
+_SEQUENCE, _CREATED, _CHOICE, _CONTENT, _FINISH, _DONE, _CHUNK_SLOTS = (
+    _CC.sequence, _CC.created, _CC.choice_index, _CC.content, _CC.finish_reason, _CC.done, _CC.SLOTS)
+_OTHERS = operator.itemgetter(*sorted(set(range(_CHUNK_SLOTS)) - {_SEQUENCE, _CREATED, _CHOICE, _CONTENT, _FINISH,
+                                                                   _DONE}))
 _DELTA_SLOTS = {n: struct.Struct(f"<{n}H").unpack_from for n in range(1, 64)}
-_PAD = {n: (0,) * (_DONE + 1 - n) for n in range(_DONE + 1)}  # a shorter vtable: the slots past it are absent
+_PAD = {n: (0,) * (_CHUNK_SLOTS - n) for n in range(_CHUNK_SLOTS)}  # a shorter vtable: the slots past it are absent
 
 
 def content_delta(frame: bytes) -> tuple[int, int, str] | None:
@@ -111,10 +117,12 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
     if have <= _CONTENT or have > 63:
         return None
     e = _DELTA_SLOTS[have](frame, vt + 4)
-    if have <= _DONE:
+    if have < _CHUNK_SLOTS:
         e += _PAD[have]
+    elif have > _CHUNK_SLOTS and any(e[_CHUNK_SLOTS:]):  # a newer writer's fields
+        return None
     o = e[_CONTENT]
-    if not o or e[1] or e[2] or e[_ROLE] or e[7] or any(e[9:_DONE]) or any(e[_DONE + 1:]):
+    if not o or any(_OTHERS(e)):
         return None
     o_seq, o_created, o_choice = e[_SEQUENCE], e[_CREATED], e[_CHOICE]
     o_finish, o_done = e[_FINISH], e[_DONE]
@@ -149,7 +157,25 @@ def content_delta(frame: bytes) -> tuple[int, int, str] | None:
 
 _RESPONSE = identifiers.RESPONSE
 _I64 = struct.Struct("<q").unpack_from
-_RESPONSE_SLOTS, _CHOICE_SLOTS, _MESSAGE_SLOTS, _USAGE_SLOTS = 7, 10, 10, 15
+
+
+Entries = Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+def _fields(slot_count: int, *read: int) -> tuple[Entries, Entries | None]:
+    """Of a table's vtable entries: the offsets of the fields the common shape reads, and of every other field
+    (None: there is none), each of which must be absent, a field the schema adds later included, or the
+    buffer is read the general way."""
+    others = sorted(set(range(slot_count)) - set(read))
+    return operator.itemgetter(*read), operator.itemgetter(*others) if others else None
+
+
+_R, _C, _M = slots.CompletionResponse, slots.Choice, slots.Message
+_response_fields, _response_others = _fields(_R.SLOTS, _R.id, _R.model, _R.created, _R.choices, _R.usage,
+                                             _R.system_fingerprint, _R.service_tier)
+_choice_fields, _choice_others = _fields(_C.SLOTS, _C.index, _C.message, _C.finish_reason, _C.reasoning,
+                                         _C.signature, _C.stop_sequence)
+_message_fields, _message_others = _fields(_M.SLOTS, _M.role, _M.content, _M.refusal)
 _MAX_CHOICES = 64  # more are read the general way (and a verifier's table count stays far below its limit)
 
 
@@ -183,7 +209,10 @@ def _response(buf: bytes) -> wire_types.Response:
     if n < 12 or n >= MAX_SIZE or buf[4:8] != _RESPONSE:
         raise _NOT_COMMON
     t = _offset(buf, n, 0)
-    o_id, o_model, o_created, o_choices, o_usage, o_fingerprint, o_tier = _table(buf, n, t, _RESPONSE_SLOTS)
+    e = _table(buf, n, t, _R.SLOTS)
+    if _response_others is not None and any(_response_others(e)):
+        raise _NOT_COMMON
+    o_id, o_model, o_created, o_choices, o_usage, o_fingerprint, o_tier = _response_fields(e)
     # the offsets followed: the root's, and one for each field that is an offset
     refs = 1 + bool(o_id) + bool(o_model) + bool(o_choices) + bool(o_usage) + bool(o_fingerprint) + bool(o_tier)
     (id_, d_id), (model, d_model) = _text(buf, n, t, o_id), _text(buf, n, t, o_model)
@@ -213,10 +242,10 @@ def _response(buf: bytes) -> wire_types.Response:
 
 def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
     """A choice of the common shape, with the offsets it followed and the string bytes it decoded."""
-    (o_index, o_message, o_finish, o_logprobs, o_refusal_logprobs, o_annotations, o_reasoning, o_signature,
-     o_redacted, o_stop) = _table(buf, n, t, _CHOICE_SLOTS)
-    if o_logprobs or o_refusal_logprobs or o_annotations or o_redacted:
+    e = _table(buf, n, t, _C.SLOTS)
+    if _choice_others is not None and any(_choice_others(e)):
         raise _NOT_COMMON
+    o_index, o_message, o_finish, o_reasoning, o_signature, o_stop = _choice_fields(e)
     index = _U32(buf, _at(n, t, o_index, 4))[0] if o_index else 0
     finish = buf[_at(n, t, o_finish, 1)] if o_finish else 0
     if finish >= len(FINISH_NAMES):  # the general way refuses it, naming the value
@@ -228,10 +257,10 @@ def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
     content = refusal = None
     if o_message:
         m = _offset(buf, n, t + o_message)
-        (o_role, o_content, o_parts, o_name, o_calls, o_call_id, o_refusal, o_audio, o_function,
-         o_message_reasoning) = _table(buf, n, m, _MESSAGE_SLOTS)
-        if o_parts or o_name or o_calls or o_call_id or o_audio or o_function or o_message_reasoning:
+        e = _table(buf, n, m, _M.SLOTS)
+        if _message_others is not None and any(_message_others(e)):
             raise _NOT_COMMON
+        o_role, o_content, o_refusal = _message_fields(e)
         if o_role:
             _at(n, m, o_role, 1)
         (content, d_content), (refusal, d_refusal) = _text(buf, n, m, o_content), _text(buf, n, m, o_refusal)
@@ -245,7 +274,7 @@ def _choice(buf: bytes, n: int, t: int) -> tuple[wire_types.Choice, int, int]:
 def _usage(buf: bytes, n: int, t: int) -> wire_types.Usage:
     """The Usage table at `t`, its fields (all uint32) checked as the verifier checks them, then read by
     the generated reader."""
-    for o in _table(buf, n, t, _USAGE_SLOTS):
+    for o in _table(buf, n, t, slots.Usage.SLOTS):
         if o:
             _at(n, t, o, 4)
     return readers._read_Usage(buf, t)

@@ -161,10 +161,18 @@ def test_what_the_fast_read_accepts_of_a_mutant_the_verifier_accepts(response: w
 
 
 def test_the_fast_read_knows_every_field_of_the_tables_it_reads() -> None:
-    """A field appended to Choice, Message or Usage must be one the fast read checks (or refuses to read)
-    too: its vtable slot counts are the generated tables' field counts."""
+    """A field appended to CompletionResponse, Choice, Message or Usage is one the fast read checks: read,
+    or required absent (a buffer carrying it is read the general way), never skipped."""
     from ingress.wire import answer
-    from ingress.wire._generated.encoders import ChoiceData, MessageData, UsageData
+    from ingress.wire._generated import slots
+    from ingress.wire._generated.encoders import ChoiceData, CompletionResponseData, MessageData, UsageData
 
-    generated = [len(t.__struct_fields__) for t in (ChoiceData, MessageData, UsageData)]
-    assert generated == [answer._CHOICE_SLOTS, answer._MESSAGE_SLOTS, answer._USAGE_SLOTS]
+    for table, data, read, others in (
+        (slots.CompletionResponse, CompletionResponseData, answer._response_fields, answer._response_others),
+        (slots.Choice, ChoiceData, answer._choice_fields, answer._choice_others),
+        (slots.Message, MessageData, answer._message_fields, answer._message_others),
+    ):
+        assert len(data.__struct_fields__) == table.SLOTS
+        entries = tuple(range(1, table.SLOTS + 1))  # each slot's entry: its own number, one up
+        assert sorted([*read(entries), *(others(entries) if others is not None else ())]) == list(entries)
+    assert len(UsageData.__struct_fields__) == slots.Usage.SLOTS  # every slot checked, then the generated read
