@@ -49,8 +49,8 @@ class Head:
 @dataclass(frozen=True, slots=True)
 class Delta:
     """A chat.completion.chunk that carries a token's content at one choice and nothing else, its other
-    fields `head`'s: what nearly every frame becomes. `chunk()` is the general object it stands for;
-    `json()` its bytes, from the head's template."""
+    fields `head`'s: what nearly every frame becomes. `chunk()` is the general object it stands for; the edge
+    renders it from the head's template (edge/sse.py), encoding only the content."""
 
     head: Head
     index: int
@@ -65,13 +65,6 @@ class Delta:
             service_tier=h.service_tier if h.service_tier is not None else UNSET,
             usage=None if h.include_usage else UNSET,  # "usage": null on every chunk but the last
         )
-
-    def json(self) -> bytes:
-        """The same bytes as `chunk()` encoded, for a fraction of the cost: only the content is encoded."""
-        template = self.head.template(self.index)
-        if template is None:
-            return _json.encode(self.chunk())
-        return b"".join((template[0], _json.encode(self.content), template[1]))
 
 
 class StreamTranslator:
