@@ -235,8 +235,8 @@ def test_an_error_answered_with_200_is_that_error(body: bytes, status: int, code
                  id="openai-dimensions-on-ada-002"),
     pytest.param(500, {}, b'{"error":{"code":500,"message":"input (701 tokens) is too large to process. increase '
                           b'the physical batch size (current batch size: 512)","type":"server_error"}}',
-                 (502, "server_error", "upstream_error", "The model provider failed (HTTP 500). It said: input (701 "
-                  "tokens) is too large to process. increase the physical batch size (current batch size: 512)"),
+                 (400, "invalid_request_error", "context_length_exceeded", "input (701 tokens) is too large to "
+                  "process. increase the physical batch size (current batch size: 512)"),
                  id="llama-input-over-its-batch"),
     pytest.param(429, {"retry-after-ms": "1500"}, b'{"error": {"message": "Rate limit reached", "type": "tokens", '
                                                   b'"code": "rate_limit_exceeded"}}',
