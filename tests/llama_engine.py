@@ -365,6 +365,7 @@ def _tail(log: Path, lines: int = 40) -> str:
 # other tests never builds it. The fixture then finds the cached binary and starts it in seconds.
 
 FIXTURE = "llama_server"
+FIXTURES = (FIXTURE, "llama_binary")  # a test using either needs the binary built before it runs
 _BUILD_ERROR = pytest.StashKey[str]()
 _SERVER_LOG = pytest.StashKey[Path]()
 
@@ -373,13 +374,16 @@ _SERVER_LOG = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test using the server is marked `llama`, so `-m "not llama"` leaves the build out."""
     for item in items:
-        if FIXTURE in getattr(item, "fixturenames", ()):
+        if _needs_binary(item):
             item.add_marker(pytest.mark.llama)
 
 
+def _needs_binary(item: pytest.Item) -> bool:
+    return any(name in FIXTURES for name in getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly or not any(FIXTURE in getattr(item, "fixturenames", ())
-                                                    for item in session.items):
+    if session.config.option.collectonly or not any(_needs_binary(item) for item in session.items):
         return
     if built_server() is None and not missing_tools():
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -397,8 +401,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama-server serving SmolLM2-135M on loopback for the whole session; yields its base URL (no `/v1`)."""
+def llama_binary(request: pytest.FixtureRequest) -> tuple[Path, Path]:
+    """The built llama-server and the SmolLM2-135M GGUF, for a test that runs the engine its own way."""
     if built_server() is None and (missing := missing_tools()):
         reason = f"{', '.join(missing)} not found: cannot build {SERVER}"
         if os.environ.get("INGRESS_REQUIRE_CXX") == "1":
@@ -406,9 +410,17 @@ def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         pytest.skip(f"{reason}; set INGRESS_REQUIRE_CXX=1 to fail instead")
     if error := request.config.stash.get(_BUILD_ERROR, None):
         pytest.fail(f"{SERVER} build failed: {error}")
+    return ensure_server(), ensure_model()
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, llama_binary: tuple[Path, Path]
+) -> Iterator[str]:
+    """llama-server serving SmolLM2-135M on loopback for the whole session; yields its base URL (no `/v1`)."""
     log = tmp_path_factory.mktemp("llama-server") / "llama-server.log"
     request.config.stash[_SERVER_LOG] = log
-    with running_server(ensure_server(), ensure_model(), log) as url:
+    with running_server(*llama_binary, log) as url:
         yield url
 
 
