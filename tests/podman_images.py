@@ -38,6 +38,7 @@ from llama_engine import cache_root, locked
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "deploy" / "podman" / "containers.conf"
 BASE_SCRIPT = REPO / "deploy" / "podman" / "base-image.sh"
+IGNORE = REPO / "deploy" / "podman" / "build.ignore"  # what an unchanged build must not see change
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PACKAGES = ("podman", "runc", "catatonit", "debootstrap")
 TOOLS = ("podman", "runc", "catatonit", "debootstrap")
@@ -171,7 +172,8 @@ def build_image(base: str) -> Image:
     before = podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
     started = time.monotonic()
     # --format docker: the OCI format has no HEALTHCHECK, and podman would drop the Dockerfile's.
-    proc = podman("build", "--format", "docker", "--layers", "--build-arg", f"PYTHON_IMAGE={base}",
+    proc = podman("build", "--format", "docker", "--layers", "--ignorefile", str(IGNORE),
+                  "--build-arg", f"PYTHON_IMAGE={base}",
                   "-f", str(REPO / "deploy" / "Dockerfile"), "-t", IMAGE, str(REPO), timeout=BUILD_TIMEOUT,
                   check=False)
     elapsed = time.monotonic() - started
@@ -180,7 +182,8 @@ def build_image(base: str) -> Image:
     image_id = podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
     if before and before != image_id:
         podman("rmi", before, check=False)
-    podman("image", "prune", "--force", check=False)  # the replaced builds' stages: only tests use this storage
+    # Replaced builds' stages, once a day old: the newer ones are the layer cache of the next build.
+    podman("image", "prune", "--force", "--filter", "until=24h", check=False)
     size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE).stdout.strip())
     return Image(IMAGE, base, size, elapsed)
 
