@@ -87,7 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
     kv_cache = KvCacheSettings(blocks=args.cache_blocks, prefill_s_per_token=args.prefill_us_per_token / 1e6)
     configure(args.log_level)
     capture_uncaught()
-    get_logger("ingress.demo").info("starting", listen=f"http://{args.host}:{args.port}")
+    listen = f"unix:{args.unix}" if args.unix else f"http://{args.host}:{args.port}"
+    get_logger("ingress.demo").info("starting", listen=listen)
     where = {"path": args.unix} if args.unix else {"host": args.host, "port": args.port}
     web.run_app(create_demo_app(args.delay_ms / 1000, kv_cache), **where, loop=event_loop(),
                 handler_cancellation=True, access_log=None, print=None)

@@ -19,12 +19,14 @@ for _path in (str(_TESTS.parent), str(_TESTS)):
         sys.path.insert(0, _path)
 
 import llama_engine  # noqa: E402
+import podman_images  # noqa: E402
 import redis_servers  # noqa: E402
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
 
 # The `llama_server` and `llama_embedder` fixtures (a real engine) and the hooks that build it before any
 # test runs.
 from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hooks by name here)
+    llama_binary,
     llama_embedder,
     llama_server,
     pytest_collection_modifyitems,
@@ -32,14 +34,19 @@ from llama_engine import (  # noqa: E402, F401 (pytest finds the fixture and hoo
 )
 from logcapture import captured_logs  # noqa: E402
 
+# The edge's image built and run with podman (`podman` marker).
+from podman_images import containers, podman_image  # noqa: E402, F401 (fixtures, by name)
+
 # Real Redis and Valkey servers for the limit-store tests (`redis` marker).
 from redis_servers import limit_server, limit_servers, own_limit_server  # noqa: E402, F401 (fixtures, by name)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Before any test runs, outside every test's timeout: llama-server built, redis-server installed."""
+    """Before any test runs, outside every test's timeout: llama-server built, redis-server installed, the
+    edge's image built with podman."""
     llama_engine.pytest_collection_finish(session)
     redis_servers.prepare(session)
+    podman_images.prepare(session)
 
 
 @pytest.fixture

@@ -369,7 +369,7 @@ def _tail(log: Path, lines: int = 40) -> str:
 # other tests never builds it. The fixtures then find the cached binary and start it in seconds.
 
 FIXTURE = "llama_server"
-FIXTURES = (FIXTURE, "llama_embedder")
+FIXTURES = (FIXTURE, "llama_embedder", "llama_binary")  # a test using any needs the binary built before it runs
 _BUILD_ERROR = pytest.StashKey[str]()
 _SERVER_LOG = pytest.StashKey[dict[str, Path]]()
 
@@ -405,23 +405,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama-server serving SmolLM2-135M on loopback for the whole session; yields its base URL (no `/v1`)."""
-    with _serving(request, tmp_path_factory, FIXTURE) as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def llama_embedder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """llama-server serving SmolLM2-135M as an embedder (EMBED_ARGS: `/v1/embeddings` only, mean pooling) for
-    the whole session; yields its base URL (no `/v1`)."""
-    with _serving(request, tmp_path_factory, "llama_embedder", *EMBED_ARGS) as url:
-        yield url
-
-
-@contextlib.contextmanager
-def _serving(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fixture: str,
-             *extra: str) -> Iterator[str]:
+def llama_binary(request: pytest.FixtureRequest) -> tuple[Path, Path]:
+    """The built llama-server and the SmolLM2-135M GGUF, for a test that runs the engine its own way."""
     if built_server() is None and (missing := missing_tools()):
         reason = f"{', '.join(missing)} not found: cannot build {SERVER}"
         if os.environ.get("INGRESS_REQUIRE_CXX") == "1":
@@ -429,9 +414,32 @@ def _serving(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         pytest.skip(f"{reason}; set INGRESS_REQUIRE_CXX=1 to fail instead")
     if error := request.config.stash.get(_BUILD_ERROR, None):
         pytest.fail(f"{SERVER} build failed: {error}")
+    return ensure_server(), ensure_model()
+
+
+@pytest.fixture(scope="session")
+def llama_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                 llama_binary: tuple[Path, Path]) -> Iterator[str]:
+    """llama-server serving SmolLM2-135M on loopback for the whole session; yields its base URL (no `/v1`)."""
+    with _serving(request, tmp_path_factory, llama_binary, FIXTURE) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def llama_embedder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   llama_binary: tuple[Path, Path]) -> Iterator[str]:
+    """llama-server serving SmolLM2-135M as an embedder (EMBED_ARGS: `/v1/embeddings` only, mean pooling) for
+    the whole session; yields its base URL (no `/v1`)."""
+    with _serving(request, tmp_path_factory, llama_binary, "llama_embedder", *EMBED_ARGS) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, binary: tuple[Path, Path],
+             fixture: str, *extra: str) -> Iterator[str]:
     log = tmp_path_factory.mktemp(fixture.replace("_", "-")) / "llama-server.log"
     request.config.stash.setdefault(_SERVER_LOG, {})[fixture] = log
-    with running_server(ensure_server(), ensure_model(), log, *extra) as url:
+    with running_server(*binary, log, *extra) as url:
         yield url
 
 
