@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,15 @@ BASE_TIMEOUT = 600.0  # debootstrap takes about a minute where Debian's mirror a
 BUILD_TIMEOUT = 600.0
 STOP_TIMEOUT = 60.0
 
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """A GET's status and body, an HTTP error's included (a probe's 503 is an answer to read)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 class PodmanError(RuntimeError):
     """podman could not be installed, or a build or command failed."""

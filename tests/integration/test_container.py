@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anthropic
 import openai
 import pytest
-from podman_images import Container, Image, Podman, podman
+from podman_images import Container, Image, Podman, http_get, podman
 from prometheus_client.parser import text_string_to_metric_families
 from redis_servers import free_port
 
@@ -41,20 +39,12 @@ class Edge:
     cold_start_s: float
 
 
-def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
 def wait_ready(url: str, container: Container, timeout: float = READY_TIMEOUT) -> float:
     """Seconds until GET /readyz answers 200; fails with the container's output if it never does."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         try:
-            if get(f"{url}/readyz", timeout=1.0)[0] == 200:
+            if http_get(f"{url}/readyz", timeout=1.0)[0] == 200:
                 return time.monotonic() - started
         except OSError:  # refused, or reset while the container's port forwarding comes up
             pass
@@ -95,9 +85,9 @@ def test_it_runs_unprivileged_and_answers_its_probes(edge: Edge, podman_image: I
     assert edge.container.exec("id", "-u").stdout.strip() == "10001"
     host_config = edge.container.inspect()["HostConfig"]
     assert isinstance(host_config, dict) and host_config["ReadonlyRootfs"] is True
-    status, body = get(f"{edge.url}/healthz")
+    status, body = http_get(f"{edge.url}/healthz")
     assert status == 200
-    status, body = get(f"{edge.url}/readyz")
+    status, body = http_get(f"{edge.url}/readyz")
     assert status == 200 and json.loads(body)["status"] == "ready"
     # The image's own HEALTHCHECK (python's urllib, no curl in the image), run as the engine would.
     healthcheck = podman("healthcheck", "run", edge.container.name, check=False)
@@ -137,7 +127,7 @@ def test_the_anthropic_sdk_sends_messages(edge: Edge) -> None:
 
 
 def _requests_served(url: str) -> float:
-    _, body = get(f"{url}/metrics")
+    _, body = http_get(f"{url}/metrics")
     return sum(sample.value for family in text_string_to_metric_families(body.decode())
                if family.name == "ingress_requests" for sample in family.samples
                if sample.name == "ingress_requests_total" and sample.labels.get("model") == MODEL
@@ -153,7 +143,7 @@ def test_prometheus_counts_every_request_across_workers(edge: Edge) -> None:
             model=MODEL, messages=[{"role": "user", "content": f"count {n}"}], extra_headers={"connection": "close"})
     time.sleep(FOLD_S)
     assert _requests_served(edge.url) - before == 6
-    _, body = get(f"{edge.url}/metrics")
+    _, body = http_get(f"{edge.url}/metrics")
     names = {family.name for family in text_string_to_metric_families(body.decode())}
     assert {"ingress_request_duration_seconds", "ingress_tokens", "ingress_in_flight"} <= names
 
@@ -214,7 +204,7 @@ def test_sigterm_drains_an_in_flight_stream_and_exits_0(
         received.extend(c.delta.content for c in chunk.choices if c.delta.content)
     signalled = time.monotonic()
     edge.signal("TERM")
-    status, body = get(f"{url}/readyz")
+    status, body = http_get(f"{url}/readyz")
     assert (status, json.loads(body)["draining"]) == (503, True)  # still accepting, unready
     finish = None
     for chunk in chunks:

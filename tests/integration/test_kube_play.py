@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import llama_engine
 import openai
 import pytest
 import yaml
-from podman_images import REPO, Container, Image, Podman, podman
+from podman_images import REPO, Container, Image, Podman, http_get, podman
 from redis_servers import free_port
 
 pytestmark = pytest.mark.podman
@@ -57,14 +55,6 @@ print(json.dumps({"chat": chat, "streamed": streamed, "done": events[-1]}))
 def documents(directory: str) -> list[dict[str, Any]]:
     return [doc for path in sorted((K8S / directory).glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
             if doc]
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 class Played:
