@@ -15,12 +15,12 @@ from ingress import wire
 from ingress.anthropic.messages import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.demo.service import create_demo_app
+from ingress.encoding.passport import RequestMeta, compute_passport
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings
-from ingress.wire.passport import RequestMeta, compute_passport
 
 pytestmark = pytest.mark.cxx
 

@@ -39,9 +39,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress import wire
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
-from ingress.wire import decode, encode, stock
+from ingress.wire import decode, encode
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
 from ingress.wire.passport import Passport
@@ -294,7 +295,7 @@ _builders = BuilderPool(size=2)  # reused across examples on purpose
 
 REQUEST_ENCODERS = [
     pytest.param(encode.encode_request, id="generated"),
-    pytest.param(lambda request, rid, passport: stock.encode_request_stock(_builders, request, rid, passport),
+    pytest.param(lambda request, rid, passport: encode_request_stock(_builders, request, rid, passport),
                  id="stock"),
 ]
 
@@ -333,7 +334,7 @@ def _s(value: bytes | None) -> str | None:
 def test_both_encoders_write_the_same_request(doc: dict[str, Any], request_id: str, passport: Passport) -> None:
     request = decode_chat_request(json.dumps(doc).encode())
     generated = bytes(encode.encode_request(request, request_id, passport))
-    built = stock.encode_request_stock(BuilderPool(), request, request_id, passport)
+    built = encode_request_stock(BuilderPool(), request, request_id, passport)
     assert msgspec.json.encode(decode.decode_request(generated)) == msgspec.json.encode(decode.decode_request(built))
 
 
@@ -344,7 +345,7 @@ def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str,
     request = decode_chat_request(json.dumps(doc).encode())
     extra_json = json.dumps(extras, ensure_ascii=False)
     for buf in (bytes(encode.encode_request(request, "r", Passport(), "openai", None, extra_json)),
-                stock.encode_request_stock(_builders, request, "r", Passport(), "openai", None, extra_json)):
+                encode_request_stock(_builders, request, "r", Passport(), "openai", None, extra_json)):
         assert cxx_verifier.verify("request", buf)
         assert decode.read_request(buf).ExtraJson() == extra_json.encode()
         assert canonical(decode.decode_request(buf)) == canonical(request)

@@ -30,13 +30,14 @@ from unit.test_oracle import (
 
 from codegen.schema import parse
 from ingress import wire
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.wire import encode, runtime, stock
+from ingress.wire import encode, runtime
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
-from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
@@ -135,7 +136,7 @@ def valid_buffers() -> tuple[Valid, ...]:
     for i, (request, passport) in enumerate(_requests()):
         out.append(Valid(f"request-fast-{i}", "request", encode.encode_request(request, f"req-{i}", passport)))
         out.append(Valid(f"request-stock-{i}", "request",
-                         stock.encode_request_stock(pool, request, f"req-{i}", passport)))
+                         encode_request_stock(pool, request, f"req-{i}", passport)))
     out.append(Valid("request-python-builder", "request", python_request()))
     out.append(Valid("request-python-builder-prefixed", "request", python_request(size_prefixed=True), True))
     for i, response in enumerate(RESPONSES):
