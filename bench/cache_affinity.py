@@ -390,8 +390,8 @@ def oracle_hit_ratio(sent: list[Sent], blocks: int) -> float:
     from ingress.demo.answer import plan
     from ingress.demo.cache import KvCache, KvCacheSettings
     from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
-    from ingress.wire.encode import encode_request
 
     cache = KvCache(KvCacheSettings(blocks=blocks, prefill_s_per_token=0.0))
     prompt = cached = 0

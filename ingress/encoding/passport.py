@@ -8,11 +8,11 @@ import time
 import msgspec
 
 from ingress.encoding import prefix as canonical
+from ingress.encoding.requests import message_text
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.tokens import TokenCounter
 from ingress.wire import prefix
-from ingress.wire.encode import message_text
 from ingress.wire.passport import Passport, key_id_of, new_traceparent
 from ingress.wire.prefix import PREFIX_BYTES
 

@@ -3,8 +3,8 @@ compare the generated encoder with, and the baseline the benchmarks swap into an
 
 from __future__ import annotations
 
+from ingress.encoding.requests import request_data
 from ingress.oai import chat
-from ingress.wire.encode import request_data
 from ingress.wire.stock import BuilderPool, encode_request_data_stock
 from ingress.wire.types import PassportData
 

@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from ingress.cache import ResponseCache
 from ingress.encoding.passport import RequestMeta
+from ingress.encoding.requests import encode_request
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
@@ -20,7 +21,6 @@ from ingress.settings import Route, Settings, Timeouts
 from ingress.tenancy import Tenancy
 from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
-from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport
 
 T = TypeVar("T")

@@ -18,6 +18,7 @@ from ingress.encoding.passport import (
     compute_passport,
     compute_prompts_passport,
 )
+from ingress.encoding.requests import encode_messages_request, encode_text_request
 from ingress.errors import InvalidRequest, PromptBlocked
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
@@ -34,7 +35,6 @@ from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
 from ingress.settings import Route, Timeouts
 from ingress.tokens import TokenCounter, counter_for
-from ingress.wire.encode import encode_messages_request, encode_text_request
 from ingress.wire.passport import Passport
 
 R = TypeVar("R")
