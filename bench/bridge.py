@@ -261,6 +261,7 @@ def bridge_budget(chat_fb: bytes, stream_fb: bytes, min_s: float = 0.1) -> dict[
     from ingress.bridges.eventstream import EventStreamParser
     from ingress.bridges.openai import DIALECT
     from ingress.bridges.service import MAX_REQUEST
+    from ingress.encoding.reading import decode_request
 
     whole, stream = _mock_bodies()
     target = Target(url="http://127.0.0.1:9")
@@ -269,7 +270,7 @@ def bridge_budget(chat_fb: bytes, stream_fb: bytes, min_s: float = 0.1) -> dict[
     per_request = {
         "verify_request": lambda: wire.verify_request(chat_fb, max_size=MAX_REQUEST),
         "build": lambda: DIALECT.build(chat_fb, target),
-        "build/wire.decode_request": lambda: wire.decode_request(chat_fb),
+        "build/wire.decode_request": lambda: decode_request(chat_fb),
         "wire.read_request_data": lambda: wire.read_request_data(chat_fb),
         "answer+write_response": lambda: wire.write_response(call.answer(whole)),
     }
@@ -384,7 +385,7 @@ def _print(result: dict[str, Any]) -> None:
     rows = [
         ("per 16 KB request: verify the CompletionRequest (wire.verify_request)", b["verify_request"]),
         ("  dialect.build: the engine's JSON request", b["build"]),
-        ("    of which wire.decode_request (to OpenAI's request)", b["build/wire.decode_request"]),
+        ("    of which decode_request (to OpenAI's request)", b["build/wire.decode_request"]),
         ("    (beside it: wire.read_request_data, the generated reader, every field)", b["wire.read_request_data"]),
         ("  call.answer(the mock's JSON) + wire.write_response", b["answer+write_response"]),
         (f"  the bridge's CPU per request from /proc (bridge alone, c={CONNECTIONS[-1]})", alone),

@@ -180,10 +180,10 @@ def bridge_stages(min_s: float = 0.1) -> dict[str, dict[str, float]]:
     from ingress.bridges.dialect import Target
     from ingress.bridges.openai import DIALECT
     from ingress.bridges.service import MAX_REQUEST
+    from ingress.encoding.embeddings import encode_embedding_request
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
     from ingress.oai.embeddings import decode_embedding_request
-    from ingress.wire.embeddings import encode_embedding_request
-    from ingress.wire.encode import encode_request
     from ingress.wire.passport import Passport
     from ingress.wire.verify import verify_embedding_request
 

@@ -17,15 +17,16 @@ from typing import Any
 import msgspec
 
 from ingress.edge.sse import SseWriter
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
+from ingress.encoding.stock import encode_request_stock
 from ingress.log import access, configure
 from ingress.oai.codec import decode_chat_request
 from ingress.translate.completion import translate_response
 from ingress.translate.stream import StreamTranslator
 from ingress.wire.answer import decode_answer
-from ingress.wire.encode import encode_request
 from ingress.wire.framing import PREFIX, FrameDecoder
-from ingress.wire.passport import RequestMeta, compute_passport
-from ingress.wire.stock import BuilderPool, encode_request_stock
+from ingress.wire.stock import BuilderPool
 
 REQUEST_ID = "0123456789abcdef0123456789abcdef"
 META = RequestMeta(tenant_id="tenant-bench")

@@ -389,9 +389,9 @@ def oracle_hit_ratio(sent: list[Sent], blocks: int) -> float:
     from ingress import wire
     from ingress.demo.answer import plan
     from ingress.demo.cache import KvCache, KvCacheSettings
+    from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
-    from ingress.wire.encode import encode_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     cache = KvCache(KvCacheSettings(blocks=blocks, prefill_s_per_token=0.0))
     prompt = cached = 0
@@ -642,8 +642,8 @@ def _timed(fn: Callable[[], object], budget_s: float = 0.05) -> float:
 def passport_costs(rounds: int) -> dict[str, float]:
     """What the chain adds to a request's passport (a cache-affine group's routes only): a 16 KB chat
     request's passport with and without it, µs."""
+    from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.oai.codec import decode_chat_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     conversation = multi_turn(random.Random("passport"), 1, (30, 30))[0]
     messages = next(m for m in conversation.turns if len(msgspec.json.encode(m)) >= 16 * 1024)

@@ -43,6 +43,8 @@ HOT = [
     "ingress/wire/runtime.py", "ingress/wire/_generated/readers.py", "ingress/wire/_generated/verifier.py",
     "ingress/wire/_generated/encoders.py", "ingress/wire/answer.py", "ingress/wire/framing.py",
     "ingress/wire/encode.py", "ingress/wire/passport.py", "ingress/wire/decode.py", "ingress/wire/prefix.py",
+    "ingress/encoding/passport.py", "ingress/encoding/prefix.py", "ingress/encoding/requests.py",
+    "ingress/encoding/reading.py",
     "ingress/translate/stream.py", "ingress/translate/body.py", "ingress/translate/text.py",
     "ingress/translate/completion.py", "ingress/translate/messages.py", "ingress/edge/sse.py",
     "ingress/tokens/__init__.py", "ingress/tokens/chat.py", "ingress/tokens/cache.py",

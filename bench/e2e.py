@@ -53,10 +53,10 @@ from streams import analyze_streams, stream_level
 from wrk import SCRIPT as WRK_SCRIPT
 from wrk import Wrk, ensure_wrk
 
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

@@ -17,10 +17,11 @@ import uvloop
 from aiohttp import web
 
 from ingress.edge.appkeys import GATEWAY
+from ingress.encoding.stock import encode_request_stock
 from ingress.log import configure
 from ingress.serve import app as ingress_app
 from ingress.settings import Settings
-from ingress.wire.stock import BuilderPool, encode_request_stock
+from ingress.wire.stock import BuilderPool
 
 
 def main() -> int:

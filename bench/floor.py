@@ -92,6 +92,8 @@ def _staged(post: Any, upstream: str) -> Any:
     from payloads import MODEL
 
     from ingress.edge.middleware import request_id_of, server_timing
+    from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
@@ -102,8 +104,6 @@ def _staged(post: Any, upstream: str) -> Any:
     from ingress.translate.completion import translate_response
     from ingress.wire import CONTENT_TYPE
     from ingress.wire.answer import decode_answer
-    from ingress.wire.encode import encode_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     settings = Settings(models=(MODEL,), upstream=upstream)
     gw = Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
@@ -136,10 +136,10 @@ def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
     from provenance import code_version, describe
     from wrk import Wrk, ensure_wrk
 
+    from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
-    from ingress.wire.encode import encode_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     work = Path(tempfile.mkdtemp(prefix="ingress-floor-"))
     json_body = chat_request(16 * 1024, max_tokens=64)

@@ -272,6 +272,7 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     from ingress.anthropic.messages_to_chat import as_chat
     from ingress.edge.sse import MessagesSseWriter, SseWriter
     from ingress.edge.writers import json_response
+    from ingress.encoding.passport import RequestMeta
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.routing.budget import RetryBudget
@@ -287,7 +288,6 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     from ingress.translate.stream import StreamTranslator
     from ingress.upstream.http1_decoder import ResponseDecoder
     from ingress.wire.answer import decode_answer
-    from ingress.wire.passport import RequestMeta
 
     secret, key_id, key_hash = new_key()  # as bench/stages.py: rpm and tpm on the key, tpm on its tenant
     key = Key(id=key_id, tenant="t", hash=key_hash, limits=Limits(rpm=10**9, tpm=10**12))

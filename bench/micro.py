@@ -42,12 +42,13 @@ from lib.rounds import Rounds, Spread
 from payloads import SIZES, chat_request
 from provenance import code_version, describe
 
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request, request_data
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import read_request
 from ingress.wire._generated.encoders import encode_CompletionRequest
-from ingress.wire.encode import encode_request, request_data
-from ingress.wire.passport import RequestMeta, compute_passport
-from ingress.wire.stock import BuilderPool, encode_request_stock
+from ingress.wire.stock import BuilderPool
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

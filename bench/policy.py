@@ -50,6 +50,7 @@ def paths(variants: list[str]) -> dict[str, Callable[[], object]]:
     from payloads import chat_request
 
     from ingress.edge.middleware import served_by
+    from ingress.encoding.passport import RequestMeta
     from ingress.exchange import Exchange
     from ingress.pipeline import Gateway, prepare
     from ingress.pipeline.answer import filtered
@@ -60,7 +61,6 @@ def paths(variants: list[str]) -> dict[str, Callable[[], object]]:
     from ingress.upstream.client import UpstreamClient
     from ingress.upstream.group import EndpointGroup
     from ingress.usage import usage_record
-    from ingress.wire.passport import RequestMeta
     from ingress.wire.types import Choice, Response, Usage
 
     body = chat_request(16 * 1024, max_tokens=64, model=MODEL)

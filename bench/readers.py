@@ -35,14 +35,14 @@ from payloads import chat_request  # noqa: E402
 from provenance import code_version, describe  # noqa: E402
 
 from ingress import wire  # noqa: E402
+from ingress.encoding.passport import RequestMeta, compute_passport  # noqa: E402
+from ingress.encoding.requests import encode_request  # noqa: E402
 from ingress.oai.codec import decode_chat_request  # noqa: E402
 from ingress.wire import decode, verify  # noqa: E402
 from ingress.wire import types as wt  # noqa: E402
 from ingress.wire._generated import readers  # noqa: E402
 from ingress.wire._generated.LLMGateway.CompletionChunk import CompletionChunk  # noqa: E402
 from ingress.wire._generated.LLMGateway.CompletionResponse import CompletionResponse  # noqa: E402
-from ingress.wire.encode import encode_request  # noqa: E402
-from ingress.wire.passport import RequestMeta, compute_passport  # noqa: E402
 
 RESULTS = HERE / "results" / "readers.json"
 

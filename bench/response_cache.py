@@ -164,10 +164,10 @@ def stages(size: int) -> dict[str, dict[str, float]]:
     """The cache's own work for one request, in process."""
     from ingress.cache.entries import STREAM, WHOLE, entry, served
     from ingress.cache.lookup import entry_key
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
     from ingress.wire import Choice, Chunk, Response, Usage, write_chunk, write_response
     from ingress.wire.canonical import canonical
-    from ingress.wire.encode import encode_request
     from ingress.wire.passport import Passport
 
     out: dict[str, dict[str, float]] = {}

@@ -59,6 +59,8 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress import log
     from ingress.edge.middleware import _record, request_id_of, server_timing
     from ingress.edge.writers import json_response
+    from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
@@ -72,8 +74,6 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
     from ingress.translate.completion import translate_response
     from ingress.wire.answer import decode_answer
-    from ingress.wire.encode import encode_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the access line's stream, for the process
     settings = Settings(models=(model,), upstream="http://127.0.0.1:1")

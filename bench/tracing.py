@@ -554,12 +554,12 @@ def span_calls(ratio: float, tracer: Any) -> list[tuple[str, Callable[[dict[str,
     from ingress import wire
     from ingress.edge.middleware import begin_trace
     from ingress.edge.spans import end_trace
+    from ingress.encoding.passport import RequestMeta, compute_passport
+    from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request
     from ingress.pipeline.gateway import hop_headers
     from ingress.usage import usage_record
-    from ingress.wire.encode import encode_request
-    from ingress.wire.passport import RequestMeta, compute_passport
 
     tracer.ratio = ratio
     request = decode_chat_request(body("chat", OPENAI_MODEL, False))

@@ -401,8 +401,8 @@ _json = msgspec.json.Encoder()
 def input_messages(request: object) -> list[dict[str, Any]]:
     """A request's prompt in the GenAI conventions' input-messages shape: each message's role and text (a
     text completion's prompts and embeddings' inputs as user messages; token ids as their list)."""
+    from ingress.encoding.requests import message_text
     from ingress.oai.chat import ROLES
-    from ingress.wire.encode import message_text
 
     messages = getattr(request, "messages", None)
     if messages is not None:

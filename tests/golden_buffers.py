@@ -22,8 +22,10 @@ from typing import Any
 import msgspec
 
 from ingress import wire
+from ingress.encoding.reading import decode_request
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
-from ingress.wire import decode, encode
+from ingress.wire import decode
 from ingress.wire.passport import Passport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,7 +103,7 @@ def buffers() -> dict[str, bytes]:
     """What today's encoder writes for the messages above (the chunk as a size-prefixed frame)."""
     request = decode_chat_request(json.dumps(REQUEST_JSON).encode())
     return {
-        "request": bytes(encode.encode_request(request, REQUEST_ID, PASSPORT, PROVIDER, UPSTREAM_MODEL)),
+        "request": bytes(encode_request(request, REQUEST_ID, PASSPORT, PROVIDER, UPSTREAM_MODEL)),
         "response": bytes(wire.write_response(RESPONSE)),
         "chunk": bytes(wire.write_chunk(CHUNK)),
         "error": bytes(wire.write_error(ERROR)),
@@ -115,7 +117,7 @@ def _plain(value: object) -> Any:
 def read(kind: str, data: bytes) -> Any:
     """What today's readers read from a buffer of `kind`, as plain JSON values."""
     if kind == "request":
-        return {"openai": _plain(decode.decode_request(data)), "wire": _plain(decode.read_request_data(data))}
+        return {"openai": _plain(decode_request(data)), "wire": _plain(decode.read_request_data(data))}
     if kind == "response":
         return _plain(decode.decode_response(data))
     if kind == "chunk":

@@ -1,13 +1,14 @@
 """The stock flatbuffers.Builder encoders of the answers and the embeddings messages: the reference the
-tests compare the generated encoders with. ingress keeps only the request's (ingress/wire/stock.py), which
+tests compare the generated encoders with. ingress keeps only the request's (ingress/encoding/stock.py), which
 the benchmarks swap into an edge; these five ship nowhere."""
 
 from __future__ import annotations
 
+from ingress.encoding.embeddings import embedding_request_data
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import identifiers
 from ingress.wire._generated import encoders as gen
-from ingress.wire.embeddings import Embeddings, embedding_request_data, embeddings_data
+from ingress.wire.embeddings import Embeddings, embeddings_data
 from ingress.wire.encode import chunk_data, error_data, response_data
 from ingress.wire.stock import BuilderPool, encode_stock
 from ingress.wire.types import Chunk, ErrorInfo, Response

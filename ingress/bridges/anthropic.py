@@ -16,6 +16,7 @@ from ingress.bridges.anthropic_answers import MessagesStream, decode_answer, dec
 from ingress.bridges.anthropic_request import COUNT_PATH, PATH, request_body, request_headers
 from ingress.bridges.dialect import Dialect, EngineFailed, EngineRequest, Target, Unsupported, as_sent, readable, under
 from ingress.bridges.failures import retry_after
+from ingress.encoding.reading import decode_request
 from ingress.wire.types import ErrorInfo, Response, Usage
 
 _json = msgspec.json.Encoder()
@@ -78,7 +79,7 @@ class AnthropicDialect:
             return MessagesCall(sent, created=int(self._clock()))
         if view.TextCompletion():
             raise Unsupported("prompt", "Anthropic's Messages API has no text completions: use chat completions.")
-        request = wire.decode_request(buf)
+        request = decode_request(buf)
         body = request_body(request, target, view.ExtraJson())
         return MessagesCall(EngineRequest(path=under(target, PATH), headers=request_headers(target),
                                           body=_json.encode(body), stream=bool(request.stream)),

@@ -20,6 +20,7 @@ from ingress.bridges.openai_answers import OpenAIStream, read_answer
 from ingress.bridges.openai_embeddings import EmbeddingsCall, build_embeddings
 from ingress.bridges.openai_request import CHAT_PATH, RESPONSES_PATH, TEXT_PATH, request_body, request_headers
 from ingress.bridges.responses_answers import ResponsesStream, decode_answer
+from ingress.encoding.reading import decode_request, decode_text_request
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.completions import TextCompletionRequest
 from ingress.wire.types import ErrorInfo, Response
@@ -76,7 +77,7 @@ class OpenAIDialect:
             return ResponsesCall(engine, created=int(self._clock()))
         text = bool(view.TextCompletion())
         request: ChatCompletionRequest | TextCompletionRequest
-        request = wire.decode_text_request(buf) if text else wire.decode_request(buf)
+        request = decode_text_request(buf) if text else decode_request(buf)
         model = request.model or target.model or ""
         body = request_body(request, text=text, model=model, extra_json=view.ExtraJson(),
                             host=urlsplit(target.url).hostname)

@@ -92,7 +92,7 @@ class BlockCache:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The demo's layout of a prompt (as ingress/wire/prefix.py lays out the edge's: system messages, tools,
+    """The demo's layout of a prompt (as ingress/encoding/prefix.py lays out the edge's: system messages, tools,
     the other messages; a legacy prompt's texts or token ids), where its first user message ends in it (0:
     none), and where each piece ends with the demo's tokens up to there (ingress/demo/answer.py counts them)."""
 
@@ -112,7 +112,7 @@ class Layout:
 
 
 def _message_bytes(m: MessageData, text: str) -> bytes:
-    """As ingress/wire/prefix.py's, byte for byte for a message of a role and a text (most): blocks then end
+    """As ingress/encoding/prefix.py's, byte for byte for a message of a role and a text (most): blocks then end
     where the edge's do, and the passport's blocks cover what the demo takes them to."""
     role = _ROLE_NAMES.get(m.role, "")
     if not m.name and not m.tool_calls and m.tool_call_id is None:

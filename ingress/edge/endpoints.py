@@ -14,12 +14,13 @@ from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
 from ingress.edge.bodies import read_body
 from ingress.edge.sse import ResponsesSseWriter, SseWriter
 from ingress.edge.writers import Outlet, json_response, write_relayed, write_stream
+from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.translate.responses import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
-from ingress.wire.passport import RequestMeta, new_traceparent, valid_traceparent, valid_tracestate
+from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
 
 
 def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:

@@ -15,7 +15,7 @@ from ingress.edge.bodies import read_body
 from ingress.edge.endpoints import request_meta
 from ingress.edge.sse import MessagesSseWriter
 from ingress.edge.writers import Outlet, json_response, write_stream
-from ingress.wire.passport import RequestMeta
+from ingress.encoding.passport import RequestMeta
 
 API = "messages"
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ingress.cache import ResponseCache
+from ingress.encoding.passport import RequestMeta
+from ingress.encoding.requests import encode_request
 from ingress.errors import NotFound
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
@@ -19,8 +21,7 @@ from ingress.settings import Route, Settings, Timeouts
 from ingress.tenancy import Tenancy
 from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import Passport, RequestMeta
+from ingress.wire.passport import Passport
 
 T = TypeVar("T")
 

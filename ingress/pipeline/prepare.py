@@ -11,6 +11,14 @@ import msgspec
 
 from ingress.anthropic.messages import MessagesRequest, decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.passport import (
+    RequestMeta,
+    compute_embedding_passport,
+    compute_passport,
+    compute_prompts_passport,
+)
+from ingress.encoding.requests import encode_messages_request, encode_text_request
 from ingress.errors import InvalidRequest, PromptBlocked
 from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
@@ -27,15 +35,7 @@ from ingress.routing.chain import Link, too_long
 from ingress.routing.table import Match
 from ingress.settings import Route, Timeouts
 from ingress.tokens import TokenCounter, counter_for
-from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.encode import encode_messages_request, encode_text_request
-from ingress.wire.passport import (
-    Passport,
-    RequestMeta,
-    compute_embedding_passport,
-    compute_passport,
-    compute_prompts_passport,
-)
+from ingress.wire.passport import Passport
 
 R = TypeVar("R")
 

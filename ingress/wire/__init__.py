@@ -1,5 +1,12 @@
 """The FlatBuffers wire format, and a small public API for internal Python services.
 
+The contract alone: the schema's types, the generated encoders, readers and verifier, framing, the
+passport's layout and readers, a request's canonical form. It imports nothing of the edge's dialects
+(OpenAI's, Anthropic's) nor of its token counting: a request mapped from a dialect onto these tables, its
+passport computed, and read back into OpenAI's shape are the edge's, in `ingress.encoding`
+(`ingress.encoding.reading.decode_request(body)`, `decode_text_request(body)` for a service that wants
+OpenAI's request shape).
+
 An internal service reads a request without copying and answers with a response buffer, or with a
 stream of size-prefixed chunk frames::
 
@@ -9,7 +16,6 @@ stream of size-prefixed chunk frames::
     request = wire.read_request(body)           # zero-copy view over `body`
     request.ModelName(), request.Stream(), request.MessagesLength()
     wire.read_request_data(body)                # or every field, as a CompletionRequestData
-    wire.decode_request(body)                   # or everything, in OpenAI's request shape
     request.TextCompletion()                    # a legacy text completion: request.Prompts(i), not messages
 
     wire.write_response(wire.Response(...))     # one CompletionResponse buffer
@@ -32,9 +38,7 @@ from ingress.wire.decode import (
     WireError,
     decode_chunk,
     decode_error,
-    decode_request,
     decode_response,
-    decode_text_request,
     read_request,
     read_request_data,
 )
@@ -119,9 +123,7 @@ __all__ = [
     "WireError",
     "decode_chunk",
     "decode_error",
-    "decode_request",
     "decode_response",
-    "decode_text_request",
     "frame",
     "read_embedding_request",
     "read_request",

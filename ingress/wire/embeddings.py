@@ -1,10 +1,10 @@
-"""Embeddings on the wire: an OpenAI embeddings request → EmbeddingRequest, and the answers both ways.
+"""Embeddings on the wire: the EmbeddingRequest, and the answers both ways.
 
-The edge encodes the request (`encode_embedding_request`) and decodes the service's answer
-(`decode_embeddings_answer`: an EmbeddingResponse, or its Error raised); a Python service reads the
-request (`read_embedding_request`; `read_embedding_request_data` once it verified it with its own bound)
-and writes its answer (`encode_embeddings`). Vectors travel as FlatBuffers `[float]` vectors: float32,
-little-endian, never JSON.
+The edge encodes the request (from OpenAI's: ingress/encoding/embeddings.py, through
+`encode_embedding_request_data`) and decodes the service's answer (`decode_embeddings_answer`: an
+EmbeddingResponse, or its Error raised); a Python service reads the request (`read_embedding_request`;
+`read_embedding_request_data` once it verified it with its own bound) and writes its answer
+(`encode_embeddings`). Vectors travel as FlatBuffers `[float]` vectors: float32, little-endian, never JSON.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ from collections.abc import Callable
 import msgspec
 
 from ingress.errors import IngressError, UpstreamProtocolError
-from ingress.oai.embeddings import EmbeddingRequest
 from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wire_types
 from ingress.wire._generated import encoders as gen
 from ingress.wire._generated import readers
 from ingress.wire.answer import error_of
-from ingress.wire.encode import PROVIDERS
 
 EmbeddingRequestData = gen.EmbeddingRequestData
 EmbeddingInputData = gen.EmbeddingInputData
@@ -34,35 +32,14 @@ class Embeddings(msgspec.Struct, kw_only=True):
     usage: wire_types.Usage | None = None
 
 
-def _input(value: str | list[int]) -> gen.EmbeddingInputData:
-    return gen.EmbeddingInputData(text=value) if isinstance(value, str) else gen.EmbeddingInputData(tokens=value)
-
-
-def embedding_request_data(request: EmbeddingRequest, request_id: str, passport: gen.PassportData,
-                           provider: str = "openai", model_name: str | None = None) -> gen.EmbeddingRequestData:
-    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
-    return gen.EmbeddingRequestData(
-        request_id=request_id,
-        provider=PROVIDERS[provider],
-        model_name=model_name or request.model,
-        inputs=[_input(value) for value in request.inputs],
-        dimensions=request.dimensions,
-        base64=request.encoding_format == "base64",
-        user=request.user,
-        passport=passport,
-    )
-
-
 def _fresh(encode: Callable[..., None], data: object) -> bytearray:
     buf = bytearray()
     encode(buf, data)
     return buf
 
 
-def encode_embedding_request(request: EmbeddingRequest, request_id: str, passport: gen.PassportData,
-                             provider: str = "openai", model_name: str | None = None) -> bytearray:
+def encode_embedding_request_data(data: gen.EmbeddingRequestData) -> bytearray:
     """One EmbeddingRequest buffer (identifier LGEQ)."""
-    data = embedding_request_data(request, request_id, passport, provider, model_name)
     return _fresh(gen.encode_EmbeddingRequest, data)
 
 

@@ -11,10 +11,8 @@ from typing import Any, TypeVar
 
 import flatbuffers
 
-from ingress.oai import chat
 from ingress.wire import identifiers
 from ingress.wire._generated import encoders as gen
-from ingress.wire.encode import request_data
 
 D = TypeVar("D")
 
@@ -56,8 +54,6 @@ def encode_stock(pool: BuilderPool, build: Callable[[Any, D], int], data: D, ide
         return bytes(b.Output())
 
 
-def encode_request_stock(pool: BuilderPool, request: chat.ChatCompletionRequest, request_id: str,
-                         passport: gen.PassportData, provider: str = "openai", model_name: str | None = None,
-                         extra_json: str | None = None) -> bytes:
-    data = request_data(request, request_id, passport, provider, model_name, extra_json)
+def encode_request_data_stock(pool: BuilderPool, data: gen.CompletionRequestData) -> bytes:
+    """One CompletionRequest buffer through the stock Builder (from OpenAI's request: ingress/encoding/stock.py)."""
     return encode_stock(pool, gen.build_CompletionRequest, data, identifiers.REQUEST)

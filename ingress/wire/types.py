@@ -1,5 +1,6 @@
 """Plain-data forms of the answer tables, for internal services that write them and for tests; and the
-generated data classes a service reads a whole request into.
+generated data classes of a request, which a service reads a whole request into and the edge builds one
+from (ingress/encoding/requests.py).
 
 Where a table's service-facing form is the table itself, it is the generated data class (one
 definition: the schema): `Usage`, `ToolCallDelta`, `TokenLogprob`, `TopLogprob`, `Annotation`,
@@ -20,9 +21,15 @@ from ingress.wire._generated.encoders import (
     UsageData,
 )
 from ingress.wire._generated.encoders import CompletionRequestData as CompletionRequestData
+from ingress.wire._generated.encoders import ContentPartData as ContentPartData
+from ingress.wire._generated.encoders import FunctionCallData as FunctionCallData
+from ingress.wire._generated.encoders import KeyValueData as KeyValueData
 from ingress.wire._generated.encoders import MessageData as MessageData
 from ingress.wire._generated.encoders import PassportData as PassportData
+from ingress.wire._generated.encoders import PromptCacheBreakpointData as PromptCacheBreakpointData
 from ingress.wire._generated.encoders import PromptInputData as PromptInputData
+from ingress.wire._generated.encoders import ResponseFormatData as ResponseFormatData
+from ingress.wire._generated.encoders import ToolCallData as ToolCallData
 
 Usage = UsageData
 ToolCallDelta = ToolCallDeltaData

@@ -31,9 +31,10 @@ from multidict import CIMultiDict
 from waiting import eventually
 
 from ingress import wire
+from ingress.encoding.reading import decode_request
+from ingress.encoding.requests import message_text
 from ingress.oai.chat import ChatCompletionRequest, UserMessage
 from ingress.serve.app import serve_app
-from ingress.wire.encode import message_text
 
 CREATED = 1_700_000_000
 PREFIX = struct.Struct("<I")
@@ -182,7 +183,7 @@ class FakeUpstream:
 
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        received = Received(headers=CIMultiDict(request.headers), body=body, request=wire.decode_request(body),
+        received = Received(headers=CIMultiDict(request.headers), body=body, request=decode_request(body),
                             request_id=(wire.read_request(body).RequestId() or b"").decode())
         self.received.append(received)
         behaviour, pace = self._script.popleft() if self._script else (self.default, 0.0)

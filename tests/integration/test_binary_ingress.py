@@ -23,12 +23,12 @@ from waiting import eventually
 
 from ingress import wire
 from ingress.edge.appkeys import GATEWAY
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
 from ingress.errors import UpstreamTimeout
 from ingress.oai.codec import decode_chat_request
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
 
 TEXT = "Tell me a story about frames"
 FLATBUFFERS = {"Content-Type": wire.CONTENT_TYPE}

@@ -24,10 +24,11 @@ from ingress import wire
 from ingress.bridges import load_dialect
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
 from ingress.bridges.service import create_bridge_app
+from ingress.encoding.reading import decode_request
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
-from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport
 
 
@@ -87,7 +88,7 @@ class Words:
     name = "words"
 
     def build(self, buf: bytes, target: Target) -> WordsCall:
-        request = wire.decode_request(buf)
+        request = decode_request(buf)
         if (request.n or 1) > 1:
             raise Unsupported("n", "The words engine answers one choice.")
         text = request.messages[-1].content

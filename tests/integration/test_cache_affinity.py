@@ -28,13 +28,13 @@ from recording import recording_edge
 from ingress import wire
 from ingress.demo.cache import KvCacheSettings
 from ingress.demo.service import create_demo_app
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
 from ingress.exchange import Exchange
 from ingress.oai.codec import decode_chat_request
 from ingress.routing.affinity import Way
 from ingress.serve.app import serve_app
 from ingress.settings import Affinity, Ejection, Endpoint, Group, Retry, Route, Settings, Timeouts
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
 
 SYSTEM = "You are the support agent of a travel company. Follow every rule below. " * 80  # ~5.8 KB
 QUICK = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)

@@ -15,12 +15,13 @@ from ingress import wire
 from ingress.anthropic.messages import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.demo.service import create_demo_app
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.reading import decode_request
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import as_chat
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings
-from ingress.wire.passport import RequestMeta, compute_passport
 
 pytestmark = pytest.mark.cxx
 
@@ -98,7 +99,7 @@ async def test_every_emitted_request_verifies_and_round_trips(recorded: tuple[st
     for body, buf in zip(sent, bodies, strict=True):
         assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
         expected = decode_chat_request(msgspec.json.encode(body))
-        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        assert msgspec.json.encode(decode_request(buf)) == msgspec.json.encode(expected)
         view = wire.read_request(buf)
         assert view.ModelName() == b"ingress-demo"
         assert view.Stream() is stream
@@ -136,7 +137,7 @@ async def test_every_emitted_responses_request_verifies_as_the_chat_request_it_a
     for body, buf in zip(sent, bodies, strict=True):
         assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
         expected = as_chat(decode_responses_request(msgspec.json.encode(body)))
-        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        assert msgspec.json.encode(decode_request(buf)) == msgspec.json.encode(expected)
         assert wire.read_request(buf).Stream() is stream
 
 
@@ -177,7 +178,7 @@ async def test_every_emitted_messages_request_verifies_as_the_chat_request_it_am
         assert cxx_verifier.verify("request", buf), body  # type: ignore[attr-defined]
         request, _ = decode_messages(msgspec.json.encode(body))
         expected = messages_as_chat(request).request
-        assert msgspec.json.encode(wire.decode_request(buf)) == msgspec.json.encode(expected)
+        assert msgspec.json.encode(decode_request(buf)) == msgspec.json.encode(expected)
         view = wire.read_request(buf)
         assert view.Stream() is stream
         whole = view.AnthropicJson()  # bound for Anthropic, the request as sent, byte for byte

@@ -24,6 +24,7 @@ from recording import recording_edge
 
 from ingress import wire
 from ingress.cache.settings import RouteCache
+from ingress.encoding.reading import decode_request
 from ingress.exchange import Exchange
 from ingress.routing.split import choose
 from ingress.settings import Endpoint, ErrorClass, Group, Retry, Route, Settings, Share, Timeouts
@@ -204,7 +205,7 @@ async def test_each_routes_buffer_passes_the_cxx_verifier(start_chain: StartChai
     bodies = [fake.received[0].body for fake in chain.fakes.values()]
     for body in bodies:
         assert cxx_verifier.verify("request", body)  # type: ignore[attr-defined]
-    first, second = (wire.decode_request(b) for b in bodies)
+    first, second = (decode_request(b) for b in bodies)
     assert (first.model, second.model) == ("gpt-4o", "claude-sonnet-4-5")
     assert first.messages == second.messages and first.tools == second.tools and second.temperature == 0.2
 

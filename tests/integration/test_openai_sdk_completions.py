@@ -19,6 +19,7 @@ from openai.types import Completion
 
 from ingress import wire
 from ingress.demo.answer import logprob as demo_logprob
+from ingress.encoding.reading import decode_text_request
 from ingress.settings import Endpoint, Group, Route, Settings
 
 MODEL = "ingress-demo"
@@ -173,7 +174,7 @@ async def test_every_field_travels_to_the_service(edge: str, fake_upstream: Fake
             model="gpt-4o", prompt=["first", "second"], echo=True, suffix="end", best_of=2, n=2,
             max_tokens=0, temperature=0.25, top_p=0.5, stop="\n\n", seed=-1, presence_penalty=2,
             frequency_penalty=-2, logit_bias={"7": 100}, user="someone")
-    sent: Any = wire.decode_text_request(fake_upstream.received[-1].body)
+    sent: Any = decode_text_request(fake_upstream.received[-1].body)
     assert sent.prompt == ["first", "second"] and sent.echo and sent.suffix == "end"
     assert (sent.best_of, sent.n, sent.logprobs, sent.max_tokens) == (2, 2, None, 0)
     assert (sent.temperature, sent.top_p, sent.stop, sent.seed) == (0.25, 0.5, ["\n\n"], -1)
@@ -182,7 +183,7 @@ async def test_every_field_travels_to_the_service(edge: str, fake_upstream: Fake
     assert view.TextCompletion() and view.MessagesLength() == 0 and view.UserPrompt() == b"first"
     async with openai.AsyncOpenAI(base_url=f"{edge}/v1", api_key="sk-test", max_retries=0) as c:
         await c.completions.create(model="gpt-4o", prompt="first", logprobs=0)  # logprobs go without echo
-    assert wire.decode_text_request(fake_upstream.received[-1].body).logprobs == 0
+    assert decode_text_request(fake_upstream.received[-1].body).logprobs == 0
 
 
 async def test_the_edge_refuses_before_sending(edge: str, fake_upstream: FakeUpstream,
@@ -236,4 +237,4 @@ async def test_a_forwarding_route_sends_the_extras_of_a_text_completion(
     [received] = fake_upstream.received
     view = wire.read_request(received.body)
     assert json.loads(view.ExtraJson() or b"") == {"top_k": 40, "min_p": 0.05} and view.TextCompletion()
-    assert wire.decode_text_request(received.body).max_tokens == 5
+    assert decode_text_request(received.body).max_tokens == 5

@@ -16,10 +16,10 @@ from fakes.upstream import FakeUpstream
 from waiting import eventually
 
 from ingress import wire
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
 
 TEXT = "Tell me a story about frames"
 SLOW = Timeouts(connect=1.0, first_byte=30.0, idle=30.0)

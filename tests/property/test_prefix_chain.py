@@ -9,8 +9,8 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingress.encoding.prefix import chat_text
 from ingress.oai.codec import decode_chat_request
-from ingress.wire import prefix
 from ingress.wire.prefix import BLOCK_BYTES, LIMIT_BYTES, block_ends, chain
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
@@ -77,8 +77,8 @@ def _request(messages: list[dict[str, Any]]) -> Any:
        st.lists(message, min_size=1, max_size=12), st.lists(message, min_size=1, max_size=6))
 def test_a_conversation_that_goes_on_extends_its_text_and_keeps_its_conversation_block(
         opening: list[dict[str, Any]], turns: list[dict[str, Any]], later: list[dict[str, Any]]) -> None:
-    before = prefix.chat_text(_request(opening + turns), LIMIT_BYTES, True)
-    after = prefix.chat_text(_request(opening + turns + later), LIMIT_BYTES, True)
+    before = chat_text(_request(opening + turns), LIMIT_BYTES, True)
+    after = chat_text(_request(opening + turns + later), LIMIT_BYTES, True)
 
     assert after[0].startswith(before[0])
     if before[1]:

@@ -39,9 +39,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingress import wire
+from ingress.encoding.reading import decode_request
+from ingress.encoding.requests import encode_request
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
-from ingress.wire import decode, encode, stock
+from ingress.wire import decode
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
 from ingress.wire.passport import Passport
@@ -293,8 +296,8 @@ RequestEncoder = Callable[[chat.ChatCompletionRequest, str, Passport], bytes]
 _builders = BuilderPool(size=2)  # reused across examples on purpose
 
 REQUEST_ENCODERS = [
-    pytest.param(encode.encode_request, id="generated"),
-    pytest.param(lambda request, rid, passport: stock.encode_request_stock(_builders, request, rid, passport),
+    pytest.param(encode_request, id="generated"),
+    pytest.param(lambda request, rid, passport: encode_request_stock(_builders, request, rid, passport),
                  id="stock"),
 ]
 
@@ -310,7 +313,7 @@ def test_request_round_trips_through_the_wire(
     buf = encode_request(request, request_id, passport)
     assert cxx_verifier.verify("request", buf)
 
-    assert canonical(decode.decode_request(buf)) == canonical(request)
+    assert canonical(decode_request(buf)) == canonical(request)
     assert same(readers.read_CompletionRequest(bytes(buf)), flatc_read("CompletionRequest", bytes(buf)))
     view = decode.read_request(buf)
     assert view.RequestId() == request_id.encode()
@@ -332,9 +335,9 @@ def _s(value: bytes | None) -> str | None:
 @given(doc=chat_request(), request_id=text, passport=passports)
 def test_both_encoders_write_the_same_request(doc: dict[str, Any], request_id: str, passport: Passport) -> None:
     request = decode_chat_request(json.dumps(doc).encode())
-    generated = bytes(encode.encode_request(request, request_id, passport))
-    built = stock.encode_request_stock(BuilderPool(), request, request_id, passport)
-    assert msgspec.json.encode(decode.decode_request(generated)) == msgspec.json.encode(decode.decode_request(built))
+    generated = bytes(encode_request(request, request_id, passport))
+    built = encode_request_stock(BuilderPool(), request, request_id, passport)
+    assert msgspec.json.encode(decode_request(generated)) == msgspec.json.encode(decode_request(built))
 
 
 @SETTINGS
@@ -343,11 +346,11 @@ def test_engine_extras_travel_verbatim(cxx_verifier: CxxVerifier, doc: dict[str,
     # A forwarding route's extras: one JSON object, as text, beside the request (codec.py splits them).
     request = decode_chat_request(json.dumps(doc).encode())
     extra_json = json.dumps(extras, ensure_ascii=False)
-    for buf in (bytes(encode.encode_request(request, "r", Passport(), "openai", None, extra_json)),
-                stock.encode_request_stock(_builders, request, "r", Passport(), "openai", None, extra_json)):
+    for buf in (bytes(encode_request(request, "r", Passport(), "openai", None, extra_json)),
+                encode_request_stock(_builders, request, "r", Passport(), "openai", None, extra_json)):
         assert cxx_verifier.verify("request", buf)
         assert decode.read_request(buf).ExtraJson() == extra_json.encode()
-        assert canonical(decode.decode_request(buf)) == canonical(request)
+        assert canonical(decode_request(buf)) == canonical(request)
 
 
 # --- answers -------------------------------------------------------------------------------------

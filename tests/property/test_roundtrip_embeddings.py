@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 from property.test_roundtrip import INT32_MAX, SETTINGS, bounded, nullable, passports, text, u
 
 from ingress import wire
+from ingress.encoding.embeddings import encode_embedding_request
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
 from ingress.translate.embeddings import translate_embeddings
 from ingress.wire._generated import readers
-from ingress.wire.embeddings import decode_embeddings, encode_embedding_request, read_embedding_request
+from ingress.wire.embeddings import decode_embeddings, read_embedding_request
 from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool
 

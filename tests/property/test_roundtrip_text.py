@@ -20,12 +20,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from property.test_roundtrip import INT32_MAX, SETTINGS, bounded, i, long_text, nullable, passports, text
 
+from ingress.encoding import reading
+from ingress.encoding.requests import encode_text_request
 from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
 from ingress.wire import decode
 from ingress.wire._generated import readers
 from ingress.wire.decode import shortest_float32
-from ingress.wire.encode import encode_text_request
 from ingress.wire.passport import Passport
 
 pytestmark = pytest.mark.cxx
@@ -103,7 +104,7 @@ def test_text_request_round_trips_through_the_wire(
     buf = bytes(encode_text_request(request, request_id, passport, "self_hosted", upstream_model))
     assert cxx_verifier.verify("request", buf)
 
-    assert canonical(decode.decode_text_request(buf), upstream_model or request.model) == \
+    assert canonical(reading.decode_text_request(buf), upstream_model or request.model) == \
         canonical(request, upstream_model or request.model)
     assert same(readers.read_CompletionRequest(buf), flatc_read("CompletionRequest", buf))
     view = decode.read_request(buf)

@@ -14,9 +14,9 @@ import msgspec
 import pytest
 
 from ingress.bridges.dialect import Unsupported
+from ingress.encoding.requests import encode_request
 from ingress.oai import chat
 from ingress.oai.codec import MAX_NESTING
-from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport
 
 USER = {"role": "user", "content": "hi"}

@@ -20,11 +20,11 @@ from ingress import wire
 from ingress.bridges import anthropic_request
 from ingress.bridges.anthropic import AnthropicDialect
 from ingress.bridges.dialect import EngineFailed, Target, Unsupported
+from ingress.encoding.requests import encode_messages_request, encode_request, encode_text_request
 from ingress.oai import chat
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import TextCompletionRequest
 from ingress.translate.stream import StreamTranslator
-from ingress.wire.encode import encode_messages_request, encode_request, encode_text_request
 from ingress.wire.passport import Passport
 
 CREATED = 1_700_000_000

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from codegen.flatc import FlatcError, run_flatc
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
 
 REPO = Path(__file__).resolve().parents[2]
 ARTICLE = REPO / "tests" / "fixtures" / "article_llm_gateway.fbs"

@@ -15,11 +15,12 @@ from ingress import wire
 from ingress.demo import service
 from ingress.demo.answer import plan
 from ingress.demo.cache import BlockCache, KvCache, KvCacheSettings, Layout, cached_tokens, prompt_chain, prompt_layout
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.prefix import chat_text
+from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
 from ingress.serve.app import serve_app
-from ingress.wire.encode import encode_request
-from ingress.wire.passport import RequestMeta, compute_passport
-from ingress.wire.prefix import BLOCK_BYTES, chat_text
+from ingress.wire.prefix import BLOCK_BYTES
 
 SYSTEM = "You are the support agent of a travel company. Follow every rule below. " * 40  # ~2.9 KB: 6 blocks
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.requests import encode_messages_request, encode_request, encode_text_request
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.oai.embeddings import decode_embedding_request
 from ingress.wire.canonical import canonical, deterministic
-from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.encode import encode_messages_request, encode_request, encode_text_request
 from ingress.wire.passport import Passport
 
 CHAT = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello"}], "temperature": 0}

@@ -24,10 +24,11 @@ import pytest
 import typing_extensions
 from openai.types.chat import completion_create_params as sdk
 
+from ingress.encoding.reading import decode_request
+from ingress.encoding.requests import encode_request
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import decode_chat_request
-from ingress.wire import decode_request, read_request
-from ingress.wire.encode import encode_request
+from ingress.wire import read_request
 from ingress.wire.passport import Passport
 
 ROOTS = (sdk.CompletionCreateParamsStreaming, sdk.CompletionCreateParamsNonStreaming)

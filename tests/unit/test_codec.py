@@ -20,6 +20,7 @@ from unit.bad_requests import (
     message,
 )
 
+from ingress.encoding.requests import encode_request
 from ingress.errors import InvalidRequest
 from ingress.oai import chat
 from ingress.oai.codec import (
@@ -30,7 +31,6 @@ from ingress.oai.codec import (
     decode_chat_request_forwarding,
 )
 from ingress.wire import read_request
-from ingress.wire.encode import encode_request
 from ingress.wire.passport import Passport
 
 

@@ -1,5 +1,5 @@
 """Legacy text completions without I/O: the strict request codec (oai/completions.py), the request on
-the wire both ways (wire/encode.py, wire/decode.py) and the translation of answers (translate/text.py)."""
+the wire both ways (encoding/requests.py, encoding/reading.py) and the translation of answers (translate/text.py)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from unit.bad_completions import BAD_COMPLETIONS, completions_body
 from unit.bad_requests import Bad
 
 from ingress import wire
+from ingress.encoding import reading
+from ingress.encoding.requests import encode_text_request
 from ingress.errors import InvalidRequest, UpstreamProtocolError
 from ingress.oai.chat import StreamOptions
 from ingress.oai.completions import TextCompletionRequest, decode_text_request
 from ingress.translate.text import TextStreamTranslator, translate_text_response
-from ingress.wire.encode import encode_text_request
 from ingress.wire.passport import Passport
 
 PASSPORT = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=3, prefix_hash=7, traceparent="tp")
@@ -64,7 +65,7 @@ def test_the_request_travels_as_a_text_completion_and_reads_back() -> None:
     assert [p.tokens for p in data.prompts or ()] == [[5, 6], [7]]
     assert (data.echo, data.suffix, data.best_of, data.logprobs_count) == (True, "s", 3, None)
     assert (data.max_tokens, data.max_tokens_set, data.temperature_set) == (0, True, True)
-    back = wire.decode_text_request(buf)
+    back = reading.decode_text_request(buf)
     assert back == msgspec.structs.replace(request, model="served-name")
     for logprobs in (0, 5):  # without echo (see test_logprobs_with_echo_are_refused_naming_logprobs)
         asked = decode_text_request(completions_body(logprobs=logprobs))
@@ -72,11 +73,11 @@ def test_the_request_travels_as_a_text_completion_and_reads_back() -> None:
 
 
 def test_a_chat_request_is_not_read_as_a_text_completion() -> None:
+    from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
-    from ingress.wire.encode import encode_request
     chat = decode_chat_request(b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}')
     with pytest.raises(wire.WireError):
-        wire.decode_text_request(bytes(encode_request(chat, "rid", PASSPORT)))
+        reading.decode_text_request(bytes(encode_request(chat, "rid", PASSPORT)))
 
 
 def test_an_answer_translates_to_what_the_sdk_reads_as_a_completion() -> None:

@@ -1,5 +1,6 @@
 """Embeddings without I/O: the strict request codec (oai/embeddings.py), the wire tables both ways
-(wire/embeddings.py) and the translation to OpenAI's list, base64 included (translate/embeddings.py)."""
+(wire/embeddings.py, the request's from OpenAI's in encoding/embeddings.py) and the translation to OpenAI's
+list, base64 included (translate/embeddings.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from unit.bad_requests import Bad
 
 from ingress import wire
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.passport import RequestMeta, compute_embedding_passport
 from ingress.errors import InvalidRequest, UpstreamAnswered, UpstreamProtocolError
 from ingress.oai.embeddings import MAX_INPUT_TOKENS, MAX_INPUTS, decode_embedding_request
 from ingress.translate.embeddings import encode_base64, translate_embeddings
@@ -26,11 +29,10 @@ from ingress.wire.embeddings import (
     Embeddings,
     decode_embeddings,
     decode_embeddings_answer,
-    encode_embedding_request,
     read_embedding_request,
     read_embedding_request_data,
 )
-from ingress.wire.passport import Passport, RequestMeta, compute_embedding_passport
+from ingress.wire.passport import Passport
 
 PASSPORT = Passport(tenant_id="t", key_id="k", prompt_tokens_estimate=3, prefix_hash=7, traceparent="tp")
 

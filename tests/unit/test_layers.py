@@ -1,10 +1,13 @@
-"""The folders' promise, checked: data flows one way between ingress's packages, only the layers
-that do I/O are async, and only ingress/tasks.py spawns tasks. Read from the source with `ast`, so a new
-import or spawn that breaks it fails here."""
+"""The folders' promise, checked: data flows one way between ingress's packages, the contract (wire)
+stands alone, only the layers that do I/O are async, and only ingress/tasks.py spawns tasks. Read from the
+source with `ast`, so a new import or spawn that breaks it fails here; and wire imported in a fresh
+interpreter, so that an import made at run time shows too."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,27 +16,37 @@ ROOT = Path(__file__).resolve().parents[2] / "ingress"
 GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
-SYNC = ("oai", "anthropic", "wire", "translate", "routing", "tokens", "exchange", "usage", "errors", "settings",
-        "config", "metrics", "log", "guardrails", "tracing", "otlp")
+SYNC = ("oai", "anthropic", "encoding", "wire", "translate", "routing", "tokens", "exchange", "usage", "errors",
+        "settings", "config", "metrics", "log", "guardrails", "tracing", "otlp")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
 # the folding of late system messages among the stages.
 SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"}}
+# Every package and top-level module of ingress/, as _unit names them.
+UNITS = frozenset(p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
+                  if p.suffix == ".py" or (p / "__init__.py").exists())
 # What each package may import from the others (top-level modules are their own "package").
 FORBIDDEN = {
-    "upstream": {"translate", "edge", "pipeline", "oai"},  # upstream → wire ← translate
-    "translate": {"upstream", "edge", "pipeline"},
-    "wire": {"upstream", "translate", "edge", "pipeline", "routing"},
-    "oai": {"wire", "upstream", "translate", "edge", "pipeline", "anthropic"},
+    "upstream": {"translate", "edge", "pipeline", "oai", "encoding"},  # upstream → wire ← translate
+    "translate": {"upstream", "edge", "pipeline", "encoding"},
+    # The contract stands alone: a service that imports it gets none of the edge's dialects (oai, anthropic),
+    # token counting or encoding of requests, nor anything added later; errors' tree is the one exception.
+    "wire": UNITS - {"wire", "errors"},
+    # The edge's requests in the contract's terms: the dialects' types and tokens' counts onto wire's tables;
+    # nothing of the hop, the stages or the policies.
+    "encoding": {"upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo", "tenancy",
+                 "guardrails", "cache"},
+    "oai": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "anthropic"},
     # Anthropic's API as oai is OpenAI's; its requests become chat requests (oai's) on their way in.
-    "anthropic": {"wire", "upstream", "translate", "edge", "pipeline"},
-    "routing": {"upstream", "translate", "edge", "pipeline", "wire", "oai"},
+    "anthropic": {"wire", "encoding", "upstream", "translate", "edge", "pipeline"},
+    "routing": {"upstream", "translate", "edge", "pipeline", "wire", "encoding", "oai"},
     "pipeline": {"edge", "serve"},
-    "demo": {"edge", "pipeline", "upstream", "translate", "serve"},
+    "demo": {"edge", "pipeline", "upstream", "translate", "serve", "encoding"},  # a service reads the contract alone
     "bridges": {"edge", "pipeline", "translate", "serve", "routing", "demo"},  # a service like any other
     # A policy on decoded requests: it reads oai's types and raises errors', nothing of the hop.
-    "guardrails": {"wire", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config", "serve"},
+    "guardrails": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config",
+                   "serve"},
 }
 
 
@@ -96,6 +109,16 @@ def test_no_import_cycle_among_the_packages() -> None:
 @pytest.mark.parametrize("unit", sorted(FORBIDDEN))
 def test_data_flows_one_way(unit: str) -> None:
     assert _graph().get(unit, set()) & FORBIDDEN[unit] == set()
+
+
+def test_the_contract_loads_alone_in_a_fresh_interpreter() -> None:
+    """`import ingress.wire`, as a service does it: only wire's modules and errors load, none of oai's,
+    anthropic's, tokens' or encoding's (an import inside a function, or one ast cannot see, would show here)."""
+    code = "import sys, ingress.wire; print(*sorted(m for m in sys.modules if m.startswith('ingress.')))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "ingress.wire" in loaded
+    assert [m for m in loaded if m.split(".")[1] not in ("wire", "errors")] == []
 
 
 def test_only_the_edge_imports_the_edge() -> None:

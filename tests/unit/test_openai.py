@@ -15,10 +15,10 @@ from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, under
 from ingress.bridges.openai import OpenAIDialect, ResponsesCall
 from ingress.bridges.openai_answers import OpenAIStream
 from ingress.bridges.responses_answers import ResponsesStream
+from ingress.encoding.requests import encode_messages_request, encode_request, encode_text_request
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.completions import decode_text_request
 from ingress.translate.stream import StreamTranslator
-from ingress.wire.encode import encode_messages_request, encode_request, encode_text_request
 from ingress.wire.passport import Passport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"

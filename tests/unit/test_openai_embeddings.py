@@ -20,9 +20,10 @@ from ingress.bridges.anthropic import AnthropicDialect
 from ingress.bridges.dialect import EngineFailed, Target, Unsupported
 from ingress.bridges.openai import OpenAIDialect
 from ingress.bridges.openai_embeddings import read_embeddings, request_body
+from ingress.encoding.embeddings import encode_embedding_request
 from ingress.oai.embeddings import decode_embedding_request
 from ingress.wire._generated import encoders
-from ingress.wire.embeddings import EmbeddingInputData, EmbeddingRequestData, encode_embedding_request
+from ingress.wire.embeddings import EmbeddingInputData, EmbeddingRequestData
 from ingress.wire.passport import Passport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from unit.bad_requests import body
 
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request, message_text
 from ingress.oai.chat import (
     AssistantMessage,
     ChatCompletionRequest,
@@ -22,13 +25,9 @@ from ingress.oai.chat import (
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
 from ingress.wire import read_request
-from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.encode import encode_request, message_text
 from ingress.wire.passport import (
     MAX_READ_BLOCKS,
     Passport,
-    RequestMeta,
-    compute_passport,
     key_id_of,
     model_name,
     new_traceparent,

@@ -11,10 +11,11 @@ import pytest
 
 from ingress.anthropic.messages import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
+from ingress.encoding.passport import RequestMeta, compute_passport, compute_prompts_passport
+from ingress.encoding.prefix import chat_text, prompts_text
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request
 from ingress.wire import prefix
-from ingress.wire.passport import RequestMeta, compute_passport, compute_prompts_passport
 from ingress.wire.prefix import BLOCK_BYTES, FIRST_TURN_BYTES, LIMIT_BYTES, PREFIX_BYTES, block_ends
 
 SYSTEM = "You are a terse assistant. " * 30
@@ -51,7 +52,7 @@ def test_the_chain_of_a_conversation_is_pinned() -> None:
     request = chat(system(), user("Plan a trip to Lyon."), assistant("Three days: old town, food, river."),
                    user("And the fourth day?"), tools=TOOLS)
 
-    text, first_turn_end = prefix.chat_text(request, LIMIT_BYTES, True)
+    text, first_turn_end = chat_text(request, LIMIT_BYTES, True)
 
     assert text == (f"system\x1f{SYSTEM}\x1e".encode()
                     + b'\x1dtools\x1f[{"function":{"name":"weather","parameters":{"type":"object"}}}]\x1e'
@@ -68,7 +69,7 @@ def test_the_chain_of_a_conversation_is_pinned() -> None:
 def test_the_chain_of_legacy_prompts_is_pinned() -> None:
     passport = compute_prompts_passport(["Once upon a time", [1, 2, 3]], RequestMeta(), blocks=True)
 
-    assert prefix.prompts_text(["Once upon a time", [1, 2, 3]], LIMIT_BYTES) == (
+    assert prompts_text(["Once upon a time", [1, 2, 3]], LIMIT_BYTES) == (
         b"Once upon a time\x1e\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x1e")
     assert (passport.prefix_blocks, passport.conversation_block) == ([0x6A4A809374905C44], 0)
 
@@ -133,8 +134,8 @@ def test_conversations_behind_a_system_prompt_longer_than_the_limit_still_differ
 
 def test_a_long_first_user_message_is_hashed_only_so_far_past_the_limit() -> None:
     head = "x" * (LIMIT_BYTES - 100)
-    one = prefix.chat_text(chat(user(head + "a" * 2 * FIRST_TURN_BYTES)), LIMIT_BYTES, True)
-    other = prefix.chat_text(chat(user(head + "a" * 2 * FIRST_TURN_BYTES + "b")), LIMIT_BYTES, True)
+    one = chat_text(chat(user(head + "a" * 2 * FIRST_TURN_BYTES)), LIMIT_BYTES, True)
+    other = chat_text(chat(user(head + "a" * 2 * FIRST_TURN_BYTES + "b")), LIMIT_BYTES, True)
 
     assert one == other
     assert len(one[0]) == one[1] == LIMIT_BYTES + FIRST_TURN_BYTES
@@ -156,8 +157,8 @@ def test_what_the_engine_sees_changes_the_chain_from_that_block_on(changed: list
 
 
 def test_tools_come_after_the_opening_system_messages_and_change_the_chain() -> None:
-    without = prefix.chat_text(chat(system("s"), user("u")), LIMIT_BYTES, True)[0]
-    with_tools = prefix.chat_text(chat(system("s"), user("u"), tools=TOOLS), LIMIT_BYTES, True)[0]
+    without = chat_text(chat(system("s"), user("u")), LIMIT_BYTES, True)[0]
+    with_tools = chat_text(chat(system("s"), user("u"), tools=TOOLS), LIMIT_BYTES, True)[0]
 
     assert without == b"system\x1fs\x1euser\x1fu\x1e"
     assert with_tools.startswith(b"system\x1fs\x1e\x1dtools\x1f[") and with_tools.endswith(b"]\x1euser\x1fu\x1e")
@@ -181,7 +182,7 @@ def test_a_messages_request_hashes_as_the_chat_request_it_amounts_to() -> None:
 def test_tool_calls_and_results_are_part_of_the_prompt() -> None:
     call = {"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Lyon"}'}}]}
-    text = prefix.chat_text(chat(user("weather?"), call, {"role": "tool", "tool_call_id": "call_1",
+    text = chat_text(chat(user("weather?"), call, {"role": "tool", "tool_call_id": "call_1",
                                                             "content": "sunny"}), LIMIT_BYTES, True)[0]
 
     assert text == (b'user\x1fweather?\x1eassistant\x1f\x1dcall\x1fweather\x1f{"city":"Lyon"}\x1e'
@@ -193,7 +194,7 @@ def test_tool_calls_and_results_are_part_of_the_prompt() -> None:
 
 def test_the_prefix_hash_is_the_chains_hash_of_the_first_4_kib() -> None:
     request = chat(system(), user("Plan a trip. " * 600))
-    text = prefix.chat_text(request, LIMIT_BYTES, True)[0]
+    text = chat_text(request, LIMIT_BYTES, True)[0]
     with_chain = compute_passport(request, RequestMeta(), blocks=True)
     without = compute_passport(request, RequestMeta())
 

@@ -7,9 +7,10 @@ from contextlib import ExitStack
 import pytest
 from unit.bad_requests import body
 
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request
 from ingress.wire.passport import Passport
-from ingress.wire.stock import BuilderPool, encode_request_stock
+from ingress.wire.stock import BuilderPool
 
 
 def test_a_returned_builder_is_reused() -> None:

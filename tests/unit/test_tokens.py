@@ -24,11 +24,11 @@ from hypothesis import strategies as st
 from llama_engine import LlamaServerError, ensure_model
 
 from ingress.config import ConfigError, parse_config
+from ingress.encoding.passport import RequestMeta, compute_passport, compute_prompts_passport
 from ingress.oai.codec import decode_chat_request
 from ingress.tokens import MAX_EXACT_COUNT_BYTES, CountCache, TokenCounter, counter_for, estimate
 from ingress.tokens.chat import O200K, OTHER, count_chat
 from ingress.tokens.engines import estimate_bytes, vocabulary, vocabulary_of
-from ingress.wire.passport import RequestMeta, compute_passport, compute_prompts_passport
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tokens"
 REPO = Path(__file__).resolve().parents[2]

@@ -30,13 +30,15 @@ from unit.test_oracle import (
 
 from codegen.schema import parse
 from ingress import wire
+from ingress.encoding.embeddings import encode_embedding_request
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_request
+from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.wire import encode, runtime, stock
+from ingress.wire import runtime
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
-from ingress.wire.embeddings import encode_embedding_request
-from ingress.wire.passport import RequestMeta, compute_passport
 from ingress.wire.stock import BuilderPool
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
@@ -133,9 +135,9 @@ def valid_buffers() -> tuple[Valid, ...]:
     pool = BuilderPool(size=1)
     out: list[Valid] = []
     for i, (request, passport) in enumerate(_requests()):
-        out.append(Valid(f"request-fast-{i}", "request", encode.encode_request(request, f"req-{i}", passport)))
+        out.append(Valid(f"request-fast-{i}", "request", encode_request(request, f"req-{i}", passport)))
         out.append(Valid(f"request-stock-{i}", "request",
-                         stock.encode_request_stock(pool, request, f"req-{i}", passport)))
+                         encode_request_stock(pool, request, f"req-{i}", passport)))
     out.append(Valid("request-python-builder", "request", python_request()))
     out.append(Valid("request-python-builder-prefixed", "request", python_request(size_prefixed=True), True))
     for i, response in enumerate(RESPONSES):
@@ -358,8 +360,8 @@ def short_vtable(size: int) -> bytes:
 # --- targeted damage: each check, and what C++ lets through ----------------------------------------
 
 (_REQUEST, _PASSPORT), (_PARTS_REQUEST, _PARTS_PASSPORT) = _requests()[1:]
-REQUEST_BUF = encode.encode_request(_REQUEST, "req-7", _PASSPORT)
-PARTS_BUF = encode.encode_request(_PARTS_REQUEST, "req-8", _PARTS_PASSPORT)
+REQUEST_BUF = encode_request(_REQUEST, "req-7", _PASSPORT)
+PARTS_BUF = encode_request(_PARTS_REQUEST, "req-8", _PARTS_PASSPORT)
 CHUNK_FRAME = wire.write_chunk(CHUNKS[0])
 ERROR_FRAME = wire.write_error(ERRORS[0], framed=True)
 N = len(REQUEST_BUF)
