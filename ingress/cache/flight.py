@@ -26,7 +26,8 @@ from ingress.cache.entries import Shape
 class Flight:
     """One key's miss in flight: the leader's reads move it (`moved`), its end settles it (`end`)."""
 
-    __slots__ = ("_ended", "_moved", "frames", "moved_once", "opened", "shape", "tailing", "value", "waiting")
+    __slots__ = ("_ended", "_moved", "_waiters", "frames", "joining", "moved_once", "opened", "shape", "tailing",
+                 "value")
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape  # what the leader asked for: a stream's frames can be tailed
@@ -34,8 +35,9 @@ class Flight:
         self.frames: list[bytes] = []  # a stream's reads so far, of its current attempt
         self.opened = False  # the attempt the leader's chain settled on is the answer: its frames can be tailed
         self.moved_once = False
-        self.waiting = 0  # followers waiting for a move now
+        self.joining = 0  # followers waiting for its end, or for its stream to begin
         self.tailing = 0  # followers reading the frames
+        self._waiters = 0  # of either, those waiting for its next move now
         self._ended = False
         self._moved = asyncio.Event()
 
@@ -46,7 +48,7 @@ class Flight:
     @property
     def waited(self) -> bool:
         """Followers depend on it: a leader whose client leaves reads on for them."""
-        return bool(self.waiting or self.tailing)
+        return bool(self.joining or self.tailing)
 
     def read(self, data: bytes) -> None:
         """The leader read a part of its answer (a stream's, kept for the followers that tail it)."""
@@ -56,7 +58,7 @@ class Flight:
 
     def moved(self) -> None:
         self.moved_once = True
-        if not self.waiting or self._ended:
+        if not self._waiters or self._ended:
             return
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()
@@ -76,9 +78,13 @@ class Flight:
     async def joined(self, first: float, idle: float, *, tail: bool = False) -> bool:
         """Wait until the leader ends, or (`tail`) until its stream has begun; False when it stalled: no move
         within `first` seconds before its first, or `idle` seconds between two."""
-        while not self._ended and not (tail and self.opened and self.frames):
-            if not await self._move(idle if self.moved_once else first):
-                return False
+        self.joining += 1
+        try:
+            while not self._ended and not (tail and self.opened and self.frames):
+                if not await self._move(idle if self.moved_once else first):
+                    return False
+        finally:
+            self.joining -= 1
         return True
 
     async def frame(self, at: int, idle: float) -> bytes | None:
@@ -92,11 +98,11 @@ class Flight:
         return self.frames[at]
 
     async def _move(self, timeout: float) -> bool:
-        self.waiting += 1
+        self._waiters += 1
         try:
             await asyncio.wait_for(self._moved.wait(), timeout)
         except TimeoutError:
             return False
         finally:
-            self.waiting -= 1
+            self._waiters -= 1
         return True

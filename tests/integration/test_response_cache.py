@@ -37,6 +37,7 @@ from waiting import eventually
 
 from ingress import wire
 from ingress.cache.settings import RouteCache
+from ingress.edge.appkeys import GATEWAY
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Endpoint, Group, Route, Settings, Timeouts, Tracing
 from ingress.tenancy.keys import new_key
@@ -468,6 +469,29 @@ def coalesced() -> float:
     return sample_value("ingress_cache_coalesced_total", {"route": MODEL}) or 0.0
 
 
+async def edge_with_flights(stack: AsyncExitStack, fake: FakeUpstream) -> tuple[str, Callable[[], int]]:
+    """An edge, and how many requests wait on (or tail) an identical one in flight in it right now."""
+    app = create_app(config(fake.url))
+    url = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
+
+    def following() -> int:
+        cache = app[GATEWAY].cache
+        assert cache is not None
+        return sum(f.joining + f.tailing for f in cache.flights.values())
+
+    return url, following
+
+
+def held(gate: asyncio.Event, behaviour: fu.Behaviour) -> fu.Behaviour:
+    """`behaviour`, once `gate` opens."""
+
+    async def run(call: fu.Call) -> web.StreamResponse:
+        await gate.wait()
+        return await behaviour(call)
+
+    return run
+
+
 def slowly(behaviour: fu.Behaviour, seconds: float = 0.4) -> fu.Behaviour:
     """`behaviour`, once `seconds` have passed: long enough for the identical requests to arrive meanwhile."""
 
@@ -482,8 +506,9 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
                                                                  http: aiohttp.ClientSession) -> None:
     """An agent fleet, a retry storm, a dashboard refresh: the first identical request calls the service, the
     ones that arrive while it is answered wait for its answer, each served it in its own shape and dialect."""
-    url = await edge_for(stack, fake_upstream)
-    fake_upstream.play(slowly(fu.answer()))
+    url, following = await edge_with_flights(stack, fake_upstream)
+    gate = asyncio.Event()
+    fake_upstream.play(held(gate, fu.answer()))
     prompt = "the same question from eight clients"
     before = coalesced()
     async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
@@ -505,7 +530,10 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
 
         leader = asyncio.create_task(whole())
         await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
-        followers = await asyncio.gather(*(way() for way in (whole, streamed, responses) * 2 + (streamed,)))
+        arriving = asyncio.gather(*(way() for way in (whole, streamed, responses) * 2 + (streamed,)))
+        await eventually(lambda: following() == 7 or None, "seven requests waiting on the first")
+        gate.set()
+        followers = await arriving
         first = await leader
 
     assert first == ("miss", prompt)
@@ -578,9 +606,10 @@ async def test_a_stream_that_waits_is_sent_the_leaders_frames_as_they_come(
 
 async def test_a_leader_whose_client_leaves_reads_on_for_its_followers(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession) -> None:
-    url = await edge_for(stack, fake_upstream)
+    url, following = await edge_with_flights(stack, fake_upstream)
     prompt = "the leader leaves after its first word"
-    fake_upstream.play(fu.answer(), pace=0.05)
+    gate = asyncio.Event()
+    fake_upstream.play(gated(gate))
     followed = asyncio.Event()
 
     async def lead() -> None:
@@ -590,11 +619,12 @@ async def test_a_leader_whose_client_leaves_reads_on_for_its_followers(
 
     leader = asyncio.create_task(lead())
     await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
-    following = asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
-    await asyncio.sleep(0.02)
+    arriving = asyncio.gather(*(post(http, url, body(prompt, stream=i % 2 == 0)) for i in range(4)))
+    await eventually(lambda: following() == 4 or None, "four requests waiting on the first")
     followed.set()
-    followers = await following
-    await leader
+    await leader  # its client gone, the edge reads on
+    gate.set()
+    followers = await arriving
 
     assert [(status, header) for status, header, _ in followers] == [(200, "hit")] * 4
     assert all("word" in text for _, _, text in followers)

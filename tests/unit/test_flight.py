@@ -19,12 +19,12 @@ async def test_every_follower_gets_the_leaders_entry() -> None:
     flight = Flight(WHOLE)
     followers = [asyncio.create_task(flight.joined(1.0, 1.0)) for _ in range(3)]
     await asyncio.sleep(0)
-    assert flight.waiting == 3 and flight.waited
+    assert flight.joining == 3 and flight.waited
     flight.end(b"entry")
     flight.end(b"another")  # a flight ends once
 
     assert await asyncio.gather(*followers) == [True] * 3
-    assert flight.value == b"entry" and flight.waiting == 0 and not flight.waited
+    assert flight.value == b"entry" and flight.joining == 0 and not flight.waited
 
 
 async def test_a_leader_with_nothing_to_share_frees_its_followers() -> None:
