@@ -1,6 +1,6 @@
 """The access line's CPU a request, two commits' ingress/log.py side by side, on a uvloop loop writing to a pipe.
 
-    python bench/access_line.py --before 7f0ac6f --after . [--rounds 9] [--turns 2000] [--lines 1 4 16]
+    python -m bench access_line --before 7f0ac6f --after . [--rounds 9] [--turns 2000] [--lines 1 4 16]
 
 Each side's `access` writes a typical access line (keys and limits on, an OpenAI-family model) to the UTF-8
 stdout-like stream over a pipe that a `cat` drains into /dev/null, `--lines` requests ending in each loop

@@ -1,7 +1,7 @@
 """What a Codex CLI turn costs the edge beside a chat turn of the same content: CPU per request and client
 p50, side by side in one run.
 
-    nice -n 5 .venv/bin/python bench/agent_turn.py [--quick] [--rounds 8] [--seconds 3] [--connections 8 32]
+    nice -n 5 .venv/bin/python -m bench agent_turn [--quick] [--rounds 8] [--seconds 3] [--connections 8 32]
                                                    [--keyless] [--out FILE]
         -> results/agent_turn.json (~3.5 min; --quick ~1 min, results/agent_turn-quick.json)
 
@@ -45,15 +45,14 @@ from typing import Any
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from chunks import DELTAS  # noqa: E402  # bench/ is no package
-from lib.rounds import Rounds  # noqa: E402
-from lib.servers import Server, free_port, serving  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL, words  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.chunks import DELTAS  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, words  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import Server, free_port, serving  # noqa: E402
+from bench.lib.tables import Table, figure  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 PY = sys.executable
 FIXTURES = HERE.parent / "tests" / "fixtures" / "codex"
@@ -174,7 +173,7 @@ def check_answer(port: int, kind: str, model: str, payload: bytes, key: str) -> 
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from peers import key_section  # the edge's [tenancy], as peers.py, model_names.py and messages.py set it
+    from bench.peers import key_section  # the edge's [tenancy], as peers.py, model_names.py and messages.py set it
 
     started, load_before = time.perf_counter(), os.getloadavg()
     code = code_version()  # the code the edge starts with (a commit made during the run is not what ran)
@@ -187,7 +186,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             files[(kind, model)].write_bytes(make(model))
     section, key, _ = ("", "", "") if args.keyless else key_section()
     port = free_port()
-    mock = Server("mock", [PY, str(HERE / "chunks.py"), "--serve-mock", str(port), "0"], port, work / "mock.log")
+    mock = Server("mock", [PY, "-m", "bench.chunks", "--serve-mock", str(port), "0"], port, work / "mock.log")
     port = free_port()
     config = work / "edge.toml"
     config.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock.url}"\n'

@@ -1,13 +1,13 @@
 """What a bridge adds, per request and per chunk: an OpenAI-compatible engine that costs nothing, reached
 directly and through our bridge, side by side in one run.
 
-    python bench/bridge.py [--seconds 3] [--rounds 3]   -> results/bridge.json   (~2 min)
+    python -m bench bridge [--seconds 3] [--rounds 3]   -> results/bridge.json   (~2 min)
 
 The engine is a zero-delay mock (`--serve-mock`, its own process): a raw asyncio Protocol on uvloop that
 answers every POST with one fixed chat.completion, or, when the body holds `"stream":true` (a bytes
 search, no JSON parsing), one fixed SSE body of a role delta, 64 content deltas, a finish chunk, a
 usage chunk and `data: [DONE]`. Both are bytes made once at start-up, so what is measured is the bridge
-and the edge, not the mock. Four paths, the same 16 KB 11-message chat request (bench/payloads.py):
+and the edge, not the mock. Four paths, the same 16 KB 11-message chat request (bench/lib/payloads.py):
 
 1. direct: wrk -> mock (the JSON request);
 2. bridge: wrk POSTing that request already encoded as a CompletionRequest -> `ingress bridge openai`
@@ -20,7 +20,7 @@ Non-streamed, at each concurrency (`wrk -t1`, 1 and 32 connections): requests/s,
 p50/p99 against the direct run of the same round, and the CPU time per request of each of our
 processes (edge, bridge) and of the mock, from /proc. Rounds interleave the paths, as floor.py does.
 
-Streamed (paths 2-4 and direct, bench/streams.py's client; a one-message request of 64 words, answered
+Streamed (paths 2-4 and direct, bench/lib/streams.py's client; a one-message request of 64 words, answered
 by the mock's fixed 64 deltas at once): time to first token and its addition over direct, the CPU per
 chunk of the bridge and of the edge (a chunk = one of the engine's 64 content deltas; the role, finish,
 usage and [DONE] events, and each stream's own request costs, are in the figure), and chunks per
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lib.rounds import Rounds
+    from bench.lib.rounds import Rounds
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bridge.json"
@@ -67,7 +67,8 @@ LABELS = {"direct": "direct (mock)", "bridge": "bridge alone", "sidecar": "edge 
 def _mock_bodies() -> tuple[bytes, bytes]:
     """The fixed chat.completion and the fixed SSE stream the mock answers, made once."""
     import msgspec
-    from payloads import MODEL, words
+
+    from bench.lib.payloads import MODEL, words
 
     enc = msgspec.json.encode
     text = words(DELTAS, seed=3).split()
@@ -90,7 +91,7 @@ def _mock_bodies() -> tuple[bytes, bytes]:
 
 def serve_mock(port: int) -> None:
     """A zero-delay OpenAI-compatible engine: HTTP/1.1 keep-alive, Content-Length bodies only."""
-    from mockhttp import Requests, response, serve
+    from bench.lib.mockhttp import Requests, response, serve
 
     whole, stream = _mock_bodies()
     answer, streamed = response(b"application/json", whole), response(b"text/event-stream", stream)
@@ -129,15 +130,15 @@ group = "engine"
 
 def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     import uvloop
-    from e2e import fb_body
-    from lib.procs import Watch
-    from lib.rounds import Rounds
-    from lib.servers import Server, free_port, start_all, stop_all
-    from payloads import MODEL, chat_request, stream_request
-    from provenance import code_version, describe
-    from streams import analyze_streams, stream_level
-    from wrk import SCRIPT, Wrk, ensure_wrk
 
+    from bench.e2e import fb_body
+    from bench.lib.payloads import MODEL, chat_request, stream_request
+    from bench.lib.procs import Watch
+    from bench.lib.provenance import code_version, describe
+    from bench.lib.rounds import Rounds
+    from bench.lib.servers import Server, free_port, start_all, stop_all
+    from bench.lib.streams import analyze_streams, stream_level
+    from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE, STREAM_CONTENT_TYPE
 
     started = time.perf_counter()
@@ -154,7 +155,7 @@ def measure(seconds: int, rounds: int, out: Path) -> dict[str, Any]:
     bridge_url = f"http://127.0.0.1:{ports['bridge']}"
     _edge_config(work / "inproc.toml", ports["inproc"], mock_url, MODEL)
     argv = {
-        "mock": [PY, str(Path(__file__)), "--serve-mock", str(ports["mock"])],
+        "mock": [PY, "-m", "bench.bridge", "--serve-mock", str(ports["mock"])],
         "bridge": [PY, "-m", "ingress", "bridge", "openai", "--target", mock_url, "--port", str(ports["bridge"])],
         "sidecar": [PY, "-m", "ingress", "serve", "--model", MODEL, "--workers", "1", "--port", str(ports["sidecar"]),
                     "--upstream", bridge_url],
@@ -254,8 +255,7 @@ def _check(paths: dict[str, tuple[str, str, str, str, bool]], work: Path, fb_typ
 def bridge_budget(chat_fb: bytes, stream_fb: bytes, min_s: float = 0.1) -> dict[str, float]:
     """The bridge's sans-I/O stages timed in this process (thread CPU µs), to set beside its /proc figures:
     per 16 KB request, and per chunk of the mock's stream (the whole stream's cost / its 64 deltas)."""
-    from budget import cpu_us
-
+    from bench.lib.budget import cpu_us
     from ingress import wire
     from ingress.bridges.dialect import Target
     from ingress.bridges.eventstream import EventStreamParser
@@ -399,7 +399,6 @@ def _print(result: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.path[:0] = [str(HERE), str(HERE.parent)]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=3, help="one wrk run")
     parser.add_argument("--rounds", type=int, default=3)

@@ -1,7 +1,7 @@
 """What a bridged embeddings request costs beside a bridged chat request: CPU per request of the edge and of
 the OpenAI bridge, side by side in one run.
 
-    nice -n 5 .venv/bin/python bench/bridge_embeddings.py [--quick] [--rounds 4] [--seconds 3] [--connections 8]
+    nice -n 5 .venv/bin/python -m bench bridge_embeddings [--quick] [--rounds 4] [--seconds 3] [--connections 8]
         -> results/bridge_embeddings.json (~4 min; --quick ~1.5 min, results/bridge_embeddings-quick.json)
 
 The engine is a zero-delay OpenAI-compatible mock in its own process (`--serve-mock`, mockhttp.py): POST
@@ -13,7 +13,7 @@ start-up.
 
 Two model families, each as its chat and its embeddings model: OpenAI's (gpt-4o-mini, text-embedding-3-small)
 and open weights (llama-3.1-8b-instruct, BAAI/bge-m3). Four requests, the same texts (16 of 64 words,
-bench/payloads.py's vocabulary) in each, sent with a key as the openai SDK sends them:
+bench/lib/payloads.py's vocabulary) in each, sent with a key as the openai SDK sends them:
 
 - chat: one user message of the 16 texts, max_tokens 64 (the mock's 64 words come back);
 - embed x1: one text, `encoding_format: "base64"` (the SDK's default): a query's embedding;
@@ -53,14 +53,13 @@ from typing import Any
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.rounds import Rounds  # noqa: E402  # bench/ is no package
-from lib.servers import Server, free_port, serving  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
-from payloads import OPEN_MODEL, words  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, words  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import Server, free_port, serving  # noqa: E402
+from bench.lib.tables import Table, figure  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 PY = sys.executable
 FAMILIES = {"openai": ("gpt-4o-mini", "text-embedding-3-small"), "open": (OPEN_MODEL, "BAAI/bge-m3")}
@@ -115,7 +114,7 @@ def _chat_answer() -> bytes:
 
 
 def serve_mock(port: int) -> None:
-    from mockhttp import Requests, response, serve
+    from bench.lib.mockhttp import Requests, response, serve
 
     ctype = b"application/json"
     chat = response(ctype, _chat_answer())
@@ -174,8 +173,7 @@ def check(port: int, kind: str, family: str, key: str) -> int:
 def bridge_stages(min_s: float = 0.1) -> dict[str, dict[str, float]]:
     """The bridge's sans-I/O stages for each request, timed in this process (thread CPU µs): verify the buffer
     the edge sends, build the engine's request, read the engine's answer and write ours."""
-    from budget import cpu_us
-
+    from bench.lib.budget import cpu_us
     from ingress import wire
     from ingress.bridges.dialect import Target
     from ingress.bridges.openai import DIALECT
@@ -220,7 +218,7 @@ def _edge_config(path: Path, port: int, endpoint: str, section: str) -> None:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from peers import key_section  # the edge's [tenancy], as peers.py, agent_turn.py and model_names.py set it
+    from bench.peers import key_section  # the edge's [tenancy], as peers.py, agent_turn.py and model_names.py set it
 
     started, load_before = time.perf_counter(), os.getloadavg()
     code = code_version()  # the code the edges start with
@@ -237,7 +235,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     _edge_config(work / "inproc.toml", ports["inproc"],
                  f'{{ bridge = {{ dialect = "openai", target = "{mock_url}" }} }}', section)
     argv = {
-        "mock": [PY, str(Path(__file__)), "--serve-mock", str(ports["mock"])],
+        "mock": [PY, "-m", "bench.bridge_embeddings", "--serve-mock", str(ports["mock"])],
         "bridge": [PY, "-m", "ingress", "bridge", "openai", "--target", mock_url, "--port", str(ports["bridge"])],
         "sidecar": [PY, "-m", "ingress", "serve", "--config", str(work / "sidecar.toml")],
         "inproc": [PY, "-m", "ingress", "serve", "--config", str(work / "inproc.toml")],

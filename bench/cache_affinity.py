@@ -2,7 +2,7 @@
 prefix-cache hit ratio (and its ratio to an oracle), load imbalance, time to first token, requests/s, the
 edge's CPU, and the choice's own cost and memory (issue 32's benchmarks).
 
-    nice -n 10 .venv/bin/python bench/cache_affinity.py [--quick] [--rounds 2] [--parts choice sim llama]
+    nice -n 10 .venv/bin/python -m bench cache_affinity [--quick] [--rounds 2] [--parts choice sim llama]
                                                         [--endpoints 4 16] [--workloads ...] [--policies ...]
                                                         [--load-slack X] [--load-allowance X]
                                                         [--prefix-spread K] [--out FILE]
@@ -91,13 +91,12 @@ import aiohttp
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.procs import cpu_seconds, machine_busy  # noqa: E402  # bench/ is no package
-from lib.rounds import Rounds  # noqa: E402
-from lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
+from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
+from bench.lib.tables import Table, figure  # noqa: E402
 
 PY = sys.executable
 POLICIES = ("round_robin", "p2c", "cache_affine")

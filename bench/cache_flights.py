@@ -2,7 +2,7 @@
 burst of distinct ones, side by side in one run: how many reach the service, the edge's CPU per request,
 and what the clients wait (time to first token for a stream, the answer for a whole request).
 
-    nice -n 10 .venv/bin/python bench/cache_flights.py [--rounds 5] [--burst 16] [--bursts 8] [--size 4096]
+    nice -n 10 .venv/bin/python -m bench cache_flights [--rounds 5] [--burst 16] [--bursts 8] [--size 4096]
         [--out FILE] -> results/cache_flights.json
 
 One edge (`ingress serve`, one worker) in front of `ingress demo-upstream` with a prefill time (`--prefill-us`
@@ -42,14 +42,13 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.procs import cpu_seconds, machine_busy  # noqa: E402  # bench/ is no package
-from lib.rounds import Spread  # noqa: E402
-from lib.servers import Server, free_port, python_in, serving  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL, chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request  # noqa: E402
+from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Spread  # noqa: E402
+from bench.lib.servers import Server, free_port, python_in, serving  # noqa: E402
+from bench.lib.tables import Table, figure  # noqa: E402
 
 ROOT = HERE.parent
 MODELS = (OPENAI_MODEL, OPEN_MODEL)

@@ -1,8 +1,8 @@
 """The edge's CPU per streamed chunk, and how many paced streams one worker holds, side by side in one run.
 
-    nice -n 10 .venv/bin/python bench/chunks.py [--quick] [--baseline DIR]   -> results/chunks.json
+    nice -n 10 .venv/bin/python -m bench chunks [--quick] [--baseline DIR]   -> results/chunks.json
                                                        (~3.5 min; --quick ~1.5 min, results/chunks-quick.json)
-    nice -n 10 .venv/bin/python bench/chunks.py --profile 256 [--seconds 10]  -> py-spy's stacks, aggregated
+    nice -n 10 .venv/bin/python -m bench chunks --profile 256 [--seconds 10]  -> py-spy's stacks, aggregated
 
 The service is this file's `--serve-mock` (its own process): a raw asyncio Protocol on uvloop that answers a
 streamed POST to /v1/complete with CompletionChunk frames in our contract (the role frame at once, then the
@@ -62,10 +62,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
-from lib.tables import figure as _f  # noqa: E402
+from bench.lib.rounds import Rounds, median  # noqa: E402
+from bench.lib.tables import figure as _f  # noqa: E402
 
 PY = sys.executable
 DELTAS = 64
@@ -88,9 +87,8 @@ BASELINE = {"floor": "direct_fb", "edge": "direct_fb",
 
 def _pieces() -> dict[bytes, tuple[bytes, list[bytes]]]:
     """Per path: the response head, and the body's paced pieces (role; 64 content; the rest), each an HTTP chunk."""
-    from bridge import _mock_bodies
-    from payloads import MODEL, words
-
+    from bench.bridge import _mock_bodies
+    from bench.lib.payloads import MODEL, words
     from ingress import wire
 
     def chunk(data: bytes) -> bytes:
@@ -118,7 +116,7 @@ def _pieces() -> dict[bytes, tuple[bytes, list[bytes]]]:
 
 
 def serve_mock(port: int, pacing_ms: float) -> None:
-    from mockhttp import Requests, serve
+    from bench.lib.mockhttp import Requests, serve
 
     answers = _pieces()
     pacing = pacing_ms / 1000
@@ -316,7 +314,7 @@ class Client(asyncio.Protocol):
 def cpu_of(pid: int | None) -> float:
     if pid is None:
         return 0.0
-    from lib.procs import cpu_seconds
+    from bench.lib.procs import cpu_seconds
 
     return sum(cpu_seconds(pid))
 
@@ -346,7 +344,7 @@ def sys_of(pid: int | None) -> float:
     """The kernel's share of cpu_of: syscalls, and on loopback the peer's receive path that a send runs."""
     if pid is None:
         return 0.0
-    from lib.procs import cpu_seconds
+    from bench.lib.procs import cpu_seconds
 
     return cpu_seconds(pid)[1]
 
@@ -477,7 +475,7 @@ async def zero_pacing(port: int, path: str, body: bytes, sse: bool, pid: int | N
 
 
 def _edge_toml(path: Path, port: int, mock_url: str, bridge: bool) -> Path:
-    from payloads import MODEL
+    from bench.lib.payloads import MODEL
 
     endpoint = (f'{{ bridge = {{ dialect = "openai", target = "{mock_url}" }} }}' if bridge
                 else f'{{ url = "{mock_url}" }}')
@@ -487,17 +485,17 @@ def _edge_toml(path: Path, port: int, mock_url: str, bridge: bool) -> Path:
 
 
 def start_subjects(work: Path, baseline: Path | None, pacing_ms: float) -> tuple[dict[str, Any], Any, Any]:
-    from lib.servers import Server, free_port, start_all
+    from bench.lib.servers import Server, free_port, start_all
 
     port = free_port()
-    paced = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(port), str(pacing_ms)], port,
+    paced = Server("mock", [PY, "-m", "bench.chunks", "--serve-mock", str(port), str(pacing_ms)], port,
                    work / "mock.log")
     port = free_port()
-    whole = Server("mock0", [PY, str(Path(__file__)), "--serve-mock", str(port), "0"], port, work / "mock0.log")
+    whole = Server("mock0", [PY, "-m", "bench.chunks", "--serve-mock", str(port), "0"], port, work / "mock0.log")
     edges: dict[str, Any] = {}
     for mock, tag in ((paced, ""), (whole, "0")):
         port = free_port()
-        edges[f"floor{tag}"] = Server(f"floor{tag}", [PY, str(Path(__file__)), "--serve-relay", str(port),
+        edges[f"floor{tag}"] = Server(f"floor{tag}", [PY, "-m", "bench.chunks", "--serve-relay", str(port),
                                                       str(mock.port)], port, work / f"floor{tag}.log")
     for code, suffix in ((None, ""), (baseline, "_base")):
         if code is None and suffix:
@@ -517,10 +515,11 @@ def start_subjects(work: Path, baseline: Path | None, pacing_ms: float) -> tuple
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
-    from e2e import fb_body
-    from lib.servers import stop_all
-    from payloads import stream_request
-    from provenance import code_version
+
+    from bench.e2e import fb_body
+    from bench.lib.payloads import stream_request
+    from bench.lib.provenance import code_version
+    from bench.lib.servers import stop_all
 
     started = time.perf_counter()
     load_before = os.getloadavg()
@@ -593,7 +592,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 f"{n} {zero[n][-1].get('chunks_per_cpu_s', zero[n][-1]['chunks_per_s']):,.0f}" for n in order)
                 + f"  ({time.perf_counter() - started:.0f} s)", flush=True)
         rss = {name: s.pid for name, s in edges.items()}
-        from lib.procs import rss_kb
+        from bench.lib.procs import rss_kb
         rss_mb = {name: rss_kb(pid) / 1024 for name, pid in rss.items()}
     finally:
         loop.close()
@@ -667,8 +666,9 @@ def profile(args: argparse.Namespace) -> None:
     """One edge (frames -> SSE) at `--profile N` paced streams for `--seconds`, recorded by py-spy; the
     collapsed stacks aggregated: self and inclusive samples per function."""
     import uvloop
-    from lib.servers import stop_all
-    from payloads import stream_request
+
+    from bench.lib.payloads import stream_request
+    from bench.lib.servers import stop_all
 
     pyspy = str(Path(PY).parent / "py-spy")  # the dev extra's, beside this interpreter
     if not Path(pyspy).exists():
@@ -680,7 +680,7 @@ def profile(args: argparse.Namespace) -> None:
     edges, paced, whole = start_subjects(work, None, PACING_MS)
     name = "bridge" if args.bridge else "edge"
     edge = edges[name]
-    from lib.procs import family
+    from bench.lib.procs import family
 
     pid = family(edge.pid)[-1]  # the worker
     loop = uvloop.new_event_loop()

@@ -6,7 +6,7 @@ delay 0, so runs do not wait on each other). With `--workers 2` the clock stops 
 i.e. when the first worker serves. The import figures come from `python -X importtime -c "import
 ingress.serve.app"` (the modules a worker loads before it can serve), beside a bare interpreter start.
 
-    .venv/bin/python bench/cold_start.py [--runs 10] [--out bench/results/cold_start.json]
+    .venv/bin/python -m bench cold_start [--runs 10] [--out bench/results/cold_start.json]
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib.procs import steal_seconds  # bench/ is not a package
-from lib.servers import ROOT, free_port
-from provenance import code_version, describe
+from bench.lib.procs import steal_seconds
+from bench.lib.provenance import code_version, describe
+from bench.lib.servers import ROOT, free_port
 
 PY = sys.executable
 _IMPORTTIME = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)$")

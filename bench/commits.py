@@ -1,6 +1,6 @@
 """Two checkouts' edges side by side: the same load, rounds interleaved, CPU per request and requests/s.
 
-    python bench/commits.py --before /tmp/snap-old --after /tmp/snap-new [--rounds 6] [--seconds 4]
+    python -m bench commits --before /tmp/snap-old --after /tmp/snap-new [--rounds 6] [--seconds 4]
         -> results/commits.json
 
 A checkout is a directory holding a copy of the project (`git archive <commit> | tar -x -C DIR`). Each
@@ -27,13 +27,12 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from lib.rounds import Rounds  # noqa: E402  # bench/ is not a package
-from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
-from lib.tables import Table  # noqa: E402
-from payloads import MODEL, chat_request  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.lib.payloads import MODEL, chat_request  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from bench.lib.tables import Table  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 
 def _check_code(checkout: Path) -> None:
@@ -77,16 +76,16 @@ def main() -> int:
     body.write_bytes(chat_request(16 * 1024, model=args.model))
     demo_port = free_port()
     serve = (["-m", "ingress", "demo-upstream", "--port", str(demo_port)] if not args.fixed else
-             [str(HERE / "tenancy.py"), "--serve-mock", str(demo_port), "0"])
+             ["-m", "bench.tenancy", "--serve-mock", str(demo_port), "0"])
     pin_edge, pin_rest = (["taskset", "-c", "1"], ["taskset", "-c", "0"]) if args.pin else ([], [])
     if args.pin:
         os.sched_setaffinity(0, {0})  # wrk, started from here, beside the service
-    demo = Server("demo", [*pin_rest, *python_in(args.after), *serve], demo_port, work / "demo.log")
+    demo = Server("demo", [*pin_rest, *python_in(args.after, ROOT), *serve], demo_port, work / "demo.log")
     edges = {}
     script = SCRIPT
     if args.keys:
-        from peers import key_section
-        from tenancy import edge_config
+        from bench.peers import key_section
+        from bench.tenancy import edge_config
 
         section, key, _ = key_section()
         script = SCRIPT + f'\nwrk.headers["Authorization"] = "Bearer {key}"\n'

@@ -1,6 +1,6 @@
 """Does a mypyc build of the hot synchronous modules pay for itself? The same commit, pure and compiled, side by side.
 
-    nice -n 10 .venv/bin/python bench/compiled.py [--set hot|wide] [--rounds 4] [--chunk-rounds 1]
+    nice -n 10 .venv/bin/python -m bench compiled [--set hot|wide] [--rounds 4] [--chunk-rounds 1]
                                                   [--skip-requests] [--skip-chunks]
         -> results/compiled-<set>.json   (~3 min to compile, ~2 min a model, ~2 min for chunks)
 
@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from lib.servers import ROOT, python_in  # noqa: E402  # bench/ is not a package
+from bench.lib.servers import ROOT, python_in  # noqa: E402
 
 HOT = [
     "ingress/wire/runtime.py", "ingress/wire/_generated/readers.py", "ingress/wire/_generated/verifier.py",
@@ -114,7 +113,8 @@ def check_loaded(tree: Path, modules: list[str]) -> None:
 
 
 def run(script: str, *args: str, cwd: Path = ROOT) -> None:
-    subprocess.run([sys.executable, str(cwd / "bench" / script), *args], cwd=cwd, check=True)
+    """A benchmark run as `python -m bench.NAME` in `cwd`, which `-m` puts first on sys.path: `cwd`'s code."""
+    subprocess.run([sys.executable, "-m", f"bench.{script}", *args], cwd=cwd, check=True)
 
 
 def main() -> int:
@@ -138,7 +138,7 @@ def main() -> int:
                               "commit": (pure / "COMMIT").read_text().strip(), "requests": {}}
     for model in () if args.skip_requests else MODELS:
         out = work / f"commits-{model}.json"
-        run("commits.py", "--before", str(pure), "--after", str(compiled), "--keys", "--connections", "32",
+        run("commits", "--before", str(pure), "--after", str(compiled), "--keys", "--connections", "32",
             "--rounds", str(args.rounds), "--seconds", "4", "--model", model, "--out", str(out))
         row = json.loads(out.read_text())["table"][0]
         result["requests"][model] = {"cpu_us": {k: row["median"][k]["cpu_us"] for k in ("before", "after")},
@@ -147,7 +147,7 @@ def main() -> int:
     if not args.skip_chunks:
         out = work / "chunks.json"
         rounds = ["--quick"] if args.chunk_rounds == 1 else ["--rounds", str(args.chunk_rounds)]
-        run("chunks.py", *rounds, "--baseline", str(pure), "--out", str(out), cwd=compiled)
+        run("chunks", *rounds, "--baseline", str(pure), "--out", str(out), cwd=compiled)
         table = json.loads(out.read_text())["table"]
         result["chunks"] = {
             side: {"steady_us_64": table[name]["64"]["steady_us_per_chunk"],

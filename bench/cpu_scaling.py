@@ -14,7 +14,7 @@ the CPU time of each edge (its whole process tree), of the demo process and of w
 With two cores, the edge shares them with wrk (and the demo process): the figures to read are the ratio
 of requests/s and the cores each edge actually used, beside how busy the machine was.
 
-    .venv/bin/python bench/cpu_scaling.py [--setup process|embedded|both] [--seconds 5] [--cycles 2]
+    .venv/bin/python -m bench cpu_scaling [--setup process|embedded|both] [--seconds 5] [--cycles 2]
 """
 
 from __future__ import annotations
@@ -33,15 +33,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib.procs import family, steal_seconds  # bench/ is not a package
-from lib.rounds import Rounds
-from lib.servers import ROOT, Server, free_port, serving
-from payloads import MODEL, SIZES, chat_request
-from peers import key_section
-from provenance import code_version, describe
-from wrk import SCRIPT as WRK_SCRIPT
-from wrk import Wrk, ensure_wrk
+from bench.lib.payloads import MODEL, SIZES, chat_request
+from bench.lib.procs import family, steal_seconds
+from bench.lib.provenance import code_version, describe
+from bench.lib.rounds import Rounds
+from bench.lib.servers import ROOT, Server, free_port, serving
+from bench.lib.wrk import SCRIPT as WRK_SCRIPT
+from bench.lib.wrk import Wrk, ensure_wrk
+from bench.peers import key_section
 
 PY = sys.executable
 JSON_TYPE = "application/json"

@@ -12,14 +12,14 @@ edge with the stock flatbuffers.Builder, all pointed at loopback, then measures:
   twice the pacing, against the same streams read straight from the demo (each client's first stream
   opens the connections and is not counted);
 - the edge's RSS at rest, under load and after;
-- where the edge's CPU goes: each sans-I/O stage timed in this process (bench/budget.py) beside the
+- where the edge's CPU goes: each sans-I/O stage timed in this process (bench/lib/budget.py) beside the
   edge's CPU time per request and per chunk.
 
 All processes share this machine's cores with wrk and the client: figures are comparisons made side by
 side in one run, not capacity numbers for a server.
 
-    .venv/bin/python bench/e2e.py            # ~4 min, writes bench/results/e2e.json
-    .venv/bin/python bench/e2e.py --quick    # ~1 min, writes bench/results/e2e-quick.json
+    .venv/bin/python -m bench e2e            # ~4 min, writes bench/results/e2e.json
+    .venv/bin/python -m bench e2e --quick    # ~1 min, writes bench/results/e2e-quick.json
 """
 
 from __future__ import annotations
@@ -41,18 +41,18 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import e2e_report as report
 import uvloop
-from budget import chunk_budget, request_budget
-from lib.procs import Watch, listen_overflows, rss_kb
-from lib.rounds import Rounds
-from lib.servers import Server, free_port, start_all, stop_all
-from payloads import MODEL, SIZES, chat_request, stream_request
-from provenance import code_version, describe
-from streams import analyze_streams, stream_level
-from wrk import SCRIPT as WRK_SCRIPT
-from wrk import Wrk, ensure_wrk
 
+from bench.lib import e2e_report as report
+from bench.lib.budget import chunk_budget, request_budget
+from bench.lib.payloads import MODEL, SIZES, chat_request, stream_request
+from bench.lib.procs import Watch, listen_overflows, rss_kb
+from bench.lib.provenance import code_version, describe
+from bench.lib.rounds import Rounds
+from bench.lib.servers import Server, free_port, start_all, stop_all
+from bench.lib.streams import analyze_streams, stream_level
+from bench.lib.wrk import SCRIPT as WRK_SCRIPT
+from bench.lib.wrk import Wrk, ensure_wrk
 from ingress.encoding.passport import RequestMeta, compute_passport
 from ingress.encoding.requests import encode_request
 from ingress.oai.codec import decode_chat_request
@@ -153,7 +153,7 @@ class Rig:
         # process's, and the two edges compare like for like.
         serve = [PY, "-m", "ingress", "serve", "--model", MODEL] + (["--workers", "1"] if "--workers" in flags else [])
         stock = [*serve, "--encoder", "stock"] if self.stock_via_cli else [
-            PY, str(HERE / "edge_launcher.py"), "--model", MODEL, "--encoder", "stock"]
+            PY, "-m", "bench.lib.edge_launcher", "--model", MODEL, "--encoder", "stock"]
         ports = {name: free_port() for name in ("demo", "paced", "edge", "stock", "edge_paced")}
         demo, paced = f"http://127.0.0.1:{ports['demo']}", f"http://127.0.0.1:{ports['paced']}"
         argv = {
@@ -335,7 +335,7 @@ def run(profile: Profile, pacing_ms: float, out_path: Path) -> dict[str, Any]:
         "code": code_version(), "python": platform.python_version(), "aiohttp": aiohttp.__version__,
         "cpus": os.cpu_count(), "load_average_before": os.getloadavg(),
         "wrk": subprocess.run([rig.bench.binary, "-v"], capture_output=True, text=True).stdout.splitlines()[0],
-        "stock_edge_started_by": "CLI --encoder stock" if rig.stock_via_cli else "bench/edge_launcher.py",
+        "stock_edge_started_by": "CLI --encoder stock" if rig.stock_via_cli else "bench/lib/edge_launcher.py",
         "commands": {k: " ".join(s.argv).replace(PY, "python") for k, s in rig.servers.items()},
         "pacing_ms": pacing_ms, "stream_words": STREAM_WORDS, "max_tokens": MAX_TOKENS, "profile": profile.__dict__,
     }}

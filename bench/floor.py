@@ -1,10 +1,10 @@
 """The floor under the edge's latency: what a proxy made of the same parts and nothing else adds.
 
-    python bench/floor.py [--seconds 4] [--rounds 5] [--connections 1]   -> results/floor.json
+    python -m bench floor [--seconds 4] [--rounds 5] [--connections 1]   -> results/floor.json
 
 Four paths to the demo service at concurrency 1 (`wrk -t1 -c1`, 16 KB chat request), in turns:
 - direct: the request already encoded as FlatBuffers, POSTed to the demo;
-- floor: `python bench/floor.py --serve`: an aiohttp handler that reads the JSON body, POSTs that same
+- floor: `python -m bench floor --serve`: an aiohttp handler that reads the JSON body, POSTs that same
   pre-encoded FlatBuffers body through `ingress.upstream.http1` and answers a fixed JSON body. No
   decoding, encoding, verification, routing, metrics or logging: aiohttp's server and our client;
 - stages: the same handler doing the edge's own stages inline (decode, route, count, passport, encode;
@@ -89,8 +89,8 @@ def _staged(post: Any, upstream: str) -> Any:
 
     import msgspec
     from aiohttp import web
-    from payloads import MODEL
 
+    from bench.lib.payloads import MODEL
     from ingress.edge.middleware import request_id_of, server_timing
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
@@ -129,13 +129,12 @@ def _staged(post: Any, upstream: str) -> Any:
 
 
 def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
-    from lib.rounds import Rounds
-    from lib.servers import Server, free_port, start_all, stop_all
-    from lib.tables import Table
-    from payloads import MODEL, chat_request
-    from provenance import code_version, describe
-    from wrk import Wrk, ensure_wrk
-
+    from bench.lib.payloads import MODEL, chat_request
+    from bench.lib.provenance import code_version, describe
+    from bench.lib.rounds import Rounds
+    from bench.lib.servers import Server, free_port, start_all, stop_all
+    from bench.lib.tables import Table
+    from bench.lib.wrk import Wrk, ensure_wrk
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
     from ingress.oai.codec import decode_chat_request
@@ -151,15 +150,15 @@ def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
     demo_url = f"http://127.0.0.1:{ports['demo']}"
     argv = {
         "demo": [sys.executable, "-m", "ingress", "demo-upstream", "--port", str(ports["demo"])],
-        "floor": [sys.executable, str(Path(__file__)), "--serve", str(ports["floor"]), demo_url, str(work / "chat.fb")],
-        "stages": [sys.executable, str(Path(__file__)), "--serve-stages", str(ports["stages"]), demo_url,
+        "floor": [sys.executable, "-m", "bench.floor", "--serve", str(ports["floor"]), demo_url, str(work / "chat.fb")],
+        "stages": [sys.executable, "-m", "bench.floor", "--serve-stages", str(ports["stages"]), demo_url,
                    str(work / "chat.fb")],
         "edge": [sys.executable, "-m", "ingress", "serve", "--model", MODEL, "--workers", "1",
                  "--port", str(ports["edge"]), "--upstream", demo_url],
     }
     servers = {name: Server(name, cmd, ports[name], work / f"{name}.log") for name, cmd in argv.items()}
     wrk = Wrk(ensure_wrk(), work / "post.lua")
-    from wrk import SCRIPT
+    from bench.lib.wrk import SCRIPT
 
     wrk.script.write_text(SCRIPT)
     paths = {
@@ -225,7 +224,6 @@ def measure(seconds: int, rounds: int, out: Path, connections: int = 1) -> None:
 
 
 if __name__ == "__main__":
-    sys.path[:0] = [str(HERE), str(HERE.parent)]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)

@@ -3,7 +3,7 @@
 The edge and the embedded demo run in this process with gc.callbacks timing every collection; a load
 generator in a separate process sends the same requests to each configuration in turn.
 
-    python bench/gc_pauses.py [--requests 20000] [--concurrency 32]
+    python -m bench gc_pauses [--requests 20000] [--concurrency 32]
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What guardrails cost per request, and RE2 against Python's `re` on a pattern that backtracks.
 
-    python bench/guardrails.py [--rounds 30]    (~1 min)  -> results/guardrails.json
+    python -m bench guardrails [--rounds 30]    (~1 min)  -> results/guardrails.json
 
 The guard is the documented one (ingress/guardrails/__init__.py): max_prompt_tokens, 12 blocked terms,
 two patterns, every secret detector (block), email and phone (redact), card (block). It reads every
 message of the request (scope "all", messages "all") unless the row says "user / last" (the defaults:
-the last user message only). The requests are bench/payloads.py's 11-message chats (a system prompt,
+the last user message only). The requests are bench/lib/payloads.py's 11-message chats (a system prompt,
 then user and assistant turns, words from a small vocabulary): nothing in them is a hit, so the rows
 without "hits" give back the same request. Beside them: decoding the same body (`decode_chat_request`),
 the stage before, for scale; the 1 MB rows split into the guard's passes; and adversarial prompts, each
@@ -53,7 +53,6 @@ import argparse
 import gc
 import json
 import re
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,12 +60,10 @@ from pathlib import Path
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
 
-from lib.rounds import Rounds  # noqa: E402
-from payloads import chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-
+from bench.lib.payloads import chat_request  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
 from ingress.errors import PromptBlocked  # noqa: E402
 from ingress.guardrails import Guard, Guardrails, compile_guardrails  # noqa: E402
 from ingress.guardrails.scanner import compile_regex  # noqa: E402

@@ -1,6 +1,6 @@
 """Where the edge's CPU per request goes where it runs: the edge cut short after each layer, side by side.
 
-    nice -n 10 .venv/bin/python bench/layers.py [--rounds 8] [--connections 32]   -> results/layers.json
+    nice -n 10 .venv/bin/python -m bench layers [--rounds 8] [--connections 32]   -> results/layers.json
 
 stages.py times each stage alone in a hot loop; this measures what each layer adds in the running edge, with
 the kernel's, aiohttp's and the other requests' work around it. Each subject is a copy of this working tree
@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from lib.rounds import Rounds  # noqa: E402  # bench/ is not a package
-from lib.servers import ROOT, Server, free_port, python_in  # noqa: E402
-from lib.tables import Table  # noqa: E402
-from payloads import MODEL, chat_request  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.lib.payloads import MODEL, chat_request  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import ROOT, Server, free_port, python_in  # noqa: E402
+from bench.lib.tables import Table  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 RESULTS = HERE / "results" / "layers.json"
 HANDLER = "ingress/edge/endpoints.py"
@@ -104,8 +103,8 @@ def make_subjects(work: Path, fixed: bytes) -> dict[str, Path]:
 def _answer_json() -> bytes:
     """The whole edge's answer to the benchmark's request: the mock's answer read and translated."""
     import msgspec
-    from tenancy import mock_answer
 
+    from bench.tenancy import mock_answer
     from ingress import wire
     from ingress.translate.completion import translate_response
     from ingress.wire.answer import decode_answer
@@ -121,9 +120,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from peers import key_section
-    from provenance import code_version
-    from tenancy import edge_config
+    from bench.lib.provenance import code_version
+    from bench.peers import key_section
+    from bench.tenancy import edge_config
 
     work = Path(tempfile.mkdtemp(prefix="ingress-layers-"))
     trees = make_subjects(work, _answer_json())
@@ -132,7 +131,7 @@ def main() -> int:
     pin0, pin1 = ["taskset", "-c", "0"], ["taskset", "-c", "1"]
     os.sched_setaffinity(0, {0})  # wrk, started from here, with the mock
     mock_port = free_port()
-    mock = Server("mock", [*pin0, sys.executable, str(HERE / "tenancy.py"), "--serve-mock", str(mock_port), "0"],
+    mock = Server("mock", [*pin0, sys.executable, "-m", "bench.tenancy", "--serve-mock", str(mock_port), "0"],
                   mock_port, work / "mock.log")
     section, key, _ = key_section()
     wrk = Wrk(ensure_wrk(), work / "bench.lua")

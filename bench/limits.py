@@ -22,7 +22,7 @@ its Python parser), and through a bare asyncio Protocol, the floor under any cli
 taken as one read, its status the only thing parsed; no deadline): what is left is the kernel's loopback
 and the loop's wake-up, which no client removes.
 
-    .venv/bin/python bench/limits.py [--rounds N] [--batch N] [--baseline DIR] [--no-concurrency]
+    .venv/bin/python -m bench limits [--rounds N] [--batch N] [--baseline DIR] [--no-concurrency]
                                                 -> results/limits.json (limits-no-concurrency.json)
 
 With --no-concurrency the key has no concurrency limit (5 checks): a settle that frees no slot waits up
@@ -51,15 +51,15 @@ from typing import Any
 import uvloop
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent), str(HERE)]
+sys.path.insert(0, str(HERE.parent / "tests"))
 
-from lib.rounds import Rounds  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser  # noqa: E402
 from redis.asyncio import Redis as Client  # noqa: E402
 from redis.utils import HIREDIS_AVAILABLE  # noqa: E402
 from redis_servers import running  # noqa: E402
 
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
 from ingress.tenancy.plan import Actual, Plan, checks_of  # noqa: E402
 from ingress.tenancy.settings import Budget, Limits, Price, Redis  # noqa: E402
 from ingress.tenancy.stores.redis import LIMITS, RedisStore, _checks_of, record_of  # noqa: E402

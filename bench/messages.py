@@ -1,7 +1,7 @@
 """What a request sent to Anthropic's Messages API costs the edge beside the same conversation sent as chat:
 CPU per request (non-streamed and streamed) and per streamed chunk, side by side in one run.
 
-    nice -n 10 .venv/bin/python bench/messages.py [--quick] [--rounds 6] [--seconds 4] [--connections 32]
+    nice -n 10 .venv/bin/python -m bench messages [--quick] [--rounds 6] [--seconds 4] [--connections 32]
                                                   [--streams 128] [--reps 3] [--keyless] [--out FILE]
                                                   [--measures request stream paced stages] [--stage-rounds 7]
         -> results/messages.json (~7 min; --quick ~2 min, results/messages-quick.json)
@@ -62,14 +62,13 @@ from typing import Any
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client  # noqa: E402  # bench/ is no package
-from lib.procs import cpu_seconds, machine_busy  # noqa: E402
-from lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, messages_request, words  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, messages_request, words  # noqa: E402
+from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 PY = sys.executable
 MODELS = (OPENAI_MODEL, OPEN_MODEL)
@@ -262,10 +261,10 @@ async def paced(port: int, api: str, payload: bytes, key: str, n: int, pid: int,
 
 def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], object]]]:
     """Each stage that differs, as (chat's call, Messages' call) on the data it gets in the edge."""
-    from chunks import COMPLETE, _pieces
     from multidict import CIMultiDict
-    from tenancy import mock_answer
 
+    from bench.chunks import COMPLETE, _pieces
+    from bench.tenancy import mock_answer
     from ingress import pipeline, wire
     from ingress.anthropic.answers import ContentBlockDelta, TextDelta
     from ingress.anthropic.messages import decode_messages
@@ -383,8 +382,7 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
 def time_stages(rounds: int, budget: float) -> dict[str, Any]:
     """Each stage's chat and Messages calls timed back to back (which first alternating by round), the stages
     in a random order each round: medians over rounds, and the median of the rounds' differences."""
-    from budget import cpu_us
-
+    from bench.lib.budget import cpu_us
     from ingress import log
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115  # the access line's stream, for the process
@@ -416,7 +414,7 @@ def time_stages(rounds: int, budget: float) -> dict[str, Any]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from peers import key_section  # the edge's [tenancy], as peers.py and model_names.py set it
+    from bench.peers import key_section  # the edge's [tenancy], as peers.py and model_names.py set it
 
     started, load_before = time.perf_counter(), os.getloadavg()
     check_translation()
@@ -428,8 +426,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 files[(api, model, stream)] = work / f"{api}-{model}-{'stream' if stream else 'json'}.json"
                 files[(api, model, stream)].write_bytes(body(api, model, stream))
     section, key, _ = ("", "", "") if args.keyless else key_section()
-    mocks = {"request": [PY, str(HERE / "tenancy.py"), "--serve-mock"], "stream": [PY, str(HERE / "chunks.py"),
-             "--serve-mock"], "paced": [PY, str(HERE / "chunks.py"), "--serve-mock"]}
+    mocks = {"request": [PY, "-m", "bench.tenancy", "--serve-mock"], "stream": [PY, "-m", "bench.chunks",
+             "--serve-mock"], "paced": [PY, "-m", "bench.chunks", "--serve-mock"]}
     mocks = {kind: argv for kind, argv in mocks.items() if kind in args.measures}
     servers: dict[str, Server] = {}
     edges: dict[str, Server] = {}

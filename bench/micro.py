@@ -9,7 +9,7 @@ are measured afterwards, apart from the timing: allocator calls and bytes per op
 hook (bench/_allocs.c), the peak and the retained memory of one op with tracemalloc (which sees only
 live blocks, so it cannot count what an op allocated and freed again).
 
-    .venv/bin/python bench/micro.py [--quick] [--no-plot]
+    .venv/bin/python -m bench micro [--quick] [--no-plot]
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from typing import Any
 
 import flatbuffers
 import msgspec
-from lib.rounds import Rounds, Spread
-from payloads import SIZES, chat_request
-from provenance import code_version, describe
 
+from bench.lib.payloads import SIZES, chat_request
+from bench.lib.provenance import code_version, describe
+from bench.lib.rounds import Rounds, Spread
 from ingress.encoding.passport import RequestMeta, compute_passport
 from ingress.encoding.requests import encode_request, request_data
 from ingress.encoding.stock import encode_request_stock

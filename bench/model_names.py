@@ -1,7 +1,7 @@
 """What a real model name costs the edge: gpt-4o (o200k counts a prompt a limit charges) against an open-weights
 name (the estimate), the same requests, side by side in one run, with a key whose tpm limit is on.
 
-    python bench/model_names.py [--code DIR] [--baseline DIR] [--rounds 6] [--seconds 4] [--connections 32]
+    python -m bench model_names [--code DIR] [--baseline DIR] [--rounds 6] [--seconds 4] [--connections 32]
                                 [--cases CASE...] [--out FILE]   -> results/model_names.json
 
 One edge (one worker) routes both names to one internal service: tenancy.py's mock, one fixed
@@ -37,14 +37,13 @@ from pathlib import Path
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from lib.rounds import Rounds  # noqa: E402  # bench/ is no package
-from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
-from lib.tables import Table  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, VOCABULARY, chat_request  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
+from bench.lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from bench.lib.tables import Table  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
 MODELS = (OPENAI_MODEL, OPEN_MODEL)
 CASES = ("16 KB, same", "16 KB, each new", "multi-turn")
@@ -130,7 +129,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "model_names.json")
     args = parser.parse_args()
 
-    from peers import key_section  # the edge's [tenancy], as peers.py and commits.py --keys set it
+    from bench.peers import key_section  # the edge's [tenancy], as peers.py and commits.py --keys set it
 
     work = Path(tempfile.mkdtemp(prefix="ingress-models-"))
     bodies = {}
@@ -145,7 +144,7 @@ def main() -> int:
     cases = [case for case in CASES if case in args.cases]
 
     mock_port = free_port()
-    mock = Server("mock", [sys.executable, str(HERE / "tenancy.py"), "--serve-mock", str(mock_port), "0"], mock_port,
+    mock = Server("mock", [sys.executable, "-m", "bench.tenancy", "--serve-mock", str(mock_port), "0"], mock_port,
                   work / "mock.log")
     section, key, _ = key_section()
     checkouts = {"edge": args.code} | ({"baseline": args.baseline} if args.baseline else {})

@@ -1,6 +1,6 @@
 """The edge beside the gateways users would otherwise pick: LiteLLM's proxy and Portkey's gateway, one run.
 
-    nice -n 10 .venv/bin/python bench/peers.py [--quick]   -> results/peers.json (~4.5 min; --quick ~2.5 min,
+    nice -n 10 .venv/bin/python -m bench peers [--quick]   -> results/peers.json (~4.5 min; --quick ~2.5 min,
                                                               results/peers-quick.json)
 
 Installs, outside the work tree under ~/.cache/ingress/peers/ (each into a temporary directory renamed into
@@ -28,7 +28,7 @@ Six subjects, one process each, side by side with rounds interleaved (a differen
   fixed JSON body; no decoding, counting, keys, limits, encoding, verification, metrics or logging. The most
   a gateway made of the edge's parts can do here: its ratios to the peers bound the edge's.
 
-The same 16 KB, 11-message request (bench/payloads.py, max_tokens 64) to every subject, `wrk -t1` at 1 and 32
+The same 16 KB, 11-message request (bench/lib/payloads.py, max_tokens 64) to every subject, `wrk -t1` at 1 and 32
 connections: requests/s, p50/p99, the added p99 against the direct mock of the same round (the peers against
 the OpenAI mock, the edge against ours), the CPU seconds per request of the gateway's whole process tree
 (user + system, /proc), and its RSS after the load. The ratios (edge over peer) are medians of per-round
@@ -71,11 +71,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.rounds import Rounds, Spread, median  # noqa: E402  # bench/ is not a package
-from lib.servers import NotReady, Server, stop_all  # noqa: E402
-from lib.tables import figure  # noqa: E402
+from bench.lib.rounds import Rounds, Spread, median  # noqa: E402
+from bench.lib.servers import NotReady, Server, stop_all  # noqa: E402
+from bench.lib.tables import figure  # noqa: E402
 
 PY = sys.executable
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ingress" / "peers"
@@ -123,8 +122,8 @@ def serve_paced(port: int, pacing_ms: float) -> None:
     of the 64 content deltas `pacing_ms` after the one before (as the demo service paces its frames), then
     the finish and usage chunks and `data: [DONE]`, chunked. A POST without `"stream":true` gets the whole
     chat.completion at once."""
-    from bridge import _mock_bodies
-    from mockhttp import Requests, response, serve
+    from bench.bridge import _mock_bodies
+    from bench.lib.mockhttp import Requests, response, serve
 
     whole, stream = _mock_bodies()
     events = [e + b"\n\n" for e in stream.split(b"\n\n") if e]
@@ -248,7 +247,7 @@ class Subject(Server):
 
 
 def litellm_config(path: Path, mock_url: str, paced_url: str) -> Path:
-    from payloads import MODEL
+    from bench.lib.payloads import MODEL
 
     path.write_text(f"""model_list:
   - model_name: {MODEL}
@@ -396,7 +395,8 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
     did not hold is run again once (a burst of the other work on the machine can stall one run), and it
     stalls when it misses twice."""
     import uvloop
-    from lib.procs import Watch
+
+    from bench.lib.procs import Watch
 
     loop = uvloop.new_event_loop()
     out: dict[str, Any] = {name: {} for name in streamers}
@@ -445,8 +445,7 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
 def key_section() -> tuple[str, str, str]:
     """The edge's `[tenancy]` as these runs set it (memory backend): one key with an rpm and a tpm limit and
     its tenant's tpm, all far above anything a run reaches; the key, sent with every request; its hash."""
-    from tenancy import tenancy_section
-
+    from bench.tenancy import tenancy_section
     from ingress.tenancy.keys import new_key
 
     key, key_id, key_hash = new_key()
@@ -458,14 +457,13 @@ def key_section() -> tuple[str, str, str]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from e2e import fb_body
-    from lib.procs import rss_kb
-    from lib.servers import free_port
-    from payloads import MODEL, chat_request, stream_request
-    from provenance import code_version, describe
-    from tenancy import edge_config
-    from wrk import SCRIPT, Wrk, ensure_wrk
-
+    from bench.e2e import fb_body
+    from bench.lib.payloads import MODEL, chat_request, stream_request
+    from bench.lib.procs import rss_kb
+    from bench.lib.provenance import code_version, describe
+    from bench.lib.servers import free_port
+    from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk
+    from bench.tenancy import edge_config
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     started = time.perf_counter()
@@ -501,14 +499,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     edge_toml = edge_config(work / "edge.toml", ports["edge"], fb_url, section)
     paced_toml = edge_config(work / "edge_paced.toml", ports["edge_paced"], paced_fb, section)
     subjects = {
-        "mock_oai": Subject("mock_oai", [PY, str(HERE / "bridge.py"), "--serve-mock", str(ports["mock_oai"])],
+        "mock_oai": Subject("mock_oai", [PY, "-m", "bench.bridge", "--serve-mock", str(ports["mock_oai"])],
                             ports["mock_oai"], work / "mock_oai.log", CHAT, "chat.json", JSON_TYPE),
-        "mock_fb": Subject("mock_fb", [PY, str(HERE / "tenancy.py"), "--serve-mock", str(ports["mock_fb"]), "0"],
+        "mock_fb": Subject("mock_fb", [PY, "-m", "bench.tenancy", "--serve-mock", str(ports["mock_fb"]), "0"],
                            ports["mock_fb"], work / "mock_fb.log", COMPLETE_PATH, "chat.fb", CONTENT_TYPE),
         "edge": Subject("edge", [PY, "-m", "ingress", "serve", "--config", str(edge_toml), "--workers", "1"],
                         ports["edge"], work / "edge.log", CHAT, "chat.json", JSON_TYPE,
                         {"Authorization": f"Bearer {key}"}),
-        "paced_oai": Subject("paced_oai", [PY, str(Path(__file__)), "--serve-paced", str(ports["paced_oai"]),
+        "paced_oai": Subject("paced_oai", [PY, "-m", "bench.peers", "--serve-paced", str(ports["paced_oai"]),
                                            str(PACING_MS)], ports["paced_oai"], work / "paced_oai.log", CHAT,
                              "chat.json", JSON_TYPE),
         "paced_fb": Subject("paced_fb", [PY, "-m", "ingress", "demo-upstream", "--port", str(ports["paced_fb"]),
@@ -525,7 +523,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "--port", str(ports["litellm"]), "--num_workers", "1"],
             ports["litellm"], work / "litellm.log", CHAT, "chat.json", JSON_TYPE,
             {"Authorization": f"Bearer {MASTER_KEY}"}, "/health/liveliness", LITELLM_ENV)
-    subjects["floor"] = Subject("floor", [PY, str(HERE / "floor.py"), "--serve", str(ports["floor"]), fb_url,
+    subjects["floor"] = Subject("floor", [PY, "-m", "bench.floor", "--serve", str(ports["floor"]), fb_url,
                                           str(work / "chat.fb")],
                                 ports["floor"], work / "floor.log", CHAT, "chat.json", JSON_TYPE)
     if node_script is not None:
@@ -674,7 +672,7 @@ def _f(v: float | None, digits: int = 2) -> str:
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    from payloads import MODEL
+    from bench.lib.payloads import MODEL
 
     print(f"\nevery subject is sent model {MODEL} (the edge counts its prompts by the estimate; bench/model_names.py "
           "compares real names)")

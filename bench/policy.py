@@ -2,7 +2,7 @@
 path through the edge's own code on a plain route, beside the same request on a route with a fallback
 chain (that does not fall back), with a chain whose fallbacks have a max_context, and on a split.
 
-    nice -n 10 .venv/bin/python bench/policy.py [--quick] [--rounds 9]   -> results/policy.json
+    nice -n 10 .venv/bin/python -m bench policy [--quick] [--rounds 9]   -> results/policy.json
 
 The path timed is what a chain touches, in process, on the data the edge has there: `prepare` (decode,
 route and split, count, passport, encode), `send` on a real EndpointGroup (its lease acquired and let
@@ -47,8 +47,7 @@ def _routes(variant: str) -> tuple[Any, ...]:
 
 def paths(variants: list[str]) -> dict[str, Callable[[], object]]:
     """Each variant's path as one call: the request prepared, sent, checked, its header and record made."""
-    from payloads import chat_request
-
+    from bench.lib.payloads import chat_request
     from ingress.edge.middleware import served_by
     from ingress.encoding.passport import RequestMeta
     from ingress.exchange import Exchange
@@ -105,8 +104,8 @@ def _drive(coro: Coroutine[Any, Any, object]) -> object:
 
 
 async def _measure(args: argparse.Namespace) -> dict[str, Any]:
-    from budget import cpu_us
-    from lib.rounds import Rounds
+    from bench.lib.budget import cpu_us
+    from bench.lib.rounds import Rounds
 
     variants = ["plain", "chain", "chain + max_context", "split 99/1"]
     cases = paths(variants)
@@ -126,8 +125,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
-    from provenance import code_version, describe
-
+    from bench.lib.provenance import code_version, describe
     from ingress import log
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the process's log stream, for its lifetime

@@ -1,7 +1,7 @@
 """Reading buffers: the generated readers (ingress/wire/_generated/readers.py) against flatc's own
 Python accessors, side by side.
 
-    python bench/readers.py [--rounds 60]
+    python -m bench readers [--rounds 60]
 
 Three readers of each buffer:
 - "flatc, by hand": calls to flatc's accessors written out field by field into the wire types, as
@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent)]
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 from flatc_reference import flatc_read  # noqa: E402
-from lib.rounds import Rounds  # noqa: E402
-from payloads import chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
 
+from bench.lib.payloads import chat_request  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds  # noqa: E402
 from ingress import wire  # noqa: E402
 from ingress.encoding.passport import RequestMeta, compute_passport  # noqa: E402
 from ingress.encoding.requests import encode_request  # noqa: E402

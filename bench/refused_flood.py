@@ -5,9 +5,9 @@ a phase of valid requests, then one phase per kind of refusal, each of large bod
 connections, then an idle pause. The edge's RSS is sampled every 100 ms and printed as a table, with
 each phase's start, peak and end, and the answers' status codes (a 5xx or a hang is a defect too).
 
-    .venv/bin/python bench/refused_flood.py                      # ~20 s: 40 requests a phase
-    .venv/bin/python bench/refused_flood.py --requests 10        # quicker
-    .venv/bin/python bench/refused_flood.py --source /tmp/snap   # another checkout's edge (before/after)
+    .venv/bin/python -m bench refused_flood                      # ~20 s: 40 requests a phase
+    .venv/bin/python -m bench refused_flood --requests 10        # quicker
+    .venv/bin/python -m bench refused_flood --source /tmp/snap   # another checkout's edge (before/after)
 
 Bounded: loopback only, at most `--requests` x 5 requests of at most 10 MiB, `--concurrency` at a time.
 """
@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lib.procs import rss_kb
-from lib.servers import ROOT, Server, free_port
-from provenance import code_version, describe
+from bench.lib.procs import rss_kb
+from bench.lib.provenance import code_version, describe
+from bench.lib.servers import ROOT, Server, free_port
 
 MIB = 1024 * 1024
 CAP = 8 * MIB  # the edge's default max_body_bytes

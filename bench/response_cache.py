@@ -1,7 +1,7 @@
 """What a response-cache hit costs the edge against a miss: CPU per request and latency, through the demo
 service, with the memory and the Redis backend side by side in one run.
 
-    nice -n 10 .venv/bin/python bench/response_cache.py [--rounds 5] [--requests 300] [--size 4096] [--out FILE]
+    nice -n 10 .venv/bin/python -m bench response_cache [--rounds 5] [--requests 300] [--size 4096] [--out FILE]
         -> results/response_cache.json (~1.5 min)
 
 Two edges (`ingress serve`, one worker each), each in front of its own `ingress demo-upstream` (a process
@@ -44,15 +44,13 @@ from typing import Any
 import msgspec
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from lib.procs import cpu_seconds, machine_busy  # noqa: E402  # bench/ is no package
-from lib.rounds import Spread  # noqa: E402
-from lib.servers import Server, free_port, python_in, serving  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL, chat_request  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request  # noqa: E402
+from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Spread  # noqa: E402
+from bench.lib.servers import Server, free_port, python_in, serving  # noqa: E402
+from bench.lib.tables import Table, figure  # noqa: E402
 from ingress.tenancy.keys import new_key  # noqa: E402
 
 ROOT = HERE.parent

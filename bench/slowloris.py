@@ -8,8 +8,8 @@ waiting in the listen backlog because the worker is at `max_connections`), how m
 the edge has closed so far, the edge's RSS, and how long a fresh `GET /healthz` took. It stops by
 itself after `--seconds`; loopback only.
 
-    .venv/bin/python bench/slowloris.py                  # 200 connections, 25 s
-    .venv/bin/python bench/slowloris.py --connections 400 --max-connections 100 --seconds 40
+    .venv/bin/python -m bench slowloris                  # 200 connections, 25 s
+    .venv/bin/python -m bench slowloris --connections 400 --max-connections 100 --seconds 40
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lib.procs import rss_kb
-from lib.servers import Server, free_port
+from bench.lib.procs import rss_kb
+from bench.lib.servers import Server, free_port
 
 HOST = "127.0.0.1"
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: edge\r\nUser-Agent: slowloris\r\n" + b"X-Slow: " + b"s" * 4000

@@ -1,9 +1,9 @@
 """A soak of one edge worker: RSS, open fds and event-loop tasks every minute under 1,000 client connections
 of mixed traffic with injected upstream faults, and every request's single outcome, client and edge agreeing.
 
-    nice -n 10 .venv/bin/python bench/soak.py            # 30 minutes -> results/soak.json (+ soak.png)
-    nice -n 10 .venv/bin/python bench/soak.py --quick    # 3 minutes, a sample every 20 s -> results/soak-quick.json
-    .venv/bin/python bench/soak.py --hangups 2000 --pace 0.001   # ~20 s: streams reset mid-way, client / edge
+    nice -n 10 .venv/bin/python -m bench soak            # 30 minutes -> results/soak.json (+ soak.png)
+    nice -n 10 .venv/bin/python -m bench soak --quick    # 3 minutes, a sample every 20 s -> results/soak-quick.json
+    .venv/bin/python -m bench soak --hangups 2000 --pace 0.001   # ~20 s: streams reset mid-way, client / edge
 
 The rig, on loopback, all of it niced (the script renices itself to 10):
 
@@ -71,10 +71,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
-from lib.procs import cpu_seconds, machine_busy, rss_kb  # noqa: E402  # bench/ on the path first
-from lib.servers import Server, free_port  # noqa: E402
+from bench.lib.procs import cpu_seconds, machine_busy, rss_kb  # noqa: E402
+from bench.lib.servers import Server, free_port  # noqa: E402
 
 PY = sys.executable
 CHAT = "/v1/chat/completions"
@@ -100,8 +99,7 @@ DEFECTS = ("broken", "malformed", "transport", "timeout")
 
 
 def serve_mock(port: int, pace_s: float) -> None:
-    from mockhttp import Requests, serve
-
+    from bench.lib.mockhttp import Requests, serve
     from ingress import wire
 
     stream_head = (b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -828,8 +826,8 @@ def main() -> int:
         os.nice(10 - os.nice(0))
 
     import uvloop
-    from provenance import code_version, describe
 
+    from bench.lib.provenance import code_version, describe
     from ingress.tenancy.keys import new_key
 
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-soak-"))
@@ -847,13 +845,13 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     # Stopped with SIGTERM and up to 40 s for the edge's drain: its access log is read once it has stopped.
-    mock = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(mock_port), str(args.pace)], mock_port,
+    mock = Server("mock", [PY, "-m", "bench.soak", "--serve-mock", str(mock_port), str(args.pace)], mock_port,
                   mock_log, stop_timeout=40.0)
     dump = work / "edge-dump.jsonl"
     argv = [PY, "-m", "ingress", "serve", "--config", str(config), "--workers", "1"]
     if args.debug_edge is not None or args.tombstone_s:
         frames = -1 if args.debug_edge is None else args.debug_edge
-        argv = [PY, str(Path(__file__)), "--run-edge", str(config), str(dump), str(frames), str(args.tombstone_s)]
+        argv = [PY, "-m", "bench.soak", "--run-edge", str(config), str(dump), str(frames), str(args.tombstone_s)]
     edge = Server("edge", argv, port, edge_err, stdout=access_log, stop_timeout=40.0)
     mock.start()
     edge.start()

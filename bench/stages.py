@@ -1,7 +1,7 @@
 """The CPU each stage of a non-streamed chat request costs the edge, one stage at a time, in process; and
 each stage of a streamed token's path (`chunk:`), from the upstream's HTTP chunk to the client's.
 
-    .venv/bin/python bench/stages.py [--quick] [--rounds 7] [--model NAME]   -> results/stages.json
+    .venv/bin/python -m bench stages [--quick] [--rounds 7] [--model NAME]   -> results/stages.json
 
 The edge's whole CPU per request (`bench/floor.py`) is the sum of its stages and of what every proxy made of
 the same parts spends (aiohttp's server, our HTTP/1.1 client, the event loop: floor.py's bare proxy). This
@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,8 +53,8 @@ def _demo_answer(encoded: bytes) -> bytes:
 def stages(model: str) -> dict[str, Callable[[], object]]:
     """Each stage as a call on the data it gets in the edge, for a request to `model`."""
     from multidict import CIMultiDict
-    from payloads import chat_request
 
+    from bench.lib.payloads import chat_request
     from ingress import log
     from ingress.edge.middleware import _record, request_id_of, server_timing
     from ingress.edge.writers import json_response
@@ -207,9 +206,9 @@ def main() -> None:
     args = parser.parse_args()
     rounds, budget = (3, 0.02) if args.quick else (args.rounds, 0.05)
 
-    from budget import cpu_us
-    from lib.rounds import Rounds
-    from provenance import code_version, describe
+    from bench.lib.budget import cpu_us
+    from bench.lib.provenance import code_version, describe
+    from bench.lib.rounds import Rounds
 
     cases = {**stages(args.model), **chunk_stages()}
     for fn in cases.values():  # warm every path once
@@ -232,5 +231,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path[:0] = [str(HERE), str(HERE.parent)]
     main()

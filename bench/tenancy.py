@@ -1,6 +1,6 @@
 """What the tenancy layer costs a request, and what a fleet of edges admits against one limit.
 
-    nice -n 10 .venv/bin/python bench/tenancy.py [--quick]   -> results/tenancy.json (~3 min; --quick ~1.5 min,
+    nice -n 10 .venv/bin/python -m bench tenancy [--quick]   -> results/tenancy.json (~3 min; --quick ~1.5 min,
                                                                 results/tenancy-quick.json)
 
 The internal service is a zero-delay mock (`--serve-mock`, its own process): a raw asyncio Protocol on uvloop,
@@ -14,7 +14,7 @@ part 2, in the same process.
    that mock, side by side: (a) no [tenancy]; (b) backend "memory"; (c) backend "redis" against a real
    redis-server on loopback (started by tests/redis_servers.py). (b) and (c) have one key with rpm and tpm
    far above what a run reaches, in a tenant with a tpm limit: 3 checks a request, nothing refused. wrk
-   POSTs the 16 KB 11-message request (bench/payloads.py) with the key in `Authorization` (to (a) too,
+   POSTs the 16 KB 11-message request (bench/lib/payloads.py) with the key in `Authorization` (to (a) too,
    which ignores it), at 1 and 32 connections; rounds interleave the edges (a different one first each
    round). Per edge: requests/s, p50/p99, the added p50/p99 against (a) in the same round, the CPU per
    request of the edge's process tree, of redis-server and of the mock from /proc, and each as a ratio to
@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "tests")]
+sys.path.insert(0, str(HERE.parent / "tests"))
 
-from lib.rounds import Rounds, median  # noqa: E402  # bench/ is not a package
+from bench.lib.rounds import Rounds, median  # noqa: E402
 
 PY = sys.executable
 JSON_TYPE = "application/json"
@@ -83,8 +83,7 @@ if auth and auth ~= "" then wrk.headers["Authorization"] = auth end
 
 def mock_answer() -> Any:
     """The mock's one answer (a wire.Response: 64 words, usage)."""
-    from payloads import MODEL, words
-
+    from bench.lib.payloads import MODEL, words
     from ingress import wire
 
     usage = wire.Usage(prompt_tokens=4000, completion_tokens=64, total_tokens=4064)
@@ -94,8 +93,7 @@ def mock_answer() -> Any:
 
 def serve_mock(port: int, hold_s: float) -> None:
     """Answers every POST with one fixed CompletionResponse; a request for SLOW_MODEL `hold_s` later."""
-    from mockhttp import Requests, response, serve
-
+    from bench.lib.mockhttp import Requests, response, serve
     from ingress import wire
 
     answer = response(wire.CONTENT_TYPE.encode(), bytes(wire.write_response(mock_answer())))
@@ -120,7 +118,7 @@ def serve_mock(port: int, hold_s: float) -> None:
 
 def edge_config(path: Path, port: int, mock_url: str, tenancy: str, model: str | None = None) -> Path:
     """One worker in front of the mock, routing `model` (payloads.MODEL by default) and SLOW_MODEL to it."""
-    from payloads import MODEL
+    from bench.lib.payloads import MODEL
 
     path.write_text(f'port = {port}\nworkers = 1\nupstream = "{mock_url}"\n'
                     f'models = ["{model or MODEL}", "{SLOW_MODEL}"]\n' + tenancy)
@@ -238,10 +236,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def part_costs(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
-    from lib.servers import Server, free_port, start_all, stop_all
-    from payloads import chat_request
-    from wrk import SCRIPT, Wrk, ensure_wrk
-
+    from bench.lib.payloads import chat_request
+    from bench.lib.servers import Server, free_port, start_all, stop_all
+    from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk
     from ingress.tenancy.keys import new_key
 
     key, key_id, key_hash = new_key()
@@ -400,9 +397,9 @@ async def hammer(ports: list[int], auth: str, body: bytes, rate: float, seconds:
 
 def part_fleet(args: argparse.Namespace, work: Path, mock: Any, redis: Any) -> dict[str, Any]:
     import msgspec
-    from lib.servers import Server, free_port, start_all, stop_all
-    from payloads import MODEL
 
+    from bench.lib.payloads import MODEL
+    from bench.lib.servers import Server, free_port, start_all, stop_all
     from ingress.tenancy.keys import new_key
 
     rpm_key, rpm_id, rpm_hash = new_key()
@@ -559,16 +556,17 @@ def main() -> None:
     if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
         os.nice(10 - os.nice(0))
 
-    from lib.servers import Server, free_port
-    from provenance import code_version, describe
     from redis_servers import running
+
+    from bench.lib.provenance import code_version, describe
+    from bench.lib.servers import Server, free_port
 
     started = time.perf_counter()
     load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-tenancy-"))
     mock_port = free_port()
     hold = args.burst_seconds + 10
-    mock = Server("mock", [PY, str(Path(__file__)), "--serve-mock", str(mock_port), str(hold)], mock_port,
+    mock = Server("mock", [PY, "-m", "bench.tenancy", "--serve-mock", str(mock_port), str(hold)], mock_port,
                   work / "mock.log")
     found: dict[str, Any] = {}
     with running("redis", work) as redis:

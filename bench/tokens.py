@@ -1,7 +1,7 @@
 """Prompt token counting (ingress/tokens) by body size: the exact count, the estimate, and what a
 request's count costs with the size limit, in µs and MB/s.
 
-    python bench/tokens.py [--rounds 5] [--out bench/results/tokens.json]
+    python -m bench tokens [--rounds 5] [--out bench/results/tokens.json]
 
 Bodies of 1 KB to 2 MB of English (the README, repeated), and the adversarial ones: a single
 1M-character "word" of random letters, 2 MB of random printable Unicode, 2 MB of one repeated
@@ -17,16 +17,13 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent)]
 
-from provenance import code_version, describe  # noqa: E402
-
+from bench.lib.provenance import code_version, describe  # noqa: E402
 from ingress.tokens import MAX_EXACT_COUNT_BYTES, counter_for, estimate  # noqa: E402
 from ingress.tokens.engines import vocabulary  # noqa: E402
 

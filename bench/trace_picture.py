@@ -1,7 +1,7 @@
 """One traced request, drawn as a waterfall from the spans a real OTLP/HTTP receiver got: the picture in
 docs/tracing.md.
 
-    .venv/bin/python bench/trace_picture.py [--demo]
+    .venv/bin/python -m bench trace_picture [--demo]
 
 The edge (a key and [tenancy], so admission is in the trace; [tracing] to a receiver on loopback) in front
 of llama-server serving SmolLM2-135M (tests/llama_engine.py: built once per machine) through `ingress bridge
@@ -20,12 +20,12 @@ from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "tests"), str(HERE.parent), str(HERE)]
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 import openai  # noqa: E402
-from lib.servers import free_port  # noqa: E402
 from otlp_receiver import OtlpReceiver, Span  # noqa: E402
 
+from bench.lib.servers import free_port  # noqa: E402
 from ingress.serve.app import create_app, serve_app  # noqa: E402
 from ingress.settings import Settings, Timeouts, Tracing  # noqa: E402
 from ingress.tenancy.keys import new_key  # noqa: E402

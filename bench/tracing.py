@@ -1,11 +1,11 @@
 """What the edge's OpenTelemetry tracing costs a request and a streamed chunk: no [tracing], [tracing] at
 sample_ratio 0.0 and at 1.0, side by side in one run.
 
-    nice -n 10 .venv/bin/python bench/tracing.py [--quick] [--rounds 8] [--seconds 4] [--connections 32]
+    nice -n 10 .venv/bin/python -m bench tracing [--quick] [--rounds 8] [--seconds 4] [--connections 32]
                                                  [--streams 128] [--reps 3] [--measures request paced spans]
                                                  [--deferred] [--propagated] [--out FILE]
         -> results/tracing.json (~12 min, ~16 with --deferred; --quick ~2 min, results/tracing-quick.json)
-    nice -n 10 .venv/bin/python bench/tracing.py --profile [--seconds 20] [--profile-rounds 2] [--top 30]
+    nice -n 10 .venv/bin/python -m bench tracing --profile [--seconds 20] [--profile-rounds 2] [--top 30]
                                                  [--profile-variant ratio1|ratio0|deferred]
         -> py-spy's samples of an untraced edge and a traced one under wrk: where the extra goes
 
@@ -77,19 +77,18 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-import messages  # noqa: E402  # bench/ is no package
-from chunks import gc_of  # noqa: E402
-from lib.procs import CLK_TCK, cpu_seconds, family  # noqa: E402
-from lib.rounds import Rounds, Spread  # noqa: E402
-from lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
-from lib.tables import Table  # noqa: E402
-from messages import HEADERS, MAX_TOKENS, PACING_MS, body, check_answer, paced  # noqa: E402
-from payloads import OPEN_MODEL, OPENAI_MODEL  # noqa: E402
-from provenance import code_version, describe  # noqa: E402
-from tenancy import scrape, total  # noqa: E402
-from wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench import messages  # noqa: E402
+from bench.chunks import gc_of  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL  # noqa: E402
+from bench.lib.procs import CLK_TCK, cpu_seconds, family  # noqa: E402
+from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.rounds import Rounds, Spread  # noqa: E402
+from bench.lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
+from bench.lib.tables import Table  # noqa: E402
+from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
+from bench.messages import HEADERS, MAX_TOKENS, PACING_MS, body, check_answer, paced  # noqa: E402
+from bench.tenancy import scrape, total  # noqa: E402
 
 PY = sys.executable
 MODELS = (OPENAI_MODEL, OPEN_MODEL)
@@ -319,7 +318,7 @@ class Split:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from peers import key_section  # the edge's [tenancy], as peers.py, model_names.py and messages.py set it
+    from bench.peers import key_section  # the edge's [tenancy], as peers.py, model_names.py and messages.py set it
 
     started, load_before = time.perf_counter(), os.getloadavg()
     where = imported_ingress()
@@ -331,15 +330,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             files[(model, stream)].write_bytes(body("chat", model, stream))
     section, key, _ = key_section()
     kinds = [k for k in KINDS if k in args.measures]
-    argv = {"request": [PY, str(HERE / "tenancy.py"), "--serve-mock"],
-            "paced": [PY, str(HERE / "chunks.py"), "--serve-mock"]}
+    argv = {"request": [PY, "-m", "bench.tenancy", "--serve-mock"],
+            "paced": [PY, "-m", "bench.chunks", "--serve-mock"]}
     mocks = {}
     for kind in kinds:
         port = free_port()
         mocks[kind] = Server(f"mock-{kind}", [*argv[kind], str(port), str(PACING_MS if kind == "paced" else 0)], port,
                              work / f"mock-{kind}.log")
     port = free_port()
-    sink = Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, work / "sink.log")
+    sink = Server("sink", [PY, "-m", "bench.tracing", "--serve-sink", str(port)], port, work / "sink.log")
     wrk = Wrk(ensure_wrk(), work / "bench.lua")
     wrk.script.write_text(SCRIPT + HEADERS + CALLER)
     os.environ["BENCH_KEY"], os.environ["BENCH_API"] = key, "chat"
@@ -630,8 +629,7 @@ def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
     import http.client
     import urllib.parse
 
-    from budget import cpu_us
-
+    from bench.lib.budget import cpu_us
     from ingress import log, otlp
     from ingress.settings import Tracing
     from ingress.tracing import Tracer
@@ -817,7 +815,7 @@ def profile(args: argparse.Namespace) -> None:
     edge's samples times the edge's CPU per request (/proc). Where the traced edge's extra goes: in
     tracing's code (ingress/tracing.py, ingress/edge/spans.py and the OpenTelemetry packages, from their
     first frame down), by thread and by function, and how much the rest of the event loop's work moved."""
-    from peers import key_section
+    from bench.peers import key_section
 
     pyspy = str(Path(PY).parent / "py-spy")
     if not Path(pyspy).exists():
@@ -828,9 +826,9 @@ def profile(args: argparse.Namespace) -> None:
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-tracing-prof-"))
     section, key, _ = key_section()
     port = free_port()
-    mock = Server("mock", [PY, str(HERE / "tenancy.py"), "--serve-mock", str(port), "0"], port, work / "mock.log")
+    mock = Server("mock", [PY, "-m", "bench.tenancy", "--serve-mock", str(port), "0"], port, work / "mock.log")
     port = free_port()
-    sink = Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, work / "sink.log")
+    sink = Server("sink", [PY, "-m", "bench.tracing", "--serve-sink", str(port)], port, work / "sink.log")
     variants = ("off", args.profile_variant)
     edges = make_edges(work, {"request": mock}, sink, section, 0, variants)
     payload = work / "body.json"
@@ -1013,7 +1011,7 @@ def main() -> None:
     if "spans" in args.measures:
         print("in process: a traced request's calls, and the export of its spans ...", flush=True)
         port, logs = free_port(), Path(tempfile.mkdtemp(prefix="ingress-bench-tracing-sink-"))
-        with Server("sink", [PY, str(Path(__file__)), "--serve-sink", str(port)], port, logs / "sink.log") as sink:
+        with Server("sink", [PY, "-m", "bench.tracing", "--serve-sink", str(port)], port, logs / "sink.log") as sink:
             result["in_process"] = span_costs(args, sink.url)
         shutil.rmtree(logs, ignore_errors=True)
         result["meta"].setdefault("code", code_version())

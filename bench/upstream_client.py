@@ -8,7 +8,7 @@ is this process's CPU time (the server's is not counted; the main thread's alone
 the edge's GC settings; every round runs all cells in a fresh random order, and the figure is the
 median over rounds.
 
-    .venv/bin/python bench/upstream_client.py [--rounds N] [--exchanges N]   -> results/upstream_client.json
+    .venv/bin/python -m bench upstream_client [--rounds N] [--exchanges N]   -> results/upstream_client.json
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any, cast
 import aiohttp
 import httptools
 import uvloop
-from lib.rounds import Rounds
-from lib.servers import Server, free_port
 
+from bench.lib.rounds import Rounds
+from bench.lib.servers import Server, free_port
 from ingress.serve import gctune
 from ingress.settings import Settings, Timeouts
 from ingress.upstream.client import UpstreamClient

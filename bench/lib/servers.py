@@ -15,7 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from lib.procs import cpu_seconds, rss_kb
+from bench.lib.procs import cpu_seconds, rss_kb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,11 +26,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def python_in(checkout: Path) -> list[str]:
+def python_in(checkout: Path, *then: Path) -> list[str]:
     """Python running `checkout`'s code. `-P`: the servers start in the project's root, and `python -m`
     would otherwise put the working directory first on sys.path, ahead of PYTHONPATH: every side of a
-    comparison would run the working tree's code."""
-    return ["env", f"PYTHONPATH={checkout}", sys.executable, "-P"]
+    comparison would run the working tree's code. `then`: searched after `checkout` (the project's root, for
+    a `bench` module `checkout` may not have)."""
+    return ["env", "PYTHONPATH=" + os.pathsep.join(map(str, (checkout, *then))), sys.executable, "-P"]
 
 
 class NotReady(RuntimeError):

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-# The benchmark scripts import bench/lib as `lib` (bench/ first on their path); last on ours, so that it
-# shadows nothing the other tests import.
-_BENCH = str(Path(__file__).resolve().parents[2] / "bench")
-if _BENCH not in sys.path:
-    sys.path.append(_BENCH)
-
-from lib.rounds import Order, Rounds, Spread, median  # noqa: E402
-from lib.servers import NotReady, Server, free_port, serving  # noqa: E402
-from lib.tables import Table, figure  # noqa: E402
+from bench.lib.rounds import Order, Rounds, Spread, median
+from bench.lib.servers import NotReady, Server, free_port, serving
+from bench.lib.tables import Table, figure
 
 
 def _orders(rounds: Rounds[str]) -> list[tuple[int, str]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lib.procs import Watch
+from bench.lib.procs import Watch
 
 SCRIPT = r"""
 -- POST the body in $BENCH_BODY as $BENCH_CTYPE; print one JSON summary line when done.

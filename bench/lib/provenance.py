@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import TypedDict
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class CodeVersion(TypedDict):

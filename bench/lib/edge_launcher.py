@@ -4,7 +4,7 @@ The product has one encoder, the generated one; the stock `flatbuffers.Builder` 
 builders) is kept for comparison, and this launcher puts it in the gateway's place. bench/e2e.py starts
 both edges of a comparison this way, so that the encoder is the only difference between them.
 
-    python bench/edge_launcher.py --port 8081 --upstream http://127.0.0.1:9000 --model ingress-demo --encoder stock
+    python -m bench.lib.edge_launcher --port 8081 --upstream http://127.0.0.1:9000 --model ingress-demo --encoder stock
 """
 
 from __future__ import annotations
