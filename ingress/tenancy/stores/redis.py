@@ -42,12 +42,13 @@ from ingress.tasks import BackgroundTasks
 from ingress.tenancy.plan import Actual, Check, Decision, Plan, State, fitted
 from ingress.tenancy.settings import Redis as RedisSettings
 from ingress.tenancy.stores.memory import MemoryStore
-from ingress.tenancy.stores.resp import Client, ReplyError, Script, encode
+from ingress.tenancy.stores.resp import Client
+from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
 
 log = get_logger("ingress.tenancy")
 
 SCRIPT = resources.files("ingress.tenancy.stores").joinpath("limits.lua").read_text()
-LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp.py)
+LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp_codec.py)
 SHA = LIMITS.sha
 ADMITTED, CANCELLED = 1, 2
 HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (or 3 gaps between renews)
