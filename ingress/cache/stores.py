@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ingress import metrics
-from ingress.tenancy.stores.redis import Breaker
+from ingress.tenancy.stores.breaker import Breaker
 from ingress.tenancy.stores.resp import Client
 from ingress.tenancy.stores.resp_codec import ReplyError, encode
 
