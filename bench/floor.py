@@ -91,7 +91,7 @@ def _staged(post: Any, upstream: str) -> Any:
     from aiohttp import web
     from payloads import MODEL
 
-    from ingress.edge.middleware import request_id_of, server_timing
+    from ingress.edge.headers import request_id_of, server_timing
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange

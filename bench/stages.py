@@ -57,7 +57,8 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from payloads import chat_request
 
     from ingress import log
-    from ingress.edge.middleware import _record, request_id_of, server_timing
+    from ingress.edge.headers import request_id_of, server_timing
+    from ingress.edge.middleware import _record
     from ingress.edge.writers import json_response
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
