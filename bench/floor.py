@@ -40,7 +40,7 @@ def serve(port: int, upstream: str, body_path: str, stages: bool = False) -> Non
     import uvloop
     from aiohttp import web
 
-    from ingress.upstream.http1 import ConnectionPool
+    from ingress.upstream.pool import ConnectionPool
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     body = Path(body_path).read_bytes()
