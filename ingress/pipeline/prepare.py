@@ -9,7 +9,8 @@ from typing import Generic, Literal, TypeVar
 
 import msgspec
 
-from ingress.anthropic.messages import MessagesRequest, decode_messages
+from ingress.anthropic.messages import MessagesRequest
+from ingress.anthropic.messages_codec import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.encoding.embeddings import encode_embedding_request
 from ingress.encoding.passport import (
