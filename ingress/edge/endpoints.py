@@ -18,7 +18,7 @@ from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
-from ingress.translate.responses import ResponseEvents
+from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
 
