@@ -65,7 +65,8 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
-    from ingress.pipeline.prepare import _guarded_chat, counter, prepared_for, route_decoded
+    from ingress.pipeline.prepare import counter, prepared_for, route_decoded
+    from ingress.pipeline.prepare import guarded_chat as _guarded_chat
     from ingress.routing.budget import RetryBudget
     from ingress.routing.table import RouteTable
     from ingress.settings import Settings
