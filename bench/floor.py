@@ -40,7 +40,7 @@ def serve(port: int, upstream: str, body_path: str, stages: bool = False) -> Non
     import uvloop
     from aiohttp import web
 
-    from ingress.upstream.http1 import ConnectionPool
+    from ingress.upstream.pool import ConnectionPool
     from ingress.wire import COMPLETE_PATH, CONTENT_TYPE
 
     body = Path(body_path).read_bytes()
@@ -91,7 +91,7 @@ def _staged(post: Any, upstream: str) -> Any:
     from aiohttp import web
 
     from bench.lib.payloads import MODEL
-    from ingress.edge.middleware import request_id_of, server_timing
+    from ingress.edge.headers import request_id_of, server_timing
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange

@@ -118,7 +118,7 @@ def body(api: str, model: str, stream: bool) -> bytes:
 
 def check_translation() -> None:
     """The Messages bodies are read as exactly the chat bodies' requests, with nothing dropped."""
-    from ingress.anthropic.messages import decode_messages
+    from ingress.anthropic.messages_codec import decode_messages
     from ingress.anthropic.messages_to_chat import as_chat
     from ingress.oai.codec import decode_chat_request
 
@@ -267,7 +267,7 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     from bench.tenancy import mock_answer
     from ingress import pipeline, wire
     from ingress.anthropic.answers import ContentBlockDelta, TextDelta
-    from ingress.anthropic.messages import decode_messages
+    from ingress.anthropic.messages_codec import decode_messages
     from ingress.anthropic.messages_to_chat import as_chat
     from ingress.edge.sse import MessagesSseWriter, SseWriter
     from ingress.edge.writers import json_response

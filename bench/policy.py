@@ -48,7 +48,7 @@ def _routes(variant: str) -> tuple[Any, ...]:
 def paths(variants: list[str]) -> dict[str, Callable[[], object]]:
     """Each variant's path as one call: the request prepared, sent, checked, its header and record made."""
     from bench.lib.payloads import chat_request
-    from ingress.edge.middleware import served_by
+    from ingress.edge.headers import served_by
     from ingress.encoding.passport import RequestMeta
     from ingress.exchange import Exchange
     from ingress.pipeline import Gateway, prepare

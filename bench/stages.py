@@ -56,14 +56,16 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
 
     from bench.lib.payloads import chat_request
     from ingress import log
-    from ingress.edge.middleware import _record, request_id_of, server_timing
+    from ingress.edge.headers import request_id_of, server_timing
+    from ingress.edge.middleware import _record
     from ingress.edge.writers import json_response
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
     from ingress.exchange import Exchange
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
-    from ingress.pipeline.prepare import _guarded_chat, counter, prepared_for, route_decoded
+    from ingress.pipeline.prepare import counter, prepared_for, route_decoded
+    from ingress.pipeline.prepare import guarded_chat as _guarded_chat
     from ingress.routing.budget import RetryBudget
     from ingress.routing.table import RouteTable
     from ingress.settings import Settings

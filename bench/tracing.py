@@ -630,9 +630,9 @@ def span_costs(args: argparse.Namespace, sink_url: str) -> dict[str, Any]:
     import urllib.parse
 
     from bench.lib.budget import cpu_us
-    from ingress import log, otlp
+    from ingress import log
     from ingress.settings import Tracing
-    from ingress.tracing import Tracer
+    from ingress.tracing import Tracer, otlp
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115  # for the process
 

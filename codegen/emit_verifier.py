@@ -14,7 +14,7 @@ DOC = '''"""Verify {namespace} buffers before reading them: one check per table,
 
 `verify_<Root>(buf)` checks a whole buffer up front and returns None, or raises VerifyError (a
 ValueError) naming the first check that failed. The checks are those of flatbuffers::Verifier (C++),
-field by field; `ingress.wire.runtime.Verifier` holds the schema-independent part and lists in its
+field by field; `ingress.wire.verifier_runtime.Verifier` holds the schema-independent part and lists in its
 docstring what is checked and every deliberate difference.
 """
 
@@ -29,7 +29,8 @@ reserve_slots({slots})  # vtable unpackers for the widest table
 _KINDS = {kinds}
 '''
 
-RUNTIME = ("MAX_DEPTH", "MAX_SIZE", "MAX_TABLES", "Buffer", "TableCheck", "Verifier", "bad_scalar", "reserve_slots")
+RUNTIME = ("Buffer", "reserve_slots")
+VERIFIER_RUNTIME = ("MAX_DEPTH", "MAX_SIZE", "MAX_TABLES", "TableCheck", "Verifier", "bad_scalar")
 
 
 def _scalar_size(schema: Schema, type_name: str) -> int:
@@ -113,7 +114,8 @@ def emit_verifier(schema: Schema, roots: dict[str, bytes]) -> str:
     """The module text. `roots` maps each root table to its file identifier."""
     kinds = _kinds(schema)
     most = max((f.slot + 1 for t in schema.tables.values() for f in t.fields), default=0)
-    imports = import_lines("ingress.wire.runtime", RUNTIME)
+    imports = [*import_lines("ingress.wire.runtime", RUNTIME),
+               *import_lines("ingress.wire.verifier_runtime", VERIFIER_RUNTIME)]
     out = [DOC.format(namespace=schema.namespace, imports="\n".join(imports), slots=most, kinds=len(kinds))]
     out.append("")
     for table in schema.tables.values():

@@ -233,7 +233,7 @@ class Client(_Config, frozen=True):
 
 
 class Tracing(_Config, frozen=True):
-    """OpenTelemetry spans of the requests served, exported over OTLP/HTTP (ingress/tracing.py); without
+    """OpenTelemetry spans of the requests served, exported over OTLP/HTTP (ingress/tracing/); without
     this section nothing of it runs. The collector's auth headers come from the environment, never the file."""
 
     endpoint: BridgeTarget  # the collector's traces URL, e.g. http://otel-collector:4318/v1/traces

@@ -1,5 +1,5 @@
 """A metric's value as prometheus-client holds it, once what the loop recorded has been folded in
-(ingress/metrics.py: the request path's counts reach prometheus-client every second and at a scrape)."""
+(ingress/metrics/: the request path's counts reach prometheus-client every second and at a scrape)."""
 
 from __future__ import annotations
 

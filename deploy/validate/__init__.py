@@ -27,7 +27,7 @@ Checks, each reported on one line of the summary:
   grafana         the dashboard is valid JSON with a datasource variable, every panel query selecting
                   by $job and $instance, panels and query variables reading only metrics the edge
                   exports, and each of those on a panel (METRICS, checked each way against
-                  ingress/metrics.py when importable)
+                  ingress/metrics/ when importable)
 
 Nothing here reaches the network: sockets other than Unix ones are refused while the checks run.
 Exit status: 0 when no check failed (skipped ones do not fail), 1 otherwise.

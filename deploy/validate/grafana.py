@@ -54,7 +54,7 @@ HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
 def exported_metrics() -> dict[str, str] | None:
-    """The metrics ingress/metrics.py defines, as exposed; None when it cannot be imported."""
+    """The metrics ingress/metrics/ defines, as exposed; None when it cannot be imported."""
     try:
         import prometheus_client
 
@@ -183,15 +183,15 @@ def check_grafana() -> Result:
                           f"{len(variables)} variables")
     exported = exported_metrics()
     if exported is None:
-        result.checked.append("ingress/metrics.py not importable: metric names checked against METRICS only")
+        result.checked.append("ingress/metrics/ not importable: metric names checked against METRICS only")
     else:
         for name in sorted(set(METRICS) - set(exported)):
-            result.errors.append(f"ingress/metrics.py does not export {name}")
+            result.errors.append(f"ingress/metrics/ does not export {name}")
         for name in sorted(set(exported) - set(METRICS)):
-            result.errors.append(f"ingress/metrics.py exports {name}, which METRICS does not list: add it, and "
+            result.errors.append(f"ingress/metrics/ exports {name}, which METRICS does not list: add it, and "
                                  f"a panel for it")
         for name in sorted(set(METRICS) & set(exported)):
             if exported[name] != METRICS[name]:
-                result.errors.append(f"ingress/metrics.py exports {name} as a {exported[name]}, not a {METRICS[name]}")
-        result.checked.append("METRICS agrees with ingress/metrics.py")
+                result.errors.append(f"ingress/metrics/ exports {name} as a {exported[name]}, not a {METRICS[name]}")
+        result.checked.append("METRICS agrees with ingress/metrics/")
     return result

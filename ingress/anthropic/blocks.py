@@ -1,7 +1,7 @@
 """Anthropic's Messages API content blocks, strictly typed: what a message, a system prompt or a tool
 result holds (text, images, documents, thinking, tool calls and results, Anthropic's server tools' blocks),
-their sources, citations and cache breakpoints. The request around them, and its decoder, are
-`messages.py`'s."""
+their sources, citations and cache breakpoints. The request around them is
+`messages.py`'s, its decoder `messages_codec.py`'s."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ from ingress.log import get_logger
 from ingress.settings import Timeouts
 from ingress.sockets import chunk, clear, name_server
 from ingress.tracing import Tracer, provider_answered, provider_span
-from ingress.upstream.http1 import ConnectionPool, Response
+from ingress.upstream.http1 import Response
+from ingress.upstream.pool import ConnectionPool
 from ingress.wire import identifiers
 from ingress.wire.decode import WireError
 from ingress.wire.verify import verify_embedding_request

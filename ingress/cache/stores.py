@@ -11,8 +11,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from ingress import metrics
-from ingress.tenancy.stores.redis import Breaker
-from ingress.tenancy.stores.resp import Client, ReplyError, encode
+from ingress.tenancy.stores.breaker import Breaker
+from ingress.tenancy.stores.resp import Client
+from ingress.tenancy.stores.resp_codec import ReplyError, encode
 
 ENTRY_OVERHEAD = 128  # bytes an entry costs beside its key and value (its slot, its tuple): counted in the bound
 

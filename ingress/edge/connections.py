@@ -21,7 +21,8 @@ from aiohttp import hdrs, web
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from ingress import metrics
-from ingress.edge.middleware import error_response, request_id_of
+from ingress.edge.headers import request_id_of
+from ingress.edge.middleware import error_response
 from ingress.errors import IngressError, InvalidRequest, RequestTimeout
 from ingress.log import get_logger
 from ingress.settings import Client

@@ -18,7 +18,7 @@ from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
-from ingress.translate.responses import ResponseEvents
+from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
 
@@ -41,7 +41,7 @@ def affinity_headers(request: web.Request) -> tuple[tuple[str, str], ...]:
 
 def request_meta(request: web.Request) -> RequestMeta:
     """What the passport needs from the headers; the API key is only hashed, never forwarded. A traced
-    request's passport carries its own span's context (ingress/tracing.py), the caller's tracestate kept."""
+    request's passport carries its own span's context (ingress/tracing/), the caller's tracestate kept."""
     h = request.headers
     auth = h.get("Authorization", "")
     ex = request[EXCHANGE]

@@ -1,12 +1,10 @@
-"""Per-request edge concerns: the request id, one place that renders errors, one log line a request (its usage
-record, ingress/usage.py)."""
+"""Per-request edge concerns: the request id and the answer's headers (headers.py), one place that renders
+errors, one log line a request (its usage record, ingress/usage.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -17,6 +15,15 @@ from aiohttp import ClientConnectionResetError, web
 from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
+from ingress.edge.headers import (
+    ANTHROPIC_REQUEST_ID,
+    CACHE_HEADER,
+    REQUEST_ID,
+    SERVED_BY,
+    request_id_of,
+    served_by,
+    server_timing,
+)
 from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
@@ -28,20 +35,10 @@ from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import valid_traceparent, valid_tracestate
 from ingress.wire.types import ErrorInfo
 
-REQUEST_ID = "x-request-id"
-SERVED_BY = "x-ingress-served-by"
-CACHE_HEADER = "x-ingress-cache"  # a cacheable route's answer: hit, miss or bypass (ingress/pipeline/cache.py)
-ANTHROPIC_REQUEST_ID = "request-id"  # where Anthropic's SDKs read an answer's and an error's request id
-_VALID_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 _json = msgspec.json.Encoder()
 log = get_logger("ingress.edge")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def request_id_of(header: str | None) -> str:
-    """Keep a caller's well-formed request id; otherwise make one."""
-    return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
 def error_response(exc: IngressError, request_id: str, *, binary: bool = False, anthropic: bool = False,
@@ -88,41 +85,10 @@ async def name_request(request: web.Request, response: web.StreamResponse) -> No
         response.headers[ANTHROPIC_REQUEST_ID] = ex.request_id
 
 
-def served_by(ex: Exchange) -> str | None:
-    """x-ingress-served-by: the route (its name) and the model that answered, and the split's variant that
-    took the request, as a structured-field dictionary (RFC 8941): `route="claude", model="claude-sonnet-4-5"`."""
-    served = ex.served_by
-    if served is None:
-        return None
-    route, model = served
-    value = f'route="{_quoted(route)}", model="{_quoted(model)}"'
-    return f'{value}, variant="{_quoted(ex.variant)}"' if ex.variant is not None else value
-
-
-def _quoted(text: str) -> str:
-    """A structured field's string: printable ASCII, its backslashes and quotes escaped."""
-    if not (text.isascii() and text.isprintable()):
-        text = "".join(c if " " <= c <= "~" else "?" for c in text)
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
 def _draining(request: web.Request) -> bool:
     """Whether a drain has started (while draining, every response closes its connection)."""
     drain = request.app.get(DRAIN)
     return drain is not None and drain.draining
-
-
-def server_timing(ex: Exchange, now: float | None = None) -> str:
-    """Server-Timing: the stages done so far, in milliseconds, and the request id."""
-    marks = [("pacing", ex.started, ex.paced), ("decode", ex.paced or ex.started, ex.decoded),
-             ("encode", ex.decoded, ex.encoded), ("admit", ex.encoded, ex.admitted),
-             ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
-             ("translate", ex.upstream_done or ex.upstream_head, now)]
-    parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
-             if start is not None and end is not None]
-    if now is not None:
-        parts.append(f"total;dur={(now - ex.started) * 1000:.3f}")
-    return ", ".join([*parts, f'request;desc="{ex.request_id}"'])
 
 
 @web.middleware

@@ -1,4 +1,4 @@
-"""A traced request's server span, ended from its Exchange (ingress/tracing.py makes the spans)."""
+"""A traced request's server span, ended from its Exchange (ingress/tracing/ makes the spans)."""
 
 from __future__ import annotations
 

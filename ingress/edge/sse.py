@@ -14,7 +14,7 @@ from ingress.errors import IngressError
 from ingress.oai.chat_answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
 from ingress.translate.messages import error_event
-from ingress.translate.responses import ResponseEvents
+from ingress.translate.responses_events import ResponseEvents
 from ingress.translate.stream import Delta, Head
 
 DONE = b"data: [DONE]\n\n"

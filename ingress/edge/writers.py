@@ -13,7 +13,7 @@ from aiohttp import web
 
 from ingress import pipeline
 from ingress.edge.appkeys import DRAIN, GATEWAY
-from ingress.edge.middleware import CACHE_HEADER, REQUEST_ID, SERVED_BY, served_by, server_timing
+from ingress.edge.headers import CACHE_HEADER, REQUEST_ID, SERVED_BY, served_by, server_timing
 from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
 from ingress.exchange import Exchange

@@ -32,16 +32,8 @@ from __future__ import annotations
 from ingress.pipeline.admit import admit, settle, used
 from ingress.pipeline.answer import answer_message, complete, count_by_service, embed, respond, sealing_for
 from ingress.pipeline.gateway import EncodeRequest, Gateway
-from ingress.pipeline.prepare import (
-    Completion,
-    Prepared,
-    prepare,
-    prepare_count,
-    prepare_embeddings,
-    prepare_messages,
-    prepare_responses,
-    prepare_text,
-)
+from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embeddings, prepare_responses, prepare_text
+from ingress.pipeline.prepare_messages import prepare_count, prepare_messages
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
 from ingress.pipeline.stream import (

@@ -9,8 +9,6 @@ from typing import Generic, Literal, TypeVar
 
 import msgspec
 
-from ingress.anthropic.messages import MessagesRequest, decode_messages
-from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.encoding.embeddings import encode_embedding_request
 from ingress.encoding.passport import (
     RequestMeta,
@@ -156,7 +154,7 @@ def counts_exactly(gw: Gateway, ex: Exchange) -> bool:
                                                                                                 ex.model or "")
 
 
-def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, param: str) -> ChatCompletionRequest:
+def guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, param: str) -> ChatCompletionRequest:
     """The key's and its tenant's guardrails on the prompt: the same request, a redacted copy, or a block
     (PromptBlocked, before admission: a blocked prompt consumes no quota)."""
     for guard in ex.principal.guards if ex.principal is not None else ():
@@ -169,7 +167,7 @@ def _guarded_chat(ex: Exchange, request: ChatCompletionRequest, tokens: int, par
     return request
 
 
-def _turns(ex: Exchange, request: ChatCompletionRequest, route: Route) -> ChatCompletionRequest:
+def folded_turns(ex: Exchange, request: ChatCompletionRequest, route: Route) -> ChatCompletionRequest:
     """The request as the route takes it (pipeline/turns.py): system and developer messages after the first
     turn folded into user turns (named in the exchange's hints), or as sent; to Anthropic, with prompt-cache
     breakpoints where the client placed none."""
@@ -187,7 +185,7 @@ P = TypeVar("P", TextCompletionRequest, EmbeddingRequest)
 
 def _guarded_texts(ex: Exchange, request: P, field: Literal["prompt", "input"], texts: list[str | list[int]],
                    tokens: int) -> P:
-    """As _guarded_chat, for the prompts of a legacy completion (`prompt`) or embeddings inputs (`input`)."""
+    """As guarded_chat, for the prompts of a legacy completion (`prompt`) or embeddings inputs (`input`)."""
     guarded = texts
     for guard in ex.principal.guards if ex.principal is not None else ():
         guarded = guard.texts(guarded, tokens, param=field)
@@ -197,7 +195,7 @@ def _guarded_texts(ex: Exchange, request: P, field: Literal["prompt", "input"], 
     return msgspec.structs.replace(request, **{field: guarded[0] if isinstance(original, str) else guarded})
 
 
-def _chat_output(request: ChatCompletionRequest) -> int | None:
+def chat_output(request: ChatCompletionRequest) -> int | None:
     limit = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     return None if limit is None else limit * (request.n or 1)
 
@@ -226,9 +224,9 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     if serves is not None:
         serves(match.route)
     tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(request, exact))
-    guarded = _guarded_chat(ex, request, tokens, prompt_param)
+    guarded = guarded_chat(ex, request, tokens, prompt_param)
     redacted = guarded is not request  # then only the (redacted) reading travels, never the request as sent
-    request = _turns(ex, guarded, match.route)
+    request = folded_turns(ex, guarded, match.route)
     passport = compute_passport(request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
 
     def encode(reading: ChatCompletionRequest, route: Route, model: str | None) -> bytes | bytearray:
@@ -241,11 +239,11 @@ def _prepared_chat(gw: Gateway, ex: Exchange, request: ChatCompletionRequest, ex
     def encode_for(route: Route, model: str) -> bytes | bytearray:
         if serves is not None:
             serves(route)
-        return encode(_turns(ex, guarded, route), route, model)
+        return encode(folded_turns(ex, guarded, route), route, model)
 
     encoded = encode(request, match.route, match.upstream_model)
 
-    return prepared_for(gw, ex, request, match, passport, encoded, meta, _chat_output(request),
+    return prepared_for(gw, ex, request, match, passport, encoded, meta, chat_output(request),
                         request.prompt_cache_key, encode_for)
 
 
@@ -301,96 +299,6 @@ def prepare_responses(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange)
     return call, prepared
 
 
-def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
-                     version: str | None) -> tuple[MessagesRequest, Prepared[Completion]]:
-    """As prepare, for Anthropic's Messages API (`beta`: the client's `anthropic-beta` flags): decoded,
-    then read as the chat request it amounts to, which travels; the decoded request is kept to answer it
-    in its own shape. Bound for Anthropic (the route's provider), the request also travels whole, as the
-    client sent it, for the Anthropic bridge to send on; elsewhere its processing hints are not sent (named
-    on the exchange) and what only Anthropic serves is refused. A guardrail that redacts the prompt
-    leaves the whole request behind: then only its (redacted) reading travels, as to any other service."""
-    request, _ = decode_messages(body, beta=bool(beta))
-    user = request.metadata.user_id if request.metadata is not None else None
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, user)
-    whole = match.route.provider == "anthropic"
-    read = messages_as_chat(request, for_anthropic=whole)
-    extra_json = None
-    if read.top_k is not None and not whole:
-        if match.route.extra_fields != "forward":
-            raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
-                                 "forward engine parameters).", param="top_k")
-        extra_json = f'{{"top_k":{read.top_k}}}'
-    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(read.request, exact))
-    chat = _guarded_chat(ex, read.request, tokens, "messages")
-    redacted = chat is not read.request
-    if whole and redacted:  # redacted: the request as sent may not travel
-        read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
-        whole = False
-    ex.dropped = [*(ex.dropped or ()), *read.dropped] or None
-    sent = chat if whole else _turns(ex, chat, match.route)
-    passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = encode_messages_request(sent, ex.request_id, passport, match.route.provider, match.upstream_model,
-                                      extra_json, anthropic_json=body.decode() if whole else None,
-                                      anthropic_beta=beta if whole else None,
-                                      anthropic_version=version if whole else None)
-
-    def encode_for(route: Route, model: str) -> bytes | bytearray:
-        """As above, for another route: whole to Anthropic (unless redacted), else read as a chat request
-        (InvalidRequest: the request asks for what only Anthropic serves, or for top_k the route refuses)."""
-        to_anthropic = route.provider == "anthropic" and not redacted
-        reading = chat if redacted else messages_as_chat(request, for_anthropic=to_anthropic).request
-        if not to_anthropic:
-            reading = _turns(ex, reading, route)
-        extra = None
-        if read.top_k is not None and not to_anthropic:
-            if route.extra_fields != "forward":
-                raise InvalidRequest("top_k: not forwarded by this route.", param="top_k")
-            extra = f'{{"top_k":{read.top_k}}}'
-        return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra,
-                                       anthropic_json=body.decode() if to_anthropic else None,
-                                       anthropic_beta=beta if to_anthropic else None,
-                                       anthropic_version=version if to_anthropic else None)
-
-    return request, prepared_for(gw, ex, sent, match, passport, encoded, meta, _chat_output(sent),
-                                 encode_for=encode_for)
-
-
-def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
-                  version: str | None) -> tuple[int, Prepared[Completion] | None]:
-    """`count_tokens`: a Messages request's prompt (system, messages, tools; it has no `max_tokens`)
-    counted exactly by the route's tokenizer (or the one its model's name implies); and, where the route
-    asks its provider to count (`count_tokens = "provider"`), the request prepared for that."""
-    request, _ = decode_messages(_with_max_tokens(body), beta=bool(beta))
-    match, meta = route_decoded(gw, ex, request.model, False, meta,
-                                request.metadata.user_id if request.metadata is not None else None)
-    asks_provider = match.route.count_tokens == "provider"
-    read = messages_as_chat(request, for_anthropic=asks_provider)
-    tokens = counter(gw, match).chat(read.request, True)
-    if not asks_provider:
-        return tokens, None
-    passport = compute_passport(read.request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = encode_messages_request(read.request, ex.request_id, passport, match.route.provider,
-                                      match.upstream_model, anthropic_json=body.decode(), anthropic_beta=beta,
-                                      anthropic_version=version)
-    return tokens, prepared_for(gw, ex, read.request, match, passport, encoded, meta, 0)
-
-
-_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
-
-
-def _with_max_tokens(body: bytes) -> bytes:
-    """A count_tokens body as a Messages one, which requires max_tokens: the largest, so that no thinking
-    budget is refused for it. A body that is not a JSON object is left for the decoder to refuse."""
-    try:
-        fields = _fields.decode(body)
-    except (msgspec.DecodeError, RecursionError):
-        return body
-    if "max_tokens" in fields:
-        raise InvalidRequest("max_tokens: Extra inputs are not permitted", param="max_tokens")
-    fields["max_tokens"] = msgspec.Raw(b"2147483647")
-    return msgspec.json.encode(fields)
-
-
 def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange) -> Prepared[EmbeddingRequest]:
     """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
     request = decode_embedding_request(body)
@@ -405,4 +313,3 @@ def prepare_embeddings(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange
         return encode_embedding_request(guarded, ex.request_id, passport, route.provider, model)
 
     return prepared_for(gw, ex, request, match, passport, encoded, meta, 0, encode_for=encode_for)
-

@@ -44,7 +44,7 @@ from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
 from ingress.translate.messages import MessagesStreamTranslator
-from ingress.translate.responses import ResponseEvents
+from ingress.translate.responses_events import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.client import Reads

@@ -1,5 +1,5 @@
-"""Translate the answers to a Responses request into OpenAI's `response` object and its stream events
-(sans-I/O).
+"""Translate the answer to a Responses request into OpenAI's `response` object (sans-I/O), and the output
+items the stream's events build too (responses_events.py).
 
 A Responses request travels as a chat request (`ingress.oai.responses_to_chat.as_chat`), so its answer is a
 CompletionResponse, or CompletionChunk frames that StreamTranslator has already checked and made into
@@ -7,59 +7,32 @@ chat chunks: here they become output items. A choice's text and refusal are one 
 tool call is a `function_call` (or `custom_tool_call`) item; its reasoning, a `reasoning` item before them
 (the text as `content`, as the summary when one was asked, and sealed by `seal` when `include` asks for
 `reasoning.encrypted_content`). A compaction's answer is one `compaction` item: the text, sealed.
-The stream's events follow OpenAI's order:
-created, in_progress; per item output_item.added, then its parts and deltas, their .done events and
-output_item.done; then completed (or incomplete, when the answer was cut by max_output_tokens or a
-content filter) with the whole response and its usage. A failure ends it with `error` and response.failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from copy import deepcopy
-from typing import Any, TypeVar
+from typing import Any
 
-from msgspec import UNSET
-
-from ingress.errors import IngressError
-from ingress.oai import chat_answers
 from ingress.oai.responses import Call
 from ingress.oai.responses_answers import (
     TEXT,
-    ArgumentsDeltaEvent,
-    ArgumentsDoneEvent,
     CompactionOut,
-    CustomInputDoneEvent,
     CustomToolCallOut,
-    DeltaLogprob,
-    DeltaTopLogprob,
-    ErrorEvent,
     ErrorOut,
     FunctionCallOut,
     IncompleteDetails,
     InputTokensDetails,
-    ItemEvent,
     MessageOut,
     OutputItem,
     OutputTextOut,
     OutputTokensDetails,
-    PartEvent,
-    ReasoningDeltaEvent,
-    ReasoningDoneEvent,
     ReasoningItemOut,
     ReasoningOut,
     ReasoningTextOut,
-    RefusalDeltaEvent,
-    RefusalDoneEvent,
     RefusalOut,
-    ResponseEvent,
     ResponseObject,
-    Status,
-    StreamEvent,
-    SummaryPartEvent,
     SummaryTextOut,
-    TextDeltaEvent,
-    TextDoneEvent,
     UrlCitationOut,
     UsageOut,
 )
@@ -67,14 +40,13 @@ from ingress.oai.sealing import Kind
 from ingress.translate.completion import translate_finish, translate_token
 from ingress.wire import types as wire_types
 
-T = TypeVar("T")
 # Seal(kind, text, own): what the client gets to send back: the text sealed by the edge (ingress/oai/sealing.py),
 # naming the route that served; or `own`, the provider's own opaque blob, on a route that gives it back to it.
 Seal = Callable[[Kind, str, str | None], str]
-_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
-def _usage(u: wire_types.Usage | None) -> UsageOut | None:
+def usage_out(u: wire_types.Usage | None) -> UsageOut | None:
     if u is None:
         return None
     return UsageOut(
@@ -87,11 +59,6 @@ def _usage(u: wire_types.Usage | None) -> UsageOut | None:
     )
 
 
-def _delta_logprob(t: chat_answers.TokenLogprobOut) -> DeltaLogprob:
-    return DeltaLogprob(token=t.token, logprob=t.logprob,
-                        top_logprobs=[DeltaTopLogprob(token=x.token, logprob=x.logprob) for x in t.top_logprobs])
-
-
 def _citation(a: wire_types.Annotation) -> UrlCitationOut:
     return UrlCitationOut(start_index=a.start_index, end_index=a.end_index, title=a.title or "", url=a.url or "")
 
@@ -101,10 +68,10 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
                     error: ErrorOut | None = None, service_tier: str | None = None) -> ResponseObject:
     """The response object: the answer's output and usage, and the request's settings echoed."""
     r = call.request
-    reason = _INCOMPLETE.get(finish_reason or "")
+    reason = INCOMPLETE.get(finish_reason or "")
     return ResponseObject(
         id=id, created_at=created_at, status="incomplete" if reason and status == "completed" else status,
-        error=error, incomplete_details=IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # _INCOMPLETE's values are the Literal's
+        error=error, incomplete_details=IncompleteDetails(reason=reason) if reason else None,  # type: ignore[arg-type]  # INCOMPLETE's values are the Literal's
         instructions=r.instructions, max_output_tokens=r.max_output_tokens, model=model, output=output,
         parallel_tool_calls=r.parallel_tool_calls if r.parallel_tool_calls is not None else True,
         reasoning=ReasoningOut(effort=r.reasoning.effort if r.reasoning is not None else None,
@@ -115,7 +82,7 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
     )
 
 
-def _named(call: Call, item: FunctionCallOut | CustomToolCallOut) -> None:
+def named(call: Call, item: FunctionCallOut | CustomToolCallOut) -> None:
     """A call of a namespaced tool, which the model knew by its flat name, named as the client offered it."""
     namespaced = call.namespaced.get(item.name)
     if namespaced is not None:
@@ -129,11 +96,11 @@ def _call_item(call: Call, i: int, request_id: str, c: wire_types.FunctionCall) 
     else:
         item = FunctionCallOut(id=f"fc_{request_id}_{i}", call_id=c.id, name=c.name, arguments=c.arguments,
                                status="completed")
-    _named(call, item)
+    named(call, item)
     return item
 
 
-def _reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None,
+def reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None,
                     own: str | None = None) -> ReasoningItemOut:
     item = ReasoningItemOut(id=item_id, summary=[SummaryTextOut(text=text)] if call.summary else [],
                             content=[ReasoningTextOut(text=text)])
@@ -142,7 +109,7 @@ def _reasoning_item(call: Call, item_id: str, text: str, seal: Seal | None,
     return item
 
 
-def _compaction(request_id: str, text: str, seal: Seal | None) -> CompactionOut:
+def compaction_item(request_id: str, text: str, seal: Seal | None) -> CompactionOut:
     assert seal is not None  # a compaction is answered only where the edge seals
     return CompactionOut(id=f"cmp_{request_id}", encrypted_content=seal("compaction", text, None))
 
@@ -152,14 +119,14 @@ def translate_response_object(call: Call, r: wire_types.Response, *, request_id:
     """A whole answer: its first choice (a Responses request asks for one) as output items."""
     choice = r.choices[0] if r.choices else wire_types.Choice()
     finish = translate_finish(choice.finish_reason)
-    item_status = "incomplete" if finish in _INCOMPLETE else "completed"
+    item_status = "incomplete" if finish in INCOMPLETE else "completed"
     output: list[OutputItem] = []
     if call.compacting:
         return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model,
-                               status="completed", output=[_compaction(request_id, choice.content or "", seal)],
-                               usage=_usage(r.usage), finish_reason=finish, service_tier=r.service_tier)
+                               status="completed", output=[compaction_item(request_id, choice.content or "", seal)],
+                               usage=usage_out(r.usage), finish_reason=finish, service_tier=r.service_tier)
     if choice.reasoning or choice.signature:
-        output.append(_reasoning_item(call, f"rs_{request_id}", choice.reasoning or "", seal, choice.signature))
+        output.append(reasoning_item(call, f"rs_{request_id}", choice.reasoning or "", seal, choice.signature))
     if choice.content or choice.refusal is not None or not choice.tool_calls:
         parts: list[OutputTextOut | RefusalOut] = []
         if choice.content is not None or choice.refusal is None:
@@ -171,300 +138,5 @@ def translate_response_object(call: Call, r: wire_types.Response, *, request_id:
         output.append(MessageOut(id=f"msg_{request_id}", status=item_status, content=parts))  # type: ignore[arg-type]  # "completed" or "incomplete"
     output += [_call_item(call, i, request_id, c) for i, c in enumerate(choice.tool_calls)]
     return response_object(call, id=f"resp_{request_id}", created_at=r.created, model=r.model, status="completed",
-                           output=output, usage=_usage(r.usage), finish_reason=finish,
+                           output=output, usage=usage_out(r.usage), finish_reason=finish,
                            service_tier=r.service_tier)
-
-
-class ResponseEvents:
-    """Per-request stream state: chat chunks in, Responses events out, each numbered in order.
-
-    `opened()` when the service has accepted the stream; `feed(chunk)` for each chat chunk;
-    `completed(usage)` at its end; `failed(error)` when it breaks (also after the edge's own failures)."""
-
-    def __init__(self, call: Call, *, request_id: str, created_at: int, seal: Seal | None = None) -> None:
-        self._call = call
-        self._seal = seal
-        self._reasoning: ReasoningItemOut | None = None  # the open reasoning item, and its text so far
-        self._thought = ""
-        self._compacted: list[str] = []  # a compaction's text, answered whole at the end
-        self._own: str | None = None  # the provider's own opaque signature of the reasoning, when it gives one
-        self._own_unsaid = False  # given, and in no reasoning item yet
-        self._rid = request_id
-        self.id = f"resp_{request_id}"
-        self._created_at = created_at
-        self._model = call.request.model
-        self._sequence = 0
-        self.output: list[OutputItem] = []
-        self._message: MessageOut | None = None  # the open message item, and its open part
-        self._part: OutputTextOut | RefusalOut | None = None
-        self._part_logprobs: list[DeltaLogprob] = []
-        self._calls: dict[int, FunctionCallOut | CustomToolCallOut] = {}  # open, by the chat call index
-        self._names: dict[int, str] = {}  # their names as the model gave them (flat, for namespaced tools)
-        self._finish: str | None = None
-        self._service_tier: str | None = None
-        self._opened = False
-        self.ended = False
-
-    def _n(self) -> int:
-        n, self._sequence = self._sequence, self._sequence + 1
-        return n
-
-    def _snapshot(self, status: str, usage: UsageOut | None = None, error: ErrorOut | None = None) \
-            -> ResponseObject:
-        return response_object(self._call, id=self.id, created_at=self._created_at, model=self._model,
-                               status=status, output=list(self.output), usage=usage, error=error,
-                               finish_reason=self._finish if status == "completed" else None,
-                               service_tier=self._service_tier)
-
-    def opened(self) -> list[StreamEvent]:
-        if self._opened:
-            return []
-        self._opened = True
-        return [ResponseEvent(type="response.created", sequence_number=self._n(),
-                              response=self._snapshot("in_progress")),
-                ResponseEvent(type="response.in_progress", sequence_number=self._n(),
-                              response=self._snapshot("in_progress"))]
-
-    def feed(self, chunk: chat_answers.ChatCompletionChunk, signature: str | None = None) -> list[StreamEvent]:
-        """`signature`: the provider's own opaque signature of the reasoning streamed so far, if any."""
-        self._model = chunk.model or self._model
-        if isinstance(chunk.service_tier, str):
-            self._service_tier = chunk.service_tier
-        events: list[StreamEvent] = []
-        if signature and signature != self._own:  # given with the reasoning's item, or alone before the answer
-            self._own, self._own_unsaid = signature, True
-        for choice in chunk.choices:
-            if choice.index != 0:
-                continue  # a Responses request asks for one choice
-            delta = choice.delta
-            if self._call.compacting:  # the summary is answered whole, sealed, once complete
-                if isinstance(delta.content, str):
-                    self._compacted.append(delta.content)
-                self._finish = choice.finish_reason or self._finish
-                continue
-            if isinstance(delta.reasoning_content, str) and delta.reasoning_content:
-                events += self._think(delta.reasoning_content)
-            if isinstance(delta.content, str) and delta.content:
-                logprobs = choice.logprobs.content if choice.logprobs is not None else None
-                events += self._text(delta.content, logprobs or [])
-            if isinstance(delta.refusal, str) and delta.refusal:
-                events += self._refusal(delta.refusal)
-            if isinstance(delta.tool_calls, list):
-                for call in delta.tool_calls:
-                    events += self._tool_delta(call)
-            if choice.finish_reason is not None:
-                self._finish = choice.finish_reason
-        return events
-
-    # --- the reasoning item
-
-    def _think(self, text: str) -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        item = self._reasoning
-        if item is None:
-            events += self._close_message("completed") + self._close_calls()
-            item = self._reasoning = ReasoningItemOut(id=f"rs_{self._rid}_{len(self.output)}", summary=[],
-                                                      content=[])
-            self.output.append(item)
-            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
-                                    output_index=len(self.output) - 1, item=_copy(item)))
-            if self._call.summary:
-                events.append(SummaryPartEvent(type="response.reasoning_summary_part.added",
-                                               sequence_number=self._n(), item_id=item.id,
-                                               output_index=len(self.output) - 1, summary_index=0,
-                                               part=SummaryTextOut(text="")))
-        self._thought += text
-        where = self.output.index(item)
-        if text and self._call.summary:
-            events.append(ReasoningDeltaEvent(type="response.reasoning_summary_text.delta", sequence_number=self._n(),
-                                              item_id=item.id, output_index=where, summary_index=0, delta=text))
-        elif text:
-            events.append(ReasoningDeltaEvent(type="response.reasoning_text.delta", sequence_number=self._n(),
-                                              item_id=item.id, output_index=where, content_index=0, delta=text))
-        return events
-
-    def _close_reasoning(self) -> list[StreamEvent]:
-        opened: list[StreamEvent] = []
-        if self._reasoning is None and self._own_unsaid and not self._call.compacting:
-            opened = self._think("")  # a provider's sealed reasoning with no text: its item all the same
-        item, self._reasoning = self._reasoning, None
-        if item is None:
-            return []
-        self._own_unsaid = False
-        text, self._thought = self._thought, ""
-        where = self.output.index(item)
-        final = _reasoning_item(self._call, item.id, text, self._seal, self._own)
-        self.output[where] = final
-        events: list[StreamEvent] = []
-        if self._call.summary:
-            events += [ReasoningDoneEvent(type="response.reasoning_summary_text.done", sequence_number=self._n(),
-                                          item_id=item.id, output_index=where, summary_index=0, text=text),
-                       SummaryPartEvent(type="response.reasoning_summary_part.done", sequence_number=self._n(),
-                                        item_id=item.id, output_index=where, summary_index=0,
-                                        part=SummaryTextOut(text=text))]
-        else:
-            events.append(ReasoningDoneEvent(type="response.reasoning_text.done", sequence_number=self._n(),
-                                             item_id=item.id, output_index=where, content_index=0, text=text))
-        events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(), output_index=where,
-                                item=_copy(final)))
-        return opened + events
-
-    # --- the message item and its parts
-
-    def _open_part(self, part: OutputTextOut | RefusalOut) -> list[StreamEvent]:
-        events = self._close_reasoning() + self._close_calls()
-        if self._message is None:
-            self._message = MessageOut(id=f"msg_{self._rid}_{len(self.output)}", status="in_progress", content=[])
-            self.output.append(self._message)
-            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
-                                    output_index=len(self.output) - 1, item=_copy(self._message)))
-        else:
-            events += self._close_part()
-        self._message.content.append(part)
-        self._part = part
-        events.append(PartEvent(type="response.content_part.added", sequence_number=self._n(),
-                                item_id=self._message.id, output_index=len(self.output) - 1,
-                                content_index=len(self._message.content) - 1, part=_copy(part)))
-        return events
-
-    def _where(self) -> dict[str, Any]:
-        assert self._message is not None
-        return {"item_id": self._message.id, "output_index": self.output.index(self._message),
-                "content_index": len(self._message.content) - 1}
-
-    def _text(self, text: str, logprobs: list[chat_answers.TokenLogprobOut]) -> list[StreamEvent]:
-        events = [] if isinstance(self._part, OutputTextOut) else self._open_part(
-            OutputTextOut(text="", annotations=[]))
-        part = self._part
-        assert isinstance(part, OutputTextOut)
-        part.text += text
-        deltas = [_delta_logprob(t) for t in logprobs] if self._call.logprobs else []
-        if self._call.logprobs:
-            part.logprobs += logprobs
-        self._part_logprobs += deltas
-        events.append(TextDeltaEvent(sequence_number=self._n(), delta=text, logprobs=deltas, **self._where()))
-        return events
-
-    def _refusal(self, text: str) -> list[StreamEvent]:
-        events = [] if isinstance(self._part, RefusalOut) else self._open_part(RefusalOut(refusal=""))
-        assert isinstance(self._part, RefusalOut)
-        self._part.refusal += text
-        events.append(RefusalDeltaEvent(sequence_number=self._n(), delta=text, **self._where()))
-        return events
-
-    def _close_part(self) -> list[StreamEvent]:
-        part, self._part = self._part, None
-        if part is None:
-            return []
-        where = self._where()
-        done: StreamEvent
-        if isinstance(part, OutputTextOut):
-            logprobs, self._part_logprobs = self._part_logprobs, []
-            done = TextDoneEvent(sequence_number=self._n(), text=part.text, logprobs=logprobs, **where)
-        else:
-            done = RefusalDoneEvent(sequence_number=self._n(), refusal=part.refusal, **where)
-        return [done, PartEvent(type="response.content_part.done", sequence_number=self._n(), part=_copy(part),
-                                **where)]
-
-    def _close_message(self, status: Status) -> list[StreamEvent]:
-        message = self._message
-        if message is None:
-            return []
-        events = self._close_part()
-        self._message = None
-        message.status = status
-        events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(),
-                                output_index=self.output.index(message), item=_copy(message)))
-        return events
-
-    # --- tool call items
-
-    def _tool_delta(self, delta: chat_answers.ToolCallDeltaOut) -> list[StreamEvent]:
-        events = self._close_reasoning() + self._close_message("completed")
-        item = self._calls.get(delta.index)
-        function = (delta.function if isinstance(delta.function, chat_answers.FunctionDeltaOut)
-                    else chat_answers.FunctionDeltaOut())
-        name = function.name if isinstance(function.name, str) else ""
-        if item is None:
-            n = len(self.output)
-            call_id = delta.id if isinstance(delta.id, str) else f"call_{self._rid}_{delta.index}"
-            if delta.type == "custom":
-                item = CustomToolCallOut(id=f"ctc_{self._rid}_{n}", call_id=call_id, name=name, input="")
-            else:
-                item = FunctionCallOut(id=f"fc_{self._rid}_{n}", call_id=call_id, name=name, arguments="",
-                                       status="in_progress")
-            self._names[delta.index] = name
-            _named(self._call, item)
-            self._calls[delta.index] = item
-            self.output.append(item)
-            events.append(ItemEvent(type="response.output_item.added", sequence_number=self._n(),
-                                    output_index=n, item=_copy(item)))
-        elif name:  # a name in pieces: named anew from the flat name so far
-            self._names[delta.index] += name
-            item.name, item.namespace = self._names[delta.index], UNSET
-            _named(self._call, item)
-        arguments = function.arguments if isinstance(function.arguments, str) else ""
-        if arguments:
-            if isinstance(item, CustomToolCallOut):
-                item.input += arguments
-                kind = "response.custom_tool_call_input.delta"
-            else:
-                item.arguments += arguments
-                kind = "response.function_call_arguments.delta"
-            events.append(ArgumentsDeltaEvent(type=kind, sequence_number=self._n(), item_id=item.id,
-                                              output_index=self.output.index(item), delta=arguments))
-        return events
-
-    def _close_calls(self, status: Status = "completed") -> list[StreamEvent]:
-        events: list[StreamEvent] = []
-        for item in self._calls.values():
-            index = self.output.index(item)
-            if isinstance(item, CustomToolCallOut):
-                events.append(CustomInputDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
-                                                   input=item.input))
-            else:
-                item.status = status
-                events.append(ArgumentsDoneEvent(sequence_number=self._n(), item_id=item.id, output_index=index,
-                                                 name=item.name, arguments=item.arguments))
-            events.append(ItemEvent(type="response.output_item.done", sequence_number=self._n(),
-                                    output_index=index, item=_copy(item)))
-        self._calls.clear()
-        self._names.clear()
-        return events
-
-    # --- the end
-
-    def completed(self, usage: wire_types.Usage | None) -> list[StreamEvent]:
-        """The stream is complete: every open item is closed; then response.completed (or .incomplete)."""
-        status: Status = "incomplete" if self._finish in _INCOMPLETE else "completed"
-        events = self._close_reasoning() + self._close_message(status) + self._close_calls(status)
-        if self._call.compacting:
-            item = _compaction(self._rid, "".join(self._compacted), self._seal)
-            self.output.append(item)
-            events += [ItemEvent(type=kind, sequence_number=self._n(), output_index=len(self.output) - 1,
-                                 item=_copy(item))
-                       for kind in ("response.output_item.added", "response.output_item.done")]
-        elif not self.output:  # an empty answer is still one message with one (empty) text
-            events += self._open_part(OutputTextOut(text="", annotations=[]))
-            events += self._close_message(status)
-        self.ended = True
-        snapshot = self._snapshot("completed", usage=_usage(usage))
-        kind = "response.incomplete" if snapshot.status == "incomplete" else "response.completed"
-        return [*events, ResponseEvent(type=kind, sequence_number=self._n(), response=snapshot)]
-
-    def failed(self, error: IngressError) -> list[StreamEvent]:
-        """The stream broke after it began: `error`, then response.failed with what was answered so far."""
-        if self.ended:
-            return []
-        opening = self.opened()  # a stream that failed while only heartbeats had been sent
-        self.ended = True
-        code = error.code or error.type
-        snapshot = self._snapshot("failed", error=ErrorOut(code=code, message=error.message))
-        return [*opening, ErrorEvent(sequence_number=self._n(), code=code, message=error.message, param=error.param),
-                ResponseEvent(type="response.failed", sequence_number=self._n(), response=snapshot)]
-
-
-def _copy(item: T) -> T:
-    """An event's own copy of an item or part: the stream state goes on changing the original (the
-    events of one chunk are all made before the first is written). Only at item and part boundaries."""
-    return deepcopy(item)

@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from ingress.errors import IngressError, UpstreamError, UpstreamProtocolError, UpstreamTimeout
 from ingress.settings import Timeouts
-from ingress.upstream.http1 import KEEPALIVE, ConnectionPool, Response
+from ingress.upstream.http1 import Response
+from ingress.upstream.pool import KEEPALIVE, ConnectionPool
 from ingress.wire import identifiers
 from ingress.wire.answer import decode_refusal
 

@@ -16,7 +16,8 @@ from ingress.wire import decode, identifiers, verify
 from ingress.wire import types as wire_types
 from ingress.wire._generated import readers, slots
 from ingress.wire.decode import FINISH_NAMES
-from ingress.wire.runtime import ABSENT, ENTRIES, MAX_SIZE, u16
+from ingress.wire.runtime import ABSENT, ENTRIES, u16
+from ingress.wire.verifier_runtime import MAX_SIZE
 
 
 def error_of(buf: bytes, *, verify_error: bool = True, size_prefixed: bool = False,

@@ -1,6 +1,6 @@
 """Verify FlatBuffers that came from outside before anything reads them; a failure is a WireError.
 
-The checks are the generated verifier's strict ones (ingress.wire.runtime.Verifier lists them):
+The checks are the generated verifier's strict ones (ingress.wire.verifier_runtime.Verifier lists them):
 those of FlatBuffers' C++ Verifier, plus valid UTF-8 in every string, sane vtable headers, aligned
 vector elements, and work bounded by the buffer's size.
 """
@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from ingress.wire._generated import verifier as _gen
 from ingress.wire.decode import WireError
-from ingress.wire.runtime import MAX_SIZE, Buffer, VerifyError
+from ingress.wire.runtime import Buffer
+from ingress.wire.verifier_runtime import MAX_SIZE, VerifyError
 
 
 def _verify(check: Callable[..., None], buf: Buffer, size_prefixed: bool, max_size: int) -> None:

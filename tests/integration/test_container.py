@@ -20,7 +20,7 @@ pytestmark = pytest.mark.podman
 
 MODEL = "ingress-demo"
 READY_TIMEOUT = 30.0
-FOLD_S = 1.5  # a worker's counts reach /metrics within a second (ingress/metrics.py), whichever worker scrapes
+FOLD_S = 1.5  # a worker's counts reach /metrics within a second (ingress/metrics/), whichever worker scrapes
 # How the manifests run the edge (deploy/k8s/*/deployment.yaml): their securityContext, their /tmp
 # emptyDir, their arguments.
 AS_THE_MANIFESTS = (

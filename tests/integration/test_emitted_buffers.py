@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 
 from ingress import wire
-from ingress.anthropic.messages import decode_messages
+from ingress.anthropic.messages_codec import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.demo.service import create_demo_app
 from ingress.encoding.passport import RequestMeta, compute_passport

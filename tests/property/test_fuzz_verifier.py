@@ -33,7 +33,7 @@ from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same
 from unit.test_verifier import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
 
-from ingress.wire import runtime
+from ingress.wire import verifier_runtime
 from ingress.wire._generated import readers
 from ingress.wire._generated import verifier as gv
 
@@ -190,11 +190,12 @@ def mutate(seed: Valid, choose: Chooser) -> tuple[bytes, list[str]]:
 # --- the verdicts --------------------------------------------------------------------------------
 
 
-def judge(kind: str, data: bytes, size_prefixed: bool, *, strict: bool) -> tuple[str | None, runtime.Verifier]:
-    verifier = runtime.Verifier(data, strict=strict)
+def judge(kind: str, data: bytes, size_prefixed: bool, *,
+          strict: bool) -> tuple[str | None, verifier_runtime.Verifier]:
+    verifier = verifier_runtime.Verifier(data, strict=strict)
     try:
         verifier.verify(*gv.ROOTS[ROOTS[kind]], size_prefixed=size_prefixed)
-    except runtime.VerifyError as exc:
+    except verifier_runtime.VerifyError as exc:
         assert not str(exc).startswith("unverifiable"), exc  # a read escaped its bounds check
         return str(exc), verifier
     return None, verifier

@@ -516,7 +516,7 @@ def test_the_grafana_check_wants_every_exported_metric_listed(monkeypatch: pytes
     assert before.errors == []
     monkeypatch.delitem(validate.METRICS, "ingress_limit_breaker_open")
     [after] = validate.run(["grafana"])
-    assert ("ingress/metrics.py exports ingress_limit_breaker_open, which METRICS does not list: add it, and a panel "
+    assert ("ingress/metrics/ exports ingress_limit_breaker_open, which METRICS does not list: add it, and a panel "
             "for it") in after.errors
 
 

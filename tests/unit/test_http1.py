@@ -26,8 +26,9 @@ from waiting import eventually
 from ingress.errors import UpstreamConnectFailed, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
-from ingress.upstream.http1 import HIGH_WATER, KEEPALIVE, ConnectionPool, Response, State
+from ingress.upstream.http1 import HIGH_WATER, Response, State
 from ingress.upstream.http1_decoder import HEAD_LIMIT, HEAD_TOO_LARGE, ResponseDecoder
+from ingress.upstream.pool import KEEPALIVE, ConnectionPool
 from ingress.wire import identifiers
 
 # --- the decoder, without I/O -------------------------------------------------------------------

@@ -28,6 +28,7 @@ from anthropic.types.beta import message_create_params as beta_sdk
 
 from ingress.anthropic import blocks
 from ingress.anthropic import messages as m
+from ingress.anthropic.messages_codec import decode_messages
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import MAX_NESTING, NESTED_TOO_DEEPLY
 
@@ -191,7 +192,7 @@ def _encode(doc: dict[str, Any]) -> bytes:
 
 
 def _decode(doc: dict[str, Any], beta: bool = False) -> m.MessagesRequest:
-    request, extras = m.decode_messages(_encode(doc), beta=beta)
+    request, extras = decode_messages(_encode(doc), beta=beta)
     assert extras == {}
     return request
 
@@ -421,7 +422,7 @@ class Walk:
         if m.ServerTool in structs:
             if set(tags) - {"custom"}:  # one of Anthropic's tools: kept whole, known by its type
                 for tag in tags:
-                    assert m._SERVER_TOOL.fullmatch(tag), f"{where}: the tool type {tag!r} is not known"
+                    assert m.SERVER_TOOL_TYPE.fullmatch(tag), f"{where}: the tool type {tag!r} is not known"
                     self.server_tools.add(tag)
                 return
             structs = [m.ClientTool]
@@ -497,7 +498,7 @@ def test_the_walk_reaches_the_nested_types(walk: Walk) -> None:
 
 def test_an_agent_clis_first_turn() -> None:
     doc = json.loads(FIXTURE.read_bytes())
-    request, extras = m.decode_messages(FIXTURE.read_bytes(), beta=True)
+    request, extras = decode_messages(FIXTURE.read_bytes(), beta=True)
     assert extras == {}
     assert [type(x).__name__ for x in request.messages] == ["UserMessage", "SystemMessage", "UserMessage"]
     assert request.messages[1].content == doc["messages"][1]["content"]
@@ -516,7 +517,7 @@ def test_an_agent_clis_first_turn() -> None:
 
 
 def test_the_agent_turn_is_read_the_same_without_the_beta_header() -> None:
-    assert m.decode_messages(FIXTURE.read_bytes())[0] == m.decode_messages(FIXTURE.read_bytes(), beta=True)[0]
+    assert decode_messages(FIXTURE.read_bytes())[0] == decode_messages(FIXTURE.read_bytes(), beta=True)[0]
 
 
 # --- refusals -------------------------------------------------------------------------------------
@@ -558,7 +559,7 @@ def nested(depth: int) -> Any:
 
 def refused(doc: dict[str, Any] | bytes, beta: bool = False) -> InvalidRequest:
     with pytest.raises(InvalidRequest) as info:
-        m.decode_messages(doc if isinstance(doc, bytes) else _encode(doc), beta=beta)
+        decode_messages(doc if isinstance(doc, bytes) else _encode(doc), beta=beta)
     assert info.value.status == 400
     return info.value
 
@@ -725,7 +726,7 @@ def test_with_interleaved_thinking_the_budget_may_pass_max_tokens() -> None:
     # Under a beta (interleaved thinking), the budget spans a whole turn: Anthropic judges it.
     doc = body(thinking={"type": "enabled", "budget_tokens": 8192})
     assert refused(doc).param == "thinking.budget_tokens"
-    request, _ = m.decode_messages(_encode(doc), beta=True)
+    request, _ = decode_messages(_encode(doc), beta=True)
     assert request.thinking == m.ThinkingEnabled(8192)
 
 
@@ -735,7 +736,7 @@ def test_with_interleaved_thinking_the_budget_may_pass_max_tokens() -> None:
 def test_with_a_beta_header_unknown_top_level_fields_are_carried_aside() -> None:
     doc = body(temperature=0.5, betas_only={"mode": "x", "n": [1, 2]}, another=3)
     assert refused(doc).param == "betas_only"
-    request, extras = m.decode_messages(_encode(doc), beta=True)
+    request, extras = decode_messages(_encode(doc), beta=True)
     assert request == _decode(body(temperature=0.5))
     assert {k: json.loads(bytes(v)) for k, v in extras.items()} == {"betas_only": {"mode": "x", "n": [1, 2]},
                                                                    "another": 3}

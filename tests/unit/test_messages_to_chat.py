@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ingress.anthropic.messages import decode_messages
+from ingress.anthropic.messages_codec import decode_messages
 from ingress.anthropic.messages_to_chat import Read, as_chat
 from ingress.errors import InvalidRequest
 from ingress.oai import chat

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import eventually
 
 from ingress import __version__, metrics
-from ingress.metrics import CHUNK, Gaps
+from ingress.metrics import CHUNK, Gaps, gcpauses
 from ingress.serve.app import fold_metrics_forever
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_a_collection_inside_a_metric_update_does_not_wait_for_the_metric_lock()
 
 async def test_the_noted_collections_reach_the_metrics_every_second_and_on_each_scrape() -> None:
     metrics.record_gc()
-    recorder = metrics._gc_recorder
+    recorder = gcpauses._gc_recorder
     assert recorder is not None
     enabled = gc.isenabled()
     gc.disable()  # no real collection noted between a flush and the reading

@@ -1,4 +1,4 @@
-"""ingress/otlp.py against opentelemetry-proto: what it encodes parses into exactly the message the official
+"""ingress/tracing/otlp.py against opentelemetry-proto: what it encodes parses into exactly the message the official
 protobuf classes build from the same spans, for any attribute values a span may hold."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Status
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
-from ingress import otlp
+from ingress.tracing import otlp
 
 
 @dataclass

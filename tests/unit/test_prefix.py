@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from ingress.anthropic.messages import decode_messages
+from ingress.anthropic.messages_codec import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
 from ingress.encoding.passport import RequestMeta, compute_passport, compute_prompts_passport
 from ingress.encoding.prefix import chat_text, prompts_text

@@ -12,7 +12,8 @@ from metric_values import sample_value
 
 from ingress.tenancy.plan import Actual, Check, Plan
 from ingress.tenancy.settings import Redis
-from ingress.tenancy.stores.redis import Breaker, RedisStore, record_of
+from ingress.tenancy.stores.breaker import Breaker
+from ingress.tenancy.stores.redis import RedisStore, record_of
 
 
 class Clock:

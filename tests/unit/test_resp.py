@@ -1,5 +1,5 @@
-"""tenancy/stores/resp.py: the reply parser against redis-py's own (the oracle), replies split at random byte
-boundaries; then the client against a real Redis and Valkey (pipelining, NOSCRIPT, AUTH and SELECT) and
+"""tenancy/stores/resp_codec.py's reply parser against redis-py's own (the oracle), replies split at random
+byte boundaries; then the client against a real Redis and Valkey (pipelining, NOSCRIPT, AUTH and SELECT) and
 against a scripted fake server on loopback (replies byte by byte, a connection lost with calls pending,
 a deadline missed, a NOSCRIPT that stays)."""
 
@@ -31,19 +31,8 @@ from redis_servers import Server, free_port, redis_binary
 from waiting import eventually
 
 from ingress.config import ConfigError, parse_config
-from ingress.tenancy.stores.resp import (
-    UNREAD_GRACE,
-    Address,
-    Client,
-    NoScriptError,
-    ProtocolError,
-    ReplyError,
-    ReplyParser,
-    Script,
-    _Connection,
-    address_of,
-    encode,
-)
+from ingress.tenancy.stores.resp import UNREAD_GRACE, Address, Client, _Connection, address_of
+from ingress.tenancy.stores.resp_codec import NoScriptError, ProtocolError, ReplyError, ReplyParser, Script, encode
 
 # --- the parser, with redis-py's as the oracle --------------------------------------------------------
 

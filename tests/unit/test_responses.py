@@ -38,7 +38,8 @@ from ingress.oai.responses_answers import (
 from ingress.oai.responses_codec import decode_responses_request
 from ingress.oai.responses_to_chat import COMPACT, COMPACTED, as_chat, as_sent
 from ingress.oai.sealing import Kind, Sealed, Sealer, new_key
-from ingress.translate.responses import ResponseEvents, translate_response_object
+from ingress.translate.responses import translate_response_object
+from ingress.translate.responses_events import ResponseEvents
 from ingress.wire import types as wire_types
 
 

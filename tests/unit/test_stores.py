@@ -9,7 +9,7 @@ import asyncio
 from metric_values import sample_value
 
 from ingress.cache.stores import ENTRY_OVERHEAD, MemoryCache, RedisCache
-from ingress.tenancy.stores.redis import Breaker
+from ingress.tenancy.stores.breaker import Breaker
 
 
 class Clock:

@@ -36,7 +36,7 @@ from ingress.encoding.requests import encode_request
 from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request
 from ingress.oai.embeddings import decode_embedding_request
-from ingress.wire import runtime
+from ingress.wire import verifier_runtime
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
 from ingress.wire.stock import BuilderPool
@@ -52,8 +52,9 @@ def verdict(kind: str, buf: bytes | bytearray, size_prefixed: bool = False, *, s
             **limits: int) -> str | None:
     """None if the generated verifier accepts `buf`, else its message. Any other exception fails the test."""
     try:
-        runtime.Verifier(buf, strict=strict, **limits).verify(*gv.ROOTS[ROOTS[kind]], size_prefixed=size_prefixed)
-    except runtime.VerifyError as exc:
+        verifier = verifier_runtime.Verifier(buf, strict=strict, **limits)
+        verifier.verify(*gv.ROOTS[ROOTS[kind]], size_prefixed=size_prefixed)
+    except verifier_runtime.VerifyError as exc:
         assert not str(exc).startswith("unverifiable"), exc  # a read that escaped its bounds check
         return str(exc)
     return None
@@ -180,7 +181,7 @@ def test_valid_buffers_are_accepted_by_both(cxx_verifier: CxxVerifier, valid: Va
     assert cxx_verifier.verify(valid.kind, valid.data, valid.size_prefixed)
     assert verdict(valid.kind, valid.data, valid.size_prefixed) is None
     assert verdict(valid.kind, valid.data, valid.size_prefixed, strict=True) is None
-    verifier = runtime.Verifier(bytearray(valid.data))
+    verifier = verifier_runtime.Verifier(bytearray(valid.data))
     verifier.verify(*gv.ROOTS[ROOTS[valid.kind]], size_prefixed=valid.size_prefixed)
     assert 1 <= verifier.walked <= verifier.refs <= len(valid.data) // 4
 
@@ -544,7 +545,7 @@ def test_max_size_bounds_the_buffer() -> None:
     assert verdict("request", REQUEST_BUF, max_size=N + 1) is None
     assert verdict("request", REQUEST_BUF, max_size=N) == f"buffer: {N} bytes, not below the limit of {N}"
     # Above FLATBUFFERS_MAX_BUFFER_SIZE, the limit stays 2**31 - 1.
-    assert runtime.Verifier(REQUEST_BUF, max_size=2**40).max_size == runtime.MAX_SIZE == 2**31 - 1
+    assert verifier_runtime.Verifier(REQUEST_BUF, max_size=2**40).max_size == verifier_runtime.MAX_SIZE == 2**31 - 1
 
 
 def test_max_depth_counts_nested_tables() -> None:
@@ -563,12 +564,12 @@ def test_tables_reached_twice_count_twice_but_are_walked_once(
     tables = 1 + messages * (1 + parts)  # 1,000,000 is the limit, inclusive
     assert cxx_verifier.verify("request", buf) is ok
     for strict in (False, True):
-        verifier = runtime.Verifier(buf, strict=strict)
+        verifier = verifier_runtime.Verifier(buf, strict=strict)
         if ok:
             verifier.verify(*gv.ROOTS["CompletionRequest"])
             assert verifier.tables == tables
         else:
-            with pytest.raises(runtime.VerifyError, match="more than 1000000 tables"):
+            with pytest.raises(verifier_runtime.VerifyError, match="more than 1000000 tables"):
                 verifier.verify(*gv.ROOTS["CompletionRequest"])
         assert verifier.walked <= 5  # the request, two vectors, one Message, one ContentPart
     assert verdict("request", buf, max_tables=tables) is None
@@ -581,7 +582,7 @@ def test_overlapping_vectors_are_refused_when_strict(cxx_verifier: CxxVerifier) 
     # were followed than the buffer has room for.
     buf = overlapping_parts()
     assert cxx_verifier.verify("request", buf)
-    compat = runtime.Verifier(buf, strict=False)
+    compat = verifier_runtime.Verifier(buf, strict=False)
     compat.verify(*gv.ROOTS["CompletionRequest"])
     assert compat.refs > len(buf) // 4
     assert compat.tables == 1 + 2 + 2 * 0x00040004
@@ -607,7 +608,7 @@ def test_any_bytes_like_input_is_read_as_bytes() -> None:
 
 
 def test_input_that_is_no_buffer_is_a_verify_error() -> None:
-    with pytest.raises(runtime.VerifyError, match="unverifiable: TypeError"):
+    with pytest.raises(verifier_runtime.VerifyError, match="unverifiable: TypeError"):
         gv.verify_CompletionRequest("not bytes")  # type: ignore[arg-type]  # the point of the test
 
 
@@ -633,4 +634,4 @@ def test_public_face_raises_wire_errors() -> None:
     for call, message in cases:
         with pytest.raises(wire.WireError, match=message) as info:
             call()
-        assert isinstance(info.value.__cause__, runtime.VerifyError)
+        assert isinstance(info.value.__cause__, verifier_runtime.VerifyError)

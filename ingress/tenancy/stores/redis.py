@@ -41,13 +41,15 @@ from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.plan import Actual, Check, Decision, Plan, State, fitted
 from ingress.tenancy.settings import Redis as RedisSettings
+from ingress.tenancy.stores.breaker import Breaker
 from ingress.tenancy.stores.memory import MemoryStore
-from ingress.tenancy.stores.resp import Client, ReplyError, Script, encode
+from ingress.tenancy.stores.resp import Client
+from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
 
 log = get_logger("ingress.tenancy")
 
 SCRIPT = resources.files("ingress.tenancy.stores").joinpath("limits.lua").read_text()
-LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp.py)
+LIMITS = Script(SCRIPT)  # its EVALSHA head encoded once (resp_codec.py)
 SHA = LIMITS.sha
 ADMITTED, CANCELLED = 1, 2
 HEARTBEAT_US = 30_000_000  # a process is live this long after its last renew (or 3 gaps between renews)
@@ -66,53 +68,6 @@ class _Unanswered(Exception):
     def __init__(self, sent: bool) -> None:
         super().__init__(sent)
         self.sent = sent
-
-
-class Breaker:
-    """After `failures` failed calls in a row, calls are refused for `open_for` seconds; then one call
-    probes: its success closes the breaker, its failure opens it again. Sans-I/O, `clock` in seconds."""
-
-    def __init__(self, failures: int, open_for: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.failures = failures
-        self.open_for = open_for
-        self.clock = clock
-        self.failed = 0  # in a row
-        self.opened_at: float | None = None
-        self.probing = False
-
-    @property
-    def closed(self) -> bool:
-        return self.opened_at is None
-
-    def allows(self) -> bool:
-        """Whether a call may go now; once open, only the one probe when `open_for` has passed."""
-        if self.opened_at is None:
-            return True
-        if self.probing or self.clock() - self.opened_at < self.open_for:
-            return False
-        self.probing = True
-        return True
-
-    def succeeded(self) -> bool:
-        """A call answered; True when that closed the breaker."""
-        self.failed, self.probing = 0, False
-        was_open, self.opened_at = self.opened_at is not None, None
-        return was_open
-
-    def failed_once(self) -> bool:
-        """A call failed; True when that opened a closed breaker (a failed probe opens it again quietly)."""
-        self.failed += 1
-        if self.opened_at is not None:
-            self.opened_at, self.probing = self.clock(), False
-            return False
-        if self.failed >= self.failures:
-            self.opened_at = self.clock()
-            return True
-        return False
-
-    def abandoned(self) -> None:
-        """A call went without an answer either way (cancelled): the next call may probe."""
-        self.probing = False
 
 
 def _reason(exc: BaseException) -> str:

@@ -4,22 +4,14 @@
 
 `verify_<Root>(buf)` checks a whole buffer up front and returns None, or raises VerifyError (a
 ValueError) naming the first check that failed. The checks are those of flatbuffers::Verifier (C++),
-field by field; `ingress.wire.runtime.Verifier` holds the schema-independent part and lists in its
+field by field; `ingress.wire.verifier_runtime.Verifier` holds the schema-independent part and lists in its
 docstring what is checked and every deliberate difference.
 """
 
 from __future__ import annotations
 
-from ingress.wire.runtime import (
-    MAX_DEPTH,
-    MAX_SIZE,
-    MAX_TABLES,
-    Buffer,
-    TableCheck,
-    Verifier,
-    bad_scalar,
-    reserve_slots,
-)
+from ingress.wire.runtime import Buffer, reserve_slots
+from ingress.wire.verifier_runtime import MAX_DEPTH, MAX_SIZE, MAX_TABLES, TableCheck, Verifier, bad_scalar
 
 reserve_slots(55)  # vtable unpackers for the widest table
 

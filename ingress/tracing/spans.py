@@ -1,51 +1,27 @@
-"""OpenTelemetry spans of the requests the edge serves, opt-in (`[tracing]`): without it nothing here runs,
-and the request path pays one `is None` test.
-
-A traced request is one trace of spans, named and attributed per OpenTelemetry's GenAI conventions:
-
-    chat gpt-4o                 SERVER    the request, from its first byte to its last; parented on the
-    │                                     caller's `traceparent`, else a new trace sampled by ratio
-    ├── admission               INTERNAL  its limits' round trip to the store (a key and [tenancy] only)
-    ├── attempt                 CLIENT    each send to an endpoint: a retry or a fallback is another one;
-    │                                     its context is what the hop carries (the passport's traceparent
-    │                                     and the header), so a service's or bridge's span is its child
-    └── settle                  INTERNAL  the endpoint's slot let go, the reservation charged what was used
-
-A span is a plain record (`Span`), encoded as it ends (`ingress/otlp.py`) into a bounded queue that a thread
-sends in batches over OTLP/HTTP, never blocking a request; a span that finds the queue full, or whose batch
-the collector refused or could not be reached for, is dropped and counted (`ingress_trace_spans_dropped_total`).
-Why not the OpenTelemetry SDK on this path: its four spans of a request cost ~260 µs of CPU before any
-encoding (bench/notes/tracing.md); these cost a tenth of that, encoding included. The W3C trace context,
-sampling (parent-based, then by ratio) and the OTLP payload are the standard's; tests decode what is sent
-with opentelemetry-proto. No span holds a prompt's or an answer's text unless its route opts in.
-"""
+"""Spans and a request's trace: the span records, the tracer that samples and queues them (ended, encoded),
+and one request's spans made from its stages and its Exchange's marks."""
 
 from __future__ import annotations
 
 import collections
-import http.client
 import itertools
 import os
 import random
-import threading
 import time
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from ingress import metrics, otlp
-from ingress.log import get_logger
+from ingress import metrics
 from ingress.settings import Tracing
+from ingress.tracing import otlp
+from ingress.tracing.export import Exporter
+from ingress.tracing.genai import ASKED, error_type, input_messages
 
-# The endpoints traced, and each one's gen_ai.operation.name (the Responses and Messages APIs are chat
-# with another shape: ingress.api names which).
-OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings",
-              "/v1/responses": "chat", "/v1/messages": "chat", "/v1/messages/count_tokens": "count_tokens"}
 _SPAN_ID = slice(36, 52)  # where a traceparent holds the parent's span id
 SCOPE = "ingress"
-log = get_logger("ingress.tracing")
+_json = msgspec.json.Encoder()
 
 
 class Span:
@@ -108,7 +84,7 @@ class Tracer:
         self._prefix = otlp.resource_prefix({"service.name": config.service_name, "telemetry.sdk.language": "python",
                                              "telemetry.sdk.name": "ingress"}, SCOPE, _version())
         headers = {name: os.environ.get(env, "") for name, env in config.headers_env.items()}
-        self._exporter = _Exporter(config, headers, self._queue, self._prefix)
+        self._exporter = Exporter(config, headers, self._queue, self._prefix)
 
     def sampled(self, traceparent: str | None) -> bool:
         """Whether a request is traced: as its caller's sampled flag says, else at the configured ratio.
@@ -156,85 +132,6 @@ def _version() -> str:
     return __version__
 
 
-class _Exporter:
-    """The thread that sends the queued spans: a batch every `flush_interval`, or as soon as `max_batch`
-    are waiting; one POST of an ExportTraceServiceRequest each, on a kept-alive connection, within
-    `export_timeout`. A batch that fails (an error status, no connection, too slow) is dropped and counted:
-    the collector's absence must cost the edge nothing but its spans."""
-
-    def __init__(self, config: Tracing, headers: dict[str, str], queue: collections.deque[bytes],
-                 prefix: tuple[bytes, bytes]) -> None:
-        url = urllib.parse.urlsplit(config.endpoint)
-        self._https, self._host, self._port = url.scheme == "https", url.hostname or "", url.port
-        self._path = url.path or "/v1/traces"
-        self._headers = {"Content-Type": "application/x-protobuf", **headers}
-        self._config, self._queue, self._prefix = config, queue, prefix
-        self._event, self._stopping = threading.Event(), False
-        self._connection: http.client.HTTPConnection | None = None
-        self._sender = threading.Thread(target=self._run, name="ingress-trace-export", daemon=True)
-        self._sender.start()
-
-    def wake(self) -> None:
-        if not self._event.is_set():
-            self._event.set()
-
-    def stop(self, timeout_s: float) -> None:
-        self._stopping = True
-        self._event.set()
-        self._sender.join(timeout_s)
-
-    def _run(self) -> None:
-        interval, full = self._config.flush_interval, self._config.max_batch
-        while True:
-            self._event.wait(interval)
-            self._event.clear()
-            # What is queued, then whole batches only: the spans that arrive while a batch is sent wait for
-            # the next interval or a full batch, not a POST each (which cost the loop a thread switch a span).
-            self._send(self._batch())
-            while len(self._queue) >= full or (self._stopping and self._queue):
-                self._send(self._batch())
-            if self._stopping:
-                if self._connection is not None:
-                    self._connection.close()
-                return
-
-    def _batch(self) -> list[bytes]:
-        queue, batch = self._queue, []
-        for _ in range(min(len(queue), self._config.max_batch)):
-            batch.append(queue.popleft())
-        return batch
-
-    def _send(self, spans: list[bytes]) -> None:
-        if not spans:
-            return
-        try:
-            body = otlp.export_encoded(self._prefix, spans)
-            connection = self._connection or self._connect()
-            connection.request("POST", self._path, body, self._headers)
-            response = connection.getresponse()
-            response.read()
-            ok = 200 <= response.status < 300
-            if response.will_close or not ok:
-                self._close()
-        except Exception as exc:  # the collector unreachable, too slow, a fault: never the edge's
-            self._close()
-            ok = False
-            log.debug("trace export failed", error=type(exc).__name__)
-        if ok:
-            metrics.TRACE_SPANS_EXPORTED.inc(len(spans))
-        else:
-            metrics.TRACE_SPANS_DROPPED.labels("export_failed").inc(len(spans))
-
-    def _connect(self) -> http.client.HTTPConnection:
-        kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        self._connection = kind(self._host, self._port, timeout=self._config.export_timeout)
-        return self._connection
-
-    def _close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
 
 class RequestTrace:
     """One request's spans. The server span is live from `begin`; its children are made as their stages
@@ -279,7 +176,7 @@ class RequestTrace:
         in) its prompt as it is sent, after the guardrails' redaction."""
         span = self.span
         span.set_attribute("gen_ai.provider.name", provider)
-        for name, field in _ASKED:
+        for name, field in ASKED:
             value = getattr(request, field, None)
             if value is not None and not isinstance(value, msgspec.UnsetType):
                 span.set_attribute(name, value)
@@ -355,63 +252,3 @@ class RequestTrace:
                 span.fail(kind, description)
         span.end()
 
-
-def provider_span(tracer: Tracer, buf: bytes, dialect: str, target: str, headers: dict[str, str],
-                  operation: str = "chat") -> Span | None:
-    """A bridge's span around its call to the engine or provider: the child of the span that sent the
-    request (its passport's context, read in place), named for the operation ("chat", "embeddings") and
-    model; `headers` (the engine request's) then carry its own context on, which vLLM and others continue.
-    None when the request is not sampled: the engine is then told the sender's context as it is."""
-    from ingress.wire.passport import model_name, trace_context
-
-    traceparent, tracestate = trace_context(buf)
-    if not tracer.sampled(traceparent):
-        if traceparent:
-            headers["traceparent"] = traceparent
-            if tracestate:
-                headers["tracestate"] = tracestate
-        return None
-    model = model_name(buf)
-    span = tracer.span(f"{operation} {model}" if model else operation, otlp.KIND_CLIENT, traceparent, tracestate,
-                       {"gen_ai.operation.name": operation, "gen_ai.provider.name": dialect,
-                        "gen_ai.request.model": model, "server.address": target})
-    headers["traceparent"] = span.traceparent
-    if tracestate:
-        headers["tracestate"] = tracestate
-    return span
-
-
-def provider_answered(span: Span, status: int, headers: Mapping[str, str]) -> None:
-    """The provider's answer head, on its span: the status and the provider's own request id."""
-    span.set_attribute("http.response.status_code", status)
-    request_id = headers.get("request-id") or headers.get("x-request-id")
-    if request_id:
-        span.set_attribute("ingress.provider.request_id", request_id[:128])
-
-
-# The request's parameters a span carries: (attribute, the decoded request's field), the first one set.
-_ASKED = (("gen_ai.request.max_tokens", "max_completion_tokens"), ("gen_ai.request.max_tokens", "max_tokens"),
-          ("gen_ai.request.temperature", "temperature"), ("gen_ai.request.top_p", "top_p"),
-          ("gen_ai.request.seed", "seed"), ("gen_ai.request.stream", "stream"))
-
-
-_json = msgspec.json.Encoder()
-
-
-def input_messages(request: object) -> list[dict[str, Any]]:
-    """A request's prompt in the GenAI conventions' input-messages shape: each message's role and text (a
-    text completion's prompts and embeddings' inputs as user messages; token ids as their list)."""
-    from ingress.encoding.requests import message_text
-    from ingress.oai.chat import ROLES
-
-    messages = getattr(request, "messages", None)
-    if messages is not None:
-        return [{"role": ROLES[type(m)], "parts": [{"type": "text", "content": message_text(m)}]} for m in messages]
-    texts = getattr(request, "prompts", None) or getattr(request, "inputs", None) or []
-    return [{"role": "user", "parts": [{"type": "text", "content": t if isinstance(t, str) else str(t)}]}
-            for t in texts]
-
-
-def error_type(error: BaseException) -> str:
-    code = getattr(error, "code", None) or getattr(error, "type", None)
-    return str(code) if code else type(error).__qualname__
