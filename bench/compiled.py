@@ -39,7 +39,8 @@ HERE = Path(__file__).resolve().parent
 from bench.lib.servers import ROOT, python_in  # noqa: E402
 
 HOT = [
-    "ingress/wire/runtime.py", "ingress/wire/_generated/readers.py", "ingress/wire/_generated/verifier.py",
+    "ingress/wire/runtime.py", "ingress/wire/verifier_runtime.py", "ingress/wire/_generated/readers.py",
+    "ingress/wire/_generated/verifier.py",
     "ingress/wire/_generated/encoders.py", "ingress/wire/answer.py", "ingress/wire/framing.py",
     "ingress/wire/encode.py", "ingress/wire/passport.py", "ingress/wire/decode.py", "ingress/wire/prefix.py",
     "ingress/encoding/passport.py", "ingress/encoding/prefix.py", "ingress/encoding/requests.py",
@@ -47,8 +48,8 @@ HOT = [
     "ingress/translate/stream.py", "ingress/translate/body.py", "ingress/translate/text.py",
     "ingress/translate/completion.py", "ingress/translate/messages.py", "ingress/edge/sse.py",
     "ingress/tokens/__init__.py", "ingress/tokens/chat.py", "ingress/tokens/cache.py",
-    "ingress/tenancy/stores/memory.py", "ingress/tenancy/plan.py", "ingress/otlp.py", "ingress/tracing.py",
-    "ingress/metrics.py",
+    "ingress/tenancy/stores/memory.py", "ingress/tenancy/plan.py", "ingress/tracing/otlp.py",
+    "ingress/tracing/spans.py", "ingress/tracing/genai.py", "ingress/metrics/families.py", "ingress/metrics/folding.py",
 ]
 # Not compiled, and why (mypyc 2.4): pipeline/prepare.py's Prepared is a generic dataclass (a native class
 # cannot be); oai/codec.py stops mypyc with an internal error; modules of async generators, msgspec Structs

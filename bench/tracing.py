@@ -873,7 +873,7 @@ def profile(args: argparse.Namespace) -> None:
 
 
 SAMPLE_HZ = 250
-TRACING_FILES = ("/ingress/tracing.py", "/ingress/otlp.py", "/ingress/edge/spans.py", "/opentelemetry/")
+TRACING_FILES = ("/ingress/tracing/", "/ingress/edge/spans.py", "/opentelemetry/")
 LOOP = "MainThread"
 
 
