@@ -49,7 +49,7 @@ Parts:
   averaged over the same samples); TTFT p50/p99 (send to first
   content delta); requests/s; the edge's CPU per request (/proc, user + system). Policies run in a
   rotated order each round; medians over rounds.
-- **llama**: two real `llama-server` processes (tests/llama_engine.py's build, SmolLM2-135M-Instruct, one
+- **llama**: two real `llama-server` processes (tests/support/llama_engine.py's build, SmolLM2-135M-Instruct, one
   thread each, one slot, prompt cache on with `--cache-ram`), each behind `ingress bridge openai`, one
   edge a policy in front of both bridges (route `SmolLM2-135M-Instruct`); the engines and bridges are
   started afresh for each policy, so each starts cold. A multi-turn workload (8 conversations x 6 turns,
@@ -575,7 +575,7 @@ def llama_fleet(work: Path, policy: str, tag: str, cache_ram_mib: int) -> Iterat
 
 
 def llama_pids() -> list[int]:
-    """This process's llama-server children (tests/llama_engine.py starts them)."""
+    """This process's llama-server children (tests/support/llama_engine.py starts them)."""
     out = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:

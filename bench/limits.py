@@ -51,7 +51,7 @@ from typing import Any
 import uvloop
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 from redis._parsers import _AsyncHiredisParser, _AsyncRESP2Parser  # noqa: E402
 from redis.asyncio import Redis as Client  # noqa: E402

@@ -6,7 +6,7 @@ Python accessors, side by side.
 Three readers of each buffer:
 - "flatc, by hand": calls to flatc's accessors written out field by field into the wire types, as
   ingress.wire.decode read answers before the generated readers (kept here as the baseline);
-- "flatc, from schema": tests/flatc_reference.py, the oracle the tests hold the generated readers to,
+- "flatc, from schema": tests/support/flatc_reference.py, the oracle the tests hold the generated readers to,
   which finds the accessors by name (getattr) and so costs more than the hand-written calls;
 - "generated": ingress.wire.decode as the edge reads now (generated reader, then the wire types);
   for the request, the generated reader alone.
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 from flatc_reference import flatc_read  # noqa: E402
 

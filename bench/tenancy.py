@@ -12,7 +12,7 @@ part 2, in the same process.
 
 1. Added latency and CPU per request, three edges (`ingress serve --config ... --workers 1`) in front of
    that mock, side by side: (a) no [tenancy]; (b) backend "memory"; (c) backend "redis" against a real
-   redis-server on loopback (started by tests/redis_servers.py). (b) and (c) have one key with rpm and tpm
+   redis-server on loopback (started by tests/support/redis_servers.py). (b) and (c) have one key with rpm and tpm
    far above what a run reaches, in a tenant with a tpm limit: 3 checks a request, nothing refused. wrk
    POSTs the 16 KB 11-message request (bench/lib/payloads.py) with the key in `Authorization` (to (a) too,
    which ignores it), at 1 and 32 connections; rounds interleave the edges (a different one first each
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 from bench.lib.rounds import Rounds, median  # noqa: E402
 

@@ -4,7 +4,7 @@ docs/tracing.md.
     .venv/bin/python -m bench trace_picture [--demo]
 
 The edge (a key and [tenancy], so admission is in the trace; [tracing] to a receiver on loopback) in front
-of llama-server serving SmolLM2-135M (tests/llama_engine.py: built once per machine) through `ingress bridge
+of llama-server serving SmolLM2-135M (tests/support/llama_engine.py: built once per machine) through `ingress bridge
 openai` in its own process, also tracing; one chat completion, streamed. `--demo`: the edge's demo service
 instead of the engine (no bridge span). Prints the waterfall and each span's attributes.
 """
@@ -20,7 +20,7 @@ from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 import openai  # noqa: E402
 from otlp_receiver import OtlpReceiver, Span  # noqa: E402

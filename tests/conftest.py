@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-# The helper modules beside this file, and the repository's own tooling (codegen/, not installed),
-# importable whatever pytest's import mode.
+# The helper modules in tests/support/ (`import waiting`, `from fakes.upstream import ...`), the test
+# packages beside this file (`from unit.wire.test_verify import ...`), and the repository's own tooling
+# (codegen/, not installed), importable whatever pytest's import mode.
 _TESTS = Path(__file__).resolve().parent
-for _path in (str(_TESTS.parent), str(_TESTS)):
+for _path in (str(_TESTS.parent), str(_TESTS), str(_TESTS / "support")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 

@@ -20,7 +20,7 @@ NOT_A_MODULE = {
     "test_layers.py": "the import graph of ingress/'s packages, which of them may be async, where tasks spawn",
     "test_messages_answers.py": "answers in Anthropic's Messages shape: translate/messages.py and "
                                 "anthropic/answers.py (anthropic/messages.py, the request side, is test_messages.py's)",
-    "test_oracle.py": "tests/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
+    "test_oracle.py": "tests/support/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }
 
 

@@ -3,7 +3,7 @@
 One mapping (wire types → the schema's data classes), then the generated forward encoder. A client's
 request becomes a CompletionRequestData on the edge's side (ingress/encoding/requests.py) and is encoded
 here (`encode_request_data`). The stock flatbuffers.Builder path, kept as the reference, is in `stock.py`
-(the request's) and tests/stock_buffers.py (the answers' and embeddings', which only tests use).
+(the request's) and tests/support/stock_buffers.py (the answers' and embeddings', which only tests use).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The stock flatbuffers.Builder request encoder, with a bounded pool of reused Builders (one grown too
 large is dropped, not kept): the reference tests compare the generated encoder with, and the baseline the
 benchmarks swap into an edge to measure it against. Not on the request path; the other messages' stock
-encoders, which only tests use, are in tests/stock_buffers.py."""
+encoders, which only tests use, are in tests/support/stock_buffers.py."""
 
 from __future__ import annotations
 

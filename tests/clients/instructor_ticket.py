@@ -1,4 +1,4 @@
-"""instructor, in its own environment (tests/clientenv.py), asks the edge for a `Ticket`: prints it as JSON.
+"""instructor, in its own environment (tests/support/clientenv.py), asks the edge for a `Ticket`: prints it as JSON.
 
     python instructor_ticket.py <edge base URL> <mode: tool_call, json_mode, ...> <user text>
 

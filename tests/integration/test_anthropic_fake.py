@@ -1,4 +1,4 @@
-"""The official `anthropic` SDK reads what the fake Anthropic (tests/fakes/anthropic.py) serves: its
+"""The official `anthropic` SDK reads what the fake Anthropic (tests/support/fakes/anthropic.py) serves: its
 whole answers, its event streams through `messages.stream()`'s accumulator, and its refusals as the
 SDK's own error classes. The dialect's unit tests feed the same fixtures, so they are Anthropic's shapes."""
 

@@ -1,4 +1,4 @@
-"""tests/clientenv.py keeps its promises: one environment per key, built atomically, shared by concurrent
+"""tests/support/clientenv.py keeps its promises: one environment per key, built atomically, shared by concurrent
 builders, and nothing half-built left by a build that failed or was interrupted.
 
 The environments here install nothing (pip has nothing to fetch), in a cache of the test's own.

@@ -1,9 +1,9 @@
 """Real coding agents complete a real tool loop through a real edge, configured by its base URL alone.
 
-Each agent (tests/agent_clis.py: Claude Code, opencode and Codex, pinned, installed from npm into the cache)
+Each agent (tests/support/agent_clis.py: Claude Code, opencode and Codex, pinned, installed from npm into the cache)
 runs non-interactively as a subprocess, in a temporary directory, with a home of its own. Its model is a
 route of an in-process edge whose endpoint is a bridge the edge runs, in front of a scripted model
-(tests/fakes/scripted.py): `bridge openai` to its chat completions, or `bridge anthropic` to its Messages
+(tests/support/fakes/scripted.py): `bridge openai` to its chat completions, or `bridge anthropic` to its Messages
 API. The script answers the agent's first request with one call to the agent's own shell tool, which
 writes proof.txt; the agent runs it and sends its result back; the script answers "DONE: <the result>".
 

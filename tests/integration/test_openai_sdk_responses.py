@@ -15,11 +15,11 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from bad_requests import Bad
+from bad_responses import BAD_RESPONSES
 from fakes import upstream as fu
 from fakes.upstream import FakeUpstream
 from openai.types.responses import response_create_params
-from unit.bad_requests import Bad
-from unit.bad_responses import BAD_RESPONSES
 
 from ingress import wire
 from ingress.oai.responses import ResponsesRequest

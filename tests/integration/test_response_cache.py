@@ -1,6 +1,6 @@
 """The response cache end to end (ingress/cache, ingress/pipeline/cache.py): a real edge in front of the
 scripted fake service, whose record of what it received is the call counter; the official `openai` and
-`anthropic` SDKs as clients; real Redis and Valkey servers (tests/redis_servers.py) for the Redis backend.
+`anthropic` SDKs as clients; real Redis and Valkey servers (tests/support/redis_servers.py) for the Redis backend.
 
 A hit answers the same as the miss it came from, for answers of every shape and either way round (a whole
 answer stored and streamed, a stream stored and answered whole); tenants and keys never see each other's

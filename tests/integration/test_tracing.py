@@ -1,4 +1,4 @@
-"""Traces from a real edge to a real OTLP/HTTP receiver on loopback (tests/otlp_receiver.py): one server span
+"""Traces from a real edge to a real OTLP/HTTP receiver on loopback (tests/support/otlp_receiver.py): one server span
 a request, parented on the caller's traceparent, its children (admission, each attempt, settle), the hop
 carrying the attempt's context in the passport and the header, and spans dropped, not requests slowed,
 when the collector stalls. Clients are the official SDKs; the service is the scripted fake."""

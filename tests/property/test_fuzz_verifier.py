@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 if __name__ == "__main__":  # run as a script: make the test helpers importable as pytest does
-    sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+    tests = Path(__file__).resolve().parents[1]
+    sys.path[:0] = [str(tests.parent), str(tests), str(tests / "support")]
 
 from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same

@@ -16,7 +16,7 @@ Logit-bias token ids are generated without leading zeros: "007" and "7" are the 
 wire (see test_codec for what that means for a request that spells one token twice).
 
 Every buffer also reads back the same through the generated readers (readers.py) as through flatc's
-own accessors (tests/flatc_reference.py).
+own accessors (tests/support/flatc_reference.py).
 
 Answers (Response, Chunk, ErrorInfo) come back field for field, except that a Chunk's `created` of 0
 reads back as None (0 is the schema default, so "unset" and 0 are one value) and a FunctionCall `type`

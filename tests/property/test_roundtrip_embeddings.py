@@ -4,7 +4,7 @@ Requests go OpenAI JSON → decode_embedding_request → encode (generated and s
 read_embedding_request, and are compared input by input; answers (any float32s, infinities and
 -0.0 included) come back bit for bit, and their base64 is what the openai SDK decodes back to the
 same floats. Every buffer reads back the same through the generated readers as through flatc's own
-accessors (tests/flatc_reference.py).
+accessors (tests/support/flatc_reference.py).
 """
 
 from __future__ import annotations

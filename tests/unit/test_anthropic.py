@@ -11,10 +11,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from bad_requests import assert_nested_too_deeply, deep_buffer
 from fakes.anthropic import fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from unit.bad_requests import assert_nested_too_deeply, deep_buffer
 
 from ingress import wire
 from ingress.bridges import anthropic_request

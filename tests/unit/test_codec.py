@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from unit.bad_requests import (
+from bad_requests import (
     BAD_REQUESTS,
     MISNAMED_PARAMS,
     MISSING,

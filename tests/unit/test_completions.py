@@ -9,13 +9,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from bad_completions import BAD_COMPLETIONS, completions_body
+from bad_requests import Bad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types import Completion
 from openai.types import completion_create_params as sdk
 from openai.types.chat import ChatCompletionStreamOptionsParam
-from unit.bad_completions import BAD_COMPLETIONS, completions_body
-from unit.bad_requests import Bad
 
 from ingress import wire
 from ingress.encoding import reading

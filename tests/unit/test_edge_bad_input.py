@@ -14,10 +14,10 @@ from typing import Any
 import aiohttp
 import pytest
 import zstandard
-from unit.bad_completions import BAD_COMPLETIONS, completions_body
-from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
-from unit.bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
-from unit.bad_responses import BAD_RESPONSES, responses_body
+from bad_completions import BAD_COMPLETIONS, completions_body
+from bad_embeddings import BAD_EMBEDDINGS, embeddings_body
+from bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
+from bad_responses import BAD_RESPONSES, responses_body
 
 from ingress.oai.codec import MAX_NESTING
 from ingress.serve.app import create_app, serve_app

@@ -12,12 +12,12 @@ from typing import Any
 
 import msgspec
 import pytest
+from bad_embeddings import BAD_EMBEDDINGS, embeddings_body
+from bad_requests import Bad
 from openai import NOT_GIVEN
 from openai._models import construct_type
 from openai.lib._parsing._embeddings import parse_embedding_response
 from openai.types import CreateEmbeddingResponse
-from unit.bad_embeddings import BAD_EMBEDDINGS, embeddings_body
-from unit.bad_requests import Bad
 
 from ingress import wire
 from ingress.encoding.embeddings import encode_embedding_request

@@ -48,7 +48,7 @@ def test_the_latest_golden_version_is_the_released_schema() -> None:
     # A release copies the schema over schema/baseline/ and adds its golden buffers in the same commit.
     assert (LATEST / "SCHEMA_SHA256").read_text().strip() == golden.schema_sha256(), (
         f"schema/baseline/ changed since {LATEST.name}'s golden buffers: "
-        "write the new release's with `python tests/golden_buffers.py <version>`")
+        "write the new release's with `python tests/support/golden_buffers.py <version>`")
 
 
 @pytest.mark.parametrize(("version", "kind"), ALL)

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from unit.bad_requests import assert_nested_too_deeply, deep_buffer
+from bad_requests import assert_nested_too_deeply, deep_buffer
 
 from ingress import wire
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, under

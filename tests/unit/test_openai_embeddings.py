@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from unit.bad_embeddings import embeddings_body
+from bad_embeddings import embeddings_body
 
 from ingress import wire
 from ingress.bridges.anthropic import AnthropicDialect

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 import pytest
-from unit.bad_requests import body
+from bad_requests import body
 
 from ingress.encoding.embeddings import encode_embedding_request
 from ingress.encoding.passport import RequestMeta, compute_passport

@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from bad_requests import Bad
+from bad_responses import BAD_RESPONSES
 from hypothesis import given
 from hypothesis import strategies as st
 from msgspec import UNSET
-from unit.bad_requests import Bad
-from unit.bad_responses import BAD_RESPONSES
 
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers

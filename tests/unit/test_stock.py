@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import pytest
-from unit.bad_requests import body
+from bad_requests import body
 
 from ingress.encoding.stock import encode_request_stock
 from ingress.oai.codec import decode_chat_request

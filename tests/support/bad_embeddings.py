@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import MISSING, Bad, body_level, deep, spliced
+from bad_requests import MISSING, Bad, body_level, deep, spliced
 
 from ingress.oai.embeddings import MAX_INPUT_TOKENS, MAX_INPUTS, MAX_REQUEST_TOKENS
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "anthropic" / "agent_first_turn.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic" / "agent_first_turn.json"
 BETAS = ["claude-code-20250219", "oauth-2025-04-20", "interleaved-thinking-2025-05-14",
          "fine-grained-tool-streaming-2025-05-14", "context-management-2025-06-27", "context-1m-2025-08-07",
          "effort-2025-11-24", "prompt-caching-scope-2026-01-05"]

@@ -14,9 +14,9 @@ from types import TracebackType
 
 from codegen.flatc import include_dir, run_flatc
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "schema" / "llm_gateway.fbs"
-SOURCE = Path(__file__).resolve().parent / "oracle" / "verify.cpp"
+SOURCE = Path(__file__).resolve().parents[1] / "oracle" / "verify.cpp"
 CACHE = REPO / "build" / "oracle"
 
 KINDS = {"request": b"Q", "response": b"R", "chunk": b"C", "error": b"E",

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
+from bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
 
 from ingress.oai.completions import MAX_PROMPTS
 

@@ -26,7 +26,7 @@ from multidict import CIMultiDict
 
 from ingress.serve.app import serve_app
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "anthropic"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic"
 COUNTED = 1234  # the fake's count of any prompt (POST /v1/messages/count_tokens)
 PIECE = 97  # a stream is written in pieces of this many bytes, which split events and lines anywhere
 

@@ -1,6 +1,6 @@
 """Coding agent CLIs for the tests: each installed once per machine from npm at a pinned version, run with a
 home of its own that nothing of the machine's leaks into, and sending nothing anywhere but the edge it is
-pointed at. (Not `agents.py`: that name is the OpenAI Agents SDK's package, which tests/ on sys.path
+pointed at. (Not `agents.py`: that name is the OpenAI Agents SDK's package, which tests/support/ on sys.path
 would shadow.)
 
 An agent is installed (`npm install --prefix`) into `$XDG_CACHE_HOME/ingress` (or `~/.cache/ingress`) /

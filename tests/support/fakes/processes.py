@@ -16,7 +16,7 @@ from typing import Any
 
 from waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHAT = "/v1/chat/completions"
 
 

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from unit.bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
+from bad_requests import JSON, MISSING, Bad, body_level, deep, spliced
 
 from ingress.oai.codec import MAX_NESTING
 from ingress.oai.responses import MAX_ITEMS

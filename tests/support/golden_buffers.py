@@ -5,7 +5,7 @@ holding the buffers the encoder wrote for the messages below, what today's reade
 them (`*.json`), and the sha256 of the schema they were built at (`SCHEMA_SHA256`). They are written
 once, when the release is made, and never rewritten:
 
-    .venv/bin/python tests/golden_buffers.py 0.1.0      # refuses to overwrite an existing version
+    .venv/bin/python tests/support/golden_buffers.py 0.1.0      # refuses to overwrite an existing version
 
 tests/unit/test_golden_buffers.py checks that today's readers read every version's bytes, that
 today's encoder still writes the latest version's bytes exactly, and the C++ Verifier accepts them all.
@@ -28,9 +28,9 @@ from ingress.oai.codec import decode_chat_request
 from ingress.wire import decode
 from ingress.wire.passport import Passport
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BASELINE = REPO / "schema" / "baseline" / "llm_gateway.fbs"
-GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden"
 
 # A request with every field the edge carries set, non-ASCII text included.
 REQUEST_JSON = {

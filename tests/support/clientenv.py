@@ -33,7 +33,7 @@ from pathlib import Path
 BUILD_TIMEOUT = 900.0  # seconds for pip to build a fresh environment (a minute or two here; slow mirrors)
 RUN_TIMEOUT = 30.0  # seconds for one client script against a loopback edge
 
-CLIENTS = Path(__file__).resolve().parent / "clients"  # the scripts; no test_ prefix, so pytest leaves them be
+CLIENTS = Path(__file__).resolve().parents[1] / "clients"  # the scripts; no test_ prefix, so pytest leaves them be
 
 
 def cache_root() -> Path:
