@@ -14,12 +14,8 @@ NOT_A_MODULE = {
     "test_deploy.py": "deploy/: the manifests, the chart and the Dockerfile",
     "test_bench_lib.py": "bench/lib/: the benchmarks' shared servers, rounds and tables",
     "test_docs.py": "the README's and deploy/ingress.toml's examples",
-    "test_drain_deadline.py": "drain.py's Drain.deadline() (test_drain.py is the integration test's name)",
-    "test_edge_bad_input.py": "the edge as a whole over HTTP (handlers and middleware): every refusal's shape",
     "test_golden_buffers.py": "the released schema versions (schema/baseline/): their buffers, read through wire/",
     "test_layers.py": "the import graph of ingress/'s packages, which of them may be async, where tasks spawn",
-    "test_messages_answers.py": "answers in Anthropic's Messages shape: translate/messages.py and "
-                                "anthropic/answers.py (anthropic/messages.py, the request side, is test_messages.py's)",
     "test_oracle.py": "tests/support/cxx_oracle.py, the FlatBuffers C++ Verifier the other tests consult",
 }
 

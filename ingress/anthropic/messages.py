@@ -1,6 +1,6 @@
 """Anthropic's Messages API request (`POST /v1/messages`), strictly typed (decoded by messages_codec.py).
 
-Every field the `anthropic` SDK can send is a field here (tests/unit/test_messages.py walks
+Every field the `anthropic` SDK can send is a field here (tests/unit/anthropic/test_messages.py walks
 the SDK's own types to keep it so). What the edge or a bridge reads is typed and bounded; JSON that
 only Anthropic reads (a server tool's versioned settings, `context_management`, `container`, the inside
 of a server tool's result) is kept as `msgspec.Raw`, present when `len(raw) > 0`, and nested at most

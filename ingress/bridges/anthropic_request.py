@@ -2,7 +2,7 @@
 `POST /v1/messages`.
 
 Every field of the chat request is sent as Anthropic spells it, or refused with `Unsupported` naming it:
-`FIELDS` says which, and tests/unit/test_anthropic.py holds it to the struct. The answers, the event
+`FIELDS` says which, and tests/unit/bridges/test_anthropic.py holds it to the struct. The answers, the event
 stream and the errors are `anthropic_answers.py`'s; `anthropic.py` joins the two as the dialect.
 """
 

@@ -6,7 +6,7 @@ canonical text here: the opening system and developer messages, the tools (as JS
 each message as its role, name, text, other parts and tool calls between control characters (0x1F, 0x1D,
 0x1E). Processing hints such as cache breakpoints are left out: a client moves them from turn to turn and
 the engine never sees them. Two prompts that start with the same messages and tools start with the same
-bytes. Stable across processes and releases: tests/unit/test_prefix.py pins the bytes.
+bytes. Stable across processes and releases: tests/unit/wire/test_prefix.py pins the bytes.
 """
 
 from __future__ import annotations

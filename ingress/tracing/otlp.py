@@ -4,7 +4,7 @@ Sans-I/O and written by hand, as the FlatBuffers encoders are: the OpenTelemetry
 on a traced request's four spans before any encoding (bench/notes/tracing.md), several times the budget
 a request's tracing has. Only what the edge's spans use is here: the resource's and spans' attributes
 (string, bool, int, double and arrays of them), events, status, kind, parent and trace state. Decoded by
-opentelemetry-proto, the result is field for field the message the tests build (tests/unit/test_otlp.py).
+opentelemetry-proto, the result is field for field the message the tests build (tests/unit/tracing/test_otlp.py).
 
     ExportTraceServiceRequest  1 resource_spans
       ResourceSpans            1 resource (1 attributes)   2 scope_spans

@@ -21,7 +21,7 @@ passport of a 16 KiB chat prompt with its chain takes ~100-150 µs (the canonica
 read. That is why the chain is computed only for a cache-affine group. Without it, only `prefix_hash` over
 the first PREFIX_BYTES: the passport takes ~20 µs at either size (before the chain, 18 and 110 µs: every
 message's characters were counted even when its tokens had been). Stable across processes and releases:
-tests/unit/test_prefix.py pins the bytes and the hashes.
+tests/unit/wire/test_prefix.py pins the bytes and the hashes.
 """
 
 from __future__ import annotations

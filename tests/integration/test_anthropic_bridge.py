@@ -15,7 +15,7 @@ import openai
 import pytest
 from fakes.anthropic import COUNTED, FakeAnthropic, refuse, stream, whole
 from openai.types.chat import ChatCompletionMessageParam
-from unit.test_messages import EVERYTHING
+from unit.anthropic.test_messages import EVERYTHING
 
 from ingress.bridges.anthropic import DIALECT
 from ingress.bridges.dialect import Target

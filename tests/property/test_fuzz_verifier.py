@@ -32,7 +32,7 @@ if __name__ == "__main__":  # run as a script: make the test helpers importable 
 
 from cxx_oracle import CxxVerifier
 from flatc_reference import flatc_read, same
-from unit.test_verifier import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
+from unit.wire.test_verify import ROOTS, TABLES, Valid, deref, u16, u32, valid_buffers, vtable_of
 
 from ingress.wire import verifier_runtime
 from ingress.wire._generated import readers
@@ -214,7 +214,7 @@ def check(cxx: bool | None, kind: str, data: bytes, size_prefixed: bool,
     # Work: each table or vector walked took an offset to reach. Strict mode follows at most a
     # quarter of the buffer's length in offsets and decodes at most its length in string bytes
     # (before refusing: plus the vector or string that overran). Only crafted overlapping vectors
-    # make strict=False follow more offsets than the buffer has bytes (see test_verifier).
+    # make strict=False follow more offsets than the buffer has bytes (see tests/unit/wire/test_verify.py).
     n = len(data)
     for verifier in (loose, tight):
         assert verifier.walked <= verifier.refs <= n, context
@@ -289,7 +289,7 @@ def _shape(message: str | None) -> str:
 def _crafted() -> dict[str, tuple[str, bytes | bytearray, bool]]:
     """Shapes no mutation of a builder's buffer reaches: DAGs at the table limit, short vtables,
     overlapping strings, misaligned struct elements, a frame whose prefix was stripped."""
-    from unit import test_verifier as tv
+    from unit.wire import test_verify as tv
 
     return {
         "dag-at-the-table-limit": ("request", tv.dag_request(999, 1000), False),

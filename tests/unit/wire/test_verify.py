@@ -15,18 +15,6 @@ import msgspec
 import pytest
 import stock_buffers
 from cxx_oracle import SCHEMA, CxxVerifier
-from unit.test_oracle import (
-    CHUNK,
-    CHUNK_BARE,
-    EMBEDDING_REQUEST,
-    EMBEDDING_RESPONSE,
-    ERROR,
-    REQUEST,
-    RESPONSE,
-    flatc_binary,
-    python_request,
-    with_identifier,
-)
 
 from codegen.schema import parse
 from ingress import wire
@@ -40,6 +28,18 @@ from ingress.wire import verifier_runtime
 from ingress.wire import verify as public
 from ingress.wire._generated import verifier as gv
 from ingress.wire.stock import BuilderPool
+from unit.test_oracle import (
+    CHUNK,
+    CHUNK_BARE,
+    EMBEDDING_REQUEST,
+    EMBEDDING_RESPONSE,
+    ERROR,
+    REQUEST,
+    RESPONSE,
+    flatc_binary,
+    python_request,
+    with_identifier,
+)
 
 ROOTS = {"request": "CompletionRequest", "response": "CompletionResponse", "chunk": "CompletionChunk", "error": "Error",
          "embedding_request": "EmbeddingRequest", "embedding_response": "EmbeddingResponse"}

@@ -290,7 +290,7 @@ def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
 
 # --- what coding agents send ----------------------------------------------------------------------
 
-CODEX_FIRST_TURN = Path(__file__).resolve().parents[1] / "fixtures" / "codex" / "first_turn.json"
+CODEX_FIRST_TURN = Path(__file__).resolve().parents[2] / "fixtures" / "codex" / "first_turn.json"
 
 
 def test_codex_first_turn_is_served_and_what_only_openai_acts_on_is_named() -> None:

@@ -11,7 +11,7 @@ import pytest
 from ingress.routing.split import choose
 
 SHARES = (("stable", 95), ("canary", 5))
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_same_key_gets_the_same_variant_in_another_process() -> None:

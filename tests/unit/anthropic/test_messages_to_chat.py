@@ -16,7 +16,7 @@ from ingress.anthropic.messages_to_chat import Read, as_chat
 from ingress.errors import InvalidRequest
 from ingress.oai import chat
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic"
 
 
 def read(**fields: Any) -> Read:

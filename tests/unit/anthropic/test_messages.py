@@ -32,7 +32,7 @@ from ingress.anthropic.messages_codec import decode_messages
 from ingress.errors import InvalidRequest
 from ingress.oai.codec import MAX_NESTING, NESTED_TOO_DEEPLY
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic" / "agent_first_turn.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic" / "agent_first_turn.json"
 CACHE = {"type": "ephemeral"}
 CACHE_1H = {"type": "ephemeral", "ttl": "1h"}
 DIRECT = {"type": "direct"}

@@ -21,7 +21,7 @@ from ingress.oai.completions import decode_text_request
 from ingress.translate.stream import StreamTranslator
 from ingress.wire.passport import Passport
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "bridges" / "openai"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "bridges" / "openai"
 DIALECT = OpenAIDialect(clock=lambda: 1_700_000_000.0)
 TARGET = Target(url="http://127.0.0.1:8000", api_key="sk-bridge-key")
 
