@@ -18,10 +18,12 @@ from bad_completions import BAD_COMPLETIONS, completions_body
 from bad_embeddings import BAD_EMBEDDINGS, embeddings_body
 from bad_requests import BAD_REQUESTS, MISNAMED_PARAMS, Bad, body, deep, spliced
 from bad_responses import BAD_RESPONSES, responses_body
+from fakes.upstream import FakeUpstream
 
 from ingress.oai.codec import MAX_NESTING
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, EMBEDDED, Endpoint, Group, Route, Settings
+from ingress.wire import read_request
 
 CHAT = "/v1/chat/completions"
 EMBEDDINGS = "/v1/embeddings"
@@ -89,6 +91,23 @@ async def forwarding_edge() -> AsyncIterator[Edge]:
         yield e
 
 
+@pytest.fixture
+async def service() -> AsyncIterator[FakeUpstream]:
+    """A fake internal service that records what it receives."""
+    fake = FakeUpstream()
+    async with fake.running():
+        yield fake
+
+
+@pytest.fixture
+async def forwarding_to_service(service: FakeUpstream) -> AsyncIterator[Edge]:
+    """The edge forwarding engine extras to `service`."""
+    groups = {"service": Group(endpoints=[Endpoint(url=service.url)])}
+    async with running(Settings(groups=groups, routes=(Route(model=DEMO_MODEL, group="service",
+                                                             extra_fields="forward"),))) as e:
+        yield e
+
+
 def assert_error(answer: Answer, status: int, *, param: str | None = None, code: str | None = None) -> None:
     """OpenAI's error shape, exactly: {"error": {"message", "type", "param", "code"}}."""
     assert answer.status == status
@@ -152,9 +171,13 @@ async def test_an_extra_nested_too_deeply_for_a_forwarding_route_is_a_400(
 
 
 @pytest.mark.parametrize(("path", "make"), EXTRAS_ENDPOINTS)
-async def test_an_extra_at_the_nesting_limit_is_forwarded(forwarding_edge: Edge, path: str, make: Any) -> None:
-    answer = await forwarding_edge.call("POST", path, spliced("x", deep(MAX_NESTING), make), JSON_HEADERS)
+async def test_an_extra_at_the_nesting_limit_is_forwarded(forwarding_to_service: Edge, service: FakeUpstream,
+                                                          path: str, make: Any) -> None:
+    answer = await forwarding_to_service.call("POST", path, spliced("x", deep(MAX_NESTING), make), JSON_HEADERS)
+
     assert answer.status == 200, answer.doc
+    [received] = service.received
+    assert json.loads(read_request(received.body).ExtraJson() or b"") == {"x": json.loads(deep(MAX_NESTING))}
 
 
 async def test_embeddings_refuse_a_deep_extra_by_name_on_a_forwarding_route(forwarding_edge: Edge) -> None:
@@ -350,11 +373,17 @@ async def test_an_encoded_body_is_decoded(edge: Edge, encoding: str, encode: Any
 
 
 async def test_two_gzip_members_are_one_body(edge: Edge) -> None:
-    raw = valid()
+    """The members are read one after the other: the demo echoes the message the boundary cuts in two."""
+    text = "the first member ends here and the second member begins"
+    raw = valid(messages=[{"role": "user", "content": text}])
+    cut = raw.index(b"ends here")
 
-    answer = await edge.chat(gzipped(raw[:10]) + gzipped(raw[10:]), **{"Content-Encoding": "gzip"})
+    plain = await edge.chat(raw)
+    answer = await edge.chat(gzipped(raw[:cut]) + gzipped(raw[cut:]), **{"Content-Encoding": "gzip"})
 
     assert answer.status == 200, answer.doc
+    assert answer.doc["choices"][0]["message"]["content"] == text
+    assert answer.doc["usage"] == plain.doc["usage"]
 
 
 async def test_accept_encoding_on_a_request_changes_nothing(edge: Edge) -> None:
