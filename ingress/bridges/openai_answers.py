@@ -22,6 +22,7 @@ numbered from 0, whatever the engine's shape:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -222,14 +223,31 @@ def _calls_of(m: _Message) -> list[_ToolCall]:
     return calls
 
 
-def _read(body: bytes) -> _Answer:
+class Refusable(Protocol):
+    """An engine's answer that may be its error instead, in any engine's shape."""
+
+    object: str | None
+    error: msgspec.Raw
+
+
+A = TypeVar("A", bound=Refusable)
+
+
+def engine_answer(decoder: msgspec.json.Decoder[A], body: bytes) -> A:
+    """An engine's JSON answer (a whole one, or one event's data) as `decoder` reads it: one it cannot read is
+    a protocol error, and an error in the engine's own shape (answered with a 200, or as an event) is that
+    error, as failures.py maps it."""
     try:
-        answer = _answer.decode(body)
+        answer = decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise EngineFailed(protocol_error(f"The engine answered something unreadable: {exc}.")) from None
     if (len(answer.error) and bytes(answer.error) != b"null") or answer.object == "error":
         raise EngineFailed(engine_error(None, {}, body))
     return answer
+
+
+def _read(body: bytes) -> _Answer:
+    return engine_answer(_answer, body)
 
 
 def read_answer(body: bytes, *, text: bool, fallback_id: str, model: str,

@@ -24,14 +24,14 @@ from typing import Any
 import msgspec
 
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported, under
-from ingress.bridges.failures import engine_error, protocol_error
+from ingress.bridges.failures import protocol_error
+from ingress.bridges.openai_answers import NO_JSON, engine_answer
 from ingress.bridges.openai_request import request_headers
 from ingress.wire import types as wire_types
 from ingress.wire.embeddings import EmbeddingRequestData, Embeddings, read_embedding_request_data
 
 EMBEDDINGS_PATH = "/v1/embeddings"
 UINT32_MAX = 2**32 - 1
-NO_JSON = msgspec.Raw()  # a field that was absent (a Raw cannot be in a union with None)
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -138,12 +138,7 @@ def read_embeddings(body: bytes, *, model: str, inputs: int, dimensions: int | N
     """The engine's embeddings list as ours: `inputs` vectors in the inputs' order, of `dimensions` floats
     when the client asked for them, with the engine's counts as usage (`model`: the name sent, when the
     engine names none)."""
-    try:
-        answer = _list.decode(body)
-    except msgspec.DecodeError as exc:
-        raise EngineFailed(protocol_error(f"The engine answered something unreadable: {exc}.")) from None
-    if (len(answer.error) and bytes(answer.error) != b"null") or answer.object == "error":
-        raise EngineFailed(engine_error(None, {}, body))
+    answer = engine_answer(_list, body)
     items = answer.data or []
     if len(items) != inputs:
         raise EngineFailed(protocol_error(f"The engine answered {len(items)} embeddings for {inputs} inputs."))
