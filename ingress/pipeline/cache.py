@@ -55,10 +55,10 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
         _outcome(ex, BYPASS, asked)
         return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
     if ex.cache_control != NO_CACHE:
-        stored: _StoredLease | _TailLease | None = None
+        stored: _Lease | None = None
         value = await cache.get(route, key)
         if value is not None and (answer := served(value, shape)) is not None:
-            stored = _StoredLease(answer)
+            stored = _Lease(_StoredClient(answer))
         elif value is None and (flight := cache.flights.get(key)) is not None:
             stored = await _follow(cache, key, flight, shape, gw.timeouts(prepared.match))
         if stored is not None:
@@ -90,7 +90,7 @@ async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attemp
 
 
 async def _follow(cache: ResponseCache, key: str, flight: Flight, shape: Shape,
-                  timeouts: Timeouts) -> _StoredLease | _TailLease | None:
+                  timeouts: Timeouts) -> _Lease | None:
     """What the identical miss in flight answers this request with: its stream's frames as they come, for a
     stream of a stream, once it has begun; else its entry, once it has one. None: it had nothing to share,
     or stalled (then it is no longer a flight others wait for)."""
@@ -100,9 +100,9 @@ async def _follow(cache: ResponseCache, key: str, flight: Flight, shape: Shape,
             del cache.flights[key]
         return None
     if not flight.ended:
-        return _TailLease(flight, timeouts.idle)
+        return _Lease(_TailClient(flight, timeouts.idle))
     answer = served(flight.value, shape) if flight.value is not None else None
-    return _StoredLease(answer) if answer is not None else None
+    return _Lease(_StoredClient(answer)) if answer is not None else None
 
 
 def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
@@ -128,13 +128,14 @@ def _outcome(ex: Exchange, outcome: str, asked: float) -> None:
 # --- a hit: the stored answer, where an endpoint's client would be -------------------------------------
 
 
-class _StoredLease:
-    """What an attempt reads its answer from (`lease.client`), for a hit."""
+class _Lease:
+    """What an attempt reads its answer from (`lease.client`) in an endpoint's lease's place: the stored
+    answer (a hit), the frames of an identical stream in flight, or the endpoint's client recording."""
 
     __slots__ = ("client",)
 
-    def __init__(self, answer: bytes) -> None:
-        self.client = _StoredClient(answer)
+    def __init__(self, client: _StoredClient | _TailClient | _RecordingClient) -> None:
+        self.client = client
 
 
 class _StoredClient:
@@ -184,16 +185,9 @@ class _StoredReads:
 # --- a follower's stream: the leader's frames, as they come ---------------------------------------------
 
 
-class _TailLease:
-    """What an attempt reads its answer from (`lease.client`), for a stream that tails a leader's."""
-
-    __slots__ = ("client",)
-
-    def __init__(self, flight: Flight, idle: float) -> None:
-        self.client = _TailClient(flight, idle)
-
-
 class _TailClient:
+    """An upstream client's stream, answered with the frames of an identical stream in flight."""
+
     __slots__ = ("_flight", "_idle")
 
     def __init__(self, flight: Flight, idle: float) -> None:
@@ -254,11 +248,11 @@ class _Recorder:
         self.parts: list[bytes] = []
         self.size = 0
 
-    def lease(self, lease: Lease) -> _RecordingLease:
+    def lease(self, lease: Lease) -> _Lease:
         self.parts, self.size = [], 0  # each attempt records afresh
         if self.flight is not None:
             self.flight.frames = []
-        return _RecordingLease(lease, self)
+        return _Lease(_RecordingClient(lease, self))
 
     def opened(self) -> None:
         """The stream the last attempt opened is the answer: followers may tail it, and its end settles."""
@@ -319,13 +313,6 @@ class _Recorder:
     def waited(self) -> bool:
         """The served stream is still wanted by followers (its own client gone or not)."""
         return self.final and self.flight is not None and self.flight.waited
-
-
-class _RecordingLease:
-    __slots__ = ("client",)
-
-    def __init__(self, lease: Lease, recorder: _Recorder) -> None:
-        self.client = _RecordingClient(lease, recorder)
 
 
 class _RecordingClient:

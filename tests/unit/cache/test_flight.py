@@ -11,7 +11,7 @@ from ingress.cache import ResponseCache
 from ingress.cache.entries import STREAM, WHOLE, entry
 from ingress.cache.flight import Flight
 from ingress.cache.settings import CacheSettings
-from ingress.pipeline.cache import _follow, _StoredLease, _TailLease
+from ingress.pipeline.cache import _follow, _StoredClient, _TailClient
 from ingress.settings import Timeouts
 
 
@@ -83,7 +83,8 @@ async def test_a_follower_gets_what_its_shape_can_read() -> None:
         streaming = cache.flights["s"] = Flight(STREAM)
         streaming.open()
         streaming.read(b"frame 0")
-        assert isinstance(await _follow(cache, "s", streaming, STREAM, timeouts), _TailLease)
+        tailed = await _follow(cache, "s", streaming, STREAM, timeouts)
+        assert tailed is not None and isinstance(tailed.client, _TailClient)
 
         whole = asyncio.create_task(_follow(cache, "s", streaming, WHOLE, timeouts))  # a whole answer waits
         await asyncio.sleep(0.01)
@@ -93,7 +94,8 @@ async def test_a_follower_gets_what_its_shape_can_read() -> None:
 
         answered = cache.flights["w"] = Flight(WHOLE)
         answered.end(entry(WHOLE, bytes(wire.write_response(wire.Response(id="r", model="m", created=1, choices=[])))))
-        assert isinstance(await _follow(cache, "w", answered, STREAM, timeouts), _StoredLease)  # streamed from it
+        stored = await _follow(cache, "w", answered, STREAM, timeouts)
+        assert stored is not None and isinstance(stored.client, _StoredClient)  # streamed from it
         broken = cache.flights["b"] = Flight(WHOLE)
         broken.end(b"W" + b"0" * 16 + b"not an answer")
         assert await _follow(cache, "b", broken, WHOLE, timeouts) is None  # an entry that does not read back
