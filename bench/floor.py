@@ -106,23 +106,23 @@ def _staged(post: Any, upstream: str) -> Any:
     from ingress.wire.answer import decode_answer
 
     settings = Settings(models=(MODEL,), upstream=upstream)
-    gw = Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
+    gateway = Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
                  budget=RetryBudget(0.2, 10, 0.0))
     encoder = msgspec.json.Encoder()
 
     async def handler(request: web.Request) -> web.Response:
         body = await request.read()
-        ex, meta = Exchange(request_id_of(None)), RequestMeta()
-        chat, extra = decode_chat_request_forwarding(body, gw.forwards_extras)
-        match, _ = route_decoded(gw, ex, chat.model, False, meta)
-        tokens = counter(gw, match).chat(chat)
+        exchange, meta = Exchange(request_id_of(None)), RequestMeta()
+        chat, extra = decode_chat_request_forwarding(body, gateway.forwards_extras)
+        match, _ = route_decoded(gateway, exchange, chat.model, False, meta)
+        tokens = counter(gateway, match).chat(chat)
         passport = compute_passport(chat, meta, prompt_tokens=tokens)
-        encoded = encode_request(chat, ex.request_id, passport, match.route.provider, match.upstream_model, extra)
-        prepared = prepared_for(gw, ex, chat, match, passport, encoded, meta, chat.max_tokens)
+        encoded = encode_request(chat, exchange.request_id, passport, match.route.provider, match.upstream_model, extra)
+        prepared = prepared_for(gateway, exchange, chat, match, passport, encoded, meta, chat.max_tokens)
         answer = await post(encoded, {**prepared.headers, "Content-Type": CONTENT_TYPE})
         completion = translate_response(decode_answer(answer))
         response = web.Response(body=encoder.encode(completion), content_type="application/json")
-        response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
+        response.headers["Server-Timing"] = server_timing(exchange, time.perf_counter())
         return response
 
     return handler

@@ -47,17 +47,18 @@ RESULTS = HERE / "results" / "layers.json"
 HANDLER = "ingress/edge/endpoints.py"
 MIDDLEWARE = "ingress/edge/middleware.py"
 HEAD = ("async def chat_completions(request: web.Request) -> web.StreamResponse:\n"
-        "    gw, ex = request.app[GATEWAY], request[EXCHANGE]\n"
-        "    body = await read_body(request, gw.settings.max_body_bytes)\n")
+        "    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]\n"
+        "    exchange.api = \"chat\"  # a FlatBuffers request's too: relayed, it is a chat request\n"
+        "    body = await read_body(request, gateway.settings.max_body_bytes)\n")
 FIXED = "_FIXED = (Path(__file__).parent / 'fixed.json').read_bytes()\n\n\n"
 ANSWER = "    return web.Response(body=_FIXED, content_type='application/json')\n"
-PREPARE = "    prepared = pipeline.prepare(gw, body, request_meta(request), ex)\n"
-ADMIT = "    await pipeline.admit(gw, prepared, ex)\n"
+PREPARE = "    prepared = pipeline.prepare(gateway, body, request_meta(request), exchange)\n"
+ADMIT = "    await pipeline.admit(gateway, prepared, exchange)\n"
 SEND = ("    from ingress.pipeline.send import send\n\n"
-        "    async def attempt(lease):\n"
+        "    async def attempt(lease, ready):\n"
         "        {}\n\n"
-        "    await send(gw, prepared.match, ex, attempt)\n"
-        "    ex.upstream_ok = True\n")
+        "    await send(gateway, prepared, exchange, attempt)\n"
+        "    exchange.answer.upstream_ok = True\n")
 STOPS = {
     "aiohttp": ANSWER,
     "middleware": ANSWER,
@@ -65,7 +66,7 @@ STOPS = {
     "admit": PREPARE + ADMIT + ANSWER,
     "send": PREPARE + ADMIT + SEND.format("return None") + ANSWER,
     "exchange": PREPARE + ADMIT + SEND.format(
-        "return await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)") + ANSWER,
+        "return await lease.client.complete(ready.encoded, ready.headers, ready.timeouts)") + ANSWER,
 }
 PASS_THROUGH = ("async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:\n",
                 "    if request.path == '/v1/chat/completions':\n"

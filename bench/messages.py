@@ -292,15 +292,15 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     key = Key(id=key_id, tenant="t", hash=key_hash, limits=Limits(rpm=10**9, tpm=10**12))
     tenancy = build(Tenancy(keys=(key,), tenants={"t": Tenant(limits=Limits(tpm=10**12))}), 1)
     settings = Settings(models=MODELS, upstream="http://127.0.0.1:1")
-    gw = pipeline.Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
+    gateway = pipeline.Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
                           budget=RetryBudget(0.2, 10, 0.0), tenancy=tenancy)
     principal = tenancy.policy.authenticate(CIMultiDict({"Authorization": f"Bearer {secret}"}))
     meta = RequestMeta()
 
-    def exchange() -> Exchange:
-        ex = Exchange("0123456789abcdef0123456789abcdef")
-        ex.principal = principal
-        return ex
+    def new_exchange() -> Exchange:
+        exchange = Exchange("0123456789abcdef0123456789abcdef")
+        exchange.principal = principal
+        return exchange
 
     chat_body, messages_body = body("chat", OPENAI_MODEL, False), body("messages", OPENAI_MODEL, False)
     decoded = decode_messages(messages_body)[0]
@@ -356,12 +356,12 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
 
     def prepare(model: str) -> tuple[Callable[[], object], Callable[[], object]]:
         chat, messages = body("chat", model, False), body("messages", model, False)
-        return (lambda: pipeline.prepare(gw, chat, meta, exchange()),
-                lambda: pipeline.prepare_messages(gw, messages, meta, exchange(), beta=[],
+        return (lambda: pipeline.prepare(gateway, chat, meta, new_exchange()),
+                lambda: pipeline.prepare_messages(gateway, messages, meta, new_exchange(), beta=[],
                                                         version="2023-06-01"))
 
     return {
-        "request: decode": (lambda: decode_chat_request_forwarding(chat_body, gw.forwards_extras),
+        "request: decode": (lambda: decode_chat_request_forwarding(chat_body, gateway.forwards_extras),
                             lambda: decode_messages(messages_body)),
         "request: read as chat": (None, lambda: as_chat(decoded)),
         f"request: prepare, {OPENAI_MODEL}": prepare(OPENAI_MODEL),

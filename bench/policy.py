@@ -72,23 +72,24 @@ def paths(variants: list[str]) -> dict[str, Callable[[], object]]:
         settings = Settings(groups=groups, routes=routes)
         pools = {name: EndpointGroup(name, g, [UpstreamClient(g.endpoints[0].url or "", settings.timeouts, 1 << 20)])
                  for name, g in groups.items()}
-        gw = Gateway(settings=settings, routes=RouteTable(routes), groups=pools, budget=RetryBudget(0.2, 10, 0.0))
+        gateway = Gateway(settings=settings, routes=RouteTable(routes), groups=pools, budget=RetryBudget(0.2, 10, 0.0))
         response = Response(id="chatcmpl-0", model=MODEL, created=1,
                             usage=Usage(prompt_tokens=4000, completion_tokens=64),
                             choices=[Choice(index=0, content="A short answer.", finish_reason="stop")])
 
-        async def attempt(lease: object, response: Any = response) -> Any:
+        async def attempt(lease: object, ready: object, response: Any = response) -> Any:
             return response
 
-        async def path(gw: Gateway = gw) -> object:
-            ex = Exchange("0123456789abcdef0123456789abcdef")
-            prepared = prepare(gw, body, meta, ex)
-            answer = await send(gw, prepared.match, ex, attempt, prepared.prefix, reroute=prepared.rerouter(gw, ex),
+        async def path(gateway: Gateway = gateway) -> object:
+            exchange = Exchange("0123456789abcdef0123456789abcdef")
+            prepared = prepare(gateway, body, meta, exchange)
+            answer = await send(gateway, prepared, exchange, attempt, reroute=prepared.rerouter(gateway, exchange),
                                 refused=filtered)
-            assert ex.lease is not None
-            ex.lease.release(True)
-            served_by(ex)
-            return usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 0.0), answer
+            lease = exchange.attempts.take()
+            assert lease is not None
+            lease.release(True)
+            served_by(exchange)
+            return usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 0.0), answer
 
         made[variant] = lambda path=path: _drive(path())
     return made

@@ -61,7 +61,7 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     from ingress.edge.writers import json_response
     from ingress.encoding.passport import RequestMeta, compute_passport
     from ingress.encoding.requests import encode_request
-    from ingress.exchange import Exchange
+    from ingress.exchange import Answer, Attempts, Exchange, Routed
     from ingress.oai.codec import decode_chat_request_forwarding
     from ingress.pipeline import Gateway
     from ingress.pipeline.prepare import counter, prepared_for, route_decoded
@@ -79,15 +79,15 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115 - the access line's stream, for the process
     settings = Settings(models=(model,), upstream="http://127.0.0.1:1")
     _, routes = settings.resolved()
-    gw = Gateway(settings=settings, routes=RouteTable(routes), groups={}, budget=RetryBudget(0.2, 10, 0.0))
+    gateway = Gateway(settings=settings, routes=RouteTable(routes), groups={}, budget=RetryBudget(0.2, 10, 0.0))
     body = chat_request(16 * 1024, max_tokens=64, model=model)
     meta = RequestMeta()
-    ex = Exchange("0123456789abcdef0123456789abcdef")
-    request, extra = decode_chat_request_forwarding(body, gw.forwards_extras)
-    match, _ = route_decoded(gw, ex, request.model, False, meta)
-    tokens = counter(gw, match).chat(request)
+    exchange = Exchange("0123456789abcdef0123456789abcdef")
+    request, extra = decode_chat_request_forwarding(body, gateway.forwards_extras)
+    match, _ = route_decoded(gateway, exchange, request.model, False, meta)
+    tokens = counter(gateway, match).chat(request)
     passport = compute_passport(request, meta, prompt_tokens=tokens)
-    encoded = bytes(encode_request(request, ex.request_id, passport, match.route.provider, match.upstream_model,
+    encoded = bytes(encode_request(request, exchange.request_id, passport, match.route.provider, match.upstream_model,
                                    extra))
     answer = _demo_answer(encoded)
     response = decode_answer(answer)
@@ -114,21 +114,22 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
 
     resource = SimpleNamespace(route=SimpleNamespace(resource=SimpleNamespace(canonical="/v1/chat/completions")))
     fake_request = SimpleNamespace(match_info=resource)
-    done = Exchange(ex.request_id, model=model, metric_model=model, group=ex.group, upstream="u",
-                    decoded=ex.started, encoded=ex.started, upstream_sent=ex.started, upstream_done=ex.started,
-                    usage=response.usage)
+    started = exchange.started
+    done = Exchange(exchange.request_id,
+                    routed=Routed(model, metric_model=model, group=exchange.group, decoded=started, encoded=started),
+                    attempts=Attempts(upstream="u", sent=started), answer=Answer(done=started, usage=response.usage))
     fields = {"method": "POST", "path": "/v1/chat/completions", "status": 200, "outcome": "ok",
               "duration_ms": 1.234, "model": model, "stream": False, "upstream": "u"}
     assert principal.key.id == key_id
     return {
-        "decode": lambda: decode_chat_request_forwarding(body, gw.forwards_extras),
-        "route": lambda: route_decoded(gw, ex, request.model, False, meta),
-        "count tokens": lambda: counter(gw, match).chat(request),
-        "guardrails (none)": lambda: _guarded_chat(ex, request, tokens, "messages"),
+        "decode": lambda: decode_chat_request_forwarding(body, gateway.forwards_extras),
+        "route": lambda: route_decoded(gateway, exchange, request.model, False, meta),
+        "count tokens": lambda: counter(gateway, match).chat(request),
+        "guardrails (none)": lambda: _guarded_chat(exchange, request, tokens, "messages"),
         "passport": lambda: compute_passport(request, meta, prompt_tokens=tokens),
-        "encode": lambda: encode_request(request, ex.request_id, passport, match.route.provider,
+        "encode": lambda: encode_request(request, exchange.request_id, passport, match.route.provider,
                                          match.upstream_model, extra),
-        "hop headers": lambda: prepared_for(gw, ex, request, match, passport, encoded, meta, 64),
+        "hop headers": lambda: prepared_for(gateway, exchange, request, match, passport, encoded, meta, 64),
         "verify + read answer": lambda: decode_answer(answer),
         "translate": lambda: translate_response(response),
         "JSON answer": lambda: json_response(completion),

@@ -568,8 +568,8 @@ def span_calls(ratio: float, tracer: Any) -> list[tuple[str, Callable[[dict[str,
     url = "http://127.0.0.1:8000"
 
     def begin(s: dict[str, Any]) -> None:
-        s["ex"] = ex = Exchange("0123456789abcdef0123456789abcdef")
-        ex.trace = begin_trace(tracer, fake)  # a stand-in: begin_trace reads its headers
+        s["ex"] = exchange = Exchange("0123456789abcdef0123456789abcdef")
+        exchange.trace = begin_trace(tracer, fake)  # a stand-in: begin_trace reads its headers
 
     def meta(s: dict[str, Any]) -> None:  # endpoints.request_meta: the passport carries the server span's context
         trace = s["ex"].trace
@@ -579,44 +579,45 @@ def span_calls(ratio: float, tracer: Any) -> list[tuple[str, Callable[[dict[str,
                                 tracestate=trace.tracestate)
 
     template = Exchange("0123456789abcdef0123456789abcdef")  # the access line's record, made whether traced or not
-    template.model, template.usage, template.upstream = OPENAI_MODEL, usage, url
+    template.routed.model, template.answer.usage, template.attempts.upstream = OPENAI_MODEL, usage, url
     record = usage_record(template, "POST", CHAT, 200, "ok", time.perf_counter())
     passport = compute_passport(request, RequestMeta(traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"))
     encoded = encode_request(request, "0123456789abcdef0123456789abcdef", passport)
 
     def prepared(s: dict[str, Any]) -> None:  # prepare.prepared_for: the hop's buffer and headers, what was asked
-        ex = s["ex"]
-        ex.model, ex.stream = OPENAI_MODEL, False
-        s["headers"] = hop = hop_headers(ex.request_id, passport)
-        if ex.trace is not None:
-            ex.trace.hop(encoded, hop)
-            ex.trace.asked(request, "openai")
+        exchange = s["ex"]
+        exchange.routed.model, exchange.routed.stream = OPENAI_MODEL, False
+        s["headers"] = hop = hop_headers(exchange.request_id, passport)
+        if exchange.trace is not None:
+            exchange.trace.hop(encoded, hop)
+            exchange.trace.asked(request, "openai")
 
     def admitted(s: dict[str, Any]) -> None:  # admit: the admission's span from its marks
-        ex = s["ex"]
+        exchange = s["ex"]
         asked = time.perf_counter()
-        ex.admitted = time.perf_counter()
-        ex.limit_outcome = "admitted"
-        if ex.trace is not None:
-            ex.trace.child("admission", asked, ex.admitted, {"ingress.limit.outcome": "admitted",
-                                                              "ingress.tenant": "bench"})
+        exchange.admitted.at = time.perf_counter()
+        exchange.admitted.outcome = "admitted"
+        if exchange.trace is not None:
+            exchange.trace.child("admission", asked, exchange.admitted.at, {"ingress.limit.outcome": "admitted",
+                                                                            "ingress.tenant": "bench"})
 
     def attempt(s: dict[str, Any]) -> None:  # send: the attempt's span, its id written into the hop
-        ex = s["ex"]
-        ex.attempts, ex.group, ex.upstream = 1, "default", url
-        ex.upstream_sent = time.perf_counter()
-        if ex.trace is not None:
-            ex.trace.attempt("default", url, 1)
+        exchange = s["ex"]
+        attempts = exchange.attempts
+        attempts.count, attempts.group, attempts.upstream = 1, "default", url
+        attempts.sent = time.perf_counter()
+        if exchange.trace is not None:
+            exchange.trace.attempt("default", url, 1)
 
     def settled(s: dict[str, Any]) -> None:  # the middleware's end: settle's span, then the server span's end
-        ex = s["ex"]
-        ex.upstream_head = ex.upstream_done = time.perf_counter()
-        ex.usage = usage
+        exchange = s["ex"]
+        exchange.attempts.head = exchange.answer.done = time.perf_counter()
+        exchange.answer.usage = usage
         settling = time.perf_counter()
         now = time.perf_counter()
-        if ex.trace is not None:
-            ex.trace.child("settle", settling, now)
-            end_trace(ex, CHAT, 200, "ok", record)
+        if exchange.trace is not None:
+            exchange.trace.child("settle", settling, now)
+            end_trace(exchange, CHAT, 200, "ok", record)
 
     return [("begin (the server span)", begin), ("traceparent for the passport", meta),
             ("hop + asked (prepare)", prepared), ("admission's child span", admitted),

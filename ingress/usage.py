@@ -40,49 +40,51 @@ def cost_usd(usage: Usage, price: TokenPrice) -> float:
     return (price.input * usage.prompt_tokens + price.output * usage.completion_tokens) / NANO_USD_PER_USD
 
 
-def usage_record(ex: Exchange, method: str, path: str, status: int, outcome: str, now: float,
+def usage_record(exchange: Exchange, method: str, path: str, status: int, outcome: str, now: float,
                  policy: Policy | None = None) -> dict[str, object]:
     """The record of a request that has ended (`now`, a perf_counter mark), with its cost when `policy`
     prices the model asked for (as budgets charge it: by the name the request gave, not the service's)."""
     record: dict[str, object] = {
         "method": method, "path": path, "status": status, "outcome": outcome,
-        "duration_ms": round((now - ex.started) * 1000, 3),
+        "duration_ms": round((now - exchange.started) * 1000, 3),
     }
-    if ex.model is not None:
-        record.update(model=ex.model, stream=ex.stream, upstream=ex.upstream)
-        if ex.route is not None:
-            record["route"] = ex.route
-        if ex.served_model is not None:
-            record["served_model"] = ex.served_model
-        if ex.variant is not None:
-            record["variant"] = ex.variant
-        if ex.fell_back is not None:
-            record.update(served_route=ex.served_by[0] if ex.served_by is not None else None, fell_back=ex.fell_back)
-        if ex.choice is not None:
-            record.update(affinity=ex.choice.way.value, matched_blocks=ex.choice.matched)
-    if ex.principal is not None:
-        record.update(tenant=ex.principal.tenant_name, key_id=ex.principal.key.id)
-    if ex.api is not None:
-        record["api"] = ex.api
-    if ex.dropped:
-        record["dropped"] = ex.dropped
-    if ex.limit_outcome is not None:
-        record["limit"] = ex.limit_outcome
-    if ex.first_byte is not None:
-        record["ttfb_ms"] = round((ex.first_byte - ex.started) * 1000, 3)
-    if ex.paced is not None:
-        record["paced_ms"] = round((ex.paced - ex.started) * 1000, 3)
-    if ex.cache == "hit":
+    routed, attempts, answer = exchange.routed, exchange.attempts, exchange.answer
+    if routed.model is not None:
+        record.update(model=routed.model, stream=routed.stream, upstream=attempts.upstream)
+        if routed.route is not None:
+            record["route"] = routed.route
+        if answer.served_model is not None:
+            record["served_model"] = answer.served_model
+        if routed.variant is not None:
+            record["variant"] = routed.variant
+        if attempts.fell_back is not None:
+            record.update(served_route=attempts.served_by[0] if attempts.served_by is not None else None,
+                          fell_back=attempts.fell_back)
+        if attempts.choice is not None:
+            record.update(affinity=attempts.choice.way.value, matched_blocks=attempts.choice.matched)
+    if exchange.principal is not None:
+        record.update(tenant=exchange.principal.tenant_name, key_id=exchange.principal.key.id)
+    if exchange.api is not None:
+        record["api"] = exchange.api
+    if routed.hints:
+        record["dropped"] = routed.hints
+    if exchange.admitted.outcome is not None:
+        record["limit"] = exchange.admitted.outcome
+    if answer.first_byte is not None:
+        record["ttfb_ms"] = round((answer.first_byte - exchange.started) * 1000, 3)
+    if exchange.paced is not None:
+        record["paced_ms"] = round((exchange.paced - exchange.started) * 1000, 3)
+    if exchange.cache == "hit":
         record["cached"] = True  # the usage below is the cached answer's; no limit or budget was charged it
-    usage = ex.usage
+    usage = answer.usage
     if usage is not None:
         record.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
                       cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
                       reasoning_tokens=usage.reasoning_tokens)
-        price = policy.price_of(ex.model) if policy is not None and ex.model is not None else None
+        price = policy.price_of(routed.model) if policy is not None and routed.model is not None else None
         if price is not None:  # a hit cost nothing: budgets were not charged it, and the lines sum to spending
-            record["cost_usd"] = 0.0 if ex.cache == "hit" else cost_usd(usage, price)
-    error = ex.error
+            record["cost_usd"] = 0.0 if exchange.cache == "hit" else cost_usd(usage, price)
+    error = exchange.failure
     if error is not None:
         record.update(error_code=error.code, error_type=error.type)
         if error.__cause__ is not None:  # what went wrong inside, for operators only

@@ -77,7 +77,6 @@ NO_TEST_FILE = {
     "ingress/encoding/requests.py": "round-tripped in tests/property/test_roundtrip.py",
     "ingress/encoding/stock.py": "tested in tests/unit/wire/test_stock.py",
     "ingress/errors.py": "the error tree, rendered in every refusal in tests/unit/test_edge.py",
-    "ingress/exchange.py": "tested in tests/unit/test_usage.py",
     "ingress/guardrails/config.py": "declarations only",
     "ingress/guardrails/detectors.py": "tested with its package in tests/unit/test_guardrails.py",
     "ingress/guardrails/guard.py": "tested with its package in tests/unit/test_guardrails.py",

@@ -44,9 +44,9 @@ def request_meta(request: web.Request) -> RequestMeta:
     request's passport carries its own span's context (ingress/tracing/), the caller's tracestate kept."""
     h = request.headers
     auth = h.get("Authorization", "")
-    ex = request[EXCHANGE]
-    ex.cache_control = directive(h.get("Cache-Control"))
-    trace = ex.trace
+    exchange = request[EXCHANGE]
+    exchange.cache_control = directive(h.get("Cache-Control"))
+    trace = exchange.trace
     traceparent: str | None
     if trace is not None:
         traceparent, tracestate = trace.traceparent, trace.tracestate
@@ -67,63 +67,65 @@ def request_meta(request: web.Request) -> RequestMeta:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gw, ex = request.app[GATEWAY], request[EXCHANGE]
-    ex.api = "chat"  # a FlatBuffers request's too: relayed, it is a chat request
-    body = await read_body(request, gw.settings.max_body_bytes)
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = "chat"  # a FlatBuffers request's too: relayed, it is a chat request
+    body = await read_body(request, gateway.settings.max_body_bytes)
     if request.content_type == CONTENT_TYPE:
-        return await write_relayed(request, ex, await pipeline.relay(gw, body, ex, affinity_headers(request)))
-    prepared = pipeline.prepare(gw, body, request_meta(request), ex)
-    await pipeline.admit(gw, prepared, ex)
-    return await _answer(request, ex, prepared)
+        exchange.binary = True
+        relayed = await pipeline.relay(gateway, body, exchange, affinity_headers(request))
+        return await write_relayed(request, exchange, relayed)
+    prepared = pipeline.prepare(gateway, body, request_meta(request), exchange)
+    await pipeline.admit(gateway, prepared, exchange)
+    return await _answer(request, exchange, prepared)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
     """Legacy text completions: the same path as chat, answered as text_completion objects."""
-    gw, ex = request.app[GATEWAY], request[EXCHANGE]
-    ex.api = "completions"
-    body = await read_body(request, gw.settings.max_body_bytes)
-    prepared = pipeline.prepare_text(gw, body, request_meta(request), ex)
-    await pipeline.admit(gw, prepared, ex)
-    return await _answer(request, ex, prepared)
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = "completions"
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    prepared = pipeline.prepare_text(gateway, body, request_meta(request), exchange)
+    await pipeline.admit(gateway, prepared, exchange)
+    return await _answer(request, exchange, prepared)
 
 
-async def _answer(request: web.Request, ex: Exchange,
+async def _answer(request: web.Request, exchange: Exchange,
                   prepared: pipeline.Prepared[pipeline.Completion]) -> web.StreamResponse:
-    gw, drain = request.app[GATEWAY], request.app[DRAIN]
+    gateway, drain = request.app[GATEWAY], request.app[DRAIN]
     if not prepared.request.stream:
         with drain.deadline():
-            completion = await pipeline.complete(gw, prepared, ex)
+            completion = await pipeline.complete(gateway, prepared, exchange)
         return json_response(completion)
     sse = SseWriter()
     outlet = Outlet(request, sse)
-    return await write_stream(request, ex, pipeline.stream(gw, prepared, ex, outlet), sse, outlet)
+    return await write_stream(request, exchange, pipeline.stream(gateway, prepared, exchange, outlet), sse, outlet)
 
 
 async def embeddings(request: web.Request) -> web.Response:
-    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
-    ex.api = "embeddings"
-    body = await read_body(request, gw.settings.max_body_bytes)
-    prepared = pipeline.prepare_embeddings(gw, body, request_meta(request), ex)
-    await pipeline.admit(gw, prepared, ex)
+    gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    exchange.api = "embeddings"
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    prepared = pipeline.prepare_embeddings(gateway, body, request_meta(request), exchange)
+    await pipeline.admit(gateway, prepared, exchange)
     with drain.deadline():
-        answer = await pipeline.embed(gw, prepared, ex)
+        answer = await pipeline.embed(gateway, prepared, exchange)
     return json_response(answer)
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
     """The Responses API, stateless: carried as the chat request it amounts to, answered in its own shape."""
-    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
-    ex.api = "responses"
-    body = await read_body(request, gw.settings.max_body_bytes)
-    call, prepared = pipeline.prepare_responses(gw, body, request_meta(request), ex)
-    await pipeline.admit(gw, prepared, ex)
+    gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    exchange.api = "responses"
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    call, prepared = pipeline.prepare_responses(gateway, body, request_meta(request), exchange)
+    await pipeline.admit(gateway, prepared, exchange)
     if not call.request.stream:
         with drain.deadline():
-            answer = await pipeline.respond(gw, call, prepared, ex)
+            answer = await pipeline.respond(gateway, call, prepared, exchange)
         return json_response(answer)
-    events = ResponseEvents(call, request_id=ex.request_id, created_at=int(time.time()),
-                            seal=pipeline.sealing_for(gw, prepared))
-    return await write_stream(request, ex, pipeline.stream_response(gw, prepared, ex, events),
+    events = ResponseEvents(call, request_id=exchange.request_id, created_at=int(time.time()),
+                            seal=pipeline.sealing_for(gateway, prepared, exchange))
+    return await write_stream(request, exchange, pipeline.stream_response(gateway, prepared, exchange, events),
                               ResponsesSseWriter(events))
 
 

@@ -20,15 +20,16 @@ def request_id_of(header: str | None) -> str:
     return header if header is not None and _VALID_ID.match(header) else os.urandom(16).hex()  # uuid4: 5x the cost
 
 
-def served_by(ex: Exchange) -> str | None:
+def served_by(exchange: Exchange) -> str | None:
     """x-ingress-served-by: the route (its name) and the model that answered, and the split's variant that
     took the request, as a structured-field dictionary (RFC 8941): `route="claude", model="claude-sonnet-4-5"`."""
-    served = ex.served_by
+    served = exchange.attempts.served_by
     if served is None:
         return None
     route, model = served
     value = f'route="{_quoted(route)}", model="{_quoted(model)}"'
-    return f'{value}, variant="{_quoted(ex.variant)}"' if ex.variant is not None else value
+    variant = exchange.routed.variant
+    return f'{value}, variant="{_quoted(variant)}"' if variant is not None else value
 
 
 def _quoted(text: str) -> str:
@@ -38,14 +39,16 @@ def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def server_timing(ex: Exchange, now: float | None = None) -> str:
+def server_timing(exchange: Exchange, now: float | None = None) -> str:
     """Server-Timing: the stages done so far, in milliseconds, and the request id."""
-    marks = [("pacing", ex.started, ex.paced), ("decode", ex.paced or ex.started, ex.decoded),
-             ("encode", ex.decoded, ex.encoded), ("admit", ex.encoded, ex.admitted),
-             ("upstream", ex.upstream_sent, ex.upstream_done or ex.upstream_head),
-             ("translate", ex.upstream_done or ex.upstream_head, now)]
+    routed, attempts, answer = exchange.routed, exchange.attempts, exchange.answer
+    decoded, encoded = routed.decoded, routed.encoded
+    upstream_end = answer.done or attempts.head
+    marks = [("pacing", exchange.started, exchange.paced), ("decode", exchange.paced or exchange.started, decoded),
+             ("encode", decoded, encoded), ("admit", encoded, exchange.admitted.at),
+             ("upstream", attempts.sent, upstream_end), ("translate", upstream_end, now)]
     parts = [f"{name};dur={(end - start) * 1000:.3f}" for name, start, end in marks
              if start is not None and end is not None]
     if now is not None:
-        parts.append(f"total;dur={(now - ex.started) * 1000:.3f}")
-    return ", ".join([*parts, f'request;desc="{ex.request_id}"'])
+        parts.append(f"total;dur={(now - exchange.started) * 1000:.3f}")
+    return ", ".join([*parts, f'request;desc="{exchange.request_id}"'])

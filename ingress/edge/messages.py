@@ -30,19 +30,20 @@ def _meta(request: web.Request) -> RequestMeta:
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    gw, drain, ex = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
-    ex.api = API
-    body = await read_body(request, gw.settings.max_body_bytes)
-    decoded, prepared = pipeline.prepare_messages(gw, body, _meta(request), ex, beta=_betas(request),
+    gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    exchange.api = API
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    decoded, prepared = pipeline.prepare_messages(gateway, body, _meta(request), exchange, beta=_betas(request),
                                                   version=request.headers.get("anthropic-version"))
-    await pipeline.admit(gw, prepared, ex)
+    await pipeline.admit(gateway, prepared, exchange)
     if not decoded.stream:
         with drain.deadline():
-            answer = await pipeline.answer_message(gw, decoded, prepared, ex)
+            answer = await pipeline.answer_message(gateway, decoded, prepared, exchange)
         return json_response(answer)
-    sse = MessagesSseWriter(ex.request_id)
+    sse = MessagesSseWriter(exchange.request_id)
     outlet = Outlet(request, sse)
-    return await write_stream(request, ex, pipeline.stream_messages(gw, decoded, prepared, ex, outlet), sse, outlet)
+    events = pipeline.stream_messages(gateway, decoded, prepared, exchange, outlet)
+    return await write_stream(request, exchange, events, sse, outlet)
 
 
 def _betas(request: web.Request) -> list[str]:
@@ -52,12 +53,12 @@ def _betas(request: web.Request) -> list[str]:
 
 
 async def count_tokens(request: web.Request) -> web.Response:
-    gw, ex = request.app[GATEWAY], request[EXCHANGE]
-    ex.api = "count_tokens"  # a family of its own in a usage record: a count, not a generation
-    body = await read_body(request, gw.settings.max_body_bytes)
-    tokens, prepared = pipeline.prepare_count(gw, body, _meta(request), ex, beta=_betas(request),
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = "count_tokens"  # a family of its own in a usage record: a count, not a generation
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    tokens, prepared = pipeline.prepare_count(gateway, body, _meta(request), exchange, beta=_betas(request),
                                               version=request.headers.get("anthropic-version"))
     if prepared is not None:  # the route asks its provider to count
         with request.app[DRAIN].deadline():
-            tokens = await pipeline.count_by_service(gw, prepared, ex)
+            tokens = await pipeline.count_by_service(gateway, prepared, exchange)
     return json_response(TokenCount(input_tokens=tokens))

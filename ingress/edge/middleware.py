@@ -80,9 +80,9 @@ async def name_request(request: web.Request, response: web.StreamResponse) -> No
     """An answer to an Anthropic client (streams and errors too) carries its request id as `request-id`
     as well, as Anthropic's own do: its SDK reads `message._request_id` and `APIStatusError.request_id`
     from that header alone."""
-    ex = request.get(EXCHANGE)
-    if ex is not None and speaks_anthropic(request):
-        response.headers[ANTHROPIC_REQUEST_ID] = ex.request_id
+    exchange = request.get(EXCHANGE)
+    if exchange is not None and speaks_anthropic(request):
+        response.headers[ANTHROPIC_REQUEST_ID] = exchange.request_id
 
 
 def _draining(request: web.Request) -> bool:
@@ -93,12 +93,12 @@ def _draining(request: web.Request) -> bool:
 
 @web.middleware
 async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    ex = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
-    request[EXCHANGE] = ex
-    gw = request.app.get(GATEWAY)
-    if gw is not None and gw.tracer is not None and request.path in OPERATIONS:
-        ex.trace = begin_trace(gw.tracer, request)
-    structlog.contextvars.bind_contextvars(request_id=ex.request_id)
+    exchange = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
+    request[EXCHANGE] = exchange
+    gateway = request.app.get(GATEWAY)
+    if gateway is not None and gateway.tracer is not None and request.path in OPERATIONS:
+        exchange.trace = begin_trace(gateway.tracer, request)
+    structlog.contextvars.bind_contextvars(request_id=exchange.request_id)
     status, outcome = 500, "error"
     metrics.IN_FLIGHT.inc()  # direct, not folded: a gauge of now
     drain = request.app.get(DRAIN)
@@ -108,37 +108,37 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         try:
             pacer = request.app.get(PACER)
             if pacer is not None and await pacer.start():
-                ex.paced = time.perf_counter()
-            tenancy = gw.tenancy if gw is not None else None
+                exchange.paced = time.perf_counter()
+            tenancy = gateway.tenancy if gateway is not None else None
             if tenancy is not None and request.path.startswith("/v1/"):
-                ex.principal = tenancy.policy.authenticate(request.headers)
+                exchange.principal = tenancy.policy.authenticate(request.headers)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
             raise _from_http(exc) from None
         status = response.status
-        outcome = "stream_error" if ex.error is not None else "ok"
+        outcome = "stream_error" if exchange.failure is not None else "ok"
         if not response.prepared:  # streams set theirs before the head is sent
-            response.headers.setdefault(REQUEST_ID, ex.request_id)
-            if (served := served_by(ex)) is not None:
+            response.headers.setdefault(REQUEST_ID, exchange.request_id)
+            if (served := served_by(exchange)) is not None:
                 response.headers[SERVED_BY] = served
-            if ex.limit_headers:
-                response.headers.update(ex.limit_headers)
-            if ex.cache is not None:
-                response.headers[CACHE_HEADER] = ex.cache
+            if exchange.admitted.headers:
+                response.headers.update(exchange.admitted.headers)
+            if exchange.cache is not None:
+                response.headers[CACHE_HEADER] = exchange.cache
             if _draining(request):
                 response.force_close()
-            response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
+            response.headers["Server-Timing"] = server_timing(exchange, time.perf_counter())
         return response
     except IngressError as exc:
-        ex.error = exc
-        response = error_response(exc, ex.request_id, binary=ex.binary, anthropic=speaks_anthropic(request),
-                                  more=ex.limit_headers)
-        if ex.cache is not None:
-            response.headers[CACHE_HEADER] = ex.cache
+        exchange.error = exc
+        response = error_response(exc, exchange.request_id, binary=exchange.binary, anthropic=speaks_anthropic(request),
+                                  more=exchange.admitted.headers)
+        if exchange.cache is not None:
+            response.headers[CACHE_HEADER] = exchange.cache
         status = response.status
-        response.headers["Server-Timing"] = server_timing(ex, time.perf_counter())
+        response.headers["Server-Timing"] = server_timing(exchange, time.perf_counter())
         if _draining(request):
             response.force_close()
         return response
@@ -154,26 +154,27 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except Exception:
         log.exception("unhandled", path=request.path)
         internal = IngressError("The server had an error while processing your request.")
-        ex.error = internal
-        return error_response(internal, ex.request_id, anthropic=speaks_anthropic(request))
+        exchange.error = internal
+        return error_response(internal, exchange.request_id, anthropic=speaks_anthropic(request))
     finally:
         settling = time.perf_counter()
-        pipeline.settle(ex)
+        pipeline.settle(exchange)
         now = time.perf_counter()
-        record = _usage(request, ex, status, outcome, now)
-        if ex.trace is not None:
-            ex.trace.child("settle", settling, now)
-            end_trace(ex, request.path, status, outcome, record)
+        record = _usage(request, exchange, status, outcome, now)
+        if exchange.trace is not None:
+            exchange.trace.child("settle", settling, now)
+            end_trace(exchange, request.path, status, outcome, record)
         metrics.IN_FLIGHT.dec()
         if drain is not None:
             drain.leave()
         # Counted and logged before aiohttp writes the response: an answer a client has seen is in
         # the metrics and the access log (folded within a second, written at the loop's next turn,
         # and at a drain's end) unless this worker is killed with SIGKILL the moment after.
-        _record(request, ex, status, now)
-        access(ex.error.log_level if ex.error is not None else logging.INFO, record, ex.request_id)
+        _record(request, exchange, status, now)
+        failure = exchange.failure
+        access(failure.log_level if failure is not None else logging.INFO, record, exchange.request_id)
         structlog.contextvars.unbind_contextvars("request_id")
-        _drop_tracebacks(ex.error)
+        _drop_tracebacks(failure)
 
 
 def begin_trace(tracer: Tracer, request: web.Request) -> RequestTrace | None:
@@ -201,43 +202,45 @@ def _drop_tracebacks(error: BaseException | None) -> None:
         pending += (exc.__cause__, exc.__context__)
 
 
-def _record(request: web.Request, ex: Exchange, status: int, now: float) -> None:
+def _record(request: web.Request, exchange: Exchange, status: int, now: float) -> None:
     """The request's metrics, all from its Exchange."""
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
+    routed, attempts, answer = exchange.routed, exchange.attempts, exchange.answer
+    model = routed.metric_model
     child = metrics.child
-    child(metrics.REQUESTS, route, ex.metric_model, str(status)).inc()
-    total = now - ex.started
+    child(metrics.REQUESTS, route, model, str(status)).inc()
+    total = now - exchange.started
     child(metrics.DURATION, route).observe(total)
     upstream = 0.0
-    if ex.upstream_sent is not None and (ex.upstream_done or ex.upstream_head) is not None:
-        upstream = (ex.upstream_done or ex.upstream_head or now) - ex.upstream_sent
-        child(metrics.UPSTREAM, ex.group or "unknown").observe(upstream)
+    if attempts.sent is not None and (answer.done or attempts.head) is not None:
+        upstream = (answer.done or attempts.head or now) - attempts.sent
+        child(metrics.UPSTREAM, exchange.group or "unknown").observe(upstream)
     child(metrics.OVERHEAD_S, route).observe(max(total - upstream, 0.0))
-    if ex.stream and ex.first_byte is not None:
-        child(metrics.TTFT, ex.metric_model).observe(ex.first_byte - ex.started)
-    if ex.choice is not None:
-        group = ex.group or "unknown"
-        child(metrics.AFFINITY_CHOICES, group, ex.choice.way.value).inc()
-        child(metrics.AFFINITY_MATCHED, group).observe(ex.choice.matched)
-    if ex.usage is not None:
-        if ex.group is not None:
-            child(metrics.GROUP_TOKENS, ex.group, "prompt").inc(ex.usage.prompt_tokens)
-            child(metrics.GROUP_TOKENS, ex.group, "cached").inc(ex.usage.cached_tokens)
-        child(metrics.TOKENS, ex.metric_model, "prompt").inc(ex.usage.prompt_tokens)
-        if ex.prompt_tokens is not None:
-            child(metrics.PROMPT_COUNTED, ex.metric_model).inc(ex.prompt_tokens)
-        child(metrics.TOKENS, ex.metric_model, "completion").inc(ex.usage.completion_tokens)
-    if ex.variant is not None:
-        child(metrics.SPLITS, ex.route or "", ex.variant).inc()
-    for hint in ex.dropped or ():
+    if routed.stream and answer.first_byte is not None:
+        child(metrics.TTFT, model).observe(answer.first_byte - exchange.started)
+    if attempts.choice is not None:
+        group = exchange.group or "unknown"
+        child(metrics.AFFINITY_CHOICES, group, attempts.choice.way.value).inc()
+        child(metrics.AFFINITY_MATCHED, group).observe(attempts.choice.matched)
+    if (usage := answer.usage) is not None:
+        if exchange.group is not None:
+            child(metrics.GROUP_TOKENS, exchange.group, "prompt").inc(usage.prompt_tokens)
+            child(metrics.GROUP_TOKENS, exchange.group, "cached").inc(usage.cached_tokens)
+        child(metrics.TOKENS, model, "prompt").inc(usage.prompt_tokens)
+        if routed.prompt_tokens is not None:
+            child(metrics.PROMPT_COUNTED, model).inc(routed.prompt_tokens)
+        child(metrics.TOKENS, model, "completion").inc(usage.completion_tokens)
+    if routed.variant is not None:
+        child(metrics.SPLITS, routed.route or "", routed.variant).inc()
+    for hint in routed.hints:
         child(metrics.HINTS_NOT_SENT, hint).inc()
-    if isinstance(ex.error, (InvalidRequest, Overloaded)):  # refused by the edge itself
-        child(metrics.REJECTIONS, ex.error.code or str(ex.error.status)).inc()
+    if isinstance(exchange.failure, (InvalidRequest, Overloaded)):  # refused by the edge itself
+        child(metrics.REJECTIONS, exchange.failure.code or str(exchange.failure.status)).inc()
 
 
-def _usage(request: web.Request, ex: Exchange, status: int, outcome: str, now: float) -> dict[str, object]:
+def _usage(request: web.Request, exchange: Exchange, status: int, outcome: str, now: float) -> dict[str, object]:
     """The request's usage record: its access line, and its span's `usage` event when it is traced."""
-    gw = request.app.get(GATEWAY)
-    policy = gw.tenancy.policy if gw is not None and gw.tenancy is not None else None  # the prices
-    return usage_record(ex, request.method, request.path, status, outcome, now, policy)
+    gateway = request.app.get(GATEWAY)
+    policy = gateway.tenancy.policy if gateway is not None and gateway.tenancy is not None else None  # the prices
+    return usage_record(exchange, request.method, request.path, status, outcome, now, policy)

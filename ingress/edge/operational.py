@@ -18,9 +18,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Readiness: not draining, and some upstream endpoint may be chosen (not ejected, checks passing)."""
-    gw, drain = request.app[GATEWAY], request.app[DRAIN]
+    gateway, drain = request.app[GATEWAY], request.app[DRAIN]
     now = time.monotonic()
-    reachable = {name: sum(s.healthy(now) for s in g.states) for name, g in gw.groups.items()}
+    reachable = {name: sum(s.healthy(now) for s in g.states) for name, g in gateway.groups.items()}
     ready = not drain.draining and any(reachable.values())
     body = {"status": "ready" if ready else "not ready", "draining": drain.draining, "healthy_endpoints": reachable}
     response = json_response(body)
@@ -29,9 +29,9 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
-    gw = request.app[GATEWAY]
+    gateway = request.app[GATEWAY]
     now = time.monotonic()
-    for name, group in gw.groups.items():
+    for name, group in gateway.groups.items():
         for state in group.states:
             metrics.ENDPOINT_HEALTHY.labels(name, state.url).set(1 if state.healthy(now) else 0)
     body, content_type = metrics.render()

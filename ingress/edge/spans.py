@@ -9,27 +9,28 @@ from ingress.exchange import Exchange
 from ingress.tracing import OPERATIONS, error_type
 
 
-def end_trace(ex: Exchange, route: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
+def end_trace(exchange: Exchange, route: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
     """The server span's name, attributes and status from how the request ended: a server's failure
     (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named. The
     request's usage record (ingress/usage.py, its access line's fields) is on the span: as its attributes,
     and the fields they do not carry as its `usage` event."""
-    trace = ex.trace
+    trace = exchange.trace
     if trace is None:
         return
-    attributes = attributes_of(ex, route)
+    attributes = attributes_of(exchange, route)
     attributes["http.response.status_code"] = status
     operation = attributes["gen_ai.operation.name"]
     error: tuple[str, str | None] | None = None
     if outcome == "client_closed":
         error = ("client_closed", "the client went away before the answer ended")
-    elif ex.error is not None:
+    elif (failure := exchange.failure) is not None:
         failed = status >= 500 or outcome == "stream_error"
-        error = (error_type(ex.error), ex.error.message if failed else None)
+        error = (error_type(failure), failure.message if failed else None)
     usage = {k: v for k, v in record.items() if v is not None and k not in _ON_THE_SPAN}
-    trace.finish(f"{operation} {ex.model}" if ex.model else operation, attributes, usage, first_token=ex.first_byte,
-                 attempt_error=ex.error if outcome != "ok" else None,
-                 attempt_end=ex.upstream_done or ex.upstream_head, error=error)
+    model = exchange.routed.model
+    trace.finish(f"{operation} {model}" if model else operation, attributes, usage,
+                 first_token=exchange.answer.first_byte, attempt_error=exchange.failure if outcome != "ok" else None,
+                 attempt_end=exchange.answer.done or exchange.attempts.head, error=error)
 
 
 # The usage record's fields the server span's attributes already carry (gen_ai.*, http.*, ingress.*): its
@@ -39,27 +40,29 @@ _ON_THE_SPAN = frozenset({"method", "path", "status", "model", "stream", "upstre
                           "error_type"})
 
 
-def attributes_of(ex: Exchange, route: str) -> dict[str, Any]:
+def attributes_of(exchange: Exchange, route: str) -> dict[str, Any]:
     """The server span's attributes that are known once the request has ended, from its Exchange."""
     attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATIONS.get(route, "chat"), "http.route": route,
-                                  "ingress.request_id": ex.request_id, "ingress.attempts": ex.attempts}
-    if ex.api is not None:
-        attributes["ingress.api"] = ex.api
-    if ex.model is not None:
-        attributes["gen_ai.request.model"] = ex.model
-    if ex.served_model is not None:
-        attributes["gen_ai.response.model"] = ex.served_model
-    if ex.route is not None:
-        attributes["ingress.route"] = ex.route
-    if ex.upstream is not None:
-        attributes.update({"ingress.endpoint": ex.upstream, "ingress.group": ex.group or ""})
-    if ex.principal is not None:
-        attributes.update({"ingress.tenant": ex.principal.tenant_name, "ingress.key_id": ex.principal.key.id})
-    if ex.limit_outcome is not None:
-        attributes["ingress.limit.outcome"] = ex.limit_outcome
-    if ex.stream and ex.first_byte is not None:
-        attributes["gen_ai.response.time_to_first_chunk"] = ex.first_byte - ex.started
-    usage = ex.usage
+                                  "ingress.request_id": exchange.request_id,
+                                  "ingress.attempts": exchange.attempts.count}
+    routed, answer, principal = exchange.routed, exchange.answer, exchange.principal
+    if exchange.api is not None:
+        attributes["ingress.api"] = exchange.api
+    if routed.model is not None:
+        attributes["gen_ai.request.model"] = routed.model
+    if answer.served_model is not None:
+        attributes["gen_ai.response.model"] = answer.served_model
+    if routed.route is not None:
+        attributes["ingress.route"] = routed.route
+    if exchange.attempts.upstream is not None:
+        attributes.update({"ingress.endpoint": exchange.attempts.upstream, "ingress.group": exchange.group or ""})
+    if principal is not None:
+        attributes.update({"ingress.tenant": principal.tenant_name, "ingress.key_id": principal.key.id})
+    if exchange.admitted.outcome is not None:
+        attributes["ingress.limit.outcome"] = exchange.admitted.outcome
+    if routed.stream and answer.first_byte is not None:
+        attributes["gen_ai.response.time_to_first_chunk"] = answer.first_byte - exchange.started
+    usage = answer.usage
     if usage is not None:
         attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
         attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens

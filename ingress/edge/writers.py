@@ -51,7 +51,7 @@ class Outlet:
         return True
 
 
-async def write_stream(request: web.Request, ex: Exchange, events: AsyncGenerator[E, None],
+async def write_stream(request: web.Request, exchange: Exchange, events: AsyncGenerator[E, None],
                   sse: EventWriter[E], outlet: Outlet | None = None) -> web.StreamResponse:
     """Write the events as SSE. The response begins with the first event; a failure before it is
     answered with its status (by the middleware), after it in-band, and the stream ends without [DONE].
@@ -64,7 +64,7 @@ async def write_stream(request: web.Request, ex: Exchange, events: AsyncGenerato
             with drain.deadline():
                 async for event in events:
                     if response is None:
-                        response = await _start_sse(request, ex)
+                        response = await _start_sse(request, exchange)
                     if data := sse.render(event):
                         if framed:
                             await _write_event(request, response, data, stall)
@@ -74,14 +74,14 @@ async def write_stream(request: web.Request, ex: Exchange, events: AsyncGenerato
                             if outlet is not None:
                                 outlet.framed = framed
         except WriteTimeout as exc:  # the client stopped reading: nothing more can reach it
-            ex.error = exc
+            exchange.error = exc
             _abort(request)
             assert response is not None
             return response
         except IngressError as exc:  # the drain's deadline, at any point of the stream
             if response is None:
                 raise
-            ex.error = exc
+            exchange.error = exc
             await response.write(sse.error(exc))
     assert response is not None  # a stream yields until DONE or Failed
     if drain.draining:
@@ -124,27 +124,29 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
-async def _start_sse(request: web.Request, ex: Exchange) -> web.StreamResponse:
-    response = web.StreamResponse(headers={**SSE_HEADERS, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id,
-                                           "Server-Timing": server_timing(ex)})
-    if (served := served_by(ex)) is not None:
+async def _start_sse(request: web.Request, exchange: Exchange) -> web.StreamResponse:
+    response = web.StreamResponse(headers={**SSE_HEADERS, **(exchange.admitted.headers or {}),
+                                           REQUEST_ID: exchange.request_id,
+                                           "Server-Timing": server_timing(exchange)})
+    if (served := served_by(exchange)) is not None:
         response.headers[SERVED_BY] = served
-    if ex.cache is not None:
-        response.headers[CACHE_HEADER] = ex.cache
+    if exchange.cache is not None:
+        response.headers[CACHE_HEADER] = exchange.cache
     if request.app[DRAIN].draining:
         response.force_close()
     await response.prepare(request)
     return response
 
 
-async def write_relayed(request: web.Request, ex: Exchange, relay: pipeline.RelayedAnswer) -> web.StreamResponse:
+async def write_relayed(request: web.Request, exchange: Exchange, relay: pipeline.RelayedAnswer) -> web.StreamResponse:
     """The upstream's answer, byte for byte. A failure mid-body aborts the connection, so a binary
     client sees an incomplete body, never one that looks complete."""
     stall = request.app[GATEWAY].settings.client.write_timeout
     try:
         response = web.StreamResponse(status=relay.status, headers={
-            "Content-Type": CONTENT_TYPE, **relay.headers, **(ex.limit_headers or {}), REQUEST_ID: ex.request_id})
-        if (served := served_by(ex)) is not None:
+            "Content-Type": CONTENT_TYPE, **relay.headers, **(exchange.admitted.headers or {}),
+            REQUEST_ID: exchange.request_id})
+        if (served := served_by(exchange)) is not None:
             response.headers[SERVED_BY] = served
         await response.prepare(request)
         try:
@@ -153,7 +155,7 @@ async def write_relayed(request: web.Request, ex: Exchange, relay: pipeline.Rela
                     await _write(request, response, data, stall)
         except IngressError as exc:  # the pipeline has recorded the upstream's failures on the exchange
             if isinstance(exc, WriteTimeout):
-                ex.error = exc
+                exchange.error = exc
             _abort(request)
             return response
         await response.write_eof()

@@ -14,55 +14,55 @@ from ingress.tenancy.plan import Actual, Plan
 R = TypeVar("R")
 
 
-async def admit(gw: Gateway, prepared: Prepared[R], ex: Exchange) -> None:
+async def admit(gateway: Gateway, prepared: Prepared[R], exchange: Exchange) -> None:
     """The key's, its tenant's and the model's limits, for this request's estimate (its prompt's tokens
     and the most it may generate): one round trip to the store. Refused, it raises, having consumed
     nothing; admitted, the reservation is held on the exchange until it settles. Either way the answer
     carries the x-ratelimit headers."""
-    await admit_estimate(gw, ex, ex.model or "", prepared.prompt_tokens, prepared.max_output_tokens)
+    await admit_estimate(gateway, exchange, prepared.prompt_tokens, prepared.max_output_tokens)
 
 
-async def admit_estimate(gw: Gateway, ex: Exchange, model: str, prompt_tokens: int,
+async def admit_estimate(gateway: Gateway, exchange: Exchange, prompt_tokens: int,
                          max_output_tokens: int | None) -> None:
     """`admit`, for an estimate already known (a relayed buffer's passport and max_tokens)."""
-    principal = ex.principal
-    if principal is None or gw.tenancy is None:
+    principal = exchange.principal
+    if principal is None or gateway.tenancy is None:
         return
-    tenancy = gw.tenancy
-    plan = tenancy.policy.plan(principal, model, prompt_tokens, max_output_tokens)
+    tenancy, admitted = gateway.tenancy, exchange.admitted
+    plan = tenancy.policy.plan(principal, exchange.routed.model or "", prompt_tokens, max_output_tokens)
     asked = time.perf_counter()
     verdict = await tenancy.limiter.admit(plan, principal.tenant_name)
-    ex.admitted = time.perf_counter()
-    if ex.trace is not None:
-        ex.trace.child("admission", asked, ex.admitted, {"ingress.limit.outcome": verdict.outcome,
-                                                          "ingress.tenant": principal.tenant_name})
-    ex.limit_headers, ex.limit_outcome = verdict.headers, verdict.outcome
+    admitted.at = time.perf_counter()
+    if exchange.trace is not None:
+        exchange.trace.child("admission", asked, admitted.at, {"ingress.limit.outcome": verdict.outcome,
+                                                                   "ingress.tenant": principal.tenant_name})
+    admitted.headers, admitted.outcome = verdict.headers, verdict.outcome
     if verdict.error is not None:
         raise verdict.error
-    ex.admission = verdict.admission
+    admitted.admission = verdict.admission
 
 
-def settle(ex: Exchange) -> None:
+def settle(exchange: Exchange) -> None:
     """The exchange has ended, however it ended (the edge calls this once, last): whatever it still
     holds is let go, and its reservation is charged what it used."""
-    lease, ex.lease = ex.lease, None
+    lease = exchange.attempts.take()
     if lease is not None:
-        lease.release(ex.upstream_ok)
-    admission, ex.admission = ex.admission, None
+        lease.release(exchange.answer.upstream_ok)
+    admission = exchange.admitted.take()
     if admission is not None:
-        admission.settle(used(ex, admission.plan))
+        admission.settle(used(exchange, admission.plan))
 
 
-def used(ex: Exchange, plan: Plan) -> Actual | None:
+def used(exchange: Exchange, plan: Plan) -> Actual | None:
     """What the request used, for its reservation: the service's usage; without it, what the edge knows.
     None (refund all) when nothing ran: never sent, or refused by the service before any output."""
-    if ex.cache == "hit":  # served from the response cache: the request counts, its tokens do not
+    answer = exchange.answer
+    if exchange.cache == "hit":  # served from the response cache: the request counts, its tokens do not
         return Actual(0, 0)
-    if ex.usage is not None:
-        return Actual(ex.usage.prompt_tokens, ex.usage.completion_tokens)
-    if ex.binary:  # a relayed answer is not read: the reservation stands
+    if answer.usage is not None:
+        return Actual(answer.usage.prompt_tokens, answer.usage.completion_tokens)
+    if exchange.binary:  # a relayed answer is not read: the reservation stands
         return Actual(plan.input_tokens, plan.output_tokens)
-    if ex.upstream_sent is None or (isinstance(ex.error, UpstreamAnswered) and not ex.output_tokens):
+    if exchange.attempts.sent is None or (isinstance(exchange.failure, UpstreamAnswered) and not answer.output_tokens):
         return None
-    return Actual(plan.input_tokens, ex.output_tokens or 0)  # the prompt as counted, and what was streamed
-
+    return Actual(plan.input_tokens, answer.output_tokens or 0)  # the prompt as counted, and what was streamed

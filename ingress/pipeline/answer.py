@@ -27,48 +27,54 @@ from ingress.upstream.group import Lease
 from ingress.wire.answer import decode_answer
 from ingress.wire.embeddings import Embeddings, decode_embeddings_answer
 from ingress.wire.identifiers import COUNT_PATH
-from ingress.wire.types import Response
+from ingress.wire.types import Response, Usage
 
 
-async def complete(gw: Gateway, prepared: Prepared[Completion],
-                   ex: Exchange) -> chat_answers.ChatCompletion | TextCompletion:
+async def complete(gateway: Gateway, prepared: Prepared[Completion],
+                   exchange: Exchange) -> chat_answers.ChatCompletion | TextCompletion:
     """A non-streamed chat (or text) completion. Any failure raises, before the client was sent anything."""
-    response = await _completed(gw, prepared, ex)
+    response = await _completed(gateway, prepared, exchange)
     if isinstance(prepared.request, TextCompletionRequest):
         return translate_text_response(response)
     return translate_response(response, legacy_functions=prepared.request.legacy_functions)
 
 
-async def _completed(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> Response:
+async def _completed(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> Response:
     """Send, and decode the one answer (an Error answer raises)."""
 
-    async def attempt(lease: Lease) -> Response:
-        answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts)
+    async def attempt(lease: Lease, ready: Prepared[Completion]) -> Response:
+        answer = await lease.client.complete(ready.encoded, ready.headers, ready.timeouts)
         try:
-            return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
+            return decode_answer(answer, verify_answer=gateway.settings.verify_answers)  # an Error answer raises
         except UpstreamProtocolError as exc:  # a whole answer arrived: the generation ran
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send_cached(gw, prepared, ex, attempt, WHOLE, reroute=prepared.rerouter(gw, ex),
-                                 refused=filtered)
-    ex.upstream_ok = True
-    ex.mark_first_byte()
-    ex.usage, ex.served_model = response.usage, response.model or None
-    if ex.trace is not None:
-        ex.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason],
+    response = await send_cached(gateway, prepared, exchange, attempt, WHOLE,
+                                 reroute=prepared.rerouter(gateway, exchange), refused=filtered)
+    answered(exchange, response.usage, response.model)
+    if exchange.trace is not None:
+        exchange.trace.answered(response.id, [c.finish_reason for c in response.choices if c.finish_reason],
                           [c.content or "" for c in response.choices])
     return response
 
 
-def sealing_for(gw: Gateway, prepared: Prepared[Completion]) -> Seal:
+def answered(exchange: Exchange, usage: Usage | None, model: str) -> None:
+    """A whole answer came: the endpoint did its job; its usage and the model it named, on the exchange."""
+    answer = exchange.answer
+    answer.upstream_ok = True
+    answer.began()
+    answer.usage, answer.served_model = usage, model or None
+
+
+def sealing_for(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> Seal:
     """What seals a Responses answer's reasoning and compactions, naming the route that served them (read
     when sealing: a fallback may have served)."""
 
     def seal(kind: Kind, text: str, own: str | None) -> str:
-        match = prepared.match
+        match = exchange.attempts.served or prepared.match
         if own is not None and match.route.responses == "whole":
             return own  # OpenAI's own sealed reasoning, which goes back to it as it came
-        return gw.sealer.seal(kind, Sealed(text=text, provider=match.route.provider, model=match.upstream_model))
+        return gateway.sealer.seal(kind, Sealed(text=text, provider=match.route.provider, model=match.upstream_model))
 
     return seal
 
@@ -78,49 +84,50 @@ def filtered(response: Response) -> bool:
     return any(choice.finish_reason in FILTERED_FINISH for choice in response.choices)
 
 
-async def respond(gw: Gateway, call: Call, prepared: Prepared[Completion], ex: Exchange) -> ResponseObject:
+async def respond(gateway: Gateway, call: Call, prepared: Prepared[Completion], exchange: Exchange) -> ResponseObject:
     """A non-streamed Responses answer, sent as `complete` sends."""
-    return translate_response_object(call, await _completed(gw, prepared, ex), request_id=ex.request_id,
-                                     seal=sealing_for(gw, prepared))
+    response = await _completed(gateway, prepared, exchange)
+    return translate_response_object(call, response, request_id=exchange.request_id,
+                                     seal=sealing_for(gateway, prepared, exchange))
 
 
-async def answer_message(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
-                         ex: Exchange) -> anthropic_answers.Message:
+async def answer_message(gateway: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
+                         exchange: Exchange) -> anthropic_answers.Message:
     """A non-streamed Messages answer, sent as `complete` sends, in Anthropic's shape."""
-    return message_from_response(await _completed(gw, prepared, ex), id=message_id(ex), model=request.model)
+    response = await _completed(gateway, prepared, exchange)
+    return message_from_response(response, id=message_id(exchange), model=request.model)
 
 
-async def count_by_service(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> int:
+async def count_by_service(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> int:
     """A prompt counted by the service (a bridge asking its provider), sent as `complete` sends: the
     answer is a CompletionResponse whose usage is the count."""
 
-    async def attempt(lease: Lease) -> Response:
-        answer = await lease.client.complete(prepared.encoded, prepared.headers, prepared.timeouts,
-                                             path=COUNT_PATH)
+    async def attempt(lease: Lease, ready: Prepared[Completion]) -> Response:
+        answer = await lease.client.complete(ready.encoded, ready.headers, ready.timeouts, path=COUNT_PATH)
         try:
-            return decode_answer(answer, verify_answer=gw.settings.verify_answers)  # an Error answer raises
+            return decode_answer(answer, verify_answer=gateway.settings.verify_answers)  # an Error answer raises
         except UpstreamProtocolError as exc:
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
 
-    response = await send(gw, prepared.match, ex, attempt, prepared.prefix)
-    ex.upstream_ok = True
+    response = await send(gateway, prepared, exchange, attempt)
+    exchange.answer.upstream_ok = True
     if response.usage is None:
         raise UpstreamProtocolError("The model service answered a count without its usage.", after_head=True)
     return response.usage.prompt_tokens
 
 
-def message_id(ex: Exchange) -> str:
-    return f"msg_{ex.request_id}"
+def message_id(exchange: Exchange) -> str:
+    return f"msg_{exchange.request_id}"
 
 
-async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange) -> EmbeddingList:
+async def embed(gateway: Gateway, prepared: Prepared[EmbeddingRequest], exchange: Exchange) -> EmbeddingList:
     """One embeddings answer, sent as `complete` sends (retries, fallback); any failure raises."""
     inputs = len(prepared.request.inputs)
 
-    async def attempt(lease: Lease) -> Embeddings:
-        answer = await lease.client.embed(prepared.encoded, prepared.headers, prepared.timeouts)
+    async def attempt(lease: Lease, ready: Prepared[EmbeddingRequest]) -> Embeddings:
+        answer = await lease.client.embed(ready.encoded, ready.headers, ready.timeouts)
         try:
-            embeddings = decode_embeddings_answer(answer, verify_answer=gw.settings.verify_answers)
+            embeddings = decode_embeddings_answer(answer, verify_answer=gateway.settings.verify_answers)
         except UpstreamProtocolError as exc:  # a whole answer arrived: the service ran
             raise UpstreamProtocolError(exc.message, after_head=True) from exc.__cause__
         if len(embeddings.vectors) != inputs:
@@ -128,9 +135,8 @@ async def embed(gw: Gateway, prepared: Prepared[EmbeddingRequest], ex: Exchange)
                                         f"for {inputs} inputs.", after_head=True)
         return embeddings
 
-    embeddings = await send_cached(gw, prepared, ex, attempt, EMBEDDINGS, reroute=prepared.rerouter(gw, ex))
-    ex.upstream_ok = True
-    ex.mark_first_byte()
-    ex.usage, ex.served_model = embeddings.usage, embeddings.model or None
+    embeddings = await send_cached(gateway, prepared, exchange, attempt, EMBEDDINGS,
+                                   reroute=prepared.rerouter(gateway, exchange))
+    answered(exchange, embeddings.usage, embeddings.model)
     return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
 

@@ -10,7 +10,7 @@
              request waits for that answer and is served it as a hit, in its own shape and dialect; if
              that one ends with nothing to share, or stalls, the request is a miss of its own
 
-A store that fails or is slow is a miss (ingress/cache/stores.py). `ex.cache` says which way it went
+A store that fails or is slow is a miss (ingress/cache/stores.py). `exchange.cache` says which way it went
 (hit, miss, bypass): the x-ingress-cache header, the metrics and the usage record read it.
 """
 
@@ -42,43 +42,43 @@ R = TypeVar("R")
 HIT, MISS, BYPASS = "hit", "miss", "bypass"
 
 
-async def send_cached(gw: Gateway, prepared: Prepared[Any], ex: Exchange, attempt: Callable[[Any], Awaitable[T]],
-                      shape: Shape, **chain: Any) -> T:
+async def send_cached(gateway: Gateway, prepared: Prepared[Any], exchange: Exchange,
+                      attempt: Callable[[Any, Prepared[Any]], Awaitable[T]], shape: Shape, **chain: Any) -> T:
     """`send`, behind the route's cache: `attempt` runs on an endpoint's lease, or on the stored answer.
     `chain`: send's options for the route's fallback chain (reroute, refused, discard)."""
-    route, cache = prepared.match.route.cache, gw.cache
+    route, cache = prepared.match.route.cache, gateway.cache
     if route is None or cache is None:
-        return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
+        return await send(gateway, prepared, exchange, attempt, **chain)
     asked = time.perf_counter()
-    key = _key(prepared, ex, route)
+    key = _key(prepared, exchange, route)
     if key is None:
-        _outcome(ex, BYPASS, asked)
-        return await send(gw, prepared.match, ex, attempt, prepared.prefix, **chain)
-    if ex.cache_control != NO_CACHE:
+        _outcome(exchange, BYPASS, asked)
+        return await send(gateway, prepared, exchange, attempt, **chain)
+    if exchange.cache_control != NO_CACHE:
         stored: _Lease | None = None
         value = await cache.get(route, key)
         if value is not None and (answer := served(value, shape)) is not None:
             stored = _Lease(_StoredClient(answer))
         elif value is None and (flight := cache.flights.get(key)) is not None:
-            stored = await _follow(cache, key, flight, shape, gw.timeouts(prepared.match))
+            stored = await _follow(cache, key, flight, shape, gateway.timeouts(prepared.match))
         if stored is not None:
             try:
-                result = await attempt(stored)
+                result = await attempt(stored, prepared)
             except IngressError:  # an answer that does not read back: served by the service instead
                 pass
             else:
-                _outcome(ex, HIT, asked)
+                _outcome(exchange, HIT, asked)
                 if value is None:
-                    metrics.child(metrics.CACHE_COALESCED, ex.route or "").inc()
+                    metrics.child(metrics.CACHE_COALESCED, _route(exchange)).inc()
                 return result
-    _outcome(ex, MISS, asked)
+    _outcome(exchange, MISS, asked)
     flight = None
     if key not in cache.flights:  # the identical requests that come meanwhile are answered with this one's answer
         flight = cache.flights[key] = Flight(shape)
-    recorder = _Recorder(cache, route, key, shape, ex, cache.settings.max_entry_bytes, flight)
+    recorder = _Recorder(cache, route, key, shape, exchange, cache.settings.max_entry_bytes, flight)
     try:
-        result = await send(gw, prepared.match, ex, lambda lease: attempt(recorder.lease(lease)), prepared.prefix,
-                            **chain)
+        result = await send(gateway, prepared, exchange,
+                            lambda lease, ready: attempt(recorder.lease(lease), ready), **chain)
     except BaseException:
         recorder.settle(None)
         raise
@@ -105,12 +105,12 @@ async def _follow(cache: ResponseCache, key: str, flight: Flight, shape: Shape,
     return _Lease(_StoredClient(answer)) if answer is not None else None
 
 
-def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None:
+def _key(prepared: Prepared[Any], exchange: Exchange, route: RouteCache) -> str | None:
     """The entry's key, or None when the request is not to be cached (no-store, or not deterministic)."""
-    if ex.cache_control == NO_STORE or not (route.nondeterministic or deterministic(prepared.encoded)):
+    if exchange.cache_control == NO_STORE or not (route.nondeterministic or deterministic(prepared.encoded)):
         return None
     request = canonical(prepared.encoded)
-    principal = ex.principal
+    principal = exchange.principal
     who = scope_value(route.scope, principal.tenant_name if principal is not None else None,
                       principal.key.id if principal is not None else None, prepared.headers.get("authorization"))
     # The route that serves: a split's variant keeps its own entries (a canary is never answered from the
@@ -118,11 +118,15 @@ def _key(prepared: Prepared[Any], ex: Exchange, route: RouteCache) -> str | None
     return entry_key(request.data, route_name(prepared.match.route), prepared.match.upstream_model, who)
 
 
-def _outcome(ex: Exchange, outcome: str, asked: float) -> None:
-    ex.cache = outcome
-    metrics.child(metrics.CACHE_LOOKUPS, ex.route or "", outcome).inc()
-    if ex.trace is not None:
-        ex.trace.child("cache", asked, time.perf_counter(), {"ingress.cache": outcome})
+def _route(exchange: Exchange) -> str:
+    return exchange.routed.route or ""
+
+
+def _outcome(exchange: Exchange, outcome: str, asked: float) -> None:
+    exchange.cache = outcome
+    metrics.child(metrics.CACHE_LOOKUPS, _route(exchange), outcome).inc()
+    if exchange.trace is not None:
+        exchange.trace.child("cache", asked, time.perf_counter(), {"ingress.cache": outcome})
 
 
 # --- a hit: the stored answer, where an endpoint's client would be -------------------------------------
@@ -240,9 +244,10 @@ class _Recorder:
     """The bytes of the attempt's answer as they pass (up to `limit`: a larger answer is not stored), and the
     flight its followers wait on (None: this request leads none), settled once the answer is whole or failed."""
 
-    def __init__(self, cache: ResponseCache, route: RouteCache, key: str, shape: Shape, ex: Exchange,
+    def __init__(self, cache: ResponseCache, route: RouteCache, key: str, shape: Shape, exchange: Exchange,
                  limit: int, flight: Flight | None = None) -> None:
-        self.cache, self.route, self.key, self.shape, self.ex, self.limit = cache, route, key, shape, ex, limit
+        self.cache, self.route, self.key, self.shape, self.limit = cache, route, key, shape, limit
+        self.exchange = exchange
         self.flight = flight
         self.final = False  # a stream: the attempt that opened it is the one served (a chain moves no more)
         self.parts: list[bytes] = []
@@ -303,11 +308,15 @@ class _Recorder:
         """A stream closed: stored if the service's answer was whole and nothing failed on the way; its
         frames checked once more (`entry`) in a later turn of the loop, once its end is on its way. The stream
         of an attempt a chain moved on from (`final` not yet set) settles nothing."""
-        ex = self.ex
-        if ex.upstream_ok is True and ex.error is None:
+        if self.answered:
             asyncio.get_running_loop().call_soon(self.whole)
         elif self.final:
             self.settle(None)
+
+    @property
+    def answered(self) -> bool:
+        """The service's answer came whole, and nothing failed on its way to the client."""
+        return self.exchange.answer.upstream_ok is True and self.exchange.failure is None
 
     @property
     def waited(self) -> bool:
@@ -344,7 +353,7 @@ class _RecordingClient:
                 yield _RecordingReads(reads, recorder)
             finally:
                 try:
-                    if recorder.waited and not (recorder.ex.upstream_ok is True and recorder.ex.error is None):
+                    if recorder.waited and not recorder.answered:
                         await recorder.read_on(reads)
                 finally:
                     recorder.ended()  # settles the flight, if reading on did not (or was cancelled)

@@ -14,7 +14,6 @@ from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.sealing import Sealer, new_key
 from ingress.routing.budget import RetryBudget
-from ingress.routing.chain import route_name
 from ingress.routing.split import choose
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Route, Settings, Timeouts
@@ -52,29 +51,21 @@ class Gateway:
         self._affine_chains = frozenset(id(route) for route in self.routes.routes
                                         if any(link.group in self._affine for link in self.routes.chain(route)))
 
-    def route(self, model: str, ex: Exchange, meta: RequestMeta | None = None, user: str | None = None,
-              safety_identifier: str | None = None) -> Match:
+    def route(self, model: str, exchange: Exchange, meta: RequestMeta | None = None, user: str | None = None,
+              safety_identifier: str | None = None) -> tuple[Match, Route]:
         """The route that serves `model` for this request: the one its name selects, or the variant of that
-        route's split its sticky key (`meta`'s key or header, `user`, `safety_identifier`) falls on."""
+        route's split its sticky key (`meta`'s key or header, `user`, `safety_identifier`) falls on; and the
+        route its name selected (the split's, when a variant serves)."""
         match = self.routes.match(model)
-        if match is None or (ex.principal is not None and not ex.principal.allows(model)):
+        if match is None or (exchange.principal is not None and not exchange.principal.allows(model)):
             # One answer for both, as OpenAI's: a key learns nothing of the models it may not use.
             raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
                            code="model_not_found")
-        r = match.route
-        ex.metric_model = model if r.model is not None else (r.prefix or r.glob or "other")
-        # What a cost report groups by: the route as the configuration names it (its `name`; else an exact route
-        # by its model, aliases folded in; a prefix or glob route by its pattern, "" a catch-all prefix), one
-        # entry per route whatever names clients send, unlike `model`; and unlike `group`, the same when a
-        # fallback or a split's variant serves (those are `served_by` and `variant`).
-        ex.route = route_name(r)
-        ex.group = r.group
+        asked = match.route
         if shares := self.routes.shares(match):
-            key = _split_key(r, ex, meta, user, safety_identifier)
+            key = _split_key(asked, exchange, meta, user, safety_identifier)
             match = self.routes.variant(match, choose(key.encode(), shares), model)
-            ex.variant = match.variant
-            ex.group = match.route.group
-        return match
+        return match, asked
 
     def affine(self, route: Route) -> bool:
         """Whether the route's group or fallback chooses by the prompt's prefix: its passport then carries
@@ -90,21 +81,22 @@ class Gateway:
         return match.route.timeouts or self.settings.timeouts
 
 
-def _split_key(route: Route, ex: Exchange, meta: RequestMeta | None, user: str | None,
+def _split_key(route: Route, exchange: Exchange, meta: RequestMeta | None, user: str | None,
                safety_identifier: str | None) -> str:
     """What keeps a request on its split's variant: the route's `split_by`, as the request gives it; a request
     without one is placed by its own id (a weighted draw, not sticky)."""
     by = route.split_by
     key: str | None = None
     if by == "key":
-        key = ex.principal.key.id if ex.principal is not None else meta.api_key if meta is not None else None
+        principal = exchange.principal
+        key = principal.key.id if principal is not None else meta.api_key if meta is not None else None
     elif by == "user":
         key = user
     elif by == "safety_identifier":
         key = safety_identifier
     elif meta is not None:
         key = meta.header(route.split_header)
-    return f"{by}:{key}" if key else ex.request_id
+    return f"{by}:{key}" if key else exchange.request_id
 
 
 def hop_headers(request_id: str, passport: Passport | None) -> dict[str, str]:

@@ -27,7 +27,7 @@ from ingress.pipeline.prepare import (
 from ingress.settings import Route
 
 
-def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
+def prepare_messages(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, beta: list[str],
                      version: str | None) -> tuple[MessagesRequest, Prepared[Completion]]:
     """As prepare, for Anthropic's Messages API (`beta`: the client's `anthropic-beta` flags): decoded,
     then read as the chat request it amounts to, which travels; the decoded request is kept to answer it
@@ -37,7 +37,7 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
     leaves the whole request behind: then only its (redacted) reading travels, as to any other service."""
     request, _ = decode_messages(body, beta=bool(beta))
     user = request.metadata.user_id if request.metadata is not None else None
-    match, meta = route_decoded(gw, ex, request.model, bool(request.stream), meta, user)
+    match, meta = route_decoded(gateway, exchange, request.model, bool(request.stream), meta, user)
     whole = match.route.provider == "anthropic"
     read = messages_as_chat(request, for_anthropic=whole)
     extra_json = None
@@ -46,16 +46,16 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
             raise InvalidRequest("top_k: not supported by the service behind this model (its route does not "
                                  "forward engine parameters).", param="top_k")
         extra_json = f'{{"top_k":{read.top_k}}}'
-    tokens = counted(gw, ex, match, lambda exact: counter(gw, match).chat(read.request, exact))
-    chat = guarded_chat(ex, read.request, tokens, "messages")
+    tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).chat(read.request, exact))
+    chat = guarded_chat(exchange, read.request, tokens, "messages")
     redacted = chat is not read.request
     if whole and redacted:  # redacted: the request as sent may not travel
         read = messages_as_chat(request)  # what only Anthropic serves is refused, as off Anthropic
         whole = False
-    ex.dropped = [*(ex.dropped or ()), *read.dropped] or None
-    sent = chat if whole else folded_turns(ex, chat, match.route)
-    passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = encode_messages_request(sent, ex.request_id, passport, match.route.provider, match.upstream_model,
+    exchange.routed.hints.extend(read.dropped)
+    sent = chat if whole else folded_turns(exchange, chat, match.route)
+    passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
+    encoded = encode_messages_request(sent, exchange.request_id, passport, match.route.provider, match.upstream_model,
                                       extra_json, anthropic_json=body.decode() if whole else None,
                                       anthropic_beta=beta if whole else None,
                                       anthropic_version=version if whole else None)
@@ -66,39 +66,39 @@ def prepare_messages(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, 
         to_anthropic = route.provider == "anthropic" and not redacted
         reading = chat if redacted else messages_as_chat(request, for_anthropic=to_anthropic).request
         if not to_anthropic:
-            reading = folded_turns(ex, reading, route)
+            reading = folded_turns(exchange, reading, route)
         extra = None
         if read.top_k is not None and not to_anthropic:
             if route.extra_fields != "forward":
                 raise InvalidRequest("top_k: not forwarded by this route.", param="top_k")
             extra = f'{{"top_k":{read.top_k}}}'
-        return encode_messages_request(reading, ex.request_id, passport, route.provider, model, extra,
+        return encode_messages_request(reading, exchange.request_id, passport, route.provider, model, extra,
                                        anthropic_json=body.decode() if to_anthropic else None,
                                        anthropic_beta=beta if to_anthropic else None,
                                        anthropic_version=version if to_anthropic else None)
 
-    return request, prepared_for(gw, ex, sent, match, passport, encoded, meta, chat_output(sent),
+    return request, prepared_for(gateway, exchange, sent, match, passport, encoded, meta, chat_output(sent),
                                  encode_for=encode_for)
 
 
-def prepare_count(gw: Gateway, body: bytes, meta: RequestMeta, ex: Exchange, *, beta: list[str],
+def prepare_count(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, beta: list[str],
                   version: str | None) -> tuple[int, Prepared[Completion] | None]:
     """`count_tokens`: a Messages request's prompt (system, messages, tools; it has no `max_tokens`)
     counted exactly by the route's tokenizer (or the one its model's name implies); and, where the route
     asks its provider to count (`count_tokens = "provider"`), the request prepared for that."""
     request, _ = decode_messages(_with_max_tokens(body), beta=bool(beta))
-    match, meta = route_decoded(gw, ex, request.model, False, meta,
+    match, meta = route_decoded(gateway, exchange, request.model, False, meta,
                                 request.metadata.user_id if request.metadata is not None else None)
     asks_provider = match.route.count_tokens == "provider"
     read = messages_as_chat(request, for_anthropic=asks_provider)
-    tokens = counter(gw, match).chat(read.request, True)
+    tokens = counter(gateway, match).chat(read.request, True)
     if not asks_provider:
         return tokens, None
-    passport = compute_passport(read.request, meta, prompt_tokens=tokens, blocks=gw.affine(match.route))
-    encoded = encode_messages_request(read.request, ex.request_id, passport, match.route.provider,
+    passport = compute_passport(read.request, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
+    encoded = encode_messages_request(read.request, exchange.request_id, passport, match.route.provider,
                                       match.upstream_model, anthropic_json=body.decode(), anthropic_beta=beta,
                                       anthropic_version=version)
-    return tokens, prepared_for(gw, ex, read.request, match, passport, encoded, meta, 0)
+    return tokens, prepared_for(gateway, exchange, read.request, match, passport, encoded, meta, 0)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -34,7 +34,7 @@ from ingress.errors import (
     UpstreamAnswered,
     UpstreamError,
 )
-from ingress.exchange import Exchange
+from ingress.exchange import Answer, Exchange
 from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.answer import message_id
@@ -110,7 +110,7 @@ class ResponsesBurst:
 ResponsesStreamEvent = responses_answers.StreamEvent | ResponsesBurst | Signal | Failed
 
 
-async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, direct: Direct | None = None,
+async def stream(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange, direct: Direct | None = None,
                  translator: FrameTranslator[Any] | None = None) -> AsyncGenerator[StreamEvent, None]:
     """A streamed chat completion as events: OPENED and HEARTBEATs while the service is silent (one
     loop covers the wait for its response head and for its first frame), then one chat.completion.chunk
@@ -121,7 +121,7 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, dire
     head: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     yielded = False
     async with AsyncExitStack() as upstream:
-        async with tasks.scoped(_open(gw, prepared, ex, upstream, head), "stream-open") as opening:
+        async with tasks.scoped(_open(gateway, prepared, exchange, upstream, head), "stream-open") as opening:
             waiting: set[asyncio.Future[object]] = {opening, head}  # type: ignore[arg-type]  # only awaited
             while opening in waiting:
                 done, _ = await asyncio.wait(waiting, timeout=prepared.timeouts.heartbeat,
@@ -140,29 +140,29 @@ async def stream(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, dire
             except IngressError as exc:
                 if not yielded:
                     raise
-                yield failed(ex, exc)
+                yield ended_in_band(exchange.answer, exc)
                 return
-        translator = translator or _translator(gw, prepared, ex)
+        translator = translator or _translator(gateway, prepared, exchange)
         # aclosing: the stream's usage is recorded however it ends
-        async with aclosing(_translate(gw, prepared, ex, translator, reads, data, direct)) as events:
+        async with aclosing(_translate(gateway, prepared, exchange, translator, reads, data, direct)) as events:
             async for event in events:
                 yield event
 
 
-async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstream: AsyncExitStack,
+async def _open(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange, upstream: AsyncExitStack,
                 head: asyncio.Future[None]) -> tuple[Reads, bytes]:
     """Send; once the service's head has come, wait for the first read of its body (b"": it ended). On a
     route whose chain falls back on a content filter, the body is read until its first content (or its
     end, or PEEK_BYTES) before the head is announced: a stream a filter ended before any content moves on
     unseen."""
     peek = len(prepared.match.links) > 1 and "content_filter" in prepared.match.fallback_on
-    max_frame = gw.settings.max_frame_bytes
+    max_frame = gateway.settings.max_frame_bytes
 
-    async def attempt(lease: Lease) -> tuple[AsyncExitStack, Reads, bytes | None, bool]:
+    async def attempt(lease: Lease, ready: Prepared[Completion]) -> tuple[AsyncExitStack, Reads, bytes | None, bool]:
         stack = AsyncExitStack()
         try:
             reads = await stack.enter_async_context(
-                lease.client.stream(prepared.encoded, prepared.headers, prepared.timeouts))
+                lease.client.stream(ready.encoded, ready.headers, ready.timeouts))
             if not peek:
                 return stack, reads, None, False
             start, filtered = await _until_content(reads, max_frame)
@@ -174,8 +174,8 @@ async def _open(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, upstr
     async def discard(opened: tuple[AsyncExitStack, Reads, bytes | None, bool]) -> None:
         await opened[0].aclose()
 
-    stack, reads, start, _ = await send_cached(gw, prepared, ex, attempt, STREAM,
-                                               reroute=prepared.rerouter(gw, ex),
+    stack, reads, start, _ = await send_cached(gateway, prepared, exchange, attempt, STREAM,
+                                               reroute=prepared.rerouter(gateway, exchange),
                                                refused=(lambda opened: opened[3]) if peek else None, discard=discard)
     upstream.push_async_callback(stack.aclose)  # closed with the stream, whoever ends it
     head.set_result(None)
@@ -223,17 +223,19 @@ class StartPeek:
         return None
 
 
-async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, translator: FrameTranslator[Any],
+async def _translate(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange,
+                     translator: FrameTranslator[Any],
                      reads: Reads, data: bytes, direct: Direct | None) -> AsyncGenerator[StreamEvent, None]:
     """The body from its first read on, through the streaming core (`StreamBody`): each read's chunks
     yielded, then DONE at the final frame, or Failed. With `direct`, each later read is fed to the core in
     the upstream connection's callback and its chunks offered there (`_Offer`); only what `direct`
     declines, a failure or the end come back to this generator."""
-    gaps = metrics.inter_chunk_gaps(ex.metric_model)
-    body = StreamBody(translator, gw.settings.max_frame_bytes, gaps.sent)
+    answer = exchange.answer
+    gaps = metrics.inter_chunk_gaps(exchange.routed.metric_model)
+    body = StreamBody(translator, gateway.settings.max_frame_bytes, gaps.sent)
     offer = _Offer(body, direct) if direct is not None else None
     if data:
-        ex.mark_first_byte()  # the body's first read: every later one comes after it
+        answer.began()  # the body's first read: every later one comes after it
     read = _fed(body, data)
     try:
         while True:
@@ -242,7 +244,7 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
             if (error := read.error) is not None:
                 if not isinstance(error, IngressError):
                     raise error  # a bug met in the connection's callback (`_Offer`), raised in this task
-                yield failed(ex, error)
+                yield ended_in_band(exchange.answer, error)
                 return
             if body.done:
                 break
@@ -251,27 +253,28 @@ async def _translate(gw: Gateway, prepared: Prepared[Completion], ex: Exchange, 
             except IngressError as exc:  # the connection broke, or the service went silent: its failure
                 read = Read([], exc)
     finally:
-        ex.usage, ex.served_model = translator.usage, translator.served_model or None
+        answer.usage, answer.served_model = translator.usage, translator.served_model or None
         if translator.usage is None and translator.output:  # accounting counts what was streamed
-            ex.output_tokens = counter(gw, prepared.match).text("".join(translator.output))
-        ex.upstream_done = time.perf_counter()
-        if ex.trace is not None:  # the answer's id and finish reasons (its text too, where the route opted in)
-            ex.trace.answered(translator.id, translator.finish_reasons,
-                              ["".join(translator.output)] if ex.trace.content else [])
-    ex.upstream_ok = True
+            served = exchange.attempts.served or prepared.match
+            answer.output_tokens = counter(gateway, served).text("".join(translator.output))
+        answer.done = time.perf_counter()
+        if exchange.trace is not None:  # the answer's id and finish reasons (its text too, where the route opted in)
+            exchange.trace.answered(translator.id, translator.finish_reasons,
+                              ["".join(translator.output)] if exchange.trace.content else [])
+    answer.upstream_ok = True
     yield DONE
 
 
 
 
-def _translator(gw: Gateway, prepared: Prepared[Completion], ex: Exchange) -> FrameTranslator[Chunk]:
+def _translator(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> FrameTranslator[Chunk]:
     """The request's frames → chunks: chat chunks, or a legacy completion's text ones."""
-    request, created, verify = prepared.request, int(time.time()), gw.settings.verify_answers
+    request, created, verify = prepared.request, int(time.time()), gateway.settings.verify_answers
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
     if isinstance(request, TextCompletionRequest):
-        return TextStreamTranslator(id=f"cmpl-{ex.request_id}", model=request.model, created=created,
+        return TextStreamTranslator(id=f"cmpl-{exchange.request_id}", model=request.model, created=created,
                                     include_usage=include_usage, verify=verify)
-    return StreamTranslator(id=f"chatcmpl-{ex.request_id}", model=request.model, created=created,
+    return StreamTranslator(id=f"chatcmpl-{exchange.request_id}", model=request.model, created=created,
                             include_usage=include_usage, verify=verify, legacy_functions=request.legacy_functions)
 
 
@@ -312,15 +315,17 @@ def _event(chunks: list[Chunk]) -> StreamEvent:
     return chunks[0] if len(chunks) == 1 else Burst(chunks)
 
 
-async def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepared[Completion], ex: Exchange,
+async def stream_messages(gateway: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
+                          exchange: Exchange,
                           direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
     """A streamed Messages answer: `stream` with Anthropic's translator, its events in place of chunks.
     Its message_start goes first, as soon as the answer begins (before a ping while the service is
     silent), with the edge's count of the prompt until the service counts it. `direct` as for `stream`:
     it takes events only once the head, and with it message_start, is out."""
-    translator = MessagesStreamTranslator(id=message_id(ex), model=request.model, input_tokens=prepared.prompt_tokens,
-                                          verify=gw.settings.verify_answers)
-    async with aclosing(stream(gw, prepared, ex, direct, translator)) as events:
+    translator = MessagesStreamTranslator(id=message_id(exchange), model=request.model,
+                                          input_tokens=prepared.prompt_tokens,
+                                          verify=gateway.settings.verify_answers)
+    async with aclosing(stream(gateway, prepared, exchange, direct, translator)) as events:
         async for event in events:
             if event is OPENED:
                 yield OPENED
@@ -331,21 +336,23 @@ async def stream_messages(gw: Gateway, request: MessagesRequest, prepared: Prepa
                 yield event
 
 
-def failed(ex: Exchange, exc: IngressError) -> Failed:
-    ex.error = exc
+def ended_in_band(answer: Answer, exc: IngressError) -> Failed:
+    """The stream failed after it began: the failure on the answer's record, and the event that ends the
+    client's stream with it."""
+    answer.failure = exc
     # The service's own Error frame is an answer; a broken, unreadable or silent stream is its failure.
-    ex.upstream_ok = isinstance(exc, UpstreamAnswered) or not isinstance(exc, UpstreamError)
+    answer.upstream_ok = isinstance(exc, UpstreamAnswered) or not isinstance(exc, UpstreamError)
     return Failed(exc)
 
 
-async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Exchange,
+async def stream_response(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange,
                           events: ResponseEvents) -> AsyncGenerator[ResponsesStreamEvent, None]:
     """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
     Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
     its own, such as the drain's deadline)."""
-    translator = _translator(gw, prepared, ex)
+    translator = _translator(gateway, prepared, exchange)
     assert isinstance(translator, StreamTranslator)  # a Responses request travels as a chat request
-    async with aclosing(stream(gw, prepared, ex, translator=translator)) as chunks:
+    async with aclosing(stream(gateway, prepared, exchange, translator=translator)) as chunks:
         async for event in chunks:
             made: list[responses_answers.StreamEvent]
             if type(event) is Delta:
@@ -362,7 +369,7 @@ async def stream_response(gw: Gateway, prepared: Prepared[Completion], ex: Excha
                 yield OPENED
                 made = events.opened()
             elif event is DONE:
-                made = events.completed(ex.usage)
+                made = events.completed(exchange.answer.usage)
             else:
                 assert isinstance(event, Signal | Failed), event
                 yield event

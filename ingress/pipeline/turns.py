@@ -30,7 +30,7 @@ from ingress.oai.chat import (
 )
 from ingress.settings import Route
 
-FOLDED = "messages.late_system_folded"  # the hint the access line names (ex.dropped) when a request was folded
+FOLDED = "messages.late_system_folded"  # the hint the access line names (routed.hints) when a request was folded
 
 _Instruction = SystemMessage | DeveloperMessage
 _Content = str | list[UserPart]

@@ -48,8 +48,9 @@ async def test_codex_first_turn_streams_and_names_what_it_did_not_send(edge: tup
     events = [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: ")]
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
     assert events[-1]["response"]["reasoning"] == {"effort": None, "summary": "auto"}
-    [ex] = exchanges
-    assert ex.dropped == ["client_metadata", "input.internal_chat_message_metadata_passthrough", "tools.web_search"]
+    [exchange] = exchanges
+    assert exchange.routed.hints == ["client_metadata", "input.internal_chat_message_metadata_passthrough",
+                                     "tools.web_search"]
 
 
 async def test_a_route_that_refuses_built_in_tools_names_the_tool(edge: tuple[str, list[Exchange]]) -> None:

@@ -98,7 +98,7 @@ async def test_an_agent_calls_its_tool_and_answers_with_the_result(demo: Recorde
     assert looked_up == [PROMPT]  # the tool ran once, with the argument the demo built from its schema
     assert demo.calls == [(api.path, 200)] * 2  # the call, then the answer to the tool's result
     first, second = demo.exchanges
-    assert (first.model, first.stream, second.stream) == (MODEL, False, False)
+    assert (first.routed.model, first.routed.stream, second.routed.stream) == (MODEL, False, False)
     # the demo names a call after its request: the tool's result went back under the first answer's call id
     assert result.final_output == f"Tool call_{first.request_id[:24]} returned: sunny in {PROMPT!r}"
 
@@ -114,5 +114,5 @@ async def test_a_streamed_run_yields_the_call_the_output_and_the_answer(demo: Re
     assert looked_up == [PROMPT]
     assert demo.calls == [(api.path, 200)] * 2
     first, second = demo.exchanges
-    assert (first.stream, second.stream) == (True, True)
+    assert (first.routed.stream, second.routed.stream) == (True, True)
     assert run.final_output == f"Tool call_{first.request_id[:24]} returned: sunny in {PROMPT!r}"

@@ -310,7 +310,7 @@ async def test_a_relay_that_stalls_ends_as_a_timeout_within_the_routes_deadlines
             await response.read()
 
     assert loop.time() - started < 10.0  # the idle or total deadline ended it, not the 30 s ones
-    assert isinstance(exchanges[0].error, UpstreamTimeout)
+    assert isinstance(exchanges[0].failure, UpstreamTimeout)
 
 
 # --- a failure mid-answer aborts the connection -------------------------------------------------

@@ -82,9 +82,9 @@ async def _turn(http: aiohttp.ClientSession, fleet: Fleet, edge: int, messages: 
     return body["choices"][0]["message"]["content"], exchanges[-1]
 
 
-def _way(ex: Exchange) -> Way:
-    assert ex.choice is not None
-    return ex.choice.way
+def _way(exchange: Exchange) -> Way:
+    assert exchange.attempts.choice is not None
+    return exchange.attempts.choice.way
 
 
 async def test_a_conversation_keeps_its_endpoint_across_turns_and_edges_and_moves_when_it_goes_down(
@@ -95,10 +95,10 @@ async def test_a_conversation_keeps_its_endpoint_across_turns_and_edges_and_move
     ways: list[Way] = []
     async with aiohttp.ClientSession() as http:
         for turn in range(6):
-            answer, ex = await _turn(http, fleet, turn % 3, messages)
-            assert ex.upstream is not None and ex.attempts == 1
-            served.append(ex.upstream)
-            ways.append(_way(ex))
+            answer, exchange = await _turn(http, fleet, turn % 3, messages)
+            assert exchange.attempts.upstream is not None and exchange.attempts.count == 1
+            served.append(exchange.attempts.upstream)
+            ways.append(_way(exchange))
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"And then {turn}?"}]
 
         assert len(set(served)) == 1  # every turn, on every edge, where the first one went
@@ -109,11 +109,11 @@ async def test_a_conversation_keeps_its_endpoint_across_turns_and_edges_and_move
 
         moved: list[str] = []
         for turn in range(6, 12):
-            answer, ex = await _turn(http, fleet, turn % 3, messages)
-            assert ex.upstream is not None
-            moved.append(ex.upstream)
+            answer, exchange = await _turn(http, fleet, turn % 3, messages)
+            assert exchange.attempts.upstream is not None
+            moved.append(exchange.attempts.upstream)
             if turn < 9:  # each edge learns it is down from its own attempt, and retries elsewhere
-                assert ex.attempts == 2
+                assert exchange.attempts.count == 2
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"And then {turn}?"}]
 
     assert down not in moved and len(set(moved)) == 1  # every edge moved it to the same next endpoint
@@ -125,12 +125,12 @@ async def test_conversations_behind_one_system_prompt_spread_and_each_keeps_its_
     async with aiohttp.ClientSession() as http:
         for i in range(24):  # one at a time: no load bound moves any of them
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Booking {i} please."}]
-            answer, ex = await _turn(http, fleet, i % 3, messages)
-            assert ex.upstream is not None and _way(ex) is Way.HASHED
-            firsts[i] = ex.upstream
+            answer, exchange = await _turn(http, fleet, i % 3, messages)
+            assert exchange.attempts.upstream is not None and _way(exchange) is Way.HASHED
+            firsts[i] = exchange.attempts.upstream
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Thanks."}]
             _, again = await _turn(http, fleet, (i + 1) % 3, messages)  # the next turn, on another edge
-            assert again.upstream == ex.upstream
+            assert again.attempts.upstream == exchange.attempts.upstream
 
     # Spread by hash over every endpoint (prefix_spread is 0 by default; the fakes' ports, in the endpoints'
     # identities, differ from run to run): not all behind the system prompt's endpoint. Bounds a uniform
@@ -152,9 +152,9 @@ async def test_a_prefix_spread_gathers_them_on_a_few_endpoints(fleet: Fleet) -> 
         alone = Fleet([(url, exchanges)], fleet.fakes, fleet.stops)
         for i in range(24):  # one at a time: no load bound moves any of them
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Booking {i} please."}]
-            _, ex = await _turn(http, alone, 0, messages)
-            assert ex.upstream is not None and _way(ex) is Way.HASHED
-            firsts[i] = ex.upstream
+            _, exchange = await _turn(http, alone, 0, messages)
+            assert exchange.attempts.upstream is not None and _way(exchange) is Way.HASHED
+            firsts[i] = exchange.attempts.upstream
 
     assert len(set(firsts.values())) == 2
     assert max(Counter(firsts.values()).values()) <= 23
@@ -168,8 +168,8 @@ async def test_an_affinity_key_keeps_a_session_together_whatever_its_prompts(fle
                                 prompt_cache_key="tenant-7") for i in range(6)]
 
     for turns in (by_header, by_field):
-        assert len({ex.upstream for _, ex in turns}) == 1
-        assert {_way(ex) for _, ex in turns} <= {Way.AFFINITY_KEY, Way.HIT}
+        assert len({exchange.attempts.upstream for _, exchange in turns}) == 1
+        assert {_way(exchange) for _, exchange in turns} <= {Way.AFFINITY_KEY, Way.HIT}
 
 
 @pytest.mark.parametrize("header", ["session-id", "x-session-affinity"])
@@ -180,8 +180,8 @@ async def test_an_agents_session_header_keeps_its_session_together_with_no_route
     async with aiohttp.ClientSession() as http:
         turns = [await _turn(http, fleet, i % 3, [{"role": "user", "content": f"Question {i} of a session"}],
                              headers={header: "agent-session-9"}) for i in range(6)]
-    assert len({ex.upstream for _, ex in turns}) == 1
-    assert {_way(ex) for _, ex in turns} <= {Way.AFFINITY_KEY, Way.HIT}
+    assert len({exchange.attempts.upstream for _, exchange in turns}) == 1
+    assert {_way(exchange) for _, exchange in turns} <= {Way.AFFINITY_KEY, Way.HIT}
 
 
 async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(fleet: Fleet) -> None:
@@ -199,11 +199,11 @@ async def test_a_binary_clients_own_passport_chain_is_what_the_choice_reads(flee
                                  headers={"Content-Type": wire.CONTENT_TYPE}) as response:
                 assert response.status == 200
                 await response.read()
-            served.append((exchanges[-1].upstream, _way(exchanges[-1])))
+            served.append((exchanges[-1].attempts.upstream, _way(exchanges[-1])))
         # and the JSON form of the same conversation goes there too
-        _, ex = await _turn(http, fleet, 2, turn_two)
+        _, exchange = await _turn(http, fleet, 2, turn_two)
 
-    assert served[0][0] == served[1][0] == ex.upstream
+    assert served[0][0] == served[1][0] == exchange.attempts.upstream
     assert [way for _, way in served] == [Way.HASHED, Way.HASHED]
 
 
@@ -252,7 +252,7 @@ async def test_with_the_demos_caches_on_a_conversations_later_turns_are_read_fro
     assert cached[0] == 0  # the first turn: a cold cache
     # then most of the turns before: what their full blocks held (a prompt's last block is partial)
     assert all(0.8 * previous < c <= previous for (previous, _), (_, c) in itertools.pairwise(usages))
-    assert len({ex.upstream for ex in exchanges if ex.api == "chat"}) == 1  # (not /metrics)
+    assert len({exchange.attempts.upstream for exchange in exchanges if exchange.api == "chat"}) == 1  # (not /metrics)
 
     records = [line for line in lines(log_stream) if line["event"] == "request"
                and str(line["request_id"]).startswith("kv-")]

@@ -209,7 +209,7 @@ async def test_an_agent_runs_its_shell_tool_and_answers_with_the_result(
                    and not a.upgrade]
     assert model_calls, said
     assert [a for a in stack.answered if a.status != 200 and not a.upgrade] == [], said
-    assert {a.exchange.model for a in model_calls if a.exchange is not None} == {MODEL}, said
+    assert {a.exchange.routed.model for a in model_calls if a.exchange is not None} == {MODEL}, said
     # The script called the shell tool once; it ran in the agent's directory; its result went back.
     assert [reply.tool for reply in stack.model.replies if reply.tool] == [case.shell], said
     assert (work / "proof.txt").read_text() == proof, said
@@ -221,12 +221,12 @@ async def test_an_agent_runs_its_shell_tool_and_answers_with_the_result(
         # Anthropic caches only up to a breakpoint: Claude Code places its own; for the others the edge
         # does, and the turn with the tool's result reads the turn before it from the cache.
         assert any("cache_control" in json.dumps(r.body) for r in stack.model.received), said
-        last = [a.exchange for a in model_calls if a.exchange is not None and a.exchange.usage is not None][-1]
-        assert last.usage is not None and last.usage.cached_tokens > 0, said
+        last = [a.exchange for a in model_calls if a.exchange is not None and a.exchange.answer.usage is not None][-1]
+        assert last.answer.usage is not None and last.answer.usage.cached_tokens > 0, said
 
 
 def _statuses(stack: Stack) -> list[tuple[str, str, int, Any]]:
-    return [(a.method, a.path, a.status, a.exchange.error if a.exchange is not None else None)
+    return [(a.method, a.path, a.status, a.exchange.failure if a.exchange is not None else None)
             for a in stack.answered]
 
 
@@ -365,7 +365,7 @@ async def test_codex_on_a_route_to_openai_itself_goes_whole_and_gets_openais_rea
     assert [i["encrypted_content"] for i in sent_back] == [f"{REASONING_BLOB}0"], said
     served = [a.exchange for a in stack.answered if a.exchange is not None and a.exchange.api == "responses"
               and not a.upgrade]
-    assert all(not ex.dropped for ex in served), said  # nothing left out: it all went on
+    assert all(not exchange.routed.hints for exchange in served), said  # nothing left out: it all went on
     assert (work / "proof.txt").read_text() == proof, said
     assert run.code == 0 and f"{DONE}{proof}" in run.stdout, said
 
@@ -424,11 +424,12 @@ async def test_codex_first_turn_is_served_by_a_real_engine(long_llama: str, tmp_
         argv, env = codex(exe, url, home)
         run = await run_agent([*argv[:-1], "Say hello."], work, env)
     said = f"exit {run.code}\nstdout: {run.stdout[-2000:]}\nstderr: {run.stderr[-3000:]}\nedge: {answered}"
-    posts = [(status, ex) for method, status, ex in answered if method == "POST"]
+    posts = [(status, exchange) for method, status, exchange in answered if method == "POST"]
     assert posts and all(status == 200 for status, _ in posts), said
-    served = [ex for _, ex in posts if ex is not None]
-    assert served and all(ex.served_model == "smollm2" and ex.usage is not None for ex in served), said
-    assert served[0].usage is not None and served[0].usage.prompt_tokens > 4000, said  # the whole request
-    assert served[0].dropped == ["client_metadata", "input.internal_chat_message_metadata_passthrough",
+    served = [exchange for _, exchange in posts if exchange is not None]
+    assert served and all(exchange.answer.served_model == "smollm2" and exchange.answer.usage is not None
+                          for exchange in served), said
+    assert served[0].answer.usage is not None and served[0].answer.usage.prompt_tokens > 4000, said  # the whole request
+    assert served[0].routed.hints == ["client_metadata", "input.internal_chat_message_metadata_passthrough",
                                  "tools.web_search"], said
     assert run.code == 0, said

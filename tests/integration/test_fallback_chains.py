@@ -63,7 +63,7 @@ class Chain:
         return {name: [r.request.model for r in fake.received] for name, fake in self.fakes.items()}
 
     def last(self) -> Exchange:
-        return [ex for ex in self.exchanges if ex.api is not None][-1]
+        return [exchange for exchange in self.exchanges if exchange.api is not None][-1]
 
 
 StartChain = Callable[..., Awaitable[Chain]]
@@ -187,9 +187,9 @@ async def test_the_chain_is_tried_in_order_and_the_answer_names_who_served(
     assert headers[SERVED_BY] == 'route="local", model="llama-3.1-70b"'
     assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"],
                                        "local": ["llama-3.1-70b"]}
-    ex = chain.last()
-    assert ex.fell_back == ["gpt:rate_limited", "claude:5xx"]
-    assert ex.attempts == 3 and ex.route == "gpt"
+    exchange = chain.last()
+    assert exchange.attempts.fell_back == ["gpt:rate_limited", "claude:5xx"]
+    assert exchange.attempts.count == 3 and exchange.routed.route == "gpt"
     after = await _samples(http, chain.url)
     assert _attempts(before, after) == {("gpt", "rate_limited"): 1, ("claude", "5xx"): 1, ("local", "ok"): 1}
 
@@ -246,7 +246,7 @@ async def test_an_edge_started_a_moment_ago_falls_back_with_the_default_budget(s
 
     assert answer.headers[SERVED_BY] == 'route="claude", model="claude-sonnet-4-5"'
     assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
-    assert chain.last().fell_back == ["gpt:rate_limited"]
+    assert chain.last().attempts.fell_back == ["gpt:rate_limited"]
 
 
 async def test_a_class_the_route_does_not_list_ends_the_chain(start_chain: StartChain) -> None:
@@ -293,7 +293,7 @@ async def test_a_prompt_too_long_in_each_dialects_words_moves_to_the_long_contex
 
     assert (raw.parse()).choices[0].message.content == TEXT
     assert raw.headers[SERVED_BY] == 'route="long", model="gemini-long"'
-    assert chain.last().fell_back == ["gpt:context_length"]
+    assert chain.last().attempts.fell_back == ["gpt:context_length"]
 
 
 async def test_a_fallback_whose_context_is_too_short_is_skipped_up_front(
@@ -339,7 +339,7 @@ async def test_an_answer_a_filter_ended_moves_on_before_the_client_sees_it(
         assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"]) == TEXT
     else:
         assert json.loads(text)["choices"][0]["message"]["content"] == TEXT
-    assert chain.last().fell_back == ["gpt:content_filter"]
+    assert chain.last().attempts.fell_back == ["gpt:content_filter"]
 
 
 async def test_a_stream_filtered_after_its_content_began_is_not_moved(
@@ -477,7 +477,7 @@ async def test_the_messages_api_falls_back_on_anthropics_rate_limit_and_prompt_t
         assert cxx_verifier.verify("request", received.body)  # type: ignore[attr-defined]
     assert wire.read_request(haiku.body).AnthropicJson()  # whole to Anthropic's bridge
     assert not wire.read_request(gpt.body).AnthropicJson()  # read as a chat request elsewhere
-    assert chain.last().fell_back == ["claude:rate_limited", "haiku:context_length"]
+    assert chain.last().attempts.fell_back == ["claude:rate_limited", "haiku:context_length"]
 
 
 # --- splits --------------------------------------------------------------------------------------
@@ -506,7 +506,7 @@ async def test_a_split_is_sticky_by_user_and_named_in_the_header_the_metrics_and
                           'route="canary", model="gpt-5", variant="canary"'}
     received = chain.models_received()
     assert len(received["primary"]) + len(received["canary"]) == 48
-    assert {ex.variant for ex in chain.exchanges if ex.api} == {"gpt", "canary"}
+    assert {exchange.routed.variant for exchange in chain.exchanges if exchange.api} == {"gpt", "canary"}
     after = await _samples(http, chain.url)
     split = {dict(labels)["variant"]: value - before.get((name, labels), 0.0) for (name, labels), value in after.items()
              if name == "ingress_split_requests_total" and dict(labels)["route"] == "gpt"}

@@ -115,8 +115,8 @@ async def test_vectors_of_the_models_dimension_alike_in_either_format_and_usage_
     encoded = explicit.data[0].embedding
     assert isinstance(encoded, str)  # left to the caller, who asked for it
     assert _f32([array("f", base64.b64decode(encoded))]) == _f32(vectors[:1])
-    [ex, *_] = served.exchanges
-    assert ex.usage is not None and ex.usage.prompt_tokens == usage["prompt_tokens"]
+    [exchange, *_] = served.exchanges
+    assert exchange.answer.usage is not None and exchange.answer.usage.prompt_tokens == usage["prompt_tokens"]
 
 
 async def test_token_ids_are_embedded_as_ids(served: Served) -> None:
@@ -161,7 +161,7 @@ async def test_a_repeated_request_is_answered_from_the_routes_cache(served: Serv
     assert (first.headers["x-ingress-cache"], again.headers["x-ingress-cache"]) == ("miss", "hit")
     assert _f32(i.embedding for i in first.parse().data) == _f32(i.embedding for i in again.parse().data)
     assert first.parse().usage == again.parse().usage
-    assert [ex.cache for ex in served.exchanges] == ["miss", "hit"]
+    assert [exchange.cache for exchange in served.exchanges] == ["miss", "hit"]
 
 
 async def test_a_route_whose_group_is_down_falls_back_to_the_bridged_engine(served: Served) -> None:
@@ -172,8 +172,8 @@ async def test_a_route_whose_group_is_down_falls_back_to_the_bridged_engine(serv
     assert [len(item.embedding) for item in result.data] == [dimension, dimension]
     _, usage = await _direct(served.engine, TEXTS)
     assert result.usage.prompt_tokens == usage["prompt_tokens"]
-    [ex] = served.exchanges
-    assert (ex.attempts, ex.group) == (2, "llama")
+    [exchange] = served.exchanges
+    assert (exchange.attempts.count, exchange.group) == (2, "llama")
 
 
 def _settled() -> float:
@@ -199,4 +199,4 @@ async def test_a_keys_token_limit_is_charged_the_engines_count(llama_embedder: s
     assert raw.headers["x-ratelimit-limit-tokens"] == str(TPM)
     assert int(raw.headers["x-ratelimit-remaining-tokens"]) < TPM  # its prompt, reserved as the edge counts it
     assert raw.parse().usage.prompt_tokens == charged == usage["prompt_tokens"]  # settled: the engine's count
-    assert exchanges[-1].usage is not None and exchanges[-1].usage.prompt_tokens == usage["prompt_tokens"]
+    assert exchanges[-1].answer.usage is not None and exchanges[-1].answer.usage.prompt_tokens == usage["prompt_tokens"]

@@ -222,8 +222,9 @@ async def test_an_unreachable_service_is_a_502_and_the_fallback_serves_it(
             url, _, exchanges = await recording_edge(stack, settings)
             async with http.post(f"{url}/v1/embeddings", json={"model": "m", "input": "a"}) as response:
                 assert response.status == 200, await response.text()
-            [ex] = exchanges
-            assert (ex.attempts, ex.group, ex.upstream) == (2, "live", fake_upstream.url)
+            [exchange] = exchanges
+            attempts = exchange.attempts
+            assert (attempts.count, exchange.group, attempts.upstream) == (2, "live", fake_upstream.url)
         assert len(fake_upstream.embeddings_received) == 1
 
 
@@ -233,10 +234,11 @@ async def test_the_exchange_records_the_embeddings_request(fake_upstream: FakeUp
         url, _, exchanges = await recording_edge(stack, Settings(upstream=fake_upstream.url, timeouts=FAST))
         async with http.post(f"{url}/v1/embeddings", json={"model": "m", "input": ["a", "b", "c"]}) as response:
             assert response.status == 200
-        [ex] = exchanges
-        assert (ex.model, ex.stream, ex.upstream_ok, ex.attempts) == ("m", False, True, 1)
-        assert ex.usage is not None and ex.usage.prompt_tokens == 3
-        assert ex.lease is None  # settled
+        [exchange] = exchanges
+        assert (exchange.routed.model, exchange.routed.stream) == ("m", False)
+        assert (exchange.answer.upstream_ok, exchange.attempts.count) == (True, 1)
+        assert exchange.answer.usage is not None and exchange.answer.usage.prompt_tokens == 3
+        assert exchange.attempts.lease is None  # settled
 
 
 def _metric(text: str, name: str, **labels: str) -> float:

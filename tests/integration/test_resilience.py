@@ -193,9 +193,9 @@ async def test_a_mixed_load_sees_no_errors_while_an_endpoint_refuses_connections
     down_state = edge.states("main")[down]
     assert down_state.ejections >= 1 and not down_state.healthy(time.monotonic())
     assert edge.states("main")[main_fake.url].healthy(time.monotonic())
-    retried = sum(ex.attempts - 1 for ex in edge.exchanges)
+    retried = sum(exchange.attempts.count - 1 for exchange in edge.exchanges)
     assert 1 <= retried <= 10  # two failures eject the refusing endpoint for 30 s: few retries needed
-    assert all(ex.error is None for ex in edge.exchanges)
+    assert all(exchange.failure is None for exchange in edge.exchanges)
     assert {(g.in_flight, g.waiting) for g in edge.gateway.groups.values()} == {(0, 0)}
     await _back_to(baseline, pooled=2 * 10)
 
@@ -221,7 +221,7 @@ async def test_a_stream_is_never_retried_once_it_started(
     assert json.loads(events[-1])["error"]["code"] == "upstream_protocol_error"
     assert json.loads(events[1])["choices"][0]["delta"]["content"] == "Tell"
     assert len(first.received) + len(second.received) + len(spare.received) == 1
-    assert [ex.attempts for ex in edge.exchanges] == [1]
+    assert [exchange.attempts.count for exchange in edge.exchanges] == [1]
 
 
 async def test_the_sdk_raises_when_a_started_stream_breaks_and_nothing_is_retried(
@@ -307,9 +307,10 @@ async def test_the_retry_budget_stops_an_outage_from_multiplying_attempts(
     statuses = await asyncio.gather(*(one(i) for i in range(100)))
 
     assert set(statuses) == {502}
-    attempts = sum(ex.attempts for ex in edge.exchanges)
+    attempts = sum(exchange.attempts.count for exchange in edge.exchanges)
     assert 100 < attempts <= 100 * (1 + ratio)  # no minimum, so no reserve; without a budget: 300
-    assert {ex.attempts for ex in edge.exchanges} <= {1, 2, 3}  # retry.attempts=2: three endpoints at most
+    # retry.attempts=2: three endpoints at most
+    assert {exchange.attempts.count for exchange in edge.exchanges} <= {1, 2, 3}
 
 
 # --- fallback groups ----------------------------------------------------------------------------
@@ -340,7 +341,7 @@ async def test_the_fallback_group_serves_when_the_group_fails_before_the_first_b
     text = _streamed_text(body) if stream else body["choices"][0]["message"]["content"]
     assert text == TEXT
     assert (len(main.received), len(spare.received)) == (1, 1)
-    assert edge.exchanges[0].upstream == spare.url
+    assert edge.exchanges[0].attempts.upstream == spare.url
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -359,7 +360,7 @@ async def test_the_fallback_group_serves_when_every_endpoint_is_unreachable(
         assert (_streamed_text(body) if stream else body["choices"][0]["message"]["content"]) == TEXT
 
     assert len(spare.received) == 3
-    assert edge.exchanges[0].attempts == 3  # both endpoints of the group, then the fallback
+    assert edge.exchanges[0].attempts.count == 3  # both endpoints of the group, then the fallback
 
 
 async def test_a_client_error_answer_does_not_fall_back(
@@ -681,4 +682,4 @@ async def test_an_unreachable_endpoint_fails_its_health_check(
     for _ in range(10):
         response, _ = await _post(http, edge, stream=False)
         assert response.status == 200
-    assert all(ex.upstream == well.url and ex.attempts == 1 for ex in edge.exchanges)
+    assert all(exchange.attempts.upstream == well.url and exchange.attempts.count == 1 for exchange in edge.exchanges)

@@ -150,7 +150,7 @@ async def test_a_client_hanging_up_mid_stream_still_ends_its_exchange(stack: Asy
     sock.close()
 
     await eventually(lambda: group.states[0].in_flight == 0, "the endpoint's slot released")
-    assert exchanges[0].upstream_done is not None and exchanges[0].lease is None
+    assert exchanges[0].answer.done is not None and exchanges[0].attempts.lease is None
 
 
 async def fast_small(call: Call) -> web.StreamResponse:

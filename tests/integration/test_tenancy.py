@@ -66,8 +66,9 @@ class Edge:
         return client
 
     def statuses(self) -> list[int]:
-        return [429 if ex.limit_outcome == "limited" else 200 if ex.error is None else ex.error.status
-                for ex in self.exchanges]
+        return [429 if exchange.admitted.outcome == "limited" else 200 if exchange.error is None
+                else exchange.error.status
+                for exchange in self.exchanges]
 
 
 async def edge(stack: AsyncExitStack, config: Settings) -> Edge:
@@ -183,7 +184,7 @@ async def test_a_request_without_max_tokens_fits_a_small_token_limit_and_only_it
     raw = await _create(client, endpoint, HELLO[0]["content"])
     assert raw.status_code == 200
     assert raw.headers["x-ratelimit-remaining-tokens"] == "0"  # the prompt and the rest of the limit, no more
-    prompt = e.exchanges[-1].prompt_tokens
+    prompt = e.exchanges[-1].routed.prompt_tokens
     assert prompt is not None and prompt < 50
     with pytest.raises(openai.RateLimitError) as own:
         await _create(client, endpoint, HELLO[0]["content"], max_tokens=100)
@@ -192,7 +193,7 @@ async def test_a_request_without_max_tokens_fits_a_small_token_limit_and_only_it
     with pytest.raises(openai.RateLimitError) as long:
         await _create(client, endpoint, "hello " * 200)
     assert long.value.response.headers["x-should-retry"] == "false"
-    long_prompt = e.exchanges[-1].prompt_tokens
+    long_prompt = e.exchanges[-1].routed.prompt_tokens
     assert long_prompt is not None and long_prompt > 100
     assert f"this request needs {long_prompt} tokens" in long.value.message  # its prompt: no output reserved
     assert e.statuses() == [200, 429, 429]
@@ -368,14 +369,15 @@ async def test_only_a_key_whose_limits_charge_the_prompt_has_it_counted_exactly(
         misses = cache.misses
         await e.client(key).chat.completions.create(model="gpt-4o", messages=sent, max_tokens=5)
         request = ChatCompletionRequest(model="gpt-4o", messages=[UserMessage(content=sent[0]["content"])])
-        assert e.exchanges[-1].prompt_tokens == counter_for("gpt-4o").chat(request, exact=exact)
+        assert e.exchanges[-1].routed.prompt_tokens == counter_for("gpt-4o").chat(request, exact=exact)
         assert cache.misses == misses + exact  # the tokenizer ran for the tpm key alone
     url, _, exchanges = await recording_edge(stack, Settings(models=("gpt-4o",)))
     sent = messages(1)
     misses = cache.misses
     await Edge(stack, url, exchanges).client("anything").chat.completions.create(model="gpt-4o", messages=sent)
     request = ChatCompletionRequest(model="gpt-4o", messages=[UserMessage(content=sent[0]["content"])])
-    assert exchanges[-1].prompt_tokens == counter_for("gpt-4o").chat(request, exact=False) and cache.misses == misses
+    assert exchanges[-1].routed.prompt_tokens == counter_for("gpt-4o").chat(request, exact=False)
+    assert cache.misses == misses
 
 
 @pytest.mark.parametrize("n", [8, 32])
@@ -472,7 +474,7 @@ async def test_a_stream_the_client_left_is_charged_its_prompt_and_what_was_strea
     await stream.close()
     await eventually(lambda: _settled() > before, "the stream settled")
     charged = _settled() - before
-    prompt = e.exchanges[-1].prompt_tokens
-    assert prompt is not None and e.exchanges[-1].usage is None
+    prompt = e.exchanges[-1].routed.prompt_tokens
+    assert prompt is not None and e.exchanges[-1].answer.usage is None
     counter = counter_for(MODEL)
     assert prompt + counter.text(seen) <= charged <= prompt + counter.text(text)  # not the 5000 reserved

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ingress.errors import NotFound, UpstreamProtocolError
-from ingress.exchange import Exchange
+from ingress.exchange import Admitted, Answer, Attempts, Exchange, Routed
 from ingress.routing.affinity import Decision, Way
 from ingress.routing.health import EndpointState
 from ingress.tenancy.keys import new_key
@@ -27,10 +27,10 @@ USAGE = Usage(prompt_tokens=1200, completion_tokens=300, total_tokens=1500, cach
 
 def served(model: str = "gpt-4o", usage: Usage | None = USAGE) -> Exchange:
     """An exchange as the pipeline leaves a streamed chat answer: routed, admitted, answered."""
-    return Exchange("req-1", started=100.0, model=model, route="gpt-4o*" if model.startswith("gpt-4o") else model,
-                    served_model="gpt-4o-2024-08-06", upstream="http://10.0.0.5:9000", stream=True, api="chat",
-                    principal=POLICY.authenticate({"x-api-key": KEY}), limit_outcome="admitted", first_byte=100.25,
-                    usage=usage)
+    return Exchange("req-1", started=100.0, api="chat", principal=POLICY.authenticate({"x-api-key": KEY}),
+                    routed=Routed(model, True, route="gpt-4o*" if model.startswith("gpt-4o") else model),
+                    admitted=Admitted(outcome="admitted"), attempts=Attempts(upstream="http://10.0.0.5:9000"),
+                    answer=Answer(served_model="gpt-4o-2024-08-06", first_byte=100.25, usage=usage))
 
 
 def test_a_served_request_has_every_field_in_the_lines_order() -> None:
@@ -73,9 +73,9 @@ def test_without_usage_there_are_no_tokens_and_no_cost() -> None:
 
 @pytest.mark.parametrize(("way", "matched"), [(Way.HIT, 12), (Way.HASHED, 0), (Way.OVERRIDDEN_BY_LOAD, 7)])
 def test_a_cache_affine_choice_names_its_way_and_blocks_after_the_model_served(way: Way, matched: int) -> None:
-    ex = served()
-    ex.choice = Decision(EndpointState(url="http://10.0.0.5:9000"), way, matched)
-    record = usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+    exchange = served()
+    exchange.attempts.choice = Decision(EndpointState(url="http://10.0.0.5:9000"), way, matched)
+    record = usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
 
     keys = list(record)
     assert keys[keys.index("served_model") + 1:keys.index("tenant")] == ["affinity", "matched_blocks"]
@@ -86,20 +86,20 @@ def test_a_cache_affine_choice_names_its_way_and_blocks_after_the_model_served(w
 
 
 def test_a_refused_request_has_its_head_and_its_error() -> None:
-    ex = Exchange("req-2", started=100.0, api="chat", error=NotFound("no such model", code="model_not_found"))
-    record = usage_record(ex, "POST", "/v1/chat/completions", 404, "error", 100.002, POLICY)
+    exchange = Exchange("req-2", started=100.0, api="chat", error=NotFound("no such model", code="model_not_found"))
+    record = usage_record(exchange, "POST", "/v1/chat/completions", 404, "error", 100.002, POLICY)
     assert record == {"method": "POST", "path": "/v1/chat/completions", "status": 404, "outcome": "error",
                       "duration_ms": 2.0, "api": "chat", "error_code": "model_not_found",
                       "error_type": "invalid_request_error"}
 
 
 def test_an_unrouted_request_names_no_route_and_a_failure_inside_is_detailed() -> None:
-    ex = Exchange("req-3", started=100.0, model="gpt-4o", api="chat")
+    exchange = Exchange("req-3", started=100.0, api="chat", routed=Routed("gpt-4o"))
     try:
         raise UpstreamProtocolError("The model service sent a broken answer.") from ValueError("bad frame")
     except UpstreamProtocolError as exc:
-        ex.error = exc
-    record = usage_record(ex, "POST", "/v1/chat/completions", 502, "error", 100.1, POLICY)
+        exchange.error = exc
+    record = usage_record(exchange, "POST", "/v1/chat/completions", 502, "error", 100.1, POLICY)
     assert "route" not in record and "served_model" not in record and record["upstream"] is None
     assert record["error_detail"] == "ValueError: bad frame"
 
@@ -115,11 +115,11 @@ def test_the_cost_is_what_a_usd_budget_charges_for_the_same_usage() -> None:
 
 
 def test_a_cache_hit_says_so_and_reports_the_cached_usage_at_no_cost() -> None:
-    ex = served()
-    ex.cache, ex.upstream = "hit", None
-    record = usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+    exchange = served()
+    exchange.cache, exchange.attempts.upstream = "hit", None
+    record = usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
     assert record["cached"] is True and record["upstream"] is None
     assert list(record).index("cached") == list(record).index("ttfb_ms") + 1
     assert (record["prompt_tokens"], record["completion_tokens"], record["cost_usd"]) == (1200, 300, 0.0)
-    ex.cache = "miss"
-    assert "cached" not in usage_record(ex, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+    exchange.cache = "miss"
+    assert "cached" not in usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
