@@ -1,7 +1,8 @@
 """ingress.metrics: the build gauge, the GC hook, the event loop's task count, the exposition of one
 process or of several, a stream's gaps counted as observing each would (buckets and count; the sum
-up to float rounding), and the folded histograms (our collector) exposed byte for byte as prometheus-client's
-Histogram exposes the same observations, in one process and in several.
+up to float rounding), the folded histograms (our collector) exposed byte for byte as prometheus-client's
+Histogram exposes the same observations, in one process and in several, and no private field of
+prometheus-client's touched under ingress/ or bench/.
 
 The multi-process case runs real processes: prometheus_client picks file-backed values at import
 time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
@@ -9,12 +10,14 @@ time from PROMETHEUS_MULTIPROC_DIR, as a worker started by the supervisor does.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 import gc
 import os
 import platform
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -31,10 +34,16 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Enum,
+    Gauge,
     Histogram,
+    Info,
+    Summary,
     generate_latest,
     multiprocess,
+    values,
 )
+from prometheus_client.metrics_core import HistogramMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from waiting import eventually
 
@@ -424,6 +433,49 @@ def test_a_bulk_histogram_refuses_what_a_histogram_refuses() -> None:
         metrics.BulkHistogram("ingress_x", "x", ["le"], buckets=(1,), registry=None)
     with pytest.raises(ValueError, match="label values"):
         metrics.BulkHistogram("ingress_x", "x", ["model"], buckets=(1,), registry=None).labels()
+
+
+_PROMETHEUS_PRIVATE = re.compile(r"^_[^_]|^_$")
+
+
+def _private_names_of_prometheus_client() -> set[str]:
+    """Every single-underscore name prometheus-client's objects and modules have: its metrics (parents,
+    children, label-less), their values, the registry, the metric families, its modules' own."""
+    import importlib
+    import pkgutil
+
+    import prometheus_client
+
+    registry = CollectorRegistry()
+    parents = [Counter("p_c", "c", ["l"], registry=registry), Gauge("p_g", "g", ["l"], registry=registry),
+               Histogram("p_h", "h", ["l"], registry=registry), Summary("p_s", "s", ["l"], registry=registry),
+               Info("p_i", "i", ["l"], registry=registry), Enum("p_e", "e", ["l"], states=["x"], registry=registry)]
+    objects: list[object] = [registry, REGISTRY, *parents, *(p.labels("x") for p in parents),
+                             Histogram("p_lone", "h", registry=registry),
+                             HistogramMetricFamily("p_f", "f", labels=["l"]),
+                             values.ValueClass("counter", "n", "n", (), (), "d")]  # this process's: MutexValue
+    for info in pkgutil.iter_modules(prometheus_client.__path__, "prometheus_client."):
+        if info.name.rsplit(".", 1)[-1] not in ("twisted", "django", "asgi", "aiohttp"):  # optional extras
+            objects.append(importlib.import_module(info.name))
+    names = {n for o in objects for n in (*dir(o), *getattr(o, "__dict__", {})) if _PROMETHEUS_PRIVATE.match(n)}
+    assert {"_buckets", "_sum", "_value", "_metrics", "_upper_bounds", "_lock", "_name"} <= names
+    return names
+
+
+def test_nothing_under_ingress_or_bench_touches_a_private_field_of_prometheus_client() -> None:
+    """No `x._field` where `_field` is a private name prometheus-client's objects have, unless x is self or cls
+    (a class's own fields, which may share a name), and no private name imported from prometheus_client."""
+    private = _private_names_of_prometheus_client()
+    found = []
+    for path in sorted([*(ROOT / "ingress").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    found.append(f"{where} .{node.attr}")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("prometheus_client"):
+                found += [f"{where} import {a.name}" for a in node.names if _PROMETHEUS_PRIVATE.match(a.name)]
+    assert found == []
 
 
 def test_a_folded_child_is_kept_and_reaches_the_exposition_at_the_scrape() -> None:
