@@ -85,6 +85,7 @@ NO_TEST_FILE = {
     "ingress/metrics/families.py": "declarations only",
     "ingress/metrics/folding.py": "tested with its package in tests/unit/test_metrics.py",
     "ingress/metrics/gcpauses.py": "tested with its package in tests/unit/test_metrics.py",
+    "ingress/metrics/histogram.py": "tested with its package in tests/unit/test_metrics.py",
     "ingress/oai/chat_answers.py": "declarations only",
     "ingress/oai/responses_answers.py": "declarations only",
     "ingress/oai/responses_codec.py": "tested in tests/unit/oai/test_responses.py",

@@ -63,7 +63,8 @@ def exported_metrics() -> dict[str, str] | None:
         return None
     exposed: dict[str, str] = {}
     for value in vars(module).values():
-        if isinstance(value, prometheus_client.metrics.MetricWrapperBase):
+        # prometheus-client's metrics, and the histograms, our own collector (ingress/metrics/histogram.py)
+        if isinstance(value, prometheus_client.metrics.MetricWrapperBase | module.BulkHistogram):
             for family in value.describe():
                 suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
                 exposed[family.name + suffix] = {"info": "gauge"}.get(family.type, family.type)

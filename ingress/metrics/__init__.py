@@ -11,7 +11,7 @@ With several worker processes, PROMETHEUS_MULTIPROC_DIR (set by the supervisor b
 starts) makes every worker write its values to shared files, and /metrics aggregates them.
 
 Folded, as Envoy flushes its stats: what the event loop records through `child` (counters, histograms) is
-kept in plain per-worker fields, a few attribute updates, and added to prometheus-client by `fold`: every
+kept in plain per-worker fields, a few attribute updates, and added to the metrics by `fold`: every
 second (the app's `metrics-fold` task), before each scrape this worker serves, and at the end of a drain.
 With several workers a scrape may miss another worker's last second; a worker killed with SIGKILL loses
 at most its last second of counts. Recorded directly: gauges of the present (requests in flight, endpoint
@@ -20,8 +20,13 @@ health, the breaker), and what other threads count (the trace exporter's).
 Labels stay bounded: `model` is a name some route serves (or "other"), never an arbitrary string; `group` a
 configured group's name.
 
-The package: every metric declared (`families.py`), the folding of what the event loop records
-(`folding.py`), the GC's pauses noted and recorded (`gcpauses.py`), the exposition (`exposition.py`).
+The histograms are our own collector (`histogram.py`), registered with prometheus-client and exposed as its
+Histogram is, since it has no public way to add a bucket's count at once; nothing here reads or writes a
+private field of prometheus-client's.
+
+The package: every metric declared (`families.py`), the histograms added to in bulk (`histogram.py`), the
+folding of what the event loop records (`folding.py`), the GC's pauses noted and recorded (`gcpauses.py`),
+the exposition (`exposition.py`).
 """
 
 from ingress.metrics.exposition import count_tasks, render, set_build_info
@@ -72,6 +77,7 @@ from ingress.metrics.families import (
 )
 from ingress.metrics.folding import FoldedCounter, FoldedHistogram, Gaps, child, fold, inter_chunk_gaps
 from ingress.metrics.gcpauses import GcRecorder, flush_gc, record_gc
+from ingress.metrics.histogram import BulkHistogram
 
 __all__ = [
     "ADMISSIONS",
@@ -117,6 +123,7 @@ __all__ = [
     "TRACE_SPANS_EXPORTED",
     "TTFT",
     "UPSTREAM",
+    "BulkHistogram",
     "FoldedCounter",
     "FoldedHistogram",
     "Gaps",

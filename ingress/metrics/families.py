@@ -1,8 +1,12 @@
-"""Every metric the edge exports, declared once: its name, help, labels, buckets and multiprocess mode."""
+"""Every metric the edge exports, declared once: its name, help, labels, buckets and multiprocess mode.
+
+The histograms are BulkHistograms (histogram.py): recorded only through `child` and the fold."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge
+
+from ingress.metrics.histogram import BulkHistogram
 
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 OVERHEAD = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
@@ -11,14 +15,14 @@ PAUSE = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 BLOCKS = (0, 1, 2, 4, 8, 16, 32, 64)  # a prefix chain's blocks (ingress/wire/prefix.py: at most ~50 of the edge's)
 
 REQUESTS = Counter("ingress_requests", "Requests by route, model and status.", ["route", "model", "status"])
-DURATION = Histogram("ingress_request_duration_seconds", "Total request latency.", ["route"], buckets=LATENCY)
-OVERHEAD_S = Histogram("ingress_overhead_seconds", "Time spent in the proxy, excluding the upstream.", ["route"],
-                       buckets=OVERHEAD)
-UPSTREAM = Histogram("ingress_upstream_duration_seconds", "Upstream exchange time, send to last byte.", ["group"],
+DURATION = BulkHistogram("ingress_request_duration_seconds", "Total request latency.", ["route"], buckets=LATENCY)
+OVERHEAD_S = BulkHistogram("ingress_overhead_seconds", "Time spent in the proxy, excluding the upstream.",
+                           ["route"], buckets=OVERHEAD)
+UPSTREAM = BulkHistogram("ingress_upstream_duration_seconds", "Upstream exchange time, send to last byte.",
+                         ["group"], buckets=LATENCY)
+TTFT = BulkHistogram("ingress_time_to_first_token_seconds", "Request start to the first streamed byte.", ["model"],
                      buckets=LATENCY)
-TTFT = Histogram("ingress_time_to_first_token_seconds", "Request start to the first streamed byte.", ["model"],
-                 buckets=LATENCY)
-INTER_CHUNK = Histogram("ingress_inter_chunk_seconds", "Gap between two streamed chunks.", ["model"], buckets=CHUNK)
+INTER_CHUNK = BulkHistogram("ingress_inter_chunk_seconds", "Gap between two streamed chunks.", ["model"], buckets=CHUNK)
 IN_FLIGHT = Gauge("ingress_in_flight", "Requests in progress.", multiprocess_mode="livesum")
 TOKENS = Counter("ingress_tokens", "Tokens by model and kind (prompt, completion).", ["model", "kind"])
 ENDPOINT_HEALTHY = Gauge("ingress_upstream_endpoint_healthy", "1 when an endpoint may be chosen.",
@@ -29,9 +33,9 @@ AFFINITY_CHOICES = Counter("ingress_affinity_choices", "Cache-affine choices by 
                            "prefix was last served), hashed (rendezvous hashing of the conversation), affinity_key "
                            "(the client's key, hashed), overridden_by_load (the preferred endpoint full or above the "
                            "load bound), balanced (nothing to go by: as P2C).", ["group", "way"])
-AFFINITY_MATCHED = Histogram("ingress_affinity_matched_blocks", "A cache-affine choice's longest remembered chain "
-                             "of the request's prefix blocks (512 bytes of prompt each; 0: none), by group.",
-                             ["group"], buckets=BLOCKS)
+AFFINITY_MATCHED = BulkHistogram("ingress_affinity_matched_blocks", "A cache-affine choice's longest remembered "
+                                 "chain of the request's prefix blocks (512 bytes of prompt each; 0: none), by group.",
+                                 ["group"], buckets=BLOCKS)
 GROUP_TOKENS = Counter("ingress_upstream_tokens", "Prompt tokens the services reported, by group and kind: prompt, "
                        "and cached (of them, read from the service's prefix cache). Cached over prompt is the hit "
                        "ratio the group's choice buys.", ["group", "kind"])
@@ -75,14 +79,14 @@ TOKENS_RESERVED = Counter("ingress_tokens_reserved", "Tokens reserved at admissi
 TOKENS_SETTLED = Counter("ingress_tokens_settled", "Tokens charged when requests settled (the usage).", ["tenant"])
 TOKENS_REFUNDED = Counter("ingress_tokens_refunded", "Reserved tokens given back when requests settled.", ["tenant"])
 LEASES_EXPIRED = Counter("ingress_leases_expired", "Concurrency leases that expired unrenewed (a worker died).")
-STORE_LATENCY = Histogram("ingress_limit_store_seconds", "Round trips to the limit store, by call.", ["call"],
-                          buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
+STORE_LATENCY = BulkHistogram("ingress_limit_store_seconds", "Round trips to the limit store, by call.", ["call"],
+                              buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
 STORE_ERRORS = Counter("ingress_limit_store_errors", "Limit-store calls that failed, by call and reason.",
                        ["call", "reason"])
 BREAKER_OPEN = Gauge("ingress_limit_breaker_open", "1 while the limit store's circuit breaker is open.",
                      multiprocess_mode="livemax")
 GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])
-GC_PAUSE = Histogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
+GC_PAUSE = BulkHistogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
 # Read on scrape (not on the request path): with several workers, the sum of each live worker's count as
 # of the last scrape it served.
 EVENT_LOOP_TASKS = Gauge("ingress_event_loop_tasks", "Asyncio tasks alive in the event loop, counted on scrape: "

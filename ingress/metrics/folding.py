@@ -7,15 +7,15 @@ import time
 from bisect import bisect_left
 from typing import Any, overload
 
-from prometheus_client import Counter, Histogram
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import Counter
 
 from ingress.metrics.families import INTER_CHUNK
+from ingress.metrics.histogram import BulkHistogram, Series
 
 
 class Gaps:
     """One stream's gaps between chunks, each observed into the folded histogram (a bisect and two
-    additions: the fold adds them to prometheus-client's buckets)."""
+    additions: the fold adds them to the histogram's buckets)."""
 
     __slots__ = ("_child", "_last")
 
@@ -80,13 +80,15 @@ class FoldedCounter(_Folded):
 
 class FoldedHistogram(_Folded):
     """Observations counted into the histogram's own buckets (the first bound >= the value, as `observe`
-    counts it) and added to them at the fold: prometheus-client keeps them apart, not cumulated."""
+    counts it) and added to them at the fold, each bucket's count at once (BulkHistogram's `Series.add`)."""
 
     __slots__ = ("bounds", "counts", "sum")
 
-    def __init__(self, target: Any) -> None:
+    target: Series
+
+    def __init__(self, target: Series) -> None:
         super().__init__(target)
-        self.bounds: list[float] = target._upper_bounds
+        self.bounds = target.bounds
         self.counts = [0] * len(self.bounds)
         self.sum = 0.0
 
@@ -99,18 +101,15 @@ class FoldedHistogram(_Folded):
     def fold(self) -> None:
         self.queued = False
         counts, self.counts = self.counts, [0] * len(self.bounds)
-        for bucket, n in zip(self.target._buckets, counts, strict=True):
-            if n:
-                bucket.inc(n)
-        self.target._sum.inc(self.sum)
-        self.sum = 0.0
+        total, self.sum = self.sum, 0.0
+        self.target.add(counts, total)
 
 
 @overload
 def child(metric: Counter, *labels: str) -> FoldedCounter: ...
 @overload
-def child(metric: Histogram, *labels: str) -> FoldedHistogram: ...
-def child(metric: Counter | Histogram, *labels: str) -> _Folded:
+def child(metric: BulkHistogram, *labels: str) -> FoldedHistogram: ...
+def child(metric: Counter | BulkHistogram, *labels: str) -> _Folded:
     """The folded child of `metric` for `labels` (the metric itself without labels), memoised:
     prometheus-client's labels() takes a lock and builds a tuple each call (~2 µs), and each of its
     increments takes a lock (a file's, with several workers); the request path records a dozen. Label
@@ -118,12 +117,15 @@ def child(metric: Counter | Histogram, *labels: str) -> _Folded:
     key = (metric, labels)
     found = _children.get(key)
     if found is None:
-        target = metric.labels(*labels) if labels else metric
-        found = _children[key] = FoldedCounter(target) if isinstance(metric, Counter) else FoldedHistogram(target)
+        if isinstance(metric, Counter):
+            found = FoldedCounter(metric.labels(*labels) if labels else metric)
+        else:
+            found = FoldedHistogram(metric.labels(*labels))
+        _children[key] = found
     return found
 
 
-_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], _Folded] = {}
+_children: dict[tuple[Counter | BulkHistogram, tuple[str, ...]], _Folded] = {}
 _queued: list[_Folded] = []
 
 

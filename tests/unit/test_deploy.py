@@ -491,10 +491,13 @@ def test_the_dashboard_shows_the_tenancy_metrics_by_the_selected_tenant() -> Non
     in_row = panels[start + 1:end]
     assert len(in_row) >= 10 and all(p["gridPos"]["y"] > panels[start]["gridPos"]["y"] for p in in_row)
     exprs = " ".join(t["expr"] for p in in_row for t in p["targets"])
-    for metric in (metrics.ADMISSIONS, metrics.LIMITED, metrics.TOKENS_RESERVED, metrics.TOKENS_SETTLED,
-                   metrics.TOKENS_REFUNDED, metrics.PROMPT_COUNTED, metrics.LEASES_EXPIRED, metrics.STORE_LATENCY,
-                   metrics.STORE_ERRORS, metrics.BREAKER_OPEN):
-        assert metric._name in exprs, metric._name
+    shown: tuple[MetricWrapperBase | metrics.BulkHistogram, ...] = (
+        metrics.ADMISSIONS, metrics.LIMITED, metrics.TOKENS_RESERVED, metrics.TOKENS_SETTLED, metrics.TOKENS_REFUNDED,
+        metrics.PROMPT_COUNTED, metrics.LEASES_EXPIRED, metrics.STORE_LATENCY, metrics.STORE_ERRORS,
+        metrics.BREAKER_OPEN)
+    for metric in shown:
+        [family] = metric.describe()
+        assert family.name in exprs, family.name
     assert 'ingress_rejections_total{job=~"$job", instance=~"$instance", reason="prompt_blocked"}' in exprs
     assert 'ingress_tokens_total{job=~"$job", instance=~"$instance", kind="prompt"}' in exprs
     # Every query of a metric labelled by tenant follows the $tenant variable, which lists the tenants seen.
