@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from bad_requests import body
-from unit.tokens.test_chat import JARGON
 
 from ingress.encoding.passport import RequestMeta, compute_passport, compute_prompts_passport
 from ingress.encoding.requests import encode_request
@@ -20,13 +19,10 @@ from ingress.tokens import TokenCounter, counter_for
 from ingress.wire import read_request
 from ingress.wire.passport import new_traceparent, valid_traceparent
 from ingress.wire.prefix import PREFIX_BYTES
+from unit.tokens.test_chat import JARGON
 
 API_KEY = "sk-proj-5up3r53cr3tK3yTh4tMu5tN3v3rL34v3Th33dg3"
-
-
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
 TRACEPARENT_SHAPE = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-01$")
 
 

@@ -18,8 +18,6 @@ from ingress.oai.codec import decode_chat_request
 from ingress.wire.prefix import BLOCK_BYTES, FIRST_TURN_BYTES, LIMIT_BYTES
 
 SYSTEM = "You are a terse assistant. " * 30
-
-
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}]
 
 

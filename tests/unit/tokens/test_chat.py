@@ -56,22 +56,16 @@ JARGON = [  # the cookbook's example: OpenAI answered 124 prompt tokens on gpt-4
     {"role": "user", "content": "This late pivot means we don't have time to boil the ocean for the client "
                                 "deliverable."},
 ]
-
-
 WEATHER = [  # and its tools example: 101 on gpt-4o, 105 on gpt-4
     {"role": "system", "content": "You are a helpful assistant that can answer to questions about the weather."},
     {"role": "user", "content": "What's the weather like in San Francisco?"},
 ]
-
-
 WEATHER_TOOLS = [{"type": "function", "function": {
     "name": "get_current_weather", "description": "Get the current weather in a given location",
     "parameters": {"type": "object", "required": ["location"], "properties": {
         "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
         "unit": {"type": "string", "description": "The unit of temperature to return",
                  "enum": ["celsius", "fahrenheit"]}}}}}]
-
-
 MORE_TOOLS = [*WEATHER_TOOLS, {"type": "function", "function": {
     "name": "book_table", "description": "Book a table at a restaurant.",
     "parameters": {"type": "object", "properties": {
@@ -80,8 +74,6 @@ MORE_TOOLS = [*WEATHER_TOOLS, {"type": "function", "function": {
         "time": {"type": "string", "description": "When", "enum": ["18:00", "19:30", "21:00"]}}}}},
     {"type": "function", "function": {"name": "ping", "description": "No parameters.",
                                       "parameters": {"type": "object", "properties": {}}}}]
-
-
 TABLE = [
     ("jargon", JARGON, [], {"gpt-4o": 124, "gpt-4": 129}),
     ("weather with tools", WEATHER, WEATHER_TOOLS, {"gpt-4o": 101, "gpt-4": 105}),
