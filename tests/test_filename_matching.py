@@ -4,7 +4,7 @@ names a module or package at that path; the exceptions are listed below, each wi
 
 The mirror drops `ingress/` (ingress/wire/answer.py → tests/unit/wire/test_answer.py, ingress/usage.py →
 tests/unit/test_usage.py) and keeps `codegen/` (codegen/schema.py → tests/unit/codegen/test_schema.py). A
-package is tested at its parent's level (ingress/routing/ → tests/unit/test_routing.py); one whose
+package is tested at its parent's level (ingress/tokens/ → tests/unit/test_tokens.py); one whose
 __init__.py defines no function or class only gathers its modules and needs no test file of its own."""
 
 from __future__ import annotations
@@ -107,7 +107,8 @@ NO_TEST_FILE = {
     "ingress/upstream/http1_decoder.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/upstream/pool.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/wire/__init__.py": "the contract's readers: round-tripped in tests/property/test_roundtrip.py",
-    "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and tests/unit/translate/test_completion.py",
+    "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and "
+                              "tests/unit/translate/test_completion.py",
     "ingress/wire/convert.py": "tested in tests/property/test_cache_convert.py",
     "ingress/wire/decode.py": "round-tripped in tests/property/test_roundtrip.py",
     "ingress/wire/embeddings.py": "round-tripped in tests/property/test_roundtrip_embeddings.py",
