@@ -4,7 +4,7 @@ names a module or package at that path; the exceptions are listed below, each wi
 
 The mirror drops `ingress/` (ingress/wire/answer.py → tests/unit/wire/test_answer.py, ingress/usage.py →
 tests/unit/test_usage.py) and keeps `codegen/` (codegen/schema.py → tests/unit/codegen/test_schema.py). A
-package is tested at its parent's level (ingress/routing/ → tests/unit/test_routing.py); one whose
+package is tested at its parent's level (ingress/tokens/ → tests/unit/test_tokens.py); one whose
 __init__.py defines no function or class only gathers its modules and needs no test file of its own."""
 
 from __future__ import annotations
@@ -71,16 +71,7 @@ NO_TEST_FILE = {
     "ingress/edge/spans.py": "exercised end to end in tests/integration/test_tracing.py",
     "ingress/edge/writers.py": "exercised end to end in tests/integration/test_sse_framing.py",
     "ingress/encoding/embeddings.py": "tested in tests/unit/oai/test_embeddings.py",
-    "ingress/encoding/passport.py": "tested in tests/unit/wire/test_passport.py",
-    "ingress/encoding/prefix.py": "tested in tests/unit/wire/test_prefix.py",
     "ingress/encoding/reading.py": "round-tripped in tests/property/test_roundtrip.py",
-    "ingress/encoding/requests.py": "round-tripped in tests/property/test_roundtrip.py",
-    "ingress/encoding/stock.py": "tested in tests/unit/wire/test_stock.py",
-    "ingress/errors.py": "the error tree, rendered in every refusal in tests/unit/test_edge.py",
-    "ingress/guardrails/config.py": "declarations only",
-    "ingress/guardrails/detectors.py": "tested with its package in tests/unit/test_guardrails.py",
-    "ingress/guardrails/guard.py": "tested with its package in tests/unit/test_guardrails.py",
-    "ingress/guardrails/scanner.py": "tested in tests/property/test_redaction.py and tests/unit/test_guardrails.py",
     "ingress/metrics/exposition.py": "tested with its package in tests/unit/test_metrics.py",
     "ingress/metrics/families.py": "declarations only",
     "ingress/metrics/folding.py": "tested with its package in tests/unit/test_metrics.py",
@@ -99,10 +90,6 @@ NO_TEST_FILE = {
     "ingress/pipeline/prepare_messages.py": _PIPELINE + " in tests/integration/test_anthropic_sdk.py",
     "ingress/pipeline/relay.py": _PIPELINE + " in tests/integration/test_binary_ingress.py",
     "ingress/pipeline/send.py": _PIPELINE + " in tests/integration/test_fallback_chains.py",
-    "ingress/routing/balance.py": "tested with its package in tests/unit/test_routing.py",
-    "ingress/routing/budget.py": "tested with its package in tests/unit/test_routing.py",
-    "ingress/routing/health.py": "tested with its package in tests/unit/test_routing.py",
-    "ingress/routing/table.py": "tested with its package in tests/unit/test_routing.py",
     "ingress/serve/app.py": "the app every HTTP test serves: tests/unit/test_edge.py, tests/integration/",
     "ingress/serve/server.py": "exercised end to end in tests/integration/test_workers.py",
     "ingress/settings.py": "tested in tests/unit/test_config.py",
@@ -110,27 +97,18 @@ NO_TEST_FILE = {
                           "tests/integration/test_slow_readers.py",
     "ingress/tenancy/__init__.py": "exercised end to end in tests/integration/test_tenancy.py",
     "ingress/tenancy/settings.py": "declarations only",
-    "ingress/tenancy/stores/breaker.py": "tested in tests/unit/tenancy/stores/test_redis.py",
     "ingress/tenancy/stores/resp_codec.py": "tested in tests/unit/tenancy/stores/test_resp.py",
     "ingress/tenancy/stores/store.py": "tested in tests/unit/tenancy/stores/test_memory.py",
-    "ingress/tokens/cache.py": "tested with its package in tests/unit/test_tokens.py",
-    "ingress/tokens/chat.py": "tested with its package in tests/unit/test_tokens.py",
-    "ingress/tokens/engines.py": "tested with its package in tests/unit/test_tokens.py",
-    "ingress/tokens/images.py": "tested with its package in tests/unit/test_tokens.py",
-    "ingress/tracing/export.py": "exercised end to end in tests/integration/test_tracing.py",
-    "ingress/tracing/genai.py": "exercised end to end in tests/integration/test_tracing.py",
-    "ingress/tracing/spans.py": "exercised end to end in tests/integration/test_tracing.py",
-    "ingress/translate/completion.py": "tested with its package in tests/unit/test_translate.py",
     "ingress/translate/embeddings.py": "tested in tests/unit/oai/test_embeddings.py",
     "ingress/translate/responses.py": "tested in tests/unit/oai/test_responses.py",
     "ingress/translate/responses_events.py": "tested in tests/unit/oai/test_responses.py",
-    "ingress/translate/stream.py": "tested with its package in tests/unit/test_translate.py",
     "ingress/translate/text.py": "tested in tests/unit/oai/test_completions.py",
     "ingress/upstream/client.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/upstream/http1_decoder.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/upstream/pool.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/wire/__init__.py": "the contract's readers: round-tripped in tests/property/test_roundtrip.py",
-    "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and tests/unit/test_translate.py",
+    "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and "
+                              "tests/unit/translate/test_completion.py",
     "ingress/wire/convert.py": "tested in tests/property/test_cache_convert.py",
     "ingress/wire/decode.py": "round-tripped in tests/property/test_roundtrip.py",
     "ingress/wire/embeddings.py": "round-tripped in tests/property/test_roundtrip_embeddings.py",

@@ -5,11 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import pytest
-from bad_requests import body
 
-from ingress.encoding.stock import encode_request_stock
-from ingress.oai.codec import decode_chat_request
-from ingress.wire.passport import Passport
 from ingress.wire.stock import BuilderPool
 
 
@@ -60,13 +56,3 @@ def test_builder_is_returned_cleared_after_an_exception() -> None:
         assert again is b
         again.Finish(again.CreateString("ok"))  # not refused as nested inside the abandoned table
         assert b"\x02\x00\x00\x00ok\x00" in bytes(again.Output())
-
-
-def test_reused_builder_writes_the_same_bytes_as_a_fresh_one() -> None:
-    big = decode_chat_request(body(messages=[{"role": "user", "content": "é" * 3000}], stop=["a", "b"], seed=7))
-    small = decode_chat_request(body(temperature=0.5, metadata={"k": "v"}))
-    pool = BuilderPool(size=1)
-    encode_request_stock(pool, big, "req-1", Passport(tenant_id="t"))  # leaves stale bytes in the kept builder
-    reused = encode_request_stock(pool, small, "req-2", Passport())
-    assert pool.created == 1
-    assert reused == encode_request_stock(BuilderPool(), small, "req-2", Passport())
