@@ -31,3 +31,29 @@ def sdk_body(contents: Any, config: types.GenerateContentConfig | None = None, *
 def sdk_response(body: bytes) -> types.GenerateContentResponse:
     """An answer's JSON as the SDK reads it (raises when it cannot)."""
     return types.GenerateContentResponse.model_validate_json(body)
+
+
+def _client(status: int, body: bytes, content_type: str = "application/json") -> genai.Client:
+    """A client whose every request is answered `body`, in-process."""
+    transport = httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(status, content=body, headers={"content-type": content_type})))
+    return genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url="http://edge",
+                                                                          httpx_client=transport))
+
+
+def sdk_generate(body: bytes, status: int = 200) -> types.GenerateContentResponse:
+    """What `generate_content` returns for an answer `body` (or raises, an error's)."""
+    return _client(status, body).models.generate_content(model="gemini-x", contents="Hi")
+
+
+def sdk_stream(events: list[bytes]) -> list[types.GenerateContentResponse]:
+    """What `generate_content_stream` yields for a stream of events (each a JSON object), sent as Google sends
+    them with `alt=sse`; an `{"error": ...}` event raises, as it does from Google."""
+    sse = b"".join(b"data: " + event + b"\r\n\r\n" for event in events)
+    return list(_client(200, sse, "text/event-stream").models.generate_content_stream(model="gemini-x",
+                                                                                     contents="Hi"))
+
+
+def sdk_models(body: bytes) -> list[types.Model]:
+    """What `models.list()` yields for a models list `body`."""
+    return list(_client(200, body).models.list())

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2] / "ingress"
 GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
-SYNC = ("oai", "anthropic", "gemini", "encoding", "wire", "translate", "routing", "tokens", "exchange", "usage", "errors",
-        "settings", "config", "metrics", "log", "guardrails", "tracing")
+SYNC = ("oai", "anthropic", "gemini", "encoding", "wire", "translate", "routing", "tokens", "exchange", "usage",
+        "errors", "settings", "config", "metrics", "log", "guardrails", "tracing")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
