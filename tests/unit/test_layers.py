@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2] / "ingress"
 GENERATED = ROOT / "wire" / "_generated"
 
 # The stages that do no I/O: plain functions on bytes and structs, testable without an event loop.
-SYNC = ("oai", "anthropic", "encoding", "wire", "translate", "routing", "tokens", "exchange", "usage", "errors",
-        "settings", "config", "metrics", "log", "guardrails", "tracing")
+SYNC = ("oai", "anthropic", "gemini", "encoding", "wire", "translate", "routing", "tokens", "exchange", "usage",
+        "errors", "settings", "config", "metrics", "log", "guardrails", "tracing")
 # In bridges/ only the service does I/O: a dialect is pure (ingress/bridges/dialect.py).
 IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
@@ -30,16 +30,18 @@ UNITS = frozenset(p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir(
 FORBIDDEN = {
     "upstream": {"translate", "edge", "pipeline", "oai", "encoding"},  # upstream → wire ← translate
     "translate": {"upstream", "edge", "pipeline", "encoding"},
-    # The contract stands alone: a service that imports it gets none of the edge's dialects (oai, anthropic),
+    # The contract stands alone: a service that imports it gets none of the edge's dialects (oai, anthropic, gemini),
     # token counting or encoding of requests, nor anything added later; errors' tree is the one exception.
     "wire": UNITS - {"wire", "errors"},
     # The edge's requests in the contract's terms: the dialects' types and tokens' counts onto wire's tables;
     # nothing of the hop, the stages or the policies.
     "encoding": {"upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo", "tenancy",
                  "guardrails", "cache"},
-    "oai": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "anthropic"},
+    "oai": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "anthropic", "gemini"},
     # Anthropic's API as oai is OpenAI's; its requests become chat requests (oai's) on their way in.
-    "anthropic": {"wire", "encoding", "upstream", "translate", "edge", "pipeline"},
+    "anthropic": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "gemini"},
+    # Google's Gemini API likewise: a dialect beside Anthropic's, knowing nothing of it.
+    "gemini": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "anthropic"},
     "routing": {"upstream", "translate", "edge", "pipeline", "wire", "encoding", "oai"},
     "pipeline": {"edge", "serve"},
     "demo": {"edge", "pipeline", "upstream", "translate", "serve", "encoding"},  # a service reads the contract alone
