@@ -49,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 from bench.chunks import DELTAS  # noqa: E402
 from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, words  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.results import result_path, write_result  # noqa: E402
 from bench.lib.rounds import Rounds  # noqa: E402
 from bench.lib.servers import Server, free_port, serving  # noqa: E402
 from bench.lib.tables import Table, figure  # noqa: E402
@@ -290,12 +291,10 @@ def main() -> None:
     args = parser.parse_args()
     args.rounds = args.rounds or (2 if args.quick else 8)
     args.seconds = args.seconds or (2 if args.quick else 3)
-    out = args.out or HERE / "results" / ("agent_turn-quick.json" if args.quick else "agent_turn.json")
+    out = result_path("agent_turn", args.quick, args.out)
     result = measure(args)
     print_table(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} in {result['meta']['wall_s']:.0f} s")
+    write_result(result, out)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 
 from bench.lib.payloads import OPEN_MODEL, words  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.results import result_path, write_result  # noqa: E402
 from bench.lib.rounds import Rounds  # noqa: E402
 from bench.lib.servers import Server, free_port, serving  # noqa: E402
 from bench.lib.tables import Table, figure  # noqa: E402
@@ -353,12 +354,10 @@ def main() -> None:
         return
     args.rounds = args.rounds or (2 if args.quick else 4)
     args.seconds = args.seconds or (2 if args.quick else 3)
-    out = args.out or HERE / "results" / ("bridge_embeddings-quick.json" if args.quick else "bridge_embeddings.json")
+    out = result_path("bridge_embeddings", args.quick, args.out)
     result = measure(args)
     print_table(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} in {result['meta']['wall_s']:.0f} s")
+    write_result(result, out)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ HERE = Path(__file__).resolve().parent
 
 from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.results import niced  # noqa: E402
 from bench.lib.rounds import Rounds  # noqa: E402
 from bench.lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
 from bench.lib.tables import Table, figure  # noqa: E402
@@ -882,8 +883,7 @@ def main() -> None:
         return
     args.rounds = args.rounds or (1 if args.quick else 2)
     out = args.out or HERE / "results" / ("cache_affinity-quick.json" if args.quick else "cache_affinity.json")
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    niced()
     random.seed(1)
     started = time.perf_counter()
     load_before = os.getloadavg()

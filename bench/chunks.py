@@ -49,7 +49,6 @@ import argparse
 import asyncio
 import gc
 import itertools
-import json
 import os
 import shutil
 import subprocess
@@ -63,6 +62,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
+from bench.lib.results import niced, result_path, write_result  # noqa: E402
 from bench.lib.rounds import Rounds, median  # noqa: E402
 from bench.lib.tables import figure as _f  # noqa: E402
 
@@ -746,20 +746,17 @@ def main() -> None:
         return serve_mock(int(args.serve_mock[0]), float(args.serve_mock[1]))
     if args.serve_relay:
         return serve_relay(*args.serve_relay)
-    if os.nice(0) < 10:
-        os.nice(10 - os.nice(0))
+    niced()
     if args.profile:
         return profile(args)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.levels = tuple(args.levels or LEVELS)
     args.zero_seconds = 2.0 if args.quick else 3.0
     args.baseline = args.baseline.resolve() if args.baseline else None
-    out = args.out or HERE / "results" / ("chunks-quick.json" if args.quick else "chunks.json")
+    out = result_path("chunks", args.quick, args.out)
     result = measure(args)
     print_table(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} in {result['meta']['wall_s']:.0f} s")
+    write_result(result, out)
 
 
 if __name__ == "__main__":

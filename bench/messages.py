@@ -67,6 +67,7 @@ from bench.chunks import DELTAS, STEADY_BEFORE_END, STEADY_FROM, Client  # noqa:
 from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, messages_request, words  # noqa: E402
 from bench.lib.procs import cpu_seconds, machine_busy  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.results import niced, result_path, write_result  # noqa: E402
 from bench.lib.servers import Server, free_port, start_all, stop_all  # noqa: E402
 from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk  # noqa: E402
 
@@ -579,19 +580,16 @@ def main() -> None:
     parser.add_argument("--stage-rounds", type=int, help="rounds of the in-process timings (7; --quick 3)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    niced()
     args.rounds = args.rounds or (2 if args.quick else 6)
     args.seconds = args.seconds or (2 if args.quick else 4)
     args.reps = args.reps or (1 if args.quick else 3)
     args.stage_rounds = args.stage_rounds or (3 if args.quick else 7)
     args.stage_budget = 0.02 if args.quick else 0.05
-    out = args.out or HERE / "results" / ("messages-quick.json" if args.quick else "messages.json")
+    out = result_path("messages", args.quick, args.out)
     result = measure(args)
     print_table(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} in {result['meta']['wall_s']:.0f} s")
+    write_result(result, out)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
+from bench.lib.results import niced, result_path, write_result  # noqa: E402
 from bench.lib.rounds import Rounds, Spread, median  # noqa: E402
 from bench.lib.servers import NotReady, Server, stop_all  # noqa: E402
 from bench.lib.tables import figure  # noqa: E402
@@ -728,14 +729,11 @@ def main() -> None:
         return serve_paced(int(args.serve_paced[0]), float(args.serve_paced[1]))
     args.rounds = args.rounds or (2 if args.quick else 3)
     args.seconds = args.seconds or (2 if args.quick else 4)
-    out = args.out or HERE / "results" / ("peers-quick.json" if args.quick else "peers.json")
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    out = result_path("peers", args.quick, args.out)
+    niced()
     result = measure(args)
     print_tables(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out} in {result['meta']['wall_s']:.0f} s")
+    write_result(result, out)
 
 
 if __name__ == "__main__":

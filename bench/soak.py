@@ -73,6 +73,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 from bench.lib.procs import cpu_seconds, machine_busy, rss_kb  # noqa: E402
+from bench.lib.results import niced, result_path, write_result  # noqa: E402
 from bench.lib.servers import Server, free_port  # noqa: E402
 
 PY = sys.executable
@@ -821,9 +822,8 @@ def main() -> int:
         return 0
     minutes = 3.0 if args.quick else args.minutes
     every = args.every or (20.0 if args.quick else 60.0)
-    out = args.out or HERE / "results" / ("soak-quick.json" if args.quick else "soak.json")
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    out = result_path("soak", args.quick, args.out)
+    niced()
 
     import uvloop
 
@@ -925,8 +925,7 @@ def main() -> int:
         "no_defects": defects == 0,
     }
     result.update(rss_mib=rss, fds=fds, tasks=tasks, criteria=criteria)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(result, out)
     report(result, check, tally)
     report_dumps(dump, [s.phase for s in samples])
     plot(samples, out.with_suffix(".png"))

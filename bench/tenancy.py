@@ -59,6 +59,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
+from bench.lib.results import niced  # noqa: E402
 from bench.lib.rounds import Rounds, median  # noqa: E402
 
 PY = sys.executable
@@ -553,8 +554,7 @@ def main() -> None:
     args.samples = args.samples or (120 if quick else 300)
     args.burst_seconds = args.burst_seconds or (4.0 if quick else 10.0)
     out = args.out or HERE / "results" / ("tenancy-quick.json" if quick else "tenancy.json")
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    niced()
 
     from redis_servers import running
 

@@ -83,6 +83,7 @@ from bench.chunks import gc_of  # noqa: E402
 from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL  # noqa: E402
 from bench.lib.procs import CLK_TCK, cpu_seconds, family  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
+from bench.lib.results import niced, result_path, write_result  # noqa: E402
 from bench.lib.rounds import Rounds, Spread  # noqa: E402
 from bench.lib.servers import ROOT, Server, free_port, python_in, start_all, stop_all  # noqa: E402
 from bench.lib.tables import Table  # noqa: E402
@@ -995,8 +996,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve_sink:
         return serve_sink(args.serve_sink)
-    if os.nice(0) < 10:  # leave the other engineers' work its share of the two cores
-        os.nice(10 - os.nice(0))
+    niced()
     if args.profile:
         args.seconds = args.seconds or 20
         return profile(args)
@@ -1005,7 +1005,7 @@ def main() -> None:
     args.reps = args.reps or (1 if args.quick else 3)
     args.stage_rounds = args.stage_rounds or (3 if args.quick else 7)
     args.stage_budget = 0.02 if args.quick else 0.05
-    out = args.out or HERE / "results" / ("tracing-quick.json" if args.quick else "tracing.json")
+    out = result_path("tracing", args.quick, args.out)
     result: dict[str, Any] = {"meta": {}, "table": [], "spans": []}
     if any(k in args.measures for k in KINDS):
         result = measure(args)
@@ -1020,9 +1020,7 @@ def main() -> None:
         result["meta"].setdefault("load_average_after", os.getloadavg())
         result["meta"]["stage_rounds"] = args.stage_rounds
     print_result(result)
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}" + (f" in {result['meta']['wall_s']:.0f} s" if "wall_s" in result["meta"] else ""))
+    write_result(result, out)
 
 
 if __name__ == "__main__":

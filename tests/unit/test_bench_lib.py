@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib.results import RESULTS, result_path, write_result
 from bench.lib.rounds import Order, Rounds, Spread, median
 from bench.lib.servers import NotReady, Server, free_port, serving
 from bench.lib.tables import Table, figure
@@ -128,3 +129,13 @@ def test_a_server_that_never_answers_is_stopped(tmp_path: Path) -> None:
         server.wait_ready(timeout=0.5)
     server.stop()
     assert server.proc is not None and server.proc.poll() is not None
+
+
+def test_a_result_goes_to_its_benchmarks_file_unless_told_where(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert (result_path("chunks"), result_path("chunks", quick=True)) == (RESULTS / "chunks.json",
+                                                                         RESULTS / "chunks-quick.json")
+    out = result_path("chunks", out=tmp_path / "deep" / "mine.json")
+    write_result({"meta": {"wall_s": 61.6}, "rows": [1.5]}, out)
+    assert out.read_text() == '{\n "meta": {\n  "wall_s": 61.6\n },\n "rows": [\n  1.5\n ]\n}\n'
+    assert capsys.readouterr().out == f"wrote {out} in 62 s\n"
