@@ -52,6 +52,7 @@ NO_TEST_FILE = {
     "ingress/bridges/anthropic_request.py": "tested through the dialect in tests/unit/bridges/test_anthropic.py",
     "ingress/bridges/dialect.py": "the dialect interface: tested through each dialect in tests/unit/bridges/",
     "ingress/bridges/openai_answers.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
+    "ingress/bridges/openai_json.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
     "ingress/bridges/openai_request.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
     "ingress/bridges/responses_answers.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
     "ingress/bridges/service.py": "exercised end to end in tests/integration/test_bridge_service.py",

@@ -25,7 +25,7 @@ import msgspec
 
 from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported, under
 from ingress.bridges.failures import protocol_error
-from ingress.bridges.openai_answers import NO_JSON, engine_answer
+from ingress.bridges.openai_json import NO_JSON, engine_answer
 from ingress.bridges.openai_request import request_headers
 from ingress.wire import types as wire_types
 from ingress.wire.embeddings import EmbeddingRequestData, Embeddings, read_embedding_request_data

@@ -162,3 +162,12 @@ def _spawns(path: Path) -> list[str]:
 def test_tasks_are_spawned_only_in_tasks_py() -> None:
     """ingress/tasks.py keeps a reference to every task and drains them; a task spawned elsewhere is not."""
     assert [s for p in _modules() if p != ROOT / "tasks.py" for s in _spawns(p)] == []
+
+
+MAX_LINES = 400  # a module longer than this does two jobs; _generated/ is flatc's and codegen's
+
+
+def test_no_module_is_longer_than_a_screenful_of_screens() -> None:
+    long = {path.relative_to(ROOT).as_posix(): lines for path in ROOT.rglob("*.py")
+            if "_generated" not in path.parts and (lines := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
