@@ -65,6 +65,17 @@ class FrameTranslator(Protocol[T_co]):
         ...
 
 
+def next_in_order(done: bool, expected: int, chunk: wire_types.Chunk) -> int:
+    """The number of the frame after `chunk`, which must come before the stream's end and be the one
+    `expected`: a service's stream that goes on after its final frame, or skips one, is broken."""
+    if done:
+        raise UpstreamProtocolError("The model service sent data after the end of the stream.")
+    if chunk.sequence != expected:
+        raise UpstreamProtocolError(
+            f"The model service stream skipped frames (expected {expected}, got {chunk.sequence}).")
+    return expected + 1
+
+
 class Read(NamedTuple, Generic[T]):
     """What one read of the body became: its chunks, and the error that came after them in it (or None)."""
 

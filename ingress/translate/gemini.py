@@ -22,6 +22,7 @@ from msgspec import UNSET, UnsetType
 from ingress.errors import IngressError, UpstreamProtocolError
 from ingress.gemini import answers as gm
 from ingress.gemini.answers import FinishReason, GenerateContentResponse
+from ingress.translate.body import next_in_order
 from ingress.wire import types as wire_types
 from ingress.wire.answer import content_delta, decode_frame
 
@@ -181,12 +182,7 @@ class GeminiStreamTranslator:
 
     def feed(self, chunk: wire_types.Chunk) -> list[GenerateContentResponse]:
         """A decoded frame → its events."""
-        if self.done:
-            raise UpstreamProtocolError("The model service sent data after the end of the stream.")
-        if chunk.sequence != self._next_sequence:
-            raise UpstreamProtocolError(
-                f"The model service stream skipped frames (expected {self._next_sequence}, got {chunk.sequence}).")
-        self._next_sequence += 1
+        self._next_sequence = next_in_order(self.done, self._next_sequence, chunk)
         if not self.served_model:
             self.served_model = chunk.model
         state = self._choices.setdefault(chunk.choice_index, _Choice())

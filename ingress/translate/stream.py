@@ -13,6 +13,7 @@ from msgspec import UNSET, UnsetType
 
 from ingress.errors import UpstreamProtocolError
 from ingress.oai import chat_answers
+from ingress.translate.body import next_in_order
 from ingress.translate.completion import translate_finish, translate_logprobs, translate_usage
 from ingress.wire import types as wire_types
 from ingress.wire.answer import content_delta, decode_frame
@@ -114,13 +115,7 @@ class StreamTranslator:
         return [Delta(head, index, content)]
 
     def feed(self, chunk: wire_types.Chunk) -> list[chat_answers.ChatCompletionChunk]:
-        if self.done:
-            raise UpstreamProtocolError("The model service sent data after the end of the stream.")
-        if chunk.sequence != self._next_sequence:
-            raise UpstreamProtocolError(
-                f"The model service stream skipped frames (expected {self._next_sequence}, got {chunk.sequence})."
-            )
-        self._next_sequence += 1
+        self._next_sequence = next_in_order(self.done, self._next_sequence, chunk)
         self._head = None
         self.id = chunk.id or self.id
         self.model = chunk.model or self.model
