@@ -149,7 +149,7 @@ async def responses_socket(request: web.Request) -> web.Response:
     raise web.HTTPMethodNotAllowed("GET", ["POST"])
 
 
-def _models(request: web.Request) -> list[str]:
+def listed_models(request: web.Request) -> list[str]:
     """The models listed: those the routes name, and of them those the request's key may use."""
     principal = request[EXCHANGE].principal
     models = request.app[GATEWAY].routes.listed_models()
@@ -170,15 +170,15 @@ async def list_models(request: web.Request) -> web.Response:
     request[EXCHANGE].api = "models"
     created = request.app[STARTED]
     if _anthropic(request):
-        return json_response(model_page(_models(request), _created_at(request)))
+        return json_response(model_page(listed_models(request), _created_at(request)))
     return json_response(chat_answers.ModelList(data=[chat_answers.ModelOut(id=m, created=created, owned_by="ingress")
-                                                       for m in _models(request)]))
+                                                       for m in listed_models(request)]))
 
 
 async def get_model(request: web.Request) -> web.Response:
     request[EXCHANGE].api = "models"
     model = request.match_info["model"]
-    if model not in _models(request):
+    if model not in listed_models(request):
         raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
                        code="model_not_found")
     if _anthropic(request):

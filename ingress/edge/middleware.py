@@ -15,6 +15,7 @@ from aiohttp import ClientConnectionResetError, web
 from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
+from ingress.edge.gemini import gemini_client, google_key
 from ingress.edge.headers import (
     ANTHROPIC_REQUEST_ID,
     CACHE_HEADER,
@@ -27,6 +28,7 @@ from ingress.edge.headers import (
 from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
+from ingress.gemini import answers as gemini_answers
 from ingress.log import access, get_logger
 from ingress.tracing import OPERATIONS, RequestTrace, Tracer
 from ingress.usage import usage_record
@@ -39,16 +41,22 @@ _json = msgspec.json.Encoder()
 log = get_logger("ingress.edge")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_API_PATHS = ("/v1/", "/v1beta/")  # what a key is asked for (tenancy on); /v1beta/: Google's API
 
 
 def error_response(exc: IngressError, request_id: str, *, binary: bool = False, anthropic: bool = False,
-                   more: dict[str, str] | None = None) -> web.Response:
+                   gemini: bool = False, more: dict[str, str] | None = None) -> web.Response:
     """OpenAI's error JSON, or Anthropic's envelope for its API's clients (with the status Anthropic
-    gives the error's kind); for a FlatBuffers request the service failed (not the edge's refusal of the
-    request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
+    gives the error's kind), or Google's for its (with the HTTP status Google gives the error's google.rpc
+    code, the wait as RetryInfo); for a FlatBuffers request the service failed (not the edge's refusal of
+    the request, which stays JSON as documented), a FlatBuffers `Error` buffer with the same fields."""
     headers = {**more, REQUEST_ID: request_id} if more else {REQUEST_ID: request_id}
     if exc.retry_after is not None:
         headers["Retry-After"] = str(exc.retry_after)
+    if gemini:
+        _, status = gemini_answers.error_kind(exc)
+        return web.Response(status=status, body=_json.encode(gemini_answers.error_envelope(exc)),
+                            content_type="application/json", headers=headers)
     if anthropic:
         _, status = error_kind(exc)
         return web.Response(status=status, body=_json.encode(error_envelope(exc, request_id=request_id)),
@@ -110,8 +118,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             if pacer is not None and await pacer.start():
                 exchange.paced = time.perf_counter()
             tenancy = gateway.tenancy if gateway is not None else None
-            if tenancy is not None and request.path.startswith("/v1/"):
-                exchange.principal = tenancy.policy.authenticate(request.headers)
+            if tenancy is not None and request.path.startswith(_API_PATHS):
+                google = google_key(request.headers, request.query) if gemini_client(request) else None
+                exchange.principal = tenancy.policy.authenticate(request.headers, google)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:
@@ -134,7 +143,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except IngressError as exc:
         exchange.error = exc
         response = error_response(exc, exchange.request_id, binary=exchange.binary, anthropic=speaks_anthropic(request),
-                                  more=exchange.admitted.headers)
+                                  gemini=gemini_client(request), more=exchange.admitted.headers)
         if exchange.cache is not None:
             response.headers[CACHE_HEADER] = exchange.cache
         status = response.status
@@ -155,7 +164,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         log.exception("unhandled", path=request.path)
         internal = IngressError("The server had an error while processing your request.")
         exchange.error = internal
-        return error_response(internal, exchange.request_id, anthropic=speaks_anthropic(request))
+        return error_response(internal, exchange.request_id, anthropic=speaks_anthropic(request),
+                              gemini=gemini_client(request))
     finally:
         settling = time.perf_counter()
         pipeline.settle(exchange)

@@ -1,7 +1,8 @@
 """Server-sent events: the pipeline's stream events as `data: ...\\n\\n` lines, in a reused buffer, or
-for the Responses API as `event: <type>` and `data: ...` lines.
+for the Responses API as `event: <type>` and `data: ...` lines; and Google's streams, as SSE or as a JSON
+array that grows.
 
-The only place SSE bytes are made."""
+The only place stream bytes are made."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ingress import pipeline
 from ingress.errors import IngressError
 from ingress.oai.chat_answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
+from ingress.translate.gemini import error_event as gemini_error_event
 from ingress.translate.messages import error_event
 from ingress.translate.responses_events import ResponseEvents
 from ingress.translate.stream import Delta, Head
@@ -152,3 +154,65 @@ class MessagesSseWriter(_NamedEvents):
         if type(event) is pipeline.Burst:
             return b"".join([self.event(e) for e in event.chunks])
         return self.event(event)
+
+
+class GeminiSseWriter:
+    """Google's stream with `alt=sse`: each partial GenerateContentResponse as `data: <it>` ended by CRLFs, as
+    Google ends them. Nothing while the service is silent (Google's SDKs read any other line as an event's
+    JSON) and no end marker: the last event carries the finish reasons and usage. A failure once the stream
+    has begun: Google's error envelope as the last event (its SDKs raise it)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray(_PREFIX)
+
+    def event(self, obj: Any) -> bytes:
+        _encoder.encode_into(obj, self._buf, len(_PREFIX))
+        self._buf += b"\r\n\r\n"
+        return bytes(self._buf)
+
+    def error(self, exc: IngressError) -> bytes:
+        return self.event(gemini_error_event(exc))
+
+    def render(self, event: pipeline.StreamEvent) -> bytes:
+        if isinstance(event, pipeline.Signal):
+            return b""  # OPENED, HEARTBEAT, DONE: nothing Google sends
+        if isinstance(event, pipeline.Failed):
+            return self.error(event.error)
+        if type(event) is pipeline.Burst:
+            return b"".join([self.event(e) for e in event.chunks])
+        return self.event(event)
+
+
+class GeminiArrayWriter:
+    """Google's stream without `alt=sse`: one JSON array written as it grows, `[{...},\\r\\n{...}]`, each
+    element a partial GenerateContentResponse; closed at the end, or by the error envelope as its last
+    element when the stream fails once begun."""
+
+    def __init__(self) -> None:
+        self._opened = False
+        self._closed = False
+
+    def _element(self, obj: Any) -> bytes:
+        lead = b",\r\n" if self._opened else b"["
+        self._opened = True
+        return lead + _encoder.encode(obj)
+
+    def _close(self) -> bytes:
+        if self._closed:
+            return b""
+        self._closed = True
+        return b"]" if self._opened else b"[]"
+
+    def error(self, exc: IngressError) -> bytes:
+        return self._element(gemini_error_event(exc)) + self._close()
+
+    def render(self, event: pipeline.StreamEvent) -> bytes:
+        if event is pipeline.DONE:
+            return self._close()
+        if isinstance(event, pipeline.Signal):
+            return b""
+        if isinstance(event, pipeline.Failed):
+            return self.error(event.error)
+        if type(event) is pipeline.Burst:
+            return b"".join([self._element(e) for e in event.chunks])
+        return self._element(event)

@@ -52,10 +52,12 @@ class Outlet:
 
 
 async def write_stream(request: web.Request, exchange: Exchange, events: AsyncGenerator[E, None],
-                  sse: EventWriter[E], outlet: Outlet | None = None) -> web.StreamResponse:
-    """Write the events as SSE. The response begins with the first event; a failure before it is
-    answered with its status (by the middleware), after it in-band, and the stream ends without [DONE].
-    With an `outlet`, the pipeline writes what it can itself once the head is out."""
+                  sse: EventWriter[E], outlet: Outlet | None = None,
+                  content_type: str = "text/event-stream") -> web.StreamResponse:
+    """Write the events as SSE (or as the stream `content_type` names, which `sse` renders). The response
+    begins with the first event; a failure before it is answered with its status (by the middleware),
+    after it in-band, and the stream ends without [DONE]. With an `outlet`, the pipeline writes what it
+    can itself once the head is out."""
     drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
     response: web.StreamResponse | None = None
     framed = False  # the head is out and the body is chunked: events may go straight to the transport
@@ -64,7 +66,7 @@ async def write_stream(request: web.Request, exchange: Exchange, events: AsyncGe
             with drain.deadline():
                 async for event in events:
                     if response is None:
-                        response = await _start_sse(request, exchange)
+                        response = await _start_sse(request, exchange, content_type)
                     if data := sse.render(event):
                         if framed:
                             await _write_event(request, response, data, stall)
@@ -124,8 +126,9 @@ def _abort(request: web.Request) -> None:
         request.transport.abort()
 
 
-async def _start_sse(request: web.Request, exchange: Exchange) -> web.StreamResponse:
-    response = web.StreamResponse(headers={**SSE_HEADERS, **(exchange.admitted.headers or {}),
+async def _start_sse(request: web.Request, exchange: Exchange, content_type: str) -> web.StreamResponse:
+    response = web.StreamResponse(headers={**SSE_HEADERS, "Content-Type": content_type,
+                                           **(exchange.admitted.headers or {}),
                                            REQUEST_ID: exchange.request_id,
                                            "Server-Timing": server_timing(exchange)})
     if (served := served_by(exchange)) is not None:

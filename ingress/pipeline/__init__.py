@@ -4,9 +4,11 @@
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              prepare_responses  the same, for the Responses API: read as the chat request it amounts to
              prepare_messages   the same, for Anthropic's Messages API
+             prepare_gemini     the same, for Google's Gemini API (generateContent; countTokens counted)
              complete  send → translate                                    one chat.completion
              respond / stream_response  as complete / stream, answered as a Responses object / events
              answer_message / stream_messages  as complete / stream, answered in Anthropic's shape
+             answer_gemini / stream_gemini     as complete / stream, answered in Google's shape
              embed     as prepare, then send → translate                   one embeddings list
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent;
                        a `direct` callable takes chunks in the upstream connection's callback (the edge's outlet)
@@ -21,8 +23,8 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 
     gateway.py  what every request shares          prepare.py  the CPU-only stages
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
-    answer.py   complete, respond, answer_message, count_by_service, embed
-    stream.py   stream, stream_response, stream_messages, their events
+    answer.py   complete, respond, answer_message, answer_gemini, count_by_service, embed
+    stream.py   stream, stream_response, stream_messages, stream_gemini, their events
     relay.py    relay
     cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
 """
@@ -30,9 +32,18 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 from __future__ import annotations
 
 from ingress.pipeline.admit import admit, settle, used
-from ingress.pipeline.answer import answer_message, complete, count_by_service, embed, respond, sealing_for
+from ingress.pipeline.answer import (
+    answer_gemini,
+    answer_message,
+    complete,
+    count_by_service,
+    embed,
+    respond,
+    sealing_for,
+)
 from ingress.pipeline.gateway import EncodeRequest, Gateway
 from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embeddings, prepare_responses, prepare_text
+from ingress.pipeline.prepare_gemini import prepare_gemini, prepare_gemini_count
 from ingress.pipeline.prepare_messages import prepare_count, prepare_messages
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
@@ -48,6 +59,7 @@ from ingress.pipeline.stream import (
     Signal,
     StreamEvent,
     stream,
+    stream_gemini,
     stream_messages,
     stream_response,
 )
@@ -70,6 +82,7 @@ __all__ = [
     "Signal",
     "StreamEvent",
     "admit",
+    "answer_gemini",
     "answer_message",
     "complete",
     "count_by_service",
@@ -77,6 +90,8 @@ __all__ = [
     "prepare",
     "prepare_count",
     "prepare_embeddings",
+    "prepare_gemini",
+    "prepare_gemini_count",
     "prepare_messages",
     "prepare_responses",
     "prepare_text",
@@ -86,6 +101,7 @@ __all__ = [
     "send",
     "settle",
     "stream",
+    "stream_gemini",
     "stream_messages",
     "stream_response",
     "used",

@@ -1,4 +1,4 @@
-"""complete / respond / answer_message / count_by_service / embed: one whole answer each."""
+"""complete / respond / answer_message / answer_gemini / count_by_service / embed: one whole answer each."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from ingress.anthropic.messages import MessagesRequest
 from ingress.cache.entries import EMBEDDINGS, WHOLE
 from ingress.errors import UpstreamProtocolError
 from ingress.exchange import Exchange
+from ingress.gemini.answers import GenerateContentResponse
+from ingress.gemini.contents_to_chat import Read
 from ingress.oai import chat_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.oai.embeddings import EmbeddingList, EmbeddingRequest
@@ -20,6 +22,7 @@ from ingress.pipeline.send import send
 from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.completion import translate_response
 from ingress.translate.embeddings import translate_embeddings
+from ingress.translate.gemini import response_from_answer
 from ingress.translate.messages import message_from_response
 from ingress.translate.responses import Seal, translate_response_object
 from ingress.translate.text import translate_text_response
@@ -96,6 +99,15 @@ async def answer_message(gateway: Gateway, request: MessagesRequest, prepared: P
     """A non-streamed Messages answer, sent as `complete` sends, in Anthropic's shape."""
     response = await _completed(gateway, prepared, exchange)
     return message_from_response(response, id=message_id(exchange), model=request.model)
+
+
+async def answer_gemini(gateway: Gateway, read: Read, prepared: Prepared[Completion],
+                        exchange: Exchange) -> GenerateContentResponse:
+    """A non-streamed Gemini answer (generateContent), sent as `complete` sends, in Google's shape: its
+    thoughts shown only when the request asked for them (`includeThoughts`)."""
+    response = await _completed(gateway, prepared, exchange)
+    return response_from_answer(response, id=exchange.request_id, model=read.request.model,
+                                include_thoughts=read.include_thoughts)
 
 
 async def count_by_service(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> int:

@@ -35,6 +35,8 @@ from ingress.errors import (
     UpstreamError,
 )
 from ingress.exchange import Answer, Exchange
+from ingress.gemini.answers import GenerateContentResponse
+from ingress.gemini.contents_to_chat import Read as GeminiRead
 from ingress.oai import chat_answers, responses_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
 from ingress.pipeline.answer import message_id
@@ -43,6 +45,7 @@ from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
+from ingress.translate.gemini import GeminiStreamTranslator
 from ingress.translate.messages import MessagesStreamTranslator
 from ingress.translate.responses_events import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
@@ -80,8 +83,8 @@ class Failed:
 
 
 # What a stream yields one by one: an OpenAI chat chunk (a token's as a Delta), a legacy completion's
-# text chunk, or one of Anthropic's Messages events.
-Chunk = chat_answers.ChatCompletionChunk | TextCompletion | Delta | anthropic_answers.Event
+# text chunk, one of Anthropic's Messages events, or one of Google's partial answers.
+Chunk = chat_answers.ChatCompletionChunk | TextCompletion | Delta | anthropic_answers.Event | GenerateContentResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +268,6 @@ async def _translate(gateway: Gateway, prepared: Prepared[Completion], exchange:
     yield DONE
 
 
-
-
 def _translator(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> FrameTranslator[Chunk]:
     """The request's frames → chunks: chat chunks, or a legacy completion's text ones."""
     request, created, verify = prepared.request, int(time.time()), gateway.settings.verify_answers
@@ -334,6 +335,15 @@ async def stream_messages(gateway: Gateway, request: MessagesRequest, prepared: 
                     yield start
             if event is not OPENED:
                 yield event
+
+
+def stream_gemini(gateway: Gateway, read: GeminiRead, prepared: Prepared[Completion], exchange: Exchange,
+                  direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
+    """A streamed Gemini answer (streamGenerateContent): `stream` with Google's translator, each event a
+    partial GenerateContentResponse, the last with the finish reasons and usage."""
+    translator = GeminiStreamTranslator(id=exchange.request_id, model=read.request.model,
+                                        include_thoughts=read.include_thoughts, verify=gateway.settings.verify_answers)
+    return stream(gateway, prepared, exchange, direct, translator)
 
 
 def ended_in_band(answer: Answer, exc: IngressError) -> Failed:

@@ -90,8 +90,10 @@ class Policy:
         return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models),
                          tuple(g for g in guards if g is not None))
 
-    def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        presented = presented_key(headers)
+    def authenticate(self, headers: Mapping[str, str], presented: str | None = None) -> Principal:
+        """The key presented: `presented` (found by the edge where a dialect puts it: Google's clients send
+        `x-goog-api-key` or `?key=`), else the one in the headers (presented_key)."""
+        presented = presented or presented_key(headers)
         if presented is None:
             raise Unauthenticated("You didn't provide an API key. Provide it in the Authorization header "
                                   "(Authorization: Bearer YOUR_KEY).")

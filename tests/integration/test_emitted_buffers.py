@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Literal
 
 import aiohttp
 import msgspec
 import openai
 import pytest
-from aiohttp import web
+from recording import recording_demo
 
 from ingress import wire
 from ingress.anthropic.messages_codec import decode_messages
 from ingress.anthropic.messages_to_chat import as_chat as messages_as_chat
-from ingress.demo.service import create_demo_app
 from ingress.encoding.passport import RequestMeta, compute_passport
 from ingress.encoding.reading import decode_request
 from ingress.oai.codec import decode_chat_request
@@ -50,20 +49,6 @@ REQUESTS: list[dict[str, object]] = [
      "response_format": {"type": "json_schema", "json_schema": {"name": "out", "strict": True,
                                                                "schema": {"type": "object", "properties": {}}}}},
 ]
-
-
-def recording_demo(bodies: list[bytes]) -> web.Application:
-    """The demo service, keeping every request body it receives in `bodies`."""
-
-    @web.middleware
-    async def record(request: web.Request,
-                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        bodies.append(await request.read())
-        return await handler(request)
-
-    demo = create_demo_app()
-    demo.middlewares.append(record)
-    return demo
 
 
 @pytest.fixture

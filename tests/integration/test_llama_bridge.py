@@ -22,6 +22,8 @@ from agent_turn import BETAS, agent_turn
 from aiohttp import web
 from anthropic.types import MessageParam, TextBlock
 from fakes.processes import free_port
+from google import genai
+from google.genai import types as genai_types
 from openai.types.chat import ChatCompletionMessageParam
 from otlp_receiver import OtlpReceiver
 
@@ -237,6 +239,28 @@ async def test_a_stop_sequence_the_engine_names_is_the_messages_stop_reason(
         final = await stream.get_final_message()
     assert _text(final) == "The capital of France is"
     assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", " Paris")
+
+
+@pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning")  # the SDK's own
+async def test_googles_sdk_through_the_sidecar(sidecar: str) -> None:
+    """The `google-genai` SDK on the edge's Gemini API, by base URL alone, the edge in front of the sidecar:
+    the same greedy answer whole and streamed, Google's finish reason and usage, and a maxOutputTokens cut."""
+    async with serve_app(create_app(Settings(upstream=sidecar, timeouts=PATIENT)), "127.0.0.1", 0) as edge:
+        client = genai.Client(api_key="gk-client", http_options=genai_types.HttpOptions(base_url=edge, timeout=60_000))
+        question = QUESTION[0]["content"]
+        answer = await client.aio.models.generate_content(model="smollm2", contents=question)
+        chunks = [c async for c in await client.aio.models.generate_content_stream(model="smollm2", contents=question)]
+        cut = await client.aio.models.generate_content(
+            model="smollm2", contents=question, config=genai_types.GenerateContentConfig(max_output_tokens=3))
+        await client.aio.aclose()
+
+    assert answer.text == ANSWER and answer.candidates and answer.candidates[0].finish_reason == "STOP"
+    usage = answer.usage_metadata
+    assert usage is not None and (usage.candidates_token_count or 0) > 0 and (usage.prompt_token_count or 0) > 0
+    assert "".join(c.text or "" for c in chunks) == ANSWER and len(chunks) > 2  # token by token
+    assert chunks[-1].usage_metadata is not None and chunks[-1].candidates
+    assert chunks[-1].candidates[0].finish_reason == "STOP"
+    assert cut.candidates and cut.candidates[0].finish_reason == "MAX_TOKENS" and ANSWER.startswith(cut.text or "")
 
 
 async def test_one_trace_from_the_edge_through_the_sidecar_to_the_engine(llama_server: str) -> None:

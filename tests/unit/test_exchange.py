@@ -15,8 +15,9 @@ INGRESS = Path(__file__).resolve().parents[2] / "ingress"
 
 PARTS = {"routed": Routed, "admitted": Admitted, "attempts": Attempts, "answer": Answer}
 WRITERS = {
-    "edge": {"edge/endpoints.py", "edge/messages.py", "edge/middleware.py", "edge/writers.py"},
-    "routed": {"pipeline/prepare.py", "pipeline/prepare_messages.py", "pipeline/relay.py"},  # relay: a buffer's
+    "edge": {"edge/endpoints.py", "edge/gemini.py", "edge/messages.py", "edge/middleware.py", "edge/writers.py"},
+    "routed": {"pipeline/prepare.py", "pipeline/prepare_gemini.py", "pipeline/prepare_messages.py",
+               "pipeline/relay.py"},  # relay: a buffer's
     "admitted": {"pipeline/admit.py"},
     "attempts": {"pipeline/send.py"},
     "answer": {"pipeline/answer.py", "pipeline/stream.py", "pipeline/relay.py"},  # the stages that read answers

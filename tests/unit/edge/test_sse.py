@@ -1,14 +1,20 @@
 """edge.sse: a Delta rendered from its head's template is the same bytes as its chunk encoded the general
 way, whatever its head, choice and content, and as heads change on one writer; the events of a Burst
-(frames that arrived in one read) are the bytes of each event rendered alone, one after the other."""
+(frames that arrived in one read) are the bytes of each event rendered alone, one after the other; Google's
+streams, as SSE and as a JSON array, read as Google's SDK and a JSON parser read them."""
 
 from __future__ import annotations
 
+import msgspec
+import pytest
+from gemini_sdk import sdk_stream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingress import pipeline
-from ingress.edge.sse import SseWriter
+from ingress.edge.sse import GeminiArrayWriter, GeminiSseWriter, SseWriter
+from ingress.errors import UpstreamUnavailable
+from ingress.gemini import answers as gm
 from ingress.oai import chat_answers
 from ingress.translate.stream import Delta, Head
 
@@ -49,3 +55,39 @@ def test_a_delta_from_its_template_is_its_chunk_encoded(deltas: list[Delta]) -> 
 def test_a_mixed_burst_renders_as_its_events(events: list[Delta | chat_answers.ChatCompletionChunk]) -> None:
     alone = SseWriter()
     assert SseWriter().render(pipeline.Burst(list(events))) == b"".join(alone.render(e) for e in events)
+
+
+def _gemini_events() -> list[gm.GenerateContentResponse]:
+    head = gm.GenerateContentResponse(candidates=[gm.Candidate(content=gm.Content(parts=[gm.Part(text="Hi")]),
+                                                               index=0)], model_version="m", response_id="r")
+    last = gm.GenerateContentResponse(candidates=[gm.Candidate(finish_reason="STOP", index=0)], model_version="m",
+                                      response_id="r", usage_metadata=gm.UsageMetadata(
+                                          prompt_token_count=1, candidates_token_count=1, total_token_count=2))
+    return [head, last]
+
+
+def test_googles_sse_is_a_data_line_an_event_and_nothing_else() -> None:
+    writer = GeminiSseWriter()
+    head, last = _gemini_events()
+    rendered = [writer.render(e) for e in (pipeline.HEARTBEAT, pipeline.OPENED, head, pipeline.Burst([head, last]),
+                                           pipeline.DONE)]
+    event, both = b"data: " + msgspec.json.encode(head) + b"\r\n\r\n", writer.event(head) + writer.event(last)
+    assert rendered == [b"", b"", event, both, b""]
+    parsed = sdk_stream([msgspec.json.encode(head), msgspec.json.encode(last)])  # as Google's SDK reads them
+    assert [c.text for c in parsed] == ["Hi", None] and parsed[1].usage_metadata is not None
+    failed = writer.render(pipeline.Failed(UpstreamUnavailable("gone", after_head=True)))
+    assert msgspec.json.decode(failed.removeprefix(b"data: "))["error"]["status"] == "UNAVAILABLE"
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_googles_array_stream_is_one_json_array_however_it_ends(fail: bool) -> None:
+    writer = GeminiArrayWriter()
+    head, last = _gemini_events()
+    ending = pipeline.Failed(UpstreamUnavailable("gone", after_head=True)) if fail else pipeline.DONE
+    data = b"".join(writer.render(e) for e in (pipeline.OPENED, head, pipeline.HEARTBEAT, pipeline.Burst([last]),
+                                               ending))
+    assert data.startswith(b"[{") and b"},\r\n{" in data
+    elements = msgspec.json.decode(data)
+    assert elements[:2] == [msgspec.to_builtins(head), msgspec.to_builtins(last)]
+    assert len(elements) == (3 if fail else 2) and (not fail or elements[2]["error"]["status"] == "UNAVAILABLE")
+    assert GeminiArrayWriter().render(pipeline.DONE) == b"[]"

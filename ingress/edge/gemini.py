@@ -1,0 +1,138 @@
+"""Google's Gemini API, under `/v1beta/` and `/v1/` (the `google-genai` SDK given a base URL sends the latter):
+`POST models/{model}:generateContent`, `:streamGenerateContent` (server-sent events with `?alt=sse`, else a
+JSON array that grows), `:countTokens`, and `GET models`, `models/{model}`. Each request is read as the chat
+request it amounts to, served by whatever its route names, and answered in Google's shape; errors in
+Google's envelope (the middleware renders them so for every request `speaks_gemini` recognizes).
+
+The key: `x-goog-api-key`, else the `key` query parameter, else `Authorization: Bearer`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+from aiohttp import web
+
+from ingress import pipeline
+from ingress.edge import endpoints
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY
+from ingress.edge.bodies import read_body
+from ingress.edge.sse import GeminiArrayWriter, GeminiSseWriter
+from ingress.edge.writers import Outlet, json_response, write_stream
+from ingress.encoding.passport import RequestMeta
+from ingress.errors import NotFound
+from ingress.gemini.answers import CountTokensResponse, model_info, model_list
+from ingress.tenancy.policy import presented_key
+
+API = "gemini"
+COUNT_API = "gemini_count_tokens"  # a family of its own in a usage record: a count, not a generation
+GOOGLE_KEY = "x-goog-api-key"
+_GOOGLE_CLIENT = "x-goog-api-client"  # every Google SDK's request names the SDK
+_VERSIONS = ("/v1beta/", "/v1/")
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """A path's last segment, `{model}:{method}`, as (model, method); the method "" when there is no colon.
+    A model's own name may hold colons (`llama3:8b`): the method follows the last."""
+    model, colon, method = name.rpartition(":")
+    return (model, method) if colon else (name, "")
+
+
+def google_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The key a Google client presents: `x-goog-api-key`, else `?key=`, else the usual headers
+    (`Authorization: Bearer`, `x-api-key`)."""
+    return headers.get(GOOGLE_KEY) or query.get("key") or presented_key(headers)
+
+
+def speaks_gemini(path: str, method: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+    """A client of Google's API: every path under /v1beta/; under /v1/models, a POST (only Google's methods
+    take one there) or a request of a Google SDK or with a Google key (OpenAI's and Anthropic's clients list
+    models at the same path)."""
+    if path.startswith("/v1beta/") or path == "/v1beta":
+        return True
+    if not path.startswith("/v1/models"):
+        return False
+    return method == "POST" or GOOGLE_KEY in headers or _GOOGLE_CLIENT in headers or "key" in query
+
+
+def gemini_client(request: web.Request) -> bool:
+    return speaks_gemini(request.path, request.method, request.headers, request.query)
+
+
+def _meta(request: web.Request) -> RequestMeta:
+    """As the OpenAI endpoints', with the key Google's clients send."""
+    meta = endpoints.request_meta(request)
+    key = google_key(request.headers, request.query)
+    if meta.api_key is None and key:
+        meta = msgspec.structs.replace(meta, api_key=key)
+    return meta
+
+
+async def model_method(request: web.Request) -> web.StreamResponse:
+    """`POST .../models/{model}:{method}`: the method after the colon decides."""
+    model, method = split_name(request.match_info["name"])
+    if method == "generateContent":
+        return await _generate(request, model, stream=False)
+    if method == "streamGenerateContent":
+        return await _generate(request, model, stream=True)
+    if method == "countTokens":
+        return await _count(request, model)
+    request[EXCHANGE].api = API
+    shown = method[:64] if method.isascii() and method.isprintable() else "..."
+    raise NotFound(f"Method '{shown}' is not found for models: this edge serves generateContent, "
+                   "streamGenerateContent and countTokens.", code="unknown_method")
+
+
+async def _generate(request: web.Request, model: str, *, stream: bool) -> web.StreamResponse:
+    gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
+    exchange.api = API
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    read, prepared = pipeline.prepare_gemini(gateway, body, _meta(request), exchange, model=model, stream=stream)
+    await pipeline.admit(gateway, prepared, exchange)
+    if not stream:
+        with drain.deadline():
+            answer = await pipeline.answer_gemini(gateway, read, prepared, exchange)
+        return json_response(answer)
+    sse = request.query.get("alt") == "sse"
+    writer: GeminiSseWriter | GeminiArrayWriter = GeminiSseWriter() if sse else GeminiArrayWriter()
+    outlet = Outlet(request, writer)
+    events = pipeline.stream_gemini(gateway, read, prepared, exchange, outlet)
+    return await write_stream(request, exchange, events, writer, outlet,
+                              content_type="text/event-stream" if sse else "application/json")
+
+
+async def _count(request: web.Request, model: str) -> web.Response:
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = COUNT_API
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    tokens = pipeline.prepare_gemini_count(gateway, body, _meta(request), exchange, model=model)
+    return json_response(CountTokensResponse(total_tokens=tokens))
+
+
+async def list_models(request: web.Request) -> web.StreamResponse:
+    """`GET /v1beta/models`, and `/v1/models` for a Google client: every model in one page."""
+    if not gemini_client(request):
+        return await endpoints.list_models(request)
+    request[EXCHANGE].api = "models"
+    return json_response(model_list(endpoints.listed_models(request)))
+
+
+async def get_model(request: web.Request) -> web.StreamResponse:
+    """`GET /v1beta/models/{model}`, and under /v1/ for a Google client (the name may come as `models/x`)."""
+    if not gemini_client(request):
+        return await endpoints.get_model(request)
+    request[EXCHANGE].api = "models"
+    model = request.match_info["model"].removeprefix("models/")
+    if model not in endpoints.listed_models(request):
+        raise NotFound(f"Model 'models/{model}' is not found, or you do not have access to it.", param="model",
+                       code="model_not_found")
+    return json_response(model_info(model))
+
+
+def add_routes(app: web.Application) -> None:
+    """Google's paths, under each version; `/v1/models` and `/v1/models/{model}` are shared with the other
+    dialects (the handlers tell Google's clients apart)."""
+    for version in _VERSIONS:
+        app.router.add_post(f"{version}models/{{name:.+}}", model_method)
+    app.router.add_get("/v1beta/models", list_models)
+    app.router.add_get("/v1beta/models/{model:.+}", get_model)

@@ -1,0 +1,104 @@
+"""prepare, for Google's Gemini API: a GenerateContentRequest (or a countTokens one) decoded, routed, read as
+the chat request it amounts to, counted, guarded, and encoded; CPU only, bad input raises here.
+
+The chat reading is what travels, to every route: a route to Google's own API, to which the request would
+travel whole (as a Messages request does to Anthropic), is the Gemini bridge's to add, with its field in the
+schema. Until then, what only Google serves is refused (contents_to_chat.py) and its processing hints are not
+sent, each named on the exchange."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ingress.encoding.passport import RequestMeta, compute_passport
+from ingress.encoding.requests import encode_messages_request
+from ingress.errors import InvalidRequest
+from ingress.exchange import Exchange
+from ingress.gemini.contents_codec import decode_generate_content
+from ingress.gemini.contents_to_chat import Read, as_chat
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.prepare import (
+    Completion,
+    Prepared,
+    chat_output,
+    counted,
+    counter,
+    folded_turns,
+    guarded_chat,
+    prepared_for,
+    route_decoded,
+)
+from ingress.settings import Route
+
+TOP_K = "generation_config.top_k"
+
+
+def prepare_gemini(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, model: str,
+                   stream: bool) -> tuple[Read, Prepared[Completion]]:
+    """As prepare, for `generateContent` (`stream`: `streamGenerateContent`) of `model`, the URL's: decoded,
+    then read as the chat request it amounts to, which travels; the reading is kept to answer in Google's
+    shape (whether the answer shows the thoughts). `topK` travels as an engine extra where the route forwards
+    them, and is refused elsewhere, as Messages' top_k is."""
+    request = decode_generate_content(body)
+    match, meta = route_decoded(gateway, exchange, model, stream, meta)
+    read = as_chat(request, model, stream=stream)
+    extra_json = _top_k(read, match.route)
+    tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).chat(read.request, exact))
+    chat = guarded_chat(exchange, read.request, tokens, "contents")
+    exchange.routed.hints.extend(read.dropped)
+    sent = folded_turns(exchange, chat, match.route)
+    passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
+    encoded = encode_messages_request(sent, exchange.request_id, passport, match.route.provider, match.upstream_model,
+                                      extra_json)
+
+    def encode_for(route: Route, model: str) -> bytes | bytearray:
+        """As above, for another route of the chain (InvalidRequest: topK, which that route does not forward)."""
+        return encode_messages_request(folded_turns(exchange, chat, route), exchange.request_id, passport,
+                                       route.provider, model, _top_k(read, route))
+
+    return read, prepared_for(gateway, exchange, sent, match, passport, encoded, meta, chat_output(sent),
+                              encode_for=encode_for)
+
+
+def _top_k(read: Read, route: Route) -> str | None:
+    """`topK` as the engine extra it travels as (None: not asked); refused by a route that forwards none."""
+    if read.top_k is None:
+        return None
+    if route.extra_fields != "forward":
+        raise InvalidRequest(f"{TOP_K}: not supported by the service behind this model (its route does not forward "
+                             "engine parameters).", param=TOP_K)
+    return f'{{"top_k":{read.top_k}}}'
+
+
+def prepare_gemini_count(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *,
+                         model: str) -> int:
+    """`countTokens` of `model`: the prompt of its `contents`, or of its `generateContentRequest` (system
+    instruction and tools too), read as a chat request and counted exactly by the route's tokenizer (or the
+    one its model's name implies), as a Messages count is. The edge counts: asking a provider
+    (`count_tokens = "provider"`) is for Messages requests, which Anthropic counts."""
+    request = decode_generate_content(count_request(body))
+    match, _ = route_decoded(gateway, exchange, model, False, meta)
+    read = as_chat(request, model)
+    return counter(gateway, match).chat(read.request, True)
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_WRAPPED = "generateContentRequest"
+
+
+def count_request(body: bytes) -> bytes:
+    """A countTokens body as the GenerateContentRequest it counts: `{contents}` as it is, or the request in
+    `generateContentRequest` (never both: Google's oneof). A body that is not a JSON object, or a
+    `generateContentRequest` that is not one, is left for the decoder to refuse."""
+    try:
+        fields = _fields.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return body
+    wrapped = fields.get(_WRAPPED, fields.get("generate_content_request"))
+    if wrapped is None:
+        return body
+    if len(fields) > 1:
+        other = next(name for name in fields if name not in (_WRAPPED, "generate_content_request"))
+        raise InvalidRequest(f"Invalid JSON payload received. Oneof field 'request' is already set. Cannot set "
+                             f"'{other}'", param=other)
+    return bytes(wrapped)

@@ -1,0 +1,106 @@
+"""ingress/pipeline/prepare_gemini.py: a GenerateContentRequest prepared for its route travels as the chat request
+it amounts to (its hints named on the exchange, topK as an engine extra or refused), and a countTokens body,
+bare or wrapping its generateContentRequest, is counted as that chat request is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from ingress import wire
+from ingress.encoding.passport import RequestMeta
+from ingress.encoding.reading import decode_request
+from ingress.errors import InvalidRequest, NotFound
+from ingress.exchange import Exchange
+from ingress.gemini.contents_codec import decode_generate_content
+from ingress.gemini.contents_to_chat import as_chat
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.prepare_gemini import count_request, prepare_gemini, prepare_gemini_count
+from ingress.routing.budget import RetryBudget
+from ingress.routing.table import RouteTable
+from ingress.settings import Route, Settings
+from ingress.tokens import counter_for
+
+HELLO: dict[str, Any] = {"contents": [{"role": "user", "parts": [{"text": "Say hello to the edge"}]}]}
+ROUTES = (Route(model="gemini-x", group="main", upstream_model="served-x"),
+          Route(model="gemini-extras", group="main", extra_fields="forward"))
+
+
+def _gateway() -> Gateway:
+    return Gateway(settings=Settings(routes=ROUTES), routes=RouteTable(ROUTES), groups={},
+                   budget=RetryBudget(0.2, 1.0, 0.0))
+
+
+def _body(**fields: Any) -> bytes:
+    return msgspec.json.encode({**HELLO, **fields})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_chat_request_it_amounts_to_travels(stream: bool) -> None:
+    body = _body(systemInstruction={"parts": [{"text": "Be brief."}]},
+                 generationConfig={"temperature": 0.5, "maxOutputTokens": 9,
+                                   "thinkingConfig": {"includeThoughts": True}},
+                 safetySettings=[{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}])
+    exchange = Exchange("req-1")
+    read, prepared = prepare_gemini(_gateway(), body, RequestMeta(), exchange, model="gemini-x", stream=stream)
+
+    expected = as_chat(decode_generate_content(body), "gemini-x", stream=stream).request
+    assert msgspec.json.encode(decode_request(bytes(prepared.encoded))) == msgspec.json.encode(
+        msgspec.structs.replace(expected, model="served-x"))
+    view = wire.read_request(bytes(prepared.encoded))
+    assert (view.ModelName(), view.Stream(), view.ExtraJson()) == (b"served-x", stream, None)
+    assert read.include_thoughts and read.request.model == "gemini-x"
+    assert prepared.max_output_tokens == 9
+    assert exchange.routed.hints == ["safety_settings"]  # accepted, not sent, named
+    assert (exchange.routed.model, exchange.routed.stream, exchange.routed.route) == ("gemini-x", stream, "gemini-x")
+
+
+def test_top_k_travels_as_an_engine_extra_where_the_route_forwards_them() -> None:
+    body = _body(generationConfig={"topK": 40})
+    _, prepared = prepare_gemini(_gateway(), body, RequestMeta(), Exchange("r"), model="gemini-extras", stream=False)
+    assert wire.read_request(bytes(prepared.encoded)).ExtraJson() == b'{"top_k":40}'
+
+    with pytest.raises(InvalidRequest) as refused:
+        prepare_gemini(_gateway(), body, RequestMeta(), Exchange("r"), model="gemini-x", stream=False)
+    assert refused.value.param == "generation_config.top_k"
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    pytest.param({"cachedContent": "cachedContents/abc"}, "cached_content", id="only-google-serves"),
+    pytest.param({"generationConfig": {"temperature": 9}}, "generation_config.temperature", id="out-of-range"),
+    pytest.param({"contents": []}, "contents", id="no-contents"),
+])
+def test_a_bad_or_google_only_request_is_refused_naming_the_field(fields: dict[str, Any], param: str) -> None:
+    exchange = Exchange("r")
+    with pytest.raises(InvalidRequest) as refused:
+        prepare_gemini(_gateway(), _body(**fields), RequestMeta(), exchange, model="gemini-x", stream=False)
+    assert refused.value.param == param
+
+
+def test_an_unknown_model_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        prepare_gemini(_gateway(), _body(), RequestMeta(), Exchange("r"), model="no-such-model", stream=False)
+
+
+def test_count_tokens_counts_the_chat_reading_of_either_form() -> None:
+    tools = [{"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "OBJECT"}}]}]
+    whole = {**HELLO, "systemInstruction": {"parts": [{"text": "Be brief."}]}, "tools": tools}
+    bare = prepare_gemini_count(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-x")
+    wrapped = prepare_gemini_count(_gateway(), msgspec.json.encode({"generateContentRequest": {
+        "model": "models/gemini-x", **whole}}), RequestMeta(), Exchange("r"), model="gemini-x")
+
+    counter = counter_for("served-x")
+    assert bare == counter.chat(as_chat(decode_generate_content(_body()), "gemini-x").request, True) > 0
+    assert wrapped == counter.chat(as_chat(decode_generate_content(msgspec.json.encode(whole)), "gemini-x").request,
+                                   True) > bare
+
+
+def test_a_count_body_is_contents_or_a_wrapped_request_never_both() -> None:
+    assert count_request(_body()) == _body()
+    assert count_request(b'{"generate_content_request": {"contents": []}}') == b'{"contents": []}'
+    assert count_request(b"[1]") == b"[1]"  # left for the decoder to refuse
+    with pytest.raises(InvalidRequest) as both:
+        count_request(b'{"contents": [], "generateContentRequest": {}}')
+    assert both.value.param == "contents"
