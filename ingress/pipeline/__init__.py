@@ -1,6 +1,9 @@
 """The whole request path on one screen, as named stages, each in a module of this package.
 
     JSON     prepare   decode → route → passport → encode                   CPU only: bad input raises here
+             recall / kept_input / keep  a Responses request's stored state (ingress/state): the response
+                       it continues read before prepare, its conversation sized before admission, the
+                       completed answer stored before the client has all of it
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              prepare_responses  the same, for the Responses API: read as the chat request it amounts to
              prepare_messages   the same, for Anthropic's Messages API
@@ -23,7 +26,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
     answer.py   complete, respond, answer_message, count_by_service, embed
     stream.py   stream, stream_response, stream_messages, their events
-    relay.py    relay
+    relay.py    relay                              stored.py   recall, kept_input, keep
     cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
 """
 
@@ -36,6 +39,7 @@ from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embe
 from ingress.pipeline.prepare_messages import prepare_count, prepare_messages
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
+from ingress.pipeline.stored import Recalled, keep, kept_input, recall
 from ingress.pipeline.stream import (
     DONE,
     HEARTBEAT,
@@ -64,6 +68,7 @@ __all__ = [
     "Failed",
     "Gateway",
     "Prepared",
+    "Recalled",
     "RelayedAnswer",
     "ResponsesBurst",
     "ResponsesStreamEvent",
@@ -74,12 +79,15 @@ __all__ = [
     "complete",
     "count_by_service",
     "embed",
+    "keep",
+    "kept_input",
     "prepare",
     "prepare_count",
     "prepare_embeddings",
     "prepare_messages",
     "prepare_responses",
     "prepare_text",
+    "recall",
     "relay",
     "respond",
     "sealing_for",
