@@ -14,6 +14,7 @@ So continuing from a record is one read, whatever the length of the chain, and i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
@@ -163,10 +164,10 @@ def page_query(query: dict[str, str]) -> PageQuery:
     return PageQuery(after, limit, order)  # type: ignore[arg-type]  # checked above
 
 
-def page(items: list[Item], query: PageQuery) -> Page:
+def page(items: Sequence[Item], query: PageQuery) -> Page:
     """One page of the items, in `query.order`, beginning after the item `query.after` names (PageError if
     none has that id)."""
-    ordered = items if query.order == "asc" else items[::-1]
+    ordered = list(items) if query.order == "asc" else list(items)[::-1]
     start = 0
     if query.after is not None:
         ids = [getattr(item, "id", None) for item in ordered]

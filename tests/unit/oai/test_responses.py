@@ -19,7 +19,7 @@ from msgspec import UNSET
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers
 from ingress.oai.chat import AssistantMessage, CustomGrammarFormat, SystemMessage, ToolMessage, UserMessage
-from ingress.oai.responses import Call, HostedTool, MessageItem, OutputText
+from ingress.oai.responses import Call, HostedTool, Item, MessageItem, OutputText
 from ingress.oai.responses_answers import (
     CompactionOut,
     CustomToolCallOut,
@@ -509,7 +509,7 @@ def test_sent_whole_to_openai_the_request_is_as_it_came_but_for_what_the_edge_se
 def test_a_continued_conversation_is_read_and_sent_whole() -> None:
     """The items of the response `previous_response_id` names come first, in the chat request and in what
     a route to OpenAI's own API is sent (which knows nothing of the edge's stored responses)."""
-    prior = [MessageItem(role="user", content="one", id="msg_a"),
+    prior: list[Item] = [MessageItem(role="user", content="one", id="msg_a"),
              MessageItem(role="assistant", content=[OutputText(text="uno", annotations=[])], id="msg_b")]
     body = msgspec.json.encode({"model": "m", "input": "two", "previous_response_id": "resp_1", "instructions": "New."})
     call = decode_responses_request_forwarding(body, lambda m: False, prior)[0]

@@ -16,7 +16,7 @@ from ingress.oai.responses import MessageItem
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.stored import keep, kept_input, recall
-from ingress.state import ResponseStore, ResponsesSettings
+from ingress.state import ResponsesSettings, ResponseStore
 from ingress.state.record import input_items, response_json
 from ingress.translate.responses import response_object
 

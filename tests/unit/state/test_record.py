@@ -81,12 +81,12 @@ def _messages(n: int) -> list[MessageItem]:
 def test_pages_in_either_order_after_an_item() -> None:
     items = list(_messages(5))
     first = page(items, PageQuery(limit=2))  # desc, as OpenAI's default
-    assert [m.id for m in first.data] == ["msg_4", "msg_3"]  # type: ignore[union-attr]
+    assert [m.id for m in first.data] == ["msg_4", "msg_3"]
     assert (first.first_id, first.last_id, first.has_more) == ("msg_4", "msg_3", True)
     rest = page(items, PageQuery(after="msg_3", limit=5))
-    assert [m.id for m in rest.data] == ["msg_2", "msg_1", "msg_0"] and not rest.has_more  # type: ignore[union-attr]
+    assert [m.id for m in rest.data] == ["msg_2", "msg_1", "msg_0"] and not rest.has_more
     asc = page(items, PageQuery(order="asc", after="msg_2", limit=2))
-    assert [m.id for m in asc.data] == ["msg_3", "msg_4"] and not asc.has_more  # type: ignore[union-attr]
+    assert [m.id for m in asc.data] == ["msg_3", "msg_4"] and not asc.has_more
     empty = page(items, PageQuery(after="msg_0"))
     assert (empty.data, empty.first_id, empty.last_id, empty.has_more) == ([], None, None, False)
 
@@ -98,7 +98,7 @@ def test_a_message_s_text_is_listed_as_one_part() -> None:
     assert doc["object"] == "list"
     assert doc["data"][0]["content"] == [{"type": "input_text", "text": "hi"}]
     assert doc["data"][1]["content"] == [{"type": "output_text", "text": "yo", "annotations": []}]
-    assert isinstance(listed.data[0], MessageItem) and isinstance(listed.data[0].content[0], InputText)  # type: ignore[index]
+    assert isinstance(listed.data[0], MessageItem) and isinstance(listed.data[0].content[0], InputText)
 
 
 def test_an_unknown_after_is_refused_naming_it() -> None:

@@ -81,7 +81,8 @@ def test_a_redis_that_cannot_be_reached_is_a_503_and_opens_the_breaker() -> None
             assert not store.available()
             with pytest.raises(StoreUnavailable):
                 await store.delete("o", "resp_1")  # not even tried: the breaker is open
-            assert sample_value("ingress_response_store_errors_total", {"backend": "redis", "call": "get"}) == before + 1
+            labels = {"backend": "redis", "call": "get"}
+            assert sample_value("ingress_response_store_errors_total", labels) == before + 1
         finally:
             await store.close()
 
