@@ -182,6 +182,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError("unix: the socket path must be absolute")
     if settings.tenancy is not None:
         _check_tenancy(settings.tenancy)
+    if settings.responses.backend == "redis" and (settings.tenancy is None or settings.tenancy.redis is None):
+        raise ConfigError("responses.backend: \"redis\" keeps responses in the [tenancy] store's Redis; "
+                          "configure [tenancy] redis = { url = \"redis://...\" }, or use backend = \"memory\"")
     if settings.tracing is not None:
         _check_tracing(settings.tracing)
 

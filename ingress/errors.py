@@ -12,6 +12,7 @@
      ├── RateLimited                429 rate_limit_exceeded (type requests / tokens) + Retry-After
      │    └── QuotaExceeded         429 insufficient_quota              a budget is spent: not retried
      ├── LimitsUnavailable          503 limits_unavailable + Retry-After the limit store cannot answer
+ ├── StoreUnavailable           503 response_store_unavailable + Retry-After  stored responses cannot be read or kept
      ├── Overloaded                 503 overloaded       + Retry-After  every endpoint and the queue full
      ├── ShuttingDown               503 shutting_down    + Retry-After  the drain deadline passed
      └── UpstreamError              the internal hop; `after_head` decides whether another endpoint may try
@@ -153,6 +154,16 @@ class LimitsUnavailable(IngressError):
 
     status = 503
     code = "limits_unavailable"
+    log_level = logging.WARNING
+    retry_after: int | None = 1
+
+
+class StoreUnavailable(IngressError):
+    """The response store could not answer in time (or at all) for a call that needs it: a stored
+    response read, continued or kept. Never raised for `store: false`."""
+
+    status = 503
+    code = "response_store_unavailable"
     log_level = logging.WARNING
     retry_after: int | None = 1
 

@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from ingress.cache.settings import CacheSettings, RouteCache
+from ingress.state.settings import ResponsesSettings
 from ingress.tenancy.settings import Tenancy
 
 DEMO_MODEL = "ingress-demo"
@@ -282,6 +283,7 @@ class Settings(_Config, frozen=True):
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     tracing: Tracing | None = None  # OpenTelemetry spans; without it none are made
     cache: CacheSettings = CacheSettings()  # what the routes' response caches share
+    responses: ResponsesSettings = ResponsesSettings()  # what `store: true` keeps, and where (ingress/state)
     # The keys of what the edge seals for clients (ingress/oai/sealing.py); without them, a key made at
     # start and shared by this edge's workers, so that what it sealed opens only until it restarts.
     sealing: Sealing | None = None

@@ -18,6 +18,8 @@ from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
+from ingress.oai.responses_answers import ResponseObject
+from ingress.state.record import PageError, deleted, encode_page, input_items, known_id, page, page_query, response_json
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
@@ -113,29 +115,78 @@ async def embeddings(request: web.Request) -> web.Response:
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
-    """The Responses API, stateless: carried as the chat request it amounts to, answered in its own shape."""
+    """The Responses API: carried as the chat request it amounts to (with the conversation of the response
+    it continues, when it names one), answered in its own shape, and stored unless `store: false`."""
     gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     exchange.api = "responses"
     body = await read_body(request, gateway.settings.max_body_bytes)
-    call, prepared = pipeline.prepare_responses(gateway, body, request_meta(request), exchange)
+    recalled = await pipeline.recall(gateway, exchange, body)
+    call, prepared = pipeline.prepare_responses(gateway, body, request_meta(request), exchange, recalled.prior,
+                                                recalled.keep)
+    kept = pipeline.kept_input(recalled, call)
     await pipeline.admit(gateway, prepared, exchange)
     if not call.request.stream:
         with drain.deadline():
-            answer = await pipeline.respond(gateway, call, prepared, exchange)
+            answer = await pipeline.respond(gateway, call, prepared, exchange, recalled.rid)
+            await pipeline.keep(recalled, kept, answer)
         return json_response(answer)
-    events = ResponseEvents(call, request_id=exchange.request_id, created_at=int(time.time()),
+
+    async def keep(final: ResponseObject) -> None:
+        await pipeline.keep(recalled, kept, final)
+
+    events = ResponseEvents(call, request_id=recalled.rid, created_at=int(time.time()),
                             seal=pipeline.sealing_for(gateway, prepared, exchange))
-    return await write_stream(request, exchange, pipeline.stream_response(gateway, prepared, exchange, events),
+    return await write_stream(request, exchange, pipeline.stream_response(gateway, prepared, exchange, events,
+                                                                          keep if kept is not None else None),
                               ResponsesSseWriter(events))
 
 
 async def stored_response(request: web.Request) -> web.Response:
-    """Retrieving, deleting, cancelling a response or listing its input: the edge keeps none."""
-    request[EXCHANGE].api = "responses"
+    """A stored response: retrieved (GET), deleted (DELETE), its input items listed (GET .../input_items);
+    cancelling is for background responses, which this edge does not run. Another owner's response is not
+    found, exactly as an unknown id is (ingress/state)."""
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = "responses"
     response_id = request.match_info["response_id"]
-    shown = response_id[:64] if response_id.isascii() and response_id.isprintable() else "..."
-    raise NotFound(f"Response with id '{shown}' not found: this edge keeps no responses (store is not "
-                   "supported; every request is answered statelessly).", param="response_id", code="response_not_found")
+    action = request.match_info.get("action")
+    allowed = ["GET", "DELETE"] if action is None else ["POST"] if action == "cancel" else ["GET"]
+    if request.method not in allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    store = gateway.responses
+    if store is None:
+        raise NotFound(f"Response with id '{_shown(response_id)}' not found: this edge keeps no responses "
+                       "([responses] backend is off).", param="response_id", code="response_not_found")
+    owner = store.owner(exchange.principal)
+    if action is None and request.method == "DELETE":
+        if not (known_id(response_id) and await store.delete(owner, response_id)):
+            raise _not_found(response_id)
+        return web.Response(body=deleted(response_id), content_type="application/json")
+    if action is None and request.query.get("stream", "false") != "false":
+        raise InvalidRequest("'stream' is not supported: this edge keeps no events of a response to stream "
+                             "again; retrieve it whole.", param="stream", code="unsupported_parameter")
+    record = await store.get(owner, response_id) if known_id(response_id) else None
+    if record is None:
+        raise _not_found(response_id)
+    if action == "cancel":
+        raise InvalidRequest("Only a background response can be cancelled; this one is not.",
+                             param="response_id", code="response_not_background")
+    if action is None:
+        return web.Response(body=response_json(record), content_type="application/json")
+    try:
+        listed = page(input_items(record), page_query(dict(request.query)))
+    except PageError as exc:
+        raise InvalidRequest(str(exc), param=exc.param) from None
+    return web.Response(body=encode_page(listed), content_type="application/json")
+
+
+def _shown(response_id: str) -> str:
+    return response_id[:64] if response_id.isascii() and response_id.isprintable() else "..."
+
+
+def _not_found(response_id: str) -> NotFound:
+    """The one answer for an id that is unknown, expired, deleted or another owner's."""
+    return NotFound(f"Response with id '{_shown(response_id)}' not found.", param="response_id",
+                    code="response_not_found")
 
 
 async def responses_socket(request: web.Request) -> web.Response:

@@ -62,6 +62,14 @@ CACHE_EVICTIONS = Counter("ingress_response_cache_evictions", "Entries the memor
                           "to stay within [cache] memory_bytes.", ["backend"])
 CACHE_ERRORS = Counter("ingress_response_cache_errors", "Calls to a response-cache store that failed or missed "
                        "their deadline (each a miss, never an error), by backend and call.", ["backend", "call"])
+# Stored responses (ingress/state): `backend` is memory or redis, `call` get, put or delete.
+RESPONSES_STORED = Counter("ingress_responses_stored", "Responses kept for retrieval and previous_response_id "
+                           "(store: true), by backend.", ["backend"])
+RESPONSE_STORE_ERRORS = Counter("ingress_response_store_errors", "Calls to the response store that failed or "
+                                "missed their deadline (each a 503 with Retry-After), by backend and call.",
+                                ["backend", "call"])
+RESPONSE_STORE_EVICTIONS = Counter("ingress_response_store_evictions", "Stored responses the memory backend dropped "
+                                   "before their retention to stay within [responses] memory_bytes.", ["backend"])
 TRACE_SPANS_EXPORTED = Counter("ingress_trace_spans_exported", "Spans the collector accepted ([tracing]).")
 TRACE_SPANS_DROPPED = Counter("ingress_trace_spans_dropped", "Spans not exported, by reason: queue_full (the "
                               "collector slower than the spans come) or export_failed (refused or unreachable).",

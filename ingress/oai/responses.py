@@ -177,6 +177,8 @@ class CompactionTrigger(_Item, tag="compaction_trigger"):
     """The last input item of a request that asks for the conversation compacted (Codex CLI, when its
     context fills): answered with one `compaction` item."""
 
+    id: str | None = None  # as a stored response's input items list it (every item there has one)
+
 
 class AdditionalToolsItem(_Item, tag="additional_tools"):
     """Tools offered along the way (Codex CLI's default model gets its tools so): offered as the request's."""
@@ -343,8 +345,9 @@ class ResponsesRequest(_Strict):
     background: bool | None = None
     # Ids an agent tags its requests with (Codex: its session, turn and window): a hint, never refused.
     client_metadata: Raw = NO_JSON
+    # Continued from a stored response (ingress/state), whose conversation the edge carries over.
+    previous_response_id: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
     # Declared so that they are refused by name (responses_codec), never taken for typos.
-    previous_response_id: str | None = None
     conversation: Raw = NO_JSON
     prompt: Raw = NO_JSON
     context_management: Raw = NO_JSON
@@ -364,11 +367,13 @@ class Call(msgspec.Struct, frozen=True):
     its (namespace, name); `hints`: what the request asks of OpenAI's servers alone, by name."""
 
     request: ResponsesRequest
-    items: list[Item]
+    items: list[Item]  # the conversation: the `carried` items of the previous response, then the request's own
     tools: list[ToolDef]
     hosted: list[HostedTool] = []
     namespaced: dict[str, tuple[str, str]] = {}
     hints: list[str] = []
+    carried: int = 0  # items carried over from `previous_response_id` (ingress/state), before the request's
+    kept: bool = False  # the edge keeps the answer (`store` not false, and a store): it says `store: true`
 
     @property
     def compacting(self) -> bool:

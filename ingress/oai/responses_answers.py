@@ -150,7 +150,7 @@ TEXT = TextConfig(format=TextFormat())  # the default `text`, echoed when the re
 
 class ResponseObject(_Out, kw_only=True):
     """The whole answer, and the snapshot in lifecycle events. The request's own settings are echoed,
-    as OpenAI does; `store` is false: the edge keeps nothing."""
+    as OpenAI does; `store`: whether the edge keeps it (ingress/state)."""
 
     id: str
     object: Literal["response"] = "response"
@@ -163,7 +163,7 @@ class ResponseObject(_Out, kw_only=True):
     model: str
     output: list[OutputItem]
     parallel_tool_calls: bool
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     reasoning: ReasoningOut
     store: bool = False
     temperature: float | None

@@ -1,12 +1,13 @@
 """Decode and check a Responses API request body once (`POST /v1/responses`): the request, then each
 input item and tool by its `type`, into a `Call` (its types: `ingress.oai.responses`).
 
-The edge is stateless: a Responses request travels as the chat request it amounts to
+A Responses request travels as the chat request it amounts to
 (`ingress.oai.responses_to_chat`), and its answer is translated back (`ingress.translate.responses`).
-What needs a store or OpenAI's own hosted tools is refused, named:
+What needs a store the edge has not or OpenAI's own hosted tools is refused, named:
 
-- `previous_response_id`, `conversation`, `prompt` (stored templates), `background`, `item_reference`
-  input items, `file_id` images: the edge keeps nothing between requests.
+- `conversation`, `prompt` (stored templates), `background`, `item_reference` input items, `file_id`
+  images; `previous_response_id` unless the edge found the response it names (ingress/state: its
+  conversation comes in as `prior`).
 - `truncation: "auto"`, `context_management`, and the other parameters named in `_REFUSED_WHY`: nothing
   behind the edge does them.
 
@@ -17,7 +18,7 @@ tools (`web_search`, `file_search`, `code_interpreter`...) are kept in `Call.hos
 leave out (named) or refuse (its `hosted_tools`). A `namespace` tool's tools are offered flat, named
 `<namespace>__<name>` (`Call.namespaced` maps them back). Reasoning items are read (`reasoning_items`).
 
-`store: true` is accepted and nothing is kept (the answer says `store: false`). Every `include` value is
+Whether the answer is kept (`store`) is the edge's to decide (`Call.kept`). Every `include` value is
 accepted: `message.output_text.logprobs` asks for logprobs, `reasoning.encrypted_content` the reasoning
 items' sealed text; the others name parts of output items the edge never produces (hosted tool
 results), so they add nothing.
@@ -233,19 +234,22 @@ def _refuse(model: str) -> bool:
     return False
 
 
-def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], bool]) -> tuple[Call, str | None]:
+def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], bool],
+                                        prior: list[Item] | None = None) -> tuple[Call, str | None]:
     """As decode_responses_request; the top-level fields that are not OpenAI's come back as one JSON
-    object when the model's route forwards them (as for chat: codec.decode_chat_request_forwarding)."""
+    object when the model's route forwards them (as for chat: codec.decode_chat_request_forwarding).
+    `prior`: the conversation of the response `previous_response_id` names, as the edge's store gave it
+    (its items come before the request's own); without it, `previous_response_id` is refused."""
     try:
         request = _decoder.decode(body)
     except msgspec.ValidationError as exc:
         split = split_extras(body, exc, forwards, _OPENAI_FIELDS)
         if split is None:
             raise refusal(exc) from None
-        return decode_responses_request(split[0]), split[1]
+        return decode_responses_request_forwarding(split[0], _refuse, prior)[0], split[1]
     except (msgspec.DecodeError, RecursionError) as exc:
         raise unreadable(exc) from None
-    _check_refused(request)
+    _check_refused(request, prior is not None)
     items: list[Item]
     if isinstance(request.input, str):
         items = [MessageItem(role="user", content=request.input)]
@@ -260,6 +264,8 @@ def decode_responses_request_forwarding(body: bytes, forwards: Callable[[str], b
            for j, raw in enumerate(item.tools)])
     call = Call(request, items, tools, hosted, namespaced, _hints(request, items))
     _check(call)
+    if prior:
+        call = msgspec.structs.replace(call, items=[*prior, *items], carried=len(prior))
     return call, None
 
 
@@ -278,8 +284,8 @@ def _hints(r: ResponsesRequest, items: list[Item]) -> list[str]:
     return hints
 
 
-def _check_refused(r: ResponsesRequest) -> None:
-    if r.previous_response_id is not None:
+def _check_refused(r: ResponsesRequest, continued: bool) -> None:
+    if r.previous_response_id is not None and not continued:
         raise InvalidRequest(
             f"Previous response with id '{r.previous_response_id[:64]}' not found: this edge keeps no responses; "
             "send the whole conversation as input.", param="previous_response_id", code="previous_response_not_found")

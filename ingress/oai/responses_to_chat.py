@@ -175,12 +175,19 @@ def as_sent(call: Call, body: bytes, unseal: Unseal = _no_seals) -> tuple[str, b
     every field and item as it came (client_metadata, built-in tools, OpenAI's own sealed reasoning), but
     what the edge sealed, which OpenAI cannot open: a compaction as the summary it holds (a user message), a
     reasoning item not at all (its text stays the edge's)."""
-    if isinstance(call.request.input, str):
+    if isinstance(call.request.input, str) and not call.carried:
         return body.decode(), False
     fields = _body.decode(body)
     items: list[Raw | dict[str, str]] = []
     left_out = False
-    for i, (raw, item) in enumerate(zip(call.request.input, call.items, strict=True)):
+    # A continued conversation goes whole: OpenAI knows nothing of the edge's stored responses.
+    fields.pop("previous_response_id", None)
+    carried = call.items[:call.carried]
+    own = call.items[call.carried:]
+    sent: list[Raw] = ([Raw(_encoder.encode({"role": "user", "content": call.request.input}))]
+                       if isinstance(call.request.input, str) else call.request.input)
+    pairs = [*((Raw(_encoder.encode(item)), item) for item in carried), *zip(sent, own, strict=True)]
+    for i, (raw, item) in enumerate(pairs):
         if isinstance(item, ReasoningItem) and (item.encrypted_content or "").startswith(PREFIX):
             left_out = True
         elif isinstance(item, CompactionItem) and item.encrypted_content.startswith(PREFIX):

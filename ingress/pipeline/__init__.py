@@ -1,6 +1,9 @@
 """The whole request path on one screen, as named stages, each in a module of this package.
 
     JSON     prepare   decode → route → passport → encode                   CPU only: bad input raises here
+             recall / kept_input / keep  a Responses request's stored state (ingress/state): the response
+                       it continues read before prepare, its conversation sized before admission, the
+                       completed answer stored before the client has all of it
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              prepare_responses  the same, for the Responses API: read as the chat request it amounts to
              prepare_messages   the same, for Anthropic's Messages API
@@ -25,7 +28,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
     answer.py   complete, respond, answer_message, answer_gemini, count_by_service, embed
     stream.py   stream, stream_response, stream_messages, stream_gemini, their events
-    relay.py    relay
+    relay.py    relay                              stored.py   recall, kept_input, keep
     cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
 """
 
@@ -47,6 +50,7 @@ from ingress.pipeline.prepare_gemini import prepare_gemini, prepare_gemini_count
 from ingress.pipeline.prepare_messages import prepare_count, prepare_messages
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
+from ingress.pipeline.stored import Recalled, keep, kept_input, recall
 from ingress.pipeline.stream import (
     DONE,
     HEARTBEAT,
@@ -76,6 +80,7 @@ __all__ = [
     "Failed",
     "Gateway",
     "Prepared",
+    "Recalled",
     "RelayedAnswer",
     "ResponsesBurst",
     "ResponsesStreamEvent",
@@ -87,6 +92,8 @@ __all__ = [
     "complete",
     "count_by_service",
     "embed",
+    "keep",
+    "kept_input",
     "prepare",
     "prepare_count",
     "prepare_embeddings",
@@ -95,6 +102,7 @@ __all__ = [
     "prepare_messages",
     "prepare_responses",
     "prepare_text",
+    "recall",
     "relay",
     "respond",
     "sealing_for",

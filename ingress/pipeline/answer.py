@@ -87,10 +87,12 @@ def filtered(response: Response) -> bool:
     return any(choice.finish_reason in FILTERED_FINISH for choice in response.choices)
 
 
-async def respond(gateway: Gateway, call: Call, prepared: Prepared[Completion], exchange: Exchange) -> ResponseObject:
-    """A non-streamed Responses answer, sent as `complete` sends."""
+async def respond(gateway: Gateway, call: Call, prepared: Prepared[Completion], exchange: Exchange,
+                  rid: str | None = None) -> ResponseObject:
+    """A non-streamed Responses answer, sent as `complete` sends; `rid`: what its ids are made of (the
+    request's id unless the answer is stored: pipeline/stored.py)."""
     response = await _completed(gateway, prepared, exchange)
-    return translate_response_object(call, response, request_id=exchange.request_id,
+    return translate_response_object(call, response, request_id=rid or exchange.request_id,
                                      seal=sealing_for(gateway, prepared, exchange))
 
 

@@ -17,6 +17,7 @@ from ingress.routing.budget import RetryBudget
 from ingress.routing.split import choose
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Route, Settings, Timeouts
+from ingress.state import ResponseStore
 from ingress.tenancy import Tenancy
 from ingress.tracing import Tracer
 from ingress.upstream.group import EndpointGroup
@@ -39,6 +40,7 @@ class Gateway:
     tenancy: Tenancy | None = None  # keys and limits; None: the edge is open
     tracer: Tracer | None = None  # OpenTelemetry spans ([tracing]); None: none are made
     cache: ResponseCache | None = None  # the routes' response caches' stores; None: no route has one
+    responses: ResponseStore | None = None  # what `store: true` keeps (ingress/state); None: nothing is kept
     encode_request: EncodeRequest = encode_request  # benchmarks swap in the stock flatbuffers.Builder
     affinity_headers: tuple[str, ...] = ()  # the request headers routes take affinity keys from
     # What seals reasoning and compactions for clients to send back ([sealing], or a key made at start).

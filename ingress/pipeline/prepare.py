@@ -24,7 +24,7 @@ from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request_forwarding
 from ingress.oai.completions import TextCompletionRequest, decode_text_request_forwarding
 from ingress.oai.embeddings import EmbeddingRequest, decode_embedding_request
-from ingress.oai.responses import Call
+from ingress.oai.responses import Call, Item
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat, as_sent
 from ingress.pipeline.gateway import Gateway, hop_headers
@@ -282,11 +282,14 @@ def prepare_text(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exc
                         encode_for=encode_for)
 
 
-def prepare_responses(gateway: Gateway, body: bytes, meta: RequestMeta,
-                      exchange: Exchange) -> tuple[Call, Prepared[Completion]]:
+def prepare_responses(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange,
+                      prior: list[Item] | None = None, kept: bool = False) -> tuple[Call, Prepared[Completion]]:
     """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
-    travels; the decoded call is kept to answer it in its own shape."""
-    call, extra_json = decode_responses_request_forwarding(body, gateway.forwards_extras)
+    travels; the decoded call is kept to answer it in its own shape. `prior`: the conversation of the
+    response it continues (pipeline/stored.py `recall`), before its own input; `kept`: its answer is stored."""
+    call, extra_json = decode_responses_request_forwarding(body, gateway.forwards_extras, prior)
+    if kept:
+        call = msgspec.structs.replace(call, kept=True)
 
     def serves(route: Route) -> None:
         """OpenAI's built-in tools, on a route that refuses them rather than leave them out (a route that

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Any, Final
@@ -111,6 +111,7 @@ class ResponsesBurst:
 
 
 ResponsesStreamEvent = responses_answers.StreamEvent | ResponsesBurst | Signal | Failed
+Keep = Callable[[responses_answers.ResponseObject], Awaitable[None]]  # stores a completed response
 
 
 async def stream(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange, direct: Direct | None = None,
@@ -356,10 +357,13 @@ def ended_in_band(answer: Answer, exc: IngressError) -> Failed:
 
 
 async def stream_response(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange,
-                          events: ResponseEvents) -> AsyncGenerator[ResponsesStreamEvent, None]:
+                          events: ResponseEvents, keep: Keep | None = None
+                          ) -> AsyncGenerator[ResponsesStreamEvent, None]:
     """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
     Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
-    its own, such as the drain's deadline)."""
+    its own, such as the drain's deadline). `keep`: what stores the final response (pipeline/stored.py),
+    awaited before response.completed is sent, so that it is readable once the client has it; when it
+    cannot be kept, the stream ends Failed instead."""
     translator = _translator(gateway, prepared, exchange)
     assert isinstance(translator, StreamTranslator)  # a Responses request travels as a chat request
     async with aclosing(stream(gateway, prepared, exchange, translator=translator)) as chunks:
@@ -379,7 +383,18 @@ async def stream_response(gateway: Gateway, prepared: Prepared[Completion], exch
                 yield OPENED
                 made = events.opened()
             elif event is DONE:
-                made = events.completed(exchange.answer.usage)
+                made = events.closed()
+                final = events.final(exchange.answer.usage)
+                if keep is not None:
+                    try:
+                        await keep(final)
+                    except IngressError as exc:
+                        if made:
+                            yield ResponsesBurst(made)
+                        exchange.answer.failure = exc
+                        yield Failed(exc)
+                        return
+                made.append(events.completion(final))
             else:
                 assert isinstance(event, Signal | Failed), event
                 yield event

@@ -32,6 +32,7 @@ from ingress.routing.table import RouteTable
 from ingress.serve import gctune
 from ingress.settings import EMBEDDED, Bridge, Client, Settings
 from ingress.sockets import name_server
+from ingress.state import ResponseStore
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy import build as build_tenancy
 from ingress.tokens import counter_for
@@ -116,6 +117,9 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             redis = settings.tenancy.redis if settings.tenancy is not None else None
             cache = ResponseCache(settings.cache, redis)
             stack.push_async_callback(cache.close)
+        responses = ResponseStore.build(settings.responses, settings.tenancy.redis if settings.tenancy else None)
+        if responses is not None:  # what `store: true` keeps, once per worker (ingress/state)
+            stack.push_async_callback(responses.close)
         for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
             if route.model is not None or route.upstream_model is not None:
                 counter_for(route.upstream_model or route.model or "", route.tokenizer, settings.max_exact_count_bytes)
@@ -128,6 +132,7 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy=tenancy,
             tracer=tracer,
             cache=cache,
+            responses=responses,
             affinity_headers=tuple(sorted({name.lower() for r in routes
                                            for name in (r.affinity_header, r.split_header) if name}
                                           | (set(SESSION_HEADERS) if any(g.affinity is not None

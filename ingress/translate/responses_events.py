@@ -327,6 +327,12 @@ class ResponseEvents:
 
     def completed(self, usage: wire_types.Usage | None) -> list[StreamEvent]:
         """The stream is complete: every open item is closed; then response.completed (or .incomplete)."""
+        events = self.closed()
+        return [*events, self.completion(self.final(usage))]
+
+    def closed(self) -> list[StreamEvent]:
+        """The stream is complete: every open item closed (response.completed is `completion`'s, once the
+        final response, `final`, is kept where it is stored)."""
         status: Status = "incomplete" if self._finish in INCOMPLETE else "completed"
         events = self._close_reasoning() + self._close_message(status) + self._close_calls(status)
         if self._call.compacting:
@@ -338,10 +344,17 @@ class ResponseEvents:
         elif not self.output:  # an empty answer is still one message with one (empty) text
             events += self._open_part(OutputTextOut(text="", annotations=[]))
             events += self._close_message(status)
+        return events
+
+    def final(self, usage: wire_types.Usage | None) -> ResponseObject:
+        """The whole response, once `closed`: what response.completed carries, and what a store keeps."""
+        return self._snapshot("completed", usage=usage_out(usage))
+
+    def completion(self, final: ResponseObject) -> StreamEvent:
+        """The stream's last event: response.completed (or .incomplete) with the final response."""
         self.ended = True
-        snapshot = self._snapshot("completed", usage=usage_out(usage))
-        kind = "response.incomplete" if snapshot.status == "incomplete" else "response.completed"
-        return [*events, ResponseEvent(type=kind, sequence_number=self._n(), response=snapshot)]
+        kind = "response.incomplete" if final.status == "incomplete" else "response.completed"
+        return ResponseEvent(type=kind, sequence_number=self._n(), response=final)
 
     def failed(self, error: IngressError) -> list[StreamEvent]:
         """The stream broke after it began: `error`, then response.failed with what was answered so far."""

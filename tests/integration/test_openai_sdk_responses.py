@@ -43,7 +43,7 @@ def _tag(struct: Any) -> str:
 def test_a_string_input_is_answered_as_a_response_object(client: openai.OpenAI) -> None:
     raw = client.responses.with_raw_response.create(model=MODEL, input="the quick brown fox", instructions="Be brief.")
     doc = raw.http_response.json()
-    assert doc["object"] == "response" and doc["store"] is False and doc["previous_response_id"] is None
+    assert doc["object"] == "response" and doc["store"] is True and doc["previous_response_id"] is None
     response = raw.parse()
     assert response.id.startswith("resp_") and response.status == "completed" and response.error is None
     assert response.output_text == "the quick brown fox" and response.instructions == "Be brief."
@@ -134,17 +134,20 @@ def test_max_output_tokens_makes_an_incomplete_response(client: openai.OpenAI) -
     assert events[-1].type == "response.incomplete" and events[-1].response.output_text == "a b"
 
 
-def test_the_edge_keeps_no_responses(client: openai.OpenAI) -> None:
+def test_unknown_responses_are_not_found_and_answers_are_kept_by_default(client: openai.OpenAI) -> None:
     for call in (lambda: client.responses.retrieve("resp_abc"), lambda: client.responses.delete("resp_abc"),
                  lambda: client.responses.cancel("resp_abc"), lambda: client.responses.input_items.list("resp_abc")):
         with pytest.raises(openai.NotFoundError) as caught:
             call()
-        assert caught.value.code == "response_not_found" and "keeps no responses" in caught.value.message
+        assert caught.value.code == "response_not_found"
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model=MODEL, input="x", previous_response_id="resp_abc")
     assert refused.value.param == "previous_response_id" and refused.value.code == "previous_response_not_found"
-    stored = client.responses.create(model=MODEL, input="keep this", store=True)
-    assert stored.model_extra is not None and stored.model_extra["store"] is False  # accepted; nothing is kept
+    stored = client.responses.create(model=MODEL, input="keep this")
+    assert stored.model_extra is not None and stored.model_extra["store"] is True  # OpenAI's default
+    assert client.responses.retrieve(stored.id).output_text == "keep this"
+    unstored = client.responses.create(model=MODEL, input="not this", store=False)
+    assert unstored.model_extra is not None and unstored.model_extra["store"] is False
 
 
 # --- the async client -------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ SYNC = ("oai", "anthropic", "gemini", "encoding", "wire", "translate", "routing"
 IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
 # the folding of late system messages among the stages.
-SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"}}
+SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"},
+                "state": {"record.py", "settings.py"}}  # a stored response's codec and settings: sans-I/O
 # Every package and top-level module of ingress/, as _unit names them.
 UNITS = frozenset(p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
                   if p.suffix == ".py" or (p / "__init__.py").exists())
@@ -46,6 +47,10 @@ FORBIDDEN = {
     "pipeline": {"edge", "serve"},
     "demo": {"edge", "pipeline", "upstream", "translate", "serve", "encoding"},  # a service reads the contract alone
     "bridges": {"edge", "pipeline", "translate", "serve", "routing", "demo"},  # a service like any other
+    # Stored responses: records of the Responses API's answers (oai's types), kept in memory or through the
+    # tenancy's RESP client; nothing of the hop, the stages that call it or the edge.
+    "state": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo",
+              "cache", "anthropic", "gemini"},
     # A policy on decoded requests: it reads oai's types and raises errors', nothing of the hop.
     "guardrails": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config",
                    "serve"},

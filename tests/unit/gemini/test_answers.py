@@ -23,6 +23,7 @@ from ingress.gemini.answers import error_envelope, error_kind, model_list
     (errors.Overloaded("full"), 503, "UNAVAILABLE"),
     (errors.ShuttingDown(), 503, "UNAVAILABLE"),
     (errors.LimitsUnavailable("store"), 503, "UNAVAILABLE"),
+    (errors.StoreUnavailable("store"), 503, "UNAVAILABLE"),
     (errors.UpstreamUnavailable("refused"), 502, "UNAVAILABLE"),
     (errors.UpstreamProtocolError("garbled"), 502, "INTERNAL"),
     (errors.UpstreamTimeout("late"), 504, "DEADLINE_EXCEEDED"),

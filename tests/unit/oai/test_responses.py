@@ -19,7 +19,7 @@ from msgspec import UNSET
 from ingress.errors import InvalidRequest, UpstreamAnswered
 from ingress.oai import chat_answers
 from ingress.oai.chat import AssistantMessage, CustomGrammarFormat, SystemMessage, ToolMessage, UserMessage
-from ingress.oai.responses import Call, HostedTool
+from ingress.oai.responses import Call, HostedTool, Item, MessageItem, OutputText
 from ingress.oai.responses_answers import (
     CompactionOut,
     CustomToolCallOut,
@@ -35,7 +35,7 @@ from ingress.oai.responses_answers import (
     ResponseEvent,
     UsageOut,
 )
-from ingress.oai.responses_codec import decode_responses_request
+from ingress.oai.responses_codec import decode_responses_request, decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import COMPACT, COMPACTED, as_chat, as_sent
 from ingress.oai.sealing import Kind, Sealed, Sealer, new_key
 from ingress.translate.responses import translate_response_object
@@ -504,3 +504,24 @@ def test_sent_whole_to_openai_the_request_is_as_it_came_but_for_what_the_edge_se
         {"role": "user", "content": "go on", "internal_chat_message_metadata_passthrough": {"t": 1}}]
     plain = msgspec.json.encode({"model": "m", "input": "hello"})
     assert as_sent(decode_responses_request(plain), plain) == (plain.decode(), False)
+
+
+def test_a_continued_conversation_is_read_and_sent_whole() -> None:
+    """The items of the response `previous_response_id` names come first, in the chat request and in what
+    a route to OpenAI's own API is sent (which knows nothing of the edge's stored responses)."""
+    prior: list[Item] = [MessageItem(role="user", content="one", id="msg_a"),
+             MessageItem(role="assistant", content=[OutputText(text="uno", annotations=[])], id="msg_b")]
+    body = msgspec.json.encode({"model": "m", "input": "two", "previous_response_id": "resp_1", "instructions": "New."})
+    call = decode_responses_request_forwarding(body, lambda m: False, prior)[0]
+    assert call.carried == 2 and len(call.items) == 3
+    chat = as_chat(call)
+    assert [(type(m).__name__, m.content) for m in chat.messages] == [
+        ("SystemMessage", "New."), ("UserMessage", "one"), ("AssistantMessage", "uno"), ("UserMessage", "two")]
+    sent, left_out = as_sent(call, body)
+    doc = msgspec.json.decode(sent)
+    assert not left_out and "previous_response_id" not in doc and doc["instructions"] == "New."
+    assert [item.get("content") for item in doc["input"]] == [
+        "one", [{"type": "output_text", "text": "uno", "annotations": []}], "two"]
+    with pytest.raises(InvalidRequest) as refused:  # nothing carried in: the edge found no such response
+        decode_responses_request_forwarding(body, lambda m: False)
+    assert refused.value.param == "previous_response_id"

@@ -1,0 +1,33 @@
+"""The `[responses]` section: where the Responses API keeps what `store: true` (the default) asks it to keep.
+
+    [responses]                              # optional; these are the defaults
+    backend = "auto"                         # redis when [tenancy] names a Redis, else memory; "off": keep nothing
+    retention = 2_592_000                    # seconds a stored response lives (30 days, as OpenAI's)
+    scope = "key"                            # who may read one: the key that made it, or every key of its tenant
+    memory_bytes = 67_108_864                # the memory backend's bound, per worker process (LRU past it)
+    max_record_bytes = 16_777_216            # a conversation larger than this is refused (413) when stored
+    timeout_ms = 500                         # one call to Redis; past it, 503 with Retry-After
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+
+class ResponsesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    backend: Literal["auto", "memory", "redis", "off"] = "auto"
+    retention: Annotated[float, Meta(ge=60, le=366 * 86_400)] = 30 * 86_400.0
+    scope: Literal["key", "tenant"] = "key"
+    memory_bytes: Annotated[int, Meta(ge=1024 * 1024, le=2**40)] = 64 * 1024 * 1024
+    max_record_bytes: Annotated[int, Meta(ge=64 * 1024, le=512 * 1024 * 1024)] = 16 * 1024 * 1024
+    timeout_ms: Annotated[int, Meta(ge=1, le=60_000)] = 500
+
+    def chosen(self, has_redis: bool) -> Literal["memory", "redis", "off"]:
+        """The backend in use: `auto` is Redis when the tenancy names one (every replica reads what any
+        stored), else this process's memory."""
+        if self.backend == "auto":
+            return "redis" if has_redis else "memory"
+        return self.backend

@@ -1,0 +1,59 @@
+"""The response store the edge asks: its backend (stores.py) chosen by `[responses]`, each response under
+its owner's namespace (record.py `owner`), and the counters of what it kept."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ingress import metrics
+from ingress.state.record import owner
+from ingress.state.settings import ResponsesSettings
+from ingress.state.stores import MemoryResponses, RedisResponses
+
+if TYPE_CHECKING:
+    from ingress.tenancy.policy import Principal
+    from ingress.tenancy.settings import Redis
+
+
+class ResponseStore:
+    """One per worker process: memory, or the tenancy's Redis (a connection of its own)."""
+
+    def __init__(self, settings: ResponsesSettings, backend: MemoryResponses | RedisResponses) -> None:
+        self.settings = settings
+        self.backend = backend
+
+    @classmethod
+    def build(cls, settings: ResponsesSettings, redis: Redis | None) -> ResponseStore | None:
+        """The store `[responses]` names; None when it is off (the edge then keeps nothing)."""
+        chosen = settings.chosen(redis is not None)
+        if chosen == "off":
+            return None
+        if chosen == "redis":
+            assert redis is not None  # config.py checks
+            return cls(settings, RedisResponses(redis.url, redis.prefix, settings.retention,
+                                                settings.timeout_ms / 1000))
+        return cls(settings, MemoryResponses(settings.memory_bytes, settings.retention))
+
+    def owner(self, principal: Principal | None) -> str:
+        """The namespace of the caller's responses: its key's (or tenant's), or the open edge's one."""
+        if principal is None:
+            return owner(None, None, self.settings.scope)
+        return owner(principal.tenant_name, principal.key.id, self.settings.scope)
+
+    def available(self) -> bool:
+        """Whether the store may be asked now (its breaker is not open): a call that would be kept is
+        refused at once rather than answered and then not kept."""
+        return self.backend.available()
+
+    async def get(self, owner: str, response_id: str) -> bytes | None:
+        return await self.backend.get(owner, response_id)
+
+    async def put(self, owner: str, response_id: str, record: bytes) -> None:
+        await self.backend.put(owner, response_id, record)
+        metrics.child(metrics.RESPONSES_STORED, self.backend.backend).inc()
+
+    async def delete(self, owner: str, response_id: str) -> bool:
+        return await self.backend.delete(owner, response_id)
+
+    async def close(self) -> None:
+        await self.backend.close()

@@ -1,0 +1,234 @@
+"""Stored responses end to end (ingress/state, ingress/pipeline/stored.py): the official `openai` SDK as
+client (`store`, `retrieve`, `delete`, `input_items.list`, `previous_response_id`), a real edge on loopback
+in front of the scripted fake service, whose record of what it received shows the whole conversation on
+a continued turn; real Redis and Valkey servers (tests/support/redis_servers.py) shared by two edges.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+from fakes.upstream import FakeUpstream
+from metric_values import sample_value
+from redis.asyncio import Redis
+from redis_servers import Server
+
+from ingress.encoding.requests import message_text
+from ingress.oai.chat import AssistantMessage, SystemMessage, UserMessage
+from ingress.serve.app import create_app, serve_app
+from ingress.settings import Settings, Timeouts
+from ingress.state.settings import ResponsesSettings
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Key, Tenancy, Tenant
+from ingress.tenancy.settings import Redis as RedisSettings
+
+MODEL = "gpt-4o"
+TIMEOUTS = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)
+_prefixes = itertools.count()
+
+
+@pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    async with AsyncExitStack() as s:
+        yield s
+
+
+async def _edge(stack: AsyncExitStack, settings: Settings) -> str:
+    return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+
+
+async def _client(stack: AsyncExitStack, url: str, key: str = "sk-test") -> openai.AsyncOpenAI:
+    return await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
+
+
+def _conversation(fake: FakeUpstream, n: int) -> list[tuple[str, str]]:
+    """The chat messages the fake received in its n-th request, as (role, text)."""
+    return [(str(type(m).__struct_config__.tag), message_text(m)) for m in fake.received[n].request.messages
+            if isinstance(m, UserMessage | AssistantMessage | SystemMessage)]
+
+
+# --- one edge, its memory store -------------------------------------------------------------------------
+
+
+async def test_a_response_is_kept_read_back_listed_continued_and_deleted(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
+    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    client = await _client(stack, url)
+    before = sample_value("ingress_responses_stored_total", {"backend": "memory"}) or 0
+    first = await client.responses.create(model=MODEL, input="the first turn", instructions="Be brief.", store=True)
+    assert first.model_extra is not None and first.model_extra["store"] is True
+    assert sample_value("ingress_responses_stored_total", {"backend": "memory"}) == before + 1
+    again = await client.responses.retrieve(first.id)
+    assert again.model_dump() == first.model_dump()
+    second = await client.responses.create(model=MODEL, input="the second turn", previous_response_id=first.id)
+    assert second.previous_response_id == first.id and second.instructions is None  # not carried over
+    assert _conversation(fake_upstream, 1) == [  # the whole conversation, asserted where the service read it
+        ("user", "the first turn"), ("assistant", "the first turn"), ("user", "the second turn")]
+    assert _conversation(fake_upstream, 0)[0] == ("system", "Be brief.")
+    async with client.responses.stream(model=MODEL, input="the third turn", previous_response_id=second.id,
+                                       instructions="Now in French.") as stream:
+        async for _ in stream:
+            pass
+        third = await stream.get_final_response()
+    assert _conversation(fake_upstream, 2) == [
+        ("system", "Now in French."), ("user", "the first turn"), ("assistant", "the first turn"),
+        ("user", "the second turn"), ("assistant", "the second turn"), ("user", "the third turn")]
+    assert (await client.responses.retrieve(third.id)).output_text == "the third turn"  # kept once complete
+    listed = await client.responses.input_items.list(third.id)  # newest first, as OpenAI's
+    assert [getattr(i, "role", None) for i in listed.data] == ["user", "assistant", "user", "assistant", "user"]
+    extra = listed.model_extra or {}  # OpenAI's list object, beside the SDK's page fields
+    assert extra["first_id"] == listed.data[0].id and extra["last_id"] == listed.data[-1].id and not listed.has_more
+    page = await client.responses.input_items.list(third.id, order="asc", limit=2)
+    assert page.has_more and [i.id for i in page.data] == [i.id for i in listed.data[::-1][:2]]
+    rest = await client.responses.input_items.list(third.id, order="asc", after=page.data[-1].id)
+    assert [i.id for i in rest.data] == [i.id for i in listed.data[::-1][2:]]
+    await client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(first.id)
+    with pytest.raises(openai.BadRequestError) as gone:
+        await client.responses.create(model=MODEL, input="x", previous_response_id=first.id)
+    assert gone.value.code == "previous_response_not_found"
+    assert (await client.responses.retrieve(second.id)).id == second.id  # its own record holds its conversation
+
+
+async def test_store_false_is_answered_and_not_kept(stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
+    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    client = await _client(stack, url)
+    answer = await client.responses.create(model=MODEL, input="forget me", store=False)
+    assert answer.model_extra is not None and answer.model_extra["store"] is False
+    with pytest.raises(openai.NotFoundError):
+        await client.responses.retrieve(answer.id)
+
+
+@pytest.mark.parametrize(("query", "param"), [("limit=0", "limit"), ("limit=101", "limit"), ("order=sideways", "order"),
+                                              ("after=msg_nope", "after")])
+async def test_bad_list_parameters_are_400s_naming_them(stack: AsyncExitStack, fake_upstream: FakeUpstream,
+                                                        http: aiohttp.ClientSession, query: str, param: str) -> None:
+    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    kept = await (await _client(stack, url)).responses.create(model=MODEL, input="list me")
+    async with http.get(f"{url}/v1/responses/{kept.id}/input_items?{query}") as r:
+        assert r.status == 400 and (await r.json())["error"]["param"] == param
+
+
+async def test_a_conversation_too_large_to_keep_is_a_413_before_it_is_sent(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
+    settings = Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS,
+                        responses=ResponsesSettings(max_record_bytes=64 * 1024))
+    client = await _client(stack, await _edge(stack, settings))
+    with pytest.raises(openai.APIStatusError) as refused:
+        await client.responses.create(model=MODEL, input="x" * 70_000)
+    assert refused.value.status_code == 413 and refused.value.code == "response_too_large"
+    assert fake_upstream.received == []
+    assert (await client.responses.create(model=MODEL, input="x" * 70_000, store=False)).output_text
+
+
+# --- two edges on one Redis (and on one Valkey), keys of two tenants -------------------------------------
+
+
+def _tenancy(server: Server, prefix: str) -> tuple[Tenancy, dict[str, str]]:
+    """Keys a1, a2 of tenant acme and b1 of globex on `server`; their secrets by name."""
+    keys, secrets = [], {}
+    for name, tenant in (("a1", "acme"), ("a2", "acme"), ("b1", "globex")):
+        secret, key_id, key_hash = new_key()
+        keys.append(Key(id=key_id, tenant=tenant, hash=key_hash))
+        secrets[name] = secret
+    return Tenancy(backend="redis", redis=RedisSettings(url=server.url, prefix=prefix, deadline_ms=2000),
+                   keys=tuple(keys), tenants={"acme": Tenant(), "globex": Tenant()}), secrets
+
+
+async def _two_edges(stack: AsyncExitStack, fake: FakeUpstream, server: Server,
+                     **responses: Any) -> tuple[str, str, dict[str, str], str]:
+    prefix = f"rs-test-{next(_prefixes)}"
+    tenancy, secrets = _tenancy(server, prefix)
+    settings = Settings(upstream=fake.url, timeouts=TIMEOUTS, tenancy=tenancy,
+                        responses=ResponsesSettings(**responses))
+    return await _edge(stack, settings), await _edge(stack, settings), secrets, prefix
+
+
+@pytest.mark.redis
+async def test_a_response_made_on_one_edge_is_read_continued_and_listed_on_the_other_at_once(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server) -> None:
+    edge_a, edge_b, secrets, prefix = await _two_edges(stack, fake_upstream, limit_server)
+    on_a, on_b = await _client(stack, edge_a, secrets["a1"]), await _client(stack, edge_b, secrets["a1"])
+    first = await on_a.responses.create(model=MODEL, input=f"remember {limit_server.kind}")
+    assert (await on_b.responses.retrieve(first.id)).output_text == f"remember {limit_server.kind}"
+    second = await on_b.responses.create(model=MODEL, input="and now?", previous_response_id=first.id)
+    assert _conversation(fake_upstream, 1) == [
+        ("user", f"remember {limit_server.kind}"), ("assistant", f"remember {limit_server.kind}"), ("user", "and now?")]
+    async with on_a.responses.stream(model=MODEL, input="streamed on A", previous_response_id=second.id) as stream:
+        third = await stream.get_final_response()
+    listed = await on_b.responses.input_items.list(third.id, order="asc")
+    assert [getattr(i, "role", None) for i in listed.data] == ["user", "assistant", "user", "assistant", "user"]
+    redis = Redis.from_url(limit_server.url)
+    stack.push_async_callback(redis.aclose)
+    keys = await redis.keys(f"{prefix}:rs:*")
+    ttls = [await redis.pttl(k) for k in keys]
+    assert len(keys) == 3 and all(0 < ttl <= 30 * 86_400_000 for ttl in ttls)  # each expires
+    assert all((k.decode() if isinstance(k, bytes) else k).startswith(f"{prefix}:rs:acme/") for k in keys)
+    await on_b.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        await on_a.responses.retrieve(first.id)
+
+
+@pytest.mark.redis
+async def test_another_key_s_response_is_the_same_404_as_an_unknown_id(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server,
+        http: aiohttp.ClientSession) -> None:
+    edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server)
+    mine = await (await _client(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="private")
+    unknown = "resp_" + "0" * 32
+    for name in ("b1", "a2"):  # another tenant's key, and another key of the same tenant (scope = "key")
+        headers = {"Authorization": f"Bearer {secrets[name]}"}
+        for path in ("", "/input_items"):
+            async with http.get(f"{edge_b}/v1/responses/{mine.id}{path}", headers=headers) as theirs, \
+                    http.get(f"{edge_b}/v1/responses/{unknown}{path}", headers=headers) as nobody_s:
+                assert theirs.status == nobody_s.status == 404
+                assert (await theirs.text()).replace(mine.id, unknown) == await nobody_s.text()
+        async with http.delete(f"{edge_b}/v1/responses/{mine.id}", headers=headers) as r:
+            assert r.status == 404
+        async with http.post(f"{edge_b}/v1/responses", headers=headers,
+                             json={"model": MODEL, "input": "x", "previous_response_id": mine.id}) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "previous_response_not_found"
+    assert (await (await _client(stack, edge_b, secrets["a1"])).responses.retrieve(mine.id)).id == mine.id
+
+
+@pytest.mark.redis
+async def test_a_tenant_scope_shares_responses_between_its_keys_only(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server) -> None:
+    edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server, scope="tenant")
+    mine = await (await _client(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="ours")
+    assert (await (await _client(stack, edge_b, secrets["a2"])).responses.retrieve(mine.id)).id == mine.id
+    with pytest.raises(openai.NotFoundError):
+        await (await _client(stack, edge_b, secrets["b1"])).responses.retrieve(mine.id)
+
+
+@pytest.mark.redis
+async def test_a_stopped_store_is_a_503_for_stateful_calls_only(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, own_limit_server: Server) -> None:
+    edge_a, _, secrets, _ = await _two_edges(stack, fake_upstream, own_limit_server, timeout_ms=300)
+    client = await _client(stack, edge_a, secrets["a1"])
+    kept = await client.responses.create(model=MODEL, input="before")
+    own_limit_server.stop()
+    errors = sample_value("ingress_response_store_errors_total", {"backend": "redis", "call": "put"}) or 0
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: client.responses.create(model=MODEL, input="kept?"),
+        lambda: client.responses.retrieve(kept.id),
+        lambda: client.responses.create(model=MODEL, input="on", previous_response_id=kept.id, store=False)]
+    for call in calls:
+        with pytest.raises(openai.InternalServerError) as down:
+            await call()
+        assert down.value.status_code == 503 and down.value.code == "response_store_unavailable"
+        assert down.value.response.headers["Retry-After"] == "1"
+    assert (sample_value("ingress_response_store_errors_total", {"backend": "redis", "call": "put"}) or 0) > errors
+    answer = await client.responses.create(model=MODEL, input="stateless", store=False)  # never asks the store
+    assert answer.output_text == "stateless"
+    with pytest.raises(openai.InternalServerError) as streamed:  # the breaker is open: refused before it is sent
+        async with client.responses.stream(model=MODEL, input="kept stream?") as stream:
+            await stream.get_final_response()
+    assert streamed.value.status_code == 503 and streamed.value.code == "response_store_unavailable"

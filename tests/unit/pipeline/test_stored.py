@@ -1,0 +1,119 @@
+"""The stages of stored responses (ingress/pipeline/stored.py) on a memory store: what recall finds, whose
+it is, what kept_input sizes and refuses, and that a store: false request never asks the store."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any, cast
+
+import msgspec
+import pytest
+
+from ingress.errors import InvalidRequest, PayloadTooLarge, StoreUnavailable
+from ingress.exchange import Exchange
+from ingress.oai.responses import MessageItem
+from ingress.oai.responses_codec import decode_responses_request_forwarding
+from ingress.pipeline.gateway import Gateway
+from ingress.pipeline.stored import keep, kept_input, recall
+from ingress.state import ResponsesSettings, ResponseStore
+from ingress.state.record import input_items, response_json
+from ingress.translate.responses import response_object
+
+
+def _gateway(store: ResponseStore | None) -> Gateway:
+    return cast(Gateway, SimpleNamespace(responses=store))
+
+
+def _store(**settings: Any) -> ResponseStore:
+    store = ResponseStore.build(ResponsesSettings(backend="memory", **settings), None)
+    assert store is not None
+    return store
+
+
+def _body(**fields: Any) -> bytes:
+    return msgspec.json.encode({"model": "m", "input": "hi", **fields})
+
+
+def test_a_kept_answer_gets_fresh_ids_and_a_store_false_one_the_request_s() -> None:
+    async def run() -> None:
+        gateway = _gateway(_store())
+        kept = await recall(gateway, Exchange("client-chosen-id"), _body())
+        assert kept.keep and kept.prior is None and kept.rid != "client-chosen-id" and len(kept.rid) == 32
+        unkept = await recall(gateway, Exchange("client-chosen-id"), _body(store=False))
+        assert not unkept.keep and unkept.rid == "client-chosen-id"
+        off = await recall(_gateway(None), Exchange("r"), _body())
+        assert not off.keep and off.store is None
+
+    asyncio.run(run())
+
+
+def test_a_store_false_request_never_asks_a_store_that_is_down() -> None:
+    class Down:
+        settings = ResponsesSettings()
+
+        def owner(self, principal: object) -> str:
+            return "open"
+
+        def available(self) -> bool:
+            raise AssertionError("asked")
+
+        async def get(self, owner: str, response_id: str) -> bytes | None:
+            raise AssertionError("asked")
+
+    recalled = asyncio.run(recall(_gateway(cast(ResponseStore, Down())), Exchange("r"), _body(store=False)))
+    assert not recalled.keep
+
+
+def test_an_open_breaker_refuses_a_kept_request_before_it_is_sent() -> None:
+    store = _store()
+    store.backend.available = lambda: False  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        asyncio.run(recall(_gateway(store), Exchange("r"), _body()))
+
+
+def _keep_one(store: ResponseStore, body: bytes, exchange: Exchange) -> str:
+    """A request recalled, decoded, kept with a one-message answer: its response id."""
+
+    async def run() -> str:
+        recalled = await recall(_gateway(store), exchange, body)
+        call = decode_responses_request_forwarding(body, lambda m: False, recalled.prior)[0]
+        call = msgspec.structs.replace(call, kept=recalled.keep)
+        data = kept_input(recalled, call)
+        answer = response_object(call, id=f"resp_{recalled.rid}", created_at=1, model="m", status="completed",
+                                 output=[])
+        await keep(recalled, data, answer)
+        return answer.id
+
+    return asyncio.run(run())
+
+
+def test_a_continuation_carries_the_conversation_and_another_owner_finds_nothing() -> None:
+    store = _store()
+    first = _keep_one(store, _body(input="one"), Exchange("a"))
+    second = _keep_one(store, _body(input="two", previous_response_id=first), Exchange("b"))
+    record = asyncio.run(store.get("open", second))
+    assert record is not None
+    texts = [i.content for i in input_items(record) if isinstance(i, MessageItem)]
+    assert texts == ["one", "two"]  # the first's output was empty here: its input, then the new input
+    assert msgspec.json.decode(response_json(record))["previous_response_id"] == first
+    store.settings = ResponsesSettings(backend="memory", scope="key")
+    other = SimpleNamespace(tenant_name="t", key=SimpleNamespace(id="k2"))
+    exchange = Exchange("c")
+    exchange.principal = other  # type: ignore[assignment]
+    with pytest.raises(InvalidRequest) as raised:
+        asyncio.run(recall(_gateway(store), exchange, _body(previous_response_id=first)))
+    assert raised.value.param == "previous_response_id" and raised.value.code == "previous_response_not_found"
+    with pytest.raises(InvalidRequest) as unknown:
+        asyncio.run(recall(_gateway(store), Exchange("d"), _body(previous_response_id="resp_nothing")))
+    assert unknown.value.message.replace("resp_nothing", first) == raised.value.message
+
+
+def test_a_conversation_past_the_bound_is_refused_before_it_is_sent() -> None:
+    store = _store(max_record_bytes=64 * 1024)
+    body = _body(input="x" * 70_000)
+    recalled = asyncio.run(recall(_gateway(store), Exchange("r"), body))
+    call = decode_responses_request_forwarding(body, lambda m: False)[0]
+    with pytest.raises(PayloadTooLarge) as raised:
+        kept_input(recalled, call)
+    assert raised.value.status == 413 and raised.value.code == "response_too_large" and raised.value.param == "input"
