@@ -90,6 +90,8 @@ NO_TEST_FILE = {
     "ingress/pipeline/prepare.py": _PIPELINE + " in tests/integration/test_openai_sdk.py",
     "ingress/pipeline/prepare_messages.py": _PIPELINE + " in tests/integration/test_anthropic_sdk.py",
     "ingress/pipeline/relay.py": _PIPELINE + " in tests/integration/test_binary_ingress.py",
+    "ingress/pipeline/stream_dialects.py": _PIPELINE + " in tests/integration/test_anthropic_sdk.py, "
+                                           "test_gemini_sdk.py and test_openai_sdk_responses.py",
     "ingress/pipeline/send.py": _PIPELINE + " in tests/integration/test_fallback_chains.py",
     "ingress/serve/app.py": "the app every HTTP test serves: tests/unit/test_edge.py, tests/integration/",
     "ingress/serve/server.py": "exercised end to end in tests/integration/test_workers.py",

@@ -27,7 +27,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
     gateway.py  what every request shares          prepare.py  the CPU-only stages
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
     answer.py   complete, respond, answer_message, answer_gemini, count_by_service, embed
-    stream.py   stream, stream_response, stream_messages, stream_gemini, their events
+    stream.py   stream, its events             stream_dialects.py  stream_messages, stream_gemini, stream_response
     relay.py    relay                              stored.py   recall, kept_input, keep
     cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
 """
@@ -58,11 +58,13 @@ from ingress.pipeline.stream import (
     Burst,
     Direct,
     Failed,
-    ResponsesBurst,
-    ResponsesStreamEvent,
     Signal,
     StreamEvent,
     stream,
+)
+from ingress.pipeline.stream_dialects import (
+    ResponsesBurst,
+    ResponsesStreamEvent,
     stream_gemini,
     stream_messages,
     stream_response,

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ingress import metrics, tasks
 from ingress.anthropic import answers as anthropic_answers
-from ingress.anthropic.messages import MessagesRequest
 from ingress.cache.entries import STREAM
 from ingress.errors import (
     IngressError,
@@ -36,18 +35,13 @@ from ingress.errors import (
 )
 from ingress.exchange import Answer, Exchange
 from ingress.gemini.answers import GenerateContentResponse
-from ingress.gemini.contents_to_chat import Read as GeminiRead
-from ingress.oai import chat_answers, responses_answers
+from ingress.oai import chat_answers
 from ingress.oai.completions import TextCompletion, TextCompletionRequest
-from ingress.pipeline.answer import message_id
 from ingress.pipeline.cache import send_cached
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Completion, Prepared, counter
 from ingress.routing.chain import FILTERED_FINISH
 from ingress.translate.body import FrameTranslator, Read, StreamBody
-from ingress.translate.gemini import GeminiStreamTranslator
-from ingress.translate.messages import MessagesStreamTranslator
-from ingress.translate.responses_events import ResponseEvents
 from ingress.translate.stream import Delta, StreamTranslator
 from ingress.translate.text import TextStreamTranslator
 from ingress.upstream.client import Reads
@@ -103,15 +97,6 @@ Direct = Callable[[StreamEvent], bool]
 its backpressure). Only chunks and Bursts are offered."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResponsesBurst:
-    """The Responses events of what arrived in one read: the edge sends them in one write."""
-
-    events: list[responses_answers.StreamEvent]
-
-
-ResponsesStreamEvent = responses_answers.StreamEvent | ResponsesBurst | Signal | Failed
-Keep = Callable[[responses_answers.ResponseObject], Awaitable[None]]  # stores a completed response
 
 
 async def stream(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange, direct: Direct | None = None,
@@ -146,7 +131,7 @@ async def stream(gateway: Gateway, prepared: Prepared[Completion], exchange: Exc
                     raise
                 yield ended_in_band(exchange.answer, exc)
                 return
-        translator = translator or _translator(gateway, prepared, exchange)
+        translator = translator or translator_for(gateway, prepared, exchange)
         # aclosing: the stream's usage is recorded however it ends
         async with aclosing(_translate(gateway, prepared, exchange, translator, reads, data, direct)) as events:
             async for event in events:
@@ -269,7 +254,7 @@ async def _translate(gateway: Gateway, prepared: Prepared[Completion], exchange:
     yield DONE
 
 
-def _translator(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> FrameTranslator[Chunk]:
+def translator_for(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange) -> FrameTranslator[Chunk]:
     """The request's frames → chunks: chat chunks, or a legacy completion's text ones."""
     request, created, verify = prepared.request, int(time.time()), gateway.settings.verify_answers
     include_usage = bool(request.stream_options and request.stream_options.include_usage)
@@ -317,36 +302,6 @@ def _event(chunks: list[Chunk]) -> StreamEvent:
     return chunks[0] if len(chunks) == 1 else Burst(chunks)
 
 
-async def stream_messages(gateway: Gateway, request: MessagesRequest, prepared: Prepared[Completion],
-                          exchange: Exchange,
-                          direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
-    """A streamed Messages answer: `stream` with Anthropic's translator, its events in place of chunks.
-    Its message_start goes first, as soon as the answer begins (before a ping while the service is
-    silent), with the edge's count of the prompt until the service counts it. `direct` as for `stream`:
-    it takes events only once the head, and with it message_start, is out."""
-    translator = MessagesStreamTranslator(id=message_id(exchange), model=request.model,
-                                          input_tokens=prepared.prompt_tokens,
-                                          verify=gateway.settings.verify_answers)
-    async with aclosing(stream(gateway, prepared, exchange, direct, translator)) as events:
-        async for event in events:
-            if event is OPENED:
-                yield OPENED
-            if event is OPENED or event is HEARTBEAT:
-                for start in translator.begin():
-                    yield start
-            if event is not OPENED:
-                yield event
-
-
-def stream_gemini(gateway: Gateway, read: GeminiRead, prepared: Prepared[Completion], exchange: Exchange,
-                  direct: Direct | None = None) -> AsyncGenerator[StreamEvent, None]:
-    """A streamed Gemini answer (streamGenerateContent): `stream` with Google's translator, each event a
-    partial GenerateContentResponse, the last with the finish reasons and usage."""
-    translator = GeminiStreamTranslator(id=exchange.request_id, model=read.request.model,
-                                        include_thoughts=read.include_thoughts, verify=gateway.settings.verify_answers)
-    return stream(gateway, prepared, exchange, direct, translator)
-
-
 def ended_in_band(answer: Answer, exc: IngressError) -> Failed:
     """The stream failed after it began: the failure on the answer's record, and the event that ends the
     client's stream with it."""
@@ -354,55 +309,3 @@ def ended_in_band(answer: Answer, exc: IngressError) -> Failed:
     # The service's own Error frame is an answer; a broken, unreadable or silent stream is its failure.
     answer.upstream_ok = isinstance(exc, UpstreamAnswered) or not isinstance(exc, UpstreamError)
     return Failed(exc)
-
-
-async def stream_response(gateway: Gateway, prepared: Prepared[Completion], exchange: Exchange,
-                          events: ResponseEvents, keep: Keep | None = None
-                          ) -> AsyncGenerator[ResponsesStreamEvent, None]:
-    """A streamed Responses answer: `stream`'s chat chunks made into Responses events by `events`.
-    Failed passes through: the edge asks `events` for the failure's own events (it meets failures of
-    its own, such as the drain's deadline). `keep`: what stores the final response (pipeline/stored.py),
-    awaited before response.completed is sent, so that it is readable once the client has it; when it
-    cannot be kept, the stream ends Failed instead."""
-    translator = _translator(gateway, prepared, exchange)
-    assert isinstance(translator, StreamTranslator)  # a Responses request travels as a chat request
-    async with aclosing(stream(gateway, prepared, exchange, translator=translator)) as chunks:
-        async for event in chunks:
-            made: list[responses_answers.StreamEvent]
-            if type(event) is Delta:
-                made = events.feed(event.chunk())
-            elif type(event) is chat_answers.ChatCompletionChunk:
-                made = events.feed(event, translator.signature)
-            elif type(event) is Burst:
-                made = []
-                for chunk in event.chunks:
-                    chunk = chunk.chunk() if type(chunk) is Delta else chunk
-                    assert type(chunk) is chat_answers.ChatCompletionChunk, chunk
-                    made += events.feed(chunk, translator.signature)
-            elif event is OPENED:
-                yield OPENED
-                made = events.opened()
-            elif event is DONE:
-                made = events.closed()
-                final = events.final(exchange.answer.usage)
-                if keep is not None:
-                    try:
-                        await keep(final)
-                    except IngressError as exc:
-                        if made:
-                            yield ResponsesBurst(made)
-                        exchange.answer.failure = exc
-                        yield Failed(exc)
-                        return
-                made.append(events.completion(final))
-            else:
-                assert isinstance(event, Signal | Failed), event
-                yield event
-                continue
-            if len(made) == 1:
-                yield made[0]
-            elif made:
-                yield ResponsesBurst(made)  # the events of one read, in one write
-            if event is DONE:
-                yield DONE
-

@@ -20,7 +20,8 @@ WRITERS = {
                "pipeline/relay.py"},  # relay: a buffer's
     "admitted": {"pipeline/admit.py"},
     "attempts": {"pipeline/send.py"},
-    "answer": {"pipeline/answer.py", "pipeline/stream.py", "pipeline/relay.py"},  # the stages that read answers
+    "answer": {"pipeline/answer.py", "pipeline/stream.py", "pipeline/stream_dialects.py",  # the stages that
+               "pipeline/relay.py"},  # read answers
     "cache": {"pipeline/cache.py"},
 }
 WRITING_METHODS = {"began"}  # a part's methods that set its fields (`take()` only lets go, at settle)
