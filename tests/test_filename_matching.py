@@ -79,8 +79,6 @@ NO_TEST_FILE = {
     "ingress/metrics/histogram.py": "tested with its package in tests/unit/test_metrics.py",
     "ingress/oai/chat_answers.py": "declarations only",
     "ingress/oai/responses_answers.py": "declarations only",
-    "ingress/oai/responses_codec.py": "tested in tests/unit/oai/test_responses.py",
-    "ingress/oai/responses_to_chat.py": "tested in tests/unit/oai/test_responses.py",
     "ingress/pipeline/admit.py": _PIPELINE + " in tests/integration/test_tenancy.py",
     "ingress/pipeline/answer.py": _PIPELINE + " in tests/integration/test_openai_sdk_answers.py",
     "ingress/pipeline/cache.py": "tested in tests/unit/cache/test_flight.py; "
@@ -100,8 +98,6 @@ NO_TEST_FILE = {
     "ingress/tenancy/stores/resp_codec.py": "tested in tests/unit/tenancy/stores/test_resp.py",
     "ingress/tenancy/stores/store.py": "tested in tests/unit/tenancy/stores/test_memory.py",
     "ingress/translate/embeddings.py": "tested in tests/unit/oai/test_embeddings.py",
-    "ingress/translate/responses.py": "tested in tests/unit/oai/test_responses.py",
-    "ingress/translate/responses_events.py": "tested in tests/unit/oai/test_responses.py",
     "ingress/translate/text.py": "tested in tests/unit/oai/test_completions.py",
     "ingress/upstream/client.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/upstream/http1_decoder.py": "tested in tests/unit/upstream/test_http1.py",
