@@ -99,9 +99,6 @@ NO_TEST_FILE = {
     "ingress/tenancy/stores/store.py": "tested in tests/unit/tenancy/stores/test_memory.py",
     "ingress/translate/embeddings.py": "tested in tests/unit/oai/test_embeddings.py",
     "ingress/translate/text.py": "tested in tests/unit/oai/test_completions.py",
-    "ingress/upstream/client.py": "tested in tests/unit/upstream/test_http1.py",
-    "ingress/upstream/http1_decoder.py": "tested in tests/unit/upstream/test_http1.py",
-    "ingress/upstream/pool.py": "tested in tests/unit/upstream/test_http1.py",
     "ingress/wire/__init__.py": "the contract's readers: round-tripped in tests/property/test_roundtrip.py",
     "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and "
                               "tests/unit/translate/test_completion.py",
