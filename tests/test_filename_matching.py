@@ -43,9 +43,7 @@ NO_TEST_FILE = {
     "codegen/flatc.py": "tested in tests/unit/test_codegen.py (the pinned flatc, --conform)",
     "ingress/__main__.py": "tested in tests/unit/test_config.py (the CLI's config errors); "
                            "serve and bridge run in tests/integration/test_workers.py",
-    "ingress/anthropic/answers.py": "tested in tests/unit/translate/test_messages.py",
     "ingress/anthropic/blocks.py": "declarations only (msgspec Structs), read in tests/unit/anthropic/test_messages.py",
-    "ingress/anthropic/messages_codec.py": "tested in tests/unit/anthropic/test_messages.py",
     "ingress/anthropic/models.py": "declarations only (msgspec Structs)",
     "ingress/bridges/__init__.py": "the dialects by name: tested in tests/unit/bridges/test_anthropic.py",
     "ingress/bridges/anthropic_answers.py": "tested through the dialect in tests/unit/bridges/test_anthropic.py",
