@@ -54,6 +54,8 @@ WEATHER = {"name": "get_weather", "input_schema": {"type": "object", "properties
 DEFINITION = {"name": "lookup", "description": "Look a word up.", "input_schema": {"type": "object"}}
 
 
+# --- one request setting every field --------------------------------------------------------------
+
 CITATIONS = [
     {"type": "char_location", "cited_text": "blue", "document_index": 0, "document_title": "Sky",
      "start_char_index": 12, "end_char_index": 16, "file_id": "file_011"},
@@ -330,6 +332,8 @@ def test_absent_raw_fields_are_empty_and_a_string_content_stays_a_string() -> No
     assert all(len(getattr(request, name)) == 0 for name in ("container", "context_management", "mcp_servers"))
     assert request.tools is None and request.thinking is None
 
+
+# --- the SDK's types, walked beside ours ----------------------------------------------------------
 
 # Keys of the SDK's create() that never travel in the body.
 NOT_IN_BODY = {

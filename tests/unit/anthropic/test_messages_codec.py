@@ -21,6 +21,9 @@ from unit.anthropic.test_messages import MCP_TOOLSET, PDF, TEXT, WEATHER, WEB_SE
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "anthropic" / "agent_first_turn.json"
 
 
+# --- one request setting every field --------------------------------------------------------------
+
+
 def _encode(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc).encode()
 
@@ -29,6 +32,9 @@ def _decode(doc: dict[str, Any], beta: bool = False) -> m.MessagesRequest:
     request, extras = decode_messages(_encode(doc), beta=beta)
     assert extras == {}
     return request
+
+
+# --- the first turn of an agentic coding CLI ------------------------------------------------------
 
 
 def test_an_agent_clis_first_turn() -> None:
@@ -54,6 +60,8 @@ def test_an_agent_clis_first_turn() -> None:
 def test_the_agent_turn_is_read_the_same_without_the_beta_header() -> None:
     assert decode_messages(FIXTURE.read_bytes())[0] == decode_messages(FIXTURE.read_bytes(), beta=True)[0]
 
+
+# --- refusals -------------------------------------------------------------------------------------
 
 USER = {"role": "user", "content": "Hi"}
 
@@ -265,6 +273,9 @@ def test_with_interleaved_thinking_the_budget_may_pass_max_tokens() -> None:
     assert request.thinking == m.ThinkingEnabled(8192)
 
 
+# --- unknown top-level fields under a beta --------------------------------------------------------
+
+
 def test_with_a_beta_header_unknown_top_level_fields_are_carried_aside() -> None:
     doc = body(temperature=0.5, betas_only={"mode": "x", "n": [1, 2]}, another=3)
     assert refused(doc).param == "betas_only"
@@ -282,6 +293,9 @@ def test_with_a_beta_header_unknown_top_level_fields_are_carried_aside() -> None
 ])
 def test_with_a_beta_header_nested_unknown_fields_are_still_refused(doc: dict[str, Any], param: str) -> None:
     assert refused(doc, beta=True).param == param
+
+
+# --- nesting --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("doc", [

@@ -18,6 +18,8 @@ from ingress.translate.responses import translate_response_object
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire import types as wire_types
 
+# --- the request, as chat -------------------------------------------------------------------------
+
 
 def test_calls_after_an_assistant_message_join_it_and_outputs_become_tool_messages() -> None:
     chat_request = as_chat(call(instructions="rules", input=[
@@ -71,6 +73,9 @@ def test_allowed_tools_travel_in_the_chat_shape() -> None:
     assert choice.tool_choice.allowed_tools is not None
     assert [msgspec.json.decode(bytes(t)) for t in choice.tool_choice.allowed_tools.tools] == [
         {"type": "function", "function": {"name": "f"}}, {"type": "custom", "custom": {"name": "g"}}]
+
+
+# --- reasoning and compaction, sealed --------------------------------------------------------------
 
 
 def test_sealed_reasoning_goes_back_to_the_model_and_a_modified_one_is_refused() -> None:

@@ -39,6 +39,9 @@ def message(*choices: wire.Choice, usage: wire.Usage | None = None, tier: str | 
     return result
 
 
+# --- whole answers ---------------------------------------------------------------------------------
+
+
 def test_a_text_answer_is_one_text_block_with_the_edges_id_and_model() -> None:
     m = message(wire.Choice(content="Hello", finish_reason="stop"),
                 usage=wire.Usage(prompt_tokens=12, completion_tokens=3))
@@ -156,6 +159,9 @@ def test_service_tiers(tier: str | None, anthropic: str) -> None:
 def test_an_answer_without_usage_counts_zeros() -> None:
     u = message(wire.Choice(content="a"))["usage"]
     assert (u["input_tokens"], u["output_tokens"]) == (0, 0)
+
+
+# --- the stream, frame by frame ---------------------------------------------------------------------
 
 
 def frames(*chunks: Chunk) -> list[bytes]:

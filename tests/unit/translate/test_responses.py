@@ -27,6 +27,8 @@ from ingress.translate.responses import translate_response_object
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire import types as wire_types
 
+# --- a whole answer -------------------------------------------------------------------------------
+
 
 def test_a_whole_answer_with_text_and_calls() -> None:
     calls = [wire_types.FunctionCall(id="c1", name="f", arguments="{}"),
@@ -63,6 +65,9 @@ def test_anthropics_finish_reasons_are_openais_nearest(finish: str, status: str)
     assert obj.incomplete_details == (IncompleteDetails(reason="content_filter") if status == "incomplete" else None)
 
 
+# --- the stream -----------------------------------------------------------------------------------
+
+
 def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
     usage = wire_types.Usage(prompt_tokens=10, completion_tokens=4, cached_tokens=6, cache_write_tokens=3,
                              reasoning_tokens=2)
@@ -76,6 +81,8 @@ def test_usage_details_carry_cache_reads_writes_and_reasoning() -> None:
     # OpenAI's reference requires both, 0 when nothing was read or written
     assert written["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
 
+
+# --- what coding agents send ----------------------------------------------------------------------
 
 NAMESPACE = {"type": "namespace", "name": "agents", "description": "sub-agents",
              "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}},
@@ -111,6 +118,9 @@ def test_a_namespaced_call_travels_flat_and_comes_back_namespaced() -> None:
     done = [e.item for e in streamed if e.type == "response.output_item.done"]
     assert [(i.name, i.namespace, i.arguments) for i in done] == [("spawn", "agents", "{}")]
     assert msgspec.json.decode(msgspec.json.encode(done[0]))["namespace"] == "agents"
+
+
+# --- reasoning and compaction, sealed --------------------------------------------------------------
 
 
 def test_reasoning_is_an_item_before_the_answer_summarised_and_sealed_when_asked() -> None:

@@ -22,6 +22,8 @@ from ingress.oai.responses_answers import (
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire import types as wire_types
 
+# --- the stream -----------------------------------------------------------------------------------
+
 
 def run(chunks: list[chat_answers.ChatCompletionChunk], usage: wire_types.Usage | None = None) -> list[Any]:
     events = ResponseEvents(call(), request_id="r", created_at=5)
@@ -110,6 +112,9 @@ def test_a_failure_before_the_service_opened_the_stream_still_begins_with_create
     assert [e.type for e in seen] == ["response.created", "response.in_progress", "error", "response.failed"]
     assert [e.sequence_number for e in seen] == [0, 1, 2, 3]
     assert seen[2].code == "server_error"  # type: ignore[union-attr]  # no code given: the type stands for it
+
+
+# --- reasoning and compaction, sealed --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fields", [CODEX_LIKE, {}], ids=["summary", "content"])

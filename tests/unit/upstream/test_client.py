@@ -19,6 +19,8 @@ from ingress.settings import Timeouts
 from ingress.upstream.client import UpstreamClient
 from ingress.wire import identifiers
 
+# --- failures -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("answer", [
     pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"a" * 2000, id="announced"),
@@ -34,6 +36,9 @@ async def test_an_oversized_answer_is_refused(start_server: StartServer, answer:
         assert caught.value.after_head
     finally:
         await client.close()
+
+
+# --- cancellation, flow control, timeouts -------------------------------------------------------
 
 
 async def test_no_head_within_first_byte_is_a_timeout(start_server: StartServer) -> None:
@@ -114,6 +119,8 @@ async def test_probes(start_server: StartServer) -> None:
     assert results == [True, False, False, False]
     assert [r.path for r in well.requests] == ["/healthz"]
 
+
+# --- pumped bodies: each read consumed in the connection's callback -------------------------------
 
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
                % identifiers.STREAM_CONTENT_TYPE.encode())

@@ -32,6 +32,8 @@ from ingress.upstream.http1 import HIGH_WATER
 from ingress.upstream.http1_decoder import HEAD_LIMIT, HEAD_TOO_LARGE
 from ingress.upstream.pool import ConnectionPool
 
+# --- requests and answers over loopback ----------------------------------------------------------
+
 
 async def test_a_chunked_answer_written_a_byte_at_a_time(start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
@@ -68,6 +70,9 @@ async def test_a_body_ending_with_the_connection_is_read_whole(start_server: Sta
     assert server.connections == 2
 
 
+# --- stale connections: expiry, the check before reuse, the one retry ---------------------------
+
+
 async def test_an_answer_closed_before_its_end_closes_its_connection(
     start_server: StartServer, pools: list[ConnectionPool],
 ) -> None:
@@ -79,6 +84,9 @@ async def test_an_answer_closed_before_its_end_closes_its_connection(
     response.close()
 
     await eventually(lambda: server.hangups == 1, "the server seeing the hang-up")
+
+
+# --- failures -----------------------------------------------------------------------------------
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:
@@ -140,6 +148,9 @@ async def test_an_oversized_head_is_refused(start_server: StartServer, pools: li
 
     with pytest.raises(UpstreamProtocolError, match=HEAD_TOO_LARGE):
         await send(new_pool(pools, server.url))
+
+
+# --- cancellation, flow control, timeouts -------------------------------------------------------
 
 
 @pytest.mark.parametrize("sent", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n01234"], ids=["head", "body"])

@@ -25,6 +25,8 @@ from ingress.upstream.http1 import State
 from ingress.upstream.pool import KEEPALIVE, ConnectionPool
 from unit.upstream.test_http1_decoder import CASES
 
+# --- requests and answers over loopback ----------------------------------------------------------
+
 
 async def test_a_request_goes_out_as_written_and_its_answer_comes_back(
     start_server: StartServer, pools: list[ConnectionPool],
@@ -43,6 +45,9 @@ async def test_a_request_goes_out_as_written_and_its_answer_comes_back(
     assert (request.method, request.path, request.body) == ("POST", "/v1/complete", bytes(body))
     assert request.headers == {"Host": server.url.removeprefix("http://"), "Content-Type": "application/x-flatbuffers",
                                "traceparent": "00-ab-cd-01", "Content-Length": str(len(body))}
+
+
+# --- keep-alive -----------------------------------------------------------------------------------
 
 
 async def test_answers_read_to_their_end_leave_the_connection_for_the_next_request(
@@ -87,6 +92,9 @@ async def test_a_pooled_connection_its_peer_closed_is_not_reused(start_server: S
     assert await read_all(await send(pool)) == b"hello world"
 
     assert server.connections == 2
+
+
+# --- stale connections: expiry, the check before reuse, the one retry ---------------------------
 
 
 def closing_idle_after(seconds: float) -> Handler:
@@ -339,6 +347,9 @@ async def test_closing_the_pool_closes_its_idle_connections(start_server: StartS
     await eventually(lambda: server.hangups == 1, "the server seeing the hang-up")
 
 
+# --- failures -----------------------------------------------------------------------------------
+
+
 async def test_a_refused_connection_is_a_connect_failure(pools: list[ConnectionPool],
 ) -> None:
     with socket.socket() as held:  # bound, never listening: connections are refused
@@ -376,6 +387,9 @@ async def test_a_header_or_path_with_cr_lf_or_nul_is_never_sent(start_server: St
         with pytest.raises(ValueError, match="CR, LF or NUL"):
             await pool.request("POST", path, headers, b"", 1.0, deadline)
     assert server.connections == 0
+
+
+# --- TLS ------------------------------------------------------------------------------------------
 
 
 async def test_an_https_endpoint(start_server: StartServer, pools: list[ConnectionPool], tmp_path: Path,
