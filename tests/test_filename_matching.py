@@ -91,8 +91,6 @@ NO_TEST_FILE = {
                           "tests/integration/test_slow_readers.py",
     "ingress/tenancy/__init__.py": "exercised end to end in tests/integration/test_tenancy.py",
     "ingress/tenancy/settings.py": "declarations only",
-    "ingress/tenancy/stores/resp_codec.py": "tested in tests/unit/tenancy/stores/test_resp.py",
-    "ingress/tenancy/stores/store.py": "tested in tests/unit/tenancy/stores/test_memory.py",
     "ingress/wire/__init__.py": "the contract's readers: round-tripped in tests/property/test_roundtrip.py",
     "ingress/wire/answer.py": "tested in tests/property/test_common_response.py and "
                               "tests/unit/translate/test_completion.py",
