@@ -46,12 +46,7 @@ NO_TEST_FILE = {
     "ingress/anthropic/blocks.py": "declarations only (msgspec Structs), read in tests/unit/anthropic/test_messages.py",
     "ingress/anthropic/models.py": "declarations only (msgspec Structs)",
     "ingress/bridges/__init__.py": "the dialects by name: tested in tests/unit/bridges/test_anthropic.py",
-    "ingress/bridges/anthropic_answers.py": "tested through the dialect in tests/unit/bridges/test_anthropic.py",
-    "ingress/bridges/anthropic_request.py": "tested through the dialect in tests/unit/bridges/test_anthropic.py",
     "ingress/bridges/dialect.py": "the dialect interface: tested through each dialect in tests/unit/bridges/",
-    "ingress/bridges/openai_answers.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
-    "ingress/bridges/openai_request.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
-    "ingress/bridges/responses_answers.py": "tested through the dialect in tests/unit/bridges/test_openai.py",
     "ingress/bridges/service.py": "exercised end to end in tests/integration/test_bridge_service.py",
     "ingress/cache/__init__.py": "tested in tests/unit/cache/test_flight.py; "
                                  "end to end in tests/integration/test_response_cache.py",

@@ -16,12 +16,8 @@ from ingress.upstream.http1 import Response
 from ingress.upstream.pool import KEEPALIVE, ConnectionPool
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nhello world"
-
-
 CHUNKED = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
            b"5\r\nhello\r\n1;name=value\r\n \r\n5\r\nworld\r\n0\r\nTrailer-Field: x\r\n\r\n")
-
-
 INFORMATIONAL = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
                  b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world")
 

@@ -28,29 +28,13 @@ from ingress.anthropic import messages as m
 from ingress.anthropic.messages_codec import decode_messages
 
 CACHE = {"type": "ephemeral"}
-
-
 CACHE_1H = {"type": "ephemeral", "ttl": "1h"}
-
-
 DIRECT = {"type": "direct"}
-
-
 TEXT = {"type": "text", "text": "The sky is blue."}
-
-
 IMAGE = {"type": "image", "source": {"type": "url", "url": "https://example.com/sky.png"}}
-
-
 PDF = {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="}}
-
-
 SEARCH_RESULT = {"type": "search_result", "content": [TEXT], "source": "https://example.com/sky", "title": "Sky"}
-
-
 WEATHER = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
-
-
 DEFINITION = {"name": "lookup", "description": "Look a word up.", "input_schema": {"type": "object"}}
 
 
@@ -68,8 +52,6 @@ CITATIONS = [
     {"type": "search_result_location", "cited_text": "blue", "search_result_index": 0,
      "source": "https://example.com/sky", "start_block_index": 0, "end_block_index": 0, "title": "Sky"},
 ]
-
-
 USER_BLOCKS = [
     {"type": "text", "text": "Look at these.", "cache_control": CACHE_1H, "citations": CITATIONS},
     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
@@ -85,16 +67,10 @@ USER_BLOCKS = [
     {**SEARCH_RESULT, "cache_control": CACHE, "citations": {"enabled": True}},
     {"type": "container_upload", "file_id": "file_023", "cache_control": CACHE},
 ]
-
-
 ADDITION = {"type": "tool_addition", "tool": {"type": "tool_definition", "definition": DEFINITION},
             "cache_control": CACHE}
-
-
 REMOVAL = {"type": "tool_removal", "tool": {"type": "mcp_toolset_reference", "server_name": "docs"},
            "cache_control": CACHE}
-
-
 ASSISTANT_BLOCKS = [
     {"type": "thinking", "thinking": "The user wants the weather.", "signature": "EqQBCkYIBxgCKkA"},
     {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
@@ -131,8 +107,6 @@ ASSISTANT_BLOCKS = [
     {"type": "fallback", "from": {"model": "claude-opus-4-6"}, "to": {"model": "claude-sonnet-4-6"},
      "trigger": {"type": "refusal", "category": "cyber"}},
 ]
-
-
 TOOL_RESULT = {
     "type": "tool_result", "tool_use_id": "toolu_01", "is_error": False, "cache_control": CACHE,
     "toolset_name": "weather",
@@ -147,22 +121,14 @@ TOOL_RESULT = {
                                    {"type": "download_failed", "download_id": "d2", "url": "https://x/b.csv",
                                     "error": "network"}]}],
 }
-
-
 CLIENT_TOOL = {
     **WEATHER, "type": "custom", "description": "The weather in a city.", "cache_control": CACHE, "strict": True,
     "input_examples": [{"city": "Paris"}], "defer_loading": False, "eager_input_streaming": True,
     "allowed_callers": ["direct", "code_execution_20250825"],
 }
-
-
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5, "cache_control": CACHE,
               "allowed_domains": ["example.com"], "user_location": {"type": "approximate", "city": "Paris"}}
-
-
 MCP_TOOLSET = {"type": "mcp_toolset", "mcp_server_name": "docs", "default_config": {"enabled": True}}
-
-
 EVERYTHING: dict[str, Any] = {
     "model": "claude-opus-4-6",
     "max_tokens": 8192,
@@ -206,8 +172,6 @@ EVERYTHING: dict[str, Any] = {
     "fallbacks": [{"model": "claude-sonnet-4-6"}],
     "thread": {"type": "create"},
 }
-
-
 # The other members of the request's tagged unions, each in a request of its own.
 VARIANTS: list[dict[str, Any]] = [
     {"thinking": {"type": "adaptive", "display": "omitted", "block_binding": {"prefix_mismatch_behavior": "error"}},
@@ -341,8 +305,6 @@ NOT_IN_BODY = {
     "user_profile_id": "sent by the SDK as the anthropic-user-profile-id header",
     "workspace_id": "sent by the SDK as the anthropic-workspace-id header",
 }
-
-
 # Where we keep the JSON as sent (msgspec.Raw) rather than read it, and why.
 HELD_RAW = {
     "MessagesRequest.container": "Anthropic's container for code execution: an id, or one with skills",
@@ -368,15 +330,9 @@ HELD_RAW = {
                     blocks.TextEditorCodeExecutionToolResultBlock, blocks.ToolSearchToolResultBlock,
                     blocks.AdvisorToolResultBlock)},
 }
-
-
 WRAPPERS = {typing_extensions.Required, typing_extensions.NotRequired, typing.Required, typing.NotRequired,
             typing.Annotated, typing_extensions.Annotated}
-
-
 LISTS = {list, collections.abc.Iterable, collections.abc.Sequence}
-
-
 PRIMITIVES = {str, int, float, bool}
 
 

@@ -64,8 +64,6 @@ def test_the_agent_turn_is_read_the_same_without_the_beta_header() -> None:
 # --- refusals -------------------------------------------------------------------------------------
 
 USER = {"role": "user", "content": "Hi"}
-
-
 MISSING = object()  # a field value meaning "leave the field out"
 
 
@@ -329,8 +327,6 @@ def test_an_extra_field_nested_too_deeply_is_refused_under_a_beta() -> None:
 
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # deeper than msgspec reads at all
-
-
 HEAD = b'{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": '
 
 

@@ -21,8 +21,6 @@ from ingress.wire import Chunk, ToolCallDelta
 from ingress.wire.answer import content_delta, decode_frame
 
 EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
-
-
 ERROR = pydantic.TypeAdapter(ErrorResponse)
 
 
@@ -203,8 +201,6 @@ def end(reason: str, usage: dict[str, Any], sequence: str | None = None) -> list
 
 
 USAGE = wire.Usage(prompt_tokens=20, completion_tokens=5, cached_tokens=8, cache_write_tokens=2)
-
-
 USAGE_OUT = {"input_tokens": 10, "cache_creation_input_tokens": 2, "cache_read_input_tokens": 8, "output_tokens": 5}
 
 

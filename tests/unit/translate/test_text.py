@@ -101,12 +101,8 @@ def test_a_repeated_top_token_keeps_its_most_likely_logprob() -> None:
 # Two choices' answers, each an echo without tokens and then its words, streamed in any grouping of
 # consecutive words (a chunk may also carry the echo's end with its first words) and interleaved.
 word_text = st.text(st.characters(codec="utf-8"), min_size=1, max_size=4)
-
-
 answers = st.lists(st.tuples(st.text(max_size=6), st.lists(word_text, min_size=1, max_size=8)),
                    min_size=1, max_size=2)
-
-
 Piece = tuple[int, str, list[wire.TokenLogprob] | None]  # a chunk's choice, its text and its tokens
 
 

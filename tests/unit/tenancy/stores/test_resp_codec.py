@@ -20,10 +20,7 @@ ERRORS = ["ERR unknown command 'FOO'", "NOSCRIPT No matching script. Please use 
           "WRONGTYPE Operation against a key holding the wrong kind of value", "ERR Error running script",
           "OOM command not allowed when used memory > 'maxmemory'.", "ERR é, a non-ASCII message"]
 
-
 Value = Any
-
-
 leaves = st.one_of(
     st.integers(min_value=-(2**63), max_value=2**63 - 1).map(lambda i: ("int", i)),
     st.binary(max_size=40).map(lambda b: ("bulk", b)),
