@@ -74,7 +74,6 @@ NO_TEST_FILE = {
     "ingress/pipeline/answer.py": _PIPELINE + " in tests/integration/test_openai_sdk_answers.py",
     "ingress/pipeline/cache.py": "tested in tests/unit/cache/test_flight.py; "
                                  "end to end in tests/integration/test_response_cache.py",
-    "ingress/pipeline/prepare.py": _PIPELINE + " in tests/integration/test_openai_sdk.py",
     "ingress/pipeline/prepare_messages.py": _PIPELINE + " in tests/integration/test_anthropic_sdk.py",
     "ingress/pipeline/relay.py": _PIPELINE + " in tests/integration/test_binary_ingress.py",
     "ingress/pipeline/send.py": _PIPELINE + " in tests/integration/test_fallback_chains.py",
