@@ -23,10 +23,11 @@ from ingress.upstream.group import EndpointGroup
 REQUEST_ID = "0123456789abcdef0123456789abcdef"
 
 
-def gateway(*routes: Route, endpoints: int = 1, tenancy: Tenancy | None = None, budget: float = 0.2,
+def gateway(*routes: Route, endpoints: int = 1, tenancy: Tenancy | None = None, budget: RetryBudget | None = None,
             **settings: Any) -> Gateway:
-    """A gateway over `routes`, each group they name with `endpoints` endpoints on 127.0.0.x:9000 (never
-    dialled: the tests' attempts answer for them)."""
+    """A gateway over `routes`, each group they name with `endpoints` endpoints on 127.0.g.x:9000 (never
+    dialled: the tests' attempts answer for them), and a retry budget with room for many retries unless
+    `budget` is given."""
     names = dict.fromkeys(route.group for route in routes)
     groups = {name: Group(endpoints=[Endpoint(url=f"http://127.0.{g}.{i + 1}:9000") for i in range(endpoints)])
               for g, name in enumerate(names)}
@@ -34,7 +35,7 @@ def gateway(*routes: Route, endpoints: int = 1, tenancy: Tenancy | None = None, 
     pools = {name: EndpointGroup(name, group, [UpstreamClient(e.url or "", config.timeouts, 1 << 20)
                                                for e in group.endpoints])
              for name, group in groups.items()}
-    return Gateway(settings=config, routes=RouteTable(routes), groups=pools, budget=RetryBudget(budget, 10, 0.0),
+    return Gateway(settings=config, routes=RouteTable(routes), groups=pools, budget=budget or RetryBudget(0.2, 10, 0.0),
                    tenancy=tenancy)
 
 
