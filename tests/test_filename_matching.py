@@ -70,7 +70,6 @@ NO_TEST_FILE = {
     "ingress/metrics/histogram.py": "tested with its package in tests/unit/test_metrics.py",
     "ingress/oai/chat_answers.py": "declarations only",
     "ingress/oai/responses_answers.py": "declarations only",
-    "ingress/pipeline/admit.py": _PIPELINE + " in tests/integration/test_tenancy.py",
     "ingress/pipeline/answer.py": _PIPELINE + " in tests/integration/test_openai_sdk_answers.py",
     "ingress/pipeline/cache.py": "tested in tests/unit/cache/test_flight.py; "
                                  "end to end in tests/integration/test_response_cache.py",
