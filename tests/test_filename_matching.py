@@ -74,7 +74,6 @@ NO_TEST_FILE = {
     "ingress/pipeline/cache.py": "tested in tests/unit/cache/test_flight.py; "
                                  "end to end in tests/integration/test_response_cache.py",
     "ingress/pipeline/prepare_messages.py": _PIPELINE + " in tests/integration/test_anthropic_sdk.py",
-    "ingress/pipeline/relay.py": _PIPELINE + " in tests/integration/test_binary_ingress.py",
     "ingress/serve/app.py": "the app every HTTP test serves: tests/unit/test_edge.py, tests/integration/",
     "ingress/serve/server.py": "exercised end to end in tests/integration/test_workers.py",
     "ingress/settings.py": "tested in tests/unit/test_config.py",
