@@ -13,7 +13,7 @@ import pytest
 from bad_requests import assert_nested_too_deeply, deep_buffer
 
 from ingress import wire
-from ingress.bridges.dialect import EngineRequest, Target, under
+from ingress.bridges.dialect import EngineRequest, Target
 from ingress.bridges.openai import OpenAIDialect
 from ingress.bridges.openai_answers import OpenAIStream
 from ingress.encoding.requests import encode_messages_request, encode_request, encode_text_request
@@ -71,16 +71,6 @@ def text_of(chunks: list[wire.Chunk], field: str = "content") -> str:
 
 HELLO = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 EngineRequestStub = EngineRequest(path="/v1/responses", headers={}, body=b"", stream=False)
-
-
-@pytest.mark.parametrize(("url", "path"), [
-    ("http://127.0.0.1:8000", "/v1/chat/completions"),
-    ("https://api.openai.com/v1", "/v1/chat/completions"),
-    ("https://gw.example/proxy/v1/", "/proxy/v1/chat/completions"),
-    ("https://gw.example/openai", "/openai/v1/chat/completions"),
-])
-def test_the_path_sits_under_the_targets_base_url(url: str, path: str) -> None:
-    assert under(Target(url=url), "/v1/chat/completions") == path
 
 
 def test_a_text_completion_goes_to_completions() -> None:
