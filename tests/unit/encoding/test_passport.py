@@ -9,12 +9,19 @@ import re
 from typing import Any
 
 import pytest
+from bad_embeddings import embeddings_body
 from bad_requests import body
 
-from ingress.encoding.passport import RequestMeta, compute_passport, compute_prompts_passport
+from ingress.encoding.passport import (
+    RequestMeta,
+    compute_embedding_passport,
+    compute_passport,
+    compute_prompts_passport,
+)
 from ingress.encoding.requests import encode_request
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.codec import decode_chat_request
+from ingress.oai.embeddings import decode_embedding_request
 from ingress.tokens import TokenCounter, counter_for
 from ingress.wire import read_request
 from ingress.wire.passport import new_traceparent, valid_traceparent
@@ -128,3 +135,13 @@ def test_the_passport_carries_the_count() -> None:
         len(m["content"]) for m in JARGON) // 4)  # no counter: characters / 4, as before
     prompts: list[str | list[int]] = ["hello world", [1, 2, 3]]
     assert compute_prompts_passport(prompts, RequestMeta(), counter=counter).prompt_tokens_estimate == 2 + 3
+
+
+def test_an_embedding_requests_passport_estimates_texts_and_counts_token_ids() -> None:
+    meta = RequestMeta(api_key="sk-1", tenant_id="t-1")
+    texts = compute_embedding_passport(decode_embedding_request(embeddings_body(input=["abcd" * 3, "ab"])), meta)
+    tokens = compute_embedding_passport(decode_embedding_request(embeddings_body(input=[[1, 2], [3]])), meta)
+    assert (texts.prompt_tokens_estimate, tokens.prompt_tokens_estimate) == (4, 3)
+    assert texts.tenant_id == "t-1" and texts.key_id and texts.traceparent
+    again = compute_embedding_passport(decode_embedding_request(embeddings_body(input=["abcd" * 3, "ab"])), meta)
+    assert again.prefix_hash == texts.prefix_hash != tokens.prefix_hash

@@ -8,8 +8,7 @@ import pytest
 
 from ingress.tenancy.plan import IN_FLIGHT_US, Actual, Check, Plan, checks_of
 from ingress.tenancy.settings import Budget, Limits, Price
-from ingress.tenancy.stores.memory import LOCAL_TOMBSTONE_US, TOMBSTONE_US, MemoryStore
-from ingress.tenancy.stores.store import LocalStore
+from ingress.tenancy.stores.memory import TOMBSTONE_US, MemoryStore
 
 LEASE = 30_000_000
 SECOND = 1_000_000
@@ -159,22 +158,6 @@ def test_random_cancellations_leave_nothing_behind_once_expired(clock: Clock) ->
     assert (store._tat, store._quota, store._slots, store._reserved, store._settled) == ({}, {}, {}, {}, {})
     assert store._inflight == {}
 
-
-def test_the_memory_backend_forgets_settled_tickets_within_a_minute(clock: Clock) -> None:
-    """Its tombstones (LocalStore's) last 30 s, not the Redis store's 600: a worker serving 1,000 requests
-    a second would otherwise hold ~600,000 of them. Within their life, settling twice still refunds once."""
-    store, cs = MemoryStore(clock=clock, tombstone_us=LOCAL_TOMBSTONE_US), checks(tpm=1000)
-    assert LocalStore().memory.tombstone_us == LOCAL_TOMBSTONE_US < TOMBSTONE_US
-    for i in range(100):
-        assert store.admit(plan(cs, f"t{i}", input_tokens=5)).admitted
-        assert store.settle(f"t{i}", Actual(5, 0))
-    assert not store.settle("t0", Actual(5, 0))  # settled before: nothing refunded twice
-    clock.now += LOCAL_TOMBSTONE_US - SECOND
-    store.sweep()
-    assert len(store._settled) == 100
-    clock.now += 2 * SECOND
-    store.sweep()
-    assert store._settled == {}
 
 
 def test_a_budget_held_by_reservations_in_flight_is_refused_for_a_second_and_a_spent_one_for_good(
