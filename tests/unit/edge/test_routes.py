@@ -6,7 +6,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
-from ingress.edge import endpoints, messages, operational
+from ingress.edge import endpoints, gemini, messages, operational
 from ingress.edge.routes import add_routes
 
 
@@ -29,8 +29,8 @@ def app() -> web.Application:
     ("GET", "/v1/responses/resp_1/input_items", endpoints.stored_response),
     ("POST", "/v1/messages", messages.messages),
     ("POST", "/v1/messages/count_tokens", messages.count_tokens),
-    ("GET", "/v1/models", endpoints.list_models),
-    ("GET", "/v1/models/org/a-model:tag", endpoints.get_model),
+    ("GET", "/v1/models", gemini.list_models),  # Google's shape for its clients, else the endpoints'
+    ("GET", "/v1/models/org/a-model:tag", gemini.get_model),
     ("GET", "/healthz", operational.healthz),
     ("GET", "/readyz", operational.readyz),
     ("GET", "/metrics", operational.metrics_endpoint),
