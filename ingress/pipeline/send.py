@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from ingress import metrics
 from ingress.errors import (
@@ -19,6 +19,7 @@ from ingress.errors import (
 from ingress.exchange import Attempts, Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
+from ingress.routing.affinity import Decision
 from ingress.routing.chain import Link, classify, falls_back, too_long
 from ingress.settings import ErrorClass
 from ingress.upstream.group import Lease
@@ -55,7 +56,7 @@ async def send(gateway: Gateway, prepared: Prepared[Any], exchange: Exchange, at
     match = prepared.match
     links, on = match.links, match.fallback_on
     last: IngressError | None = None
-    kept: tuple[T, Link, Prepared[Any]] | None = None  # a filtered answer, served if nothing after it does
+    kept: _Kept[T] | None = None  # a filtered answer, served if nothing after it does
     ready = prepared  # the request as prepared for the route of the link being tried
     for index, link in enumerate(links):
         final = index == len(links) - 1
@@ -126,7 +127,7 @@ async def send(gateway: Gateway, prepared: Prepared[Any], exchange: Exchange, at
                 if discard is not None:
                     await discard(result)
                 else:
-                    kept = (result, link, ready)
+                    kept = _Kept(result, link, ready, lease.state.url, lease.decision)
                 break
             attempts.lease = lease
             _served(attempts, link, asked, ready)
@@ -158,12 +159,21 @@ def _count(link: Link, outcome: str) -> None:
     metrics.child(metrics.ROUTE_ATTEMPTS, link.name, outcome).inc()
 
 
-def _exhausted(attempts: Attempts, asked: str, kept: tuple[T, Link, Prepared[Any]] | None,
-               last: IngressError | None) -> T:
-    """The chain ended without an answer it would serve: a filtered answer kept from before, else the
-    last failure."""
+class _Kept(NamedTuple, Generic[T]):
+    """A filtered answer held back, and the attempt that answered it."""
+
+    result: T
+    link: Link
+    ready: Prepared[Any]
+    upstream: str
+    choice: Decision | None
+
+
+def _exhausted(attempts: Attempts, asked: str, kept: _Kept[T] | None, last: IngressError | None) -> T:
+    """The chain ended without an answer it would serve: a filtered answer kept from before (its attempt's
+    group and endpoint recorded as the one that answered, not the last one tried), else the last failure."""
     if kept is not None:
-        result, link, ready = kept
-        _served(attempts, link, asked, ready)
-        return result
+        attempts.group, attempts.upstream, attempts.choice = kept.link.group, kept.upstream, kept.choice
+        _served(attempts, kept.link, asked, kept.ready)
+        return kept.result
     raise last or UpstreamConnectFailed("The model service is unavailable.")

@@ -23,7 +23,7 @@ from ingress.upstream.group import EndpointGroup
 REQUEST_ID = "0123456789abcdef0123456789abcdef"
 
 
-def gateway(*routes: Route, endpoints: int = 1, tenancy: Tenancy | None = None, budget: RetryBudget | None = None,
+def new_gateway(*routes: Route, endpoints: int = 1, tenancy: Tenancy | None = None, budget: RetryBudget | None = None,
             **settings: Any) -> Gateway:
     """A gateway over `routes`, each group they name with `endpoints` endpoints on 127.0.g.x:9000 (never
     dialled: the tests' attempts answer for them), and a retry budget with room for many retries unless
@@ -50,7 +50,7 @@ def keyed(models: tuple[str, ...] = ("*",), guardrails: Guardrails | None = None
     return tenancy, tenancy.policy.authenticate({"Authorization": f"Bearer {secret}"}), secret
 
 
-def exchange(principal: Principal | None = None, request_id: str = REQUEST_ID) -> Exchange:
+def new_exchange(principal: Principal | None = None, request_id: str = REQUEST_ID) -> Exchange:
     made = Exchange(request_id)
     made.principal = principal
     return made

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
-from gateways import exchange, gateway
+from gateways import new_exchange, new_gateway
 
 from ingress.edge.appkeys import EXCHANGE, GATEWAY
 from ingress.edge.endpoints import _bounded_int, request_meta
@@ -21,13 +21,13 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 def request(headers: dict[str, str], affinity: tuple[str, ...] = ()) -> tuple[web.Request, Exchange]:
     app = web.Application()
-    gw = gateway(Route(model="m", group="a"))
-    gw.affinity_headers = affinity
-    app[GATEWAY] = gw
+    gateway = new_gateway(Route(model="m", group="a"))
+    gateway.affinity_headers = affinity
+    app[GATEWAY] = gateway
     made = make_mocked_request("POST", "/v1/chat/completions", headers=headers, app=app)
-    ex = exchange()
-    made[EXCHANGE] = ex
-    return made, ex
+    exchange = new_exchange()
+    made[EXCHANGE] = exchange
+    return made, exchange
 
 
 @pytest.mark.parametrize(("raw", "value"), [(None, 0), ("0", 0), ("5", 5), ("127", 127)])
@@ -46,7 +46,7 @@ def test_anything_else_is_refused_naming_the_header(raw: str) -> None:
 
 
 def test_the_meta_holds_what_the_passport_needs_from_the_headers() -> None:
-    made, ex = request({"Authorization": "Bearer  sk-client ", "OpenAI-Project": "proj_1",
+    made, exchange = request({"Authorization": "Bearer  sk-client ", "OpenAI-Project": "proj_1",
                         "OpenAI-Organization": "org_1", "x-ingress-priority": "3", "x-ingress-timeout-ms": "2500",
                         "traceparent": TRACEPARENT, "tracestate": "k=v", "Cache-Control": "no-cache, max-age=0",
                         "X-Session-Id": "s-1"}, affinity=("x-session-id", "x-absent"))
@@ -54,7 +54,7 @@ def test_the_meta_holds_what_the_passport_needs_from_the_headers() -> None:
     assert (meta.api_key, meta.tenant_id, meta.priority, meta.timeout_ms) == ("sk-client", "proj_1", 3, 2500)
     assert (meta.traceparent, meta.tracestate) == (TRACEPARENT, "k=v")
     assert meta.affinity_headers == (("x-session-id", "s-1"),)
-    assert ex.cache_control == "no-cache"
+    assert exchange.cache_control == "no-cache"
 
 
 @pytest.mark.parametrize(("headers", "api_key", "tenant"), [

@@ -5,7 +5,7 @@ reservation is charged in each way an exchange ends."""
 from __future__ import annotations
 
 import pytest
-from gateways import exchange, gateway, keyed
+from gateways import keyed, new_exchange, new_gateway
 
 from ingress.errors import RateLimited, UpstreamAnswered, UpstreamTimeout
 from ingress.exchange import Exchange
@@ -20,37 +20,37 @@ ROUTE = Route(model="m", group="a")
 
 
 def sent(**answer: object) -> Exchange:
-    ex = exchange()
-    ex.attempts.sent = 1.0
+    exchange = new_exchange()
+    exchange.attempts.sent = 1.0
     for name, value in answer.items():
-        setattr(ex.answer, name, value)
-    return ex
+        setattr(exchange.answer, name, value)
+    return exchange
 
 
 def test_a_cache_hit_counts_the_request_not_its_tokens() -> None:
-    ex = sent(usage=Usage(prompt_tokens=7, completion_tokens=3))
-    ex.cache = "hit"
-    assert used(ex, PLAN) == Actual(0, 0)
+    exchange = sent(usage=Usage(prompt_tokens=7, completion_tokens=3))
+    exchange.cache = "hit"
+    assert used(exchange, PLAN) == Actual(0, 0)
 
 
 def test_the_services_usage_is_what_was_used() -> None:
     assert used(sent(usage=Usage(prompt_tokens=7, completion_tokens=3), output_tokens=99), PLAN) == Actual(7, 3)
-    unsent = exchange()  # usage wins even where nothing else says the request went out
+    unsent = new_exchange()  # usage wins even where nothing else says the request went out
     unsent.answer.usage = Usage(prompt_tokens=1, completion_tokens=2)
     assert used(unsent, PLAN) == Actual(1, 2)
 
 
 def test_a_relayed_answer_is_not_read_so_the_reservation_stands() -> None:
-    ex = sent()
-    ex.binary = True
-    assert used(ex, PLAN) == Actual(100, 50)
+    exchange = sent()
+    exchange.binary = True
+    assert used(exchange, PLAN) == Actual(100, 50)
 
 
 def test_a_request_never_sent_is_refunded_whole() -> None:
-    assert used(exchange(), PLAN) is None
-    ex = exchange()
-    ex.error = UpstreamTimeout("silent")
-    assert used(ex, PLAN) is None
+    assert used(new_exchange(), PLAN) is None
+    exchange = new_exchange()
+    exchange.error = UpstreamTimeout("silent")
+    assert used(exchange, PLAN) is None
 
 
 def test_refused_by_the_service_before_any_output_is_refunded_whole() -> None:
@@ -71,19 +71,19 @@ def test_without_usage_the_prompt_as_counted_and_what_was_streamed() -> None:
 
 async def test_admitted_the_reservation_is_held_and_settled_once_refused_nothing_is_held() -> None:
     tenancy, principal, _ = keyed(limits=Limits(rpm=1))
-    gw = gateway(ROUTE, tenancy=tenancy)
-    first = exchange(principal)
+    gateway = new_gateway(ROUTE, tenancy=tenancy)
+    first = new_exchange(principal)
     first.routed.model = "m"
-    await admit_estimate(gw, first, 10, 5)
+    await admit_estimate(gateway, first, 10, 5)
     admission = first.admitted.admission
     assert admission is not None and first.admitted.outcome == "admitted"
     assert first.admitted.headers is not None and "x-ratelimit-limit-requests" in first.admitted.headers
     assert first.admitted.at is not None and tenancy.limiter.live == {admission.plan.ticket: admission}
 
-    second = exchange(principal)
+    second = new_exchange(principal)
     second.routed.model = "m"
     with pytest.raises(RateLimited) as caught:
-        await admit_estimate(gw, second, 10, 5)
+        await admit_estimate(gateway, second, 10, 5)
     assert (second.admitted.admission, second.admitted.outcome) == (None, "limited")
     assert second.admitted.headers is not None and second.admitted.headers["x-ratelimit-remaining-requests"] == "0"
     assert second.admitted.headers["retry-after-ms"] == "60000" and caught.value.retry_after == 60
@@ -95,6 +95,6 @@ async def test_admitted_the_reservation_is_held_and_settled_once_refused_nothing
 
 
 async def test_an_open_edge_admits_without_a_round_trip() -> None:
-    ex = exchange()
-    await admit_estimate(gateway(ROUTE), ex, 10, 5)
-    assert (ex.admitted.outcome, ex.admitted.headers, ex.admitted.admission) == (None, None, None)
+    exchange = new_exchange()
+    await admit_estimate(new_gateway(ROUTE), exchange, 10, 5)
+    assert (exchange.admitted.outcome, exchange.admitted.headers, exchange.admitted.admission) == (None, None, None)

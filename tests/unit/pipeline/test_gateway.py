@@ -5,7 +5,7 @@ and the internal hop's headers."""
 from __future__ import annotations
 
 import pytest
-from gateways import exchange, gateway, keyed
+from gateways import keyed, new_exchange, new_gateway
 
 from ingress.encoding.passport import RequestMeta
 from ingress.errors import NotFound
@@ -28,49 +28,50 @@ CANARY = Route(name="canary", group="b", upstream_model="canary-model")
     ("o1-mini", GLOB, "o1-mini"),
 ])
 def test_a_model_takes_its_route_exact_prefix_or_glob(model: str, route: Route, upstream_model: str) -> None:
-    match, asked = gateway(EXACT, PREFIX, GLOB).route(model, exchange())
+    match, asked = new_gateway(EXACT, PREFIX, GLOB).route(model, new_exchange())
     assert (match.route, asked, match.upstream_model, match.variant) == (route, route, upstream_model, None)
 
 
 def test_a_model_without_a_route_and_one_the_key_may_not_use_are_the_same_404() -> None:
     tenancy, principal, _ = keyed(models=("gpt-*",))
-    gw = gateway(EXACT, PREFIX, tenancy=tenancy)
+    gateway = new_gateway(EXACT, PREFIX, tenancy=tenancy)
     errors = []
     for model, who in (("nothing-routes-this", None), ("local-x", principal)):
         with pytest.raises(NotFound) as caught:
-            gw.route(model, exchange(who))
+            gateway.route(model, new_exchange(who))
         errors.append((caught.value.status, caught.value.code, caught.value.param,
                        caught.value.message.replace(model, "M")))
     assert errors[0] == errors[1] == (404, "model_not_found", "model",
                                       "The model 'M' does not exist or you do not have access to it.")
-    assert gw.route("gpt-4o", exchange(principal))[0].route is EXACT  # what the key may use it reaches
+    assert gateway.route("gpt-4o", new_exchange(principal))[0].route is EXACT  # what the key may use it reaches
 
 
 def test_a_split_route_serves_the_variant_its_sticky_key_falls_on_every_time() -> None:
-    gw = gateway(SPLIT, CANARY)
+    gateway = new_gateway(SPLIT, CANARY)
     shares = (("split", 1), ("canary", 1))
     seen = set()
     for user in ("ann", "bob", "cy", "dee", "eve", "fay"):
-        picks = [gw.route("split", exchange(request_id=f"r{i}"), None, user)[0] for i in range(3)]
+        picks = [gateway.route("split", new_exchange(request_id=f"r{i}"), None, user)[0] for i in range(3)]
         assert len({m.variant for m in picks}) == 1  # sticky: the user's requests all take one variant
         match = picks[0]
         assert match.variant == choose(f"user:{user}".encode(), shares)
         assert match.route is (CANARY if match.variant == "canary" else SPLIT)
-        assert gw.route("split", exchange(), None, user)[1] is SPLIT  # the route asked is the split's
+        assert gateway.route("split", new_exchange(), None, user)[1] is SPLIT  # the route asked is the split's
         seen.add(match.variant)
     assert seen == {"split", "canary"}  # six users over two even shares fall on both
-    canary = next(m for m in (gw.route("split", exchange(), None, u)[0] for u in "abcdefgh") if m.variant == "canary")
+    matches = (gateway.route("split", new_exchange(), None, u)[0] for u in "abcdefgh")
+    canary = next(m for m in matches if m.variant == "canary")
     assert canary.upstream_model == "canary-model"
 
 
 def test_the_split_key_is_the_one_the_route_names_else_the_request_id() -> None:
     _, principal, _ = keyed()
-    with_key = exchange(principal, request_id="req-1")
+    with_key = new_exchange(principal, request_id="req-1")
     by_key = Route(model="m", group="a", split_by="key")
     meta = RequestMeta(api_key="sk-raw", affinity_headers=(("x-cohort", "blue"),))
     by_header = Route(model="m", group="a", split_by="header", split_header="X-Cohort")
     assert _split_key(by_key, with_key, meta, "u", "s") == f"key:{principal.key.id}"  # the key's id, never the key
-    assert _split_key(by_key, exchange(), meta, None, None) == "key:sk-raw"  # no tenancy: the key as sent
+    assert _split_key(by_key, new_exchange(), meta, None, None) == "key:sk-raw"  # no tenancy: the key as sent
     assert _split_key(Route(model="m", group="a", split_by="user"), with_key, meta, "u", "s") == "user:u"
     assert _split_key(Route(model="m", group="a", split_by="safety_identifier"), with_key, meta, "u", "s") == \
         "safety_identifier:s"
@@ -78,15 +79,15 @@ def test_the_split_key_is_the_one_the_route_names_else_the_request_id() -> None:
     # Nothing to stick by: the request's own id, a weighted draw
     assert _split_key(Route(model="m", group="a", split_by="user"), with_key, meta, None, "s") == "req-1"
     assert _split_key(by_header, with_key, RequestMeta(), None, None) == "req-1"
-    assert _split_key(by_key, exchange(request_id="r2"), None, None, None) == "r2"
+    assert _split_key(by_key, new_exchange(request_id="r2"), None, None, None) == "r2"
 
 
 def test_extras_are_forwarded_only_on_a_route_that_says_so_and_timeouts_are_the_routes() -> None:
-    gw = gateway(EXACT, GLOB)
-    assert gw.forwards_extras("o1-mini") and not gw.forwards_extras("gpt-4o")
-    assert not gw.forwards_extras("unrouted")
-    assert gw.timeouts(gw.route("o1-mini", exchange())[0]) == Timeouts(first_byte=9.0)
-    assert gw.timeouts(gw.route("gpt-4o", exchange())[0]) == gw.settings.timeouts
+    gateway = new_gateway(EXACT, GLOB)
+    assert gateway.forwards_extras("o1-mini") and not gateway.forwards_extras("gpt-4o")
+    assert not gateway.forwards_extras("unrouted")
+    assert gateway.timeouts(gateway.route("o1-mini", new_exchange())[0]) == Timeouts(first_byte=9.0)
+    assert gateway.timeouts(gateway.route("gpt-4o", new_exchange())[0]) == gateway.settings.timeouts
 
 
 def test_the_hop_carries_the_request_id_and_the_trace_context() -> None:

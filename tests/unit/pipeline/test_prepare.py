@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from gateways import REQUEST_ID, exchange, gateway, keyed
+from gateways import REQUEST_ID, keyed, new_exchange, new_gateway
 from guardrail_texts import CARD
 
 from ingress import wire
@@ -38,9 +38,9 @@ LATE = [{"role": "system", "content": "Be brief."}, USER, {"role": "assistant", 
 
 
 def test_a_chat_body_is_prepared_for_its_route_and_its_record_begins() -> None:
-    ex = exchange()
-    prepared = prepare(gateway(MAIN, BACKUP), body(stream=True, max_completion_tokens=50, n=2),
-                       RequestMeta(traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), ex)
+    exchange = new_exchange()
+    prepared = prepare(new_gateway(MAIN, BACKUP), body(stream=True, max_completion_tokens=50, n=2),
+                       RequestMeta(traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), exchange)
 
     assert (prepared.match.route, prepared.match.upstream_model) == (MAIN, "gpt-4o-2024-08-06")
     assert prepared.timeouts == Timeouts(first_byte=7.0)
@@ -50,7 +50,7 @@ def test_a_chat_body_is_prepared_for_its_route_and_its_record_begins() -> None:
     assert sent.passport is not None and sent.passport.prompt_tokens_estimate == prepared.prompt_tokens > 0
     assert prepared.headers == {"x-request-id": REQUEST_ID,
                                 "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-    routed = ex.routed
+    routed = exchange.routed
     assert (routed.model, routed.stream, routed.route, routed.group, routed.variant, routed.metric_model) == (
         "gpt-4o", True, "gpt-4o", "a", None, "gpt-4o")
     assert routed.prompt_tokens == prepared.prompt_tokens and routed.hints == []
@@ -58,36 +58,37 @@ def test_a_chat_body_is_prepared_for_its_route_and_its_record_begins() -> None:
 
 
 def test_a_prefix_routes_metrics_name_the_pattern_not_the_model() -> None:
-    ex = exchange()
-    prepared = prepare(gateway(LOCAL), body(model="local-anything-at-all"), RequestMeta(), ex)
+    exchange = new_exchange()
+    prepared = prepare(new_gateway(LOCAL), body(model="local-anything-at-all"), RequestMeta(), exchange)
     assert prepared.match.upstream_model == "local-anything-at-all"
-    assert (ex.routed.model, ex.routed.route, ex.routed.metric_model) == (
+    assert (exchange.routed.model, exchange.routed.route, exchange.routed.metric_model) == (
         "local-anything-at-all", "local-", "local-")
-    assert prepared.encode_for is None and prepared.rerouter(gateway(LOCAL), ex) is None  # no chain: nothing kept
+    # no chain: nothing kept
+    assert prepared.encode_for is None and prepared.rerouter(new_gateway(LOCAL), exchange) is None
 
 
 def test_late_system_messages_are_folded_on_a_route_that_folds_and_named_in_the_hints() -> None:
-    ex = exchange()
-    folded = prepare(gateway(LOCAL), body(*LATE, model="local-x"), RequestMeta(), ex)
+    exchange = new_exchange()
+    folded = prepare(new_gateway(LOCAL), body(*LATE, model="local-x"), RequestMeta(), exchange)
     messages = reading.decode_request(bytes(folded.encoded)).messages
     assert isinstance(messages[0], SystemMessage)  # the first stays a system message
     assert [type(m).__name__ for m in messages] == ["SystemMessage", "UserMessage", "AssistantMessage", "UserMessage"]
     late = messages[3]  # the late system message, as user text in the next user turn
     assert isinstance(late, UserMessage) and "Now answer in French." in str(late.content)
     assert "Again?" in str(late.content)
-    assert ex.routed.hints == [FOLDED]
+    assert exchange.routed.hints == [FOLDED]
 
-    kept = exchange()
-    as_sent = prepare(gateway(MAIN, BACKUP), body(*LATE), RequestMeta(), kept)  # an "openai" route keeps them
+    kept = new_exchange()
+    as_sent = prepare(new_gateway(MAIN, BACKUP), body(*LATE), RequestMeta(), kept)  # an "openai" route keeps them
     assert [type(m).__name__ for m in reading.decode_request(bytes(as_sent.encoded)).messages][3] == "SystemMessage"
     assert kept.routed.hints == []
 
 
 def test_the_rerouter_makes_a_new_prepared_for_the_next_route_and_leaves_the_first_as_it_was() -> None:
-    gw, ex = gateway(MAIN, BACKUP), exchange()
-    first = prepare(gw, body(*LATE), RequestMeta(api_key="sk-client"), ex)
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
+    first = prepare(gateway, body(*LATE), RequestMeta(api_key="sk-client"), exchange)
     encoded, headers = bytes(first.encoded), dict(first.headers)
-    reroute = first.rerouter(gw, ex)
+    reroute = first.rerouter(gateway, exchange)
     assert reroute is not None
     main, backup = first.match.chain
 
@@ -95,30 +96,30 @@ def test_the_rerouter_makes_a_new_prepared_for_the_next_route_and_leaves_the_fir
 
     assert second is not first
     assert (second.match.route, second.match.upstream_model) == (BACKUP, "llama-3-8b")
-    assert second.timeouts == gw.settings.timeouts  # the backup route's own: none, so the edge's
+    assert second.timeouts == gateway.settings.timeouts  # the backup route's own: none, so the edge's
     again = reading.decode_request(bytes(second.encoded))
     assert again.model == "llama-3-8b"
     assert [type(m).__name__ for m in again.messages][3] == "UserMessage"  # folded for the self-hosted route
-    assert FOLDED in ex.routed.hints
+    assert FOLDED in exchange.routed.hints
     assert (first.match.route, bytes(first.encoded), first.headers) == (MAIN, encoded, headers)
     assert (second.prompt_tokens, second.passport) == (first.prompt_tokens, first.passport)
     assert reroute(main).match.route is MAIN
 
 
 def test_a_model_without_a_route_is_refused_naming_it_before_anything_is_encoded() -> None:
-    ex = exchange()
+    exchange = new_exchange()
     with pytest.raises(NotFound):
-        prepare(gateway(MAIN, BACKUP), body(model="nowhere"), RequestMeta(), ex)
-    assert ex.routed.model == "nowhere" and ex.routed.route is None and ex.routed.encoded is None
+        prepare(new_gateway(MAIN, BACKUP), body(model="nowhere"), RequestMeta(), exchange)
+    assert exchange.routed.model == "nowhere" and exchange.routed.route is None and exchange.routed.encoded is None
     with pytest.raises(InvalidRequest):
-        prepare(gateway(MAIN, BACKUP), b'{"model": "gpt-4o"}', RequestMeta(), exchange())
+        prepare(new_gateway(MAIN, BACKUP), b'{"model": "gpt-4o"}', RequestMeta(), new_exchange())
 
 
 def test_the_keys_guardrails_redact_what_travels_and_the_key_is_on_the_passport() -> None:
     tenancy, principal, _ = keyed(guardrails=msgspec.convert({"pii": {"card": "redact"}}, Guardrails))
-    gw = gateway(MAIN, BACKUP, tenancy=tenancy)
+    gateway = new_gateway(MAIN, BACKUP, tenancy=tenancy)
     card = {"role": "user", "content": f"My card is {CARD}, is it valid?"}
-    prepared = prepare(gw, body(card), RequestMeta(api_key="sk-client"), exchange(principal))
+    prepared = prepare(gateway, body(card), RequestMeta(api_key="sk-client"), new_exchange(principal))
 
     sent = reading.decode_request(bytes(prepared.encoded))
     text = msgspec.json.encode(sent.messages).decode()
@@ -128,7 +129,7 @@ def test_the_keys_guardrails_redact_what_travels_and_the_key_is_on_the_passport(
 
     blocking, blocked_by, _ = keyed(guardrails=msgspec.convert({"pii": {"card": "block"}}, Guardrails))
     with pytest.raises(PromptBlocked) as caught:
-        prepare(gateway(MAIN, BACKUP, tenancy=blocking), body(card), RequestMeta(), exchange(blocked_by))
+        prepare(new_gateway(MAIN, BACKUP, tenancy=blocking), body(card), RequestMeta(), new_exchange(blocked_by))
     assert caught.value.param == "messages"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from gateways import exchange, gateway, keyed
+from gateways import keyed, new_exchange, new_gateway
 
 from ingress.encoding.requests import encode_request
 from ingress.errors import InvalidRequest, NotFound
@@ -31,23 +31,23 @@ BUFFER = bytes(encode_request(CHAT, "client-id", Passport(prompt_tokens_estimate
     pytest.param(b"\xff" * 64, id="offsets-out-of-bounds"),
 ])
 async def test_an_invalid_buffer_is_refused_as_invalid_flatbuffer(body: bytes) -> None:
-    ex = exchange()
+    exchange = new_exchange()
     with pytest.raises(InvalidRequest) as caught:
-        await relay(gateway(ROUTE), body, ex)
+        await relay(new_gateway(ROUTE), body, exchange)
     assert (caught.value.status, caught.value.code) == (400, "invalid_flatbuffer")
     assert caught.value.message.startswith("The FlatBuffers request is invalid: ")
-    assert ex.routed.model is None  # refused before any field was read
+    assert exchange.routed.model is None  # refused before any field was read
 
 
 async def test_a_buffer_naming_no_model_or_one_without_a_route_is_refused() -> None:
     nameless = bytes(encode_request(msgspec.structs.replace(CHAT, model=""), "r", Passport(), "openai", None))
     with pytest.raises(InvalidRequest) as caught:
-        await relay(gateway(ROUTE), nameless, exchange())
+        await relay(new_gateway(ROUTE), nameless, new_exchange())
     assert caught.value.param == "model_name"
-    ex = exchange()
+    exchange = new_exchange()
     with pytest.raises(NotFound):
-        await relay(gateway(Route(model="other", group="a")), BUFFER, ex)
-    assert (ex.routed.model, ex.routed.stream) == ("m", True)
+        await relay(new_gateway(Route(model="other", group="a")), BUFFER, exchange)
+    assert (exchange.routed.model, exchange.routed.stream) == ("m", True)
 
 
 @dataclass
@@ -75,24 +75,25 @@ class Answered:
 
 async def test_the_exact_bytes_go_out_with_who_was_admitted_beside_them() -> None:
     tenancy, principal, _ = keyed()
-    gw = gateway(ROUTE, tenancy=tenancy)
-    [(url, client)] = gw.groups["a"].clients.items()
+    gateway = new_gateway(ROUTE, tenancy=tenancy)
+    [(url, client)] = gateway.groups["a"].clients.items()
     answered = Answered()
-    gw.groups["a"].clients[url] = answered  # type: ignore[assignment]  # the endpoint's client, answering at once
-    ex = exchange(principal)
+    gateway.groups["a"].clients[url] = answered  # type: ignore[assignment]  # the endpoint's client, answering at once
+    exchange = new_exchange(principal)
 
-    relayed = await relay(gw, BUFFER, ex)
+    relayed = await relay(gateway, BUFFER, exchange)
 
     [(body, headers, timeouts)] = answered.forwarded
-    assert body == BUFFER and timeouts == gw.settings.timeouts
-    assert headers == {"x-request-id": ex.request_id, "x-ingress-tenant": "t", "x-ingress-key-id": principal.key.id}
+    assert body == BUFFER and timeouts == gateway.settings.timeouts
+    assert headers == {"x-request-id": exchange.request_id, "x-ingress-tenant": "t",
+                       "x-ingress-key-id": principal.key.id}
     assert (relayed.status, relayed.headers) == (200, {"Content-Type": "application/x-flatbuffers",
                                                        "Retry-After": "3"})
     assert [data async for data in relayed.chunks] == [b"one", b"two"]
     relayed.close()
     assert answered.closed
-    routed, answer = ex.routed, ex.answer
+    routed, answer = exchange.routed, exchange.answer
     assert (routed.model, routed.stream, routed.route, routed.group) == ("m", True, "m", "a")
     assert answer.upstream_ok is True and answer.first_byte is not None and answer.done is not None
-    assert ex.admitted.outcome == "admitted" and ex.attempts.served_by == ("m", "m")
+    assert exchange.admitted.outcome == "admitted" and exchange.attempts.served_by == ("m", "m")
     await client.close()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from gateways import exchange, gateway
+from gateways import new_exchange, new_gateway
 
 from ingress.encoding.passport import RequestMeta
 from ingress.errors import IngressError, UpstreamAnswered, UpstreamConnectFailed, UpstreamTimeout
@@ -46,48 +46,50 @@ class Attempts:
         return step
 
 
-def prepared(gw: Gateway, ex: Exchange) -> Prepared[Any]:
-    return prepare(gw, BODY, RequestMeta(), ex)
+def prepared(gateway: Gateway, exchange: Exchange) -> Prepared[Any]:
+    return prepare(gateway, BODY, RequestMeta(), exchange)
 
 
-async def run(gw: Gateway, ex: Exchange, script: Script,
+async def run(gateway: Gateway, exchange: Exchange, script: Script,
               refused: Callable[[str], bool] | None = None) -> tuple[str, Attempts]:
-    attempt, ready = Attempts(script), prepared(gw, ex)
-    return await send(gw, ready, ex, attempt, reroute=ready.rerouter(gw, ex), refused=refused), attempt
+    attempt, ready = Attempts(script), prepared(gateway, exchange)
+    reroute = ready.rerouter(gateway, exchange)
+    return await send(gateway, ready, exchange, attempt, reroute=reroute, refused=refused), attempt
 
 
-def served(ex: Exchange) -> tuple[Any, ...]:
-    a = ex.attempts
+def served(exchange: Exchange) -> tuple[Any, ...]:
+    a = exchange.attempts
     return a.count, a.group, a.fell_back, a.served_by
 
 
 async def test_a_connection_not_made_is_retried_on_another_endpoint_of_the_group() -> None:
-    gw, ex = gateway(ALONE, endpoints=3), exchange()
-    answer, attempt = await run(gw, ex, {"a": [UpstreamConnectFailed("refused"), "answer"]})
+    gateway, exchange = new_gateway(ALONE, endpoints=3), new_exchange()
+    answer, attempt = await run(gateway, exchange, {"a": [UpstreamConnectFailed("refused"), "answer"]})
 
     assert answer == "answer"
-    assert served(ex) == (2, "a", None, ("gpt-4o", "gpt-4o"))
+    assert served(exchange) == (2, "a", None, ("gpt-4o", "gpt-4o"))
     first, second = (url for url, _ in attempt.calls)
     assert first != second  # another endpoint: the one that refused is not tried again
-    lease = ex.attempts.lease
-    assert lease is not None and lease.state.url == second == ex.attempts.upstream
-    assert ex.attempts.take() is lease and ex.attempts.lease is None
+    lease = exchange.attempts.lease
+    assert lease is not None and lease.state.url == second == exchange.attempts.upstream
+    assert exchange.attempts.take() is lease and exchange.attempts.lease is None
     lease.release(True)
-    assert ex.attempts.sent is not None and ex.attempts.head is not None and ex.attempts.sent <= ex.attempts.head
+    sent, head = exchange.attempts.sent, exchange.attempts.head
+    assert sent is not None and head is not None and sent <= head
 
 
 async def test_retries_stop_when_the_budget_is_spent_and_the_failure_is_raised() -> None:
-    gw, ex = gateway(ALONE, endpoints=3, budget=RetryBudget(0.0, 0.0, 0.0)), exchange()
+    gateway, exchange = new_gateway(ALONE, endpoints=3, budget=RetryBudget(0.0, 0.0, 0.0)), new_exchange()
     with pytest.raises(UpstreamConnectFailed, match="refused"):
-        await run(gw, ex, {"a": [UpstreamConnectFailed("refused"), "never reached"]})
-    assert (ex.attempts.count, ex.attempts.lease, ex.attempts.served_by) == (1, None, None)
+        await run(gateway, exchange, {"a": [UpstreamConnectFailed("refused"), "never reached"]})
+    assert (exchange.attempts.count, exchange.attempts.lease, exchange.attempts.served_by) == (1, None, None)
 
 
 async def test_every_endpoint_refusing_ends_in_the_last_failure() -> None:
-    gw, ex = gateway(ALONE, endpoints=2), exchange()
+    gateway, exchange = new_gateway(ALONE, endpoints=2), new_exchange()
     with pytest.raises(UpstreamConnectFailed):
-        await run(gw, ex, {"a": [UpstreamConnectFailed("one"), UpstreamConnectFailed("two")]})
-    assert (ex.attempts.count, ex.attempts.lease) == (2, None)
+        await run(gateway, exchange, {"a": [UpstreamConnectFailed("one"), UpstreamConnectFailed("two")]})
+    assert (exchange.attempts.count, exchange.attempts.lease) == (2, None)
 
 
 @pytest.mark.parametrize(("failure", "kind"), [
@@ -96,41 +98,44 @@ async def test_every_endpoint_refusing_ends_in_the_last_failure() -> None:
 ])
 async def test_a_failure_of_a_listed_class_falls_back_to_the_chains_next_route(failure: IngressError,
                                                                                kind: str) -> None:
-    gw, ex = gateway(MAIN, BACKUP), exchange()
-    answer, attempt = await run(gw, ex, {"a": [failure], "b": ["from the backup"]})
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
+    answer, attempt = await run(gateway, exchange, {"a": [failure], "b": ["from the backup"]})
 
     assert answer == "from the backup"
-    assert served(ex) == (2, "b", [f"gpt-4o:{kind}"], ("backup", "llama-3-8b"))
+    assert served(exchange) == (2, "b", [f"gpt-4o:{kind}"], ("backup", "llama-3-8b"))
     assert [model for _, model in attempt.calls] == ["gpt-4o-2024-08-06", "llama-3-8b"]  # prepared for each
-    assert ex.attempts.served is not None and ex.attempts.served.route is BACKUP
-    assert ex.attempts.lease is not None and ex.attempts.lease.group.name == "b"
+    assert exchange.attempts.served is not None and exchange.attempts.served.route is BACKUP
+    assert exchange.attempts.lease is not None and exchange.attempts.lease.group.name == "b"
 
 
 async def test_a_failure_of_a_class_not_listed_is_the_answer() -> None:
-    gw, ex = gateway(MAIN, BACKUP), exchange()
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
     limited = UpstreamAnswered(429, "rate_limit_error", None, "slow down", None)
     with pytest.raises(UpstreamAnswered) as caught:
-        await run(gw, ex, {"a": [limited], "b": ["never reached"]})
+        await run(gateway, exchange, {"a": [limited], "b": ["never reached"]})
     assert caught.value is limited
-    assert served(ex) == (1, "a", None, None)
+    assert served(exchange) == (1, "a", None, None)
 
 
 async def test_the_last_route_failing_raises_its_failure_after_the_fall_back() -> None:
-    gw, ex = gateway(MAIN, BACKUP), exchange()
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
     with pytest.raises(UpstreamAnswered) as caught:
-        await run(gw, ex, {"a": [UpstreamAnswered(502, "server_error", None, "a", None)],
+        await run(gateway, exchange, {"a": [UpstreamAnswered(502, "server_error", None, "a", None)],
                            "b": [UpstreamAnswered(500, "server_error", None, "b", None)]})
     assert caught.value.message == "b"
-    assert served(ex) == (2, "b", ["gpt-4o:5xx"], None)
+    assert served(exchange) == (2, "b", ["gpt-4o:5xx"], None)
 
 
 async def test_a_filtered_answer_falls_back_and_is_served_if_nothing_after_it_serves() -> None:
-    gw, ex = gateway(MAIN, BACKUP), exchange()
-    answer, _ = await run(gw, ex, {"a": ["filtered"], "b": ["clean"]}, refused=lambda a: a == "filtered")
-    assert answer == "clean" and served(ex) == (2, "b", ["gpt-4o:content_filter"], ("backup", "llama-3-8b"))
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
+    answer, _ = await run(gateway, exchange, {"a": ["filtered"], "b": ["clean"]}, refused=lambda a: a == "filtered")
+    assert answer == "clean" and served(exchange) == (2, "b", ["gpt-4o:content_filter"], ("backup", "llama-3-8b"))
 
-    ex = exchange()
-    answer, _ = await run(gw, ex, {"a": ["filtered"], "b": [UpstreamAnswered(500, "server_error", None, "x", None)]},
-                          refused=lambda a: a == "filtered")
+    exchange = new_exchange()
+    failing = UpstreamAnswered(500, "server_error", None, "x", None)
+    answer, attempt = await run(gateway, exchange, {"a": ["filtered"], "b": [failing]},
+                                refused=lambda a: a == "filtered")
     assert answer == "filtered"  # kept, and served: the backup had nothing better
-    assert served(ex) == (2, "b", ["gpt-4o:content_filter"], ("gpt-4o", "gpt-4o-2024-08-06"))
+    # the group and endpoint that answered it, not the backup's that failed
+    assert served(exchange) == (2, "a", ["gpt-4o:content_filter"], ("gpt-4o", "gpt-4o-2024-08-06"))
+    assert exchange.attempts.upstream == attempt.calls[0][0]
