@@ -28,6 +28,7 @@ from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
 from ingress.log import access, get_logger
+from ingress.tenancy.bearer import UnknownKey
 from ingress.tracing import OPERATIONS, RequestTrace, Tracer
 from ingress.usage import usage_record
 from ingress.wire import encode
@@ -111,7 +112,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 exchange.paced = time.perf_counter()
             tenancy = gateway.tenancy if gateway is not None else None
             if tenancy is not None and request.path.startswith("/v1/"):
-                exchange.principal = tenancy.policy.authenticate(request.headers)
+                try:
+                    exchange.principal = tenancy.policy.authenticate(request.headers)
+                except UnknownKey as unknown:  # a JWT of a key not fetched yet: its issuer's keys, again
+                    exchange.principal = await tenancy.refreshed(request.headers, unknown)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

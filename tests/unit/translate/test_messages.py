@@ -179,6 +179,7 @@ ERRORS: list[tuple[errors.IngressError, str, int]] = [
     (errors.Overloaded("full", retry_after=1), "overloaded_error", 529),
     (errors.ShuttingDown(), "overloaded_error", 529),
     (errors.LimitsUnavailable("store down"), "api_error", 503),
+    (errors.IssuerUnavailable("sign-in down"), "api_error", 503),
     (errors.UpstreamUnavailable("reset"), "api_error", 502),
     (errors.UpstreamConnectFailed("refused"), "api_error", 502),
     (errors.UpstreamProtocolError("garbage"), "api_error", 502),
