@@ -120,7 +120,7 @@ def stages(model: str) -> dict[str, Callable[[], object]]:
                     attempts=Attempts(upstream="u", sent=started), answer=Answer(done=started, usage=response.usage))
     fields = {"method": "POST", "path": "/v1/chat/completions", "status": 200, "outcome": "ok",
               "duration_ms": 1.234, "model": model, "stream": False, "upstream": "u"}
-    assert principal.key.id == key_id
+    assert principal.key_id == key_id
     return {
         "decode": lambda: decode_chat_request_forwarding(body, gateway.forwards_extras),
         "route": lambda: route_decoded(gateway, exchange, request.model, False, meta),

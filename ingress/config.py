@@ -21,7 +21,7 @@ from ingress.oai.codec import validation_path
 from ingress.routing.chain import route_name
 from ingress.settings import Bridge, Group, Route, Settings, Tracing
 from ingress.tenancy.policy import read_keys_file
-from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant
+from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant, issuers_problem
 from ingress.tenancy.stores.resp import address_of
 from ingress.tokens import tokenizer_problem
 
@@ -298,6 +298,8 @@ def _check_tenancy(tenancy: Tenancy) -> None:
         _check_rules(key.guardrails, f"{where}.guardrails")
     for name, tenant in tenants.items():
         _check_rules(tenant.guardrails, f"tenancy.tenants.{name}.guardrails")
+    if (problem := issuers_problem(tenancy.issuers, tenants)) is not None:
+        raise ConfigError(problem)
 
 
 def _check_rules(rules: Guardrails | None, where: str) -> None:

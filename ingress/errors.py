@@ -12,7 +12,8 @@
      ├── RateLimited                429 rate_limit_exceeded (type requests / tokens) + Retry-After
      │    └── QuotaExceeded         429 insufficient_quota              a budget is spent: not retried
      ├── LimitsUnavailable          503 limits_unavailable + Retry-After the limit store cannot answer
- ├── StoreUnavailable           503 response_store_unavailable + Retry-After  stored responses cannot be read or kept
+     ├── StoreUnavailable           503 response_store_unavailable + Retry-After  stored responses unreadable
+     ├── IssuerUnavailable          503 issuer_unavailable + Retry-After a JWT's issuer has not given its keys
      ├── Overloaded                 503 overloaded       + Retry-After  every endpoint and the queue full
      ├── ShuttingDown               503 shutting_down    + Retry-After  the drain deadline passed
      └── UpstreamError              the internal hop; `after_head` decides whether another endpoint may try
@@ -164,6 +165,16 @@ class StoreUnavailable(IngressError):
 
     status = 503
     code = "response_store_unavailable"
+    log_level = logging.WARNING
+    retry_after: int | None = 1
+
+
+class IssuerUnavailable(IngressError):
+    """A JWT names an issuer of ours whose keys the edge has not been able to fetch (it was down at start
+    and since): not the token's fault, so not a 401; the message names no issuer."""
+
+    status = 503
+    code = "issuer_unavailable"
     log_level = logging.WARNING
     retry_after: int | None = 1
 

@@ -11,7 +11,8 @@ under the same names. The keys, in the line's order (each only when known, but f
     affinity, matched_blocks                            a cache-affine group's choice: which way it went (hit,
                                                         hashed, affinity_key, overridden_by_load, balanced) and
                                                         the prefix blocks it matched (0: none)
-    tenant, key_id, api, dropped, limit                 who asked; the API family; hints not sent; admission
+    tenant, key_id | subject, team, api, dropped, limit who asked (a key, or a JWT's `<issuer>:<sub>` and
+                                                        team); the API family; hints not sent; admission
     ttfb_ms, paced_ms                                   time to the first byte of the answer; the start's wait
     cached                                              true: served from the route's response cache
     prompt_tokens, completion_tokens, cached_tokens,    the service's usage (cached, cache write: of the prompt;
@@ -62,8 +63,14 @@ def usage_record(exchange: Exchange, method: str, path: str, status: int, outcom
                           fell_back=attempts.fell_back)
         if attempts.choice is not None:
             record.update(affinity=attempts.choice.way.value, matched_blocks=attempts.choice.matched)
-    if exchange.principal is not None:
-        record.update(tenant=exchange.principal.tenant_name, key_id=exchange.principal.key.id)
+    if (principal := exchange.principal) is not None:
+        record["tenant"] = principal.tenant_name
+        if principal.key is not None:
+            record["key_id"] = principal.key.id
+        else:  # a JWT's caller: `<issuer name>:<sub>`, and its team when its issuer maps one
+            record["subject"] = principal.id
+            if principal.team is not None:
+                record["team"] = principal.team
     if exchange.api is not None:
         record["api"] = exchange.api
     if routed.hints:

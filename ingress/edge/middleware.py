@@ -30,6 +30,7 @@ from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, P
 from ingress.exchange import Exchange
 from ingress.gemini import answers as gemini_answers
 from ingress.log import access, get_logger
+from ingress.tenancy.bearer import UnknownKey
 from ingress.tracing import OPERATIONS, RequestTrace, Tracer
 from ingress.usage import usage_record
 from ingress.wire import encode
@@ -120,7 +121,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             tenancy = gateway.tenancy if gateway is not None else None
             if tenancy is not None and request.path.startswith(_API_PATHS):
                 google = google_key(request.headers, request.query) if gemini_client(request) else None
-                exchange.principal = tenancy.policy.authenticate(request.headers, google)
+                try:
+                    exchange.principal = tenancy.policy.authenticate(request.headers, google)
+                except UnknownKey as unknown:  # a JWT of a key not fetched yet: its issuer's keys, again
+                    exchange.principal = await tenancy.refreshed(request.headers, unknown, google)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

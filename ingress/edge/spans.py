@@ -57,7 +57,8 @@ def attributes_of(exchange: Exchange, route: str) -> dict[str, Any]:
     if exchange.attempts.upstream is not None:
         attributes.update({"ingress.endpoint": exchange.attempts.upstream, "ingress.group": exchange.group or ""})
     if principal is not None:
-        attributes.update({"ingress.tenant": principal.tenant_name, "ingress.key_id": principal.key.id})
+        attributes["ingress.tenant"] = principal.tenant_name
+        attributes["ingress.key_id" if principal.key is not None else "ingress.subject"] = principal.id
     if exchange.admitted.outcome is not None:
         attributes["ingress.limit.outcome"] = exchange.admitted.outcome
     if routed.stream and answer.first_byte is not None:

@@ -112,7 +112,7 @@ def _key(prepared: Prepared[Any], exchange: Exchange, route: RouteCache) -> str 
     request = canonical(prepared.encoded)
     principal = exchange.principal
     who = scope_value(route.scope, principal.tenant_name if principal is not None else None,
-                      principal.key.id if principal is not None else None, prepared.headers.get("authorization"))
+                      principal.id if principal is not None else None, prepared.headers.get("authorization"))
     # The route that serves: a split's variant keeps its own entries (a canary is never answered from the
     # stable variant's, nor the reverse), though the request named the split's route and both send one model.
     return entry_key(request.data, route_name(prepared.match.route), prepared.match.upstream_model, who)

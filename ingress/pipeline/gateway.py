@@ -91,7 +91,7 @@ def _split_key(route: Route, exchange: Exchange, meta: RequestMeta | None, user:
     key: str | None = None
     if by == "key":
         principal = exchange.principal
-        key = principal.key.id if principal is not None else meta.api_key if meta is not None else None
+        key = principal.id if principal is not None else meta.api_key if meta is not None else None
     elif by == "user":
         key = user
     elif by == "safety_identifier":

@@ -109,7 +109,7 @@ def route_decoded(gateway: Gateway, exchange: Exchange, model: str, stream: bool
     took(routed, asked, match)
     if exchange.principal is not None:
         meta = msgspec.structs.replace(meta, tenant_id=exchange.principal.tenant_name,
-                                       key_id=exchange.principal.key.id)
+                                       key_id=exchange.principal.id)
     return match, meta
 
 

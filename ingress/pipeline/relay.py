@@ -74,7 +74,7 @@ async def relay(gateway: Gateway, body: bytes, exchange: Exchange,
         exchange.trace.hop(None, headers)
     if (principal := exchange.principal) is not None:
         # the buffer's passport is the client's own: who the edge admitted goes beside it
-        headers["x-ingress-tenant"], headers["x-ingress-key-id"] = principal.tenant_name, principal.key.id
+        headers["x-ingress-tenant"], headers["x-ingress-key-id"] = principal.tenant_name, principal.id
     prepared = Prepared(None, match, body, headers, timeouts, prompt_tokens, max_output_tokens, prefix)
 
     async def forward(lease: Lease, _: Prepared[None]) -> tuple[http1.Response, AsyncIterator[bytes]]:

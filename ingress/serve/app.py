@@ -112,6 +112,9 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             tenancy = build_tenancy(settings.tenancy, settings.worker_count())
             stack.push_async_callback(tenancy.limiter.close)  # after the renewals stop (callbacks run last first)
             tasks.spawn(tenancy.limiter.renew_forever(), "lease-renewal")
+            if tenancy.keysets is not None:  # fetched beside the start: an issuer down does not hold it up
+                stack.push_async_callback(tenancy.keysets.close)
+                tasks.spawn(tenancy.keysets.refresh_forever(), "issuer-keys")
         cache = None
         if any(route.cache is not None for route in routes):  # the stores, once per worker (ingress/cache)
             redis = settings.tenancy.redis if settings.tenancy is not None else None

@@ -43,8 +43,9 @@ DEFAULT_PAGE = 20
 
 
 def owner(tenant: str | None, key_id: str | None, scope: Literal["key", "tenant"]) -> str:
-    """The namespace a response belongs to: its key (`<tenant>/<key id>`) or its tenant; OPEN without tenancy.
-    Tenant names have no '/', key ids only [0-9a-z]: no two owners share one."""
+    """The namespace a response belongs to: its key's or token subject's (`<tenant>/<principal id>`) or its
+    tenant's; OPEN without tenancy. Tenant names have no '/', and a key's id ([0-9a-z]) never holds the ':'
+    of a subject's (`<issuer>:<sub>`): no two owners share one."""
     if tenant is None:
         return OPEN
     return tenant if scope == "tenant" or key_id is None else f"{tenant}/{key_id}"

@@ -38,7 +38,7 @@ class ResponseStore:
         """The namespace of the caller's responses: its key's (or tenant's), or the open edge's one."""
         if principal is None:
             return owner(None, None, self.settings.scope)
-        return owner(principal.tenant_name, principal.key.id, self.settings.scope)
+        return owner(principal.tenant_name, principal.id, self.settings.scope)
 
     def available(self) -> bool:
         """Whether the store may be asked now (its breaker is not open): a call that would be kept is

@@ -32,7 +32,7 @@ IN_FLIGHT_US = 1_000_000
 
 Algorithm = Literal["rate", "quota", "slots"]
 Kind = Literal["requests", "tokens", "input_tokens", "output_tokens", "concurrency", "budget"]
-Scope = Literal["key", "tenant", "model"]
+Scope = Literal["key", "subject", "tenant", "model"]  # subject: a JWT's (an issuer's name and its sub claim)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Check:
     key: str  # the store key, below the deployment's prefix: "k:<key id>:rpm", "t:acme:budget:2026-12"...
     kind: Kind
     scope: Scope
-    owner: str  # the key's id, the tenant's or the model's name
+    owner: str  # the key's id, the subject's (`<issuer>:<sub>`), the tenant's or the model's name
     algorithm: Algorithm
     limit: int
     period_us: int  # rate: the limit's period; quota: until the period ends; slots: a lease's life
@@ -159,7 +159,7 @@ class TokenPrice(NamedTuple):
 def checks_of(limits: Limits, scope: Scope, name: str, price: Price, now_s: float, lease_us: int,
               default: Literal["local", "allow", "refuse"]) -> list[Check]:
     """The checks one set of limits makes, for the key, tenant or model `name`."""
-    prefix = {"key": "k", "tenant": "t", "model": "m"}[scope] + f":{name}"
+    prefix = {"key": "k", "subject": "s", "tenant": "t", "model": "m"}[scope] + f":{name}"
     degraded = limits.degraded or default
     checks: list[Check] = []
 

@@ -1,5 +1,6 @@
 """Who may call what, and what a request must pass: the keys, tenants and model policies of `[tenancy]`,
-read once (and again on SIGHUP, for a keys file). Pure: no I/O but reading the keys file."""
+read once (and again on SIGHUP, for a keys file), and the callers whose JWTs an issuer signed (bearer.py,
+claims.py). Pure: no I/O but reading the keys file (an issuer's keys are fetched by jwks.py)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,16 @@ import msgspec
 
 from ingress.errors import Unauthenticated
 from ingress.guardrails import Guard, compile_guardrails
+from ingress.tenancy.bearer import Verifier, looks_like_jwt
+from ingress.tenancy.claims import TokenRefused, identity_of
 from ingress.tenancy.keys import Keyring, id_of
 from ingress.tenancy.plan import Check, Plan, TokenPrice, checks_of
-from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
+from ingress.tenancy.settings import Key, KeysFile, Limits, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
 _CACHED_PLANS = 4096
+# One answer to every token refused (expired, foreign, forged...): the reason is the access line's alone.
+BAD_TOKEN = "The bearer token was not accepted. Sign in again to get a new one."
 
 
 def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
@@ -30,14 +35,22 @@ def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The key a request presented, and its tenant."""
+    """Who a request is from: a key, or a subject of an issuer's token; its tenant, and its own limits."""
 
-    key: Key
+    id: str  # public: a key's id, or `<issuer name>:<subject>` (its limits' owner, the passport's key_id)
     tenant_name: str
     tenant: Tenant
+    limits: Limits  # the key's, or the subject's (its plan's, else its issuer's)
     _models: re.Pattern[str]
     _tenant_models: re.Pattern[str]
     guards: tuple[Guard, ...]  # the tenant's guardrails, then the key's
+    key: Key | None = None
+    subject: str | None = None  # a token's subject claim, as its issuer gave it
+    team: str | None = None  # a token's team claim (attribution only)
+
+    @property
+    def key_id(self) -> str | None:
+        return self.key.id if self.key is not None else None
 
     def allows(self, model: str) -> bool:
         return self._models.match(model) is not None and self._tenant_models.match(model) is not None
@@ -63,8 +76,11 @@ def read_keys_file(path: str) -> KeysFile:
 
 
 class Policy:
-    def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None) -> None:
+    def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None, verifier: Verifier | None = None) -> None:
         self.settings = settings
+        self.verifier = verifier if verifier is not None or not settings.issuers else Verifier(settings.issuers)
+        self._subjects: dict[tuple[str, str, str, str | None, str | None], Principal] = {}
+        self._issuer_models = {issuer.issuer: _matcher(issuer.models) for issuer in settings.issuers}
         keys = settings.keys + (keys_file.keys if keys_file else ())
         self.tenants = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
         self.keyring = Keyring(keys)
@@ -79,29 +95,67 @@ class Policy:
         self._prices: dict[str, TokenPrice | None] = {}  # price_of's
 
     @classmethod
-    def load(cls, settings: Tenancy) -> Policy:
-        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None)
+    def load(cls, settings: Tenancy, verifier: Verifier | None = None) -> Policy:
+        """The policy of `settings` and its keys file; `verifier` keeps the issuers' keys across a reload."""
+        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier)
+
+    def _tenant_guard(self, name: str, tenant: Tenant) -> Guard | None:
+        if tenant.guardrails is not None and name not in self._guards:
+            self._guards[name] = compile_guardrails(tenant.guardrails)
+        return self._guards.get(name)
 
     def _principal(self, key: Key) -> Principal:
         tenant = self.tenants.get(key.tenant, _NO_TENANT)
-        if tenant.guardrails is not None and key.tenant not in self._guards:
-            self._guards[key.tenant] = compile_guardrails(tenant.guardrails)
-        guards = (self._guards.get(key.tenant),) + ((compile_guardrails(key.guardrails),) if key.guardrails else ())
-        return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models),
-                         tuple(g for g in guards if g is not None))
+        guards = (self._tenant_guard(key.tenant, tenant),) + (
+            (compile_guardrails(key.guardrails),) if key.guardrails else ())
+        return Principal(key.id, key.tenant, tenant, key.limits, _matcher(key.models), _matcher(tenant.models),
+                         tuple(g for g in guards if g is not None), key=key)
 
     def authenticate(self, headers: Mapping[str, str], presented: str | None = None) -> Principal:
-        """The key presented: `presented` (found by the edge where a dialect puts it: Google's clients send
-        `x-goog-api-key` or `?key=`), else the one in the headers (presented_key)."""
+        """The request's principal: its key's, or its JWT's (bearer.UnknownKey when the token names a key
+        of its issuer the edge has not fetched: the caller refreshes the set and asks again). The key or token
+        is `presented` (found by the edge where a dialect puts it: Google's clients send `x-goog-api-key` or
+        `?key=`), else the one in the headers (presented_key)."""
         presented = presented or presented_key(headers)
         if presented is None:
             raise Unauthenticated("You didn't provide an API key. Provide it in the Authorization header "
                                   "(Authorization: Bearer YOUR_KEY).")
+        if self.verifier is not None and looks_like_jwt(presented):
+            try:
+                return self._bearer(presented)
+            except TokenRefused as refused:
+                raise Unauthenticated(BAD_TOKEN) from refused
         key = self.keyring.find(presented)
         if key is None:
             shown = f" (key id '{key_id}')" if (key_id := id_of(presented)) else ""
             raise Unauthenticated(f"Incorrect API key provided{shown}. Check the key, or ask for a new one.")
         return self._principals[key.id]
+
+    def _bearer(self, token: str) -> Principal:
+        assert self.verifier is not None
+        verified = self.verifier.verify(token)
+        issuer = verified.issuer
+        who = identity_of(verified.claims, issuer)
+        cached = (issuer.name, who.subject, who.tenant, who.team, who.plan)
+        principal = self._subjects.get(cached)
+        if principal is not None:
+            return principal
+        tenant = self.tenants.get(who.tenant)
+        if tenant is None:
+            raise TokenRefused(f"tenant {who.tenant!r} is not declared")
+        limits = issuer.limits
+        if who.plan is not None:
+            if who.plan not in issuer.plans:
+                raise TokenRefused(f"plan {who.plan!r} is not one of the issuer's plans")
+            limits = issuer.plans[who.plan]
+        guard = self._tenant_guard(who.tenant, tenant)
+        principal = Principal(f"{issuer.name}:{who.subject}", who.tenant, tenant, limits,
+                              self._issuer_models[issuer.issuer], _matcher(tenant.models),
+                              (guard,) if guard is not None else (), subject=who.subject, team=who.team)
+        if len(self._subjects) >= _CACHED_PLANS:
+            self._subjects.clear()
+        self._subjects[cached] = principal
+        return principal
 
     def model_policy(self, model: str) -> tuple[str, ModelPolicy] | None:
         """The model's policy and the name it is configured under: its exact name, else the first glob that
@@ -161,13 +215,14 @@ class Policy:
                 now: float) -> tuple[Check, ...]:
         """The checks of a key on a model, made again after a minute (the time left in a budget's period is
         then at most a minute old) or when a budget's period ends, for a bounded number of (key, model) pairs."""
-        cached = self._cache.get((principal.key.id, model))
+        cached = self._cache.get((principal.id, model))
         if cached is not None and cached[1] > now:
             return cached[0]
         name, model_policy = found if found is not None else (model, ModelPolicy())
         default = self.settings.degraded
         checks: list[Check] = [
-            *checks_of(principal.key.limits, "key", principal.key.id, model_policy.price, now, self.lease_us, default),
+            *checks_of(principal.limits, "key" if principal.key is not None else "subject", principal.id,
+                       model_policy.price, now, self.lease_us, default),
             *checks_of(principal.tenant.limits, "tenant", principal.tenant_name, model_policy.price, now,
                        self.lease_us, default),
         ]
@@ -177,5 +232,5 @@ class Policy:
             self._cache.clear()
         until = min([now + 60, *(now + c.period_us / 1e6 for c in checks if c.algorithm == "quota")])
         made = tuple(checks)
-        self._cache[(principal.key.id, model)] = (made, until)
+        self._cache[(principal.id, model)] = (made, until)
         return made

@@ -18,6 +18,13 @@
     [tenancy.models."gpt-4o"]
     price = { input = 2.5, output = 10.0 }  # USD per million tokens
     default_max_tokens = 4096               # reserved when a request sets no max_tokens
+
+    [[tenancy.issuers]]                    # callers with a JWT of this OIDC issuer (docs/keys-and-limits.md)
+    issuer = "https://sso.example.com/realms/acme"
+    audience = ["ingress"]
+    claims = { tenant = "org_id", team = "groups", plan = "ingress_plan" }
+    limits = { rpm = 60, tpm = 100_000 }   # each subject's own, as a key's are
+    plans.heavy = { rpm = 600 }            # a subject whose `ingress_plan` claim is "heavy"
 """
 
 from __future__ import annotations
@@ -117,6 +124,44 @@ class Redis(_Config, frozen=True):
     breaker: Breaker = Breaker()
 
 
+# Asymmetric signatures only: `none` and HMAC (HS*) cannot be configured, so a token signed with an issuer's
+# public key as an HMAC secret (key confusion) is refused for its algorithm before any key is looked at.
+Algorithm = Literal["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"]
+ClaimPath = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_:/$-]+(\.[A-Za-z0-9_:/$-]+)*\Z", max_length=200)]
+
+
+class Claims(_Config, frozen=True):
+    """Which claims of a token name its tenant, its subject (the person or agent limits and usage are kept
+    for), its team and its plan; a dotted path reads inside an object (`realm_access.roles`). A team or plan
+    claim holding a list gives its first string."""
+
+    tenant: ClaimPath | None = None  # unset: the issuer's `tenant` for every token
+    subject: ClaimPath = "sub"
+    team: ClaimPath | None = None  # attribution only (the usage record's `team`)
+    plan: ClaimPath | None = None  # names one of the issuer's `plans`: that subject's limits instead of `limits`
+
+
+class Issuer(_Config, frozen=True):
+    """An OIDC issuer whose JWTs are accepted as `Authorization: Bearer`: its keys from the JWKS its discovery
+    document names (`{issuer}/.well-known/openid-configuration`), fetched at start, refreshed every
+    `refresh_every` and when a token names a key not in the set (at most once per `min_refresh_interval`)."""
+
+    issuer: Annotated[str, Meta(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?\Z", max_length=500)]
+    audience: Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=500)], ...], Meta(min_length=1)]
+    name: Name = "oidc"  # the subjects' prefix in limits and the usage record; unique among issuers
+    algorithms: Annotated[tuple[Algorithm, ...], Meta(min_length=1)] = ("RS256",)
+    claims: Claims = Claims()
+    tenant: Name | None = None  # the tenant of every token when claims.tenant is unset
+    models: tuple[str, ...] = ("*",)  # what its callers may use (and their tenant allows)
+    limits: Limits = Limits()  # each subject's own
+    plans: dict[Name, Limits] = {}
+    leeway: Annotated[float, Meta(ge=0, le=300)] = 30.0  # seconds of clock skew allowed on exp, nbf and iat
+    refresh_every: Seconds = 900.0
+    min_refresh_interval: Annotated[float, Meta(ge=0.1, le=3600)] = 10.0
+    fetch_timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0  # discovery and JWKS, each
+    jwks_uri: Annotated[str, Meta(pattern=r"^https?://\S+\Z")] | None = None  # instead of discovery's
+
+
 class Tenancy(_Config, frozen=True):
     backend: Literal["memory", "redis"] = "memory"
     redis: Redis | None = None
@@ -127,3 +172,26 @@ class Tenancy(_Config, frozen=True):
     default_max_tokens: Annotated[int, Meta(ge=1, le=10**7)] = 4096  # reserved when neither request nor model says
     lease_ttl: Seconds = 30.0  # a concurrency slot held by a worker that died frees after this; renewed meanwhile
     degraded: Degraded = "local"  # local: this process's share of each limit; allow; refuse (503)
+    issuers: tuple[Issuer, ...] = ()  # OIDC issuers whose JWTs authenticate callers beside the keys
+
+
+def issuers_problem(issuers: tuple[Issuer, ...], tenants: dict[str, Tenant]) -> str | None:
+    """What is wrong with the issuers (config.py's message), if anything: each once, under its own name; each
+    token of it finds a tenant (its claim, or a declared fixed one); its callers may use some model."""
+    names: set[str] = set()
+    urls: set[str] = set()
+    for i, issuer in enumerate(issuers):
+        where = f"tenancy.issuers[{i}]"
+        if issuer.name in names:
+            return f"{where}.name: {issuer.name!r} names two issuers; give each its own name"
+        if issuer.issuer in urls:
+            return f"{where}.issuer: {issuer.issuer!r} is configured twice"
+        names.add(issuer.name)
+        urls.add(issuer.issuer)
+        if issuer.claims.tenant is None and issuer.tenant is None:
+            return f"{where}: set claims.tenant (the claim naming a token's tenant) or tenant (every token's)"
+        if issuer.tenant is not None and issuer.tenant not in tenants:
+            return f"{where}.tenant: no tenant named {issuer.tenant!r}; declare it as [tenancy.tenants.{issuer.tenant}]"
+        if not issuer.models:
+            return f"{where}.models: its callers must be allowed at least one model (a name or a glob)"
+    return None

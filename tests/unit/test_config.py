@@ -533,6 +533,17 @@ def test_a_tenancy_section_decodes() -> None:
      "tenancy.tenants.acme.guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'"),
     ('backend = "memory"', 'backend = "memory"\nkeys_file = "/nonexistent/keys.toml"',
      "tenancy.keys_file: /nonexistent/keys.toml: cannot read"),
+    ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://sso.example.com", audience = ["x"] }]',
+     "tenancy.issuers[0]: set claims.tenant (the claim naming a token's tenant) or tenant"),
+    ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://sso.example.com", audience = ["x"], '
+                           'tenant = "initech" }]', "tenancy.issuers[0].tenant: no tenant named 'initech'"),
+    ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://sso.example.com", audience = ["x"], '
+                           'tenant = "acme", algorithms = ["HS256"] }]',
+     "tenancy.issuers[0].algorithms[0]: Invalid enum value 'HS256'"),  # never HMAC (nor `none`)
+    ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://a.example.com", audience = ["x"], '
+                           'tenant = "acme" }, { issuer = "https://b.example.com", audience = ["x"], '
+                           'tenant = "acme" }]',
+     "tenancy.issuers[1].name: 'oidc' names two issuers"),
 ])
 def test_tenancy_mistakes_are_named(old: str, new: str, message: str) -> None:
     assert old in TENANCY

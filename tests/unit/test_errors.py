@@ -9,6 +9,7 @@ import pytest
 from ingress.errors import (
     IngressError,
     InvalidRequest,
+    IssuerUnavailable,
     LimitsUnavailable,
     NotFound,
     Overloaded,
@@ -45,6 +46,7 @@ from ingress.errors import (
     (QuotaExceeded("spent", retry_after=3600), 429, "insufficient_quota", "insufficient_quota", 3600, logging.INFO),
     (LimitsUnavailable("store"), 503, "server_error", "limits_unavailable", 1, logging.WARNING),
     (StoreUnavailable("store"), 503, "server_error", "response_store_unavailable", 1, logging.WARNING),
+    (IssuerUnavailable("issuer"), 503, "server_error", "issuer_unavailable", 1, logging.WARNING),
     (Overloaded("full"), 503, "server_error", "overloaded", 1, logging.WARNING),
     (ShuttingDown(), 503, "server_error", "shutting_down", 1, logging.WARNING),
     (UpstreamError("hop"), 502, "server_error", "internal_error", None, logging.WARNING),

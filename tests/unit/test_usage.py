@@ -11,7 +11,7 @@ from ingress.routing.health import EndpointState
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.plan import NANO_USD_PER_USD, TokenPrice, checks_of
 from ingress.tenancy.policy import Policy
-from ingress.tenancy.settings import Budget, Key, Limits, ModelPolicy, Price, Tenancy
+from ingress.tenancy.settings import Budget, Key, Limits, ModelPolicy, Price, Tenancy, Tenant
 from ingress.usage import cost_usd, usage_record
 from ingress.wire.types import Usage
 
@@ -123,3 +123,18 @@ def test_a_cache_hit_says_so_and_reports_the_cached_usage_at_no_cost() -> None:
     assert (record["prompt_tokens"], record["completion_tokens"], record["cost_usd"]) == (1200, 300, 0.0)
     exchange.cache = "miss"
     assert "cached" not in usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+
+
+def test_a_jwts_caller_is_recorded_as_its_subject_and_team_not_a_key() -> None:
+    import re
+
+    from ingress.tenancy.policy import Principal
+
+    subject = Principal("sso:alice@example.com", "acme", POLICY.tenants.get("acme") or Tenant(), Limits(),
+                        re.compile(".*"), re.compile(".*"), (), subject="alice@example.com", team="eng")
+    exchange = served()
+    exchange.principal = subject
+    record = usage_record(exchange, "POST", "/v1/chat/completions", 200, "ok", 101.5, POLICY)
+    assert (record["tenant"], record["subject"], record["team"]) == ("acme", "sso:alice@example.com", "eng")
+    assert "key_id" not in record
+    assert list(record).index("subject") == list(record).index("tenant") + 1

@@ -40,6 +40,7 @@ ERRORS: list[tuple[errors.IngressError, str, int]] = [
     (errors.ShuttingDown(), "overloaded_error", 529),
     (errors.LimitsUnavailable("store down"), "api_error", 503),
     (errors.StoreUnavailable("store down"), "api_error", 503),
+    (errors.IssuerUnavailable("issuer down"), "api_error", 503),
     (errors.UpstreamUnavailable("reset"), "api_error", 502),
     (errors.UpstreamConnectFailed("refused"), "api_error", 502),
     (errors.UpstreamProtocolError("garbage"), "api_error", 502),

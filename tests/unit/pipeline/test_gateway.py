@@ -70,7 +70,7 @@ def test_the_split_key_is_the_one_the_route_names_else_the_request_id() -> None:
     by_key = Route(model="m", group="a", split_by="key")
     meta = RequestMeta(api_key="sk-raw", affinity_headers=(("x-cohort", "blue"),))
     by_header = Route(model="m", group="a", split_by="header", split_header="X-Cohort")
-    assert _split_key(by_key, with_key, meta, "u", "s") == f"key:{principal.key.id}"  # the key's id, never the key
+    assert _split_key(by_key, with_key, meta, "u", "s") == f"key:{principal.id}"  # the key's id, never the key
     assert _split_key(by_key, new_exchange(), meta, None, None) == "key:sk-raw"  # no tenancy: the key as sent
     assert _split_key(Route(model="m", group="a", split_by="user"), with_key, meta, "u", "s") == "user:u"
     assert _split_key(Route(model="m", group="a", split_by="safety_identifier"), with_key, meta, "u", "s") == \

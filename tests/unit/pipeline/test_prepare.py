@@ -125,7 +125,7 @@ def test_the_keys_guardrails_redact_what_travels_and_the_key_is_on_the_passport(
     text = msgspec.json.encode(sent.messages).decode()
     assert CARD not in text and "[REDACTED:card]" in text
     passport = wire.read_request_data(bytes(prepared.encoded)).passport
-    assert passport is not None and (passport.tenant_id, passport.key_id) == ("t", principal.key.id)
+    assert passport is not None and (passport.tenant_id, passport.key_id) == ("t", principal.id)
 
     blocking, blocked_by, _ = keyed(guardrails=msgspec.convert({"pii": {"card": "block"}}, Guardrails))
     with pytest.raises(PromptBlocked) as caught:

@@ -86,7 +86,7 @@ async def test_the_exact_bytes_go_out_with_who_was_admitted_beside_them() -> Non
     [(body, headers, timeouts)] = answered.forwarded
     assert body == BUFFER and timeouts == gateway.settings.timeouts
     assert headers == {"x-request-id": exchange.request_id, "x-ingress-tenant": "t",
-                       "x-ingress-key-id": principal.key.id}
+                       "x-ingress-key-id": principal.id}
     assert (relayed.status, relayed.headers) == (200, {"Content-Type": "application/x-flatbuffers",
                                                        "Retry-After": "3"})
     assert [data async for data in relayed.chunks] == [b"one", b"two"]

@@ -30,7 +30,7 @@ def test_a_key_is_read_from_each_header_clients_use(headers: dict[str, str]) -> 
     from multidict import CIMultiDict
 
     principal = policy().authenticate(CIMultiDict(headers))
-    assert principal.key.id == KEY_ID and principal.tenant_name == "acme"
+    assert principal.key_id == principal.id == KEY_ID and principal.tenant_name == "acme"
 
 
 def test_no_key_or_a_wrong_key_is_a_401_that_never_repeats_the_key() -> None:
@@ -122,3 +122,48 @@ def test_a_models_price_is_its_policys_per_token_resolved_once_a_name() -> None:
     assert [p.price_of(m) for m in ("gpt-4o-mini", "llama-3", "o3")] == [priced, None, None]
     assert p.model_policy("llama-3") == ("llama-*", ModelPolicy(limits=Limits(rpm=1)))
     assert p.price_of("gpt-4o-2024-08-06") is None
+
+
+def test_a_jwt_is_a_subject_of_its_claims_tenant_with_its_plans_limits() -> None:
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from jwt.algorithms import RSAAlgorithm
+
+    from ingress.tenancy.bearer import KeySet, UnknownKey
+    from ingress.tenancy.claims import TokenRefused
+    from ingress.tenancy.policy import BAD_TOKEN
+    from ingress.tenancy.settings import Claims, Issuer
+
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    iss = "https://sso.example.com"
+    p = policy(issuers=(Issuer(issuer=iss, audience=("ingress",), name="sso", models=("llama-*",),
+                               claims=Claims(tenant="org_id", team="groups", plan="plan"),
+                               limits=Limits(rpm=1), plans={"heavy": Limits(rpm=100)}),))
+    assert p.verifier is not None
+    p.verifier.set_keys(iss, KeySet({"keys": [{**RSAAlgorithm.to_jwk(private.public_key(), as_dict=True),
+                                               "kid": "k1"}]}))
+
+    def bearer(kid: str = "k1", **claims: object) -> dict[str, str]:
+        body = {"iss": iss, "aud": "ingress", "sub": "alice@example.com", "exp": int(time.time()) + 60,
+                "org_id": "acme", "groups": ["eng"], **claims}
+        return {"Authorization": "Bearer " + jwt.encode(body, private, algorithm="RS256", headers={"kid": kid})}
+
+    alice = p.authenticate(bearer())
+    assert (alice.id, alice.tenant_name, alice.subject, alice.team, alice.key) == (
+        "sso:alice@example.com", "acme", "alice@example.com", "eng", None)
+    assert alice.allows("llama-3") and not alice.allows("gpt-4o-mini")  # the issuer's models, and the tenant's
+    assert [c.key for c in p.plan(alice, "llama-3", 10, 10).checks] == [
+        "s:sso:alice@example.com:rpm", "t:acme:tpm", "m:llama-*:conc"]
+    assert p.plan(alice, "llama-3", 10, 10).checks[0].scope == "subject"
+    heavy = p.authenticate(bearer(plan="heavy", sub="bob"))
+    assert heavy.limits == Limits(rpm=100) and p.plan(heavy, "llama-3", 1, 1).checks[0].limit == 100
+    for claims in ({"org_id": "initech"}, {"plan": "gold"}, {"aud": "other"}):  # undeclared tenant, unknown plan...
+        with pytest.raises(Unauthenticated) as refused:
+            p.authenticate(bearer(**claims))
+        assert refused.value.message == BAD_TOKEN and isinstance(refused.value.__cause__, TokenRefused)
+    with pytest.raises(UnknownKey):
+        p.authenticate(bearer(kid="k2"))
+    reloaded = Policy.load(p.settings, p.verifier)  # a SIGHUP keeps the issuer's keys
+    assert reloaded.authenticate(bearer()).id == "sso:alice@example.com"
