@@ -98,7 +98,7 @@ def test_a_continuation_carries_the_conversation_and_another_owner_finds_nothing
     assert texts == ["one", "two"]  # the first's output was empty here: its input, then the new input
     assert msgspec.json.decode(response_json(record))["previous_response_id"] == first
     store.settings = ResponsesSettings(backend="memory", scope="key")
-    other = SimpleNamespace(tenant_name="t", key=SimpleNamespace(id="k2"))
+    other = SimpleNamespace(tenant_name="t", id="k2")
     exchange = Exchange("c")
     exchange.principal = other  # type: ignore[assignment]
     with pytest.raises(InvalidRequest) as raised:
