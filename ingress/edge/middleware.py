@@ -30,7 +30,7 @@ from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, P
 from ingress.exchange import Exchange
 from ingress.gemini import answers as gemini_answers
 from ingress.log import access, get_logger
-from ingress.tracing import OPERATIONS, RequestTrace, Tracer
+from ingress.tracing import RequestTrace, Tracer, traced
 from ingress.usage import usage_record
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
@@ -104,7 +104,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     exchange = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
     request[EXCHANGE] = exchange
     gateway = request.app.get(GATEWAY)
-    if gateway is not None and gateway.tracer is not None and request.path in OPERATIONS:
+    if gateway is not None and gateway.tracer is not None and traced(request.path) is not None:
         exchange.trace = begin_trace(gateway.tracer, request)
     structlog.contextvars.bind_contextvars(request_id=exchange.request_id)
     status, outcome = 500, "error"
