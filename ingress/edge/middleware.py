@@ -119,8 +119,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 exchange.paced = time.perf_counter()
             tenancy = gateway.tenancy if gateway is not None else None
             if tenancy is not None and request.path.startswith(_API_PATHS):
-                google = google_key(request.headers, request.query) if gemini_client(request) else None
-                exchange.principal = tenancy.policy.authenticate(request.headers, google)
+                google = gemini_client(request)
+                presented = google_key(request.headers, request.query) if google else None
+                exchange.principal = tenancy.policy.authenticate(request.headers, presented, google=google)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

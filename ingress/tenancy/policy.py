@@ -21,6 +21,9 @@ from ingress.tenancy.plan import Check, Plan, TokenPrice, checks_of
 from ingress.tenancy.settings import Key, KeysFile, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
+_NO_KEY = "You didn't provide an API key. Provide it in the Authorization header (Authorization: Bearer YOUR_KEY)."
+_NO_GOOGLE_KEY = ("You didn't provide an API key. Provide it in the x-goog-api-key header (x-goog-api-key: YOUR_KEY), "
+                  "as Google's SDKs and Gemini CLI send it, or in the key query parameter.")
 _CACHED_PLANS = 4096
 
 
@@ -90,13 +93,14 @@ class Policy:
         return Principal(key, key.tenant, tenant, _matcher(key.models), _matcher(tenant.models),
                          tuple(g for g in guards if g is not None))
 
-    def authenticate(self, headers: Mapping[str, str], presented: str | None = None) -> Principal:
+    def authenticate(self, headers: Mapping[str, str], presented: str | None = None, *,
+                     google: bool = False) -> Principal:
         """The key presented: `presented` (found by the edge where a dialect puts it: Google's clients send
-        `x-goog-api-key` or `?key=`), else the one in the headers (presented_key)."""
+        `x-goog-api-key` or `?key=`), else the one in the headers (presented_key). `google`: a client of
+        Google's API, told where its SDKs put a key when it sent none."""
         presented = presented or presented_key(headers)
         if presented is None:
-            raise Unauthenticated("You didn't provide an API key. Provide it in the Authorization header "
-                                  "(Authorization: Bearer YOUR_KEY).")
+            raise Unauthenticated(_NO_GOOGLE_KEY if google else _NO_KEY)
         key = self.keyring.find(presented)
         if key is None:
             shown = f" (key id '{key_id}')" if (key_id := id_of(presented)) else ""
