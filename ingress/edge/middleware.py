@@ -31,7 +31,7 @@ from ingress.exchange import Exchange
 from ingress.gemini import answers as gemini_answers
 from ingress.log import access, get_logger
 from ingress.tenancy.bearer import UnknownKey
-from ingress.tracing import OPERATIONS, RequestTrace, Tracer
+from ingress.tracing import RequestTrace, Tracer, traced
 from ingress.usage import usage_record
 from ingress.wire import encode
 from ingress.wire.identifiers import CONTENT_TYPE
@@ -105,7 +105,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     exchange = Exchange(request_id_of(request.headers.get(REQUEST_ID)))
     request[EXCHANGE] = exchange
     gateway = request.app.get(GATEWAY)
-    if gateway is not None and gateway.tracer is not None and request.path in OPERATIONS:
+    if gateway is not None and gateway.tracer is not None and traced(request.path) is not None:
         exchange.trace = begin_trace(gateway.tracer, request)
     structlog.contextvars.bind_contextvars(request_id=exchange.request_id)
     status, outcome = 500, "error"
@@ -120,11 +120,12 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 exchange.paced = time.perf_counter()
             tenancy = gateway.tenancy if gateway is not None else None
             if tenancy is not None and request.path.startswith(_API_PATHS):
-                google = google_key(request.headers, request.query) if gemini_client(request) else None
+                google = gemini_client(request)
+                presented = google_key(request.headers, request.query) if google else None
                 try:
-                    exchange.principal = tenancy.policy.authenticate(request.headers, google)
+                    exchange.principal = tenancy.policy.authenticate(request.headers, presented, google=google)
                 except UnknownKey as unknown:  # a JWT of a key not fetched yet: its issuer's keys, again
-                    exchange.principal = await tenancy.refreshed(request.headers, unknown, google)
+                    exchange.principal = await tenancy.refreshed(request.headers, unknown, presented)
             response = await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ingress.exchange import Exchange
-from ingress.tracing import OPERATIONS, error_type
+from ingress.tracing import error_type, traced
 
 
-def end_trace(exchange: Exchange, route: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
+def end_trace(exchange: Exchange, path: str, status: int, outcome: str, record: Mapping[str, object]) -> None:
     """The server span's name, attributes and status from how the request ended: a server's failure
     (a 5xx, a stream failed, the client gone) sets the error status; a refusal is only named. The
     request's usage record (ingress/usage.py, its access line's fields) is on the span: as its attributes,
@@ -17,7 +17,7 @@ def end_trace(exchange: Exchange, route: str, status: int, outcome: str, record:
     trace = exchange.trace
     if trace is None:
         return
-    attributes = attributes_of(exchange, route)
+    attributes = attributes_of(exchange, path)
     attributes["http.response.status_code"] = status
     operation = attributes["gen_ai.operation.name"]
     error: tuple[str, str | None] | None = None
@@ -40,9 +40,11 @@ _ON_THE_SPAN = frozenset({"method", "path", "status", "model", "stream", "upstre
                           "error_type"})
 
 
-def attributes_of(exchange: Exchange, route: str) -> dict[str, Any]:
-    """The server span's attributes that are known once the request has ended, from its Exchange."""
-    attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATIONS.get(route, "chat"), "http.route": route,
+def attributes_of(exchange: Exchange, path: str) -> dict[str, Any]:
+    """The server span's attributes that are known once the request has ended, from its Exchange and the
+    request's path."""
+    operation, route = traced(path) or ("chat", path)
+    attributes: dict[str, Any] = {"gen_ai.operation.name": operation, "http.route": route,
                                   "ingress.request_id": exchange.request_id,
                                   "ingress.attempts": exchange.attempts.count}
     routed, answer, principal = exchange.routed, exchange.answer, exchange.principal

@@ -24,6 +24,9 @@ from ingress.tenancy.plan import Check, Plan, TokenPrice, checks_of
 from ingress.tenancy.settings import Key, KeysFile, Limits, ModelPolicy, Tenancy, Tenant
 
 _NO_TENANT = Tenant()
+_NO_KEY = "You didn't provide an API key. Provide it in the Authorization header (Authorization: Bearer YOUR_KEY)."
+_NO_GOOGLE_KEY = ("You didn't provide an API key. Provide it in the x-goog-api-key header (x-goog-api-key: YOUR_KEY), "
+                  "as Google's SDKs and Gemini CLI send it, or in the key query parameter.")
 _CACHED_PLANS = 4096
 # One answer to every token refused (expired, foreign, forged...): the reason is the access line's alone.
 BAD_TOKEN = "The bearer token was not accepted. Sign in again to get a new one."
@@ -111,15 +114,16 @@ class Policy:
         return Principal(key.id, key.tenant, tenant, key.limits, _matcher(key.models), _matcher(tenant.models),
                          tuple(g for g in guards if g is not None), key=key)
 
-    def authenticate(self, headers: Mapping[str, str], presented: str | None = None) -> Principal:
+    def authenticate(self, headers: Mapping[str, str], presented: str | None = None, *,
+                     google: bool = False) -> Principal:
         """The request's principal: its key's, or its JWT's (bearer.UnknownKey when the token names a key
         of its issuer the edge has not fetched: the caller refreshes the set and asks again). The key or token
         is `presented` (found by the edge where a dialect puts it: Google's clients send `x-goog-api-key` or
-        `?key=`), else the one in the headers (presented_key)."""
+        `?key=`), else the one in the headers (presented_key). `google`: a client of Google's API, told where
+        its SDKs put a key when it sent none."""
         presented = presented or presented_key(headers)
         if presented is None:
-            raise Unauthenticated("You didn't provide an API key. Provide it in the Authorization header "
-                                  "(Authorization: Bearer YOUR_KEY).")
+            raise Unauthenticated(_NO_GOOGLE_KEY if google else _NO_KEY)
         if self.verifier is not None and looks_like_jwt(presented):
             try:
                 return self._bearer(presented)

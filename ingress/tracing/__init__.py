@@ -23,7 +23,8 @@ The package: the spans and a request's trace (`spans.py`), the thread that expor
 GenAI conventions' attributes (`genai.py`), the OTLP payload (`otlp.py`).
 """
 
-from ingress.tracing.genai import OPERATIONS, error_type, provider_answered, provider_span
+from ingress.tracing.genai import OPERATIONS, error_type, provider_answered, provider_span, traced
 from ingress.tracing.spans import RequestTrace, Span, Tracer
 
-__all__ = ["OPERATIONS", "RequestTrace", "Span", "Tracer", "error_type", "provider_answered", "provider_span"]
+__all__ = ["OPERATIONS", "RequestTrace", "Span", "Tracer", "error_type", "provider_answered", "provider_span",
+           "traced"]

@@ -15,6 +15,24 @@ if TYPE_CHECKING:
 # with another shape: ingress.api names which).
 OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion", "/v1/embeddings": "embeddings",
               "/v1/responses": "chat", "/v1/messages": "chat", "/v1/messages/count_tokens": "count_tokens"}
+# Google's, by the method after the model's name (`/v1beta/models/{model}:{method}`, also under /v1/).
+GEMINI_OPERATIONS = {"generateContent": "generate_content", "streamGenerateContent": "generate_content",
+                     "countTokens": "count_tokens"}
+_GEMINI_MODELS = ("/v1beta/models/", "/v1/models/")
+
+
+def traced(path: str) -> tuple[str, str] | None:
+    """A traced endpoint's gen_ai.operation.name and http.route (for Google's paths the route's template,
+    `/v1beta/models/{model}:generateContent`, the model not in it); None: the path is not traced."""
+    operation = OPERATIONS.get(path)
+    if operation is not None:
+        return operation, path
+    for prefix in _GEMINI_MODELS:
+        if path.startswith(prefix):
+            model, colon, method = path[len(prefix):].rpartition(":")  # a model's name may hold colons
+            if colon and model and method in GEMINI_OPERATIONS:
+                return GEMINI_OPERATIONS[method], f"{prefix}{{model}}:{method}"
+    return None
 # The request's parameters a span carries: (attribute, the decoded request's field), the first one set.
 ASKED = (("gen_ai.request.max_tokens", "max_completion_tokens"), ("gen_ai.request.max_tokens", "max_tokens"),
           ("gen_ai.request.temperature", "temperature"), ("gen_ai.request.top_p", "top_p"),

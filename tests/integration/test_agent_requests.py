@@ -1,6 +1,7 @@
 """What coding agents send, through a real edge: Codex CLI's first request (its fixture, as it sent it)
 served on every kind of route, with what only OpenAI's servers act on named in the access line; OpenAI's
-built-in tools left out or refused as the route says."""
+built-in tools left out or refused as the route says. Gemini CLI's first two turns (its fixtures) served,
+its `topK` as the engine extra it is where the route forwards them and refused by name where not."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ from ingress.settings import DEMO_MODEL, EMBEDDED, Bridge, Endpoint, Group, Rout
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 CODEX_FIRST_TURN = json.loads((FIXTURES / "first_turn.json").read_text())
 CODEX_HEADERS = json.loads((FIXTURES / "first_turn.headers.json").read_text())
+# Gemini CLI 0.61.0 (`-m scripted-coder`), its first turn and the turn with its shell tool's result.
+GEMINI_FIXTURES = FIXTURES.parent / "gemini_cli"
+GEMINI_FIRST_TURN = json.loads((GEMINI_FIXTURES / "first_turn.json").read_text())
+GEMINI_SECOND_TURN = json.loads((GEMINI_FIXTURES / "second_turn.json").read_text())
+GEMINI_HEADERS = json.loads((GEMINI_FIXTURES / "first_turn.headers.json").read_text())
 
 
 @pytest.fixture
@@ -78,6 +84,63 @@ async def test_a_websocket_upgrade_is_answered_426_so_that_codex_goes_on_over_ht
             assert (await r.json())["error"]["code"] == "websocket_not_supported"
         async with http.get(f"{url}/v1/responses") as r:
             assert r.status == 405
+
+
+# --- Gemini CLI's requests ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def gemini_edge() -> AsyncIterator[tuple[str, list[Exchange]]]:
+    """A demo edge: `extras` forwards engine extras (as a route to vLLM or llama.cpp may), the demo does not."""
+    settings = Settings(groups={"demo": Group(endpoints=[Endpoint(url=EMBEDDED)])},
+                        routes=(Route(model=DEMO_MODEL, group="demo"),
+                                Route(model="extras", upstream_model=DEMO_MODEL, group="demo", extra_fields="forward")))
+    async with AsyncExitStack() as stack:
+        url, _, exchanges = await recording_edge(stack, settings)
+        yield url, exchanges
+
+
+async def _stream_gemini(url: str, model: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession() as http, \
+            http.post(f"{url}/v1beta/models/{model}:streamGenerateContent?alt=sse", json=body,
+                      headers=GEMINI_HEADERS) as r:
+        return r.status, await r.read()
+
+
+async def test_gemini_cli_turns_stream_and_name_what_they_did_not_send(
+        gemini_edge: tuple[str, list[Exchange]]) -> None:
+    """Its first turn (15 functions declared in `parametersJsonSchema`, a system instruction, `thinkingConfig`
+    with `includeThoughts`, `topK` 64) and its second (its model turn's call with a placeholder thought
+    signature, the shell's function response) are served, each answer streamed in Google's shape; the
+    signature, which only Gemini reads, is named as not sent."""
+    url, exchanges = gemini_edge
+    for body in (GEMINI_FIRST_TURN, GEMINI_SECOND_TURN):
+        status, answer = await _stream_gemini(url, "extras", body)
+        assert status == 200, answer
+        events = _events(answer)
+        parts = [p for e in events for c in e.get("candidates", ()) for p in c.get("content", {}).get("parts", ())]
+        assert "".join(p.get("text", "") for p in parts), answer
+        assert events[-1]["usageMetadata"]["promptTokenCount"] > 0
+        assert events[-1]["candidates"][0]["finishReason"] == "STOP"
+    first, second = exchanges
+    assert (first.api, second.api) == ("gemini", "gemini")
+    assert (first.routed.route, first.routed.stream) == ("extras", True)
+    assert first.routed.prompt_tokens is not None and first.routed.prompt_tokens > 4000  # the tools' schemas, whole
+    assert (first.routed.hints, second.routed.hints) == ([], ["thought_signature"])
+
+
+async def test_gemini_cli_top_k_is_refused_by_name_on_a_route_that_forwards_no_extras(
+        gemini_edge: tuple[str, list[Exchange]]) -> None:
+    url, _ = gemini_edge
+    status, answer = await _stream_gemini(url, DEMO_MODEL, GEMINI_FIRST_TURN)
+    assert status == 400
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["status"]) == (400, "INVALID_ARGUMENT")
+    assert error["details"][0]["fieldViolations"][0]["field"] == "generation_config.top_k"
+    without = {**GEMINI_FIRST_TURN, "generationConfig": {k: v for k, v in GEMINI_FIRST_TURN["generationConfig"].items()
+                                                         if k != "topK"}}
+    status, _ = await _stream_gemini(url, DEMO_MODEL, without)
+    assert status == 200
 
 
 # --- a reasoning model behind the OpenAI bridge, two turns of a tool loop ----------------------------

@@ -1,6 +1,7 @@
 """Real coding agents complete a real tool loop through a real edge, configured by its base URL alone.
 
-Each agent (tests/support/agent_clis.py: Claude Code, opencode and Codex, pinned, installed from npm into the cache)
+Each agent (tests/support/agent_clis.py: Claude Code, opencode, Codex and Gemini CLI, pinned, installed from npm
+into the cache)
 runs non-interactively as a subprocess, in a temporary directory, with a home of its own. Its model is a
 route of an in-process edge whose endpoint is a bridge the edge runs, in front of a scripted model
 (tests/support/fakes/scripted.py): `bridge openai` to its chat completions, or `bridge anthropic` to its Messages
@@ -29,7 +30,17 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-from agent_clis import CLAUDE_CODE, CODEX, CODEX_QUIET, OPENCODE, Agent, installed_agent, isolated_env
+from agent_clis import (
+    CLAUDE_CODE,
+    CODEX,
+    CODEX_QUIET,
+    GEMINI_CLI,
+    GEMINI_QUIET,
+    OPENCODE,
+    Agent,
+    installed_agent,
+    isolated_env,
+)
 from aiohttp import web
 from fakes.scripted import ASIDE, DONE, REASONING_BLOB, ScriptedModel, last_line
 from llama_engine import ensure_model, ensure_server, running_server
@@ -71,7 +82,7 @@ class Stack:
 @contextlib.asynccontextmanager
 async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pytest.MonkeyPatch,
                                     model: ScriptedModel | None = None, *, any_model: bool = False,
-                                    responses_whole: bool = False) -> AsyncIterator[Stack]:
+                                    responses_whole: bool = False, engine_extras: bool = False) -> AsyncIterator[Stack]:
     monkeypatch.setenv("SCRIPTED_MODEL_KEY", "sk-scripted-engine")  # the bridge's key to the "engine"
     model = model or ScriptedModel(command)
     async with model.running() as engine:
@@ -81,7 +92,8 @@ async def edge_in_front_of_scripted(dialect: str, command: str, monkeypatch: pyt
         # A route to Anthropic (provider = "anthropic") sends a Messages request on whole, as it came.
         route = Route(model=None if any_model else MODEL, glob="*" if any_model else None, group="scripted",
                       provider="anthropic" if dialect == "anthropic" else "openai",
-                      responses="whole" if responses_whole else "as_chat")
+                      responses="whole" if responses_whole else "as_chat",
+                      extra_fields="forward" if engine_extras else "refuse")
         settings = Settings(groups={"scripted": Group(endpoints=[Endpoint(bridge=bridge)])}, routes=(route,),
                             timeouts=GENEROUS)
         app = create_app(settings)
@@ -167,6 +179,29 @@ def codex(exe: Path, edge: str, home: Path) -> tuple[list[str], dict[str, str]]:
             "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", PROMPT], env
 
 
+# Gemini CLI asks for `topK: 64` (its "chat-base" model config) with every chat model: an engine extra, which
+# a route forwards (`extra_fields = "forward"`) or refuses. For a route that refuses extras, these settings
+# give its chat-base config again without topK.
+GEMINI_WITHOUT_TOP_K = {"modelConfigs": {"customAliases": {"chat-base": {"extends": "base", "modelConfig": {
+    "generateContentConfig": {"thinkingConfig": {"includeThoughts": True}, "temperature": 1, "topP": 0.95}}}}}}
+
+
+def gemini_cli(exe: Path, edge: str, home: Path, *, top_k: bool = True) -> tuple[list[str], dict[str, str]]:
+    """Gemini CLI speaks Google's Gemini API (`streamGenerateContent?alt=sse`, `x-goog-api-key`) to
+    GOOGLE_GEMINI_BASE_URL with GEMINI_API_KEY, its API-key auth selected in its settings; the route's name
+    by `-m`; every tool allowed (`--yolo`) in a directory trusted for the run (`--skip-trust`)."""
+    settings = {"security": {"auth": {"selectedType": "gemini-api-key"}}, **GEMINI_QUIET,
+                **({} if top_k else GEMINI_WITHOUT_TOP_K)}
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=2))
+    env = isolated_env(GEMINI_CLI, home, GOOGLE_GEMINI_BASE_URL=edge, GEMINI_API_KEY=CLIENT_KEY)
+    return [str(exe), "-m", MODEL, "--yolo", "--skip-trust", "--output-format", "text", "-p", PROMPT], env
+
+
+def gemini_cli_without_top_k(exe: Path, edge: str, home: Path) -> tuple[list[str], dict[str, str]]:
+    return gemini_cli(exe, edge, home, top_k=False)
+
+
 @dataclass(frozen=True)
 class Case:
     agent: Agent
@@ -174,6 +209,7 @@ class Case:
     dialect: str  # the bridge in front of the scripted model: "openai" or "anthropic"
     api: str  # what the agent asks the edge for (Exchange.api)
     shell: str  # the agent's shell tool, as it offers it
+    engine_extras: bool = False  # the route forwards engine extras (Gemini CLI's topK)
 
 
 CASES = [
@@ -183,6 +219,10 @@ CASES = [
     pytest.param(Case(OPENCODE, opencode, "anthropic", "chat", "bash"), id="opencode-anthropic"),
     pytest.param(Case(CODEX, codex, "openai", "responses", "exec_command"), id="codex-openai"),
     pytest.param(Case(CODEX, codex, "anthropic", "responses", "exec_command"), id="codex-anthropic"),
+    pytest.param(Case(GEMINI_CLI, gemini_cli, "openai", "gemini", "run_shell_command", engine_extras=True),
+                 id="gemini-cli-openai"),
+    pytest.param(Case(GEMINI_CLI, gemini_cli_without_top_k, "anthropic", "gemini", "run_shell_command"),
+                 id="gemini-cli-anthropic"),
 ]
 
 
@@ -198,7 +238,7 @@ async def test_an_agent_runs_its_shell_tool_and_answers_with_the_result(
     work.mkdir()
     home.mkdir()
     async with edge_in_front_of_scripted(case.dialect, f"printf '{proof}' > proof.txt && cat proof.txt",
-                                         monkeypatch) as stack:
+                                         monkeypatch, engine_extras=case.engine_extras) as stack:
         argv, env = case.configure(exe, stack.url, home)
         run = await run_agent(argv, work, env)
     said = f"exit {run.code}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}\nedge: {_statuses(stack)}"
@@ -217,6 +257,11 @@ async def test_an_agent_runs_its_shell_tool_and_answers_with_the_result(
     # The agent's last word is the script's last answer.
     assert run.code == 0, said
     assert f"{DONE}{proof}" in run.stdout, said
+    if case.agent is GEMINI_CLI:
+        # Its model turn comes back with a thought signature (its placeholder for a call that had none): only
+        # Gemini reads one, and the edge names it as not sent.
+        hints = [a.exchange.routed.hints for a in model_calls if a.exchange is not None]
+        assert hints == [[], ["thought_signature"]], said
     if case.dialect == "anthropic":
         # Anthropic caches only up to a breakpoint: Claude Code places its own; for the others the edge
         # does, and the turn with the tool's result reads the turn before it from the cache.

@@ -68,9 +68,11 @@ class Agent:
 CLAUDE_CODE = Agent("claude-code", "@anthropic-ai/claude-code", "2.1.332", "claude")
 OPENCODE = Agent("opencode", "opencode-ai", "1.18.33", "opencode")
 CODEX = Agent("codex", "@openai/codex", "0.171.0", "codex")  # its binary comes in @openai/codex-linux-x64
+GEMINI_CLI = Agent("gemini-cli", "@google/gemini-cli", "0.61.0", "gemini")  # one bundled JavaScript package
 
 # What keeps each agent from calling anywhere but the edge: telemetry, error reports, update checks,
-# model catalogues, plugins and language servers fetched at run time; Codex's are CODEX_QUIET. Checked
+# model catalogues, plugins and language servers fetched at run time; Codex's are CODEX_QUIET, Gemini CLI's
+# GEMINI_QUIET (settings, not variables). Checked
 # with `strace -f -e trace=network`: with these, each agent connects to the edge's loopback port alone
 # (and opencode to NO_REGISTRY).
 QUIET = {
@@ -92,6 +94,7 @@ QUIET = {
         "npm_config_registry": NO_REGISTRY,
     },
     CODEX.name: {},
+    GEMINI_CLI.name: {},
 }
 
 
@@ -99,6 +102,15 @@ QUIET = {
 # feature (which, on, has it resolve github.com, api.github.com and chatgpt.com at start).
 CODEX_QUIET = ("check_for_update_on_startup=false", "analytics.enabled=false", "feedback.enabled=false",
                "features.plugins=false")
+
+# Gemini CLI's, as its settings.json (`~/.gemini/settings.json`, merged with the test's own): its usage
+# statistics (on, it resolves and posts to Google's Clearcut logging service, and names the installation in an
+# `x-gemini-api-privileged-user-id` header to the edge), OpenTelemetry, and its update check and notice.
+GEMINI_QUIET = {
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+}
 
 
 def cache_root() -> Path:

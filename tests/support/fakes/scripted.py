@@ -2,12 +2,13 @@
 what `ingress bridge openai` calls) and Anthropic's Messages (`POST /v1/messages`, what `ingress bridge
 anthropic` calls), each whole or streamed.
 
-Its script, per conversation, whatever the agent: while the last message is not a tool's result, answer
-with one call to the agent's shell tool (found by name among the tools offered: Claude Code's `Bash`,
-opencode's `bash`, Codex's `exec_command`), running `command`; once a tool's result is the last message,
-answer "DONE: <the result's last line>" (the command's output: Codex's result opens with lines of its own,
-"Chunk ID: ...", "Process exited with code 0", "Output:"). A request that offers no shell tool (a title, a summary) gets
-a short text. Every answer carries usage.
+Its script, per conversation, whatever the agent: while the last message is not a tool's result, answer with
+one call to the agent's shell tool (found by name among the tools offered: Claude Code's `Bash`, opencode's
+`bash`, Codex's `exec_command`, Gemini CLI's `run_shell_command`), running `command`; once a tool's result is
+the last message, answer "DONE: <the result's last line>" (the command's output: Codex's result opens with
+lines of its own, "Chunk ID: ...", "Process exited with code 0", "Output:"; Gemini CLI's is a JSON object, its
+`output` the shell's report, which `tool_results` unwraps). A request that offers no shell tool (a title, a
+summary) gets a short text. Every answer carries usage.
 
     model = ScriptedModel(command="printf hi > proof.txt && cat proof.txt")
     async with model.running() as url:       # a bridge's target: f"{url}/v1" (openai) or url (anthropic)
@@ -30,7 +31,8 @@ from multidict import CIMultiDict
 from ingress.serve.app import serve_app
 
 # Each agent's shell tool, by the name it offers, and the argument that holds the command.
-SHELL_TOOLS = {"Bash": "command", "bash": "command", "exec_command": "cmd", "shell": "command"}
+SHELL_TOOLS = {"Bash": "command", "bash": "command", "exec_command": "cmd", "shell": "command",
+               "run_shell_command": "command"}
 DONE = "DONE: "
 ASIDE = "Noted."  # the answer to a request without a shell tool (a session's title, a summary)
 OUTPUT_TOKENS = 7
@@ -296,11 +298,28 @@ def _last_tool_result(path: str, body: dict[str, Any]) -> str | None:
         return None
     last = messages[-1]
     if path.endswith("/chat/completions"):
-        return _text(last.get("content")) if last.get("role") == "tool" else None
+        return _unwrapped(_text(last.get("content"))) if last.get("role") == "tool" else None
     if last.get("role") != "user" or not isinstance(last.get("content"), list):
         return None
     results = [block for block in last["content"] if block.get("type") == "tool_result"]
-    return _text(results[-1].get("content")) if results else None
+    return _unwrapped(_text(results[-1].get("content"))) if results else None
+
+
+_GEMINI_REPORT = ("<untrusted_context>", "</untrusted_context>", "Process Group PGID:")
+
+
+def _unwrapped(result: str) -> str:
+    """A tool's result as its command printed it. Gemini CLI's function response reaches the service as the
+    JSON of its `response`: `{"output": "<untrusted_context>\\nOutput: <the output>\\nProcess Group PGID:
+    ...\\n</untrusted_context>"}`; any other result is left as it is."""
+    try:
+        value = json.loads(result)
+    except ValueError:
+        return result
+    if not isinstance(value, dict) or not isinstance(value.get("output"), str):
+        return result
+    lines = [line for line in value["output"].splitlines() if not line.startswith(_GEMINI_REPORT)]
+    return "\n".join(line.removeprefix("Output: ") for line in lines)
 
 
 def _text(content: Any) -> str:

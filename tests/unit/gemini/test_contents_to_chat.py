@@ -4,6 +4,8 @@ refused naming the field by its proto path."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -194,3 +196,35 @@ def test_processing_hints_are_named_as_not_sent() -> None:
     assert got.dropped == ["safety_settings", "labels", "generation_config.media_resolution",
                            "function_declarations.response", "function_declarations.behavior"]
     assert read(for_gemini=True, labels={"a": "b"}).dropped == []
+
+
+GEMINI_CLI = Path(__file__).resolve().parents[2] / "fixtures" / "gemini_cli"
+
+
+def test_gemini_clis_turns_read_as_chat_with_its_signature_named_and_top_k_apart() -> None:
+    """Gemini CLI 0.61.0's first two turns (tests/fixtures/gemini_cli/): its system instruction first, its 15
+    functions with their `parametersJsonSchema` as sent, `topK` apart for a route that forwards extras, its
+    thoughts asked for; then its call (with the placeholder thought signature it adds) and the shell's
+    function response, answering the call by its id."""
+    first_body = (GEMINI_CLI / "first_turn.json").read_bytes()
+    first = as_chat(decode_generate_content(first_body), "gemini-x", stream=True)
+    sent = json.loads(first_body)
+    assert isinstance(first.request.messages[0], chat.SystemMessage)
+    functions = [t.function for t in first.request.tools or () if t.function is not None]
+    assert [f.name for f in functions] == [f["name"] for f in sent["tools"][0]["functionDeclarations"]]
+    shell = next(f for f in functions if f.name == "run_shell_command")
+    declared = next(f for f in sent["tools"][0]["functionDeclarations"] if f["name"] == "run_shell_command")
+    assert json.loads(bytes(shell.parameters)) == declared["parametersJsonSchema"]
+    assert (first.top_k, first.include_thoughts, first.dropped) == (64, True, [])
+    assert (first.request.temperature, first.request.top_p, first.request.reasoning_effort) == (1, 0.95, None)
+
+    second = as_chat(decode_generate_content((GEMINI_CLI / "second_turn.json").read_bytes()), "gemini-x")
+    *_, asked, called, answered = second.request.messages
+    assert isinstance(asked, chat.UserMessage) and isinstance(called, chat.AssistantMessage)
+    assert isinstance(answered, chat.ToolMessage)
+    [call] = called.tool_calls or []
+    assert call.function is not None
+    assert (call.id, call.function.name, answered.tool_call_id) == ("call_scripted_0", "run_shell_command",
+                                                                    "call_scripted_0")
+    assert json.loads(answered.content)["output"].startswith("<untrusted_context>\nOutput: hello from gemini")  # type: ignore[arg-type]  # a string here
+    assert second.dropped == ["thought_signature"]

@@ -13,7 +13,7 @@ from ingress.oai.completions import decode_text_request
 from ingress.oai.embeddings import decode_embedding_request
 from ingress.settings import Tracing
 from ingress.tracing import otlp
-from ingress.tracing.genai import error_type, input_messages, provider_answered, provider_span
+from ingress.tracing.genai import error_type, input_messages, provider_answered, provider_span, traced
 from ingress.tracing.spans import Tracer
 from ingress.wire.passport import Passport
 from unit.tracing.conftest import Recording
@@ -100,3 +100,22 @@ def test_a_provider_span_is_named_for_its_operation_and_model(tracer: Recording)
     assert span is not None and span.name == "embeddings gpt-4o" and headers == {"traceparent": span.traceparent}
     provider_answered(span, 503, {})
     assert "ingress.provider.request_id" not in span.attributes
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/v1/chat/completions", ("chat", "/v1/chat/completions")),
+    ("/v1/messages/count_tokens", ("count_tokens", "/v1/messages/count_tokens")),
+    ("/v1beta/models/gemini-2.5-pro:generateContent", ("generate_content", "/v1beta/models/{model}:generateContent")),
+    ("/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+     ("generate_content", "/v1beta/models/{model}:streamGenerateContent")),
+    ("/v1/models/llama3:8b:countTokens", ("count_tokens", "/v1/models/{model}:countTokens")),
+    ("/v1beta/models/gemini-2.5-pro:embedContent", None),  # not served: a 404, untraced
+    ("/v1beta/models/gemini-2.5-pro", None),
+    ("/v1beta/models/:generateContent", None),
+    ("/v1/models", None),
+    ("/healthz", None),
+])
+def test_the_traced_paths_are_the_apis_and_googles_by_their_method(path: str,
+                                                                   expected: tuple[str, str] | None) -> None:
+    """Google's paths name the model: traced by the method after it, their http.route a template without it."""
+    assert traced(path) == expected
