@@ -46,13 +46,17 @@ def prepare_gemini(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: E
     tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).chat(read.request, exact))
     chat = guarded_chat(exchange, read.request, tokens, "contents")
     exchange.routed.hints.extend(read.dropped)
+    if read.top_k is not None and extra_json is None:
+        # Not refused, though it narrows the sampling: Gemini CLI sends topK 64 with every request, and a
+        # route to a service without top_k (OpenAI's) could never serve it. Named as not sent.
+        exchange.routed.hints.append(TOP_K)
     sent = folded_turns(exchange, chat, match.route)
     passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
     encoded = encode_messages_request(sent, exchange.request_id, passport, match.route.provider, match.upstream_model,
                                       extra_json)
 
     def encode_for(route: Route, model: str) -> bytes | bytearray:
-        """As above, for another route of the chain (InvalidRequest: topK, which that route does not forward)."""
+        """As above, for another route of the chain (topK as its extra where it forwards them)."""
         return encode_messages_request(folded_turns(exchange, chat, route), exchange.request_id, passport,
                                        route.provider, model, _top_k(read, route))
 
@@ -61,12 +65,10 @@ def prepare_gemini(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: E
 
 
 def _top_k(read: Read, route: Route) -> str | None:
-    """`topK` as the engine extra it travels as (None: not asked); refused by a route that forwards none."""
-    if read.top_k is None:
+    """`topK` as the engine extra it travels as, where the route forwards extras; None elsewhere (not asked,
+    or not sent: prepare names it)."""
+    if read.top_k is None or route.extra_fields != "forward":
         return None
-    if route.extra_fields != "forward":
-        raise InvalidRequest(f"{TOP_K}: not supported by the service behind this model (its route does not forward "
-                             "engine parameters).", param=TOP_K)
     return f'{{"top_k":{read.top_k}}}'
 
 

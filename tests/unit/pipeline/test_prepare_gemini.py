@@ -57,14 +57,15 @@ def test_the_chat_request_it_amounts_to_travels(stream: bool) -> None:
     assert (exchange.routed.model, exchange.routed.stream, exchange.routed.route) == ("gemini-x", stream, "gemini-x")
 
 
-def test_top_k_travels_as_an_engine_extra_where_the_route_forwards_them() -> None:
+def test_top_k_travels_as_an_engine_extra_where_the_route_forwards_them_else_is_named_not_sent() -> None:
     body = _body(generationConfig={"topK": 40})
     _, prepared = prepare_gemini(_gateway(), body, RequestMeta(), Exchange("r"), model="gemini-extras", stream=False)
     assert wire.read_request(bytes(prepared.encoded)).ExtraJson() == b'{"top_k":40}'
 
-    with pytest.raises(InvalidRequest) as refused:
-        prepare_gemini(_gateway(), body, RequestMeta(), Exchange("r"), model="gemini-x", stream=False)
-    assert refused.value.param == "generation_config.top_k"
+    exchange = Exchange("r")  # a route that forwards no extras: not sent, and named
+    _, prepared = prepare_gemini(_gateway(), body, RequestMeta(), exchange, model="gemini-x", stream=False)
+    assert wire.read_request(bytes(prepared.encoded)).ExtraJson() is None
+    assert exchange.routed.hints == ["generation_config.top_k"]
 
 
 @pytest.mark.parametrize(("fields", "param"), [
