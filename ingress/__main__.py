@@ -96,7 +96,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _bridge(args: argparse.Namespace) -> int:
-    from ingress.bridges import CredentialsError, api_key, load_dialect
+    from ingress.bridges import CredentialsError, dialect_key, load_dialect
     from ingress.bridges.dialect import Target
     from ingress.bridges.service import create_bridge_app
     from ingress.config import ConfigError, bridge_config, tracing_config
@@ -108,7 +108,7 @@ def _bridge(args: argparse.Namespace) -> int:
             "dialect": args.dialect, "target": args.target, "model": args.model, "api_key_env": args.api_key_env,
             "api_key_file": args.api_key_file, "max_tokens": args.max_tokens}.items() if v is not None})
         target = Target(url=config.target, model=config.model, max_tokens=config.max_tokens,
-                        api_key=api_key(config.api_key_env, config.api_key_file))
+                        api_key=dialect_key(config.dialect, config.api_key_env, config.api_key_file))
         tracing = tracing_config(args.trace_endpoint, args.trace_sample_ratio, "ingress-bridge")
     except (ConfigError, CredentialsError) as exc:
         raise SystemExit(f"ingress bridge: {exc}") from None
@@ -176,9 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("file")
     check.set_defaults(run=_check_config)
     bridge = sub.add_parser("bridge", help="serve our contract in front of an engine's or provider's API")
-    bridge.add_argument("dialect", choices=["openai", "anthropic"],
+    bridge.add_argument("dialect", choices=["openai", "anthropic", "gemini"],
                         help="openai: any OpenAI-compatible engine (vLLM, SGLang, llama.cpp, TGI, Ollama, OpenAI); "
-                             "anthropic: Anthropic's Messages API")
+                             "anthropic: Anthropic's Messages API; gemini: Google's Gemini API (its key from "
+                             "GEMINI_API_KEY or GOOGLE_API_KEY unless --api-key-env/--api-key-file names one)")
     bridge.add_argument("--target", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8000")
     bridge.add_argument("--model", help="the model name to send when the request's route names none")
     bridge.add_argument("--api-key-env", help="the environment variable holding the engine's API key")

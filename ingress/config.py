@@ -143,9 +143,9 @@ def _check(settings: Settings) -> None:
                 raise ConfigError(f"{key}.{ref}: no group named {target!r}")
         if route.glob is not None:
             re.compile(translate(route.glob))
-        if route.count_tokens == "provider" and route.provider != "anthropic":
-            raise ConfigError(f"{key}.count_tokens: \"provider\" needs provider = \"anthropic\" (its bridge asks "
-                              "Anthropic to count)")
+        if route.count_tokens == "provider" and route.provider not in ("anthropic", "gemini"):
+            raise ConfigError(f"{key}.count_tokens: \"provider\" needs provider = \"anthropic\" or \"gemini\" (its "
+                              "bridge asks the provider to count)")
         if route.cache is not None and route.cache.backend == "redis" and (
                 settings.tenancy is None or settings.tenancy.redis is None):
             raise ConfigError(f"{key}.cache.backend: \"redis\" uses the tenancy's server; set [tenancy] "

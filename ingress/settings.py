@@ -55,7 +55,7 @@ class Bridge(_Config, frozen=True):
     one beside an engine): our contract to it, the dialect's API from it to `target`. Credentials come
     from the environment or a file, read at start-up, never from a request."""
 
-    dialect: Literal["openai", "anthropic"]
+    dialect: Literal["openai", "anthropic", "gemini"]
     target: BridgeTarget  # the engine's base URL; the dialect adds /v1/...
     model: Annotated[str, Meta(min_length=1, max_length=256)] | None = None  # sent when the route names none
     api_key_env: Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")] | None = None
@@ -146,7 +146,7 @@ class Route(_Config, frozen=True):
     glob: str | None = None
     aliases: list[str] = []
     upstream_model: str | None = None  # the name sent upstream (default: `model`, or the name asked for)
-    provider: Literal["openai", "anthropic", "self_hosted"] = "openai"
+    provider: Literal["openai", "anthropic", "self_hosted", "gemini"] = "openai"
     fallback: str | None = None  # a group tried when `group` is unavailable or fails before the first byte
     # Routes tried in order, each with its own group and upstream model, when an attempt fails in one of
     # the classes of `fallback_on`, before the client was sent anything (docs/routing.md, "Fallback chains").
@@ -173,8 +173,8 @@ class Route(_Config, frozen=True):
     # What counts the prompt's tokens (ingress/tokens): "o200k", "cl100k" or a tokenizer.json path;
     # None: chosen from the upstream model's name (OpenAI's models), else an upper-bound estimate.
     tokenizer: Annotated[str, Meta(min_length=1)] | None = None
-    # Who answers a Messages request's count_tokens: the edge's tokenizer, or (provider = "anthropic"
-    # only) the provider itself, asked through the route's Anthropic bridge.
+    # Who answers a Messages request's count_tokens (a Gemini request's countTokens): the edge's tokenizer, or
+    # (provider = "anthropic" or "gemini" only) the provider itself, asked through the route's bridge.
     count_tokens: Literal["edge", "provider"] = "edge"
     # With [tracing]: the request's span carries the prompt (as sent, after the guardrails' redaction) and the
     # answer's text (gen_ai.input.messages, gen_ai.output.messages). Off: no span holds a request's text.

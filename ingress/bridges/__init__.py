@@ -1,7 +1,7 @@
 """Bridges: internal services that speak our contract on one side and a real engine's or provider's
-API on the other. `dialect.py` says what a dialect is; `openai.py` and `anthropic.py` are the dialects,
-each joining its `_request.py` (our request → the engine's) and its `_answers.py` (the engine's answers,
-events and errors → ours), and `openai_embeddings.py` the OpenAI dialect's embeddings both ways;
+API on the other. `dialect.py` says what a dialect is; `openai.py`, `anthropic.py` and `gemini.py` are the
+dialects, each joining its `_request.py` (our request → the engine's) and its `_answers.py` (the engine's
+answers, events and errors → ours), and `openai_embeddings.py` the OpenAI dialect's embeddings both ways;
 `eventstream.py` and `failures.py` are what they share; `service.py` is the I/O around one; `ingress
 bridge DIALECT` serves one alone, and an endpoint's `bridge` in the edge's config runs one in-process."""
 
@@ -15,7 +15,9 @@ from pathlib import Path
 from ingress.bridges.dialect import Dialect, Target
 from ingress.settings import Bridge
 
-DIALECTS = ("openai", "anthropic")
+DIALECTS = ("openai", "anthropic", "gemini")
+# A dialect's key from the environment when none is named: the variables its provider's own SDKs read.
+DEFAULT_KEY_ENV = {"gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY")}
 
 
 class CredentialsError(Exception):
@@ -49,6 +51,16 @@ def api_key(env: str | None, file: str | None, environ: Mapping[str, str] | None
     return None
 
 
+def dialect_key(dialect: str, env: str | None, file: str | None,
+                environ: Mapping[str, str] | None = None) -> str | None:
+    """As `api_key`; with neither named, the first of the dialect's own variables (DEFAULT_KEY_ENV) that is set."""
+    if env is not None or file is not None:
+        return api_key(env, file, environ)
+    environ = os.environ if environ is None else environ
+    return next((value for name in DEFAULT_KEY_ENV.get(dialect, ()) if (value := environ.get(name, "").strip())),
+                None)
+
+
 def target_of(bridge: Bridge, environ: Mapping[str, str] | None = None) -> Target:
     return Target(url=bridge.target, model=bridge.model, max_tokens=bridge.max_tokens,
-                  api_key=api_key(bridge.api_key_env, bridge.api_key_file, environ))
+                  api_key=dialect_key(bridge.dialect, bridge.api_key_env, bridge.api_key_file, environ))

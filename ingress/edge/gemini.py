@@ -105,7 +105,10 @@ async def _count(request: web.Request, model: str) -> web.Response:
     gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
     exchange.api = COUNT_API
     body = await read_body(request, gateway.settings.max_body_bytes)
-    tokens = pipeline.prepare_gemini_count(gateway, body, _meta(request), exchange, model=model)
+    tokens, prepared = pipeline.prepare_gemini_count(gateway, body, _meta(request), exchange, model=model)
+    if prepared is not None:  # the route asks Google to count
+        with request.app[DRAIN].deadline():
+            tokens = await pipeline.count_by_service(gateway, prepared, exchange)
     return json_response(CountTokensResponse(total_tokens=tokens))
 
 

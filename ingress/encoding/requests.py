@@ -260,16 +260,20 @@ def encode_request(request: chat.ChatCompletionRequest, request_id: str, passpor
 def encode_messages_request(request: chat.ChatCompletionRequest, request_id: str, passport: PassportData,
                             provider: str = "openai", model_name: str | None = None, extra_json: str | None = None,
                             *, anthropic_json: str | None = None, anthropic_beta: list[str] | None = None,
-                            anthropic_version: str | None = None, responses_json: str | None = None) -> bytearray:
+                            anthropic_version: str | None = None, responses_json: str | None = None,
+                            gemini_json: str | None = None) -> bytearray:
     """A Messages request's chat reading, as `encode_request`; bound for Anthropic, with the client's
     request as sent (`anthropic_json`) and its `anthropic-beta` flags and `anthropic-version`. A Responses
-    request bound for OpenAI's own API, the same way: its chat reading, and as sent (`responses_json`)."""
+    request bound for OpenAI's own API, the same way: its chat reading, and as sent (`responses_json`); a
+    Gemini request bound for Google's API, its chat reading and as sent (`gemini_json`)."""
     data = request_data(request, request_id, passport, provider, model_name, extra_json)
     if anthropic_json is not None:
         data = msgspec.structs.replace(data, anthropic_json=anthropic_json, anthropic_beta=anthropic_beta or None,
                                        anthropic_version=anthropic_version)
     if responses_json is not None:
         data = msgspec.structs.replace(data, responses_json=responses_json)
+    if gemini_json is not None:
+        data = msgspec.structs.replace(data, gemini_json=gemini_json)
     return encode_request_data(data)
 
 

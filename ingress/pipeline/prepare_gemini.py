@@ -1,10 +1,12 @@
 """prepare, for Google's Gemini API: a GenerateContentRequest (or a countTokens one) decoded, routed, read as
 the chat request it amounts to, counted, guarded, and encoded; CPU only, bad input raises here.
 
-The chat reading is what travels, to every route: a route to Google's own API, to which the request would
-travel whole (as a Messages request does to Anthropic), is the Gemini bridge's to add, with its field in the
-schema. Until then, what only Google serves is refused (contents_to_chat.py) and its processing hints are not
-sent, each named on the exchange."""
+The chat reading is what travels, to every route. Bound for Google (a route with `provider = "gemini"`, its
+group a Gemini bridge), the request also travels whole, as the client sent it (`gemini_json`), for the bridge
+to send on: what only Google serves (its built-in tools, cachedContent, files it holds, thought signatures)
+goes on as it came. Elsewhere what only Google serves is refused (contents_to_chat.py) and its processing
+hints are not sent, each named on the exchange. A guardrail that redacts the prompt leaves the request as
+sent behind: then only its (redacted) reading travels, as to any other service."""
 
 from __future__ import annotations
 
@@ -36,29 +38,43 @@ TOP_K = "generation_config.top_k"
 def prepare_gemini(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, model: str,
                    stream: bool) -> tuple[Read, Prepared[Completion]]:
     """As prepare, for `generateContent` (`stream`: `streamGenerateContent`) of `model`, the URL's: decoded,
-    then read as the chat request it amounts to, which travels; the reading is kept to answer in Google's
-    shape (whether the answer shows the thoughts). `topK` travels as an engine extra where the route forwards
-    them, and is refused elsewhere, as Messages' top_k is."""
+    then read as the chat request it amounts to, which travels (whole too, to Google); the reading is kept to
+    answer in Google's shape (whether the answer shows the thoughts). Off Google, `topK` travels as an engine
+    extra where the route forwards them, and is named as not sent elsewhere."""
     request = decode_generate_content(body)
     match, meta = route_decoded(gateway, exchange, model, stream, meta)
-    read = as_chat(request, model, stream=stream)
-    extra_json = _top_k(read, match.route)
+    whole = match.route.provider == "gemini"
+    read = as_chat(request, model, stream=stream, for_gemini=whole)
+    extra_json = None if whole else _top_k(read, match.route)
     tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).chat(read.request, exact))
     chat = guarded_chat(exchange, read.request, tokens, "contents")
+    redacted = chat is not read.request
+    if whole and redacted:  # redacted: the request as sent may not travel
+        read = as_chat(request, model, stream=stream)  # what only Google serves is refused, as off Google
+        whole = False
+        extra_json = _top_k(read, match.route)
     exchange.routed.hints.extend(read.dropped)
-    if read.top_k is not None and extra_json is None:
+    if read.top_k is not None and extra_json is None and not whole:
         # Not refused, though it narrows the sampling: Gemini CLI sends topK 64 with every request, and a
         # route to a service without top_k (OpenAI's) could never serve it. Named as not sent.
         exchange.routed.hints.append(TOP_K)
-    sent = folded_turns(exchange, chat, match.route)
+    sent = chat if whole else folded_turns(exchange, chat, match.route)
     passport = compute_passport(sent, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
+    sent_json = body.decode() if whole else None
     encoded = encode_messages_request(sent, exchange.request_id, passport, match.route.provider, match.upstream_model,
-                                      extra_json)
+                                      extra_json, gemini_json=sent_json)
 
     def encode_for(route: Route, model: str) -> bytes | bytearray:
-        """As above, for another route of the chain (topK as its extra where it forwards them)."""
-        return encode_messages_request(folded_turns(exchange, chat, route), exchange.request_id, passport,
-                                       route.provider, model, _top_k(read, route))
+        """As above, for another route of the chain: whole to Google (unless redacted), else read as a chat
+        request (InvalidRequest: what only Google serves; topK as its extra where it forwards them)."""
+        to_gemini = route.provider == "gemini" and not redacted
+        reading = chat if redacted else as_chat(request, read.request.model, stream=stream,
+                                                for_gemini=to_gemini).request
+        if not to_gemini:
+            reading = folded_turns(exchange, reading, route)
+        return encode_messages_request(reading, exchange.request_id, passport, route.provider, model,
+                                       None if to_gemini else _top_k(read, route),
+                                       gemini_json=body.decode() if to_gemini else None)
 
     return read, prepared_for(gateway, exchange, sent, match, passport, encoded, meta, chat_output(sent),
                               encode_for=encode_for)
@@ -73,15 +89,24 @@ def _top_k(read: Read, route: Route) -> str | None:
 
 
 def prepare_gemini_count(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *,
-                         model: str) -> int:
+                         model: str) -> tuple[int, Prepared[Completion] | None]:
     """`countTokens` of `model`: the prompt of its `contents`, or of its `generateContentRequest` (system
     instruction and tools too), read as a chat request and counted exactly by the route's tokenizer (or the
-    one its model's name implies), as a Messages count is. The edge counts: asking a provider
-    (`count_tokens = "provider"`) is for Messages requests, which Anthropic counts."""
-    request = decode_generate_content(count_request(body))
-    match, _ = route_decoded(gateway, exchange, model, False, meta)
-    read = as_chat(request, model)
-    return counter(gateway, match).chat(read.request, True)
+    one its model's name implies), as a Messages count is; and, on a route to Google that asks its provider to
+    count (`count_tokens = "provider"`), the request prepared for that: as the client sent it, for the Gemini
+    bridge to send on to countTokens."""
+    counted_body = count_request(body)
+    request = decode_generate_content(counted_body)
+    match, meta = route_decoded(gateway, exchange, model, False, meta)
+    asks_provider = match.route.count_tokens == "provider" and match.route.provider == "gemini"
+    read = as_chat(request, model, for_gemini=asks_provider)
+    tokens = counter(gateway, match).chat(read.request, True)
+    if not asks_provider:
+        return tokens, None
+    passport = compute_passport(read.request, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
+    encoded = encode_messages_request(read.request, exchange.request_id, passport, match.route.provider,
+                                      match.upstream_model, gemini_json=counted_body.decode())
+    return tokens, prepared_for(gateway, exchange, read.request, match, passport, encoded, meta, 0)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

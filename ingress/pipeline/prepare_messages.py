@@ -89,7 +89,7 @@ def prepare_count(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Ex
     request, _ = decode_messages(_with_max_tokens(body), beta=bool(beta))
     match, meta = route_decoded(gateway, exchange, request.model, False, meta,
                                 request.metadata.user_id if request.metadata is not None else None)
-    asks_provider = match.route.count_tokens == "provider"
+    asks_provider = match.route.count_tokens == "provider" and match.route.provider == "anthropic"
     read = messages_as_chat(request, for_anthropic=asks_provider)
     tokens = counter(gateway, match).chat(read.request, True)
     if not asks_provider:

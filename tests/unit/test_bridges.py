@@ -7,17 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from ingress.bridges import DIALECTS, CredentialsError, api_key, load_dialect, target_of
+from ingress.bridges import DIALECTS, CredentialsError, api_key, dialect_key, load_dialect, target_of
 from ingress.bridges.anthropic import AnthropicDialect
+from ingress.bridges.gemini import GeminiDialect
 from ingress.bridges.openai import OpenAIDialect
 from ingress.settings import Bridge
 
 
 def test_each_dialect_loads_by_its_name_and_no_other_name_does() -> None:
-    assert DIALECTS == ("openai", "anthropic")
+    assert DIALECTS == ("openai", "anthropic", "gemini")
     assert isinstance(load_dialect("openai"), OpenAIDialect)
     assert isinstance(load_dialect("anthropic"), AnthropicDialect)
-    for name in ("gemini", "eventstream", "dialect", ""):
+    assert isinstance(load_dialect("gemini"), GeminiDialect)
+    for name in ("gemini_request", "eventstream", "dialect", ""):
         with pytest.raises(ValueError, match="unknown dialect"):
             load_dialect(name)
 
@@ -28,6 +30,16 @@ def test_a_key_from_the_environment_trimmed_and_a_missing_one_refused_by_name() 
         with pytest.raises(CredentialsError, match="the environment variable KEY is not set"):
             api_key("KEY", "/never/read", environ)
     assert api_key(None, None, {"KEY": "sk"}) is None  # no credential: none sent
+
+
+def test_the_gemini_bridges_key_comes_from_googles_variables_when_none_is_named() -> None:
+    assert dialect_key("gemini", None, None, {"GOOGLE_API_KEY": "g", "GEMINI_API_KEY": " k "}) == "k"
+    assert dialect_key("gemini", None, None, {"GOOGLE_API_KEY": "g"}) == "g"
+    assert dialect_key("gemini", None, None, {}) is None
+    assert dialect_key("gemini", "MINE", None, {"MINE": "m", "GEMINI_API_KEY": "k"}) == "m"
+    assert dialect_key("openai", None, None, {"GEMINI_API_KEY": "k"}) is None
+    bridge = Bridge(dialect="gemini", target="https://generativelanguage.googleapis.com")
+    assert target_of(bridge, {"GEMINI_API_KEY": "AIza-k"}).api_key == "AIza-k"
 
 
 def test_a_key_from_a_file_and_what_is_wrong_with_the_file(tmp_path: Path) -> None:

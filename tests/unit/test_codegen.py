@@ -112,15 +112,15 @@ def test_an_enum_value_is_spelled_from_its_schema_name(schema_name: str, name: s
 
 def test_the_edge_spells_enums_as_before() -> None:
     # The tables that were hand-copied into wire/decode.py and wire/encode.py, now generated; values
-    # appended since (the legacy "function" role, Anthropic's "pause_turn" and "refusal") keep every
-    # earlier number.
+    # appended since (the legacy "function" role, Anthropic's "pause_turn" and "refusal", the "gemini"
+    # provider) keep every earlier number.
     assert decode.ROLE_NAMES == ("system", "user", "assistant", "tool", "developer", "function")
     assert decode.FINISH_NAMES == (None, "stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal")
-    assert decode.PROVIDER_NAMES == ("openai", "anthropic", "self_hosted")
+    assert decode.PROVIDER_NAMES == ("openai", "anthropic", "self_hosted", "gemini")
     assert encode.ROLES == {"system": 0, "user": 1, "assistant": 2, "tool": 3, "developer": 4, "function": 5}
     assert encode.FINISH_REASONS == {None: 0, "stop": 1, "length": 2, "tool_calls": 3, "content_filter": 4,
                                      "pause_turn": 5, "refusal": 6}
-    assert encode.PROVIDERS == {"openai": 0, "anthropic": 1, "self_hosted": 2}
+    assert encode.PROVIDERS == {"openai": 0, "anthropic": 1, "self_hosted": 2, "gemini": 3}
 
 
 def test_settings_accept_exactly_the_schemas_providers() -> None:
@@ -129,15 +129,16 @@ def test_settings_accept_exactly_the_schemas_providers() -> None:
 
 
 def test_a_new_enum_value_is_one_schema_edit() -> None:
-    text = gen.SCHEMA.read_text().replace("SelfHosted = 2 }", "SelfHosted = 2, GoogleVertex = 3 }")
+    text = gen.SCHEMA.read_text().replace("Gemini = 3 }", "Gemini = 3, GoogleVertex = 4 }")
     module: dict[str, object] = {}
     exec(emit_enums(parse(text)), module)  # the generated module's text, as `python -m codegen` writes it
-    assert module["MODEL_PROVIDER_NAMES"] == ("openai", "anthropic", "self_hosted", "google_vertex")
-    assert module["MODEL_PROVIDER_VALUES"] == {"openai": 0, "anthropic": 1, "self_hosted": 2, "google_vertex": 3}
+    assert module["MODEL_PROVIDER_NAMES"] == ("openai", "anthropic", "self_hosted", "gemini", "google_vertex")
+    assert module["MODEL_PROVIDER_VALUES"] == {"openai": 0, "anthropic": 1, "self_hosted": 2, "gemini": 3,
+                                               "google_vertex": 4}
 
 
 def test_enums_with_gaps_are_refused() -> None:
-    text = gen.SCHEMA.read_text().replace("SelfHosted = 2 }", "SelfHosted = 5 }")
+    text = gen.SCHEMA.read_text().replace("Gemini = 3 }", "Gemini = 5 }")
     with pytest.raises(SchemaError, match="without gaps"):
         emit_enums(parse(text))
 

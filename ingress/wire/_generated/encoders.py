@@ -168,6 +168,7 @@ class CompletionRequestData(msgspec.Struct, kw_only=True, gc=False):
     anthropic_beta: list[str] | None = None
     anthropic_version: str | None = None
     responses_json: str | None = None
+    gemini_json: str | None = None
 
 
 class UsageData(msgspec.Struct, kw_only=True, gc=False):
@@ -762,7 +763,7 @@ def _write_PromptInput(buf: bytearray, o: PromptInputData) -> int:
 
 # The vtable, then the table inline.
 _VT_TB_CompletionRequest = struct.Struct(
-    '<57Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4x4x4x4x4x4x4x4x4x4x4x4x4x4xii4x4x4x4xb???????????'
+    '<58Hi4xdqdd4x4x4x4xif4x4x4xi4xi4x4x4x4x4xi4x4x4x4x4x4x4x4x4x4x4x4x4x4x4xii4x4x4x4x4xb???????????4x'
 ).pack
 
 
@@ -812,34 +813,36 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
     f_anthropic_beta = o.anthropic_beta
     f_anthropic_version = o.anthropic_version
     f_responses_json = o.responses_json
-    pad = -(len(buf) + 114) & 7
+    f_gemini_json = o.gemini_json
+    pad = -(len(buf) + 116) & 7
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 114
+    t = len(buf) + 116
     buf += _VT_TB_CompletionRequest(
-        114, 208, 40 if f_request_id is not None else 0, 196, 44 if f_model_name is not None else 0,
+        116, 216, 40 if f_request_id is not None else 0, 200, 44 if f_model_name is not None else 0,
         48 if f_system_prompt is not None else 0, 52 if f_user_prompt is not None else 0, 56, 60,
         64 if f_tools is not None else 0, 68 if f_messages is not None else 0,
         72 if f_tool_choice_json is not None else 0, 8 if f_top_p is not None else 0, 76 if f_n is not None else 0,
         80 if f_stop is not None else 0, 16 if f_seed is not None else 0, 24 if f_presence_penalty is not None else 0,
         32 if f_frequency_penalty is not None else 0, 84 if f_max_completion_tokens is not None else 0,
         88 if f_response_format is not None else 0, 92 if f_logit_bias is not None else 0,
-        96 if f_user is not None else 0, 197, 198, 100 if f_metadata is not None else 0,
-        104 if f_passport is not None else 0, 199, 200, 201 if f_parallel_tool_calls is not None else 0,
-        202 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
+        96 if f_user is not None else 0, 201, 202, 100 if f_metadata is not None else 0,
+        104 if f_passport is not None else 0, 203, 204, 205 if f_parallel_tool_calls is not None else 0,
+        206 if f_logprobs is not None else 0, 108 if f_top_logprobs is not None else 0,
         112 if f_reasoning_effort is not None else 0, 116 if f_service_tier is not None else 0,
-        203 if f_include_obfuscation is not None else 0, 120 if f_audio_json is not None else 0,
+        207 if f_include_obfuscation is not None else 0, 120 if f_audio_json is not None else 0,
         124 if f_modalities is not None else 0, 128 if f_prediction_json is not None else 0,
         132 if f_prompt_cache_key is not None else 0, 136 if f_prompt_cache_retention is not None else 0,
-        140 if f_safety_identifier is not None else 0, 204 if f_store is not None else 0,
+        140 if f_safety_identifier is not None else 0, 208 if f_store is not None else 0,
         144 if f_verbosity is not None else 0, 148 if f_web_search_options_json is not None else 0,
-        152 if f_moderation_json is not None else 0, 156 if f_prompt_cache_options_json is not None else 0, 205,
-        160 if f_extra_json is not None else 0, 206, 164 if f_prompts is not None else 0, 207,
+        152 if f_moderation_json is not None else 0, 156 if f_prompt_cache_options_json is not None else 0, 209,
+        160 if f_extra_json is not None else 0, 210, 164 if f_prompts is not None else 0, 211,
         168 if f_suffix is not None else 0, 172 if f_best_of is not None else 0,
         176 if f_logprobs_count is not None else 0, 180 if f_anthropic_json is not None else 0,
         184 if f_anthropic_beta is not None else 0, 188 if f_anthropic_version is not None else 0,
-        192 if f_responses_json is not None else 0, 114, f_top_p if f_top_p is not None else 0,
-        f_seed if f_seed is not None else 0, f_presence_penalty if f_presence_penalty is not None else 0,
+        192 if f_responses_json is not None else 0, 196 if f_gemini_json is not None else 0, 116,
+        f_top_p if f_top_p is not None else 0, f_seed if f_seed is not None else 0,
+        f_presence_penalty if f_presence_penalty is not None else 0,
         f_frequency_penalty if f_frequency_penalty is not None else 0, o.max_tokens, o.temperature,
         f_n if f_n is not None else 0, f_max_completion_tokens if f_max_completion_tokens is not None else 0,
         f_top_logprobs if f_top_logprobs is not None else 0, f_best_of if f_best_of is not None else 0,
@@ -1087,6 +1090,15 @@ def _write_CompletionRequest(buf: bytearray, o: CompletionRequestData) -> int:
         if pad:
             buf += _ZERO[pad]
         _patch_u32(buf, t + 192, len(buf) - (t + 192))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
+    if f_gemini_json is not None:
+        d = f_gemini_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 196, len(buf) - (t + 196))
         buf += _pack_u32(len(d))
         buf += d
         buf += b"\0"
@@ -2139,6 +2151,9 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
     responses_json_off = 0
     if o.responses_json is not None:
         responses_json_off = b.CreateString(o.responses_json)
+    gemini_json_off = 0
+    if o.gemini_json is not None:
+        gemini_json_off = b.CreateString(o.gemini_json)
     _fb_CompletionRequest.Start(b)
     if request_id_off:
         _fb_CompletionRequest.AddRequestId(b, request_id_off)
@@ -2240,6 +2255,8 @@ def build_CompletionRequest(b: Builder, o: CompletionRequestData) -> int:
         _fb_CompletionRequest.AddAnthropicVersion(b, anthropic_version_off)
     if responses_json_off:
         _fb_CompletionRequest.AddResponsesJson(b, responses_json_off)
+    if gemini_json_off:
+        _fb_CompletionRequest.AddGeminiJson(b, gemini_json_off)
     return int(_fb_CompletionRequest.End(b))
 
 

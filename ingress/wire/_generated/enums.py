@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-ModelProviderName = Literal["openai", "anthropic", "self_hosted"]
-MODEL_PROVIDER_VALUES: dict[str, int] = {"openai": 0, "anthropic": 1, "self_hosted": 2}
-MODEL_PROVIDER_NAMES: tuple[str, ...] = ("openai", "anthropic", "self_hosted")
+ModelProviderName = Literal["openai", "anthropic", "self_hosted", "gemini"]
+MODEL_PROVIDER_VALUES: dict[str, int] = {"openai": 0, "anthropic": 1, "self_hosted": 2, "gemini": 3}
+MODEL_PROVIDER_NAMES: tuple[str, ...] = ("openai", "anthropic", "self_hosted", "gemini")
 
 
 RoleName = Literal["system", "user", "assistant", "tool", "developer", "function"]

@@ -42,7 +42,7 @@ from ingress.wire._generated.encoders import (
     UsageData,
 )
 
-_rt.reserve_slots(55)  # vtable unpackers for the widest table
+_rt.reserve_slots(56)  # vtable unpackers for the widest table
 _u32, _vtable, _str, _vector = _rt.u32, _rt.vtable, _rt.read_string, _rt.vector
 
 _S_bool = struct.Struct('<?').unpack_from
@@ -173,8 +173,8 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
     (
         o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15, o16, o17, o18, o19, o20, o21, o22, o23,
         o24, o25, o26, o27, o28, o29, o30, o31, o32, o33, o34, o35, o36, o37, o38, o39, o40, o41, o42, o43, o44, o45,
-        o46, o47, o48, o49, o50, o51, o52, o53, o54,
-    ) = _vtable(buf, t, 55)
+        o46, o47, o48, o49, o50, o51, o52, o53, o54, o55,
+    ) = _vtable(buf, t, 56)
     f_request_id = _str(buf, t + o0) if o0 else None
     f_provider = _S_b(buf, t + o1)[0] if o1 else 0
     f_model_name = _str(buf, t + o2) if o2 else None
@@ -254,6 +254,7 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
         f_anthropic_beta = [_str(buf, at + 4 * i) for i in range(n)]
     f_anthropic_version = _str(buf, t + o53) if o53 else None
     f_responses_json = _str(buf, t + o54) if o54 else None
+    f_gemini_json = _str(buf, t + o55) if o55 else None
     return CompletionRequestData(
         request_id=f_request_id, provider=f_provider, model_name=f_model_name, system_prompt=f_system_prompt,
         user_prompt=f_user_prompt, max_tokens=f_max_tokens, temperature=f_temperature, tools=f_tools,
@@ -271,6 +272,7 @@ def _read_CompletionRequest(buf: bytes, t: int) -> CompletionRequestData:
         extra_json=f_extra_json, text_completion=f_text_completion, prompts=f_prompts, echo=f_echo, suffix=f_suffix,
         best_of=f_best_of, logprobs_count=f_logprobs_count, anthropic_json=f_anthropic_json,
         anthropic_beta=f_anthropic_beta, anthropic_version=f_anthropic_version, responses_json=f_responses_json,
+        gemini_json=f_gemini_json,
     )
 
 

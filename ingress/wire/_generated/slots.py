@@ -89,7 +89,7 @@ class PromptInput:
 
 
 class CompletionRequest:
-    SLOTS: Final = 55
+    SLOTS: Final = 56
     request_id: Final = 0
     provider: Final = 1
     model_name: Final = 2
@@ -145,6 +145,7 @@ class CompletionRequest:
     anthropic_beta: Final = 52
     anthropic_version: Final = 53
     responses_json: Final = 54
+    gemini_json: Final = 55
 
 
 class Usage:

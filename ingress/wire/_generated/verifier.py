@@ -13,7 +13,7 @@ from __future__ import annotations
 from ingress.wire.runtime import Buffer, reserve_slots
 from ingress.wire.verifier_runtime import MAX_DEPTH, MAX_SIZE, MAX_TABLES, TableCheck, Verifier, bad_scalar
 
-reserve_slots(55)  # vtable unpackers for the widest table
+reserve_slots(56)  # vtable unpackers for the widest table
 
 # Memo keys of tables and vectors of tables: position * _KINDS + kind (crafted buffers can reach one
 # position as two types).
@@ -257,7 +257,7 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
         v.again(done, "CompletionRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 55, "CompletionRequest")
+    e = v.table_start(t, 56, "CompletionRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -435,6 +435,9 @@ def _table_CompletionRequest(v: Verifier, t: int) -> None:
     o = e[54]  # field responses_json: string
     if o:
         v.string(v.offset(t + o, "CompletionRequest.responses_json"), "CompletionRequest.responses_json")
+    o = e[55]  # field gemini_json: string
+    if o:
+        v.string(v.offset(t + o, "CompletionRequest.gemini_json"), "CompletionRequest.gemini_json")
     v.table_end(key, tables, peak)
 
 

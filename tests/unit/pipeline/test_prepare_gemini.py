@@ -1,6 +1,7 @@
 """ingress/pipeline/prepare_gemini.py: a GenerateContentRequest prepared for its route travels as the chat request
-it amounts to (its hints named on the exchange, topK as an engine extra or refused), and a countTokens body,
-bare or wrapping its generateContentRequest, is counted as that chat request is."""
+it amounts to (its hints named on the exchange, topK as an engine extra or refused), and to Google whole too
+(`gemini_json`, what only Google serves going on as it came); a countTokens body, bare or wrapping its
+generateContentRequest, is counted as that chat request is, or by Google where the route asks it."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from ingress.tokens import counter_for
 
 HELLO: dict[str, Any] = {"contents": [{"role": "user", "parts": [{"text": "Say hello to the edge"}]}]}
 ROUTES = (Route(model="gemini-x", group="main", upstream_model="served-x"),
-          Route(model="gemini-extras", group="main", extra_fields="forward"))
+          Route(model="gemini-extras", group="main", extra_fields="forward"),
+          Route(model="gemini-google", group="main", provider="gemini", upstream_model="gemini-2.5-pro"),
+          Route(model="gemini-counted", group="main", provider="gemini", count_tokens="provider"))
 
 
 def _gateway() -> Gateway:
@@ -88,9 +91,10 @@ def test_an_unknown_model_is_not_found() -> None:
 def test_count_tokens_counts_the_chat_reading_of_either_form() -> None:
     tools = [{"functionDeclarations": [{"name": "get_weather", "parameters": {"type": "OBJECT"}}]}]
     whole = {**HELLO, "systemInstruction": {"parts": [{"text": "Be brief."}]}, "tools": tools}
-    bare = prepare_gemini_count(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-x")
-    wrapped = prepare_gemini_count(_gateway(), msgspec.json.encode({"generateContentRequest": {
+    bare, none = prepare_gemini_count(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-x")
+    wrapped, _ = prepare_gemini_count(_gateway(), msgspec.json.encode({"generateContentRequest": {
         "model": "models/gemini-x", **whole}}), RequestMeta(), Exchange("r"), model="gemini-x")
+    assert none is None  # the edge counts: nothing to send
 
     counter = counter_for("served-x")
     assert bare == counter.chat(as_chat(decode_generate_content(_body()), "gemini-x").request, True) > 0
@@ -105,3 +109,50 @@ def test_a_count_body_is_contents_or_a_wrapped_request_never_both() -> None:
     with pytest.raises(InvalidRequest) as both:
         count_request(b'{"contents": [], "generateContentRequest": {}}')
     assert both.value.param == "contents"
+
+
+# --- bound for Google: the request travels whole ------------------------------------------------------
+
+GOOGLE_ONLY: dict[str, Any] = {
+    "contents": [{"role": "user", "parts": [
+                     {"text": "Search this"},
+                     {"fileData": {"fileUri": "gs://bucket/a.pdf", "mimeType": "application/pdf"}}]},
+                 {"role": "model", "parts": [{"text": "thinking", "thought": True},
+                                             {"text": "Done", "thoughtSignature": "c2lnbmF0dXJl"}]},
+                 {"role": "user", "parts": [{"text": "Again"}]}],
+    "tools": [{"googleSearch": {}}, {"codeExecution": {}}],
+    "cachedContent": "cachedContents/abc",
+    "generationConfig": {"topK": 40, "thinkingConfig": {"includeThoughts": True, "thinkingBudget": 1024}},
+    "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_bound_for_google_the_request_travels_whole_and_nothing_is_refused_or_dropped(stream: bool) -> None:
+    body = msgspec.json.encode(GOOGLE_ONLY)
+    exchange = Exchange("r")
+    read, prepared = prepare_gemini(_gateway(), body, RequestMeta(), exchange, model="gemini-google", stream=stream)
+    view = wire.read_request(bytes(prepared.encoded))
+    assert view.GeminiJson() == body  # byte for byte, as the client sent it
+    assert view.Provider() == wire.PROVIDERS["gemini"] and view.ModelName() == b"gemini-2.5-pro"
+    assert (view.Stream(), view.ExtraJson()) == (stream, None)  # topK is in the request as sent
+    assert exchange.routed.hints == [] and read.include_thoughts
+    assert {"cached_content", "tools[0].google_search", "tools[1].code_execution"} <= set(read.unread)
+
+
+def test_off_google_the_same_request_is_refused_and_carries_nothing_whole() -> None:
+    with pytest.raises(InvalidRequest):
+        prepare_gemini(_gateway(), msgspec.json.encode(GOOGLE_ONLY), RequestMeta(), Exchange("r"),
+                       model="gemini-extras", stream=False)
+    _, prepared = prepare_gemini(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-x", stream=False)
+    assert wire.read_request(bytes(prepared.encoded)).GeminiJson() is None
+
+
+def test_count_tokens_asks_google_where_the_route_says_so() -> None:
+    body = msgspec.json.encode({"generateContentRequest": {"model": "models/gemini-counted", **GOOGLE_ONLY}})
+    tokens, prepared = prepare_gemini_count(_gateway(), body, RequestMeta(), Exchange("r"), model="gemini-counted")
+    assert tokens > 0 and prepared is not None
+    assert msgspec.json.decode(wire.read_request(bytes(prepared.encoded)).GeminiJson()) == {
+        "model": "models/gemini-counted", **GOOGLE_ONLY}
+    _, elsewhere = prepare_gemini_count(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-google")
+    assert elsewhere is None  # a route to Google that counts at the edge

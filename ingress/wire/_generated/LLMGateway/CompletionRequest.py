@@ -551,8 +551,15 @@ class CompletionRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # CompletionRequest
+    def GeminiJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(114))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CompletionRequestStart(builder):
-    builder.StartObject(55)
+    builder.StartObject(56)
 
 def Start(builder):
     CompletionRequestStart(builder)
@@ -934,6 +941,12 @@ def CompletionRequestAddResponsesJson(builder, responsesJson):
 
 def AddResponsesJson(builder, responsesJson):
     CompletionRequestAddResponsesJson(builder, responsesJson)
+
+def CompletionRequestAddGeminiJson(builder, geminiJson):
+    builder.PrependUOffsetTRelativeSlot(55, flatbuffers.number_types.UOffsetTFlags.py_type(geminiJson), 0)
+
+def AddGeminiJson(builder, geminiJson):
+    CompletionRequestAddGeminiJson(builder, geminiJson)
 
 def CompletionRequestEnd(builder):
     return builder.EndObject()

@@ -8,3 +8,4 @@ class ModelProvider(object):
     OpenAI = 0
     Anthropic = 1
     SelfHosted = 2
+    Gemini = 3
