@@ -116,13 +116,14 @@ async def embeddings(request: web.Request) -> web.Response:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     """The Responses API: carried as the chat request it amounts to (with the conversation of the response
-    it continues, when it names one), answered in its own shape, and stored unless `store: false`."""
+    it continues, or the conversation's items, when it names one), answered in its own shape, stored
+    unless `store: false`, and its turn added to its conversation."""
     gateway, drain, exchange = request.app[GATEWAY], request.app[DRAIN], request[EXCHANGE]
     exchange.api = "responses"
     body = await read_body(request, gateway.settings.max_body_bytes)
     recalled = await pipeline.recall(gateway, exchange, body)
     call, prepared = pipeline.prepare_responses(gateway, body, request_meta(request), exchange, recalled.prior,
-                                                recalled.keep)
+                                                recalled.keep, recalled.conversation)
     kept = pipeline.kept_input(recalled, call)
     await pipeline.admit(gateway, prepared, exchange)
     if not call.request.stream:

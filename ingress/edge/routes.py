@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ingress.edge import gemini
+from ingress.edge import conversations, gemini
 from ingress.edge.endpoints import (
     chat_completions,
     completions,
@@ -27,6 +27,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/responses", responses_socket)
     app.router.add_route("*", "/v1/responses/{response_id}", stored_response)
     app.router.add_route("*", "/v1/responses/{response_id}/{action:cancel|input_items}", stored_response)
+    conversations.add_routes(app)
     app.router.add_post("/v1/messages", messages)
     app.router.add_post("/v1/messages/count_tokens", count_tokens)
     app.router.add_get("/v1/models", list_models)

@@ -62,12 +62,17 @@ CACHE_EVICTIONS = Counter("ingress_response_cache_evictions", "Entries the memor
                           "to stay within [cache] memory_bytes.", ["backend"])
 CACHE_ERRORS = Counter("ingress_response_cache_errors", "Calls to a response-cache store that failed or missed "
                        "their deadline (each a miss, never an error), by backend and call.", ["backend", "call"])
-# Stored responses (ingress/state): `backend` is memory or redis, `call` get, put or delete.
+# Stored responses and conversations (ingress/state): `backend` is memory or redis, `call` get, put or delete
+# (a response's), create, read, update, append, remove or delete (a conversation's).
 RESPONSES_STORED = Counter("ingress_responses_stored", "Responses kept for retrieval and previous_response_id "
                            "(store: true), by backend.", ["backend"])
 RESPONSE_STORE_ERRORS = Counter("ingress_response_store_errors", "Calls to the response store that failed or "
                                 "missed their deadline (each a 503 with Retry-After), by backend and call.",
                                 ["backend", "call"])
+CONVERSATIONS_CREATED = Counter("ingress_conversations_created", "Conversations made (POST /v1/conversations), "
+                                "by backend.", ["backend"])
+CONVERSATION_ITEMS = Counter("ingress_conversation_items_stored", "Items appended to conversations (given when "
+                             "one is made, added, or a response's input and output items), by backend.", ["backend"])
 RESPONSE_STORE_EVICTIONS = Counter("ingress_response_store_evictions", "Stored responses the memory backend dropped "
                                    "before their retention to stay within [responses] memory_bytes.", ["backend"])
 TRACE_SPANS_EXPORTED = Counter("ingress_trace_spans_exported", "Spans the collector accepted ([tracing]).")

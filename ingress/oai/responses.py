@@ -347,8 +347,9 @@ class ResponsesRequest(_Strict):
     client_metadata: Raw = NO_JSON
     # Continued from a stored response (ingress/state), whose conversation the edge carries over.
     previous_response_id: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
-    # Declared so that they are refused by name (responses_codec), never taken for typos.
+    # A conversation (its id, or {"id": ...}) the edge keeps (ingress/state); refused by name without one.
     conversation: Raw = NO_JSON
+    # Declared so that they are refused by name (responses_codec), never taken for typos.
     prompt: Raw = NO_JSON
     context_management: Raw = NO_JSON
     background_options: Raw = NO_JSON
@@ -374,6 +375,7 @@ class Call(msgspec.Struct, frozen=True):
     hints: list[str] = []
     carried: int = 0  # items carried over from `previous_response_id` (ingress/state), before the request's
     kept: bool = False  # the edge keeps the answer (`store` not false, and a store): it says `store: true`
+    conversation: str | None = None  # the id of the conversation it continues and is added to (ingress/state)
 
     @property
     def compacting(self) -> bool:

@@ -145,6 +145,10 @@ class ReasoningOut(_Out, kw_only=True):
     summary: str | None = None
 
 
+class ConversationRef(_Out, kw_only=True):
+    id: str
+
+
 TEXT = TextConfig(format=TextFormat())  # the default `text`, echoed when the request gave none
 
 
@@ -179,6 +183,7 @@ class ResponseObject(_Out, kw_only=True):
     max_tool_calls: int | None
     top_logprobs: int | None
     service_tier: str | None = None
+    conversation: ConversationRef | UnsetType = UNSET  # the conversation it was added to (ingress/state)
 
 
 # --- stream events --------------------------------------------------------------------------------

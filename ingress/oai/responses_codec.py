@@ -5,9 +5,9 @@ A Responses request travels as the chat request it amounts to
 (`ingress.oai.responses_to_chat`), and its answer is translated back (`ingress.translate.responses`).
 What needs a store the edge has not or OpenAI's own hosted tools is refused, named:
 
-- `conversation`, `prompt` (stored templates), `background`, `item_reference` input items, `file_id`
-  images; `previous_response_id` unless the edge found the response it names (ingress/state: its
-  conversation comes in as `prior`).
+- `prompt` (stored templates), `background`, `item_reference` input items, `file_id` images;
+  `previous_response_id` and `conversation` unless the edge found the response or conversation they
+  name (ingress/state: its items come in as `prior`).
 - `truncation: "auto"`, `context_management`, and the other parameters named in `_REFUSED_WHY`: nothing
   behind the edge does them.
 
@@ -142,6 +142,12 @@ def _one(raw: Raw, decoders: dict[str, msgspec.json.Decoder[Any]], default: str 
         return decoder.decode(raw)
     except msgspec.ValidationError as exc:
         raise refusal(exc, param) from None
+
+
+def decode_items(raws: list[Raw], param: str) -> list[Item]:
+    """Input items on their own (a conversation's, `POST /v1/conversations`), each checked as in a request."""
+    return [_one(raw, _item_decoders, "message", f"{param}[{i}]", "input items",
+                 "messages, function and custom tool calls and their outputs") for i, raw in enumerate(raws)]
 
 
 def _with_type(fields: dict[str, Any], kind: str) -> bytes:
@@ -290,7 +296,7 @@ def _check_refused(r: ResponsesRequest, continued: bool) -> None:
             f"Previous response with id '{r.previous_response_id[:64]}' not found: this edge keeps no responses; "
             "send the whole conversation as input.", param="previous_response_id", code="previous_response_not_found")
     for name, why in _REFUSED_WHY.items():
-        if is_set(getattr(r, name)):
+        if is_set(getattr(r, name)) and not (continued and name == "conversation"):
             raise _unsupported(name, why)
     if r.background:
         raise _unsupported("background", "the edge keeps no responses to poll: send it without background")

@@ -175,13 +175,14 @@ def as_sent(call: Call, body: bytes, unseal: Unseal = _no_seals) -> tuple[str, b
     every field and item as it came (client_metadata, built-in tools, OpenAI's own sealed reasoning), but
     what the edge sealed, which OpenAI cannot open: a compaction as the summary it holds (a user message), a
     reasoning item not at all (its text stays the edge's)."""
-    if isinstance(call.request.input, str) and not call.carried:
+    if isinstance(call.request.input, str) and not call.carried and call.conversation is None:
         return body.decode(), False
     fields = _body.decode(body)
     items: list[Raw | dict[str, str]] = []
     left_out = False
-    # A continued conversation goes whole: OpenAI knows nothing of the edge's stored responses.
+    # A continued conversation goes whole: OpenAI knows nothing of the edge's stored responses and conversations.
     fields.pop("previous_response_id", None)
+    fields.pop("conversation", None)
     carried = call.items[:call.carried]
     own = call.items[call.carried:]
     sent: list[Raw] = ([Raw(_encoder.encode({"role": "user", "content": call.request.input}))]

@@ -283,13 +283,15 @@ def prepare_text(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exc
 
 
 def prepare_responses(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange,
-                      prior: list[Item] | None = None, kept: bool = False) -> tuple[Call, Prepared[Completion]]:
+                      prior: list[Item] | None = None, kept: bool = False,
+                      conversation: str | None = None) -> tuple[Call, Prepared[Completion]]:
     """As prepare, for a Responses request: decoded, then read as the chat request it amounts to, which
     travels; the decoded call is kept to answer it in its own shape. `prior`: the conversation of the
-    response it continues (pipeline/stored.py `recall`), before its own input; `kept`: its answer is stored."""
+    response it continues, or the items of its `conversation` (pipeline/stored.py `recall`), before its
+    own input; `kept`: its answer is stored."""
     call, extra_json = decode_responses_request_forwarding(body, gateway.forwards_extras, prior)
-    if kept:
-        call = msgspec.structs.replace(call, kept=True)
+    if kept or conversation is not None:
+        call = msgspec.structs.replace(call, kept=kept, conversation=conversation)
 
     def serves(route: Route) -> None:
         """OpenAI's built-in tools, on a route that refuses them rather than leave them out (a route that

@@ -165,23 +165,23 @@ def page_query(query: dict[str, str]) -> PageQuery:
     return PageQuery(after, limit, order)  # type: ignore[arg-type]  # checked above
 
 
-def page(items: Sequence[Item], query: PageQuery) -> Page:
+def page(items: Sequence[Item], query: PageQuery, where: str = "response") -> Page:
     """One page of the items, in `query.order`, beginning after the item `query.after` names (PageError if
-    none has that id)."""
+    none has that id in this `where`)."""
     ordered = list(items) if query.order == "asc" else list(items)[::-1]
     start = 0
     if query.after is not None:
         ids = [getattr(item, "id", None) for item in ordered]
         if query.after not in ids:
-            raise PageError("after", f"No input item with id '{query.after[:64]}' in this response.")
+            raise PageError("after", f"No item with id '{query.after[:64]}' in this {where}.")
         start = ids.index(query.after) + 1
-    chosen = [_listed(item) for item in ordered[start:start + query.limit]]
+    chosen = [as_listed(item) for item in ordered[start:start + query.limit]]
     first = getattr(chosen[0], "id", None) if chosen else None
     last = getattr(chosen[-1], "id", None) if chosen else None
     return Page(chosen, first, last, start + query.limit < len(ordered))
 
 
-def _listed(item: Item) -> Item:
+def as_listed(item: Item) -> Item:
     """An item as the list shows it: a message's text as one part (as OpenAI lists it), whatever the client sent."""
     if isinstance(item, MessageItem) and isinstance(item.content, str):
         part = (OutputText(text=item.content, annotations=[]) if item.role == "assistant"

@@ -1,14 +1,15 @@
-"""The response store the edge asks: its backend (stores.py) chosen by `[responses]`, each response under
-its owner's namespace (record.py `owner`), and the counters of what it kept."""
+"""The response store the edge asks: its backend (stores.py, conversation_stores.py) chosen by
+`[responses]`, each response and conversation under its owner's namespace (record.py `owner`), and the
+counters of what it kept."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ingress import metrics
+from ingress.state.conversation_stores import Appended, MemoryConversations, RedisConversations
 from ingress.state.record import owner
 from ingress.state.settings import ResponsesSettings
-from ingress.state.stores import MemoryResponses, RedisResponses
 
 if TYPE_CHECKING:
     from ingress.tenancy.policy import Principal
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 class ResponseStore:
     """One per worker process: memory, or the tenancy's Redis (a connection of its own)."""
 
-    def __init__(self, settings: ResponsesSettings, backend: MemoryResponses | RedisResponses) -> None:
+    def __init__(self, settings: ResponsesSettings, backend: MemoryConversations | RedisConversations) -> None:
         self.settings = settings
         self.backend = backend
 
@@ -30,9 +31,9 @@ class ResponseStore:
             return None
         if chosen == "redis":
             assert redis is not None  # config.py checks
-            return cls(settings, RedisResponses(redis.url, redis.prefix, settings.retention,
-                                                settings.timeout_ms / 1000))
-        return cls(settings, MemoryResponses(settings.memory_bytes, settings.retention))
+            return cls(settings, RedisConversations(redis.url, redis.prefix, settings.retention,
+                                                    settings.timeout_ms / 1000))
+        return cls(settings, MemoryConversations(settings.memory_bytes, settings.retention))
 
     def owner(self, principal: Principal | None) -> str:
         """The namespace of the caller's responses: its key's (or tenant's), or the open edge's one."""
@@ -54,6 +55,32 @@ class ResponseStore:
 
     async def delete(self, owner: str, response_id: str) -> bool:
         return await self.backend.delete(owner, response_id)
+
+    async def create_conversation(self, owner: str, conversation_id: str, obj: bytes, items: list[bytes]) -> None:
+        await self.backend.create_conversation(owner, conversation_id, obj, items)
+        metrics.child(metrics.CONVERSATIONS_CREATED, self.backend.backend).inc()
+        if items:
+            metrics.child(metrics.CONVERSATION_ITEMS, self.backend.backend).inc(len(items))
+
+    async def read_conversation(self, owner: str, conversation_id: str) -> tuple[bytes, list[bytes]] | None:
+        return await self.backend.read_conversation(owner, conversation_id)
+
+    async def update_conversation(self, owner: str, conversation_id: str, obj: bytes) -> bool:
+        return await self.backend.update_conversation(owner, conversation_id, obj)
+
+    async def append_items(self, owner: str, conversation_id: str, items: list[bytes], limit: int) -> Appended:
+        """The items at the conversation's end, all or none; `limit`: the most its items' bytes may be then (0:
+        no bound, for a response's turn, whose input was bounded before it was sent)."""
+        appended = await self.backend.append_items(owner, conversation_id, items, limit)
+        if appended == "appended" and items:
+            metrics.child(metrics.CONVERSATION_ITEMS, self.backend.backend).inc(len(items))
+        return appended
+
+    async def remove_item(self, owner: str, conversation_id: str, item: bytes) -> bool | None:
+        return await self.backend.remove_item(owner, conversation_id, item)
+
+    async def delete_conversation(self, owner: str, conversation_id: str) -> bool:
+        return await self.backend.delete_conversation(owner, conversation_id)
 
     async def close(self) -> None:
         await self.backend.close()

@@ -22,6 +22,25 @@ from ingress.tenancy.stores.resp import Client
 from ingress.tenancy.stores.resp_codec import ReplyError, encode
 
 ENTRY_OVERHEAD = 160  # bytes a record costs beside its key and value (its slot, its tuple): counted in the bound
+ITEM_OVERHEAD = 64  # bytes a conversation's item costs beside its JSON (its place in the list)
+
+
+class Conversation:
+    """A conversation in memory (conversation_stores.py), never changed once kept (a change keeps a new
+    one): its object's JSON, its items' JSON in order; `data`, the items' bytes (what max_record_bytes
+    bounds), and `size`, what it counts against the memory bound beside its key."""
+
+    __slots__ = ("data", "items", "object", "size")
+
+    def __init__(self, obj: bytes, items: list[bytes]) -> None:
+        self.object = obj
+        self.items = items
+        self.data = sum(len(i) for i in items)
+        self.size = len(obj) + self.data + ITEM_OVERHEAD * len(items)
+
+
+def _cost(key: str, value: bytes | Conversation) -> int:
+    return len(key) + (len(value) if isinstance(value, bytes) else value.size) + ENTRY_OVERHEAD
 
 
 class MemoryResponses:
@@ -35,7 +54,7 @@ class MemoryResponses:
         self.retention = retention
         self.clock = clock
         self.size = 0
-        self._records: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
+        self._records: OrderedDict[str, tuple[float, bytes | Conversation]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._records)
@@ -44,47 +63,57 @@ class MemoryResponses:
         return True
 
     async def get(self, owner: str, response_id: str) -> bytes | None:
-        key = f"{owner}:{response_id}"
+        record = self.entry(f"{owner}:{response_id}")
+        return record if isinstance(record, bytes) else None
+
+    def entry(self, key: str) -> bytes | Conversation | None:
+        """What `key` holds, unless it has expired; now the most recently used."""
         entry = self._records.get(key)
         if entry is None:
             return None
-        expires, record = entry
+        expires, value = entry
         if expires <= self.clock():
-            self._drop(key)
+            self.drop(key)
             return None
         self._records.move_to_end(key)
-        return record
+        return value
 
     async def put(self, owner: str, response_id: str, record: bytes) -> None:
-        """Keep the record for `retention` seconds, making room by dropping the least recently used. One
-        larger than the whole bound cannot be kept: StoreUnavailable (the bound is too small for it)."""
-        key = f"{owner}:{response_id}"
-        cost = len(key) + len(record) + ENTRY_OVERHEAD
-        if cost > self.max_bytes:
-            metrics.child(metrics.RESPONSE_STORE_ERRORS, self.backend, "put").inc()
-            raise StoreUnavailable("The response is larger than this edge's response store can hold "
-                                   "([responses] memory_bytes).", retry_after=None)
+        self.admit(f"{owner}:{response_id}", record, "put")
+
+    def fits(self, key: str, value: bytes | Conversation, call: str) -> None:
+        """StoreUnavailable for a value larger than the whole bound (the bound is too small for it)."""
+        if _cost(key, value) > self.max_bytes:
+            metrics.child(metrics.RESPONSE_STORE_ERRORS, self.backend, call).inc()
+            raise StoreUnavailable("The response or conversation is larger than this edge's response store can "
+                                   "hold ([responses] memory_bytes).", retry_after=None)
+
+    def admit(self, key: str, value: bytes | Conversation, call: str) -> None:
+        """Keep the value for `retention` seconds (from now), making room by dropping the least recently
+        used; StoreUnavailable for one larger than the whole bound."""
+        self.fits(key, value, call)
+        cost = _cost(key, value)
         if key in self._records:
-            self._drop(key)
+            self.drop(key)
         evicted = 0
         while self.size + cost > self.max_bytes:
-            self._drop(next(iter(self._records)))
+            self.drop(next(iter(self._records)))
             evicted += 1
         if evicted:
             metrics.child(metrics.RESPONSE_STORE_EVICTIONS, self.backend).inc(evicted)
-        self._records[key] = (self.clock() + self.retention, record)
+        self._records[key] = (self.clock() + self.retention, value)
         self.size += cost
 
     async def delete(self, owner: str, response_id: str) -> bool:
         key = f"{owner}:{response_id}"
         if await self.get(owner, response_id) is None:
             return False
-        self._drop(key)
+        self.drop(key)
         return True
 
-    def _drop(self, key: str) -> None:
-        _, record = self._records.pop(key)
-        self.size -= len(key) + len(record) + ENTRY_OVERHEAD
+    def drop(self, key: str) -> None:
+        _, value = self._records.pop(key)
+        self.size -= _cost(key, value)
 
     async def close(self) -> None:
         self._records.clear()
@@ -103,6 +132,7 @@ class RedisResponses:
         self.timeout = timeout
         self.client = Client(url, connect_timeout=timeout)
         self.prefix = f"{prefix}:rs:"
+        self.conversations = f"{prefix}:cv:"  # conversation_stores.py
         self.breaker = breaker or Breaker(3, 2.0)
 
     def available(self) -> bool:

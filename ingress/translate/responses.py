@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from msgspec import UNSET
+
 from ingress.oai.responses import Call
 from ingress.oai.responses_answers import (
     TEXT,
     CompactionOut,
+    ConversationRef,
     CustomToolCallOut,
     ErrorOut,
     FunctionCallOut,
@@ -80,6 +83,7 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
         top_p=r.top_p, usage=usage, user=r.user, metadata=r.metadata or {}, max_tool_calls=r.max_tool_calls,
         top_logprobs=r.top_logprobs, service_tier=service_tier or r.service_tier,
         previous_response_id=r.previous_response_id, store=call.kept,
+        conversation=UNSET if call.conversation is None else ConversationRef(id=call.conversation),
     )
 
 

@@ -54,8 +54,6 @@ BAD_RESPONSES = [
     # What the edge cannot keep, or nothing behind it does: refused by name.
     pytest.param(Bad(responses_body(previous_response_id="resp_1"), "previous_response_id",
                      "previous_response_not_found"), id="previous_response_id"),
-    row("conversation", UNSUPPORTED, conversation="conv_1"),
-    row("conversation", UNSUPPORTED, conversation={"id": "conv_1"}),
     row("prompt", UNSUPPORTED, prompt={"id": "pmpt_1"}),
     row("background", UNSUPPORTED, background=True),
     row("background_options", UNSUPPORTED, background_options={"completion_window": "2h"}),

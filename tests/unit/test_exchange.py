@@ -15,7 +15,8 @@ INGRESS = Path(__file__).resolve().parents[2] / "ingress"
 
 PARTS = {"routed": Routed, "admitted": Admitted, "attempts": Attempts, "answer": Answer}
 WRITERS = {
-    "edge": {"edge/endpoints.py", "edge/gemini.py", "edge/messages.py", "edge/middleware.py", "edge/writers.py"},
+    "edge": {"edge/conversations.py", "edge/endpoints.py", "edge/gemini.py", "edge/messages.py", "edge/middleware.py",
+             "edge/writers.py"},
     "routed": {"pipeline/prepare.py", "pipeline/prepare_gemini.py", "pipeline/prepare_messages.py",
                "pipeline/relay.py"},  # relay: a buffer's
     "admitted": {"pipeline/admit.py"},

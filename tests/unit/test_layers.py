@@ -23,7 +23,7 @@ IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
 # the folding of late system messages among the stages.
 SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"},
-                "state": {"record.py", "settings.py"}}  # a stored response's codec and settings: sans-I/O
+                "state": {"record.py", "settings.py", "conversation.py"}}  # the codecs and settings: sans-I/O
 # Every package and top-level module of ingress/, as _unit names them.
 UNITS = frozenset(p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
                   if p.suffix == ".py" or (p / "__init__.py").exists())

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 from bad_requests import Bad
 from bad_responses import BAD_RESPONSES
 from responses_api import CODEX_FIRST_TURN, call
 
 from ingress.errors import InvalidRequest
-from ingress.oai.responses import HostedTool
-from ingress.oai.responses_codec import decode_responses_request
+from ingress.oai.responses import HostedTool, Item, MessageItem
+from ingress.oai.responses_codec import decode_items, decode_responses_request, decode_responses_request_forwarding
 from ingress.oai.responses_to_chat import as_chat
 
 
@@ -21,6 +22,27 @@ def test_bad_body_is_refused_naming_the_field(bad: Bad) -> None:
     with pytest.raises(InvalidRequest) as caught:
         as_chat(decode_responses_request(bad.body))
     assert (caught.value.param, caught.value.code) == (bad.param, bad.code)
+
+
+@pytest.mark.parametrize("conversation", ["conv_1", {"id": "conv_1"}])
+def test_a_conversation_is_refused_unless_the_edge_found_its_items(conversation: object) -> None:
+    body = json.dumps({"model": "m", "input": "now", "conversation": conversation}).encode()
+    with pytest.raises(InvalidRequest) as refused:  # an edge that keeps none (the HTTP path: ingress/state)
+        decode_responses_request(body)
+    assert (refused.value.param, refused.value.code) == ("conversation", "unsupported_parameter")
+    earlier: list[Item] = [MessageItem(role="user", content="before", id="msg_1")]
+    found, _ = decode_responses_request_forwarding(body, lambda _: False, earlier)
+    assert found.carried == 1 and [getattr(i, "content", None) for i in found.items] == ["before", "now"]
+    empty, _ = decode_responses_request_forwarding(body, lambda _: False, [])  # a conversation with no items yet
+    assert empty.carried == 0 and len(empty.items) == 1
+
+
+def test_items_on_their_own_are_decoded_and_refused_as_a_request_s() -> None:
+    assert decode_items([msgspec.Raw(b'{"role": "user", "content": "x"}')], "items") == [
+        MessageItem(role="user", content="x")]
+    with pytest.raises(InvalidRequest) as refused:
+        decode_items([msgspec.Raw(b'{"type": "item_reference", "id": "msg_1"}')], "items")
+    assert refused.value.param == "items[0].type"
 
 
 def test_codex_first_turn_is_served_and_what_only_openai_acts_on_is_named() -> None:

@@ -189,3 +189,17 @@ def test_a_continued_conversation_is_read_and_sent_whole() -> None:
     with pytest.raises(InvalidRequest) as refused:  # nothing carried in: the edge found no such response
         decode_responses_request_forwarding(body, lambda m: False)
     assert refused.value.param == "previous_response_id"
+
+
+def test_a_conversation_goes_to_openai_as_its_items_never_as_its_id() -> None:
+    """A conversation the edge keeps (even one without items yet) is unknown to OpenAI's own API."""
+    body = msgspec.json.encode({"model": "m", "input": "two", "conversation": "conv_1"})
+    empty = msgspec.structs.replace(decode_responses_request_forwarding(body, lambda m: False, [])[0],
+                                    conversation="conv_1")
+    doc = msgspec.json.decode(as_sent(empty, body)[0])
+    assert "conversation" not in doc and doc["input"] == [{"role": "user", "content": "two"}]
+    prior: list[Item] = [MessageItem(role="user", content="one", id="msg_a")]
+    carried = msgspec.structs.replace(decode_responses_request_forwarding(body, lambda m: False, prior)[0],
+                                      conversation="conv_1")
+    doc = msgspec.json.decode(as_sent(carried, body)[0])
+    assert "conversation" not in doc and [item["content"] for item in doc["input"]] == ["one", "two"]

@@ -1,5 +1,6 @@
 """The stages of stored responses (ingress/pipeline/stored.py) on a memory store: what recall finds, whose
-it is, what kept_input sizes and refuses, and that a store: false request never asks the store."""
+it is, what kept_input sizes and refuses, that a store: false request never asks the store, and a
+conversation's items carried before a request's own and each turn appended when it is kept."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from ingress.errors import InvalidRequest, PayloadTooLarge, StoreUnavailable
+from ingress.errors import InvalidRequest, NotFound, PayloadTooLarge, StoreUnavailable
 from ingress.exchange import Exchange
-from ingress.oai.responses import MessageItem
+from ingress.oai.responses import MessageItem, OutputText
+from ingress.oai.responses_answers import MessageOut, OutputItem, OutputTextOut
 from ingress.oai.responses_codec import decode_responses_request_forwarding
 from ingress.pipeline.gateway import Gateway
-from ingress.pipeline.stored import keep, kept_input, recall
+from ingress.pipeline.stored import Recalled, keep, kept_input, recall
 from ingress.state import ResponsesSettings, ResponseStore
+from ingress.state import conversation as cv
 from ingress.state.record import input_items, response_json
 from ingress.translate.responses import response_object
 
@@ -117,3 +120,59 @@ def test_a_conversation_past_the_bound_is_refused_before_it_is_sent() -> None:
     with pytest.raises(PayloadTooLarge) as raised:
         kept_input(recalled, call)
     assert raised.value.status == 413 and raised.value.code == "response_too_large" and raised.value.param == "input"
+
+
+def _in_conversation(store: ResponseStore, body: bytes, exchange: Exchange, said: str) -> Recalled:
+    """A request in a conversation recalled, decoded and kept with an answer of one message saying `said`."""
+
+    async def run() -> Recalled:
+        recalled = await recall(_gateway(store), exchange, body)
+        call = decode_responses_request_forwarding(body, lambda m: False, recalled.prior)[0]
+        call = msgspec.structs.replace(call, kept=recalled.keep, conversation=recalled.conversation)
+        output: list[OutputItem] = [MessageOut(id=f"msg_{recalled.rid}_0", status="completed",
+                                               content=[OutputTextOut(text=said, annotations=[])])]
+        answer = response_object(call, id=f"resp_{recalled.rid}", created_at=1, model="m", status="completed",
+                                 output=output)
+        await keep(recalled, kept_input(recalled, call), answer)
+        return recalled
+
+    return asyncio.run(run())
+
+
+def test_a_conversation_s_items_come_first_and_each_turn_is_appended() -> None:
+    store = _store()
+    asyncio.run(store.create_conversation("open", "conv_1", b"{}", []))
+    first = _in_conversation(store, _body(input="one", conversation="conv_1"), Exchange("same"), "ONE")
+    assert first.prior == [] and first.conversation == "conv_1" and first.rid != "same"
+    second = _in_conversation(store, _body(input="two", conversation={"id": "conv_1"}, store=False),
+                              Exchange("same"), "TWO")
+    assert not second.keep and second.rid != "same"  # not kept, yet its items have ids of their own
+    assert [getattr(i, "content", None) for i in second.prior or []] == [
+        "one", [OutputText(text="ONE", annotations=[], logprobs=[])]]
+    read = asyncio.run(store.read_conversation("open", "conv_1"))
+    assert read is not None and len(read[1]) == 4
+    assert len({cv.item_id(i) for i in cv.decode_items_kept(read[1])}) == 4  # no two items share an id
+
+
+def test_a_conversation_is_found_only_by_its_owner_and_never_beside_previous_response_id() -> None:
+    store = _store()
+    asyncio.run(store.create_conversation("t/k1", "conv_1", b"{}", []))
+    for conversation in ("conv_1", "conv_2", "not-an-id"):
+        with pytest.raises(NotFound) as missing:
+            asyncio.run(recall(_gateway(store), Exchange("r"), _body(conversation=conversation)))
+        assert missing.value.param == "conversation" and missing.value.code == "conversation_not_found"
+    with pytest.raises(InvalidRequest) as both:
+        asyncio.run(recall(_gateway(store), Exchange("r"), _body(conversation="conv_1", previous_response_id="resp_1")))
+    assert both.value.param == "conversation" and both.value.status == 400
+
+
+def test_a_turn_that_would_grow_its_conversation_past_the_bound_is_refused_before_it_is_sent() -> None:
+    store = _store(max_record_bytes=64 * 1024)
+    said = cv.encode_items([MessageItem(role="user", content="x" * 40_000, id="msg_1")])
+    asyncio.run(store.create_conversation("open", "conv_1", b"{}", said))
+    body = _body(input="y" * 30_000, conversation="conv_1", store=False)
+    recalled = asyncio.run(recall(_gateway(store), Exchange("r"), body))
+    call = decode_responses_request_forwarding(body, lambda m: False, recalled.prior)[0]
+    with pytest.raises(PayloadTooLarge) as raised:
+        kept_input(recalled, call)
+    assert raised.value.code == "conversation_too_large"
