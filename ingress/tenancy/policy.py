@@ -79,12 +79,18 @@ def read_keys_file(path: str) -> KeysFile:
 
 
 class Policy:
-    def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None, verifier: Verifier | None = None) -> None:
+    def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None, verifier: Verifier | None = None,
+                 stored: tuple[Key, ...] = ()) -> None:
+        """`stored`: the keys the admin API keeps (ingress/admin), over those of the configuration and its keys
+        file where an id is in both."""
         self.settings = settings
+        self.keys_file = keys_file
+        self.stored = stored
         self.verifier = verifier if verifier is not None or not settings.issuers else Verifier(settings.issuers)
         self._subjects: dict[tuple[str, str, str, str | None, str | None], Principal] = {}
         self._issuer_models = {issuer.issuer: _matcher(issuer.models) for issuer in settings.issuers}
-        keys = settings.keys + (keys_file.keys if keys_file else ())
+        keys = tuple({key.id: key for key in (*settings.keys, *(keys_file.keys if keys_file else ()), *stored)}
+                     .values())
         self.tenants = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
         self.keyring = Keyring(keys)
         self._guards: dict[str, Guard] = {}  # each tenant's, compiled once
@@ -98,9 +104,10 @@ class Policy:
         self._prices: dict[str, TokenPrice | None] = {}  # price_of's
 
     @classmethod
-    def load(cls, settings: Tenancy, verifier: Verifier | None = None) -> Policy:
-        """The policy of `settings` and its keys file; `verifier` keeps the issuers' keys across a reload."""
-        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier)
+    def load(cls, settings: Tenancy, verifier: Verifier | None = None, stored: tuple[Key, ...] = ()) -> Policy:
+        """The policy of `settings` and its keys file; `verifier` keeps the issuers' keys across a reload, and
+        `stored` the admin API's keys."""
+        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier, stored)
 
     def _tenant_guard(self, name: str, tenant: Tenant) -> Guard | None:
         if tenant.guardrails is not None and name not in self._guards:

@@ -86,6 +86,10 @@ class Key(_Config, frozen=True):
     limits: Limits = Limits()
     guardrails: Guardrails | None = None  # checked after its tenant's
     name: str | None = None  # for people; never used to decide
+    expires_at: Annotated[float, Meta(ge=0)] | None = None  # Unix time: the key is refused from then on
+    # A rotated key's former secret (its hash), accepted beside the new one until `previous_until` (Unix time)
+    previous_hash: KeyHash | None = None
+    previous_until: Annotated[float, Meta(ge=0)] | None = None
 
 
 class Tenant(_Config, frozen=True):

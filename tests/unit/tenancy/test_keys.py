@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingress.tenancy.keys import PREFIX, Keyring, hash_of, id_of, new_key
+from ingress.tenancy.keys import PREFIX, Keyring, hash_of, id_of, matches, new_key
 from ingress.tenancy.settings import Key
 
 
@@ -22,3 +22,20 @@ def test_the_keyring_finds_a_key_only_with_its_whole_secret() -> None:
     assert ring.find(new_key()[0]) is None  # an unknown id
     assert ring.find("sk-proj-abcdef") is None and id_of("sk-proj-abcdef") is None  # not one of ours
     assert ring.find("") is None
+
+
+def test_a_key_past_its_expiry_is_not_found() -> None:
+    key, key_id, digest = new_key()
+    ring = Keyring([Key(id=key_id, tenant="acme", hash=digest, expires_at=1000.0)])
+    assert ring.find(key, now=999.0) is not None
+    assert ring.find(key, now=1000.0) is None
+
+
+def test_a_rotated_key_s_former_secret_works_until_its_grace_ends() -> None:
+    old, key_id, old_hash = new_key()
+    new, _, new_hash = new_key(key_id)
+    assert new.startswith(f"{PREFIX}{key_id}-") and new != old
+    ring = Keyring([Key(id=key_id, tenant="acme", hash=new_hash, previous_hash=old_hash, previous_until=1000.0)])
+    assert ring.find(old, now=999.0) is not None and ring.find(new, now=999.0) is not None
+    assert ring.find(old, now=1000.0) is None and ring.find(new, now=1000.0) is not None
+    assert not matches(old, new_hash) and matches(old, new_hash, old_hash, 10.0, now=5.0)

@@ -178,3 +178,14 @@ def test_a_jwt_is_a_subject_of_its_claims_tenant_with_its_plans_limits() -> None
         p.authenticate(bearer(kid="k2"))
     reloaded = Policy.load(p.settings, p.verifier)  # a SIGHUP keeps the issuer's keys
     assert reloaded.authenticate(bearer()).id == "sso:alice@example.com"
+
+
+def test_stored_keys_join_the_configured_ones_and_win_where_an_id_is_in_both() -> None:
+    configured, key_id, digest = new_key()
+    stored, stored_id, stored_digest = new_key()
+    settings = Tenancy(tenants={"acme": Tenant(), "beta": Tenant()}, keys=(Key(id=key_id, tenant="acme", hash=digest),))
+    policy = Policy(settings, stored=(Key(id=stored_id, tenant="acme", hash=stored_digest),
+                                      Key(id=key_id, tenant="beta", hash=digest)))
+    assert policy.authenticate({"Authorization": f"Bearer {stored}"}).id == stored_id
+    assert policy.authenticate({"Authorization": f"Bearer {configured}"}).tenant_name == "beta"
+    assert Policy.load(settings, stored=policy.stored).keyring.find(stored) is not None
