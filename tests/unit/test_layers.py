@@ -23,6 +23,7 @@ IO_MODULES = {"bridges": {"service.py"}}
 # Pure modules inside packages that do I/O: the GC's tuning beside the lifecycle, the app's typed keys in the edge,
 # the folding of late system messages among the stages.
 SYNC_MODULES = {"serve": {"gctune.py"}, "edge": {"appkeys.py"}, "pipeline": {"turns.py"},
+                "admin": {"settings.py", "records.py", "openapi.py"},  # what a change makes, and the descriptions
                 "state": {"record.py", "settings.py", "conversation.py"}}  # the codecs and settings: sans-I/O
 # Every package and top-level module of ingress/, as _unit names them.
 UNITS = frozenset(p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
@@ -51,6 +52,10 @@ FORBIDDEN = {
     # tenancy's RESP client; nothing of the hop, the stages that call it or the edge.
     "state": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo",
               "cache", "anthropic", "gemini"},
+    # The admin API: the tenancy's keys changed and followed, on a listener of its own; nothing of the requests it
+    # admits nor of the edge that serves them (serve wires the two together).
+    "admin": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo",
+              "cache", "state", "oai", "anthropic", "gemini", "guardrails"},
     # A policy on decoded requests: it reads oai's types and raises errors', nothing of the hop.
     "guardrails": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config",
                    "serve"},

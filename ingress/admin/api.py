@@ -1,0 +1,168 @@
+"""`/admin/v1/...`: the keys and the audit log, behind the admin credentials (docs/admin.md).
+
+Every request is authenticated first, whatever its path: no valid admin key, 401; a `viewer` asking for
+anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
+from the client's address; an answer never holds a hash, and a key only in the answer that made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from ingress.admin import records
+from ingress.admin.keystore import Conflict, Found, KeyStore, Unavailable
+from ingress.admin.openapi import DESCRIPTION
+from ingress.admin.settings import Admin, AdminKey
+from ingress.tenancy import Tenancy
+from ingress.tenancy.keys import id_of, matches
+from ingress.tenancy.policy import presented_key
+
+STORE = web.AppKey("keystore", KeyStore)
+TENANCY = web.AppKey("tenancy", Tenancy)
+ADMIN_KEYS = web.AppKey("admin_keys", dict[str, AdminKey])
+ACTOR = web.RequestKey("actor", AdminKey)
+READS = frozenset({"GET", "HEAD"})
+MAX_PAGE = 500
+_NO_HASH = "sha256:" + "0" * 64
+T = TypeVar("T")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def failure(status: int, kind: str, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": {"type": kind, "message": message}}, status=status, headers=headers)
+
+
+def admin_of(keys: dict[str, AdminKey], presented: str | None) -> AdminKey | None:
+    """The admin key presented, checked in constant time (hashed and compared whether its id is known or not)."""
+    key_id = id_of(presented) if presented else None
+    key = keys.get(key_id) if key_id is not None else None
+    ok = matches(presented or "", key.hash if key is not None else _NO_HASH)
+    return key if key is not None and ok else None
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    actor = admin_of(request.app[ADMIN_KEYS], presented_key(request.headers))
+    if actor is None:
+        return failure(401, "unauthenticated", "An admin key is required (Authorization: Bearer <admin key>).",
+                       **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
+    if actor.role != "admin" and request.method not in READS:
+        return failure(403, "forbidden", f"The admin key '{actor.id}' may only read (role viewer).")
+    request[ACTOR] = actor
+    try:
+        return await handler(request)
+    except Unavailable:
+        return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
+                       "made: read the key (or the audit log) to see.")
+    except Conflict:
+        return failure(409, "conflict", "The key changed while this request changed it; read it and try again.")
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return failure(400, "invalid_request", str(exc))
+
+
+async def _body(request: web.Request, kind: type[T]) -> T:
+    raw = await request.read()
+    return msgspec.json.decode(raw or b"{}", type=kind)
+
+
+async def _found(request: web.Request) -> Found:
+    found = await request.app[STORE].get(request.match_info["key_id"])
+    if found is None:
+        raise web.HTTPNotFound(text=msgspec.json.encode({"error": {"type": "not_found", "message":
+                               f"No stored key '{request.match_info['key_id']}'."}}).decode(),
+                               content_type="application/json")
+    return found
+
+
+async def _change(request: web.Request, action: records.Action, before: Found | None,
+                  after: records.StoredKey | None) -> None:
+    key_id = (after or (before.record if before else None))
+    assert key_id is not None
+    entry = records.entry(action, request[ACTOR].id, request.remote, key_id.id, before.record if before else None,
+                          after)
+    await request.app[STORE].write(key_id.id, before, after, entry)
+
+
+async def create_key(request: web.Request) -> web.Response:
+    body = await _body(request, records.NewKey)
+    if body.tenant not in request.app[TENANCY].policy.tenants:
+        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured.")
+    secret, record = records.created(body, request[ACTOR].id)
+    await _change(request, "create", None, record)
+    return web.json_response({"key": secret, **record.shown()}, status=201)
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    tenant = request.query.get("tenant")
+    found = sorted(await request.app[STORE].keys(), key=lambda r: (r.created_at, r.id))
+    return web.json_response({"data": [r.shown() for r in found if tenant is None or r.tenant == tenant]})
+
+
+async def get_key(request: web.Request) -> web.Response:
+    return web.json_response((await _found(request)).record.shown())
+
+
+async def update_key(request: web.Request) -> web.Response:
+    change = await _body(request, records.KeyUpdate)
+    before = await _found(request)
+    after = records.updated(before.record, change)
+    await _change(request, "update", before, after)
+    return web.json_response(after.shown())
+
+
+async def rotate_key(request: web.Request) -> web.Response:
+    rotation = await _body(request, records.Rotation)
+    before = await _found(request)
+    secret, after = records.rotated(before.record, rotation)
+    await _change(request, "rotate", before, after)
+    return web.json_response({"key": secret, **after.shown()})
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    before = await _found(request)
+    await _change(request, "revoke", before, None)
+    return web.json_response({"id": before.record.id, "revoked": True})
+
+
+def _count(request: web.Request, name: str, default: int, most: int) -> int:
+    try:
+        value = int(request.query.get(name, default))
+    except ValueError:
+        raise msgspec.ValidationError(f"{name}: not an integer") from None
+    if not 0 <= value <= most:
+        raise msgspec.ValidationError(f"{name}: from 0 to {most}")
+    return value
+
+
+async def audit(request: web.Request) -> web.Response:
+    """Oldest first, `limit` entries from `after` (the `seq` of the last one read; 0 for the start)."""
+    after = _count(request, "after", 0, 2**62)
+    limit = _count(request, "limit", 100, MAX_PAGE)
+    entries, total = await request.app[STORE].audit(after, limit)
+    data: list[dict[str, Any]] = [{"seq": after + i + 1, **msgspec.to_builtins(e)} for i, e in enumerate(entries)]
+    more = after + len(entries) < total
+    return web.json_response({"data": data, "total": total, "next": after + len(entries) if more else None})
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(DESCRIPTION)
+
+
+def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.Application:
+    app = web.Application(middlewares=[authenticate], client_max_size=64 * 1024)
+    app[STORE] = store
+    app[TENANCY] = tenancy
+    app[ADMIN_KEYS] = {key.id: key for key in settings.keys}
+    app.router.add_post("/admin/v1/keys", create_key)
+    app.router.add_get("/admin/v1/keys", list_keys)
+    app.router.add_get("/admin/v1/keys/{key_id}", get_key)
+    app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
+    app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
+    app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
+    app.router.add_get("/admin/v1/audit", audit)
+    app.router.add_get("/admin/v1/openapi.json", openapi)
+    return app

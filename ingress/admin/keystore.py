@@ -1,0 +1,150 @@
+"""Where the admin API's keys and audit log live: the tenancy's Redis/Valkey, or one process's memory.
+
+In Redis, under the tenancy's hash tag (`{<prefix>}:admin:...`):
+
+    keys      a hash: key id → the stored key (JSON, records.StoredKey: its hash, never the key)
+    version   a counter, incremented by every change: what each replica polls (sync.py)
+    audit     a list, appended to by every change and by nothing else (records.AuditEntry, JSON)
+
+A change is one script: it checks that the key is still what the change was made from (else Conflict: two
+admins changed it at once, and the second is told), writes it, increments the version and appends the audit
+entry, all or nothing. Calls go through the tenancy's RESP client (stores/resp.py), on a connection of their
+own, each with a deadline; a store that cannot answer raises Unavailable and nothing is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import msgspec
+
+from ingress.admin.records import AuditEntry, StoredKey
+from ingress.tenancy.settings import Redis
+from ingress.tenancy.stores.resp import Client
+from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
+
+WRITE = Script("""
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if (current or '') ~= ARGV[2] then return redis.error_reply('CONFLICT the key changed meanwhile') end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
+local version = redis.call('INCR', KEYS[2])
+redis.call('RPUSH', KEYS[3], ARGV[4])
+return version
+""")
+_KEY = msgspec.json.Decoder(StoredKey)
+_ENTRY = msgspec.json.Decoder(AuditEntry)
+
+
+class Conflict(Exception):
+    """The key changed between reading it and writing the change."""
+
+
+class Unavailable(Exception):
+    """The store did not answer (down, slow, refused): the change may or may not have been made."""
+
+
+class Found(msgspec.Struct, frozen=True):
+    record: StoredKey
+    raw: bytes  # as stored: what a change of it must still find (Conflict otherwise)
+
+
+class KeyStore(Protocol):
+    async def version(self) -> int: ...
+
+    async def keys(self) -> list[StoredKey]: ...
+
+    async def get(self, key_id: str) -> Found | None: ...
+
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+        """The change, its version and its audit entry, all or nothing; Conflict if the key is not `before`."""
+
+    async def audit(self, start: int, count: int) -> tuple[list[AuditEntry], int]:
+        """`count` entries from the `start`th (0 is the first), and how many there are."""
+
+    async def close(self) -> None: ...
+
+
+class RedisKeyStore:
+    def __init__(self, settings: Redis, deadline_ms: int) -> None:
+        self.deadline = deadline_ms / 1000
+        self.client = Client(settings.url, connect_timeout=self.deadline)  # its own connection
+        tag = "{" + settings.prefix + "}:admin:"
+        self.names = (tag + "keys", tag + "version", tag + "audit")
+
+    async def _call(self, *command: str | bytes | int) -> object:
+        try:
+            return await self.client.call(encode(*command), asyncio.get_running_loop().time() + self.deadline)
+        except (OSError, TimeoutError, ReplyError) as exc:
+            raise Unavailable(type(exc).__name__) from exc
+
+    async def version(self) -> int:
+        reply = await self._call("GET", self.names[1])
+        return int(reply) if isinstance(reply, bytes) else 0
+
+    async def keys(self) -> list[StoredKey]:
+        reply = await self._call("HVALS", self.names[0])
+        return [_KEY.decode(raw) for raw in reply] if isinstance(reply, list) else []
+
+    async def get(self, key_id: str) -> Found | None:
+        reply = await self._call("HGET", self.names[0], key_id)
+        return Found(_KEY.decode(reply), reply) if isinstance(reply, bytes) else None
+
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+        args = (key_id, before.raw if before else b"", msgspec.json.encode(after) if after else b"",
+                msgspec.json.encode(entry))
+        try:
+            version = await self.client.evalsha(WRITE, self.names, args,
+                                                asyncio.get_running_loop().time() + self.deadline)
+        except ReplyError as exc:
+            if str(exc).startswith("CONFLICT"):
+                raise Conflict(key_id) from None
+            raise Unavailable(type(exc).__name__) from exc
+        except (OSError, TimeoutError) as exc:
+            raise Unavailable(type(exc).__name__) from exc
+        return int(version)
+
+    async def audit(self, start: int, count: int) -> tuple[list[AuditEntry], int]:
+        total = await self._call("LLEN", self.names[2])
+        reply = await self._call("LRANGE", self.names[2], start, start + count - 1) if count else []
+        entries = [_ENTRY.decode(raw) for raw in reply] if isinstance(reply, list) else []
+        return entries, int(total) if isinstance(total, int) else 0
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class MemoryKeyStore:
+    """One process's: for an edge of a single worker without Redis (config.py refuses it with more)."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, bytes] = {}
+        self._version = 0
+        self._audit: list[AuditEntry] = []
+
+    async def version(self) -> int:
+        return self._version
+
+    async def keys(self) -> list[StoredKey]:
+        return [_KEY.decode(raw) for raw in self._keys.values()]
+
+    async def get(self, key_id: str) -> Found | None:
+        raw = self._keys.get(key_id)
+        return Found(_KEY.decode(raw), raw) if raw is not None else None
+
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+        if self._keys.get(key_id) != (before.raw if before else None):
+            raise Conflict(key_id)
+        if after is None:
+            del self._keys[key_id]
+        else:
+            self._keys[key_id] = msgspec.json.encode(after)
+        self._version += 1
+        self._audit.append(entry)
+        return self._version
+
+    async def audit(self, start: int, count: int) -> tuple[list[AuditEntry], int]:
+        return self._audit[start:start + count], len(self._audit)
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,83 @@
+"""The admin API's OpenAPI 3.1 description, served at /admin/v1/openapi.json: the bodies' schemas are
+msgspec's own of records.py's structs, so the description cannot drift from what the API decodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from ingress.admin.records import AuditEntry, KeyUpdate, NewKey, Rotation
+
+_schemas, _components = msgspec.json.schema_components(
+    [NewKey, KeyUpdate, Rotation, AuditEntry], ref_template="#/components/schemas/{name}")
+_KEY_SHOWN: dict[str, Any] = {
+    "type": "object", "description": "A stored key as shown: never its hash; `key` only when made or rotated.",
+    "properties": {"id": {"type": "string"}, "tenant": {"type": "string"}, "models": {"type": "array"},
+                   "limits": {"type": "object"}, "metadata": {"type": "object"},
+                   "name": {"type": ["string", "null"]}, "expires_at": {"type": ["number", "null"]},
+                   "rotating_until": {"type": ["number", "null"]}, "created_at": {"type": "number"},
+                   "updated_at": {"type": "number"}, "created_by": {"type": "string"},
+                   "key": {"type": "string", "description": "The secret: shown once, kept nowhere."}}}
+_components["KeyShown"] = _KEY_SHOWN
+_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+_ERRORS = {str(code): {"description": text, "content": _ERROR}
+           for code, text in ((401, "No valid admin key"), (403, "A viewer's key asked for a change"))}
+_components["Error"] = {"type": "object", "properties": {"error": {"type": "object", "properties": {
+    "type": {"type": "string"}, "message": {"type": "string"}}}}}
+
+
+def _op(summary: str, answer: str, status: int = 200, body: dict[str, Any] | None = None,
+        params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "security": [{"adminKey": []}], "responses": {
+        str(status): {"description": summary, "content": {"application/json": {"schema": {
+            "$ref": f"#/components/schemas/{answer}"}}}}, **_ERRORS}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+    if params:
+        op["parameters"] = params
+    return op
+
+
+def _query(name: str, text: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "integer"}}
+
+
+_ID = [{"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_components["KeyList"] = {"type": "object", "properties": {"data": {"type": "array", "items": {
+    "$ref": "#/components/schemas/KeyShown"}}}}
+_components["AuditPage"] = {"type": "object", "properties": {
+    "data": {"type": "array", "items": {"$ref": "#/components/schemas/AuditEntry"}},
+    "total": {"type": "integer"}, "next": {"type": ["integer", "null"]}}}
+
+DESCRIPTION: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "ingress admin API", "version": "1",
+             "description": "Keys made, changed, rotated and revoked while the edge serves; the audit log. "
+                            "Every change is seen by every replica within a second (docs/admin.md)."},
+    "components": {"schemas": _components, "securitySchemes": {"adminKey": {"type": "http", "scheme": "bearer"}}},
+    "paths": {
+        "/admin/v1/keys": {
+            "post": _op("Make a key (its secret shown once)", "KeyShown", 201, _schemas[0]),
+            "get": _op("The stored keys", "KeyList", params=[{"name": "tenant", "in": "query", "required": False,
+                                                               "schema": {"type": "string"}}]),
+        },
+        "/admin/v1/keys/{key_id}": {
+            "get": {**_op("A stored key", "KeyShown"), "parameters": _ID},
+            "patch": {**_op("Change a key's limits, models, budget, metadata or expiry", "KeyShown",
+                            body=_schemas[1]), "parameters": _ID},
+            "delete": {**_op("Revoke a key", "KeyShown"), "parameters": _ID},
+        },
+        "/admin/v1/keys/{key_id}/rotate": {
+            "post": {**_op("A new secret; the former one works for grace_seconds more", "KeyShown",
+                           body=_schemas[2]), "parameters": _ID},
+        },
+        "/admin/v1/audit": {
+            "get": _op("The audit log, oldest first", "AuditPage",
+                       params=[_query("after", "the seq of the last entry read (0: from the start)"),
+                               _query("limit", "entries a page, at most 500")]),
+        },
+        "/admin/v1/openapi.json": {"get": {"summary": "This description", "security": [{"adminKey": []}],
+                                           "responses": {"200": {"description": "OpenAPI 3.1"}, **_ERRORS}}},
+    },
+}

@@ -1,0 +1,133 @@
+"""What the admin API stores and answers, and what each change makes of a key: pure functions on structs.
+
+A stored key holds its hash (keys.py's SHA-256 of the whole key), never the key; `shown()` is what the API
+answers and the audit log keeps of it, without even the hash."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Budget, Key, KeyHash, KeyId, Limits, Name
+
+Metadata = Annotated[dict[Annotated[str, Meta(min_length=1, max_length=64)],
+                          Annotated[str, Meta(max_length=512)]], Meta(max_length=32)]
+Models = Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=256)], ...], Meta(min_length=1, max_length=256)]
+Label = Annotated[str, Meta(min_length=1, max_length=200)]
+When = Annotated[float, Meta(ge=0)]
+MAX_GRACE = 30 * 86_400.0
+Action = Literal["create", "update", "rotate", "revoke"]
+
+
+class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    id: KeyId
+    tenant: Name
+    hash: KeyHash
+    models: tuple[str, ...] = ("*",)
+    limits: Limits = Limits()
+    metadata: dict[str, str] = {}
+    name: str | None = None
+    expires_at: float | None = None
+    previous_hash: KeyHash | None = None  # a rotation's former secret, accepted until previous_until
+    previous_until: float | None = None
+    created_at: float
+    updated_at: float
+    created_by: str  # the admin key's id
+
+    def key(self) -> Key:
+        """The key as the data plane knows one (settings.Key)."""
+        return Key(id=self.id, tenant=self.tenant, hash=self.hash, models=self.models, limits=self.limits,
+                   name=self.name, expires_at=self.expires_at, previous_hash=self.previous_hash,
+                   previous_until=self.previous_until)
+
+    def shown(self) -> dict[str, Any]:
+        """What the API answers and the audit log keeps: everything but the hashes."""
+        shown: dict[str, Any] = msgspec.to_builtins(self)
+        del shown["hash"]
+        shown.pop("previous_hash", None)
+        shown["rotating_until"] = shown.pop("previous_until", None)
+        shown["limits"] = _set(shown["limits"])
+        return shown
+
+
+def _set(value: Any) -> Any:
+    """The limits that are set: an unset one is not shown."""
+    return {k: _set(v) for k, v in value.items() if v is not None} if isinstance(value, dict) else value
+
+
+class _Body(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request body: unknown fields are a 400, so that a misspelt one is not silently ignored."""
+
+
+class NewKey(_Body, frozen=True):
+    tenant: Name
+    models: Models = ("*",)
+    limits: Limits = Limits()
+    metadata: Metadata = {}
+    name: Label | None = None
+    expires_at: When | None = None
+
+
+class KeyUpdate(_Body, frozen=True):
+    """What to change; what is absent stays. `expires_at: null` removes the expiry; `budget` sets the limits'."""
+
+    models: Models | UnsetType = UNSET
+    limits: Limits | UnsetType = UNSET
+    budget: Budget | UnsetType | None = UNSET
+    metadata: Metadata | UnsetType = UNSET
+    name: Label | UnsetType | None = UNSET
+    expires_at: When | UnsetType | None = UNSET
+
+
+class Rotation(_Body, frozen=True):
+    grace_seconds: Annotated[float, Meta(ge=0, le=MAX_GRACE)] = 3600.0  # the old secret works this long beside
+
+
+class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
+    at: float  # Unix time
+    actor: str  # the admin key's id
+    action: Action
+    key_id: str
+    client: str | None  # the address the request came from
+    before: dict[str, Any] | None  # StoredKey.shown(): no secret, no hash
+    after: dict[str, Any] | None
+
+
+def created(body: NewKey, actor: str, now: float | None = None) -> tuple[str, StoredKey]:
+    """A new key: (the key, shown once; its record)."""
+    now = time.time() if now is None else now
+    secret, key_id, digest = new_key()
+    return secret, StoredKey(id=key_id, tenant=body.tenant, hash=digest, models=body.models, limits=body.limits,
+                             metadata=body.metadata, name=body.name, expires_at=body.expires_at, created_at=now,
+                             updated_at=now, created_by=actor)
+
+
+def updated(record: StoredKey, change: KeyUpdate, now: float | None = None) -> StoredKey:
+    fields = {name: value for name in ("models", "limits", "metadata", "name", "expires_at")
+              if (value := getattr(change, name)) is not UNSET}
+    record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
+    if not isinstance(change.budget, UnsetType):
+        record = msgspec.structs.replace(record, limits=msgspec.structs.replace(record.limits, budget=change.budget))
+    return record
+
+
+def rotated(record: StoredKey, rotation: Rotation, now: float | None = None) -> tuple[str, StoredKey]:
+    """A new secret for the same id (its limits, usage and id stay); the current one works `grace_seconds` more.
+    A former secret still in its grace is dropped: two secrets at most."""
+    now = time.time() if now is None else now
+    secret, _, digest = new_key(record.id)
+    grace = rotation.grace_seconds > 0
+    return secret, msgspec.structs.replace(record, hash=digest, previous_hash=record.hash if grace else None,
+                                           previous_until=now + rotation.grace_seconds if grace else None,
+                                           updated_at=now)
+
+
+def entry(action: Action, actor: str, client: str | None, key_id: str, before: StoredKey | None,
+          after: StoredKey | None, now: float | None = None) -> AuditEntry:
+    return AuditEntry(at=time.time() if now is None else now, actor=actor, action=action, key_id=key_id,
+                      client=client, before=before.shown() if before else None,
+                      after=after.shown() if after else None)

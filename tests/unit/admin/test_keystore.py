@@ -1,0 +1,27 @@
+"""One process's key store (the Redis one is tested on real servers, tests/integration/test_admin_keys.py):
+a change is all or nothing, and refused when the key changed since it was read."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingress.admin.keystore import Conflict, MemoryKeyStore
+from ingress.admin.records import KeyUpdate, NewKey, created, entry, updated
+
+
+async def test_a_change_moves_the_version_and_appends_its_entry() -> None:
+    store = MemoryKeyStore()
+    _, record = created(NewKey(tenant="acme"), "a1")
+    assert await store.version() == 0 and await store.get(record.id) is None
+    assert await store.write(record.id, None, record, entry("create", "a1", None, record.id, None, record)) == 1
+    found = await store.get(record.id)
+    assert found is not None and found.record == record and await store.keys() == [record]
+    with pytest.raises(Conflict):  # made again: it is there already
+        await store.write(record.id, None, record, entry("create", "a1", None, record.id, None, record))
+    after = updated(record, KeyUpdate(name="x"))
+    await store.write(record.id, found, after, entry("update", "a1", None, record.id, record, after))
+    with pytest.raises(Conflict):  # changed from what it no longer is
+        await store.write(record.id, found, None, entry("revoke", "a1", None, record.id, record, None))
+    entries, total = await store.audit(0, 10)
+    assert total == 2 and [e.action for e in entries] == ["create", "update"] and await store.version() == 2
+    assert (await store.audit(1, 1))[0][0].action == "update"

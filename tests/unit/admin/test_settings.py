@@ -1,0 +1,36 @@
+"""`[admin]`: its address, and what config.py refuses of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from ingress.admin.settings import Admin, AdminKey, admin_problem
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Redis, Tenancy
+
+_, KEY_ID, KEY_HASH = new_key()
+KEYS = (AdminKey(id=KEY_ID, hash=KEY_HASH, role="admin"),)
+REDIS = Tenancy(backend="redis", redis=Redis(url="redis://127.0.0.1:6379/0"))
+
+
+@pytest.mark.parametrize(("listen", "address"), [("127.0.0.1:9090", ("127.0.0.1", 9090)), (":9090", ("0.0.0.0", 9090)),
+                                                 ("[::1]:9090", ("::1", 9090))])
+def test_the_listener_s_address(listen: str, address: tuple[str, int]) -> None:
+    assert Admin(listen=listen).address() == address
+
+
+def test_a_sound_admin_section_passes() -> None:
+    assert admin_problem(Admin(listen="127.0.0.1:9090", keys=KEYS), REDIS, ("127.0.0.1", 8080), 4) is None
+    assert admin_problem(Admin(listen="127.0.0.1:9090", keys=KEYS), Tenancy(), ("127.0.0.1", 8080), 1) is None
+
+
+@pytest.mark.parametrize(("admin", "tenancy", "workers", "said"), [
+    (Admin(listen="127.0.0.1:9090", keys=KEYS), None, 1, "configure [tenancy]"),
+    (Admin(listen="127.0.0.1:9090", keys=KEYS), Tenancy(), 0, "each worker would keep keys of its own"),
+    (Admin(listen="0.0.0.0:8080", keys=KEYS), REDIS, 1, "is the public listener's"),
+    (Admin(listen="127.0.0.1:9090"), REDIS, 1, "no admin key is configured"),
+    (Admin(listen="127.0.0.1:9090", keys=KEYS * 2), REDIS, 1, "used twice"),
+])
+def test_what_is_refused(admin: Admin, tenancy: Tenancy | None, workers: int, said: str) -> None:
+    problem = admin_problem(admin, tenancy, ("127.0.0.1", 8080), workers)
+    assert problem is not None and said in problem
