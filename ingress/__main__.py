@@ -146,6 +146,12 @@ def _keys_new(args: argparse.Namespace) -> int:
     from ingress.tenancy.keys import new_key
 
     key, key_id, digest = new_key()
+    if args.admin is not None:
+        print(f"# The admin key, shown this once (it is kept nowhere):\n#   {key}\n# Its entry, for the config:\n"
+              f'[[admin.keys]]\nid = "{key_id}"\nhash = "{digest}"\nrole = "{args.admin}"')
+        return 0
+    if args.tenant is None:
+        raise SystemExit("ingress keys new: --tenant is required (or --admin ROLE, for an admin key)")
     models = ", ".join(f'"{m}"' for m in (args.model or ["*"]))
     name = f'\nname = "{args.name}"' if args.name else ""
     print(f"# The key, shown this once (it is kept nowhere; give it to its owner):\n#   {key}\n"
@@ -196,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = sub.add_parser("keys", help="virtual keys for [tenancy]")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     new = keys_sub.add_parser("new", help="make a key: print it once, and its configuration entry")
-    new.add_argument("--tenant", required=True, type=_name, help="the tenant the key belongs to")
+    new.add_argument("--tenant", type=_name, help="the tenant the key belongs to")
+    new.add_argument("--admin", choices=("admin", "viewer"), help="an admin API key of this role ([[admin.keys]])")
     new.add_argument("--model", action="append", type=_model,
                      help="a model name or glob it may use (repeat; default *)")
     new.add_argument("--name", type=_model, help="a description, for people")

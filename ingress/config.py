@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from ingress.admin.settings import admin_problem
 from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.routing.chain import route_name
@@ -187,6 +188,10 @@ def _check(settings: Settings) -> None:
                           "configure [tenancy] redis = { url = \"redis://...\" }, or use backend = \"memory\"")
     if settings.tracing is not None:
         _check_tracing(settings.tracing)
+    if settings.admin is not None and (problem := admin_problem(
+            settings.admin, settings.tenancy, None if settings.unix else (settings.host, settings.port),
+            settings.workers)) is not None:
+        raise ConfigError(problem)
 
 
 def _check_policies(routes: tuple[Route, ...]) -> None:

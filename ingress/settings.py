@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
+from ingress.admin.settings import Admin
 from ingress.cache.settings import CacheSettings, RouteCache
 from ingress.state.settings import ResponsesSettings
 from ingress.tenancy.settings import Tenancy
@@ -282,6 +283,7 @@ class Settings(_Config, frozen=True):
     timeouts: Timeouts = Timeouts()
     tenancy: Tenancy | None = None  # keys, limits and budgets; without it the edge is open to any caller
     tracing: Tracing | None = None  # OpenTelemetry spans; without it none are made
+    admin: Admin | None = None  # the admin API on a listener of its own (ingress/admin, docs/admin.md)
     cache: CacheSettings = CacheSettings()  # what the routes' response caches share
     responses: ResponsesSettings = ResponsesSettings()  # what `store: true` keeps, and where (ingress/state)
     # The keys of what the edge seals for clients (ingress/oai/sealing.py); without them, a key made at

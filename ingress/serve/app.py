@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import os
 import shutil
@@ -16,6 +17,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from aiohttp import web
 
 from ingress import log, metrics
+from ingress.admin.keystore import KeyStore, MemoryKeyStore, RedisKeyStore, Unavailable
+from ingress.admin.sync import Follower
 from ingress.cache import ResponseCache
 from ingress.demo.service import create_demo_app
 from ingress.edge import routes
@@ -115,6 +118,15 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             if tenancy.keysets is not None:  # fetched beside the start: an issuer down does not hold it up
                 stack.push_async_callback(tenancy.keysets.close)
                 tasks.spawn(tenancy.keysets.refresh_forever(), "issuer-keys")
+            if settings.admin is not None:  # the admin API's keys, read before the first request, then followed
+                redis = settings.tenancy.redis
+                store = app[KEYSTORE] = (RedisKeyStore(redis, settings.admin.deadline_ms) if redis is not None
+                                         else MemoryKeyStore())
+                stack.push_async_callback(store.close)
+                follower = Follower(store, tenancy)
+                with contextlib.suppress(Unavailable):  # then the edge starts on its file's keys; the task says so
+                    await follower.once()
+                tasks.spawn(follower.forever(settings.admin.poll_interval), "admin-keys")
         cache = None
         if any(route.cache is not None for route in routes):  # the stores, once per worker (ingress/cache)
             redis = settings.tenancy.redis if settings.tenancy is not None else None
@@ -143,6 +155,9 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             sealer=sealer(settings),
         )
         yield
+
+
+KEYSTORE = web.AppKey("keystore", KeyStore)  # with [admin]: where its keys are, for its listener (server.py)
 
 
 SEALING_KEY = "INGRESS_SEALING_KEY"  # the key made at start when [sealing] names none, for every worker

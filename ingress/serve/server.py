@@ -27,10 +27,11 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from ingress.admin.api import create_admin_app
 from ingress.edge.appkeys import DRAIN, GATEWAY
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
-from ingress.serve.app import INNER_DIR, create_app, sealer, tune_gc
+from ingress.serve.app import INNER_DIR, KEYSTORE, create_app, sealer, tune_gc
 from ingress.settings import Settings
 
 log = get_logger("ingress.server")
@@ -44,26 +45,35 @@ def event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def bind(settings: Settings) -> socket.socket:
-    """The listening socket: a Unix socket path, or host:port."""
-    if settings.unix:
+def bind_admin(settings: Settings) -> socket.socket | None:
+    """The admin API's listening socket, when [admin] is configured: shared by the workers as the public one is."""
+    if settings.admin is None:
+        return None
+    host, port = settings.admin.address()
+    return bind(settings, (host, port))
+
+
+def bind(settings: Settings, address: tuple[str, int] | None = None) -> socket.socket:
+    """The listening socket: a Unix socket path, or host:port (or `address`)."""
+    if settings.unix and address is None:
         if os.path.exists(settings.unix):
             os.unlink(settings.unix)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(settings.unix)
     else:
-        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        host, port = address or (settings.host, settings.port)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if hasattr(socket, "SO_REUSEPORT"):  # a new edge can bind the port while the old one drains
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((settings.host, settings.port))
+        sock.bind((host, port))
     sock.listen(1024)
     sock.setblocking(False)
     return sock
 
 
-async def _serve(settings: Settings, sock: socket.socket) -> None:
+async def _serve(settings: Settings, sock: socket.socket, admin_sock: socket.socket | None = None) -> None:
     app = create_app(settings)
     app.on_startup.append(tune_gc)  # after the cleanup contexts: everything built at start-up is frozen
     # The drain below waits for running requests itself; aiohttp's own wait at cleanup only has to
@@ -73,6 +83,7 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     await runner.setup()
     site = EdgeSite(runner, sock, settings.client, settings.worker_count())  # the connections' deadlines and cap
     await site.start()
+    admin = await _serve_admin(app, settings, admin_sock) if admin_sock is not None else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,11 +96,25 @@ async def _serve(settings: Settings, sock: socket.socket) -> None:
     log.info("draining", delay_s=settings.drain.delay, deadline_s=settings.drain.deadline)
     await asyncio.sleep(settings.drain.delay)
     await site.stop()  # no new connections; running requests go on
+    if admin is not None:
+        await admin.cleanup()
     if not await drain.idle(settings.drain.deadline):
         drain.expire()  # what still runs ends now: streams with an in-band error, the rest with a 503
         await drain.idle(2.0)
     await runner.cleanup()  # closes idle connections and the app
     log.info("stopped", pid=os.getpid())
+
+
+async def _serve_admin(app: web.Application, settings: Settings, sock: socket.socket) -> web.AppRunner:
+    """The admin API (ingress/admin) on its own listener, over the keys and tenancy the edge serves with."""
+    tenancy = app[GATEWAY].tenancy
+    assert settings.admin is not None and tenancy is not None  # config.py: [admin] needs [tenancy]
+    runner = web.AppRunner(create_admin_app(settings.admin, app[KEYSTORE], tenancy),
+                           handler_cancellation=True, access_log=None)
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    log.info("admin API ready", listen=settings.admin.listen)
+    return runner
 
 
 def _reload_keys(app: web.Application) -> None:
@@ -106,14 +131,14 @@ def _reload_keys(app: web.Application) -> None:
     log.info("keys reloaded", keys=len(tenancy.policy.keyring))
 
 
-def run_worker(settings_json: bytes, sock: socket.socket) -> None:
+def run_worker(settings_json: bytes, sock: socket.socket, admin_sock: socket.socket | None = None) -> None:
     """One serving process (also the whole server when there is a single worker)."""
     settings = msgspec.json.decode(settings_json, type=Settings)
     configure(settings.log_level)
     capture_uncaught()
     loop = event_loop()
     try:
-        loop.run_until_complete(_serve(settings, sock))
+        loop.run_until_complete(_serve(settings, sock, admin_sock))
     finally:
         loop.close()
 
@@ -124,11 +149,12 @@ def workers_of(settings: Settings) -> int:
 
 def serve(settings: Settings) -> int:
     sock = bind(settings)
+    admin_sock = bind_admin(settings)
     sealer(settings)  # its keys read (or, without [sealing], made) once, before any worker starts
     if workers_of(settings) == 1:
-        run_worker(msgspec.json.encode(settings), sock)
+        run_worker(msgspec.json.encode(settings), sock, admin_sock)
         return 0
-    return _supervise(settings, sock)
+    return _supervise(settings, sock, admin_sock)
 
 
 def _metrics_dir() -> tuple[str, bool]:
@@ -149,18 +175,18 @@ FAST_CRASH_S = 5.0  # a worker dying this soon after starting is failing to star
 FAST_CRASHES = 5  # ...and this many such deaths in a row end the supervisor with an error
 
 
-def _supervise(settings: Settings, sock: socket.socket) -> int:
+def _supervise(settings: Settings, sock: socket.socket, admin_sock: socket.socket | None = None) -> int:
     metrics_dir, made = _metrics_dir()
     inner = os.environ[INNER_DIR] = tempfile.mkdtemp(prefix="ingress-inner-")  # the workers' bridges' sockets
     try:
-        return _run_workers(settings, sock)
+        return _run_workers(settings, sock, admin_sock)
     finally:
         shutil.rmtree(inner, ignore_errors=True)  # a worker killed had no chance to remove its own
         if made:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _run_workers(settings: Settings, sock: socket.socket) -> int:
+def _run_workers(settings: Settings, sock: socket.socket, admin_sock: socket.socket | None) -> int:
     """Start the workers, then wait on their sentinels (and a signal's wakeup): a worker that dies is
     seen at once, and replaced after its backoff, while the others are still watched and a SIGTERM
     during a backoff is acted on at once."""
@@ -179,7 +205,8 @@ def _run_workers(settings: Settings, sock: socket.socket) -> int:
     wake.setblocking(False)
 
     def start(slot: int) -> None:
-        proc = context.Process(target=run_worker, args=(encoded, sock), name=f"ingress-worker-{slot}", daemon=False)
+        proc = context.Process(target=run_worker, args=(encoded, sock, admin_sock), name=f"ingress-worker-{slot}",
+                               daemon=False)
         proc.start()
         procs[slot] = proc
         started[slot] = time.monotonic()
@@ -192,6 +219,8 @@ def _run_workers(settings: Settings, sock: socket.socket) -> int:
         # workers stop accepting, and connections queue where nobody takes them (and, with
         # SO_REUSEPORT, away from a new edge on the same port). No worker will be started again.
         sock.close()
+        if admin_sock is not None:
+            admin_sock.close()
         for proc in procs.values():
             if proc.pid is not None and proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)

@@ -573,6 +573,20 @@ def test_keys_new_prints_the_key_once_and_an_entry_the_config_accepts(capsys: py
     assert made.name == "ci bot"
 
 
+
+def test_keys_new_admin_prints_an_admin_key_the_admin_section_accepts(capsys: pytest.CaptureFixture[str]) -> None:
+    from ingress.tenancy.keys import hash_of
+
+    assert main(["keys", "new", "--admin", "viewer"]) == 0
+    out = capsys.readouterr().out
+    key = re.search(r"sk-ig-\S+", out)
+    assert key is not None and out.count(key[0]) == 1
+    settings = parse_config('workers = 1\n' + TENANCY + '\n[admin]\nlisten = "127.0.0.1:9090"\n' + out)
+    assert settings.admin is not None
+    assert [(k.hash, k.role) for k in settings.admin.keys] == [(hash_of(key[0]), "viewer")]
+    with pytest.raises(ConfigError, match="is the public listener's"):
+        parse_config('workers = 1\nport = 9090\n' + TENANCY + '\n[admin]\nlisten = "127.0.0.1:9090"\n' + out)
+
 # --- fallback chains and splits ------------------------------------------------------------------
 
 POLICY = ('[groups.openai]\nendpoints = [{ url = "http://a:1" }]\n'
