@@ -3,7 +3,9 @@
 In Redis, under the tenancy's hash tag (`{<prefix>}:admin:...`):
 
     keys      a hash: key id → the stored key (JSON, records.StoredKey: its hash, never the key)
-    version   a counter, incremented by every change: what each replica polls (sync.py)
+    version   a counter, incremented by every change: what each replica polls (sync.py), with
+    epoch     a random value set by the first change a server sees: a server that restarted empty counts
+              from 0 again, and its epoch tells a replica that the counter's value is not the one it saw
     audit     a list, appended to by every change and by nothing else (records.AuditEntry, JSON)
 
 A change is one script: it checks that the key is still what the change was made from (else Conflict: two
@@ -15,6 +17,7 @@ own, each with a deadline; a store that cannot answer raises Unavailable and not
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Protocol
 
 import msgspec
@@ -29,6 +32,7 @@ local current = redis.call('HGET', KEYS[1], ARGV[1])
 if (current or '') ~= ARGV[2] then return redis.error_reply('CONFLICT the key changed meanwhile') end
 if ARGV[3] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[3]) end
 local version = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[4], ARGV[5], 'NX')
 redis.call('RPUSH', KEYS[3], ARGV[4])
 return version
 """)
@@ -50,7 +54,8 @@ class Found(msgspec.Struct, frozen=True):
 
 
 class KeyStore(Protocol):
-    async def version(self) -> int: ...
+    async def version(self) -> str:
+        """What changes with every change (and when the store restarted empty)."""
 
     async def keys(self) -> list[StoredKey]: ...
 
@@ -70,7 +75,7 @@ class RedisKeyStore:
         self.deadline = deadline_ms / 1000
         self.client = Client(settings.url, connect_timeout=self.deadline)  # its own connection
         tag = "{" + settings.prefix + "}:admin:"
-        self.names = (tag + "keys", tag + "version", tag + "audit")
+        self.names = (tag + "keys", tag + "version", tag + "audit", tag + "epoch")
 
     async def _call(self, *command: str | bytes | int) -> object:
         try:
@@ -78,9 +83,10 @@ class RedisKeyStore:
         except (OSError, TimeoutError, ReplyError) as exc:
             raise Unavailable(type(exc).__name__) from exc
 
-    async def version(self) -> int:
-        reply = await self._call("GET", self.names[1])
-        return int(reply) if isinstance(reply, bytes) else 0
+    async def version(self) -> str:
+        reply = await self._call("MGET", self.names[3], self.names[1])
+        epoch, version = reply if isinstance(reply, list) else (None, None)
+        return f"{(epoch or b'').decode()}:{int(version or 0)}"
 
     async def keys(self) -> list[StoredKey]:
         reply = await self._call("HVALS", self.names[0])
@@ -92,7 +98,7 @@ class RedisKeyStore:
 
     async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
         args = (key_id, before.raw if before else b"", msgspec.json.encode(after) if after else b"",
-                msgspec.json.encode(entry))
+                msgspec.json.encode(entry), os.urandom(8).hex())
         try:
             version = await self.client.evalsha(WRITE, self.names, args,
                                                 asyncio.get_running_loop().time() + self.deadline)
@@ -122,8 +128,8 @@ class MemoryKeyStore:
         self._version = 0
         self._audit: list[AuditEntry] = []
 
-    async def version(self) -> int:
-        return self._version
+    async def version(self) -> str:
+        return str(self._version)
 
     async def keys(self) -> list[StoredKey]:
         return [_KEY.decode(raw) for raw in self._keys.values()]

@@ -2,7 +2,8 @@
 
 Polling, not pub/sub: one GET of a small integer every `poll_interval` (0.25 s by default) a worker is cheap,
 needs no connection held in subscribe mode, and cannot miss a message while a connection is down: a
-change is seen within poll_interval plus a round trip, and after an outage at the first answer. While the
+change is seen within poll_interval plus two round trips, and after an outage at the first answer. A
+server that restarted empty is seen too (keystore.py's epoch), and its (lack of) keys installed. While the
 store cannot answer, the keys last installed stay (the data plane keeps serving on them)."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class Follower:
     def __init__(self, store: KeyStore, tenancy: Tenancy) -> None:
         self.store = store
         self.tenancy = tenancy
-        self.seen: int | None = None  # the version installed
+        self.seen: str | None = None  # the version installed
         self.failing = False
 
     async def once(self) -> bool:

@@ -5,6 +5,7 @@ is the same from either edge."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -143,3 +144,25 @@ async def test_a_rotation_s_grace_lets_both_secrets_through_then_only_the_new_on
         assert not await a.works(expiring["key"]) and not await b.works(expiring["key"])
         assert [e["action"] for e in (await _admin(http, "GET", f"{b.admin}/audit"))["data"]] == [
             "create", "rotate", "create"]
+
+
+async def test_with_the_store_down_changes_are_refused_and_the_keys_in_use_stay_and_an_empty_restart_is_seen(
+        edges: tuple[Edge, Edge], store: Server) -> None:
+    a, b = edges
+    async with aiohttp.ClientSession() as http:
+        made = await _admin(http, "POST", f"{a.admin}/keys", {"tenant": "acme"}, 201)
+        await _within(lambda: b.works(made["key"]), "the key admitted by B")
+        store.stop()
+        refused = await _admin(http, "POST", f"{a.admin}/keys", {"tenant": "acme"}, 503)
+        assert refused["error"]["type"] == "store_unavailable"
+        await _admin(http, "DELETE", f"{b.admin}/keys/{made['id']}", status=503)
+        await asyncio.sleep(3 * 0.25)  # a few polls that fail
+        assert await a.works(made["key"]) and await b.works(made["key"])  # on the last keys installed
+        store.start()  # empty: no persistence (docs/admin.md asks for it where the keys matter)
+
+        async def gone() -> bool:
+            return not await a.works(made["key"])
+
+        await eventually(gone, "the keys of a store that restarted empty installed", timeout=5)
+        again = await _admin(http, "POST", f"{b.admin}/keys", {"tenant": "acme"}, 201)
+        await _within(lambda: a.works(again["key"]), "a key made after the restart admitted by A")

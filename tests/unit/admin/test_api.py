@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ingress.admin.api import STORE, create_admin_app
-from ingress.admin.keystore import MemoryKeyStore
+from ingress.admin.keystore import Found, MemoryKeyStore, Unavailable
+from ingress.admin.records import AuditEntry, StoredKey
 from ingress.admin.settings import Admin, AdminKey
 from ingress.admin.sync import Follower
 from ingress.tenancy import Tenancy, build
@@ -147,3 +148,21 @@ async def test_the_description_names_every_route(client: Client) -> None:
     assert set(description["paths"]) == {path for _, path in ROUTES if "nothing" not in path} - {
         "/admin/v1/keys/abcdefgh1234", "/admin/v1/keys/abcdefgh1234/rotate"} | {
         "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/rotate"}
+
+
+class _Down(MemoryKeyStore):
+    async def get(self, key_id: str) -> Found | None:
+        raise Unavailable("TimeoutError")
+
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+        raise Unavailable("ConnectionError")
+
+
+@pytest.mark.parametrize(("method", "path"), WRITES)
+async def test_a_store_that_does_not_answer_is_a_503_saying_so(tenancy: Tenancy, method: str, path: str) -> None:
+    settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),))
+    async with TestClient[web.Request, web.Application](TestServer(create_admin_app(settings, _Down(), tenancy))) as c:
+        body = {"tenant": "acme"} if path.endswith("/keys") else {}
+        async with c.request(method, path, headers=_auth(ADMIN), json=body) as r:
+            assert r.status == 503
+            assert "did not answer" in (await r.json())["error"]["message"]

@@ -12,7 +12,7 @@ from ingress.admin.records import KeyUpdate, NewKey, created, entry, updated
 async def test_a_change_moves_the_version_and_appends_its_entry() -> None:
     store = MemoryKeyStore()
     _, record = created(NewKey(tenant="acme"), "a1")
-    assert await store.version() == 0 and await store.get(record.id) is None
+    assert await store.version() == "0" and await store.get(record.id) is None
     assert await store.write(record.id, None, record, entry("create", "a1", None, record.id, None, record)) == 1
     found = await store.get(record.id)
     assert found is not None and found.record == record and await store.keys() == [record]
@@ -23,5 +23,5 @@ async def test_a_change_moves_the_version_and_appends_its_entry() -> None:
     with pytest.raises(Conflict):  # changed from what it no longer is
         await store.write(record.id, found, None, entry("revoke", "a1", None, record.id, record, None))
     entries, total = await store.audit(0, 10)
-    assert total == 2 and [e.action for e in entries] == ["create", "update"] and await store.version() == 2
+    assert total == 2 and [e.action for e in entries] == ["create", "update"] and await store.version() == "2"
     assert (await store.audit(1, 1))[0][0].action == "update"

@@ -23,7 +23,7 @@ async def test_the_keys_are_installed_when_their_version_moves() -> None:
 
 
 class _Down(MemoryKeyStore):
-    async def version(self) -> int:
+    async def version(self) -> str:
         raise Unavailable("TimeoutError")
 
 
