@@ -7,6 +7,7 @@ from the client's address; an answer never holds a hash, and a key only in the a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,10 +18,12 @@ from ingress.admin import records
 from ingress.admin.keystore import Conflict, Found, KeyStore, Unavailable
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
+from ingress.log import get_logger
 from ingress.tenancy import Tenancy
 from ingress.tenancy.keys import id_of, matches
 from ingress.tenancy.policy import presented_key
 
+log = get_logger("ingress.admin")
 STORE = web.AppKey("keystore", KeyStore)
 TENANCY = web.AppKey("tenancy", Tenancy)
 ADMIN_KEYS = web.AppKey("admin_keys", dict[str, AdminKey])
@@ -54,7 +57,10 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return failure(403, "forbidden", f"The admin key '{actor.id}' may only read (role viewer).")
     request[ACTOR] = actor
     try:
-        return await handler(request)
+        answer = await handler(request)
+        log.info("admin request", method=request.method, path=request.path, status=answer.status, actor=actor.id,
+                 client=request.remote)
+        return answer
     except Unavailable:
         return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
                        "made: read the key (or the audit log) to see.")
@@ -80,17 +86,26 @@ async def _found(request: web.Request) -> Found:
 
 async def _change(request: web.Request, action: records.Action, before: Found | None,
                   after: records.StoredKey | None) -> None:
-    key_id = (after or (before.record if before else None))
-    assert key_id is not None
-    entry = records.entry(action, request[ACTOR].id, request.remote, key_id.id, before.record if before else None,
+    changed = after or (before.record if before else None)
+    assert changed is not None
+    entry = records.entry(action, request[ACTOR].id, request.remote, changed.id, before.record if before else None,
                           after)
-    await request.app[STORE].write(key_id.id, before, after, entry)
+    await request.app[STORE].write(changed.id, before, after, entry)
+
+
+def _past(expires_at: object) -> web.Response | None:
+    """A 400 for an expiry already past (a key that would be refused from the start), else None."""
+    if isinstance(expires_at, float | int) and expires_at <= time.time():
+        return failure(400, "invalid_request", "expires_at: already past (it is a Unix time, in seconds)")
+    return None
 
 
 async def create_key(request: web.Request) -> web.Response:
     body = await _body(request, records.NewKey)
     if body.tenant not in request.app[TENANCY].policy.tenants:
         return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured.")
+    if (past := _past(body.expires_at)) is not None:
+        return past
     secret, record = records.created(body, request[ACTOR].id)
     await _change(request, "create", None, record)
     return web.json_response({"key": secret, **record.shown()}, status=201)
@@ -108,6 +123,8 @@ async def get_key(request: web.Request) -> web.Response:
 
 async def update_key(request: web.Request) -> web.Response:
     change = await _body(request, records.KeyUpdate)
+    if (past := _past(change.expires_at)) is not None:
+        return past
     before = await _found(request)
     after = records.updated(before.record, change)
     await _change(request, "update", before, after)

@@ -131,8 +131,8 @@ async def test_the_audit_log_is_read_a_page_at_a_time(client: Client) -> None:
 
 
 @pytest.mark.parametrize("body", [{"tenant": "nobody"}, {"tenant": "acme", "surprise": 1}, {"tenant": "acme",
-                                   "limits": {"rpm": 0}}, {}], ids=["unknown-tenant", "unknown-field", "bad-limit",
-                                                                  "no-tenant"])
+                                   "limits": {"rpm": 0}}, {}, {"tenant": "acme", "expires_at": 1000}],
+                         ids=["unknown-tenant", "unknown-field", "bad-limit", "no-tenant", "expired"])
 async def test_a_bad_key_is_refused_and_nothing_is_written(client: Client,
                                                            body: dict[str, object]) -> None:
     async with client.post("/admin/v1/keys", headers=_auth(ADMIN), json=body) as r:
@@ -166,3 +166,10 @@ async def test_a_store_that_does_not_answer_is_a_503_saying_so(tenancy: Tenancy,
         async with c.request(method, path, headers=_auth(ADMIN), json=body) as r:
             assert r.status == 503
             assert "did not answer" in (await r.json())["error"]["message"]
+
+
+async def test_an_expiry_already_past_is_refused_on_update_too(client: Client) -> None:
+    async with client.post("/admin/v1/keys", headers=_auth(ADMIN), json={"tenant": "acme"}) as r:
+        key_id = (await r.json())["id"]
+    async with client.patch(f"/admin/v1/keys/{key_id}", headers=_auth(ADMIN), json={"expires_at": 5}) as r:
+        assert r.status == 400 and "already past" in (await r.json())["error"]["message"]
