@@ -10,15 +10,17 @@ from aiohttp import web
 from ingress import pipeline
 from ingress.anthropic.models import ModelInfo, model_page
 from ingress.cache import directive
-from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge import resume
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED, TASKS
 from ingress.edge.bodies import read_body
-from ingress.edge.sse import ResponsesSseWriter, SseWriter
+from ingress.edge.sse import ResponsesSseWriter, SseWriter, StoredEventsWriter
 from ingress.edge.writers import Outlet, json_response, write_relayed, write_stream
 from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.oai.responses_answers import ResponseObject
+from ingress.state import ResponseStore
 from ingress.state.record import PageError, deleted, encode_page, input_items, known_id, page, page_query, response_json
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
@@ -137,15 +139,16 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
     events = ResponseEvents(call, request_id=recalled.rid, created_at=int(time.time()),
                             seal=pipeline.sealing_for(gateway, prepared, exchange))
-    return await write_stream(request, exchange, pipeline.stream_response(gateway, prepared, exchange, events,
-                                                                          keep if kept is not None else None),
-                              ResponsesSseWriter(events))
+    live = pipeline.stream_response(gateway, prepared, exchange, events, keep if kept is not None else None)
+    if recalled.store is not None and kept is not None and kept.record is not None:  # stored: resumable
+        live = resume.detach(request.app[TASKS], drain, recalled.store, recalled.owner, events, live)
+    return await write_stream(request, exchange, live, ResponsesSseWriter(events))
 
 
-async def stored_response(request: web.Request) -> web.Response:
-    """A stored response: retrieved (GET), deleted (DELETE), its input items listed (GET .../input_items);
-    cancelling is for background responses, which this edge does not run. Another owner's response is not
-    found, exactly as an unknown id is (ingress/state)."""
+async def stored_response(request: web.Request) -> web.StreamResponse:
+    """A stored response: retrieved (GET), its stream read again (GET ?stream=true), deleted (DELETE), its
+    input items listed (GET .../input_items); cancelling is for background responses, which this edge does
+    not run. Another owner's response is not found, exactly as an unknown id is (ingress/state)."""
     gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
     exchange.api = "responses"
     response_id = request.match_info["response_id"]
@@ -163,8 +166,7 @@ async def stored_response(request: web.Request) -> web.Response:
             raise _not_found(response_id)
         return web.Response(body=deleted(response_id), content_type="application/json")
     if action is None and request.query.get("stream", "false") != "false":
-        raise InvalidRequest("'stream' is not supported: this edge keeps no events of a response to stream "
-                             "again; retrieve it whole.", param="stream", code="unsupported_parameter")
+        return await _resume(request, store, owner, response_id)
     record = await store.get(owner, response_id) if known_id(response_id) else None
     if record is None:
         raise _not_found(response_id)
@@ -178,6 +180,28 @@ async def stored_response(request: web.Request) -> web.Response:
     except PageError as exc:
         raise InvalidRequest(str(exc), param=exc.param) from None
     return web.Response(body=encode_page(listed), content_type="application/json")
+
+
+async def _resume(request: web.Request, store: ResponseStore, owner: str, response_id: str) -> web.StreamResponse:
+    """A stored response's stream from `starting_after` + 1 on (from its first event without it), following
+    it while it still runs (ingress/edge/resume.py); a response kept whole, not streamed, is refused."""
+    raw = request.query.get("starting_after", "-1")
+    if not (raw == "-1" or (raw.isascii() and raw.isdigit() and len(raw) < 10)):
+        raise InvalidRequest("'starting_after' must be a non-negative integer: an event's sequence_number.",
+                             param="starting_after")
+    start = int(raw) + 1
+    got = await store.read_events(owner, response_id, max(start - 1, 0)) if known_id(response_id) else None
+    if got is None:
+        if known_id(response_id) and await store.get(owner, response_id) is not None:
+            raise InvalidRequest("This response was not streamed: it has no events to stream again; retrieve it "
+                                 "whole.", param="stream", code="response_not_streamed")
+        raise _not_found(response_id)
+    ended = False
+    if start > 0:  # the event the client has is read too: whether the stream ended there
+        ended = bool(got) and resume.event_type(got[0]) in resume.TERMINAL
+        got = got[1:]
+    return await write_stream(request, request[EXCHANGE], resume.replay(store, owner, response_id, start, got, ended),
+                              StoredEventsWriter(start))
 
 
 def _shown(response_id: str) -> str:

@@ -1,0 +1,135 @@
+"""Resumable Responses streams: a stored streamed response runs in a task the edge owns, which appends
+each read's events to the response's log in the store (ingress/state/event_stores.py) before the client
+is sent them; so a client that drops (a network blip, a sleeping laptop, an idle timeout) loses nothing:
+the response goes on to its end and is kept, and `GET /v1/responses/{id}?stream=true&starting_after=N`,
+on this replica or any other on the same store, replays events N+1.. and follows the rest of one still
+running by reading its log again every `[responses] resume_poll_ms` (polling: one LRANGE a poll on
+Redis, nothing on a log that has not grown) until response.completed, .incomplete or .failed.
+
+    detach  the live stream, run by the task and handed to the client through a queue while it listens
+    replay  a stored log from an index on, following it while it grows
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from contextlib import aclosing, suppress
+
+import msgspec
+
+from ingress import metrics, pipeline
+from ingress.edge.drain import Drain
+from ingress.errors import IngressError, UpstreamTimeout
+from ingress.oai import responses_answers
+from ingress.state import ResponseStore
+from ingress.tasks import BackgroundTasks
+from ingress.translate.responses_events import ResponseEvents
+
+TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+PING_EVERY = 10.0  # seconds a follower waits on an unchanged log before it sends the client a heartbeat
+_END = object()
+_encoder = msgspec.json.Encoder()
+
+
+class _Type(msgspec.Struct):
+    type: str = ""
+
+
+_type = msgspec.json.Decoder(_Type)
+
+
+def event_type(event: bytes) -> str:
+    return _type.decode(event).type
+
+
+def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: str, events: ResponseEvents,
+           stream: AsyncGenerator[pipeline.ResponsesStreamEvent, None]
+           ) -> AsyncGenerator[pipeline.ResponsesStreamEvent, None]:
+    """The stream's events for the client, while it reads them; the stream itself runs in a task of
+    `tasks` to its end (or the drain's deadline), each read's events appended to the log first. A failure,
+    the edge's own too, is ended in the log as the client is sent it: `error`, then response.failed."""
+    queue: asyncio.Queue[object] = asyncio.Queue()  # unbounded: what a slow client has not read yet
+    listening = [True]
+
+    def hand(event: object) -> None:
+        if listening[0]:
+            queue.put_nowait(event)
+
+    async def log(made: list[responses_answers.StreamEvent]) -> None:
+        if made:
+            await store.append_events(owner, events.id, [_encoder.encode(e) for e in made])
+
+    async def run() -> None:
+        try:
+            async with aclosing(stream) as live:
+                with drain.deadline():
+                    async for event in live:
+                        if isinstance(event, pipeline.Failed):
+                            await _fail(event.error)
+                            return
+                        if isinstance(event, pipeline.ResponsesBurst):
+                            await log(event.events)
+                        elif not isinstance(event, pipeline.Signal):
+                            await log([event])
+                        hand(event)
+        except IngressError as exc:  # the drain's deadline, or the store failing under the stream
+            await _fail(exc)
+        finally:
+            hand(_END)
+
+    async def _fail(exc: IngressError) -> None:
+        made = events.failed(exc)
+        with suppress(IngressError):  # the store is failing: the client is still told
+            await log(made)
+        hand(pipeline.ResponsesBurst(made))
+        hand(pipeline.Failed(exc))
+
+    tasks.spawn(run(), f"response:{events.id}")
+    return _listen(queue, listening)
+
+
+async def _listen(queue: asyncio.Queue[object], listening: list[bool]
+                  ) -> AsyncGenerator[pipeline.ResponsesStreamEvent, None]:
+    try:
+        while (event := await queue.get()) is not _END:
+            yield event  # type: ignore[misc]  # what `run` hands
+            if event is pipeline.DONE or isinstance(event, pipeline.Failed):
+                return
+        raise UpstreamTimeout("The response's stream ended without its last event.")
+    finally:
+        listening[0] = False  # the client is gone or done: the task goes on without it
+
+
+async def replay(store: ResponseStore, owner: str, response_id: str, start: int, first: list[bytes],
+                 ended: bool = False) -> AsyncGenerator[list[bytes], None]:
+    """The log's events from `start` on (`first`: those read already), a list a read; an empty list when
+    nothing came for PING_EVERY seconds (a heartbeat), and at once when nothing is there yet (the head
+    goes out). `ended`: the event before `start` was the last. Ends after the last event, or when the log
+    is gone (deleted, expired); past `resume_idle` seconds of a log that does not grow, an in-band error."""
+    settings, loop = store.settings, asyncio.get_running_loop()
+    running = not (ended or (first and event_type(first[-1]) in TERMINAL))
+    metrics.child(metrics.RESPONSES_RESUMED, store.backend.backend, "true" if running else "false").inc()
+    yield first
+    start += len(first)
+    if not running:
+        return
+    grew = pinged = loop.time()
+    while True:
+        await asyncio.sleep(settings.resume_poll_ms / 1000)
+        got = await store.read_events(owner, response_id, start)
+        now = loop.time()
+        if got is None:
+            return
+        if got:
+            start += len(got)
+            grew = pinged = now
+            yield got
+            if event_type(got[-1]) in TERMINAL:
+                return
+        elif now - grew > settings.resume_idle:
+            raise UpstreamTimeout(f"The response's stream has not grown for {settings.resume_idle:g} s: the "
+                                  "edge that ran it may have stopped. Retrieve it to see its status.")
+        elif now - pinged >= PING_EVERY:
+            pinged = now
+            yield []
