@@ -85,20 +85,35 @@ def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: st
         hand(pipeline.ResponsesBurst(made))
         hand(pipeline.Failed(exc))
 
-    tasks.spawn(run(), f"response:{events.id}")
-    return _listen(queue, listening)
+    return _listen(queue, listening, tasks.spawn(run(), f"response:{events.id}"), drain)
 
 
-async def _listen(queue: asyncio.Queue[object], listening: list[bool]
+async def _listen(queue: asyncio.Queue[object], listening: list[bool], task: asyncio.Task[None], drain: Drain
                   ) -> AsyncGenerator[pipeline.ResponsesStreamEvent, None]:
+    """What the task hands, until the stream's end. A client that leaves is let go, and the request waits
+    for the task without it (the drain's deadline bounds it), so that its usage is recorded and charged
+    whole, as the response it is kept as. At the drain's deadline the task ends the stream with its own
+    events (logged too), which the client is then handed: the request's own cancellation is let go."""
     try:
-        while (event := await queue.get()) is not _END:
+        while (event := await _next(queue, drain)) is not _END:
             yield event  # type: ignore[misc]  # what `run` hands
             if event is pipeline.DONE or isinstance(event, pipeline.Failed):
                 return
         raise UpstreamTimeout("The response's stream ended without its last event.")
     finally:
         listening[0] = False  # the client is gone or done: the task goes on without it
+        await asyncio.wait((task,))  # its failure is logged by `tasks`, not raised here
+
+
+async def _next(queue: asyncio.Queue[object], drain: Drain) -> object:
+    while True:
+        try:
+            return await queue.get()
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is None or not (drain.expiry.done() and current.cancelling() == 1):
+                raise  # the client gone, or anyone's but the drain's
+            current.uncancel()  # the drain's: the task ends the stream, and hands its last events
 
 
 async def replay(store: ResponseStore, owner: str, response_id: str, start: int, first: list[bytes],
