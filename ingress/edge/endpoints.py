@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from datetime import UTC, datetime
 
+import msgspec
 from aiohttp import web
 
 from ingress import pipeline
@@ -20,11 +23,25 @@ from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.oai.responses_answers import ResponseObject
+from ingress.pipeline.stored import Keeping
 from ingress.state import ResponseStore
-from ingress.state.record import PageError, deleted, encode_page, input_items, known_id, page, page_query, response_json
+from ingress.state.record import (
+    PageError,
+    deleted,
+    encode_page,
+    encode_record,
+    input_items,
+    known_id,
+    page,
+    page_query,
+    response_json,
+    state,
+)
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
+
+_response = msgspec.json.Decoder(ResponseObject)
 
 
 def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
@@ -128,7 +145,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                                                 recalled.keep, recalled.conversation)
     kept = pipeline.kept_input(recalled, call)
     await pipeline.admit(gateway, prepared, exchange)
-    if not call.request.stream:
+    if not (call.request.stream or call.request.background):
         with drain.deadline():
             answer = await pipeline.respond(gateway, call, prepared, exchange, recalled.rid)
             await pipeline.keep(recalled, kept, answer)
@@ -140,9 +157,45 @@ async def responses(request: web.Request) -> web.StreamResponse:
     events = ResponseEvents(call, request_id=recalled.rid, created_at=int(time.time()),
                             seal=pipeline.sealing_for(gateway, prepared, exchange))
     live = pipeline.stream_response(gateway, prepared, exchange, events, keep if kept is not None else None)
+    if call.request.background:
+        return await _background(request, recalled, kept, events, live, bool(call.request.stream))
     if recalled.store is not None and kept is not None and kept.record is not None:  # stored: resumable
         live = resume.detach(request.app[TASKS], drain, recalled.store, recalled.owner, events, live)
     return await write_stream(request, exchange, live, ResponsesSseWriter(events))
+
+
+async def _background(request: web.Request, recalled: pipeline.Recalled, kept: Keeping | None,
+                      events: ResponseEvents, live: AsyncGenerator[pipeline.ResponsesStreamEvent, None],
+                      streamed: bool) -> web.StreamResponse:
+    """`background: true`: kept `queued` at once, then run by a task of the edge's (streamed inside, its
+    events logged as any kept stream's), `in_progress`, then `completed`, `failed` or `cancelled`. Streamed,
+    the client reads it as it runs; else it is answered the queued response at once (`Connection: close`,
+    so that its next call does not wait behind this one), and the request waits for the task, without the
+    client, so that its usage is recorded and charged whole. Either way, the drain's deadline ends it."""
+    store, owner = recalled.store, recalled.owner
+    assert store is not None and kept is not None and kept.record is not None  # kept_input: background is kept
+    record = kept.record
+
+    async def status(obj: ResponseObject) -> None:
+        await store.put(owner, obj.id, encode_record(obj, record))
+
+    async def asked() -> bool:
+        return await store.cancel_asked(owner, events.id)
+
+    queued = events.snapshot("queued")
+    await status(queued)
+    live = resume.detach(request.app[TASKS], request.app[DRAIN], store, owner, events, live,
+                         resume.Background(status, asked))
+    if streamed:
+        return await write_stream(request, request[EXCHANGE], live, ResponsesSseWriter(events))
+    answered = json_response(queued)
+    answered.force_close()
+    await answered.prepare(request)
+    await answered.write_eof()
+    async with aclosing(live):
+        async for _ in live:
+            pass
+    return answered
 
 
 async def stored_response(request: web.Request) -> web.StreamResponse:
@@ -171,8 +224,7 @@ async def stored_response(request: web.Request) -> web.StreamResponse:
     if record is None:
         raise _not_found(response_id)
     if action == "cancel":
-        raise InvalidRequest("Only a background response can be cancelled; this one is not.",
-                             param="response_id", code="response_not_background")
+        return await _cancel(store, owner, response_id, record)
     if action is None:
         return web.Response(body=response_json(record), content_type="application/json")
     try:
@@ -202,6 +254,22 @@ async def _resume(request: web.Request, store: ResponseStore, owner: str, respon
         got = got[1:]
     return await write_stream(request, request[EXCHANGE], resume.replay(store, owner, response_id, start, got, ended),
                               StoredEventsWriter(start))
+
+
+async def _cancel(store: ResponseStore, owner: str, response_id: str, record: bytes) -> web.Response:
+    """A background response still running is marked to be cancelled, on whichever replica runs it (it
+    stops within CANCEL_POLL seconds of its next event, and is kept `cancelled`): answered as cancelled."""
+    status, background = state(record)
+    if not background:
+        raise InvalidRequest("Only a background response can be cancelled; this one is not.",
+                             param="response_id", code="response_not_background")
+    if status not in ("queued", "in_progress", "cancelled"):
+        raise InvalidRequest(f"This response has ended ({status}): it cannot be cancelled.", param="response_id",
+                             code="response_not_cancellable")
+    if status != "cancelled":
+        await store.ask_cancel(owner, response_id)
+    obj = _response.decode(response_json(record))
+    return json_response(msgspec.structs.replace(obj, status="cancelled"))
 
 
 def _shown(response_id: str) -> str:

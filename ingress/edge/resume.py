@@ -13,8 +13,9 @@ Redis, nothing on a log that has not grown) until response.completed, .incomplet
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing, suppress
+from dataclasses import dataclass
 
 import msgspec
 
@@ -27,6 +28,7 @@ from ingress.tasks import BackgroundTasks
 from ingress.translate.responses_events import ResponseEvents
 
 TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+CANCEL_POLL = 0.25  # seconds between two reads of a background response's cancel mark, while it runs
 PING_EVERY = 10.0  # seconds a follower waits on an unchanged log before it sends the client a heartbeat
 _END = object()
 _encoder = msgspec.json.Encoder()
@@ -43,14 +45,32 @@ def event_type(event: bytes) -> str:
     return _type.decode(event).type
 
 
+@dataclass(frozen=True)
+class Background:
+    """A background response (`background: true`): its record kept at each change of status (`kept`:
+    in_progress once the service has begun; failed or cancelled at such an end: completed is the stream's
+    own `keep`), and whether a cancel was asked (`asked`, read from the store at most every CANCEL_POLL s)."""
+
+    kept: Callable[[responses_answers.ResponseObject], Awaitable[None]]
+    asked: Callable[[], Awaitable[bool]]
+
+
+class Cancelled(IngressError):
+    status = 400
+    type = "invalid_request_error"
+    code = "response_cancelled"
+
+
 def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: str, events: ResponseEvents,
-           stream: AsyncGenerator[pipeline.ResponsesStreamEvent, None]
+           stream: AsyncGenerator[pipeline.ResponsesStreamEvent, None], background: Background | None = None
            ) -> AsyncGenerator[pipeline.ResponsesStreamEvent, None]:
     """The stream's events for the client, while it reads them; the stream itself runs in a task of
     `tasks` to its end (or the drain's deadline), each read's events appended to the log first. A failure,
-    the edge's own too, is ended in the log as the client is sent it: `error`, then response.failed."""
+    the edge's own too, is ended in the log as the client is sent it: `error`, then response.failed; a
+    background response's record says how it ended (failed, or cancelled)."""
     queue: asyncio.Queue[object] = asyncio.Queue()  # unbounded: what a slow client has not read yet
     listening = [True]
+    loop = asyncio.get_running_loop()
 
     def hand(event: object) -> None:
         if listening[0]:
@@ -64,10 +84,17 @@ def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: st
         try:
             async with aclosing(stream) as live:
                 with drain.deadline():
+                    checked = loop.time()
                     async for event in live:
                         if isinstance(event, pipeline.Failed):
                             await _fail(event.error)
                             return
+                        if background is not None and event is pipeline.OPENED:
+                            await background.kept(events.snapshot("in_progress"))
+                        if background is not None and loop.time() - checked >= CANCEL_POLL:
+                            checked = loop.time()
+                            if await background.asked():
+                                raise Cancelled("The response was cancelled (POST /v1/responses/{id}/cancel).")
                         if isinstance(event, pipeline.ResponsesBurst):
                             await log(event.events)
                         elif not isinstance(event, pipeline.Signal):
@@ -84,6 +111,12 @@ def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: st
             await log(made)
         hand(pipeline.ResponsesBurst(made))
         hand(pipeline.Failed(exc))
+        last = made[-1] if made else None
+        if background is not None and isinstance(last, responses_answers.ResponseEvent):
+            status = "cancelled" if isinstance(exc, Cancelled) else "failed"
+            ended = msgspec.structs.replace(last.response, status=status)
+            with suppress(IngressError):  # the store is failing: nothing else can say it ended
+                await background.kept(ended)
 
     return _listen(queue, listening, tasks.spawn(run(), f"response:{events.id}"), drain)
 

@@ -149,9 +149,9 @@ def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
         reasoning_effort=effort,
         response_format=_format(r.text),
         service_tier=r.service_tier,
-        stream=True if r.stream else None,
+        stream=True if r.stream or r.background else None,  # a background response is streamed inside the edge
         # The Responses stream always ends with usage: it is asked of the service whatever the client says.
-        stream_options=StreamOptions(include_usage=True) if r.stream else None,
+        stream_options=StreamOptions(include_usage=True) if r.stream or r.background else None,
         temperature=r.temperature,
         tool_choice=None if compacting else _tool_choice(r.tool_choice),
         tools=None if compacting else [tool for t in call.tools for tool in _tools(t)] or None,

@@ -114,6 +114,11 @@ def _shown(response_id: str) -> str:
 def kept_input(recalled: Recalled, call: Call) -> Keeping | None:
     """What is kept of the request (None when nothing is), each item with an id: the carried items have
     theirs; the request's own get one unless the client gave it."""
+    if call.request.background and not recalled.keep:
+        raise InvalidRequest("A background response is run and kept by the edge for the client to poll: send it "
+                             "with store true (or leave store out)." if recalled.store is not None else
+                             "This edge keeps no responses ([responses] backend is off): send it without "
+                             "background.", param="background", code="unsupported_parameter")
     if recalled.store is None or not (recalled.keep or recalled.conversation):
         return None
     own = with_ids(call.items[call.carried:], recalled.rid, call.carried)

@@ -90,5 +90,12 @@ class ResponseStore:
         """Its events from `start` (a sequence_number) on; None when it kept none."""
         return await self.backend.read_events(owner, response_id, start)
 
+    async def ask_cancel(self, owner: str, response_id: str) -> None:
+        """Mark a background response to be cancelled: the replica that runs it reads the mark (`cancel_asked`)."""
+        await self.backend.put(owner, f"{response_id}:cancel", b"1")  # ':' is in no id a client may name
+
+    async def cancel_asked(self, owner: str, response_id: str) -> bool:
+        return await self.backend.get(owner, f"{response_id}:cancel") is not None
+
     async def close(self) -> None:
         await self.backend.close()

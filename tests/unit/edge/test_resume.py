@@ -16,6 +16,7 @@ from ingress import pipeline
 from ingress.edge import resume
 from ingress.edge.drain import Drain
 from ingress.errors import UpstreamTimeout
+from ingress.oai.responses_answers import ResponseObject
 from ingress.state import ResponsesSettings, ResponseStore
 from ingress.tasks import BackgroundTasks
 from ingress.translate.responses_events import ResponseEvents
@@ -102,3 +103,24 @@ async def test_an_ended_stream_is_not_followed_and_a_still_log_ends_in_an_error(
     with pytest.raises(UpstreamTimeout):
         async for _ in resume.replay(store, "o", "resp_z", 1, []):
             pass
+
+
+async def test_a_background_response_keeps_its_status_and_stops_when_a_cancel_is_asked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(resume, "CANCEL_POLL", 0.0)
+    store, tasks, events = _store(), BackgroundTasks(), ResponseEvents(call(), request_id="r3", created_at=5)
+    kept: list[str] = []
+    asks = iter([False, False, True])
+
+    async def status(obj: ResponseObject) -> None:
+        kept.append(obj.status)
+
+    async def asked() -> bool:
+        return next(asks, True)
+
+    handed = [e async for e in resume.detach(tasks, Drain(), store, "o", events, _live(events, 50),
+                                             resume.Background(status, asked))]
+    assert kept == ["in_progress", "cancelled"]
+    assert isinstance(handed[-1], pipeline.Failed) and handed[-1].error.code == "response_cancelled"
+    assert (await _logged(store, events))[-1] == "response.failed"  # a follower stops there
+    await tasks.close()

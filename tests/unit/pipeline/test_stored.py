@@ -176,3 +176,18 @@ def test_a_turn_that_would_grow_its_conversation_past_the_bound_is_refused_befor
     with pytest.raises(PayloadTooLarge) as raised:
         kept_input(recalled, call)
     assert raised.value.code == "conversation_too_large"
+
+
+def test_a_background_response_must_be_kept() -> None:
+    store = _store()
+    for gateway, body in ((_gateway(store), _body(background=True, store=False)),
+                          (_gateway(None), _body(background=True))):
+        recalled = asyncio.run(recall(gateway, Exchange("r"), body))
+        call = decode_responses_request_forwarding(body, lambda m: False)[0]
+        with pytest.raises(InvalidRequest) as raised:
+            kept_input(recalled, call)
+        assert raised.value.param == "background" and raised.value.status == 400
+    body = _body(background=True)
+    kept = kept_input(asyncio.run(recall(_gateway(store), Exchange("r"), body)),
+                      decode_responses_request_forwarding(body, lambda m: False)[0])
+    assert kept is not None and kept.record is not None
