@@ -17,6 +17,7 @@ from fakes.upstream import FakeUpstream, answer
 from openai.types.responses import ResponseCreatedEvent
 from redis_servers import Server
 
+from ingress.edge.appkeys import DRAIN
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 from ingress.state.settings import ResponsesSettings
@@ -115,3 +116,17 @@ async def test_a_streamed_background_response_dropped_on_one_edge_is_read_and_ca
     await _until(on_b, queued.id, "in_progress")
     assert (await on_b.responses.cancel(queued.id)).status == "cancelled"  # asked on B, run on A
     await _until(on_a, queued.id, "cancelled", timeout=3.0)
+
+
+async def test_a_background_response_still_running_at_the_drain_deadline_ends_failed(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
+    app = create_app(Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    client = await _client(stack, await stack.enter_async_context(serve_app(app, "127.0.0.1", 0)))
+    fake_upstream.play(answer(), pace=0.05)  # 10 s: past any deadline here
+    queued = await client.responses.create(model=MODEL, input=TEXT, background=True)
+    await _until(client, queued.id, "in_progress")
+    drain = app[DRAIN]
+    drain.start()
+    drain.expire()  # SIGTERM's drain, at its deadline
+    ended = await _until(client, queued.id, "failed", "completed", timeout=3.0)
+    assert ended.status == "failed" and ended.error is not None and ended.error.code == "shutting_down"
