@@ -5,6 +5,7 @@ response id:
 
     append_events  the events of one read of the stream (each its JSON), at the log's end
     read_events    the events from index `start` on (None: no log for this response)
+    delete_events  the log, with its response
 
 An event's index in its log is its `sequence_number`: the stream numbers them from 0, one after the
 other, and every one it sends is appended, in order, before it is sent. On Redis a log is one list,
@@ -20,7 +21,7 @@ from ingress import metrics
 from ingress.errors import StoreUnavailable
 from ingress.state.conversation_stores import MemoryConversations, RedisConversations
 from ingress.state.stores import ENTRY_OVERHEAD, ITEM_OVERHEAD, Conversation
-from ingress.tenancy.stores.resp_codec import ReplyError, Script
+from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
 
 
 class EventLog(Conversation):
@@ -54,6 +55,10 @@ class MemoryEvents(MemoryConversations):
             evicted += 1
         if evicted:
             metrics.child(metrics.RESPONSE_STORE_EVICTIONS, self.backend).inc(evicted)
+
+    async def delete_events(self, owner: str, response_id: str) -> None:
+        if self.entry(key := f"{owner}:{response_id}:events") is not None:
+            self.drop(key)
 
     async def read_events(self, owner: str, response_id: str, start: int) -> list[bytes] | None:
         log = self.entry(f"{owner}:{response_id}:events")
@@ -98,6 +103,11 @@ class RedisEvents(RedisConversations):
         if events and not isinstance(await self._events("append_events", owner, response_id, self.retention_ms,
                                                         *events), int):
             raise self._failed("append_events")
+
+    async def delete_events(self, owner: str, response_id: str) -> None:
+        if not isinstance(await self._call("delete_events", encode("DEL", f"{self.events}{{{owner}:{response_id}}}")),
+                          int):
+            raise self._failed("delete_events")
 
     async def read_events(self, owner: str, response_id: str, start: int) -> list[bytes] | None:
         reply = await self._events("read_events", owner, response_id, "read", start)

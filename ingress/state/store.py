@@ -54,7 +54,11 @@ class ResponseStore:
         metrics.child(metrics.RESPONSES_STORED, self.backend.backend).inc()
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        return await self.backend.delete(owner, response_id)
+        """The response, and its stream's events: nothing of it is readable once this returns True."""
+        if not await self.backend.delete(owner, response_id):
+            return False
+        await self.backend.delete_events(owner, response_id)
+        return True
 
     async def create_conversation(self, owner: str, conversation_id: str, obj: bytes, items: list[bytes]) -> None:
         await self.backend.create_conversation(owner, conversation_id, obj, items)

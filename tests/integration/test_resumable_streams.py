@@ -116,6 +116,10 @@ async def test_a_dropped_stream_resumes_on_the_other_edge_exactly_once_in_order(
                 http.get(f"{edge_b}/v1/responses/resp_{'0' * 32}?stream=true", headers=headers) as nobody_s:
             assert theirs.status == nobody_s.status == 404
             assert (await theirs.json())["error"]["code"] == (await nobody_s.json())["error"]["code"]
+    await on_a.responses.delete(response_id)  # its events with it, on every replica
+    assert await redis.keys(f"{prefix}:ev:*") == []
+    with pytest.raises(openai.NotFoundError):
+        await _rest(on_b, response_id)
 
 
 async def test_on_one_edge_s_memory_a_stream_resumes_and_a_whole_response_is_not_streamed(

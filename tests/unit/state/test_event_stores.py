@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from ingress.errors import StoreUnavailable
+from ingress.state import ResponsesSettings, ResponseStore
 from ingress.state.event_stores import MemoryEvents, RedisEvents
 from ingress.tenancy.stores.breaker import Breaker
 
@@ -69,5 +70,20 @@ def test_a_redis_that_cannot_be_reached_is_a_503() -> None:
             await store.read_events("o", "resp_1", 0)
         await store.append_events("o", "resp_1", [])  # nothing to append: nothing asked
         await store.close()
+
+    asyncio.run(run())
+
+
+def test_a_deleted_response_takes_its_log_with_it() -> None:
+    async def run() -> None:
+        memory = MemoryEvents(100_000, retention=60, clock=Clock())
+        store = ResponseStore(ResponsesSettings(), memory)
+        await store.put("o", "resp_1", b'{"v":1}')
+        await store.append_events("o", "resp_1", [b"e0"])
+        assert not await store.delete("p", "resp_1")  # another owner's: nothing deleted
+        assert await store.read_events("o", "resp_1", 0) == [b"e0"]
+        assert await store.delete("o", "resp_1")
+        assert await store.read_events("o", "resp_1", 0) is None
+        assert memory.size == 0
 
     asyncio.run(run())
