@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from datetime import UTC, datetime
 
+import msgspec
 from aiohttp import web
 
 from ingress import pipeline
 from ingress.anthropic.models import ModelInfo, model_page
 from ingress.cache import directive
-from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED
+from ingress.edge import resume
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, STARTED, TASKS
 from ingress.edge.bodies import read_body
-from ingress.edge.sse import ResponsesSseWriter, SseWriter
+from ingress.edge.sse import ResponsesSseWriter, SseWriter, StoredEventsWriter
 from ingress.edge.writers import Outlet, json_response, write_relayed, write_stream
 from ingress.encoding.passport import RequestMeta
 from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.oai.responses_answers import ResponseObject
-from ingress.state.record import PageError, deleted, encode_page, input_items, known_id, page, page_query, response_json
+from ingress.pipeline.stored import Keeping
+from ingress.state import ResponseStore
+from ingress.state.record import (
+    PageError,
+    deleted,
+    encode_page,
+    encode_record,
+    input_items,
+    known_id,
+    page,
+    page_query,
+    response_json,
+    state,
+)
 from ingress.translate.responses_events import ResponseEvents
 from ingress.wire.identifiers import CONTENT_TYPE
 from ingress.wire.passport import new_traceparent, valid_traceparent, valid_tracestate
+
+_response = msgspec.json.Decoder(ResponseObject)
 
 
 def _bounded_int(headers: web.BaseRequest, name: str, low: int, high: int) -> int:
@@ -126,7 +145,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                                                 recalled.keep, recalled.conversation)
     kept = pipeline.kept_input(recalled, call)
     await pipeline.admit(gateway, prepared, exchange)
-    if not call.request.stream:
+    if not (call.request.stream or call.request.background):
         with drain.deadline():
             answer = await pipeline.respond(gateway, call, prepared, exchange, recalled.rid)
             await pipeline.keep(recalled, kept, answer)
@@ -137,15 +156,52 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
     events = ResponseEvents(call, request_id=recalled.rid, created_at=int(time.time()),
                             seal=pipeline.sealing_for(gateway, prepared, exchange))
-    return await write_stream(request, exchange, pipeline.stream_response(gateway, prepared, exchange, events,
-                                                                          keep if kept is not None else None),
-                              ResponsesSseWriter(events))
+    live = pipeline.stream_response(gateway, prepared, exchange, events, keep if kept is not None else None)
+    if call.request.background:
+        return await _background(request, recalled, kept, events, live, bool(call.request.stream))
+    if recalled.store is not None and kept is not None and kept.record is not None:  # stored: resumable
+        live = resume.detach(request.app[TASKS], drain, recalled.store, recalled.owner, events, live)
+    return await write_stream(request, exchange, live, ResponsesSseWriter(events))
 
 
-async def stored_response(request: web.Request) -> web.Response:
-    """A stored response: retrieved (GET), deleted (DELETE), its input items listed (GET .../input_items);
-    cancelling is for background responses, which this edge does not run. Another owner's response is not
-    found, exactly as an unknown id is (ingress/state)."""
+async def _background(request: web.Request, recalled: pipeline.Recalled, kept: Keeping | None,
+                      events: ResponseEvents, live: AsyncGenerator[pipeline.ResponsesStreamEvent, None],
+                      streamed: bool) -> web.StreamResponse:
+    """`background: true`: kept `queued` at once, then run by a task of the edge's (streamed inside, its
+    events logged as any kept stream's), `in_progress`, then `completed`, `failed` or `cancelled`. Streamed,
+    the client reads it as it runs; else it is answered the queued response at once (`Connection: close`,
+    so that its next call does not wait behind this one), and the request waits for the task, without the
+    client, so that its usage is recorded and charged whole. Either way, the drain's deadline ends it."""
+    store, owner = recalled.store, recalled.owner
+    assert store is not None and kept is not None and kept.record is not None  # kept_input: background is kept
+    record = kept.record
+
+    async def status(obj: ResponseObject) -> None:
+        await store.put(owner, obj.id, encode_record(obj, record))
+
+    async def asked() -> bool:
+        return await store.cancel_asked(owner, events.id)
+
+    queued = events.snapshot("queued")
+    await status(queued)
+    live = resume.detach(request.app[TASKS], request.app[DRAIN], store, owner, events, live,
+                         resume.Background(status, asked))
+    if streamed:
+        return await write_stream(request, request[EXCHANGE], live, ResponsesSseWriter(events))
+    answered = json_response(queued)
+    answered.force_close()
+    await answered.prepare(request)
+    await answered.write_eof()
+    async with aclosing(live):
+        async for _ in live:
+            pass
+    return answered
+
+
+async def stored_response(request: web.Request) -> web.StreamResponse:
+    """A stored response: retrieved (GET), its stream read again (GET ?stream=true), deleted (DELETE), its
+    input items listed (GET .../input_items); cancelling is for background responses, which this edge does
+    not run. Another owner's response is not found, exactly as an unknown id is (ingress/state)."""
     gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
     exchange.api = "responses"
     response_id = request.match_info["response_id"]
@@ -163,14 +219,12 @@ async def stored_response(request: web.Request) -> web.Response:
             raise _not_found(response_id)
         return web.Response(body=deleted(response_id), content_type="application/json")
     if action is None and request.query.get("stream", "false") != "false":
-        raise InvalidRequest("'stream' is not supported: this edge keeps no events of a response to stream "
-                             "again; retrieve it whole.", param="stream", code="unsupported_parameter")
+        return await _resume(request, store, owner, response_id)
     record = await store.get(owner, response_id) if known_id(response_id) else None
     if record is None:
         raise _not_found(response_id)
     if action == "cancel":
-        raise InvalidRequest("Only a background response can be cancelled; this one is not.",
-                             param="response_id", code="response_not_background")
+        return await _cancel(store, owner, response_id, record)
     if action is None:
         return web.Response(body=response_json(record), content_type="application/json")
     try:
@@ -178,6 +232,44 @@ async def stored_response(request: web.Request) -> web.Response:
     except PageError as exc:
         raise InvalidRequest(str(exc), param=exc.param) from None
     return web.Response(body=encode_page(listed), content_type="application/json")
+
+
+async def _resume(request: web.Request, store: ResponseStore, owner: str, response_id: str) -> web.StreamResponse:
+    """A stored response's stream from `starting_after` + 1 on (from its first event without it), following
+    it while it still runs (ingress/edge/resume.py); a response kept whole, not streamed, is refused."""
+    raw = request.query.get("starting_after", "-1")
+    if not (raw == "-1" or (raw.isascii() and raw.isdigit() and len(raw) < 10)):
+        raise InvalidRequest("'starting_after' must be a non-negative integer: an event's sequence_number.",
+                             param="starting_after")
+    start = int(raw) + 1
+    got = await store.read_events(owner, response_id, max(start - 1, 0)) if known_id(response_id) else None
+    if got is None:
+        if known_id(response_id) and await store.get(owner, response_id) is not None:
+            raise InvalidRequest("This response was not streamed: it has no events to stream again; retrieve it "
+                                 "whole.", param="stream", code="response_not_streamed")
+        raise _not_found(response_id)
+    ended = False
+    if start > 0:  # the event the client has is read too: whether the stream ended there
+        ended = bool(got) and resume.event_type(got[0]) in resume.TERMINAL
+        got = got[1:]
+    return await write_stream(request, request[EXCHANGE], resume.replay(store, owner, response_id, start, got, ended),
+                              StoredEventsWriter(start))
+
+
+async def _cancel(store: ResponseStore, owner: str, response_id: str, record: bytes) -> web.Response:
+    """A background response still running is marked to be cancelled, on whichever replica runs it (it
+    stops within CANCEL_POLL seconds of its next event, and is kept `cancelled`): answered as cancelled."""
+    status, background = state(record)
+    if not background:
+        raise InvalidRequest("Only a background response can be cancelled; this one is not.",
+                             param="response_id", code="response_not_background")
+    if status not in ("queued", "in_progress", "cancelled"):
+        raise InvalidRequest(f"This response has ended ({status}): it cannot be cancelled.", param="response_id",
+                             code="response_not_cancellable")
+    if status != "cancelled":
+        await store.ask_cancel(owner, response_id)
+    obj = _response.decode(response_json(record))
+    return json_response(msgspec.structs.replace(obj, status="cancelled"))
 
 
 def _shown(response_id: str) -> str:

@@ -11,9 +11,11 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from ingress import pipeline
+from ingress.edge import resume
 from ingress.errors import IngressError
 from ingress.oai.chat_answers import ChatCompletionChunk
 from ingress.oai.completions import TextCompletion
+from ingress.oai.responses_answers import ErrorEvent
 from ingress.translate.gemini import error_event as gemini_error_event
 from ingress.translate.messages import error_event
 from ingress.translate.responses_events import ResponseEvents
@@ -127,6 +129,25 @@ class ResponsesSseWriter(_NamedEvents):
         if type(event) is pipeline.ResponsesBurst:
             return b"".join([self.event(e) for e in event.events])
         return self.event(event)
+
+
+class StoredEventsWriter:
+    """A stored response's stream read again (GET /v1/responses/{id}?stream=true): each event's JSON as it
+    was kept (ingress/edge/resume.py), framed as it was first sent; an empty read, a heartbeat. A failure
+    of the reading itself: an `error` event numbered after the last one sent."""
+
+    def __init__(self, start: int) -> None:
+        self._next = start
+
+    def render(self, batch: list[bytes]) -> bytes:
+        if not batch:
+            return HEARTBEAT
+        self._next += len(batch)
+        return b"".join([b"event: %s\ndata: %s\n\n" % (resume.event_type(e).encode(), e) for e in batch])
+
+    def error(self, exc: IngressError) -> bytes:
+        return _NamedEvents().event(ErrorEvent(sequence_number=self._next, code=exc.code or exc.type,
+                                               message=exc.message, param=exc.param))
 
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'

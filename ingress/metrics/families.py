@@ -66,6 +66,9 @@ CACHE_ERRORS = Counter("ingress_response_cache_errors", "Calls to a response-cac
 # (a response's), create, read, update, append, remove or delete (a conversation's).
 RESPONSES_STORED = Counter("ingress_responses_stored", "Responses kept for retrieval and previous_response_id "
                            "(store: true), by backend.", ["backend"])
+RESPONSES_RESUMED = Counter("ingress_responses_resumed", "Streams of stored responses read again (GET "
+                            "/v1/responses/{id}?stream=true), by backend and whether the response was still "
+                            "running then.", ["backend", "running"])
 RESPONSE_STORE_ERRORS = Counter("ingress_response_store_errors", "Calls to the response store that failed or "
                                 "missed their deadline (each a 503 with Retry-After), by backend and call.",
                                 ["backend", "call"])

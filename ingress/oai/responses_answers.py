@@ -159,7 +159,7 @@ class ResponseObject(_Out, kw_only=True):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    status: Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
     error: ErrorOut | None = None
     incomplete_details: IncompleteDetails | None = None
     instructions: str | None

@@ -5,7 +5,7 @@ A Responses request travels as the chat request it amounts to
 (`ingress.oai.responses_to_chat`), and its answer is translated back (`ingress.translate.responses`).
 What needs a store the edge has not or OpenAI's own hosted tools is refused, named:
 
-- `prompt` (stored templates), `background`, `item_reference` input items, `file_id` images;
+- `prompt` (stored templates), `item_reference` input items, `file_id` images;
   `previous_response_id` and `conversation` unless the edge found the response or conversation they
   name (ingress/state: its items come in as `prior`).
 - `truncation: "auto"`, `context_management`, and the other parameters named in `_REFUSED_WHY`: nothing
@@ -91,7 +91,7 @@ _REFUSED_WHY = {
     "conversation": "the edge keeps no conversations: send the whole input",
     "prompt": "the edge keeps no prompt templates: send the instructions and input",
     "context_management": "the edge keeps no context to compact",
-    "background_options": "the edge runs no background responses",
+    "background_options": "the edge has no options for its background responses",
     "access_programs": "no access program applies behind this edge",
     "image": "image context compression is not available behind this edge",
 }
@@ -298,8 +298,6 @@ def _check_refused(r: ResponsesRequest, continued: bool) -> None:
     for name, why in _REFUSED_WHY.items():
         if is_set(getattr(r, name)) and not (continued and name == "conversation"):
             raise _unsupported(name, why)
-    if r.background:
-        raise _unsupported("background", "the edge keeps no responses to poll: send it without background")
     if r.truncation == "auto":
         raise _unsupported("truncation", "the edge does not know the model's context window to truncate to")
     options = r.prompt_cache_options

@@ -149,9 +149,9 @@ def as_chat(call: Call, unseal: Unseal = _no_seals) -> ChatCompletionRequest:
         reasoning_effort=effort,
         response_format=_format(r.text),
         service_tier=r.service_tier,
-        stream=True if r.stream else None,
+        stream=True if r.stream or r.background else None,  # a background response is streamed inside the edge
         # The Responses stream always ends with usage: it is asked of the service whatever the client says.
-        stream_options=StreamOptions(include_usage=True) if r.stream else None,
+        stream_options=StreamOptions(include_usage=True) if r.stream or r.background else None,
         temperature=r.temperature,
         tool_choice=None if compacting else _tool_choice(r.tool_choice),
         tools=None if compacting else [tool for t in call.tools for tool in _tools(t)] or None,
@@ -174,10 +174,15 @@ def as_sent(call: Call, body: bytes, unseal: Unseal = _no_seals) -> tuple[str, b
     """The request as its client sent it, for OpenAI's own /v1/responses, and whether anything was left out:
     every field and item as it came (client_metadata, built-in tools, OpenAI's own sealed reasoning), but
     what the edge sealed, which OpenAI cannot open: a compaction as the summary it holds (a user message), a
-    reasoning item not at all (its text stays the edge's)."""
-    if isinstance(call.request.input, str) and not call.carried and call.conversation is None:
+    reasoning item not at all (its text stays the edge's). A background response is the edge's to run:
+    OpenAI is asked for its stream, as for any request the edge runs in the background."""
+    background = bool(call.request.background)
+    if isinstance(call.request.input, str) and not call.carried and call.conversation is None and not background:
         return body.decode(), False
     fields = _body.decode(body)
+    if background:
+        fields.pop("background", None)
+        fields["stream"] = Raw(b"true")
     items: list[Raw | dict[str, str]] = []
     left_out = False
     # A continued conversation goes whole: OpenAI knows nothing of the edge's stored responses and conversations.

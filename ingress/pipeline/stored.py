@@ -28,7 +28,7 @@ from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.gateway import Gateway
 from ingress.state import ResponseStore
 from ingress.state import conversation as conversations
-from ingress.state.record import OPEN, conversation, encode_input, encode_record, known_id, with_ids
+from ingress.state.record import OPEN, conversation, encode_input, encode_record, known_id, state, with_ids
 
 
 class _Peek(msgspec.Struct):
@@ -89,6 +89,10 @@ async def recall(gateway: Gateway, exchange: Exchange, body: bytes) -> Recalled:
         if record is None:
             raise InvalidRequest(f"Previous response with id '{_shown(previous)}' not found.",
                                  param="previous_response_id", code="previous_response_not_found")
+        if (status := state(record)[0]) in ("queued", "in_progress"):
+            raise InvalidRequest(f"Previous response with id '{_shown(previous)}' is still {status}: continue from "
+                                 "it once it has ended.", param="previous_response_id",
+                                 code="previous_response_not_ended")
         prior = conversation(record)
     if keep and store is not None and not store.available():
         raise StoreUnavailable("The response store is not answering; try again shortly, or send store: false.")
@@ -114,6 +118,11 @@ def _shown(response_id: str) -> str:
 def kept_input(recalled: Recalled, call: Call) -> Keeping | None:
     """What is kept of the request (None when nothing is), each item with an id: the carried items have
     theirs; the request's own get one unless the client gave it."""
+    if call.request.background and not recalled.keep:
+        raise InvalidRequest("A background response is run and kept by the edge for the client to poll: send it "
+                             "with store true (or leave store out)." if recalled.store is not None else
+                             "This edge keeps no responses ([responses] backend is off): send it without "
+                             "background.", param="background", code="unsupported_parameter")
     if recalled.store is None or not (recalled.keep or recalled.conversation):
         return None
     own = with_ids(call.items[call.carried:], recalled.rid, call.carried)

@@ -111,6 +111,24 @@ def response_json(record: bytes) -> bytes:
     return bytes(_response.decode(record).response)
 
 
+class _State(msgspec.Struct):
+    status: str = "completed"
+    background: bool = False
+
+
+class _Stated(msgspec.Struct):
+    response: _State
+
+
+_stated = msgspec.json.Decoder(_Stated)
+
+
+def state(record: bytes) -> tuple[str, bool]:
+    """The response's status (queued, in_progress while a background response runs) and whether it is one."""
+    view = _stated.decode(record).response
+    return view.status, view.background
+
+
 def conversation(record: bytes) -> list[Item]:
     """What a request continuing from this response begins with: its input items, then its output items
     (an output item is a valid input item: the same fields, as OpenAI's are)."""

@@ -7,6 +7,8 @@
     memory_bytes = 67_108_864                # the memory backend's bound, per worker process (LRU past it)
     max_record_bytes = 16_777_216            # a conversation larger than this is refused (413) when stored
     timeout_ms = 500                         # one call to Redis; past it, 503 with Retry-After
+    resume_poll_ms = 100                     # a resumed stream still running: how often its log is read again
+    resume_idle = 600                        # ... and how long it may stay unchanged before the follower gives up
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ class ResponsesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     memory_bytes: Annotated[int, Meta(ge=1024 * 1024, le=2**40)] = 64 * 1024 * 1024
     max_record_bytes: Annotated[int, Meta(ge=64 * 1024, le=512 * 1024 * 1024)] = 16 * 1024 * 1024
     timeout_ms: Annotated[int, Meta(ge=1, le=60_000)] = 500
+    resume_poll_ms: Annotated[int, Meta(ge=10, le=10_000)] = 100
+    resume_idle: Annotated[float, Meta(ge=1, le=86_400)] = 600.0
 
     def chosen(self, has_redis: bool) -> Literal["memory", "redis", "off"]:
         """The backend in use: `auto` is Redis when the tenancy names one (every replica reads what any

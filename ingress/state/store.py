@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ingress import metrics
-from ingress.state.conversation_stores import Appended, MemoryConversations, RedisConversations
+from ingress.state.conversation_stores import Appended
+from ingress.state.event_stores import MemoryEvents, RedisEvents
 from ingress.state.record import owner
 from ingress.state.settings import ResponsesSettings
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 class ResponseStore:
     """One per worker process: memory, or the tenancy's Redis (a connection of its own)."""
 
-    def __init__(self, settings: ResponsesSettings, backend: MemoryConversations | RedisConversations) -> None:
+    def __init__(self, settings: ResponsesSettings, backend: MemoryEvents | RedisEvents) -> None:
         self.settings = settings
         self.backend = backend
 
@@ -31,9 +32,8 @@ class ResponseStore:
             return None
         if chosen == "redis":
             assert redis is not None  # config.py checks
-            return cls(settings, RedisConversations(redis.url, redis.prefix, settings.retention,
-                                                    settings.timeout_ms / 1000))
-        return cls(settings, MemoryConversations(settings.memory_bytes, settings.retention))
+            return cls(settings, RedisEvents(redis.url, redis.prefix, settings.retention, settings.timeout_ms / 1000))
+        return cls(settings, MemoryEvents(settings.memory_bytes, settings.retention))
 
     def owner(self, principal: Principal | None) -> str:
         """The namespace of the caller's responses: its key's (or tenant's), or the open edge's one."""
@@ -54,7 +54,11 @@ class ResponseStore:
         metrics.child(metrics.RESPONSES_STORED, self.backend.backend).inc()
 
     async def delete(self, owner: str, response_id: str) -> bool:
-        return await self.backend.delete(owner, response_id)
+        """The response, and its stream's events: nothing of it is readable once this returns True."""
+        if not await self.backend.delete(owner, response_id):
+            return False
+        await self.backend.delete_events(owner, response_id)
+        return True
 
     async def create_conversation(self, owner: str, conversation_id: str, obj: bytes, items: list[bytes]) -> None:
         await self.backend.create_conversation(owner, conversation_id, obj, items)
@@ -81,6 +85,21 @@ class ResponseStore:
 
     async def delete_conversation(self, owner: str, conversation_id: str) -> bool:
         return await self.backend.delete_conversation(owner, conversation_id)
+
+    async def append_events(self, owner: str, response_id: str, events: list[bytes]) -> None:
+        """A streamed response's events of one read, at the end of its log (event_stores.py)."""
+        await self.backend.append_events(owner, response_id, events)
+
+    async def read_events(self, owner: str, response_id: str, start: int) -> list[bytes] | None:
+        """Its events from `start` (a sequence_number) on; None when it kept none."""
+        return await self.backend.read_events(owner, response_id, start)
+
+    async def ask_cancel(self, owner: str, response_id: str) -> None:
+        """Mark a background response to be cancelled: the replica that runs it reads the mark (`cancel_asked`)."""
+        await self.backend.put(owner, f"{response_id}:cancel", b"1")  # ':' is in no id a client may name
+
+    async def cancel_asked(self, owner: str, response_id: str) -> bool:
+        return await self.backend.get(owner, f"{response_id}:cancel") is not None
 
     async def close(self) -> None:
         await self.backend.close()

@@ -82,7 +82,7 @@ def response_object(call: Call, *, id: str, created_at: int, model: str, status:
         temperature=r.temperature, text=r.text or TEXT, tool_choice=r.tool_choice or "auto", tools=call.tools,
         top_p=r.top_p, usage=usage, user=r.user, metadata=r.metadata or {}, max_tool_calls=r.max_tool_calls,
         top_logprobs=r.top_logprobs, service_tier=service_tier or r.service_tier,
-        previous_response_id=r.previous_response_id, store=call.kept,
+        previous_response_id=r.previous_response_id, store=call.kept, background=bool(r.background),
         conversation=UNSET if call.conversation is None else ConversationRef(id=call.conversation),
     )
 

@@ -107,6 +107,10 @@ class ResponseEvents:
                                finish_reason=self._finish if status == "completed" else None,
                                service_tier=self._service_tier)
 
+    def snapshot(self, status: str) -> ResponseObject:
+        """The response as it stands (a background response's, kept while it runs: queued, in_progress)."""
+        return self._snapshot(status)
+
     def opened(self) -> list[StreamEvent]:
         if self._opened:
             return []

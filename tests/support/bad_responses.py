@@ -55,7 +55,6 @@ BAD_RESPONSES = [
     pytest.param(Bad(responses_body(previous_response_id="resp_1"), "previous_response_id",
                      "previous_response_not_found"), id="previous_response_id"),
     row("prompt", UNSUPPORTED, prompt={"id": "pmpt_1"}),
-    row("background", UNSUPPORTED, background=True),
     row("background_options", UNSUPPORTED, background_options={"completion_window": "2h"}),
     row("context_management", UNSUPPORTED, context_management=[{"type": "compaction"}]),
     row("access_programs", UNSUPPORTED, access_programs={"cyber": "standard"}),

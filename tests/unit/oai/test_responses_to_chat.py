@@ -203,3 +203,9 @@ def test_a_conversation_goes_to_openai_as_its_items_never_as_its_id() -> None:
                                       conversation="conv_1")
     doc = msgspec.json.decode(as_sent(carried, body)[0])
     assert "conversation" not in doc and [item["content"] for item in doc["input"]] == ["one", "two"]
+
+
+def test_a_background_request_goes_whole_as_a_stream_the_edge_runs() -> None:
+    body = msgspec.json.encode({"model": "m", "input": "hi", "background": True, "store": True})
+    doc = msgspec.json.decode(as_sent(decode_responses_request(body), body)[0])
+    assert doc == {"model": "m", "input": [{"role": "user", "content": "hi"}], "store": True, "stream": True}

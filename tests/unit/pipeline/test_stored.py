@@ -20,7 +20,7 @@ from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.stored import Recalled, keep, kept_input, recall
 from ingress.state import ResponsesSettings, ResponseStore
 from ingress.state import conversation as cv
-from ingress.state.record import input_items, response_json
+from ingress.state.record import encode_record, input_items, response_json
 from ingress.translate.responses import response_object
 
 
@@ -176,3 +176,33 @@ def test_a_turn_that_would_grow_its_conversation_past_the_bound_is_refused_befor
     with pytest.raises(PayloadTooLarge) as raised:
         kept_input(recalled, call)
     assert raised.value.code == "conversation_too_large"
+
+
+def test_a_background_response_must_be_kept() -> None:
+    store = _store()
+    for gateway, body in ((_gateway(store), _body(background=True, store=False)),
+                          (_gateway(None), _body(background=True))):
+        recalled = asyncio.run(recall(gateway, Exchange("r"), body))
+        call = decode_responses_request_forwarding(body, lambda m: False)[0]
+        with pytest.raises(InvalidRequest) as raised:
+            kept_input(recalled, call)
+        assert raised.value.param == "background" and raised.value.status == 400
+    body = _body(background=True)
+    kept = kept_input(asyncio.run(recall(_gateway(store), Exchange("r"), body)),
+                      decode_responses_request_forwarding(body, lambda m: False)[0])
+    assert kept is not None and kept.record is not None
+
+
+def test_a_background_response_still_running_is_not_continued() -> None:
+    store = _store()
+    body = _body(background=True)
+    recalled = asyncio.run(recall(_gateway(store), Exchange("r"), body))
+    call = decode_responses_request_forwarding(body, lambda m: False)[0]
+    kept = kept_input(recalled, call)
+    assert kept is not None and kept.record is not None
+    running = response_object(call, id=f"resp_{recalled.rid}", created_at=1, model="m", status="in_progress",
+                              output=[])
+    asyncio.run(store.put(recalled.owner, running.id, encode_record(running, kept.record)))
+    with pytest.raises(InvalidRequest) as raised:
+        asyncio.run(recall(_gateway(store), Exchange("r2"), _body(previous_response_id=running.id)))
+    assert raised.value.code == "previous_response_not_ended"
