@@ -38,6 +38,7 @@ METRICS: dict[str, str] = {
     "ingress_response_store_evictions_total": "counter",
     "ingress_conversations_created_total": "counter",
     "ingress_conversation_items_stored_total": "counter",
+    "ingress_responses_resumed_total": "counter",
     "ingress_trace_spans_exported_total": "counter",
     "ingress_trace_spans_dropped_total": "counter",
     "ingress_admissions_total": "counter",
