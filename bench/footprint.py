@@ -3,14 +3,15 @@
     python -m bench footprint [--baseline DIR] [--runs 3] [--requests 300] [--out bench/results/footprint.json]
 
 A checkout is a directory holding a copy of the project (`git archive <commit> | tar -x -C DIR`, as for
-`bench commits`); each edge runs from its tree (cwd and PYTHONPATH) with this interpreter. Three configs, each
-in front of the embedded demo service: `embedded` (no config: the demo model alone); `keys` (peers.py's:
-a key with an rpm and a tpm limit and its tenant's tpm, memory backend, routing ingress-demo, whose prompts
-the estimate counts); `keys_gpt4o` (the same routing gpt-4o: its tpm charges prompt tokens, counted with
-o200k). Idle: the worker's VmRSS `--idle` seconds after /readyz first answers 200. After load: after
-`--requests` chat requests (16 KB, 11 messages, the key sent), a streamed one, and one
-/v1/messages/count_tokens, one at a time on a kept-alive connection, then a second's rest. Medians over
-`--runs` fresh processes. The import breakdown (`--breakdown`, this tree): RSS after each step in one process.
+`bench commits`); each edge runs from its tree (cwd and PYTHONPATH) with this interpreter, in front of the
+embedded demo service. The configs: `embedded` (no config: the demo model alone); `keys` (peers.py's: a key
+with an rpm and a tpm limit and its tenant's tpm, memory backend, routing ingress-demo, whose prompts the
+estimate counts); `keys_gpt4o` (the same routing gpt-4o: its tpm charges prompt tokens, counted with
+o200k); `rpm_gpt4o` (gpt-4o, the key's rpm alone: only count_tokens counts exactly). Idle: the worker's
+VmRSS `--idle` seconds after /readyz first answers 200. After load: after `--requests` chat requests (16 KB,
+11 messages, the key sent), a streamed one and one /v1/messages/count_tokens, one at a time on a kept-alive
+connection, then a second's rest. Medians over `--runs` fresh processes, the trees interleaved. The
+breakdown: RSS after each import or build step in turn, in one interpreter of each tree.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -35,7 +37,7 @@ from bench.lib.results import result_path, write_result
 from bench.lib.servers import ROOT, free_port
 
 PY = sys.executable
-CONFIGS = ("embedded", "keys", "keys_gpt4o")
+CONFIGS = ("embedded", "keys", "keys_gpt4o", "rpm_gpt4o")
 GPT4O = "gpt-4o"
 
 # The breakdown: each step imported (or built) in turn in one interpreter; RSS after each.
@@ -68,7 +70,9 @@ print(json.dumps(out))
 def config_text(name: str, port: int, key_section: str) -> str:
     if name == "embedded":
         return f"port = {port}\n"
-    model = GPT4O if name == "keys_gpt4o" else "ingress-demo"
+    if name == "rpm_gpt4o":  # the key's rpm kept, every token limit dropped
+        key_section = re.sub(r", tpm = \d+ }", " }", re.sub(r"limits = \{ tpm = \d+ \}", "limits = {}", key_section))
+    model = GPT4O if name.endswith("gpt4o") else "ingress-demo"
     return f'port = {port}\nworkers = 1\nupstream = "embedded:"\nmodels = ["{model}"]\n' + key_section
 
 
@@ -125,7 +129,7 @@ def measure(tree: Path, name: str, key_section: str, key: str, args: argparse.Na
             ready = time.perf_counter() - started
             time.sleep(args.idle)
             idle = rss_kb(proc.pid) / 1024
-            _load(port, GPT4O if name == "keys_gpt4o" else "ingress-demo", key, args.requests)
+            _load(port, GPT4O if name.endswith("gpt4o") else "ingress-demo", key, args.requests)
             time.sleep(1.0)
             after = rss_kb(proc.pid) / 1024
         finally:
