@@ -125,7 +125,8 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
             stack.push_async_callback(responses.close)
         # Each route's counter is made now. Its vocabulary is built now too (42-95 ms, 30-65 MB), not on a
         # first request, where a limit or a guardrail will count prompts exactly; otherwise by the first exact
-        # count (a count_tokens or countTokens request), which pays that once per worker.
+        # count (a count_tokens or countTokens request, a stream whose service sent no usage, a limit a reload
+        # of the keys file added), which pays that once per worker.
         counts = tenancy is not None and tenancy.policy.counts_prompts()
         for route in routes:
             if route.model is not None or route.upstream_model is not None:
