@@ -15,13 +15,14 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ingress.errors import InvalidRequest
+
+if TYPE_CHECKING:  # imported by the first seal or open: cryptography is ~6 MB of a worker's memory
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 PREFIX = "ingress:1:"
 KEY_BYTES = 32
@@ -42,7 +43,8 @@ _decoder = msgspec.msgpack.Decoder(Sealed)
 
 
 class Sealer:
-    """Seals with the first key of `keys` (id → 32 bytes), opens with any of them."""
+    """Seals with the first key of `keys` (id → 32 bytes), opens with any of them. The ciphers are made by
+    the first seal or open (an edge that serves no Responses reasoning never loads cryptography)."""
 
     def __init__(self, keys: list[tuple[str, bytes]]) -> None:
         if not keys:
@@ -51,11 +53,19 @@ class Sealer:
             if len(key) != KEY_BYTES or ":" in key_id:
                 raise ValueError(f"sealing key {key_id!r}: {KEY_BYTES} bytes and an id without ':' are needed")
         self._current = keys[0][0]
-        self._keys = {key_id: AESGCM(key) for key_id, key in keys}
+        self._raw = dict(keys)
+        self._ciphers: dict[str, AESGCM] | None = None
+
+    def _keys(self) -> dict[str, AESGCM]:
+        if self._ciphers is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._ciphers = {key_id: AESGCM(key) for key_id, key in self._raw.items()}
+        return self._ciphers
 
     def seal(self, kind: Kind, sealed: Sealed) -> str:
         nonce = os.urandom(NONCE_BYTES)
-        data = self._keys[self._current].encrypt(nonce, _encoder.encode(sealed), _bound(kind, self._current))
+        data = self._keys()[self._current].encrypt(nonce, _encoder.encode(sealed), _bound(kind, self._current))
         return f"{PREFIX}{self._current}:{base64.urlsafe_b64encode(nonce + data).decode()}"
 
     def open(self, kind: Kind, blob: str, param: str) -> Sealed | None:
@@ -64,11 +74,13 @@ class Sealer:
         if not blob.startswith(PREFIX):
             return None
         key_id, _, body = blob[len(PREFIX):].partition(":")
-        aead = self._keys.get(key_id)
+        aead = self._keys().get(key_id)
         if aead is None:
             raise InvalidRequest(f"{param} was sealed with a key this edge does not hold (key id "
                                  f"'{key_id[:32]}'): every replica needs the same [sealing] keys.", param=param,
                                  code="invalid_encrypted_content")
+        from cryptography.exceptions import InvalidTag
+
         try:
             raw = base64.urlsafe_b64decode(body)
             plain = aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], _bound(kind, key_id))

@@ -135,9 +135,17 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
         responses = ResponseStore.build(settings.responses, settings.tenancy.redis if settings.tenancy else None)
         if responses is not None:  # what `store: true` keeps, once per worker (ingress/state)
             stack.push_async_callback(responses.close)
-        for route in routes:  # each vocabulary is built now (42-95 ms), not on a first request
+        # Each route's counter is made now. Its vocabulary is built now too (42-95 ms, 30-65 MB), not on a
+        # first request, where a limit or a guardrail will count prompts exactly; otherwise by the first exact
+        # count (a count_tokens or countTokens request, a stream whose service sent no usage, a limit a reload
+        # of the keys file added), which pays that once per worker.
+        counts = tenancy is not None and tenancy.policy.counts_prompts()
+        for route in routes:
             if route.model is not None or route.upstream_model is not None:
-                counter_for(route.upstream_model or route.model or "", route.tokenizer, settings.max_exact_count_bytes)
+                counter = counter_for(route.upstream_model or route.model or "", route.tokenizer,
+                                      settings.max_exact_count_bytes)
+                if counts:
+                    counter.load()
         app[GATEWAY] = Gateway(
             settings=settings,
             routes=RouteTable(routes),

@@ -16,12 +16,13 @@ import hashlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import jwt
+from typing import TYPE_CHECKING, Any
 
 from ingress.tenancy.claims import TokenRefused
 from ingress.tenancy.settings import Issuer
+
+if TYPE_CHECKING:  # imported where a token is first read: PyJWT and cryptography's asymmetric keys are
+    import jwt  # ~9 MB of a worker's memory, which an edge without [[tenancy.issuers]] never needs
 
 _KTY = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}  # an algorithm's family: the key type it verifies with
 _REMEMBERED = 4096
@@ -72,6 +73,8 @@ class KeySet:
             raise TokenRefused("the token names no key (kid) and the issuer has several")
         bound = None
         if fitting:
+            import jwt
+
             try:
                 bound = jwt.PyJWK(fitting[0], algorithm=alg)
             except jwt.PyJWTError as exc:
@@ -108,6 +111,8 @@ class Verifier:
         known = self._verified.get(digest)
         if known is not None and known.expires > now:
             return known
+        import jwt
+
         try:
             unverified = jwt.api_jwt.decode_complete(token, options={"verify_signature": False})
         except jwt.PyJWTError as exc:

@@ -200,6 +200,26 @@ class Policy:
         self._prices[model] = priced
         return priced
 
+    def counts_prompts(self) -> bool:
+        """Whether some request may need its prompt's exact count (`counts_prompt`): a key's, tenant's,
+        subject's, plan's or model's limit charges input tokens (a USD budget where a model has an input
+        price), or a guardrail's max_prompt_tokens reads them."""
+        if any(guard.counts_tokens for principal in self._principals.values() for guard in principal.guards):
+            return True
+        if any(guard.counts_tokens for name, tenant in self.tenants.items()
+               if (guard := self._tenant_guard(name, tenant)) is not None):
+            return True
+        priced = any(policy.price.input for policy in self.settings.models.values())
+        limits = [*(principal.limits for principal in self._principals.values()),
+                  *(tenant.limits for tenant in self.tenants.values()),
+                  *(issuer.limits for issuer in self.settings.issuers),
+                  *(plan for issuer in self.settings.issuers for plan in issuer.plans.values()),
+                  *(policy.limits for policy in self.settings.models.values())]
+        return any(limit.tpm is not None or limit.input_tpm is not None
+                   or (limit.budget is not None
+                       and (limit.budget.tokens is not None or (limit.budget.usd is not None and priced)))
+                   for limit in limits)
+
     def counts_prompt(self, principal: Principal, model: str) -> bool:
         """Whether a request of `principal` for `model` needs its prompt's exact count: a limit charges its
         input tokens (tpm, input_tpm, a token budget, a USD budget at a price per input token) or a

@@ -41,11 +41,13 @@ def vocabulary_of(model: str) -> str | None:
 
 class Engine(Protocol):
     """Counts one text's tokens; `slowdown` is how much slower than bpe-openai it runs (its byte budget
-    is the exact-count limit divided by it)."""
+    is the exact-count limit divided by it). `load` builds what counting needs, if it is not built yet."""
 
     slowdown: int
 
     def count(self, text: str) -> int: ...
+
+    def load(self) -> None: ...
 
 
 class _Rust(Protocol):
@@ -75,19 +77,30 @@ def _bindings() -> Any:  # the extension ships no stubs: its two calls are typed
 
 
 class Vocabulary:
-    """One of OpenAI's vocabularies, by bpe-openai (GitHub's `bpe` crate), which counts as tiktoken does."""
+    """One of OpenAI's vocabularies, by bpe-openai (GitHub's `bpe` crate), which counts as tiktoken does.
+    Built by `load`, or by the first count: o200k's tables are ~65 MB of a worker's memory, which a
+    worker that never counts with it does not hold (serve/app.py loads at start what will be counted)."""
 
     slowdown = 1
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._rust: _Rust = _bindings().tokenizer_for_encoding(VOCABULARIES[name])
+        self._rust: _Rust | None = None
+
+    def load(self) -> None:
+        if self._rust is None:
+            self._rust = _bindings().tokenizer_for_encoding(VOCABULARIES[self.name])
 
     def count(self, text: str) -> int:
+        rust = self._rust
+        if rust is None:
+            self.load()
+            rust = self._rust
+            assert rust is not None
         try:
-            return self._rust.count(text)
+            return rust.count(text)
         except UnicodeEncodeError:  # a lone surrogate: replaced, as tiktoken does
-            return self._rust.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+            return rust.count(text.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
 
 
 class TokenizerFile:
@@ -101,6 +114,9 @@ class TokenizerFile:
         self.name = path
         self._tokenizer = Tokenizer.from_file(path)
 
+    def load(self) -> None:  # read whole when made: a file that does not load stops the start (check-config)
+        pass
+
     def count(self, text: str) -> int:
         try:
             return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -111,7 +127,8 @@ class TokenizerFile:
 
 @cache
 def vocabulary(name: str) -> Vocabulary:
-    """One per vocabulary and process: o200k takes ~95 ms and ~67 MB to build, cl100k ~42 ms and ~28 MB."""
+    """One per vocabulary and process, built on `load` or its first count: o200k takes ~95 ms and ~65 MB to
+    build, cl100k ~42 ms and ~30 MB."""
     return Vocabulary(name)
 
 

@@ -121,6 +121,24 @@ def test_a_guardrail_bounding_the_prompts_tokens_needs_its_exact_count() -> None
         assert p.counts_prompt(p.authenticate({"x-api-key": KEY}), "llama-3") is counts
 
 
+def test_some_prompt_is_counted_exactly_only_where_a_limit_or_guardrail_reads_its_tokens() -> None:
+    """What the edge asks at start: a vocabulary is built then only where some request will count with it."""
+
+    def counts(**tenancy: object) -> bool:
+        return Policy(Tenancy(**tenancy)).counts_prompts()  # type: ignore[arg-type]
+
+    def key(limits: Limits) -> tuple[Key, ...]:
+        return (Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, limits=limits),)
+
+    usd = {"acme": Tenant(limits=Limits(budget=Budget(usd=5.0)))}
+    assert not counts() and not counts(keys=key(Limits(rpm=5, output_tpm=10, concurrency=2)))
+    assert counts(keys=key(Limits(tpm=5))) and counts(tenants={"acme": Tenant(limits=Limits(input_tpm=5))})
+    assert counts(models={"x": ModelPolicy(limits=Limits(budget=Budget(tokens=5)))})
+    assert not counts(tenants=usd) and counts(tenants=usd, models={"x": ModelPolicy(price=Price(input=1.0))})
+    assert counts(tenants={"acme": Tenant(guardrails=Guardrails(max_prompt_tokens=100))})
+    assert not counts(keys=(Key(id=KEY_ID, tenant="acme", hash=KEY_HASH, guardrails=Guardrails(blocked_terms=("x",))),))
+
+
 
 def test_a_models_price_is_its_policys_per_token_resolved_once_a_name() -> None:
     price = Price(input=2.5, output=10.0)

@@ -28,6 +28,9 @@ class CountingEngine:
         self.calls, self.chars = self.calls + 1, self.chars + len(text)
         return vocabulary("o200k").count(text)
 
+    def load(self) -> None:
+        vocabulary("o200k").load()
+
 
 def conversation(turns: int) -> list[dict[str, str]]:
     """A chat that grows a turn at a time: its system prompt, then user and assistant messages (English,

@@ -15,7 +15,7 @@ from llama_engine import LlamaServerError, ensure_model
 
 from ingress.config import ConfigError, parse_config
 from ingress.tokens import MAX_EXACT_COUNT_BYTES, counter_for, estimate
-from ingress.tokens.engines import vocabulary, vocabulary_of
+from ingress.tokens.engines import Vocabulary, vocabulary, vocabulary_of
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "tests" / "fixtures" / "tokens"
@@ -145,3 +145,9 @@ def test_check_config_refuses_a_file_that_is_no_tokenizer(tmp_path: Path) -> Non
 def test_check_config_accepts_the_vocabularies_and_a_tokenizer_json(smollm2: str) -> None:
     for tokenizer in ("o200k", "cl100k", smollm2):
         assert parse_config(_config(tokenizer), {}).routes[0].tokenizer == tokenizer
+
+
+def test_a_vocabulary_is_built_by_its_first_count_not_when_it_is_named() -> None:
+    fresh = Vocabulary("cl100k")  # ~30 MB of a worker's memory once built
+    assert fresh._rust is None
+    assert fresh.count("hello world") == 2 and fresh._rust is not None
