@@ -7,6 +7,7 @@
      │    ├── RequestTimeout        408 request_timeout                 the body stopped coming
      │    ├── WriteTimeout          408 write_timeout   (logged only)   the client stopped reading
      │    ├── UnsupportedEncoding   415 unsupported_encoding
+     │    ├── ResponseCancelled     400 response_cancelled              a background response cancelled as it ran
      │    └── PromptBlocked         400 prompt_blocked                  a guardrail: names the rule, never the match
      ├── Unauthenticated            401 invalid_api_key                 no key, or not one of ours
      ├── RateLimited                429 rate_limit_exceeded (type requests / tokens) + Retry-After
@@ -116,6 +117,13 @@ class UnsupportedEncoding(InvalidRequest):
 
     status = 415
     code = "unsupported_encoding"
+
+
+class ResponseCancelled(InvalidRequest):
+    """A background response cancelled (POST /v1/responses/{id}/cancel) while it ran: how its record and the
+    stream of a client reading it end."""
+
+    code = "response_cancelled"
 
 
 class Unauthenticated(IngressError):

@@ -21,7 +21,7 @@ import msgspec
 
 from ingress import metrics, pipeline
 from ingress.edge.drain import Drain
-from ingress.errors import IngressError, UpstreamTimeout
+from ingress.errors import IngressError, ResponseCancelled, UpstreamTimeout
 from ingress.oai import responses_answers
 from ingress.state import ResponseStore
 from ingress.tasks import BackgroundTasks
@@ -53,12 +53,6 @@ class Background:
 
     kept: Callable[[responses_answers.ResponseObject], Awaitable[None]]
     asked: Callable[[], Awaitable[bool]]
-
-
-class Cancelled(IngressError):
-    status = 400
-    type = "invalid_request_error"
-    code = "response_cancelled"
 
 
 def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: str, events: ResponseEvents,
@@ -94,7 +88,7 @@ def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: st
                         if background is not None and loop.time() - checked >= CANCEL_POLL:
                             checked = loop.time()
                             if await background.asked():
-                                raise Cancelled("The response was cancelled (POST /v1/responses/{id}/cancel).")
+                                raise ResponseCancelled("The response was cancelled (POST /v1/responses/{id}/cancel).")
                         if isinstance(event, pipeline.ResponsesBurst):
                             await log(event.events)
                         elif not isinstance(event, pipeline.Signal):
@@ -113,7 +107,7 @@ def detach(tasks: BackgroundTasks, drain: Drain, store: ResponseStore, owner: st
         hand(pipeline.Failed(exc))
         last = made[-1] if made else None
         if background is not None and isinstance(last, responses_answers.ResponseEvent):
-            status = "cancelled" if isinstance(exc, Cancelled) else "failed"
+            status = "cancelled" if isinstance(exc, ResponseCancelled) else "failed"
             ended = msgspec.structs.replace(last.response, status=status)
             with suppress(IngressError):  # the store is failing: nothing else can say it ended
                 await background.kept(ended)

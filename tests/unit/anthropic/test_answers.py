@@ -30,6 +30,7 @@ ERRORS: list[tuple[errors.IngressError, str, int]] = [
     (errors.InvalidRequest("bad", param="messages"), "invalid_request_error", 400),
     (errors.PromptBlocked("pii.card", param="messages"), "invalid_request_error", 400),
     (errors.PayloadTooLarge("big"), "request_too_large", 413),
+    (errors.ResponseCancelled("cancelled"), "invalid_request_error", 400),
     (errors.NotFound("no such model"), "not_found_error", 404),
     (errors.RequestTimeout("slow body"), "invalid_request_error", 408),
     (errors.UnsupportedEncoding("br"), "invalid_request_error", 415),

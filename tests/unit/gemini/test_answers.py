@@ -15,6 +15,7 @@ from ingress.gemini.answers import error_envelope, error_kind, model_list
 @pytest.mark.parametrize(("exc", "status", "name"), [
     (errors.InvalidRequest("bad", param="contents[0]"), 400, "INVALID_ARGUMENT"),
     (errors.PayloadTooLarge("big"), 413, "INVALID_ARGUMENT"),
+    (errors.ResponseCancelled("cancelled"), 400, "INVALID_ARGUMENT"),
     (errors.Unauthenticated("who?"), 401, "UNAUTHENTICATED"),
     (errors.NotFound("no such model"), 404, "NOT_FOUND"),
     (errors.RequestTimeout("slow body"), 408, "DEADLINE_EXCEEDED"),
