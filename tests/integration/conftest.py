@@ -23,6 +23,13 @@ StartEdge = Callable[[Settings], Awaitable[str]]
 
 
 @pytest.fixture
+async def stack() -> AsyncIterator[AsyncExitStack]:
+    """What a test starts (edges, fakes, clients), stopped when it ends, last first."""
+    async with AsyncExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
 async def start_edge() -> AsyncIterator[StartEdge]:
     """`url = await start_edge(settings)`: an edge that runs until the test ends."""
     async with AsyncExitStack() as stack:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from fakes.upstream import FakeUpstream, answer
 from openai.types.responses import ResponseCreatedEvent
 from redis_servers import Server
+from stored_edges import sdk, serving
 
 from ingress.edge.appkeys import DRAIN
 from ingress.serve.app import create_app, serve_app
@@ -31,18 +31,8 @@ TEXT = " ".join(f"w{i}" for i in range(200))
 _prefixes = itertools.count()
 
 
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
-async def _edge(stack: AsyncExitStack, settings: Settings) -> str:
-    return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
-
-
-async def _client(stack: AsyncExitStack, url: str, key: str = "sk-test") -> openai.AsyncOpenAI:
-    return await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
 
 
 async def _until(client: openai.AsyncOpenAI, response_id: str, *statuses: str, timeout: float = 10.0) -> Any:
@@ -55,7 +45,7 @@ async def _until(client: openai.AsyncOpenAI, response_id: str, *statuses: str, t
 
 async def test_a_background_response_is_answered_queued_then_polled_to_its_end(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    client = await _client(stack, await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
+    client = await sdk(stack, await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
     fake_upstream.play(answer(), pace=0.01)
     started = time.monotonic()
     queued = await client.responses.create(model=MODEL, input=TEXT, background=True)
@@ -74,7 +64,7 @@ async def test_a_background_response_is_answered_queued_then_polled_to_its_end(
 
 async def test_a_background_response_is_cancelled_while_it_runs(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    client = await _client(stack, await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
+    client = await sdk(stack, await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
     fake_upstream.play(answer(), pace=0.05)  # 10 s
     queued = await client.responses.create(model=MODEL, input=TEXT, background=True)
     await _until(client, queued.id, "in_progress")
@@ -95,8 +85,8 @@ async def test_a_streamed_background_response_dropped_on_one_edge_is_read_and_ca
                       keys=(Key(id=key_id, tenant="acme", hash=key_hash),), tenants={"acme": Tenant()})
     settings = Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS, tenancy=tenancy,
                         responses=ResponsesSettings(resume_poll_ms=20))
-    edge_a, edge_b = await _edge(stack, settings), await _edge(stack, settings)
-    on_a, on_b = await _client(stack, edge_a, secret), await _client(stack, edge_b, secret)
+    edge_a, edge_b = await serving(stack, settings), await serving(stack, settings)
+    on_a, on_b = await sdk(stack, edge_a, secret), await sdk(stack, edge_b, secret)
     fake_upstream.play(answer(), answer(), pace=0.01)
     stream = await on_a.responses.create(model=MODEL, input=TEXT, background=True, stream=True)
     first: list[Any] = []
@@ -121,7 +111,7 @@ async def test_a_streamed_background_response_dropped_on_one_edge_is_read_and_ca
 async def test_a_background_response_still_running_at_the_drain_deadline_ends_failed(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
     app = create_app(Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
-    client = await _client(stack, await stack.enter_async_context(serve_app(app, "127.0.0.1", 0)))
+    client = await sdk(stack, await stack.enter_async_context(serve_app(app, "127.0.0.1", 0)))
     fake_upstream.play(answer(), pace=0.05)  # 10 s: past any deadline here
     queued = await client.responses.create(model=MODEL, input=TEXT, background=True)
     await _until(client, queued.id, "in_progress")

@@ -60,12 +60,6 @@ StartEdge = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as stack:
-        yield stack
-
-
-@pytest.fixture
 async def fake(stack: AsyncExitStack) -> FakeUpstream:
     fake = FakeUpstream()
     await stack.enter_async_context(fake.running())

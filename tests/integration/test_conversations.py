@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, Literal
 
@@ -23,10 +23,8 @@ from openai.types.conversations import ConversationItem, Message
 from openai.types.responses import EasyInputMessageParam
 from redis.asyncio import Redis
 from redis_servers import Server
+from stored_edges import received_messages, sdk, serving
 
-from ingress.encoding.requests import message_text
-from ingress.oai.chat import AssistantMessage, SystemMessage, UserMessage
-from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 from ingress.state.settings import ResponsesSettings
 from ingress.tenancy.keys import new_key
@@ -38,24 +36,10 @@ TIMEOUTS = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)
 _prefixes = itertools.count()
 
 
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
-async def _edge(stack: AsyncExitStack, settings: Settings) -> str:
-    return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
 
 
-async def _client(stack: AsyncExitStack, url: str, key: str = "sk-test") -> openai.AsyncOpenAI:
-    return await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
-
-
-def _received(fake: FakeUpstream, n: int) -> list[tuple[str, str]]:
-    """The chat messages the fake received in its n-th request, as (role, text)."""
-    return [(str(type(m).__struct_config__.tag), message_text(m)) for m in fake.received[n].request.messages
-            if isinstance(m, UserMessage | AssistantMessage | SystemMessage)]
 
 
 def _say(text: str, role: Literal["user", "assistant"] = "user") -> EasyInputMessageParam:
@@ -88,7 +72,7 @@ async def _texts(client: openai.AsyncOpenAI, conversation_id: str) -> list[tuple
 
 
 async def test_every_conversation_call_of_the_sdk(stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    client = await _client(stack, await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
+    client = await sdk(stack, await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
     before = sample_value("ingress_conversations_created_total", {"backend": "memory"}) or 0
     made = await client.conversations.create(
         items=[_say("hello"), _say("hi there", "assistant")],
@@ -131,18 +115,19 @@ async def test_every_conversation_call_of_the_sdk(stack: AsyncExitStack, fake_up
 
 async def test_responses_in_a_conversation_carry_its_items_and_add_their_turn(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    client = await _client(stack, await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
+    client = await sdk(stack, await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
     conv = await client.conversations.create(items=[_say("my name is Ada")])
     first = await client.responses.create(model=MODEL, input="the first turn", conversation=conv.id,
                                           instructions="Be brief.")
     assert first.conversation is not None and first.conversation.id == conv.id
-    assert _received(fake_upstream, 0) == [("system", "Be brief."), ("user", "my name is Ada"),
+    assert received_messages(fake_upstream, 0) == [("system", "Be brief."), ("user", "my name is Ada"),
                                            ("user", "the first turn")]
     async with client.responses.stream(model=MODEL, input="the second turn", conversation={"id": conv.id},
                                        store=False) as stream:
         second = await stream.get_final_response()
     assert second.conversation is not None and second.conversation.id == conv.id
-    assert _received(fake_upstream, 1) == [  # the first turn's input and output, asserted where the service read it
+    # the first turn's input and output, asserted where the service read it
+    assert received_messages(fake_upstream, 1) == [
         ("user", "my name is Ada"), ("user", "the first turn"), ("assistant", "the first turn"),
         ("user", "the second turn")]
     assert await _texts(client, conv.id) == [
@@ -165,7 +150,7 @@ async def test_responses_in_a_conversation_carry_its_items_and_add_their_turn(
 
 async def test_two_responses_at_once_on_one_conversation_both_keep_their_turn(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    client = await _client(stack, await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
+    client = await sdk(stack, await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS)))
     await _concurrent_turns(client, fake_upstream)
 
 
@@ -187,8 +172,8 @@ async def _concurrent_turns(client: openai.AsyncOpenAI, fake: FakeUpstream) -> N
                                               ("after=msg_nope", "after"), ("include=nothing.at_all", "include")])
 async def test_bad_list_parameters_are_400s_naming_them(stack: AsyncExitStack, fake_upstream: FakeUpstream,
                                                         http: aiohttp.ClientSession, query: str, param: str) -> None:
-    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
-    conv = await (await _client(stack, url)).conversations.create(items=[_say("x")])
+    url = await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    conv = await (await sdk(stack, url)).conversations.create(items=[_say("x")])
     async with http.get(f"{url}/v1/conversations/{conv.id}/items?{query}") as r:
         assert r.status == 400 and (await r.json())["error"]["param"] == param
 
@@ -196,7 +181,7 @@ async def test_bad_list_parameters_are_400s_naming_them(stack: AsyncExitStack, f
 async def test_items_past_the_bounds_are_refused(stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
     settings = Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS,
                         responses=ResponsesSettings(max_record_bytes=64 * 1024))
-    client = await _client(stack, await _edge(stack, settings))
+    client = await sdk(stack, await serving(stack, settings))
     with pytest.raises(openai.BadRequestError) as many:
         await client.conversations.create(items=[_say("x")] * 21)
     assert many.value.param == "items"
@@ -224,20 +209,20 @@ async def _two_edges(stack: AsyncExitStack, fake: FakeUpstream, server: Server,
     tenancy = Tenancy(backend="redis", redis=RedisSettings(url=server.url, prefix=prefix, deadline_ms=2000),
                       keys=tuple(keys), tenants={"acme": Tenant(), "globex": Tenant()})
     settings = Settings(upstream=fake.url, timeouts=TIMEOUTS, tenancy=tenancy, responses=ResponsesSettings(**responses))
-    return await _edge(stack, settings), await _edge(stack, settings), secrets, prefix
+    return await serving(stack, settings), await serving(stack, settings), secrets, prefix
 
 
 @pytest.mark.redis
 async def test_a_conversation_made_on_one_edge_is_used_on_the_other(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server) -> None:
     edge_a, edge_b, secrets, prefix = await _two_edges(stack, fake_upstream, limit_server)
-    on_a, on_b = await _client(stack, edge_a, secrets["a1"]), await _client(stack, edge_b, secrets["a1"])
+    on_a, on_b = await sdk(stack, edge_a, secrets["a1"]), await sdk(stack, edge_b, secrets["a1"])
     conv = await on_a.conversations.create(items=[_say(f"on {limit_server.kind}")], metadata={"k": "v"})
     assert (await on_b.conversations.retrieve(conv.id)).metadata == {"k": "v"}
     await on_b.responses.create(model=MODEL, input="turn on B", conversation=conv.id)
     async with on_a.responses.stream(model=MODEL, input="turn on A", conversation=conv.id) as stream:
         await stream.get_final_response()
-    assert _received(fake_upstream, 1) == [(("user", f"on {limit_server.kind}")), ("user", "turn on B"),
+    assert received_messages(fake_upstream, 1) == [(("user", f"on {limit_server.kind}")), ("user", "turn on B"),
                                            ("assistant", "turn on B"), ("user", "turn on A")]
     assert [t for _, t in await _texts(on_b, conv.id)] == [
         f"on {limit_server.kind}", "turn on B", "turn on B", "turn on A", "turn on A"]
@@ -266,8 +251,8 @@ async def test_another_key_s_conversation_is_the_same_404_as_an_unknown_id(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server,
         http: aiohttp.ClientSession) -> None:
     edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server)
-    mine = await (await _client(stack, edge_a, secrets["a1"])).conversations.create(items=[_say("private")])
-    item = _id((await (await _client(stack, edge_a, secrets["a1"])).conversations.items.list(mine.id)).data[0])
+    mine = await (await sdk(stack, edge_a, secrets["a1"])).conversations.create(items=[_say("private")])
+    item = _id((await (await sdk(stack, edge_a, secrets["a1"])).conversations.items.list(mine.id)).data[0])
     unknown = "conv_" + "0" * 48
     for name in ("b1", "a2"):  # another tenant's key, and another key of the same tenant (scope = "key")
         headers = {"Authorization": f"Bearer {secrets[name]}"}
@@ -284,14 +269,14 @@ async def test_another_key_s_conversation_is_the_same_404_as_an_unknown_id(
                              json={"model": MODEL, "input": "x", "conversation": mine.id}) as r:
             assert r.status == 404 and (await r.json())["error"]["code"] == "conversation_not_found"
     assert fake_upstream.received == []
-    assert [t for _, t in await _texts(await _client(stack, edge_b, secrets["a1"]), mine.id)] == ["private"]
+    assert [t for _, t in await _texts(await sdk(stack, edge_b, secrets["a1"]), mine.id)] == ["private"]
 
 
 @pytest.mark.redis
 async def test_a_stopped_store_is_a_503_for_conversation_calls(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, own_limit_server: Server) -> None:
     edge_a, _, secrets, _ = await _two_edges(stack, fake_upstream, own_limit_server, timeout_ms=300)
-    client = await _client(stack, edge_a, secrets["a1"])
+    client = await sdk(stack, edge_a, secrets["a1"])
     conv = await client.conversations.create()
     own_limit_server.stop()
     calls: list[Callable[[], Awaitable[object]]] = [

@@ -70,12 +70,6 @@ StartChain = Callable[..., Awaitable[Chain]]
 
 
 @pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as stack:
-        yield stack
-
-
-@pytest.fixture
 def start_chain(stack: AsyncExitStack) -> StartChain:
     async def start(routes: list[Route], *, retry: Retry | None = None, timeouts: Timeouts = QUICK) -> Chain:
         """One fake (and group) per route, named as the route's group."""

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -69,12 +69,6 @@ class Edge:
 def issuer() -> Iterator[Issuer]:
     with Issuer().serving() as running:
         yield running
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
 async def edge(stack: AsyncExitStack, config: Settings) -> Edge:

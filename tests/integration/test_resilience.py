@@ -56,12 +56,6 @@ StartFake = Callable[..., Awaitable[FakeUpstream]]
 
 
 @pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as stack:
-        yield stack
-
-
-@pytest.fixture
 def start_edge(stack: AsyncExitStack) -> StartEdge:
     async def start(settings: Settings) -> Edge:
         url, app, exchanges = await recording_edge(stack, settings)

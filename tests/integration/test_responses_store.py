@@ -7,7 +7,7 @@ a continued turn; real Redis and Valkey servers (tests/support/redis_servers.py)
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -18,10 +18,8 @@ from fakes.upstream import FakeUpstream
 from metric_values import sample_value
 from redis.asyncio import Redis
 from redis_servers import Server
+from stored_edges import received_messages, sdk, serving
 
-from ingress.encoding.requests import message_text
-from ingress.oai.chat import AssistantMessage, SystemMessage, UserMessage
-from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 from ingress.state.settings import ResponsesSettings
 from ingress.tenancy.keys import new_key
@@ -33,24 +31,10 @@ TIMEOUTS = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)
 _prefixes = itertools.count()
 
 
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
-async def _edge(stack: AsyncExitStack, settings: Settings) -> str:
-    return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
 
 
-async def _client(stack: AsyncExitStack, url: str, key: str = "sk-test") -> openai.AsyncOpenAI:
-    return await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
-
-
-def _conversation(fake: FakeUpstream, n: int) -> list[tuple[str, str]]:
-    """The chat messages the fake received in its n-th request, as (role, text)."""
-    return [(str(type(m).__struct_config__.tag), message_text(m)) for m in fake.received[n].request.messages
-            if isinstance(m, UserMessage | AssistantMessage | SystemMessage)]
 
 
 # --- one edge, its memory store -------------------------------------------------------------------------
@@ -58,8 +42,8 @@ def _conversation(fake: FakeUpstream, n: int) -> list[tuple[str, str]]:
 
 async def test_a_response_is_kept_read_back_listed_continued_and_deleted(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
-    client = await _client(stack, url)
+    url = await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    client = await sdk(stack, url)
     before = sample_value("ingress_responses_stored_total", {"backend": "memory"}) or 0
     first = await client.responses.create(model=MODEL, input="the first turn", instructions="Be brief.", store=True)
     assert first.model_extra is not None and first.model_extra["store"] is True
@@ -68,15 +52,15 @@ async def test_a_response_is_kept_read_back_listed_continued_and_deleted(
     assert again.model_dump() == first.model_dump()
     second = await client.responses.create(model=MODEL, input="the second turn", previous_response_id=first.id)
     assert second.previous_response_id == first.id and second.instructions is None  # not carried over
-    assert _conversation(fake_upstream, 1) == [  # the whole conversation, asserted where the service read it
+    assert received_messages(fake_upstream, 1) == [  # the whole conversation, asserted where the service read it
         ("user", "the first turn"), ("assistant", "the first turn"), ("user", "the second turn")]
-    assert _conversation(fake_upstream, 0)[0] == ("system", "Be brief.")
+    assert received_messages(fake_upstream, 0)[0] == ("system", "Be brief.")
     async with client.responses.stream(model=MODEL, input="the third turn", previous_response_id=second.id,
                                        instructions="Now in French.") as stream:
         async for _ in stream:
             pass
         third = await stream.get_final_response()
-    assert _conversation(fake_upstream, 2) == [
+    assert received_messages(fake_upstream, 2) == [
         ("system", "Now in French."), ("user", "the first turn"), ("assistant", "the first turn"),
         ("user", "the second turn"), ("assistant", "the second turn"), ("user", "the third turn")]
     assert (await client.responses.retrieve(third.id)).output_text == "the third turn"  # kept once complete
@@ -98,8 +82,8 @@ async def test_a_response_is_kept_read_back_listed_continued_and_deleted(
 
 
 async def test_store_false_is_answered_and_not_kept(stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
-    client = await _client(stack, url)
+    url = await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    client = await sdk(stack, url)
     answer = await client.responses.create(model=MODEL, input="forget me", store=False)
     assert answer.model_extra is not None and answer.model_extra["store"] is False
     with pytest.raises(openai.NotFoundError):
@@ -110,8 +94,8 @@ async def test_store_false_is_answered_and_not_kept(stack: AsyncExitStack, fake_
                                               ("after=msg_nope", "after")])
 async def test_bad_list_parameters_are_400s_naming_them(stack: AsyncExitStack, fake_upstream: FakeUpstream,
                                                         http: aiohttp.ClientSession, query: str, param: str) -> None:
-    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
-    kept = await (await _client(stack, url)).responses.create(model=MODEL, input="list me")
+    url = await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS))
+    kept = await (await sdk(stack, url)).responses.create(model=MODEL, input="list me")
     async with http.get(f"{url}/v1/responses/{kept.id}/input_items?{query}") as r:
         assert r.status == 400 and (await r.json())["error"]["param"] == param
 
@@ -120,7 +104,7 @@ async def test_a_conversation_too_large_to_keep_is_a_413_before_it_is_sent(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
     settings = Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS,
                         responses=ResponsesSettings(max_record_bytes=64 * 1024))
-    client = await _client(stack, await _edge(stack, settings))
+    client = await sdk(stack, await serving(stack, settings))
     with pytest.raises(openai.APIStatusError) as refused:
         await client.responses.create(model=MODEL, input="x" * 70_000)
     assert refused.value.status_code == 413 and refused.value.code == "response_too_large"
@@ -148,18 +132,18 @@ async def _two_edges(stack: AsyncExitStack, fake: FakeUpstream, server: Server,
     tenancy, secrets = _tenancy(server, prefix)
     settings = Settings(upstream=fake.url, timeouts=TIMEOUTS, tenancy=tenancy,
                         responses=ResponsesSettings(**responses))
-    return await _edge(stack, settings), await _edge(stack, settings), secrets, prefix
+    return await serving(stack, settings), await serving(stack, settings), secrets, prefix
 
 
 @pytest.mark.redis
 async def test_a_response_made_on_one_edge_is_read_continued_and_listed_on_the_other_at_once(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server) -> None:
     edge_a, edge_b, secrets, prefix = await _two_edges(stack, fake_upstream, limit_server)
-    on_a, on_b = await _client(stack, edge_a, secrets["a1"]), await _client(stack, edge_b, secrets["a1"])
+    on_a, on_b = await sdk(stack, edge_a, secrets["a1"]), await sdk(stack, edge_b, secrets["a1"])
     first = await on_a.responses.create(model=MODEL, input=f"remember {limit_server.kind}")
     assert (await on_b.responses.retrieve(first.id)).output_text == f"remember {limit_server.kind}"
     second = await on_b.responses.create(model=MODEL, input="and now?", previous_response_id=first.id)
-    assert _conversation(fake_upstream, 1) == [
+    assert received_messages(fake_upstream, 1) == [
         ("user", f"remember {limit_server.kind}"), ("assistant", f"remember {limit_server.kind}"), ("user", "and now?")]
     async with on_a.responses.stream(model=MODEL, input="streamed on A", previous_response_id=second.id) as stream:
         third = await stream.get_final_response()
@@ -181,7 +165,7 @@ async def test_another_key_s_response_is_the_same_404_as_an_unknown_id(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server,
         http: aiohttp.ClientSession) -> None:
     edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server)
-    mine = await (await _client(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="private")
+    mine = await (await sdk(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="private")
     unknown = "resp_" + "0" * 32
     for name in ("b1", "a2"):  # another tenant's key, and another key of the same tenant (scope = "key")
         headers = {"Authorization": f"Bearer {secrets[name]}"}
@@ -195,24 +179,24 @@ async def test_another_key_s_response_is_the_same_404_as_an_unknown_id(
         async with http.post(f"{edge_b}/v1/responses", headers=headers,
                              json={"model": MODEL, "input": "x", "previous_response_id": mine.id}) as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "previous_response_not_found"
-    assert (await (await _client(stack, edge_b, secrets["a1"])).responses.retrieve(mine.id)).id == mine.id
+    assert (await (await sdk(stack, edge_b, secrets["a1"])).responses.retrieve(mine.id)).id == mine.id
 
 
 @pytest.mark.redis
 async def test_a_tenant_scope_shares_responses_between_its_keys_only(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server) -> None:
     edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server, scope="tenant")
-    mine = await (await _client(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="ours")
-    assert (await (await _client(stack, edge_b, secrets["a2"])).responses.retrieve(mine.id)).id == mine.id
+    mine = await (await sdk(stack, edge_a, secrets["a1"])).responses.create(model=MODEL, input="ours")
+    assert (await (await sdk(stack, edge_b, secrets["a2"])).responses.retrieve(mine.id)).id == mine.id
     with pytest.raises(openai.NotFoundError):
-        await (await _client(stack, edge_b, secrets["b1"])).responses.retrieve(mine.id)
+        await (await sdk(stack, edge_b, secrets["b1"])).responses.retrieve(mine.id)
 
 
 @pytest.mark.redis
 async def test_a_stopped_store_is_a_503_for_stateful_calls_only(
         stack: AsyncExitStack, fake_upstream: FakeUpstream, own_limit_server: Server) -> None:
     edge_a, _, secrets, _ = await _two_edges(stack, fake_upstream, own_limit_server, timeout_ms=300)
-    client = await _client(stack, edge_a, secrets["a1"])
+    client = await sdk(stack, edge_a, secrets["a1"])
     kept = await client.responses.create(model=MODEL, input="before")
     own_limit_server.stop()
     errors = sample_value("ingress_response_store_errors_total", {"backend": "redis", "call": "put"}) or 0

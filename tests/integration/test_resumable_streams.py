@@ -6,7 +6,6 @@ on one edge's memory store."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -18,8 +17,8 @@ from metric_values import sample_value
 from openai.types.responses import ResponseCreatedEvent
 from redis.asyncio import Redis
 from redis_servers import Server
+from stored_edges import sdk, serving
 
-from ingress.serve.app import create_app, serve_app
 from ingress.settings import Settings, Timeouts
 from ingress.state.settings import ResponsesSettings
 from ingress.tenancy.keys import new_key
@@ -33,18 +32,8 @@ TEXT = " ".join(f"w{i}" for i in range(WORDS))
 _prefixes = itertools.count()
 
 
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
-async def _edge(stack: AsyncExitStack, settings: Settings) -> str:
-    return await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
-
-
-async def _client(stack: AsyncExitStack, url: str, key: str = "sk-test") -> openai.AsyncOpenAI:
-    return await stack.enter_async_context(openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0))
 
 
 async def _read_then_drop(client: openai.AsyncOpenAI, n: int) -> tuple[str, list[Any]]:
@@ -92,8 +81,8 @@ async def test_a_dropped_stream_resumes_on_the_other_edge_exactly_once_in_order(
                       tenants={"acme": Tenant()})
     settings = Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS, tenancy=tenancy,
                         responses=ResponsesSettings(resume_poll_ms=20))
-    edge_a, edge_b = await _edge(stack, settings), await _edge(stack, settings)
-    on_a, on_b = await _client(stack, edge_a, secret), await _client(stack, edge_b, secret)
+    edge_a, edge_b = await serving(stack, settings), await serving(stack, settings)
+    on_a, on_b = await sdk(stack, edge_a, secret), await sdk(stack, edge_b, secret)
     fake_upstream.play(answer(), pace=0.01)  # one frame a read: about 2 s of stream
     running = sample_value("ingress_responses_resumed_total", {"backend": "redis", "running": "true"}) or 0
     response_id, first = await _read_then_drop(on_a, 51)  # events 0..50
@@ -124,9 +113,9 @@ async def test_a_dropped_stream_resumes_on_the_other_edge_exactly_once_in_order(
 
 async def test_on_one_edge_s_memory_a_stream_resumes_and_a_whole_response_is_not_streamed(
         stack: AsyncExitStack, fake_upstream: FakeUpstream) -> None:
-    url = await _edge(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS,
+    url = await serving(stack, Settings(upstream=fake_upstream.url, timeouts=TIMEOUTS,
                                       responses=ResponsesSettings(resume_poll_ms=20)))
-    client = await _client(stack, url)
+    client = await sdk(stack, url)
     fake_upstream.play(answer(), pace=0.01)
     response_id, first = await _read_then_drop(client, 51)
     rest = await _rest(client, response_id, after=50)

@@ -8,13 +8,12 @@ import gc
 import socket
 import struct
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import msgspec
-import pytest
 from aiohttp import web
 from fakes.processes import EdgeProcess, free_port
 from fakes.upstream import Call, FakeUpstream
@@ -39,12 +38,6 @@ async def endless(call: Call) -> web.StreamResponse:
     while True:
         await call.send(out, wire.write_chunk(wire.Chunk(sequence=sequence, content=WORDS)))
         sequence += 1
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as stack:
-        yield stack
 
 
 async def _edge(stack: AsyncExitStack, fake: FakeUpstream, client: Client) -> tuple[str, EndpointGroup, list[Exchange]]:

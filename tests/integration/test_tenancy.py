@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -74,12 +73,6 @@ class Edge:
 async def edge(stack: AsyncExitStack, config: Settings) -> Edge:
     url, _, exchanges = await recording_edge(stack, config)
     return Edge(stack, url, exchanges)
-
-
-@pytest.fixture
-async def stack() -> AsyncIterator[AsyncExitStack]:
-    async with AsyncExitStack() as s:
-        yield s
 
 
 async def test_no_key_or_a_wrong_key_is_openais_401(stack: AsyncExitStack) -> None:
