@@ -19,11 +19,10 @@ both keys' TTL again: a conversation lives `retention` seconds from its last cha
 
 from __future__ import annotations
 
-import asyncio
 from typing import Literal
 
 from ingress.state.stores import Conversation, MemoryResponses, RedisResponses
-from ingress.tenancy.stores.resp_codec import ReplyError, Script
+from ingress.tenancy.stores.resp_codec import Script
 
 Appended = Literal["appended", "missing", "full"]
 
@@ -116,20 +115,9 @@ class RedisConversations(RedisResponses):
 
     async def _script(self, call: str, owner: str, conversation_id: str, *args: bytes | str | int) -> object:
         """The script's reply; StoreUnavailable when the server gave none within the deadline, or an error."""
-        if not self.breaker.allows():
-            raise self._failed(call)
         tag = f"{self.conversations}{{{owner}:{conversation_id}}}"  # <prefix>:cv:{<owner>:<id>}: one slot
-        try:
-            reply = await self.client.evalsha(CONVERSATIONS, (tag, f"{tag}:items"), (call, self.retention_ms, *args),
-                                              asyncio.get_running_loop().time() + self.timeout)
-        except (ReplyError, OSError):
-            self.breaker.failed_once()
-            raise self._failed(call) from None
-        except BaseException:
-            self.breaker.abandoned()
-            raise
-        self.breaker.succeeded()
-        return reply
+        keys, argv = (tag, f"{tag}:items"), (call, self.retention_ms, *args)
+        return await self._guarded(call, lambda deadline: self.client.evalsha(CONVERSATIONS, keys, argv, deadline))
 
     async def create_conversation(self, owner: str, conversation_id: str, obj: bytes, items: list[bytes]) -> None:
         if await self._script("create", owner, conversation_id, obj, sum(len(i) for i in items), *items) != 1:

@@ -15,13 +15,11 @@ other, and every one it sends is appended, in order, before it is sent. On Redis
 
 from __future__ import annotations
 
-import asyncio
-
 from ingress import metrics
 from ingress.errors import StoreUnavailable
 from ingress.state.conversation_stores import MemoryConversations, RedisConversations
 from ingress.state.stores import ENTRY_OVERHEAD, ITEM_OVERHEAD, Conversation
-from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
+from ingress.tenancy.stores.resp_codec import Script, encode
 
 
 class EventLog(Conversation):
@@ -81,19 +79,8 @@ class RedisEvents(RedisConversations):
     """Event logs on the responses' Redis connection, each call one EVALSHA of EVENTS."""
 
     async def _events(self, call: str, owner: str, response_id: str, *args: bytes | str | int) -> object:
-        if not self.breaker.allows():
-            raise self._failed(call)
         key = f"{self.events}{{{owner}:{response_id}}}"
-        try:
-            reply = await self.client.evalsha(EVENTS, (key,), args, asyncio.get_running_loop().time() + self.timeout)
-        except (ReplyError, OSError):
-            self.breaker.failed_once()
-            raise self._failed(call) from None
-        except BaseException:
-            self.breaker.abandoned()
-            raise
-        self.breaker.succeeded()
-        return reply
+        return await self._guarded(call, lambda deadline: self.client.evalsha(EVENTS, (key,), args, deadline))
 
     @property
     def events(self) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ingress import metrics
 from ingress.errors import StoreUnavailable
@@ -160,10 +160,15 @@ class RedisResponses:
 
     async def _call(self, call: str, command: bytes) -> object:
         """The server's reply; StoreUnavailable when it gave none within the deadline, or an error."""
+        return await self._guarded(call, lambda deadline: self.client.call(command, deadline))
+
+    async def _guarded(self, call: str, send: Callable[[float], Awaitable[object]]) -> object:
+        """`send(deadline)`'s reply, through the breaker: StoreUnavailable when the breaker is open, or the
+        server gave no reply by the deadline, or an error (each told to the breaker)."""
         if not self.breaker.allows():
             raise self._failed(call)
         try:
-            reply = await self.client.call(command, asyncio.get_running_loop().time() + self.timeout)
+            reply = await send(asyncio.get_running_loop().time() + self.timeout)
         except (ReplyError, OSError):  # TimeoutError (the deadline) and ConnectionError among them
             self.breaker.failed_once()
             raise self._failed(call) from None
