@@ -31,6 +31,7 @@ from ingress.exchange import Exchange
 from ingress.gemini import answers as gemini_answers
 from ingress.log import access, get_logger
 from ingress.tenancy.bearer import UnknownKey
+from ingress.tenancy.policy import Client
 from ingress.tracing import RequestTrace, Tracer, traced
 from ingress.usage import usage_record
 from ingress.wire import encode
@@ -122,8 +123,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             if tenancy is not None and request.path.startswith(_API_PATHS):
                 google = gemini_client(request)
                 presented = google_key(request.headers, request.query) if google else None
+                client: Client = "google" if google else "anthropic" if speaks_anthropic(request) else "openai"
                 try:
-                    exchange.principal = tenancy.policy.authenticate(request.headers, presented, google=google)
+                    exchange.principal = tenancy.policy.authenticate(request.headers, presented, client=client)
                 except UnknownKey as unknown:  # a JWT of a key not fetched yet: its issuer's keys, again
                     exchange.principal = await tenancy.refreshed(request.headers, unknown, presented)
             response = await handler(request)

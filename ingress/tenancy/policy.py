@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import translate
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -27,6 +28,10 @@ _NO_TENANT = Tenant()
 _NO_KEY = "You didn't provide an API key. Provide it in the Authorization header (Authorization: Bearer YOUR_KEY)."
 _NO_GOOGLE_KEY = ("You didn't provide an API key. Provide it in the x-goog-api-key header (x-goog-api-key: YOUR_KEY), "
                   "as Google's SDKs and Gemini CLI send it, or in the key query parameter.")
+_NO_ANTHROPIC_KEY = ("You didn't provide an API key. Provide it in the x-api-key header (x-api-key: YOUR_KEY), as "
+                     "Anthropic's SDKs and Claude Code send it, or in the Authorization header.")
+_NO_KEY_FOR = {"openai": _NO_KEY, "anthropic": _NO_ANTHROPIC_KEY, "google": _NO_GOOGLE_KEY}
+Client = Literal["openai", "anthropic", "google"]  # whose API the request speaks: where its SDKs put a key
 _CACHED_PLANS = 4096
 # One answer to every token refused (expired, foreign, forged...): the reason is the access line's alone.
 BAD_TOKEN = "The bearer token was not accepted. Sign in again to get a new one."
@@ -122,15 +127,15 @@ class Policy:
                          tuple(g for g in guards if g is not None), key=key)
 
     def authenticate(self, headers: Mapping[str, str], presented: str | None = None, *,
-                     google: bool = False) -> Principal:
+                     client: Client = "openai") -> Principal:
         """The request's principal: its key's, or its JWT's (bearer.UnknownKey when the token names a key
         of its issuer the edge has not fetched: the caller refreshes the set and asks again). The key or token
         is `presented` (found by the edge where a dialect puts it: Google's clients send `x-goog-api-key` or
-        `?key=`), else the one in the headers (presented_key). `google`: a client of Google's API, told where
-        its SDKs put a key when it sent none."""
+        `?key=`), else the one in the headers (presented_key). `client`: whose API the request speaks, to tell
+        it where its SDKs put a key when it sent none."""
         presented = presented or presented_key(headers)
         if presented is None:
-            raise Unauthenticated(_NO_GOOGLE_KEY if google else _NO_KEY)
+            raise Unauthenticated(_NO_KEY_FOR[client])
         if self.verifier is not None and looks_like_jwt(presented):
             try:
                 return self._bearer(presented)

@@ -93,6 +93,12 @@ async def test_no_key_or_a_wrong_key_is_openais_401(stack: AsyncExitStack) -> No
             assert r.status == 200
         async with http.get(f"{e.url}/healthz") as r:  # probes need no key
             assert r.status == 200
+        # An Anthropic client without one is told where Anthropic's SDKs send it, in Anthropic's envelope.
+        async with http.post(f"{e.url}/v1/messages", json={"model": MODEL, "max_tokens": 8, "messages": HELLO},
+                             headers={"anthropic-version": "2023-06-01"}) as r:
+            error = (await r.json())["error"]
+            assert r.status == 401 and error["type"] == "authentication_error"
+            assert "x-api-key: YOUR_KEY" in error["message"]
 
 
 async def test_a_key_sees_and_calls_only_its_models(stack: AsyncExitStack) -> None:

@@ -44,15 +44,18 @@ def test_no_key_or_a_wrong_key_is_a_401_that_never_repeats_the_key() -> None:
     assert presented_key({"Authorization": "Basic abc"}) is None
 
 
-def test_a_google_client_without_a_key_is_told_the_header_its_sdks_send() -> None:
+def test_a_client_without_a_key_is_told_the_header_its_sdks_send() -> None:
     with pytest.raises(Unauthenticated) as openai_like:
         policy().authenticate({})
     with pytest.raises(Unauthenticated) as google:
-        policy().authenticate({}, None, google=True)
+        policy().authenticate({}, None, client="google")
+    with pytest.raises(Unauthenticated) as anthropic:
+        policy().authenticate({}, None, client="anthropic")
     assert "Authorization: Bearer" in openai_like.value.message and "x-goog-api-key" not in openai_like.value.message
     assert "x-goog-api-key: YOUR_KEY" in google.value.message and "Authorization" not in google.value.message
-    assert google.value.status == 401 and google.value.code == "invalid_api_key"
-    assert policy().authenticate({}, KEY, google=True).id == KEY_ID  # a key presented: as for any client
+    assert "x-api-key: YOUR_KEY" in anthropic.value.message
+    assert google.value.status == anthropic.value.status == 401 and google.value.code == "invalid_api_key"
+    assert policy().authenticate({}, KEY, client="google").id == KEY_ID  # a key presented: as for any client
 
 
 def test_a_key_may_use_what_both_it_and_its_tenant_allow() -> None:
