@@ -1,4 +1,5 @@
-"""`/admin/v1/...`: the keys and the audit log, behind the admin credentials (docs/admin.md).
+"""`/admin/v1/...`: the keys, the tenants (tenants.py) and the audit log, behind the admin credentials
+(docs/admin.md).
 
 Every request is authenticated first, whatever its path: no valid admin key, 401; a `viewer` asking for
 anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
@@ -65,12 +66,12 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
                        "made: read the key (or the audit log) to see.")
     except Conflict:
-        return failure(409, "conflict", "The key changed while this request changed it; read it and try again.")
+        return failure(409, "conflict", "It changed while this request changed it; read it and try again.")
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return failure(400, "invalid_request", str(exc))
 
 
-async def _body(request: web.Request, kind: type[T]) -> T:
+async def body_of(request: web.Request, kind: type[T]) -> T:
     raw = await request.read()
     return msgspec.json.decode(raw or b"{}", type=kind)
 
@@ -101,9 +102,10 @@ def _past(expires_at: object) -> web.Response | None:
 
 
 async def create_key(request: web.Request) -> web.Response:
-    body = await _body(request, records.NewKey)
-    if body.tenant not in request.app[TENANCY].policy.tenants:
-        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured.")
+    body = await body_of(request, records.NewKey)
+    if body.tenant not in request.app[TENANCY].policy.tenants and await request.app[STORE].get_tenant(
+            body.tenant) is None:  # one made a moment ago may not be installed here yet
+        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured or stored.")
     if (past := _past(body.expires_at)) is not None:
         return past
     secret, record = records.created(body, request[ACTOR].id)
@@ -122,7 +124,7 @@ async def get_key(request: web.Request) -> web.Response:
 
 
 async def update_key(request: web.Request) -> web.Response:
-    change = await _body(request, records.KeyUpdate)
+    change = await body_of(request, records.KeyUpdate)
     if (past := _past(change.expires_at)) is not None:
         return past
     before = await _found(request)
@@ -132,7 +134,7 @@ async def update_key(request: web.Request) -> web.Response:
 
 
 async def rotate_key(request: web.Request) -> web.Response:
-    rotation = await _body(request, records.Rotation)
+    rotation = await body_of(request, records.Rotation)
     before = await _found(request)
     secret, after = records.rotated(before.record, rotation)
     await _change(request, "rotate", before, after)
@@ -180,6 +182,9 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
+    from ingress.admin import tenants  # its handlers use this module's keys and helpers
+
+    tenants.add_routes(app)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     return app

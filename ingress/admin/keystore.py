@@ -1,17 +1,19 @@
-"""Where the admin API's keys and audit log live: the tenancy's Redis/Valkey, or one process's memory.
+"""Where the admin API's keys, tenants and audit log live: the tenancy's Redis/Valkey, or one process's memory.
 
 In Redis, under the tenancy's hash tag (`{<prefix>}:admin:...`):
 
     keys      a hash: key id → the stored key (JSON, records.StoredKey: its hash, never the key)
+    tenants   a hash: tenant name → the stored tenant (JSON, records.StoredTenant)
     version   a counter, incremented by every change: what each replica polls (sync.py), with
     epoch     a random value set by the first change a server sees: a server that restarted empty counts
               from 0 again, and its epoch tells a replica that the counter's value is not the one it saw
     audit     a list, appended to by every change and by nothing else (records.AuditEntry, JSON)
 
-A change is one script: it checks that the key is still what the change was made from (else Conflict: two
-admins changed it at once, and the second is told), writes it, increments the version and appends the audit
-entry, all or nothing. Calls go through the tenancy's RESP client (stores/resp.py), on a connection of their
-own, each with a deadline; a store that cannot answer raises Unavailable and nothing is retried.
+A change is one script, the same for a key and a tenant: it checks that the key (tenant) is still what the
+change was made from (else Conflict: two admins changed it at once, and the second is told), writes it,
+increments the version and appends the audit entry, all or nothing. Calls go through the tenancy's RESP
+client (stores/resp.py), on a connection of their own, each with a deadline; a store that cannot answer
+raises Unavailable and nothing is retried.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Protocol
 
 import msgspec
 
-from ingress.admin.records import AuditEntry, StoredKey
+from ingress.admin.records import AuditEntry, StoredKey, StoredTenant
 from ingress.tenancy.settings import Redis
 from ingress.tenancy.stores.resp import Client
 from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
@@ -37,6 +39,7 @@ redis.call('RPUSH', KEYS[3], ARGV[4])
 return version
 """)
 _KEY = msgspec.json.Decoder(StoredKey)
+_TENANT = msgspec.json.Decoder(StoredTenant)
 _ENTRY = msgspec.json.Decoder(AuditEntry)
 
 
@@ -53,6 +56,11 @@ class Found(msgspec.Struct, frozen=True):
     raw: bytes  # as stored: what a change of it must still find (Conflict otherwise)
 
 
+class FoundTenant(msgspec.Struct, frozen=True):
+    record: StoredTenant
+    raw: bytes
+
+
 class KeyStore(Protocol):
     async def version(self) -> str:
         """What changes with every change (and when the store restarted empty)."""
@@ -63,6 +71,14 @@ class KeyStore(Protocol):
 
     async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
         """The change, its version and its audit entry, all or nothing; Conflict if the key is not `before`."""
+
+    async def tenants(self) -> list[StoredTenant]: ...
+
+    async def get_tenant(self, name: str) -> FoundTenant | None: ...
+
+    async def write_tenant(self, name: str, before: FoundTenant | None, after: StoredTenant | None,
+                           entry: AuditEntry) -> int:
+        """As write, for a tenant."""
 
     async def audit(self, start: int, count: int) -> tuple[list[AuditEntry], int]:
         """`count` entries from the `start`th (0 is the first), and how many there are."""
@@ -76,6 +92,7 @@ class RedisKeyStore:
         self.client = Client(settings.url, connect_timeout=self.deadline)  # its own connection
         tag = "{" + settings.prefix + "}:admin:"
         self.names = (tag + "keys", tag + "version", tag + "audit", tag + "epoch")
+        self.tenant_names = (tag + "tenants", *self.names[1:])
 
     async def _call(self, *command: str | bytes | int) -> object:
         try:
@@ -97,14 +114,29 @@ class RedisKeyStore:
         return Found(_KEY.decode(reply), reply) if isinstance(reply, bytes) else None
 
     async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
-        args = (key_id, before.raw if before else b"", msgspec.json.encode(after) if after else b"",
-                msgspec.json.encode(entry), os.urandom(8).hex())
+        return await self._write(self.names, key_id, before.raw if before else b"", after, entry)
+
+    async def tenants(self) -> list[StoredTenant]:
+        reply = await self._call("HVALS", self.tenant_names[0])
+        return [_TENANT.decode(raw) for raw in reply] if isinstance(reply, list) else []
+
+    async def get_tenant(self, name: str) -> FoundTenant | None:
+        reply = await self._call("HGET", self.tenant_names[0], name)
+        return FoundTenant(_TENANT.decode(reply), reply) if isinstance(reply, bytes) else None
+
+    async def write_tenant(self, name: str, before: FoundTenant | None, after: StoredTenant | None,
+                           entry: AuditEntry) -> int:
+        return await self._write(self.tenant_names, name, before.raw if before else b"", after, entry)
+
+    async def _write(self, names: tuple[str, ...], field: str, before: bytes, after: StoredKey | StoredTenant | None,
+                     entry: AuditEntry) -> int:
+        args = (field, before, msgspec.json.encode(after) if after else b"", msgspec.json.encode(entry),
+                os.urandom(8).hex())
         try:
-            version = await self.client.evalsha(WRITE, self.names, args,
-                                                asyncio.get_running_loop().time() + self.deadline)
+            version = await self.client.evalsha(WRITE, names, args, asyncio.get_running_loop().time() + self.deadline)
         except ReplyError as exc:
             if str(exc).startswith("CONFLICT"):
-                raise Conflict(key_id) from None
+                raise Conflict(field) from None
             raise Unavailable(type(exc).__name__) from exc
         except (OSError, TimeoutError) as exc:
             raise Unavailable(type(exc).__name__) from exc
@@ -125,6 +157,7 @@ class MemoryKeyStore:
 
     def __init__(self) -> None:
         self._keys: dict[str, bytes] = {}
+        self._tenants: dict[str, bytes] = {}
         self._version = 0
         self._audit: list[AuditEntry] = []
 
@@ -139,12 +172,27 @@ class MemoryKeyStore:
         return Found(_KEY.decode(raw), raw) if raw is not None else None
 
     async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
-        if self._keys.get(key_id) != (before.raw if before else None):
-            raise Conflict(key_id)
+        return self._write(self._keys, key_id, before.raw if before else None, after, entry)
+
+    async def tenants(self) -> list[StoredTenant]:
+        return [_TENANT.decode(raw) for raw in self._tenants.values()]
+
+    async def get_tenant(self, name: str) -> FoundTenant | None:
+        raw = self._tenants.get(name)
+        return FoundTenant(_TENANT.decode(raw), raw) if raw is not None else None
+
+    async def write_tenant(self, name: str, before: FoundTenant | None, after: StoredTenant | None,
+                           entry: AuditEntry) -> int:
+        return self._write(self._tenants, name, before.raw if before else None, after, entry)
+
+    def _write(self, into: dict[str, bytes], field: str, before: bytes | None, after: StoredKey | StoredTenant | None,
+               entry: AuditEntry) -> int:
+        if into.get(field) != before:
+            raise Conflict(field)
         if after is None:
-            del self._keys[key_id]
+            del into[field]
         else:
-            self._keys[key_id] = msgspec.json.encode(after)
+            into[field] = msgspec.json.encode(after)
         self._version += 1
         self._audit.append(entry)
         return self._version
