@@ -16,7 +16,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.admin import records
-from ingress.admin.keystore import Conflict, Found, KeyStore, Unavailable
+from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
 from ingress.log import get_logger
@@ -86,12 +86,12 @@ async def _found(request: web.Request) -> Found:
 
 
 async def _change(request: web.Request, action: records.Action, before: Found | None,
-                  after: records.StoredKey | None) -> None:
+                  after: records.StoredKey | None, tenant: str | None = None) -> None:
     changed = after or (before.record if before else None)
     assert changed is not None
     entry = records.entry(action, request[ACTOR].id, request.remote, changed.id, before.record if before else None,
                           after)
-    await request.app[STORE].write(changed.id, before, after, entry)
+    await request.app[STORE].write(changed.id, before, after, entry, tenant=tenant)
 
 
 def _past(expires_at: object) -> web.Response | None:
@@ -103,13 +103,14 @@ def _past(expires_at: object) -> web.Response | None:
 
 async def create_key(request: web.Request) -> web.Response:
     body = await body_of(request, records.NewKey)
-    if body.tenant not in request.app[TENANCY].policy.tenants and await request.app[STORE].get_tenant(
-            body.tenant) is None:  # one made a moment ago may not be installed here yet
-        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured or stored.")
     if (past := _past(body.expires_at)) is not None:
         return past
     secret, record = records.created(body, request[ACTOR].id)
-    await _change(request, "create", None, record)
+    configured = body.tenant in request.app[TENANCY].policy.configured
+    try:  # a tenant not configured must be stored when the key is (one made a moment ago may not be installed here)
+        await _change(request, "create", None, record, tenant=None if configured else body.tenant)
+    except NoTenant:
+        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured or stored.")
     return web.json_response({"key": secret, **record.shown()}, status=201)
 
 

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from ingress.admin import records
 from ingress.admin.api import ACTOR, STORE, TENANCY, body_of, failure
-from ingress.admin.keystore import FoundTenant
+from ingress.admin.keystore import FoundTenant, Owned
 
 
 async def _found(request: web.Request) -> FoundTenant | web.Response:
@@ -74,12 +74,14 @@ async def delete_tenant(request: web.Request) -> web.Response:
     name = before.record.name
     policy = request.app[TENANCY].policy
     configured_keys = (*policy.settings.keys, *(policy.keys_file.keys if policy.keys_file else ()))
-    owned = sorted({record.id for record in await request.app[STORE].keys() if record.tenant == name}
-                   | ({key.id for key in configured_keys if key.tenant == name}
-                      if name not in policy.configured else set()))
+    owned = sorted(key.id for key in configured_keys if key.tenant == name) if name not in policy.configured else []
+    try:  # the stored keys are checked by the store, in the change itself: no key is made meanwhile
+        if not owned:
+            await _change(request, "delete", before, None)
+    except Owned as exc:
+        owned = exc.args[0]
     if owned:
         return failure(409, "conflict", f"The tenant '{name}' still has keys: {', '.join(owned)}; revoke them first.")
-    await _change(request, "delete", before, None)
     return web.json_response({"name": name, "deleted": True})
 
 

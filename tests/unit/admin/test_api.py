@@ -155,7 +155,8 @@ class _Down(MemoryKeyStore):
     async def get(self, key_id: str) -> Found | None:
         raise Unavailable("TimeoutError")
 
-    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry, *,
+                    tenant: str | None = None) -> int:
         raise Unavailable("ConnectionError")
 
     async def get_tenant(self, name: str) -> FoundTenant | None:
