@@ -1,4 +1,5 @@
-"""`/admin/v1/...`: the keys and the audit log, behind the admin credentials (docs/admin.md).
+"""`/admin/v1/...`: the keys, the tenants (tenants.py) and the audit log, behind the admin credentials
+(docs/admin.md).
 
 Every request is authenticated first, whatever its path: no valid admin key, 401; a `viewer` asking for
 anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
@@ -15,7 +16,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.admin import records
-from ingress.admin.keystore import Conflict, Found, KeyStore, Unavailable
+from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
 from ingress.log import get_logger
@@ -65,12 +66,12 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
                        "made: read the key (or the audit log) to see.")
     except Conflict:
-        return failure(409, "conflict", "The key changed while this request changed it; read it and try again.")
+        return failure(409, "conflict", "It changed while this request changed it; read it and try again.")
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         return failure(400, "invalid_request", str(exc))
 
 
-async def _body(request: web.Request, kind: type[T]) -> T:
+async def body_of(request: web.Request, kind: type[T]) -> T:
     raw = await request.read()
     return msgspec.json.decode(raw or b"{}", type=kind)
 
@@ -85,12 +86,12 @@ async def _found(request: web.Request) -> Found:
 
 
 async def _change(request: web.Request, action: records.Action, before: Found | None,
-                  after: records.StoredKey | None) -> None:
+                  after: records.StoredKey | None, tenant: str | None = None) -> None:
     changed = after or (before.record if before else None)
     assert changed is not None
     entry = records.entry(action, request[ACTOR].id, request.remote, changed.id, before.record if before else None,
                           after)
-    await request.app[STORE].write(changed.id, before, after, entry)
+    await request.app[STORE].write(changed.id, before, after, entry, tenant=tenant)
 
 
 def _past(expires_at: object) -> web.Response | None:
@@ -101,13 +102,15 @@ def _past(expires_at: object) -> web.Response | None:
 
 
 async def create_key(request: web.Request) -> web.Response:
-    body = await _body(request, records.NewKey)
-    if body.tenant not in request.app[TENANCY].policy.tenants:
-        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured.")
+    body = await body_of(request, records.NewKey)
     if (past := _past(body.expires_at)) is not None:
         return past
     secret, record = records.created(body, request[ACTOR].id)
-    await _change(request, "create", None, record)
+    configured = body.tenant in request.app[TENANCY].policy.configured
+    try:  # a tenant not configured must be stored when the key is (one made a moment ago may not be installed here)
+        await _change(request, "create", None, record, tenant=None if configured else body.tenant)
+    except NoTenant:
+        return failure(400, "invalid_request", f"No tenant named '{body.tenant}' is configured or stored.")
     return web.json_response({"key": secret, **record.shown()}, status=201)
 
 
@@ -122,7 +125,7 @@ async def get_key(request: web.Request) -> web.Response:
 
 
 async def update_key(request: web.Request) -> web.Response:
-    change = await _body(request, records.KeyUpdate)
+    change = await body_of(request, records.KeyUpdate)
     if (past := _past(change.expires_at)) is not None:
         return past
     before = await _found(request)
@@ -132,7 +135,7 @@ async def update_key(request: web.Request) -> web.Response:
 
 
 async def rotate_key(request: web.Request) -> web.Response:
-    rotation = await _body(request, records.Rotation)
+    rotation = await body_of(request, records.Rotation)
     before = await _found(request)
     secret, after = records.rotated(before.record, rotation)
     await _change(request, "rotate", before, after)
@@ -180,6 +183,9 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
+    from ingress.admin import tenants  # its handlers use this module's keys and helpers
+
+    tenants.add_routes(app)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     return app

@@ -7,10 +7,11 @@ from typing import Any
 
 import msgspec
 
-from ingress.admin.records import AuditEntry, KeyUpdate, NewKey, Rotation
+from ingress.admin.records import AuditEntry, KeyUpdate, NewKey, NewTenant, Rotation, StoredTenant, TenantUpdate
 
 _schemas, _components = msgspec.json.schema_components(
-    [NewKey, KeyUpdate, Rotation, AuditEntry], ref_template="#/components/schemas/{name}")
+    [NewKey, KeyUpdate, Rotation, AuditEntry, NewTenant, TenantUpdate, StoredTenant],
+    ref_template="#/components/schemas/{name}")
 _KEY_SHOWN: dict[str, Any] = {
     "type": "object", "description": "A stored key as shown: never its hash; `key` only when made or rotated.",
     "properties": {"id": {"type": "string"}, "tenant": {"type": "string"}, "models": {"type": "array"},
@@ -44,6 +45,12 @@ def _query(name: str, text: str) -> dict[str, Any]:
 
 
 _ID = [{"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+_NAME = [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]
+_components["TenantShown"] = {"allOf": [{"$ref": "#/components/schemas/StoredTenant"}, {
+    "type": "object", "properties": {"configured": {
+        "type": "boolean", "description": "Whether it replaces a configured tenant of its name"}}}]}
+_components["TenantList"] = {"type": "object", "properties": {"data": {"type": "array", "items": {
+    "$ref": "#/components/schemas/TenantShown"}}}}
 _components["KeyList"] = {"type": "object", "properties": {"data": {"type": "array", "items": {
     "$ref": "#/components/schemas/KeyShown"}}}}
 _components["AuditPage"] = {"type": "object", "properties": {
@@ -53,7 +60,8 @@ _components["AuditPage"] = {"type": "object", "properties": {
 DESCRIPTION: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "ingress admin API", "version": "1",
-             "description": "Keys made, changed, rotated and revoked while the edge serves; the audit log. "
+             "description": "Keys made, changed, rotated and revoked, tenants made, changed and deleted while the "
+                            "edge serves; the audit log. "
                             "Every change is seen by every replica within a second (docs/admin.md)."},
     "components": {"schemas": _components, "securitySchemes": {"adminKey": {"type": "http", "scheme": "bearer"}}},
     "paths": {
@@ -71,6 +79,18 @@ DESCRIPTION: dict[str, Any] = {
         "/admin/v1/keys/{key_id}/rotate": {
             "post": {**_op("A new secret; the former one works for grace_seconds more", "KeyShown",
                            body=_schemas[2]), "parameters": _ID},
+        },
+        "/admin/v1/tenants": {
+            "post": {**_op("Make a tenant (over a configured one of its name)", "TenantShown", 201, _schemas[4]),
+                     "description": "409 when a tenant of that name is stored already."},
+            "get": _op("The stored tenants", "TenantList"),
+        },
+        "/admin/v1/tenants/{name}": {
+            "get": {**_op("A stored tenant", "TenantShown"), "parameters": _NAME},
+            "patch": {**_op("Change a tenant's limits, budget, models or metadata", "TenantShown", body=_schemas[5]),
+                      "parameters": _NAME},
+            "delete": {**_op("Delete a stored tenant; 409, naming them, while keys belong to it", "TenantShown"),
+                       "parameters": _NAME},
         },
         "/admin/v1/audit": {
             "get": _op("The audit log, oldest first", "AuditPage",

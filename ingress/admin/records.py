@@ -1,7 +1,9 @@
-"""What the admin API stores and answers, and what each change makes of a key: pure functions on structs.
+"""What the admin API stores and answers, and what each change makes of a key or a tenant: pure functions on
+structs.
 
 A stored key holds its hash (keys.py's SHA-256 of the whole key), never the key; `shown()` is what the API
-answers and the audit log keeps of it, without even the hash."""
+answers and the audit log keeps of it, without even the hash. A stored tenant is the limits and models of a
+configured one ([tenancy.tenants.<name>]), over it where both have the name."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from ingress.tenancy.keys import new_key
-from ingress.tenancy.settings import Budget, Key, KeyHash, KeyId, Limits, Name
+from ingress.tenancy.settings import Budget, Key, KeyHash, KeyId, Limits, Name, Tenant
 
 Metadata = Annotated[dict[Annotated[str, Meta(min_length=1, max_length=64)],
                           Annotated[str, Meta(max_length=512)]], Meta(max_length=32)]
@@ -20,7 +22,7 @@ Models = Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=256)], ...
 Label = Annotated[str, Meta(min_length=1, max_length=200)]
 When = Annotated[float, Meta(ge=0)]
 MAX_GRACE = 30 * 86_400.0
-Action = Literal["create", "update", "rotate", "revoke"]
+Action = Literal["create", "update", "rotate", "revoke", "delete"]
 
 
 class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -87,13 +89,49 @@ class Rotation(_Body, frozen=True):
     grace_seconds: Annotated[float, Meta(ge=0, le=MAX_GRACE)] = 3600.0  # the old secret works this long beside
 
 
+class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: Name
+    limits: Limits = Limits()
+    models: tuple[str, ...] = ("*",)  # names or globs: a key may use what both it and its tenant allow
+    metadata: dict[str, str] = {}
+    created_at: float
+    updated_at: float
+    created_by: str  # the admin key's id
+
+    def tenant(self) -> Tenant:
+        """The tenant as the data plane knows one (settings.Tenant); a configured one's guardrails stay (policy.py)."""
+        return Tenant(limits=self.limits, models=self.models)
+
+    def shown(self) -> dict[str, Any]:
+        shown: dict[str, Any] = msgspec.to_builtins(self)
+        shown["limits"] = _set(shown["limits"])
+        return shown
+
+
+class NewTenant(_Body, frozen=True):
+    name: Name
+    limits: Limits = Limits()
+    models: Models = ("*",)
+    metadata: Metadata = {}
+
+
+class TenantUpdate(_Body, frozen=True):
+    """What to change; what is absent stays. `budget` sets the limits' budget alone (`null` removes it)."""
+
+    limits: Limits | UnsetType = UNSET
+    budget: Budget | UnsetType | None = UNSET
+    models: Models | UnsetType = UNSET
+    metadata: Metadata | UnsetType = UNSET
+
+
 class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
     at: float  # Unix time
     actor: str  # the admin key's id
     action: Action
-    key_id: str
+    key_id: str | None = None  # the key changed, or
+    tenant: str | None = None  # the tenant changed
     client: str | None  # the address the request came from
-    before: dict[str, Any] | None  # StoredKey.shown(): no secret, no hash
+    before: dict[str, Any] | None  # StoredKey.shown() (no secret, no hash), or StoredTenant.shown()
     after: dict[str, Any] | None
 
 
@@ -129,5 +167,26 @@ def rotated(record: StoredKey, rotation: Rotation, now: float | None = None) -> 
 def entry(action: Action, actor: str, client: str | None, key_id: str, before: StoredKey | None,
           after: StoredKey | None, now: float | None = None) -> AuditEntry:
     return AuditEntry(at=time.time() if now is None else now, actor=actor, action=action, key_id=key_id,
+                      client=client, before=before.shown() if before else None,
+                      after=after.shown() if after else None)
+
+
+def tenant_created(body: NewTenant, actor: str, now: float | None = None) -> StoredTenant:
+    now = time.time() if now is None else now
+    return StoredTenant(name=body.name, limits=body.limits, models=body.models, metadata=body.metadata,
+                        created_at=now, updated_at=now, created_by=actor)
+
+
+def tenant_updated(record: StoredTenant, change: TenantUpdate, now: float | None = None) -> StoredTenant:
+    fields = {name: value for name in ("limits", "models", "metadata") if (value := getattr(change, name)) is not UNSET}
+    record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
+    if not isinstance(change.budget, UnsetType):
+        record = msgspec.structs.replace(record, limits=msgspec.structs.replace(record.limits, budget=change.budget))
+    return record
+
+
+def tenant_entry(action: Action, actor: str, client: str | None, name: str, before: StoredTenant | None,
+                 after: StoredTenant | None, now: float | None = None) -> AuditEntry:
+    return AuditEntry(at=time.time() if now is None else now, actor=actor, action=action, tenant=name,
                       client=client, before=before.shown() if before else None,
                       after=after.shown() if after else None)

@@ -1,4 +1,5 @@
-"""Every replica's view of the stored keys: the version counter polled, the keys read again when it moved.
+"""Every replica's view of the stored keys and tenants: the version counter polled, both read again when it
+moved.
 
 Polling, not pub/sub: one GET of a small integer every `poll_interval` (0.25 s by default) a worker is cheap,
 needs no connection held in subscribe mode, and cannot miss a message while a connection is down: a
@@ -33,7 +34,8 @@ class Follower:
         if version == self.seen:
             return False
         keys = await self.store.keys()
-        self.tenancy.install(tuple(record.key() for record in keys))
+        tenants = await self.store.tenants()
+        self.tenancy.install(tuple(record.key() for record in keys), {t.name: t.tenant() for t in tenants})
         self.seen = version
         return True
 
@@ -41,7 +43,8 @@ class Follower:
         while True:
             try:
                 if await self.once():
-                    log.info("stored keys installed", version=self.seen, keys=len(self.tenancy.policy.stored))
+                    log.info("stored keys installed", version=self.seen, keys=len(self.tenancy.policy.stored),
+                             tenants=len(self.tenancy.policy.stored_tenants))
                 if self.failing:
                     log.info("key store answers again")
                 self.failing = False

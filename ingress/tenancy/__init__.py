@@ -23,7 +23,7 @@ from ingress.tenancy.claims import TokenRefused
 from ingress.tenancy.jwks import KeySets
 from ingress.tenancy.limiter import Limiter
 from ingress.tenancy.policy import BAD_TOKEN, Policy, Principal
-from ingress.tenancy.settings import Key
+from ingress.tenancy.settings import Key, Tenant
 from ingress.tenancy.settings import Tenancy as TenancySettings
 from ingress.tenancy.stores.store import LocalStore, Store
 
@@ -37,11 +37,13 @@ class Tenancy:
     def reload(self) -> None:
         """Read the keys file again (SIGHUP); a bad file keeps the keys in use and raises ValueError. The
         issuers' keys are kept."""
-        self.policy = Policy.load(self.policy.settings, self.policy.verifier, self.policy.stored)
+        self.policy = Policy.load(self.policy.settings, self.policy.verifier, self.policy.stored,
+                                  self.policy.stored_tenants)
 
-    def install(self, stored: tuple[Key, ...]) -> None:
-        """The admin API's keys as they now are (ingress/admin/sync.py): the keys file as last read is kept."""
-        self.policy = Policy(self.policy.settings, self.policy.keys_file, self.policy.verifier, stored)
+    def install(self, stored: tuple[Key, ...], tenants: Mapping[str, Tenant] | None = None) -> None:
+        """The admin API's keys and tenants as they now are (ingress/admin/sync.py): the keys file as last read
+        is kept."""
+        self.policy = Policy(self.policy.settings, self.policy.keys_file, self.policy.verifier, stored, tenants)
 
     async def refreshed(self, headers: Mapping[str, str], unknown: UnknownKey,
                         presented: str | None = None) -> Principal:

@@ -83,20 +83,31 @@ def read_keys_file(path: str) -> KeysFile:
         raise ValueError(f"{path}: {exc}") from None
 
 
+def _over(configured: Tenant | None, stored: Tenant) -> Tenant:
+    """A stored tenant over the configured one of its name: its limits and models; the guardrails stay."""
+    if configured is None or configured.guardrails is None or stored.guardrails is not None:
+        return stored
+    return msgspec.structs.replace(stored, guardrails=configured.guardrails)
+
+
 class Policy:
     def __init__(self, settings: Tenancy, keys_file: KeysFile | None = None, verifier: Verifier | None = None,
-                 stored: tuple[Key, ...] = ()) -> None:
-        """`stored`: the keys the admin API keeps (ingress/admin), over those of the configuration and its keys
-        file where an id is in both."""
+                 stored: tuple[Key, ...] = (), stored_tenants: Mapping[str, Tenant] | None = None) -> None:
+        """`stored` and `stored_tenants`: the keys and tenants the admin API keeps (ingress/admin), over those of
+        the configuration and its keys file where an id (a name) is in both; a stored tenant has no guardrails
+        of its own, and keeps those of the configured one it replaces."""
         self.settings = settings
         self.keys_file = keys_file
         self.stored = stored
+        self.stored_tenants = dict(stored_tenants or {})
         self.verifier = verifier if verifier is not None or not settings.issuers else Verifier(settings.issuers)
         self._subjects: dict[tuple[str, str, str, str | None, str | None], Principal] = {}
         self._issuer_models = {issuer.issuer: _matcher(issuer.models) for issuer in settings.issuers}
         keys = tuple({key.id: key for key in (*settings.keys, *(keys_file.keys if keys_file else ()), *stored)}
                      .values())
-        self.tenants = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
+        self.configured = {**settings.tenants, **(keys_file.tenants if keys_file else {})}
+        self.tenants = {**self.configured, **{name: _over(self.configured.get(name), tenant)
+                                              for name, tenant in self.stored_tenants.items()}}
         self.keyring = Keyring(keys)
         self._guards: dict[str, Guard] = {}  # each tenant's, compiled once
         self._principals = {key.id: self._principal(key) for key in keys}
@@ -109,10 +120,12 @@ class Policy:
         self._prices: dict[str, TokenPrice | None] = {}  # price_of's
 
     @classmethod
-    def load(cls, settings: Tenancy, verifier: Verifier | None = None, stored: tuple[Key, ...] = ()) -> Policy:
+    def load(cls, settings: Tenancy, verifier: Verifier | None = None, stored: tuple[Key, ...] = (),
+             stored_tenants: Mapping[str, Tenant] | None = None) -> Policy:
         """The policy of `settings` and its keys file; `verifier` keeps the issuers' keys across a reload, and
-        `stored` the admin API's keys."""
-        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier, stored)
+        `stored` and `stored_tenants` the admin API's keys and tenants."""
+        return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier, stored,
+                   stored_tenants)
 
     def _tenant_guard(self, name: str, tenant: Tenant) -> Guard | None:
         if tenant.guardrails is not None and name not in self._guards:

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ingress.admin.api import STORE, create_admin_app
-from ingress.admin.keystore import Found, MemoryKeyStore, Unavailable
+from ingress.admin.keystore import Found, FoundTenant, MemoryKeyStore, Unavailable
 from ingress.admin.records import AuditEntry, StoredKey
 from ingress.admin.settings import Admin, AdminKey
 from ingress.admin.sync import Follower
@@ -23,8 +23,9 @@ ADMIN, ADMIN_ID, ADMIN_HASH = new_key()
 VIEWER, VIEWER_ID, VIEWER_HASH = new_key()
 ROUTES = [("POST", "/admin/v1/keys"), ("GET", "/admin/v1/keys"), ("GET", "/admin/v1/keys/abcdefgh1234"),
           ("PATCH", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/keys/abcdefgh1234/rotate"),
-          ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/openapi.json"),
-          ("GET", "/admin/v1/nothing-here")]
+          ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/tenants"), ("GET", "/admin/v1/tenants"),
+          ("GET", "/admin/v1/tenants/acme"), ("PATCH", "/admin/v1/tenants/acme"), ("DELETE", "/admin/v1/tenants/acme"),
+          ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/openapi.json"), ("GET", "/admin/v1/nothing-here")]
 Client = TestClient[web.Request, web.Application]
 WRITES = [(method, path) for method, path in ROUTES if method not in ("GET", "HEAD")]
 
@@ -146,23 +147,27 @@ async def test_the_description_names_every_route(client: Client) -> None:
         description = await r.json()
     assert description["openapi"].startswith("3.1")
     assert set(description["paths"]) == {path for _, path in ROUTES if "nothing" not in path} - {
-        "/admin/v1/keys/abcdefgh1234", "/admin/v1/keys/abcdefgh1234/rotate"} | {
-        "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/rotate"}
+        "/admin/v1/keys/abcdefgh1234", "/admin/v1/keys/abcdefgh1234/rotate", "/admin/v1/tenants/acme"} | {
+        "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/rotate", "/admin/v1/tenants/{name}"}
 
 
 class _Down(MemoryKeyStore):
     async def get(self, key_id: str) -> Found | None:
         raise Unavailable("TimeoutError")
 
-    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry) -> int:
+    async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry, *,
+                    tenant: str | None = None) -> int:
         raise Unavailable("ConnectionError")
+
+    async def get_tenant(self, name: str) -> FoundTenant | None:
+        raise Unavailable("TimeoutError")
 
 
 @pytest.mark.parametrize(("method", "path"), WRITES)
 async def test_a_store_that_does_not_answer_is_a_503_saying_so(tenancy: Tenancy, method: str, path: str) -> None:
     settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),))
     async with TestClient[web.Request, web.Application](TestServer(create_admin_app(settings, _Down(), tenancy))) as c:
-        body = {"tenant": "acme"} if path.endswith("/keys") else {}
+        body = {"tenant": "acme"} if path.endswith("/keys") else {"name": "x"} if path.endswith("/tenants") else {}
         async with c.request(method, path, headers=_auth(ADMIN), json=body) as r:
             assert r.status == 503
             assert "did not answer" in (await r.json())["error"]["message"]

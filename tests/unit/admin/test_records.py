@@ -5,7 +5,20 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from ingress.admin.records import KeyUpdate, NewKey, Rotation, created, entry, rotated, updated
+from ingress.admin.records import (
+    KeyUpdate,
+    NewKey,
+    NewTenant,
+    Rotation,
+    TenantUpdate,
+    created,
+    entry,
+    rotated,
+    tenant_created,
+    tenant_entry,
+    tenant_updated,
+    updated,
+)
 from ingress.tenancy.keys import Keyring, hash_of
 from ingress.tenancy.settings import Budget, Limits
 
@@ -53,3 +66,17 @@ def test_an_audit_entry_holds_before_and_after_without_secrets() -> None:
     made = entry("create", "admin1", "10.0.0.9", record.id, None, record, now=2.0)
     assert made.before is None and made.after == record.shown() and made.client == "10.0.0.9"
     assert secret not in msgspec.json.encode(made).decode() and "sha256:" not in msgspec.json.encode(made).decode()
+
+
+def test_a_tenant_made_and_changed_keeps_what_a_change_leaves_out() -> None:
+    record = tenant_created(NewTenant(name="acme", limits=Limits(rpm=5), metadata={"team": "x"}), "a1", now=1.0)
+    assert record.tenant().limits.rpm == 5 and record.tenant().models == ("*",) and record.created_by == "a1"
+    changed = tenant_updated(record, TenantUpdate(budget=Budget(usd=2.0), models=("gpt-*",)), now=2.0)
+    assert (changed.limits.rpm, changed.limits.budget, changed.models) == (5, Budget(usd=2.0), ("gpt-*",))
+    assert changed.metadata == {"team": "x"} and changed.updated_at == 2.0 and changed.created_at == 1.0
+    shown = changed.shown()
+    assert shown["limits"] == {"rpm": 5, "budget": {"usd": 2.0, "period": "month"}}
+    logged = tenant_entry("update", "a1", "127.0.0.1", "acme", record, changed)
+    assert logged.tenant == "acme" and logged.key_id is None and logged.before == record.shown()
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(b'{"name": "a b"}', type=NewTenant)

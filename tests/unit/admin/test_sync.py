@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 
 from ingress.admin.keystore import MemoryKeyStore, Unavailable
-from ingress.admin.records import NewKey, created, entry
+from ingress.admin.records import NewKey, NewTenant, created, entry, tenant_created, tenant_entry
 from ingress.admin.sync import Follower
 from ingress.tenancy import build
-from ingress.tenancy.settings import Tenancy, Tenant
+from ingress.tenancy.settings import Limits, Tenancy, Tenant
 
 
 async def test_the_keys_are_installed_when_their_version_moves() -> None:
@@ -36,3 +36,15 @@ async def test_a_store_that_does_not_answer_leaves_the_keys_in_use() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await task
     assert tenancy.policy is policy
+
+
+async def test_the_stored_tenants_are_installed_with_the_keys() -> None:
+    store, tenancy = MemoryKeyStore(), build(Tenancy(tenants={"acme": Tenant()}))
+    follower = Follower(store, tenancy)
+    await follower.once()
+    record = tenant_created(NewTenant(name="beta", limits=Limits(rpm=3)), "a1")
+    await store.write_tenant("beta", None, record, tenant_entry("create", "a1", None, "beta", None, record))
+    assert "beta" not in tenancy.policy.tenants
+    assert await follower.once() and tenancy.policy.tenants["beta"].limits.rpm == 3
+    tenancy.reload()  # a SIGHUP keeps them
+    assert tenancy.policy.tenants["beta"].limits.rpm == 3

@@ -210,3 +210,19 @@ def test_stored_keys_join_the_configured_ones_and_win_where_an_id_is_in_both() -
     assert policy.authenticate({"Authorization": f"Bearer {stored}"}).id == stored_id
     assert policy.authenticate({"Authorization": f"Bearer {configured}"}).tenant_name == "beta"
     assert Policy.load(settings, stored=policy.stored).keyring.find(stored) is not None
+
+
+def test_a_stored_tenant_replaces_the_configured_one_but_keeps_its_guardrails() -> None:
+    _, key_id, digest = new_key()
+    guarded = Tenant(limits=Limits(rpm=600), guardrails=Guardrails(max_prompt_tokens=100))
+    settings = Tenancy(tenants={"acme": guarded}, keys=(Key(id=key_id, tenant="acme", hash=digest),))
+    policy = Policy(settings, stored_tenants={"acme": Tenant(limits=Limits(rpm=1), models=("small-*",)),
+                                              "beta": Tenant(limits=Limits(tpm=10))})
+    acme = policy.tenants["acme"]
+    assert acme.limits.rpm == 1 and acme.models == ("small-*",) and acme.guardrails == guarded.guardrails
+    assert policy.tenants["beta"].limits.tpm == 10 and policy.configured == {"acme": guarded}
+    principal = policy._principals[key_id]
+    assert principal.allows("small-1") and not principal.allows("large-1") and principal.guards
+    checks = policy.plan(principal, "small-1", 10, 10).checks
+    assert [(c.owner, c.limit) for c in checks if c.scope == "tenant"] == [("acme", 1)]
+    assert Policy.load(settings, stored_tenants=policy.stored_tenants).tenants["beta"].limits.tpm == 10
