@@ -2,7 +2,7 @@
 resumed stream's first-event latency, with the memory and the Redis backend side by side in one run.
 
     nice -n 10 .venv/bin/python -m bench responses_store [--quick] [--rounds 5] [--requests 200] [--out FILE]
-        -> results/responses_store.json (~3 min; --quick ~1 min, results/responses_store-quick.json)
+        -> results/responses_store.json (~3 min; --quick ~1.5 min, results/responses_store-quick.json)
 
 Two edges (`ingress serve`, one worker each), each in front of its own `ingress demo-upstream` (no token
 delay), with a [tenancy] key (no limits) and routes gpt-4o and llama-3.1-8b-instruct; `[responses]` keeps
