@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -166,32 +164,11 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
 def time_stages(rounds: int, budget: float) -> dict[str, Any]:
     """Each stage's chat and Gemini calls timed back to back (which first alternating by round), the stages in
     a random order each round: medians over rounds, and the median of the rounds' differences."""
-    from bench.lib.budget import cpu_us
+    from bench.lib.budget import side_by_side
     from ingress import log
 
     log.configure("info", open(os.devnull, "w"))  # noqa: SIM115  # the access line's stream, for the process
-    pairs = stage_pairs()
-    for pair in pairs.values():  # warm every path once
-        for fn in pair:
-            if fn is not None:
-                fn()
-    runs: dict[str, dict[str, list[float]]] = {name: {api: [] for api in APIS} for name in pairs}
-    for r in range(rounds):
-        order = list(pairs)
-        random.shuffle(order)
-        for name in order:
-            for api in APIS if r % 2 == 0 else APIS[::-1]:
-                fn = pairs[name][APIS.index(api)]
-                runs[name][api].append(0.0 if fn is None else cpu_us(fn, budget, repeats=1))
-    table: dict[str, Any] = {}
-    for name, by in runs.items():
-        differences = [g - c for c, g in zip(by["chat"], by["gemini"], strict=True)]
-        table[name] = {api: {"us": statistics.median(by[api]), "range": [min(by[api]), max(by[api])]} for api in APIS}
-        table[name]["difference_us"] = statistics.median(differences)
-        table[name]["difference_range"] = [min(differences), max(differences)]
-        if pairs[name][0] is None:
-            del table[name]["chat"]
-    return table
+    return side_by_side(stage_pairs(), APIS, rounds, budget)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -43,6 +44,37 @@ def cpu_us(fn: Callable[[], object], min_s: float = 0.03, repeats: int = 7) -> f
         loops *= 4
     loops = max(1, round(loops * min_s / elapsed))
     return statistics.median(_loop(fn, loops) / loops * 1e6 for _ in range(repeats))
+
+
+Pair = tuple[Callable[[], object] | None, Callable[[], object]]  # a stage's baseline call (None: none) and other
+
+
+def side_by_side(pairs: dict[str, Pair], apis: tuple[str, str], rounds: int, budget: float) -> dict[str, Any]:
+    """Each stage's two calls (`apis` names them: the baseline, then the other) timed back to back, which
+    first alternating by round, the stages in a random order each round: each side's median µs and range
+    over the rounds, and the median and range of the rounds' differences (the other's less the baseline's)."""
+    for pair in pairs.values():  # warm every path once
+        for fn in pair:
+            if fn is not None:
+                fn()
+    runs: dict[str, dict[str, list[float]]] = {name: {api: [] for api in apis} for name in pairs}
+    for r in range(rounds):
+        order = list(pairs)
+        random.shuffle(order)
+        for name in order:
+            for api in apis if r % 2 == 0 else apis[::-1]:
+                fn = pairs[name][apis.index(api)]
+                runs[name][api].append(0.0 if fn is None else cpu_us(fn, budget, repeats=1))
+    table: dict[str, Any] = {}
+    base, other = apis
+    for name, by in runs.items():
+        differences = [o - b for b, o in zip(by[base], by[other], strict=True)]
+        table[name] = {api: {"us": statistics.median(by[api]), "range": [min(by[api]), max(by[api])]} for api in apis}
+        table[name]["difference_us"] = statistics.median(differences)
+        table[name]["difference_range"] = [min(differences), max(differences)]
+        if pairs[name][0] is None:
+            del table[name][base]
+    return table
 
 
 def _loop(fn: Callable[[], object], loops: int) -> float:

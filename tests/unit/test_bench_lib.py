@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from bench.lib.budget import side_by_side
 from bench.lib.results import RESULTS, result_path, write_result
 from bench.lib.rounds import Order, Rounds, Spread, median
 from bench.lib.servers import NotReady, Server, free_port, serving
@@ -139,3 +141,22 @@ def test_a_result_goes_to_its_benchmarks_file_unless_told_where(tmp_path: Path,
     write_result({"meta": {"wall_s": 61.6}, "rows": [1.5]}, out)
     assert out.read_text() == '{\n "meta": {\n  "wall_s": 61.6\n },\n "rows": [\n  1.5\n ]\n}\n'
     assert capsys.readouterr().out == f"wrote {out} in 62 s\n"
+
+
+def test_side_by_side_times_both_calls_of_each_stage_and_their_difference() -> None:
+    calls = {"base": 0, "other": 0, "alone": 0}
+
+    def counting(name: str, work: int) -> Callable[[], object]:
+        def call() -> object:
+            calls[name] += 1
+            return sum(range(work))
+        return call
+
+    table = side_by_side({"both": (counting("base", 10), counting("other", 5_000)),
+                          "only the other": (None, counting("alone", 10))}, ("chat", "gemini"), 3, 0.002)
+    assert set(table) == {"both", "only the other"} and "chat" not in table["only the other"]
+    both = table["both"]
+    assert both["gemini"]["us"] > both["chat"]["us"] and both["difference_us"] > 0  # 500x the work
+    low, high = both["difference_range"]
+    assert low <= both["difference_us"] <= high
+    assert all(calls.values())  # each call ran: warmed, then timed
