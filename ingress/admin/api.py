@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ingress.admin import records
+from ingress.admin import console, records, session  # session: the console's cookie (it uses this module's keys)
 from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
@@ -50,7 +50,12 @@ def admin_of(keys: dict[str, AdminKey], presented: str | None) -> AdminKey | Non
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    actor = admin_of(request.app[ADMIN_KEYS], presented_key(request.headers))
+    if session.is_open(request) or console.is_open(request):  # signing in, and the console's files
+        return await handler(request)
+    presented = presented_key(request.headers)
+    actor = admin_of(request.app[ADMIN_KEYS], presented) if presented is not None else await session.actor(request)
+    if isinstance(actor, web.Response):  # a session's change without its CSRF token, or no session store
+        return actor
     if actor is None:
         return failure(401, "unauthenticated", "An admin key is required (Authorization: Bearer <admin key>).",
                        **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
@@ -188,4 +193,6 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     tenants.add_routes(app)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
+    session.add_routes(app, store)
+    console.add_routes(app)
     return app

@@ -7,10 +7,10 @@ from typing import Any
 
 import msgspec
 
-from ingress.admin.records import AuditEntry, KeyUpdate, NewKey, NewTenant, Rotation, StoredTenant, TenantUpdate
+from ingress.admin.records import AuditEntry, KeyUpdate, NewKey, NewTenant, Rotation, SignIn, StoredTenant, TenantUpdate
 
 _schemas, _components = msgspec.json.schema_components(
-    [NewKey, KeyUpdate, Rotation, AuditEntry, NewTenant, TenantUpdate, StoredTenant],
+    [NewKey, KeyUpdate, Rotation, AuditEntry, NewTenant, TenantUpdate, StoredTenant, SignIn],
     ref_template="#/components/schemas/{name}")
 _KEY_SHOWN: dict[str, Any] = {
     "type": "object", "description": "A stored key as shown: never its hash; `key` only when made or rotated.",
@@ -57,13 +57,23 @@ _components["AuditPage"] = {"type": "object", "properties": {
     "data": {"type": "array", "items": {"$ref": "#/components/schemas/AuditEntry"}},
     "total": {"type": "integer"}, "next": {"type": ["integer", "null"]}}}
 
+_components["Session"] = {"type": "object", "description": "Who is signed in, and the CSRF token its changes send.",
+                          "properties": {"actor": {"type": "string"}, "role": {"enum": ["admin", "viewer"]},
+                                         "csrf_token": {"type": ["string", "null"], "description":
+                                                        "Sent back as X-CSRF-Token with every change"},
+                                         "expires_at": {"type": ["number", "null"]}}}
+_SESSION_COOKIE = {"sessionCookie": {"type": "apiKey", "in": "cookie", "name": "ingress_admin_session",
+                                     "description": "The console's session; a change also sends X-CSRF-Token"}}
+_OPEN: dict[str, Any] = {"security": []}
+
 DESCRIPTION: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "ingress admin API", "version": "1",
              "description": "Keys made, changed, rotated and revoked, tenants made, changed and deleted while the "
                             "edge serves; the audit log. "
                             "Every change is seen by every replica within a second (docs/admin.md)."},
-    "components": {"schemas": _components, "securitySchemes": {"adminKey": {"type": "http", "scheme": "bearer"}}},
+    "components": {"schemas": _components, "securitySchemes": {"adminKey": {"type": "http", "scheme": "bearer"},
+                                                                   **_SESSION_COOKIE}},
     "paths": {
         "/admin/v1/keys": {
             "post": _op("Make a key (its secret shown once)", "KeyShown", 201, _schemas[0]),
@@ -96,6 +106,16 @@ DESCRIPTION: dict[str, Any] = {
             "get": _op("The audit log, oldest first", "AuditPage",
                        params=[_query("after", "the seq of the last entry read (0: from the start)"),
                                _query("limit", "entries a page, at most 500")]),
+        },
+        "/admin/v1/session": {
+            "post": {**_op("Sign in to the console: a session cookie (HttpOnly, SameSite=Strict) for an admin key",
+                           "Session", body=_schemas[7]), **_OPEN,
+                     "description": "401 for no admin key; 429 with Retry-After after 5 failures from an address "
+                                    "within a minute."},
+            "get": {**_op("Who is signed in, and the session's CSRF token", "Session"),
+                    "security": [{"adminKey": []}, {"sessionCookie": []}]},
+            "delete": {**_op("Sign out: the session deleted, the cookie cleared", "Session"), **_OPEN,
+                       "description": "With a session, its X-CSRF-Token is needed (403 without)."},
         },
         "/admin/v1/openapi.json": {"get": {"summary": "This description", "security": [{"adminKey": []}],
                                            "responses": {"200": {"description": "OpenAPI 3.1"}, **_ERRORS}}},

@@ -89,6 +89,12 @@ class Rotation(_Body, frozen=True):
     grace_seconds: Annotated[float, Meta(ge=0, le=MAX_GRACE)] = 3600.0  # the old secret works this long beside
 
 
+class SignIn(_Body, frozen=True):
+    """The console's sign-in (session.py): an admin key, exchanged for a session."""
+
+    key: Annotated[str, Meta(min_length=1, max_length=512)]
+
+
 class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     limits: Limits = Limits()
