@@ -19,9 +19,13 @@ for _path in (str(_TESTS.parent), str(_TESTS), str(_TESTS / "support")):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
+import browser  # noqa: E402
 import llama_engine  # noqa: E402
 import podman_images  # noqa: E402
 import redis_servers  # noqa: E402
+
+# Debian's chromium for the admin console's tests (`browser` marker).
+from browser import chromium  # noqa: E402, F401 (a fixture, by name)
 from cxx_oracle import CxxVerifier, build_oracle  # noqa: E402
 
 # The `llama_server` and `llama_embedder` fixtures (a real engine) and the hooks that build it before any
@@ -44,10 +48,11 @@ from redis_servers import limit_server, limit_servers, own_limit_server  # noqa:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Before any test runs, outside every test's timeout: llama-server built, redis-server installed, the
-    edge's image built with podman."""
+    edge's image built with podman, chromium installed."""
     llama_engine.pytest_collection_finish(session)
     redis_servers.prepare(session)
     podman_images.prepare(session)
+    browser.prepare(session)
 
 
 @pytest.fixture

@@ -53,9 +53,11 @@ class Edge:
 
 
 @asynccontextmanager
-async def two_edges(tmp_path: Path, store: Server, config: str) -> AsyncIterator[tuple[Edge, Edge]]:
+async def two_edges(tmp_path: Path, store: Server, config: str,
+                    admin_keys: str = "") -> AsyncIterator[tuple[Edge, Edge]]:
     """Edges A and B with `config` (TOML, before the sections added here), the tenancy on `store` and the
-    admin API on a listener of its own with ADMIN's key, stopped when the block ends."""
+    admin API on a listener of its own with ADMIN's key (and `admin_keys`, `[[admin.keys]]` entries), stopped
+    when the block ends."""
     made = []
     try:
         for name in ("a", "b"):
@@ -72,7 +74,7 @@ listen = "127.0.0.1:{admin_port}"
 id = "{ADMIN_ID}"
 hash = "{ADMIN_HASH}"
 role = "admin"
-""")
+{admin_keys}""")
             process = EdgeProcess(tmp_path, f"edge-{name}", free_port(), ["--config", str(path)], 1, None)
             made.append(Edge(process, admin_port))
         for edge in made:

@@ -39,8 +39,8 @@ function el(tag, text, attrs) {
   return node;
 }
 
-function when(seconds) {
-  return seconds === null || seconds === undefined ? "" : new Date(seconds * 1000).toISOString().replace(".000Z", "Z");
+function when(seconds) {  // UTC, to the second
+  return seconds === null || seconds === undefined ? "" : new Date(seconds * 1000).toISOString().slice(0, 19).replace("T", " ");
 }
 
 function compact(value) {
@@ -127,6 +127,8 @@ function route() {
     if (link.id === `nav-${name}`) link.setAttribute("aria-current", "page"); else link.removeAttribute("aria-current");
   }
   for (const panel of document.querySelectorAll(".panel")) panel.hidden = true;
+  $("#status").textContent = "";
+  $("#error").textContent = "";
   VIEWS[name]().catch(fail);
 }
 
@@ -169,8 +171,8 @@ async function showKeys() {
   for (const key of state.keys) {
     const row = el("tr", null, { "data-id": key.id });
     row.append(el("td", key.id), el("td", key.name || ""), el("td", key.tenant), el("td", key.models.join(", ")),
-      el("td", compact(key.limits), { class: "limits" }), el("td", when(key.expires_at)),
-      el("td", when(key.rotating_until)), el("td", when(key.created_at)));
+      el("td", compact(key.limits), { class: "limits" }), el("td", when(key.expires_at), { class: "when" }),
+      el("td", when(key.rotating_until), { class: "when" }), el("td", when(key.created_at), { class: "when" }));
     actions(row, [["Edit", () => openPanel("#key-edit", key.id, (form) => {
       form.elements.name.value = key.name || "";
       form.elements.models.value = key.models.join(", ");
@@ -252,7 +254,7 @@ async function showTenants() {
     const row = el("tr", null, { "data-name": tenant.name });
     row.append(el("td", tenant.name), el("td", tenant.models.join(", ")),
       el("td", compact(tenant.limits), { class: "limits" }), el("td", tenant.configured ? "yes" : "no"),
-      el("td", when(tenant.updated_at)));
+      el("td", when(tenant.updated_at), { class: "when" }));
     actions(row, [["Edit", () => openPanel("#tenant-edit", tenant.name, (form) => {
       form.elements.models.value = tenant.models.join(", ");
       form.elements.limits.value = JSON.stringify(tenant.limits || {}, null, 1);
@@ -341,7 +343,7 @@ function chart(days, scale) {
   const figure = $("#spend-chart");
   const title = $("#spend-chart-title");
   figure.replaceChildren(title);
-  const width = 720, height = 260, left = 70, bottom = 30, top = 10;
+  const width = 720, height = 260, left = 100, bottom = 30, top = 10;
   const most = days.reduce((m, [, day]) => (day.cost > m ? day.cost : m), 0n);
   const plot = height - bottom - top;
   const step = (width - left - 10) / Math.max(days.length, 1);
@@ -350,7 +352,7 @@ function chart(days, scale) {
     svg("text", { x: left - 6, y: top + 10, "text-anchor": "end" }, formatted(most, scale)),
     svg("text", { x: left - 6, y: height - bottom, "text-anchor": "end" }, "0"));
   days.forEach(([period, day], i) => {
-    const h = most > 0n ? Number((day.cost * 10000n) / most) / 10000 * plot : 0;
+    const h = most > 0n && day.cost > 0n ? Math.max(Number((day.cost * 10000n) / most) / 10000 * plot, 1) : 0;
     const bar = svg("rect", { class: "bar", x: left + i * step + step * 0.1, y: height - bottom - h,
       width: Math.max(step * 0.8, 1), height: h });
     bar.append(svg("title", {}, `${period}: ${formatted(day.cost, scale)} USD`));
@@ -417,7 +419,9 @@ function changed(entry) {
   if (!entry.after) return entry.action === "delete" ? "deleted" : "revoked";
   const names = Object.keys({ ...before, ...after })
     .filter((name) => name !== "updated_at" && JSON.stringify(before[name]) !== JSON.stringify(after[name]));
-  if (entry.action === "rotate") return "secret rotated" + (names.length ? `; ${names.join(", ")}` : "");
+  if (entry.action === "rotate") {
+    return after.rotating_until ? `secret rotated; the former one works until ${when(after.rotating_until)}` : "secret rotated";
+  }
   return names.map((name) => `${name}: ${compact(before[name])} → ${compact(after[name])}`).join("; ");
 }
 
@@ -435,7 +439,7 @@ async function olderAudit() {
   const body = $("#audit-table tbody");
   for (const entry of page.data.reverse()) {
     const row = el("tr", null, { "data-seq": entry.seq });
-    row.append(el("td", entry.seq), el("td", when(entry.at)), el("td", entry.actor), el("td", entry.action),
+    row.append(el("td", entry.seq), el("td", when(entry.at), { class: "when" }), el("td", entry.actor), el("td", entry.action),
       el("td", entry.key_id || entry.tenant || ""), el("td", entry.client || ""), el("td", changed(entry)));
     body.append(row);
   }
