@@ -6,6 +6,8 @@
                  the key, the version counter and the audit entry together), or one process's memory
     sync.py      every replica polls the version counter and installs the stored keys when it moved
     api.py       `/admin/v1/...` on aiohttp, behind the admin credentials; openapi.py its description
+    session.py   the console's sign-in: an admin key exchanged for a session cookie, a CSRF token per change
+    console.py   the console's page, script and style (console/), at /admin/, and the listener's headers
 
 Secrets are never stored nor logged: a key's SHA-256 (keys.py's) is what the store holds, and the secret is
 shown once, in the answer that made it.

@@ -1,7 +1,8 @@
 """`/admin/v1/...`: the keys, the tenants (tenants.py) and the audit log, behind the admin credentials
 (docs/admin.md).
 
-Every request is authenticated first, whatever its path: no valid admin key, 401; a `viewer` asking for
+Every request is authenticated first, whatever its path (but the console's files and its sign-in, console.py
+and session.py): no valid admin key (or console session), 401; a `viewer` asking for
 anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
 from the client's address; an answer never holds a hash, and a key only in the answer that made it.
 """
