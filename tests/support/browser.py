@@ -21,10 +21,13 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from llama_engine import locked
-from playwright.async_api import BrowserContext, async_playwright
+
+if TYPE_CHECKING:  # imported where a browser is started: the rest of the suite does not load Playwright
+    from playwright.async_api import BrowserContext
 
 MARKER = "browser"
 PACKAGE = "chromium"
@@ -102,6 +105,8 @@ def chromium(request: pytest.FixtureRequest) -> Path:
 @asynccontextmanager
 async def browsing(exe: Path, profile: Path) -> AsyncIterator[BrowserContext]:
     """A headless chromium on a fresh profile in `profile`, closed when the block ends."""
+    from playwright.async_api import async_playwright
+
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             str(profile), executable_path=str(exe), headless=True, args=list(ARGS))
