@@ -151,6 +151,9 @@ async def test_an_admin_makes_changes_rotates_and_revokes_a_key_and_reads_the_au
         assert changed["limits"] == {"rpm": 7, "budget": {"usd": 3.0, "period": "month"}}
         assert changed["name"] == "console bot" and changed["models"] == ["*"]
         await expect(row).to_contain_text('"rpm":7')
+        png = artifacts() / "admin-console-keys.png"
+        await page.screenshot(path=str(png), full_page=True)
+        kept(png)
 
         # rotated with a grace: the new secret shown once; both work meanwhile
         await row.get_by_role("button", name="Rotate").click()
