@@ -87,8 +87,8 @@ DESCRIPTION: dict[str, Any] = {
         },
         "/admin/v1/tenants/{name}": {
             "get": {**_op("A stored tenant", "TenantShown"), "parameters": _NAME},
-            "patch": {**_op("Change a tenant's limits, budget, models or metadata", "TenantShown", body=_schemas[5]),
-                      "parameters": _NAME},
+            "patch": {**_op("Change a tenant's limits, budget, models, routes or metadata", "TenantShown",
+                            body=_schemas[5]), "parameters": _NAME},
             "delete": {**_op("Delete a stored tenant; 409, naming them, while keys belong to it", "TenantShown"),
                        "parameters": _NAME},
         },

@@ -93,6 +93,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     name: Name
     limits: Limits = Limits()
     models: tuple[str, ...] = ("*",)  # names or globs: a key may use what both it and its tenant allow
+    routes: tuple[str, ...] = ("*",)  # names or globs of the routes its requests may take
     metadata: dict[str, str] = {}
     created_at: float
     updated_at: float
@@ -100,7 +101,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def tenant(self) -> Tenant:
         """The tenant as the data plane knows one (settings.Tenant); a configured one's guardrails stay (policy.py)."""
-        return Tenant(limits=self.limits, models=self.models)
+        return Tenant(limits=self.limits, models=self.models, routes=self.routes)
 
     def shown(self) -> dict[str, Any]:
         shown: dict[str, Any] = msgspec.to_builtins(self)
@@ -112,6 +113,7 @@ class NewTenant(_Body, frozen=True):
     name: Name
     limits: Limits = Limits()
     models: Models = ("*",)
+    routes: Models = ("*",)
     metadata: Metadata = {}
 
 
@@ -121,6 +123,7 @@ class TenantUpdate(_Body, frozen=True):
     limits: Limits | UnsetType = UNSET
     budget: Budget | UnsetType | None = UNSET
     models: Models | UnsetType = UNSET
+    routes: Models | UnsetType = UNSET
     metadata: Metadata | UnsetType = UNSET
 
 
@@ -173,12 +176,13 @@ def entry(action: Action, actor: str, client: str | None, key_id: str, before: S
 
 def tenant_created(body: NewTenant, actor: str, now: float | None = None) -> StoredTenant:
     now = time.time() if now is None else now
-    return StoredTenant(name=body.name, limits=body.limits, models=body.models, metadata=body.metadata,
-                        created_at=now, updated_at=now, created_by=actor)
+    return StoredTenant(name=body.name, limits=body.limits, models=body.models, routes=body.routes,
+                        metadata=body.metadata, created_at=now, updated_at=now, created_by=actor)
 
 
 def tenant_updated(record: StoredTenant, change: TenantUpdate, now: float | None = None) -> StoredTenant:
-    fields = {name: value for name in ("limits", "models", "metadata") if (value := getattr(change, name)) is not UNSET}
+    fields = {name: value for name in ("limits", "models", "routes", "metadata")
+              if (value := getattr(change, name)) is not UNSET}
     record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
     if not isinstance(change.budget, UnsetType):
         record = msgspec.structs.replace(record, limits=msgspec.structs.replace(record.limits, budget=change.budget))
