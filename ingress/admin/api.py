@@ -183,9 +183,10 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
-    from ingress.admin import tenants  # its handlers use this module's keys and helpers
+    from ingress.admin import imports, tenants  # their handlers use this module's keys and helpers
 
     tenants.add_routes(app)
+    imports.add_routes(app)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     return app

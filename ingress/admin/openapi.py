@@ -80,6 +80,13 @@ DESCRIPTION: dict[str, Any] = {
             "post": {**_op("A new secret; the former one works for grace_seconds more", "KeyShown",
                            body=_schemas[2]), "parameters": _ID},
         },
+        "/admin/v1/keys:import": {
+            "post": {"summary": "Copy the keys file's tenants and keys (their hashes) into the store; idempotent",
+                     "security": [{"adminKey": []}], "requestBody": {"required": False, "content": {
+                         "application/json": {"schema": {"type": "object", "additionalProperties": False}}}},
+                     "responses": {"200": {"description": "What was imported, what was stored already, what "
+                                                          "was refused and why"}, **_ERRORS}},
+        },
         "/admin/v1/tenants": {
             "post": {**_op("Make a tenant (over a configured one of its name)", "TenantShown", 201, _schemas[4]),
                      "description": "409 when a tenant of that name is stored already."},

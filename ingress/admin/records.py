@@ -22,7 +22,7 @@ Models = Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=256)], ...
 Label = Annotated[str, Meta(min_length=1, max_length=200)]
 When = Annotated[float, Meta(ge=0)]
 MAX_GRACE = 30 * 86_400.0
-Action = Literal["create", "update", "rotate", "revoke", "delete"]
+Action = Literal["create", "update", "rotate", "revoke", "delete", "import"]
 
 
 class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -89,6 +89,10 @@ class Rotation(_Body, frozen=True):
     grace_seconds: Annotated[float, Meta(ge=0, le=MAX_GRACE)] = 3600.0  # the old secret works this long beside
 
 
+class KeysImport(_Body, frozen=True):
+    """`POST /admin/v1/keys:import`'s body: nothing to say yet, so an empty object (or none)."""
+
+
 class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     limits: Limits = Limits()
@@ -147,6 +151,15 @@ def created(body: NewKey, actor: str, now: float | None = None) -> tuple[str, St
                              updated_at=now, created_by=actor)
 
 
+def key_imported(key: Key, actor: str, now: float | None = None) -> StoredKey:
+    """A key of the keys file as stored: its id, hash (and a rotation's former one) and settings as they are;
+    its guardrails are the caller's to refuse (a stored key has none)."""
+    now = time.time() if now is None else now
+    return StoredKey(id=key.id, tenant=key.tenant, hash=key.hash, models=key.models, limits=key.limits,
+                     name=key.name, expires_at=key.expires_at, previous_hash=key.previous_hash,
+                     previous_until=key.previous_until, created_at=now, updated_at=now, created_by=actor)
+
+
 def updated(record: StoredKey, change: KeyUpdate, now: float | None = None) -> StoredKey:
     fields = {name: value for name in ("models", "limits", "metadata", "name", "expires_at")
               if (value := getattr(change, name)) is not UNSET}
@@ -178,6 +191,13 @@ def tenant_created(body: NewTenant, actor: str, now: float | None = None) -> Sto
     now = time.time() if now is None else now
     return StoredTenant(name=body.name, limits=body.limits, models=body.models, routes=body.routes,
                         metadata=body.metadata, created_at=now, updated_at=now, created_by=actor)
+
+
+def tenant_imported(name: str, tenant: Tenant, actor: str, now: float | None = None) -> StoredTenant:
+    """A tenant of the keys file as stored (its guardrails are the caller's to refuse)."""
+    now = time.time() if now is None else now
+    return StoredTenant(name=name, limits=tenant.limits, models=tenant.models, routes=tenant.routes, created_at=now,
+                        updated_at=now, created_by=actor)
 
 
 def tenant_updated(record: StoredTenant, change: TenantUpdate, now: float | None = None) -> StoredTenant:

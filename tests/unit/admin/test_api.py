@@ -4,6 +4,7 @@ change (403); each change is made, answered without a hash, and written to the a
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -23,7 +24,8 @@ ADMIN, ADMIN_ID, ADMIN_HASH = new_key()
 VIEWER, VIEWER_ID, VIEWER_HASH = new_key()
 ROUTES = [("POST", "/admin/v1/keys"), ("GET", "/admin/v1/keys"), ("GET", "/admin/v1/keys/abcdefgh1234"),
           ("PATCH", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/keys/abcdefgh1234/rotate"),
-          ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/tenants"), ("GET", "/admin/v1/tenants"),
+          ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/keys:import"), ("POST", "/admin/v1/tenants"),
+          ("GET", "/admin/v1/tenants"),
           ("GET", "/admin/v1/tenants/acme"), ("PATCH", "/admin/v1/tenants/acme"), ("DELETE", "/admin/v1/tenants/acme"),
           ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/openapi.json"), ("GET", "/admin/v1/nothing-here")]
 Client = TestClient[web.Request, web.Application]
@@ -164,7 +166,10 @@ class _Down(MemoryKeyStore):
 
 
 @pytest.mark.parametrize(("method", "path"), WRITES)
-async def test_a_store_that_does_not_answer_is_a_503_saying_so(tenancy: Tenancy, method: str, path: str) -> None:
+async def test_a_store_that_does_not_answer_is_a_503_saying_so(tmp_path: Path, method: str, path: str) -> None:
+    keys_file = tmp_path / "keys.toml"  # something to import
+    keys_file.write_text(f'[[keys]]\nid = "{VIEWER_ID}"\ntenant = "acme"\nhash = "{VIEWER_HASH}"\n')
+    tenancy = build(TenancySettings(tenants={"acme": Tenant()}, keys_file=str(keys_file)))
     settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),))
     async with TestClient[web.Request, web.Application](TestServer(create_admin_app(settings, _Down(), tenancy))) as c:
         body = {"tenant": "acme"} if path.endswith("/keys") else {"name": "x"} if path.endswith("/tenants") else {}
