@@ -1,9 +1,10 @@
 """`/admin/v1/...`: the keys, the tenants (tenants.py) and the audit log, behind the admin credentials
 (docs/admin.md).
 
-Every request is authenticated first, whatever its path: no valid admin key, 401; a `viewer` asking for
-anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
-from the client's address; an answer never holds a hash, and a key only in the answer that made it.
+Every request is authenticated first, whatever its path: no valid admin key nor an admin's sign-in token
+([admin.oidc], oidc.py), 401; a token giving no role, and a `viewer` asking for anything but GET, 403. Every
+change is written with its audit entry (keystore.py), by the admin key's id (a token's `oidc:<subject>`), from
+the client's address; an answer never holds a hash, and a key only in the answer that made it.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from aiohttp import web
 
 from ingress.admin import records
 from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
+from ingress.admin.oidc import Actor, NoSignIn, SignIns
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
 from ingress.log import get_logger
 from ingress.tenancy import Tenancy
+from ingress.tenancy.bearer import looks_like_jwt
 from ingress.tenancy.keys import id_of, matches
 from ingress.tenancy.policy import presented_key
 
@@ -28,7 +31,8 @@ log = get_logger("ingress.admin")
 STORE = web.AppKey("keystore", KeyStore)
 TENANCY = web.AppKey("tenancy", Tenancy)
 ADMIN_KEYS = web.AppKey("admin_keys", dict[str, AdminKey])
-ACTOR = web.RequestKey("actor", AdminKey)
+ACTOR = web.RequestKey("actor", Actor)
+SIGNINS = web.AppKey("signins", SignIns)
 READS = frozenset({"GET", "HEAD"})
 MAX_PAGE = 500
 _NO_HASH = "sha256:" + "0" * 64
@@ -48,14 +52,39 @@ def admin_of(keys: dict[str, AdminKey], presented: str | None) -> AdminKey | Non
     return key if key is not None and ok else None
 
 
+def _unauthenticated() -> web.Response:
+    return failure(401, "unauthenticated", "An admin key, or an admin's sign-in token, is required (Authorization: "
+                   "Bearer <admin key or token>).", **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
+
+
+async def _actor(request: web.Request) -> Actor | web.Response:
+    """Who is asking: an admin key's holder, or an admin signed in with the OIDC provider; else the refusal."""
+    presented = presented_key(request.headers)
+    signins = request.app.get(SIGNINS)
+    if signins is not None and presented is not None and looks_like_jwt(presented):
+        try:
+            return await signins.actor(presented)
+        except NoSignIn as exc:
+            log.info("admin token refused", reason=str(exc), client=request.remote)
+            if exc.status == 503:
+                return failure(503, "issuer_unavailable", "The sign-in provider's keys could not be fetched; retry.",
+                               **{"Retry-After": str(exc.retry_after or 1)})
+            return _unauthenticated()
+    key = admin_of(request.app[ADMIN_KEYS], presented)
+    return Actor(key.id, key.role) if key is not None else _unauthenticated()
+
+
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    actor = admin_of(request.app[ADMIN_KEYS], presented_key(request.headers))
-    if actor is None:
-        return failure(401, "unauthenticated", "An admin key is required (Authorization: Bearer <admin key>).",
-                       **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
+    actor = await _actor(request)
+    if isinstance(actor, web.Response):
+        return actor
+    if actor.role is None:
+        claim = request.app[SIGNINS].oidc.role_claim
+        return failure(403, "forbidden", f"'{actor.id}' has no admin role: its token's '{claim}' claim holds none of "
+                       "the values configured for one.")
     if actor.role != "admin" and request.method not in READS:
-        return failure(403, "forbidden", f"The admin key '{actor.id}' may only read (role viewer).")
+        return failure(403, "forbidden", f"'{actor.id}' may only read (role viewer).")
     request[ACTOR] = actor
     try:
         answer = await handler(request)
@@ -177,6 +206,9 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app[STORE] = store
     app[TENANCY] = tenancy
     app[ADMIN_KEYS] = {key.id: key for key in settings.keys}
+    if settings.oidc is not None:
+        signins = app[SIGNINS] = SignIns(settings.oidc)
+        app.cleanup_ctx.append(signins.running)
     app.router.add_post("/admin/v1/keys", create_key)
     app.router.add_get("/admin/v1/keys", list_keys)
     app.router.add_get("/admin/v1/keys/{key_id}", get_key)
