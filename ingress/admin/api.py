@@ -35,6 +35,7 @@ ACTOR = web.RequestKey("actor", Actor)
 SIGNINS = web.AppKey("signins", SignIns)
 READS = frozenset({"GET", "HEAD"})
 MAX_PAGE = 500
+RETRY_AFTER = "1"  # s, when the store did not answer: the next call dials it again
 _NO_HASH = "sha256:" + "0" * 64
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -93,7 +94,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return answer
     except Unavailable:
         return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
-                       "made: read the key (or the audit log) to see.")
+                       "made: read the key (or the audit log) to see.", **{"Retry-After": RETRY_AFTER})
     except Conflict:
         return failure(409, "conflict", "It changed while this request changed it; read it and try again.")
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:

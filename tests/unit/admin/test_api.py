@@ -226,8 +226,8 @@ async def test_a_store_that_does_not_answer_is_a_503_saying_so(tmp_path: Path, m
     async with TestClient[web.Request, web.Application](TestServer(create_admin_app(settings, _Down(), tenancy))) as c:
         body = {"tenant": "acme"} if path.endswith("/keys") else {"name": "x"} if path.endswith("/tenants") else {}
         async with c.request(method, path, headers=_auth(ADMIN), json=body) as r:
-            assert r.status == 503
-            assert "did not answer" in (await r.json())["error"]["message"]
+            assert r.status == 503 and r.headers["Retry-After"] == "1"
+            assert (await r.json())["error"]["type"] == "store_unavailable"
 
 
 async def test_an_expiry_already_past_is_refused_on_update_too(client: Client) -> None:
