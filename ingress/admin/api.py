@@ -131,10 +131,17 @@ def _past(expires_at: object) -> web.Response | None:
     return None
 
 
+def bad_guardrails(guardrails: object) -> web.Response | None:
+    """A 400 naming the rule of guardrails that do not compile (every replica would refuse them), else None."""
+    problem = records.guardrails_problem(guardrails)
+    return failure(400, "invalid_request", problem) if problem is not None else None
+
+
 async def create_key(request: web.Request) -> web.Response:
     body = await body_of(request, records.NewKey)
-    if (past := _past(body.expires_at)) is not None:
-        return past
+    for refused in (_past(body.expires_at), bad_guardrails(body.guardrails)):
+        if refused is not None:
+            return refused
     secret, record = records.created(body, request[ACTOR].id)
     configured = body.tenant in request.app[TENANCY].policy.configured
     try:  # a tenant not configured must be stored when the key is (one made a moment ago may not be installed here)
@@ -156,8 +163,9 @@ async def get_key(request: web.Request) -> web.Response:
 
 async def update_key(request: web.Request) -> web.Response:
     change = await body_of(request, records.KeyUpdate)
-    if (past := _past(change.expires_at)) is not None:
-        return past
+    for refused in (_past(change.expires_at), bad_guardrails(change.guardrails)):
+        if refused is not None:
+            return refused
     before = await _found(request)
     after = records.updated(before.record, change)
     await _change(request, "update", before, after)

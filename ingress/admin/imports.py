@@ -2,14 +2,15 @@
 
 The keys file stays the embedded default and what a fleet starts with; imported, its keys are the admin API's
 to change, rotate and revoke on every replica. What is copied is what the file holds: a key's id and hash (its
-secret was never known, and goes on working), its models, limits, name, expiry and a rotation's former hash.
+secret was never known, and goes on working), its models, limits, guardrails, name, expiry and a rotation's
+former hash; a tenant's limits, models, routes and guardrails.
 The file is read when asked (what is on disk now, as SIGHUP reads it); one that does not load is a 400.
 
 Idempotent: a tenant or key stored already is left as it is (the API may have changed it since) and answered
 as `stored`; the others are written one at a time, each with its audit entry (action `import`), tenants first.
-A tenant or key with guardrails is refused, named, with the reason (the admin API stores no guardrails), and a
-key whose tenant is then neither configured nor stored too: nothing is dropped without a word. The
-credentials and errors are api.py's, whose middleware runs before this.
+A tenant or key whose guardrails do not compile (every replica would refuse them), and a key whose tenant is
+then neither configured nor stored, are refused, named, with the reason: nothing is dropped without a word.
+The credentials and errors are api.py's, whose middleware runs before this.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import Key, KeysFile, Tenant
 
 PATH = "/admin/v1/keys:import"
-_GUARDED = "guardrails: the admin API stores none; keep it in the keys file, or drop its guardrails to import it"
 
 
 @dataclass
@@ -39,21 +39,22 @@ class Outcome:
 
 def chosen(file: KeysFile, stored_tenants: set[str], stored_keys: set[str],
            outcome: Outcome) -> tuple[list[tuple[str, Tenant]], list[Key]]:
-    """The tenants and keys to write (the stored and the guarded left out, each said in `outcome`)."""
+    """The tenants and keys to write (the stored and those whose guardrails do not compile left out, each said
+    in `outcome`)."""
     tenants: list[tuple[str, Tenant]] = []
     for name, tenant in sorted(file.tenants.items()):
         if name in stored_tenants:
             outcome.stored["tenants"].append(name)
-        elif tenant.guardrails is not None:
-            outcome.refused.append({"tenant": name, "reason": _GUARDED})
+        elif (problem := records.guardrails_problem(tenant.guardrails)) is not None:
+            outcome.refused.append({"tenant": name, "reason": problem})
         else:
             tenants.append((name, tenant))
     keys: list[Key] = []
     for key in file.keys:
         if key.id in stored_keys:
             outcome.stored["keys"].append(key.id)
-        elif key.guardrails is not None:
-            outcome.refused.append({"key_id": key.id, "reason": _GUARDED})
+        elif (problem := records.guardrails_problem(key.guardrails)) is not None:
+            outcome.refused.append({"key_id": key.id, "reason": problem})
         else:
             keys.append(key)
     return tenants, keys
@@ -91,7 +92,7 @@ async def import_keys(request: web.Request) -> web.Response:
             outcome.stored["keys"].append(key.id)
         except NoTenant:
             outcome.refused.append({"key_id": key.id, "reason": f"tenant: '{key.tenant}' is neither configured "
-                                    "nor stored (its tenant in the keys file was not imported)"})
+                                    "nor stored"})
     return web.json_response({"source": path, "imported": outcome.imported, "stored": outcome.stored,
                               "refused": outcome.refused})
 

@@ -2,8 +2,8 @@
 data plane's client: a tenant made on A with an rpm of 1 and a key under it; on B the key's second request
 within the minute is a 429; the limit raised on B admits the key on A within a second; the tenant's allowed
 models are enforced, a model outside them the same 404 as an unknown model; so are its allowed routes, in
-OpenAI's and Anthropic's shapes; and the tenant is not deleted while its key exists. Propagation is measured
-as test_admin_keys.py's is (the promise plus a second of slack)."""
+OpenAI's and Anthropic's shapes; so are its guardrails; and the tenant is not deleted while its key exists.
+Propagation is measured as test_admin_keys.py's is (the promise plus a second of slack)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,35 @@ async def test_a_tenant_s_allowed_routes_narrowed_on_a_are_enforced_on_b_as_a_mo
         log = (await admin(http, "GET", f"{b.admin}/audit"))["data"]
         assert log[-1]["action"] == "update" and log[-1]["tenant"] == "delta"
         assert log[-1]["before"]["routes"] == ["*"] and log[-1]["after"]["routes"] == ["ingress-*"]
+
+
+async def test_a_tenant_s_guardrails_set_on_a_block_on_b_and_a_rule_no_replica_could_compile_is_refused(
+        edges: tuple[Edge, Edge]) -> None:
+    a, b = edges
+    async with aiohttp.ClientSession() as http:
+        await admin(http, "POST", f"{a.admin}/tenants", {"name": "epsilon"}, 201)
+        key = (await admin(http, "POST", f"{a.admin}/keys", {"tenant": "epsilon"}, 201))["key"]
+        client = b.client(key)
+
+        async def blocked() -> bool:
+            try:
+                await client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "the project codename is bluebird"}],
+                    max_tokens=3)
+                return False
+            except openai.AuthenticationError:  # not installed on B yet
+                return False
+            except openai.BadRequestError as exc:
+                assert exc.code == "prompt_blocked", exc
+                return True
+
+        try:
+            await admin(http, "PATCH", f"{a.admin}/tenants/epsilon", {"guardrails": {"blocked_terms": ["bluebird"]}})
+            await within(blocked, "the guardrails set on A blocking on B")
+            assert await b.status(key) == 200  # what holds no blocked term passes
+            bad = await admin(http, "PATCH", f"{b.admin}/tenants/epsilon", {"guardrails": {"patterns": [
+                {"name": "ahead", "regex": "a(?=b)"}]}}, 400)
+            assert bad["error"]["message"].startswith("guardrails.patterns[0].regex: RE2 cannot compile")
+            assert await blocked()  # the rules in force are the ones before the refused change
+        finally:
+            await client.close()

@@ -1,7 +1,7 @@
 """The keys file imported through the admin API on one process's store: its tenants and keys copied (hashes only),
 each with an `import` audit entry; the keys work from the store once the file is gone; a second import changes
-nothing, nor does it undo a change made through the API since; what the store cannot hold (guardrails) is
-refused by name; no keys file, or one that does not load, is a 400."""
+nothing, nor does it undo a change made through the API since; guardrails come along, and those no replica
+could compile are refused by name; no keys file, or one that does not load, is a 400."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ingress.admin.imports import Outcome, chosen
 from ingress.admin.keystore import MemoryKeyStore
 from ingress.admin.settings import Admin, AdminKey
 from ingress.admin.sync import Follower
+from ingress.guardrails.scanner import BLOCKED_TERMS
 from ingress.tenancy import Tenancy, build
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.policy import read_keys_file
@@ -28,6 +29,7 @@ ACME, ACME_ID, ACME_HASH = new_key()  # of the configured tenant acme
 BETA, BETA_ID, BETA_HASH = new_key()  # of the keys file's tenant beta
 GUARDED, GUARDED_ID, GUARDED_HASH = new_key()  # a key with guardrails
 OF_GUARDED, OF_GUARDED_ID, OF_GUARDED_HASH = new_key()  # of a tenant with guardrails
+BAD, BAD_ID, BAD_HASH = new_key()  # a key whose guardrails do not compile
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 Client = TestClient[web.Request, web.Application]
 KEYS_FILE = f"""
@@ -62,6 +64,16 @@ id = "{OF_GUARDED_ID}"
 tenant = "watched"
 hash = "{OF_GUARDED_HASH}"
 """
+BROKEN = f"""
+[tenants.broken]
+guardrails = {{ patterns = [{{ name = "ahead", regex = "a(?=b)" }}] }}
+
+[[keys]]
+id = "{BAD_ID}"
+tenant = "acme"
+hash = "{BAD_HASH}"
+guardrails = {{ patterns = [{{ name = "ahead", regex = "a(?=b)" }}] }}
+"""
 
 
 def _settings(keys_file: Path | None) -> TenancySettings:
@@ -88,16 +100,17 @@ async def client(keys_file: Path) -> AsyncIterator[Client]:
 
 async def test_the_keys_file_is_imported_once_and_its_keys_then_work_without_it(client: Client,
                                                                                keys_file: Path) -> None:
+    keys_file.write_text(KEYS_FILE + BROKEN)  # edited since the edge read it: no edge would load it as it is
     async with client.post("/admin/v1/keys:import", headers=AUTH) as r:
         assert r.status == 200
         first = await r.json()
     assert first["source"] == str(keys_file)
-    assert first["imported"] == {"tenants": ["beta"], "keys": [ACME_ID, BETA_ID]}
+    assert first["imported"] == {"tenants": ["beta", "watched"], "keys": [ACME_ID, BETA_ID, GUARDED_ID, OF_GUARDED_ID]}
     assert first["stored"] == {"tenants": [], "keys": []}
     refused = {(item.get("tenant") or item.get("key_id")): item["reason"] for item in first["refused"]}
-    assert set(refused) == {"watched", GUARDED_ID, OF_GUARDED_ID}
-    assert refused["watched"].startswith("guardrails:") and refused[GUARDED_ID].startswith("guardrails:")
-    assert "'watched' is neither configured nor stored" in refused[OF_GUARDED_ID]
+    assert set(refused) == {"broken", BAD_ID}  # guardrails no replica could compile: refused, and said
+    assert refused["broken"].startswith("guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'")
+    assert refused[BAD_ID] == refused["broken"]
 
     async with client.get(f"/admin/v1/keys/{ACME_ID}", headers=AUTH) as r:
         shown = await r.json()
@@ -106,7 +119,8 @@ async def test_the_keys_file_is_imported_once_and_its_keys_then_work_without_it(
     async with client.get("/admin/v1/audit", headers=AUTH) as r:
         log = (await r.json())["data"]
     assert [(e["action"], e["tenant"] or e["key_id"]) for e in log] == [
-        ("import", "beta"), ("import", ACME_ID), ("import", BETA_ID)]
+        ("import", "beta"), ("import", "watched"), ("import", ACME_ID), ("import", BETA_ID), ("import", GUARDED_ID),
+        ("import", OF_GUARDED_ID)]
     assert "sha256:" not in str(log)
 
     # The file gone, the keys and the tenant live on in the store, with their secrets as they were
@@ -116,6 +130,9 @@ async def test_the_keys_file_is_imported_once_and_its_keys_then_work_without_it(
     assert (beta.tenant_name, beta.limits.rpm, beta.tenant.limits.rpm) == ("beta", 3, 7)
     assert beta.reaches("public-chat") and not beta.reaches("internal")
     assert without_file.policy.authenticate({"Authorization": f"Bearer {ACME}"}).allows("gpt-4o-mini")
+    for guarded in (GUARDED, OF_GUARDED):  # the guardrails came along, the key's and the tenant's
+        guards = without_file.policy.authenticate({"Authorization": f"Bearer {guarded}"}).guards
+        assert [g.rules for g in guards] == [(BLOCKED_TERMS,)]
 
     # Changed through the API since, a key is not put back as the file has it; a second import writes nothing
     async with client.patch(f"/admin/v1/keys/{BETA_ID}", headers=AUTH, json={"limits": {"rpm": 50}}) as r:
@@ -123,11 +140,11 @@ async def test_the_keys_file_is_imported_once_and_its_keys_then_work_without_it(
     async with client.post("/admin/v1/keys:import", headers=AUTH, json={}) as r:
         again = await r.json()
     assert again["imported"] == {"tenants": [], "keys": []}
-    assert again["stored"] == {"tenants": ["beta"], "keys": [ACME_ID, BETA_ID]}
+    assert again["stored"] == {"tenants": ["beta", "watched"], "keys": [ACME_ID, BETA_ID, GUARDED_ID, OF_GUARDED_ID]}
     async with client.get(f"/admin/v1/keys/{BETA_ID}", headers=AUTH) as r:
         assert (await r.json())["limits"] == {"rpm": 50}
     async with client.get("/admin/v1/audit", headers=AUTH) as r:
-        assert (await r.json())["total"] == 4  # the three imports and the change
+        assert (await r.json())["total"] == 7  # the six imports and the change
 
 
 async def test_without_a_keys_file_or_with_one_that_does_not_load_nothing_is_written(keys_file: Path) -> None:
@@ -145,11 +162,12 @@ async def test_without_a_keys_file_or_with_one_that_does_not_load_nothing_is_wri
     assert await store.version() == "0"
 
 
-def test_the_stored_and_the_guarded_are_left_out_and_said(keys_file: Path) -> None:
+def test_the_stored_and_the_uncompilable_are_left_out_and_said(keys_file: Path) -> None:
+    keys_file.write_text(KEYS_FILE + BROKEN)
     file = read_keys_file(str(keys_file))
     outcome = Outcome()
     tenants, keys = chosen(file, {"beta"}, {ACME_ID}, outcome)
-    assert tenants == [] and [k.id for k in keys] == [BETA_ID, OF_GUARDED_ID]  # its tenant's fate is the store's
+    assert [name for name, _ in tenants] == ["watched"] and [k.id for k in keys] == [BETA_ID, GUARDED_ID, OF_GUARDED_ID]
     assert outcome.stored == {"tenants": ["beta"], "keys": [ACME_ID]}
-    assert [item.get("tenant") or item.get("key_id") for item in outcome.refused] == ["watched", GUARDED_ID]
+    assert [item.get("tenant") or item.get("key_id") for item in outcome.refused] == ["broken", BAD_ID]
 

@@ -123,3 +123,39 @@ async def test_changing_or_deleting_a_tenant_not_stored_is_a_404(client: Client)
     for method in ("GET", "PATCH", "DELETE"):
         async with client.request(method, "/admin/v1/tenants/acme", headers=AUTH, json={}) as r:
             assert r.status == 404 and (await r.json())["error"]["type"] == "not_found"
+
+
+async def test_guardrails_set_through_the_api_are_the_data_plane_s_and_one_that_does_not_compile_is_a_400(
+        client: Client, tenancy: Tenancy) -> None:
+    tenant = {"name": "beta", "guardrails": {"blocked_terms": ["forbidden"]}}
+    async with client.post("/admin/v1/tenants", headers=AUTH, json=tenant) as r:
+        assert r.status == 201 and (await r.json())["guardrails"]["blocked_terms"] == ["forbidden"]
+    rule = {"patterns": [{"name": "ticket", "regex": "TICKET-[0-9]+"}]}
+    async with client.post("/admin/v1/keys", headers=AUTH, json={"tenant": "beta", "guardrails": rule}) as r:
+        assert r.status == 201
+        key = await r.json()
+    await Follower(client.app[STORE], tenancy).once()
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
+    assert [guard.rules for guard in principal.guards] == [("blocked_terms",), ("patterns.ticket",)]  # tenant, key
+
+    ahead = {"patterns": [{"name": "ahead", "regex": "a(?=b)"}]}
+    for method, path, body in (("PATCH", "/admin/v1/tenants/beta", {"guardrails": ahead}),
+                               ("PATCH", f"/admin/v1/keys/{key['id']}", {"guardrails": ahead}),
+                               ("POST", "/admin/v1/tenants", {"name": "gamma", "guardrails": ahead}),
+                               ("POST", "/admin/v1/keys", {"tenant": "beta", "guardrails": ahead}),
+                               ("PATCH", "/admin/v1/tenants/beta", {"guardrails": {"blocked_trems": ["x"]}})):
+        async with client.request(method, path, headers=AUTH, json=body) as r:
+            assert r.status == 400, (method, path)
+            message = (await r.json())["error"]["message"]
+            assert message.startswith(("guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'",
+                                       "Object contains unknown field `blocked_trems`")), message
+
+    async with client.patch(f"/admin/v1/keys/{key['id']}", headers=AUTH, json={"guardrails": None}) as r:
+        assert (await r.json())["guardrails"] is None
+    await Follower(client.app[STORE], tenancy).once()
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
+    assert [guard.rules for guard in principal.guards] == [("blocked_terms",)]
+    async with client.get("/admin/v1/audit", headers=AUTH) as r:
+        log = (await r.json())["data"]
+    assert [e["action"] for e in log] == ["create", "create", "update"]
+    assert log[2]["before"]["guardrails"]["patterns"][0]["name"] == "ticket" and log[2]["after"]["guardrails"] is None
