@@ -182,7 +182,7 @@ def _check(settings: Settings) -> None:
     if settings.unix is not None and not settings.unix.startswith("/"):
         raise ConfigError("unix: the socket path must be absolute")
     if settings.tenancy is not None:
-        _check_tenancy(settings.tenancy)
+        _check_tenancy(settings.tenancy, {route_name(route) for route in routes})
     if settings.responses.backend == "redis" and (settings.tenancy is None or settings.tenancy.redis is None):
         raise ConfigError("responses.backend: \"redis\" keeps responses in the [tenancy] store's Redis; "
                           "configure [tenancy] redis = { url = \"redis://...\" }, or use backend = \"memory\"")
@@ -270,8 +270,9 @@ def _check_tracing(tracing: Tracing) -> None:
             raise ConfigError(f"tracing.headers_env.{header}: the environment variable {env} is not set")
 
 
-def _check_tenancy(tenancy: Tenancy) -> None:
-    """The store is configured, every key is unique and names a declared tenant; a keys file is read."""
+def _check_tenancy(tenancy: Tenancy, routes: set[str]) -> None:
+    """The store is configured, every key is unique and names a declared tenant; a keys file is read; a
+    tenant's allowed routes name routes (`routes`: their names), or are globs."""
     if tenancy.backend == "redis" and tenancy.redis is None:
         raise ConfigError("tenancy.redis: backend = \"redis\" needs redis = { url = \"redis://...\" }")
     if tenancy.backend == "memory" and tenancy.redis is not None:
@@ -303,6 +304,10 @@ def _check_tenancy(tenancy: Tenancy) -> None:
         _check_rules(key.guardrails, f"{where}.guardrails")
     for name, tenant in tenants.items():
         _check_rules(tenant.guardrails, f"tenancy.tenants.{name}.guardrails")
+        for j, allowed in enumerate(tenant.routes):
+            if allowed not in routes and not any(c in allowed for c in "*?["):
+                raise ConfigError(f"tenancy.tenants.{name}.routes[{j}]: no route is named {allowed!r} (a route's "
+                                  "name is its `name`, else its model, prefix or glob); or give a glob")
     if (problem := issuers_problem(tenancy.issuers, tenants)) is not None:
         raise ConfigError(problem)
 

@@ -2,9 +2,10 @@
 (docs/admin.md).
 
 Every request is authenticated first, whatever its path (but the console's files and its sign-in, console.py
-and session.py): no valid admin key (or console session), 401; a `viewer` asking for
-anything but GET, 403. Every change is written with its audit entry (keystore.py), by the admin key's id,
-from the client's address; an answer never holds a hash, and a key only in the answer that made it.
+and session.py): no valid admin key, admin's sign-in token ([admin.oidc], oidc.py) nor console session, 401; a
+token giving no role, and a `viewer` asking for anything but GET, 403. Every change is written with its audit
+entry (keystore.py), by the admin key's id (a token's `oidc:<subject>`), from the client's address; an answer
+never holds a hash, and a key only in the answer that made it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from aiohttp import web
 
 from ingress.admin import console, records, session  # session: the console's cookie (it uses this module's keys)
 from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
+from ingress.admin.oidc import Actor, NoSignIn, SignIns
 from ingress.admin.openapi import DESCRIPTION
 from ingress.admin.settings import Admin, AdminKey
 from ingress.log import get_logger
 from ingress.tenancy import Tenancy
+from ingress.tenancy.bearer import looks_like_jwt
 from ingress.tenancy.keys import id_of, matches
 from ingress.tenancy.policy import presented_key
 
@@ -29,9 +32,11 @@ log = get_logger("ingress.admin")
 STORE = web.AppKey("keystore", KeyStore)
 TENANCY = web.AppKey("tenancy", Tenancy)
 ADMIN_KEYS = web.AppKey("admin_keys", dict[str, AdminKey])
-ACTOR = web.RequestKey("actor", AdminKey)
+ACTOR = web.RequestKey("actor", Actor)
+SIGNINS = web.AppKey("signins", SignIns)
 READS = frozenset({"GET", "HEAD"})
 MAX_PAGE = 500
+RETRY_AFTER = "1"  # s, when the store did not answer: the next call dials it again
 _NO_HASH = "sha256:" + "0" * 64
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -49,19 +54,46 @@ def admin_of(keys: dict[str, AdminKey], presented: str | None) -> AdminKey | Non
     return key if key is not None and ok else None
 
 
+def _unauthenticated() -> web.Response:
+    return failure(401, "unauthenticated", "An admin key, or an admin's sign-in token, is required (Authorization: "
+                   "Bearer <admin key or token>).", **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
+
+
+async def _actor(request: web.Request) -> Actor | web.Response:
+    """Who is asking: an admin key's holder, or an admin signed in with the OIDC provider; else the refusal."""
+    presented = presented_key(request.headers)
+    if presented is None:  # no header: the console's session cookie, if any
+        key = await session.actor(request)
+        if isinstance(key, web.Response):  # a session's change without its CSRF token, or no session store
+            return key
+        return Actor(key.id, key.role) if key is not None else _unauthenticated()
+    signins = request.app.get(SIGNINS)
+    if signins is not None and looks_like_jwt(presented):
+        try:
+            return await signins.actor(presented)
+        except NoSignIn as exc:
+            log.info("admin token refused", reason=str(exc), client=request.remote)
+            if exc.status == 503:
+                return failure(503, "issuer_unavailable", "The sign-in provider's keys could not be fetched; retry.",
+                               **{"Retry-After": str(exc.retry_after or 1)})
+            return _unauthenticated()
+    key = admin_of(request.app[ADMIN_KEYS], presented)
+    return Actor(key.id, key.role) if key is not None else _unauthenticated()
+
+
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if session.is_open(request) or console.is_open(request):  # signing in, and the console's files
         return await handler(request)
-    presented = presented_key(request.headers)
-    actor = admin_of(request.app[ADMIN_KEYS], presented) if presented is not None else await session.actor(request)
-    if isinstance(actor, web.Response):  # a session's change without its CSRF token, or no session store
+    actor = await _actor(request)
+    if isinstance(actor, web.Response):
         return actor
-    if actor is None:
-        return failure(401, "unauthenticated", "An admin key is required (Authorization: Bearer <admin key>).",
-                       **{"WWW-Authenticate": 'Bearer realm="ingress-admin"'})
+    if actor.role is None:
+        claim = request.app[SIGNINS].oidc.role_claim
+        return failure(403, "forbidden", f"'{actor.id}' has no admin role: its token's '{claim}' claim holds none of "
+                       "the values configured for one.")
     if actor.role != "admin" and request.method not in READS:
-        return failure(403, "forbidden", f"The admin key '{actor.id}' may only read (role viewer).")
+        return failure(403, "forbidden", f"'{actor.id}' may only read (role viewer).")
     request[ACTOR] = actor
     try:
         answer = await handler(request)
@@ -70,7 +102,7 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return answer
     except Unavailable:
         return failure(503, "store_unavailable", "The key store did not answer; the change may not have been "
-                       "made: read the key (or the audit log) to see.")
+                       "made: read the key (or the audit log) to see.", **{"Retry-After": RETRY_AFTER})
     except Conflict:
         return failure(409, "conflict", "It changed while this request changed it; read it and try again.")
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
@@ -107,10 +139,17 @@ def _past(expires_at: object) -> web.Response | None:
     return None
 
 
+def bad_guardrails(guardrails: object) -> web.Response | None:
+    """A 400 naming the rule of guardrails that do not compile (every replica would refuse them), else None."""
+    problem = records.guardrails_problem(guardrails)
+    return failure(400, "invalid_request", problem) if problem is not None else None
+
+
 async def create_key(request: web.Request) -> web.Response:
     body = await body_of(request, records.NewKey)
-    if (past := _past(body.expires_at)) is not None:
-        return past
+    for refused in (_past(body.expires_at), bad_guardrails(body.guardrails)):
+        if refused is not None:
+            return refused
     secret, record = records.created(body, request[ACTOR].id)
     configured = body.tenant in request.app[TENANCY].policy.configured
     try:  # a tenant not configured must be stored when the key is (one made a moment ago may not be installed here)
@@ -132,8 +171,9 @@ async def get_key(request: web.Request) -> web.Response:
 
 async def update_key(request: web.Request) -> web.Response:
     change = await body_of(request, records.KeyUpdate)
-    if (past := _past(change.expires_at)) is not None:
-        return past
+    for refused in (_past(change.expires_at), bad_guardrails(change.guardrails)):
+        if refused is not None:
+            return refused
     before = await _found(request)
     after = records.updated(before.record, change)
     await _change(request, "update", before, after)
@@ -183,15 +223,19 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app[STORE] = store
     app[TENANCY] = tenancy
     app[ADMIN_KEYS] = {key.id: key for key in settings.keys}
+    if settings.oidc is not None:
+        signins = app[SIGNINS] = SignIns(settings.oidc)
+        app.cleanup_ctx.append(signins.running)
     app.router.add_post("/admin/v1/keys", create_key)
     app.router.add_get("/admin/v1/keys", list_keys)
     app.router.add_get("/admin/v1/keys/{key_id}", get_key)
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
-    from ingress.admin import tenants  # its handlers use this module's keys and helpers
+    from ingress.admin import imports, tenants  # their handlers use this module's keys and helpers
 
     tenants.add_routes(app)
+    imports.add_routes(app)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     session.add_routes(app, store)

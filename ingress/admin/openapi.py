@@ -16,6 +16,7 @@ _KEY_SHOWN: dict[str, Any] = {
     "type": "object", "description": "A stored key as shown: never its hash; `key` only when made or rotated.",
     "properties": {"id": {"type": "string"}, "tenant": {"type": "string"}, "models": {"type": "array"},
                    "limits": {"type": "object"}, "metadata": {"type": "object"},
+                   "guardrails": {"type": ["object", "null"]},
                    "name": {"type": ["string", "null"]}, "expires_at": {"type": ["number", "null"]},
                    "rotating_until": {"type": ["number", "null"]}, "created_at": {"type": "number"},
                    "updated_at": {"type": "number"}, "created_by": {"type": "string"},
@@ -82,13 +83,20 @@ DESCRIPTION: dict[str, Any] = {
         },
         "/admin/v1/keys/{key_id}": {
             "get": {**_op("A stored key", "KeyShown"), "parameters": _ID},
-            "patch": {**_op("Change a key's limits, models, budget, metadata or expiry", "KeyShown",
+            "patch": {**_op("Change a key's limits, models, budget, guardrails, metadata or expiry", "KeyShown",
                             body=_schemas[1]), "parameters": _ID},
             "delete": {**_op("Revoke a key", "KeyShown"), "parameters": _ID},
         },
         "/admin/v1/keys/{key_id}/rotate": {
             "post": {**_op("A new secret; the former one works for grace_seconds more", "KeyShown",
                            body=_schemas[2]), "parameters": _ID},
+        },
+        "/admin/v1/keys:import": {
+            "post": {"summary": "Copy the keys file's tenants and keys (their hashes) into the store; idempotent",
+                     "security": [{"adminKey": []}], "requestBody": {"required": False, "content": {
+                         "application/json": {"schema": {"type": "object", "additionalProperties": False}}}},
+                     "responses": {"200": {"description": "What was imported, what was stored already, what "
+                                                          "was refused and why"}, **_ERRORS}},
         },
         "/admin/v1/tenants": {
             "post": {**_op("Make a tenant (over a configured one of its name)", "TenantShown", 201, _schemas[4]),
@@ -97,8 +105,8 @@ DESCRIPTION: dict[str, Any] = {
         },
         "/admin/v1/tenants/{name}": {
             "get": {**_op("A stored tenant", "TenantShown"), "parameters": _NAME},
-            "patch": {**_op("Change a tenant's limits, budget, models or metadata", "TenantShown", body=_schemas[5]),
-                      "parameters": _NAME},
+            "patch": {**_op("Change a tenant's limits, budget, models, routes, guardrails or metadata", "TenantShown",
+                            body=_schemas[5]), "parameters": _NAME},
             "delete": {**_op("Delete a stored tenant; 409, naming them, while keys belong to it", "TenantShown"),
                        "parameters": _NAME},
         },

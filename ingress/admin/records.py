@@ -3,7 +3,8 @@ structs.
 
 A stored key holds its hash (keys.py's SHA-256 of the whole key), never the key; `shown()` is what the API
 answers and the audit log keeps of it, without even the hash. A stored tenant is the limits and models of a
-configured one ([tenancy.tenants.<name>]), over it where both have the name."""
+configured one ([tenancy.tenants.<name>]), over it where both have the name. Guardrails are as the
+configuration's (ingress/guardrails), checked by guardrails_problem before anything is stored."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from ingress.guardrails import Guardrails, check_guardrails
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Budget, Key, KeyHash, KeyId, Limits, Name, Tenant
 
@@ -22,7 +24,7 @@ Models = Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=256)], ...
 Label = Annotated[str, Meta(min_length=1, max_length=200)]
 When = Annotated[float, Meta(ge=0)]
 MAX_GRACE = 30 * 86_400.0
-Action = Literal["create", "update", "rotate", "revoke", "delete"]
+Action = Literal["create", "update", "rotate", "revoke", "delete", "import"]
 
 
 class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,6 +33,7 @@ class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     hash: KeyHash
     models: tuple[str, ...] = ("*",)
     limits: Limits = Limits()
+    guardrails: Guardrails | None = None  # checked after its tenant's
     metadata: dict[str, str] = {}
     name: str | None = None
     expires_at: float | None = None
@@ -43,8 +46,8 @@ class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def key(self) -> Key:
         """The key as the data plane knows one (settings.Key)."""
         return Key(id=self.id, tenant=self.tenant, hash=self.hash, models=self.models, limits=self.limits,
-                   name=self.name, expires_at=self.expires_at, previous_hash=self.previous_hash,
-                   previous_until=self.previous_until)
+                   guardrails=self.guardrails, name=self.name, expires_at=self.expires_at,
+                   previous_hash=self.previous_hash, previous_until=self.previous_until)
 
     def shown(self) -> dict[str, Any]:
         """What the API answers and the audit log keeps: everything but the hashes."""
@@ -69,6 +72,7 @@ class NewKey(_Body, frozen=True):
     tenant: Name
     models: Models = ("*",)
     limits: Limits = Limits()
+    guardrails: Guardrails | None = None
     metadata: Metadata = {}
     name: Label | None = None
     expires_at: When | None = None
@@ -80,6 +84,7 @@ class KeyUpdate(_Body, frozen=True):
     models: Models | UnsetType = UNSET
     limits: Limits | UnsetType = UNSET
     budget: Budget | UnsetType | None = UNSET
+    guardrails: Guardrails | UnsetType | None = UNSET  # null: none of its own
     metadata: Metadata | UnsetType = UNSET
     name: Label | UnsetType | None = UNSET
     expires_at: When | UnsetType | None = UNSET
@@ -95,10 +100,16 @@ class SignIn(_Body, frozen=True):
     key: Annotated[str, Meta(min_length=1, max_length=512)]
 
 
+class KeysImport(_Body, frozen=True):
+    """`POST /admin/v1/keys:import`'s body: nothing to say yet, so an empty object (or none)."""
+
+
 class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     name: Name
     limits: Limits = Limits()
     models: tuple[str, ...] = ("*",)  # names or globs: a key may use what both it and its tenant allow
+    routes: tuple[str, ...] = ("*",)  # names or globs of the routes its requests may take
+    guardrails: Guardrails | None = None  # None: a configured tenant's of its name stay (policy.py)
     metadata: dict[str, str] = {}
     created_at: float
     updated_at: float
@@ -106,7 +117,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
     def tenant(self) -> Tenant:
         """The tenant as the data plane knows one (settings.Tenant); a configured one's guardrails stay (policy.py)."""
-        return Tenant(limits=self.limits, models=self.models)
+        return Tenant(limits=self.limits, models=self.models, routes=self.routes, guardrails=self.guardrails)
 
     def shown(self) -> dict[str, Any]:
         shown: dict[str, Any] = msgspec.to_builtins(self)
@@ -118,6 +129,8 @@ class NewTenant(_Body, frozen=True):
     name: Name
     limits: Limits = Limits()
     models: Models = ("*",)
+    routes: Models = ("*",)
+    guardrails: Guardrails | None = None
     metadata: Metadata = {}
 
 
@@ -127,6 +140,8 @@ class TenantUpdate(_Body, frozen=True):
     limits: Limits | UnsetType = UNSET
     budget: Budget | UnsetType | None = UNSET
     models: Models | UnsetType = UNSET
+    routes: Models | UnsetType = UNSET
+    guardrails: Guardrails | UnsetType | None = UNSET  # null: none of its own (a configured tenant's stay)
     metadata: Metadata | UnsetType = UNSET
 
 
@@ -141,17 +156,38 @@ class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
     after: dict[str, Any] | None
 
 
+def guardrails_problem(guardrails: object) -> str | None:
+    """What is wrong with guardrails a body sets (a rule RE2 cannot compile...), named from `guardrails.`, as
+    check-config names a configured one's; None when there are none, or they compile."""
+    if not isinstance(guardrails, Guardrails):
+        return None
+    try:
+        check_guardrails(guardrails)
+    except ValueError as exc:
+        return f"guardrails.{exc}"
+    return None
+
+
 def created(body: NewKey, actor: str, now: float | None = None) -> tuple[str, StoredKey]:
     """A new key: (the key, shown once; its record)."""
     now = time.time() if now is None else now
     secret, key_id, digest = new_key()
     return secret, StoredKey(id=key_id, tenant=body.tenant, hash=digest, models=body.models, limits=body.limits,
-                             metadata=body.metadata, name=body.name, expires_at=body.expires_at, created_at=now,
-                             updated_at=now, created_by=actor)
+                             guardrails=body.guardrails, metadata=body.metadata, name=body.name,
+                             expires_at=body.expires_at, created_at=now, updated_at=now, created_by=actor)
+
+
+def key_imported(key: Key, actor: str, now: float | None = None) -> StoredKey:
+    """A key of the keys file as stored: its id, hash (and a rotation's former one) and settings as they are."""
+    now = time.time() if now is None else now
+    return StoredKey(id=key.id, tenant=key.tenant, hash=key.hash, models=key.models, limits=key.limits,
+                     guardrails=key.guardrails, name=key.name, expires_at=key.expires_at,
+                     previous_hash=key.previous_hash, previous_until=key.previous_until, created_at=now,
+                     updated_at=now, created_by=actor)
 
 
 def updated(record: StoredKey, change: KeyUpdate, now: float | None = None) -> StoredKey:
-    fields = {name: value for name in ("models", "limits", "metadata", "name", "expires_at")
+    fields = {name: value for name in ("models", "limits", "guardrails", "metadata", "name", "expires_at")
               if (value := getattr(change, name)) is not UNSET}
     record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
     if not isinstance(change.budget, UnsetType):
@@ -179,12 +215,21 @@ def entry(action: Action, actor: str, client: str | None, key_id: str, before: S
 
 def tenant_created(body: NewTenant, actor: str, now: float | None = None) -> StoredTenant:
     now = time.time() if now is None else now
-    return StoredTenant(name=body.name, limits=body.limits, models=body.models, metadata=body.metadata,
-                        created_at=now, updated_at=now, created_by=actor)
+    return StoredTenant(name=body.name, limits=body.limits, models=body.models, routes=body.routes,
+                        guardrails=body.guardrails, metadata=body.metadata, created_at=now, updated_at=now,
+                        created_by=actor)
+
+
+def tenant_imported(name: str, tenant: Tenant, actor: str, now: float | None = None) -> StoredTenant:
+    """A tenant of the keys file as stored."""
+    now = time.time() if now is None else now
+    return StoredTenant(name=name, limits=tenant.limits, models=tenant.models, routes=tenant.routes,
+                        guardrails=tenant.guardrails, created_at=now, updated_at=now, created_by=actor)
 
 
 def tenant_updated(record: StoredTenant, change: TenantUpdate, now: float | None = None) -> StoredTenant:
-    fields = {name: value for name in ("limits", "models", "metadata") if (value := getattr(change, name)) is not UNSET}
+    fields = {name: value for name in ("limits", "models", "routes", "guardrails", "metadata")
+              if (value := getattr(change, name)) is not UNSET}
     record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
     if not isinstance(change.budget, UnsetType):
         record = msgspec.structs.replace(record, limits=msgspec.structs.replace(record.limits, budget=change.budget))

@@ -200,7 +200,8 @@ async def actor(request: web.Request) -> AdminKey | web.Response | None:
     try:
         found = await request.app[SESSIONS].get(digest(token))
     except Unavailable:
-        return api.failure(503, "store_unavailable", "The session store did not answer; try again.")
+        return api.failure(503, "store_unavailable", "The session store did not answer; try again.",
+                           **{"Retry-After": api.RETRY_AFTER})
     key = request.app[api.ADMIN_KEYS].get(found.actor) if found is not None else None
     if found is None or key is None or found.expires_at <= time.time():
         return None
@@ -237,7 +238,8 @@ async def sign_in(request: web.Request) -> web.Response:
         session = Session(actor=key.id, csrf=csrf, expires_at=time.time() + SESSION_S)
         await sessions.put(digest(token), session)
     except Unavailable:
-        return api.failure(503, "store_unavailable", "The session store did not answer; try again.")
+        return api.failure(503, "store_unavailable", "The session store did not answer; try again.",
+                           **{"Retry-After": api.RETRY_AFTER})
     log.info("console signed in", actor=key.id, client=client)
     answer = web.json_response({"actor": key.id, "role": key.role, "csrf_token": csrf,
                                 "expires_at": session.expires_at})
@@ -264,7 +266,8 @@ async def sign_out(request: web.Request) -> web.Response:
             await request.app[SESSIONS].drop(digest(token or ""))
             log.info("console signed out", actor=found.actor, client=request.remote)
     except Unavailable:
-        return api.failure(503, "store_unavailable", "The session store did not answer; try again.")
+        return api.failure(503, "store_unavailable", "The session store did not answer; try again.",
+                           **{"Retry-After": api.RETRY_AFTER})
     answer = web.json_response({"signed_out": True})
     answer.del_cookie(COOKIE, path="/admin/")
     return answer

@@ -6,6 +6,12 @@
     id = "0c4f1e9a7b2d"
     hash = "sha256:..."
     role = "admin"                     # or "viewer": reads only
+    [admin.oidc]                       # and/or people signed in with an OIDC provider (docs/admin.md)
+    issuer = "https://sso.example.com/realms/ops"
+    audience = ["ingress-admin"]       # a client id of its own: no data-plane token is an admin's
+    role_claim = "groups"
+    admin_values = ["ingress-admins"]
+    viewer_values = ["ingress-viewers"]
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from ingress.tenancy.settings import KeyHash, KeyId, Tenancy
+from ingress.tenancy.settings import Algorithm, ClaimPath, Issuer, KeyHash, KeyId, Seconds, Tenancy
 
 Listen = Annotated[str, Meta(pattern=r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):[0-9]{1,5}\Z")]
 
@@ -33,9 +39,39 @@ class AdminKey(_Config, frozen=True):
     name: str | None = None  # for people; never used to decide
 
 
+Value = Annotated[str, Meta(min_length=1, max_length=256)]
+
+
+class AdminOidc(_Config, frozen=True):
+    """Admins signed in with an OIDC provider: its JWTs as `Authorization: Bearer`, verified as the data plane's
+    callers' are (ingress/tenancy/bearer.py, jwks.py), the role read from `role_claim` (a string or a list of
+    them): any of `admin_values` makes an admin, else any of `viewer_values` a viewer, else none (403)."""
+
+    issuer: Annotated[str, Meta(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?\Z", max_length=500)]
+    audience: Annotated[tuple[Value, ...], Meta(min_length=1)]
+    role_claim: ClaimPath = "groups"
+    admin_values: tuple[Value, ...] = ()
+    viewer_values: tuple[Value, ...] = ()
+    subject_claim: ClaimPath = "sub"  # who the audit log says did it (`oidc:<subject>`)
+    algorithms: Annotated[tuple[Algorithm, ...], Meta(min_length=1)] = ("RS256",)
+    leeway: Annotated[float, Meta(ge=0, le=300)] = 30.0
+    refresh_every: Seconds = 900.0
+    min_refresh_interval: Annotated[float, Meta(ge=0.1, le=3600)] = 10.0
+    fetch_timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0
+    jwks_uri: Annotated[str, Meta(pattern=r"^https?://\S+\Z")] | None = None
+
+    def issuer_settings(self) -> Issuer:
+        """As the data plane's verifier takes an issuer (its tenant and limits unused here)."""
+        return Issuer(issuer=self.issuer, audience=self.audience, name="admin", algorithms=self.algorithms,
+                      leeway=self.leeway, refresh_every=self.refresh_every,
+                      min_refresh_interval=self.min_refresh_interval, fetch_timeout=self.fetch_timeout,
+                      jwks_uri=self.jwks_uri)
+
+
 class Admin(_Config, frozen=True):
     listen: Listen  # host:port of the admin listener; config.py refuses the public port
     keys: tuple[AdminKey, ...] = ()
+    oidc: AdminOidc | None = None  # admins signed in with an OIDC provider, beside (or instead of) the keys
     poll_interval: Annotated[float, Meta(ge=0.05, le=1.0)] = 0.25  # s between two looks at the version counter
     deadline_ms: Annotated[int, Meta(ge=10, le=30_000)] = 2000  # per call to the store
 
@@ -56,11 +92,27 @@ def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int]
     if public is not None and port == public[1] and port != 0:
         return (f"admin.listen: port {port} is the public listener's; the admin API listens on a port of its own "
                 "(keep it off the public network)")
-    if not admin.keys:
-        return "admin.keys: no admin key is configured: make one with `ingress keys new --admin admin`"
+    if not admin.keys and admin.oidc is None:
+        return ("admin.keys: no admin key is configured: make one with `ingress keys new --admin admin` (or "
+                "configure [admin.oidc])")
+    if (problem := _oidc_problem(admin.oidc, tenancy)) is not None:
+        return problem
     seen: set[str] = set()
     for i, key in enumerate(admin.keys):
         if key.id in seen:
             return f"admin.keys[{i}].id: the key id {key.id!r} is used twice"
         seen.add(key.id)
+    return None
+
+
+def _oidc_problem(oidc: AdminOidc | None, tenancy: Tenancy) -> str | None:
+    """Some value makes a role; no token the data plane accepts from the same issuer is an admin's."""
+    if oidc is None:
+        return None
+    if not oidc.admin_values and not oidc.viewer_values:
+        return "admin.oidc: set admin_values and/or viewer_values (the role claim's values that make each role)"
+    for i, issuer in enumerate(tenancy.issuers):
+        if issuer.issuer == oidc.issuer and (shared := set(issuer.audience) & set(oidc.audience)):
+            return (f"admin.oidc.audience: {sorted(shared)[0]!r} is tenancy.issuers[{i}]'s too: a caller's token "
+                    "would be an admin's; give the admin API a client id (audience) of its own")
     return None

@@ -48,7 +48,8 @@ class Follower:
                 if self.failing:
                     log.info("key store answers again")
                 self.failing = False
-            except (Unavailable, msgspec.DecodeError) as exc:
+            # ValueError: stored guardrails this replica cannot compile (the API checks them, on its replica)
+            except (Unavailable, msgspec.DecodeError, ValueError) as exc:
                 if not self.failing:  # told once an outage, not every poll
                     log.error("key store not read; the keys in use stay", error=str(exc) or type(exc).__name__)
                 self.failing = True

@@ -1,9 +1,10 @@
 """`/admin/v1/tenants`: tenants made, changed and deleted through the admin API (docs/admin.md).
 
-A stored tenant is its limits (budget included), its allowed models and its metadata; it is seen by every
-replica as a stored key is (sync.py), and replaces, there, the configured tenant of its name (whose
-guardrails stay: the API does not set them). Deleting it is refused while keys belong to it (409, naming
-them): a configured tenant of its name takes its place again, and a key of none would be limited by nothing.
+A stored tenant is its limits (budget included), its allowed models and routes, its guardrails and its
+metadata; it is seen by every replica as a stored key is (sync.py), and replaces, there, the configured tenant
+of its name (whose guardrails stay unless the stored one sets its own). Deleting it is refused while keys
+belong to it (409, naming them): a configured tenant of its name takes its place again, and a key of none
+would be limited by nothing.
 The credentials and errors are api.py's, whose middleware runs before any of these.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ingress.admin import records
-from ingress.admin.api import ACTOR, STORE, TENANCY, body_of, failure
+from ingress.admin.api import ACTOR, STORE, TENANCY, bad_guardrails, body_of, failure
 from ingress.admin.keystore import FoundTenant, Owned
 
 
@@ -40,6 +41,8 @@ def _shown(request: web.Request, record: records.StoredTenant) -> dict[str, Any]
 
 async def create_tenant(request: web.Request) -> web.Response:
     body = await body_of(request, records.NewTenant)
+    if (refused := bad_guardrails(body.guardrails)) is not None:
+        return refused
     if await request.app[STORE].get_tenant(body.name) is not None:
         return failure(409, "conflict", f"A tenant named '{body.name}' is stored already; change it with PATCH.")
     record = records.tenant_created(body, request[ACTOR].id)
@@ -59,6 +62,8 @@ async def get_tenant(request: web.Request) -> web.Response:
 
 async def update_tenant(request: web.Request) -> web.Response:
     change = await body_of(request, records.TenantUpdate)
+    if (refused := bad_guardrails(change.guardrails)) is not None:
+        return refused
     before = await _found(request)
     if isinstance(before, web.Response):
         return before

@@ -24,6 +24,7 @@ from ingress.exchange import Exchange
 from ingress.oai import chat_answers
 from ingress.oai.responses_answers import ResponseObject
 from ingress.pipeline.stored import Keeping
+from ingress.routing.chain import route_name
 from ingress.state import ResponseStore
 from ingress.state.record import (
     PageError,
@@ -294,10 +295,13 @@ async def responses_socket(request: web.Request) -> web.Response:
 
 
 def listed_models(request: web.Request) -> list[str]:
-    """The models listed: those the routes name, and of them those the request's key may use."""
+    """The models listed: those the routes name, and of them those the request's key may use, on a route its
+    tenant allows."""
     principal = request[EXCHANGE].principal
-    models = request.app[GATEWAY].routes.listed_models()
-    return models if principal is None else [m for m in models if principal.allows(m)]
+    routes = request.app[GATEWAY].routes
+    models = routes.listed_models()
+    return models if principal is None else [m for m in models if principal.allows(m) and (
+        (match := routes.match(m)) is not None and principal.reaches(route_name(match.route)))]
 
 
 def _anthropic(request: web.Request) -> bool:

@@ -14,6 +14,7 @@ from ingress.exchange import Exchange
 from ingress.oai.chat import ChatCompletionRequest
 from ingress.oai.sealing import Sealer, new_key
 from ingress.routing.budget import RetryBudget
+from ingress.routing.chain import route_name
 from ingress.routing.split import choose
 from ingress.routing.table import Match, RouteTable
 from ingress.settings import Route, Settings, Timeouts
@@ -59,8 +60,10 @@ class Gateway:
         route's split its sticky key (`meta`'s key or header, `user`, `safety_identifier`) falls on; and the
         route its name selected (the split's, when a variant serves)."""
         match = self.routes.match(model)
-        if match is None or (exchange.principal is not None and not exchange.principal.allows(model)):
-            # One answer for both, as OpenAI's: a key learns nothing of the models it may not use.
+        principal = exchange.principal
+        if match is None or (principal is not None and not (principal.allows(model)
+                                                            and principal.reaches(route_name(match.route)))):
+            # One answer for all three, as OpenAI's: a key learns nothing of the models (routes) it may not use.
             raise NotFound(f"The model '{model}' does not exist or you do not have access to it.", param="model",
                            code="model_not_found")
         asked = match.route

@@ -41,6 +41,9 @@ def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{translate(p)})" for p in patterns) or r"(?!)")
 
 
+_ANY = _matcher(("*",))
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who a request is from: a key, or a subject of an issuer's token; its tenant, and its own limits."""
@@ -55,6 +58,8 @@ class Principal:
     key: Key | None = None
     subject: str | None = None  # a token's subject claim, as its issuer gave it
     team: str | None = None  # a token's team claim (attribution only)
+    _routes: re.Pattern[str] = _ANY  # the tenant's allowed routes, by name
+
 
     @property
     def key_id(self) -> str | None:
@@ -62,6 +67,10 @@ class Principal:
 
     def allows(self, model: str) -> bool:
         return self._models.match(model) is not None and self._tenant_models.match(model) is not None
+
+    def reaches(self, route: str) -> bool:
+        """Whether its tenant allows the route named `route` (routing.chain.route_name) to serve it."""
+        return self._routes.match(route) is not None
 
 
 def presented_key(headers: Mapping[str, str]) -> str | None:
@@ -137,7 +146,7 @@ class Policy:
         guards = (self._tenant_guard(key.tenant, tenant),) + (
             (compile_guardrails(key.guardrails),) if key.guardrails else ())
         return Principal(key.id, key.tenant, tenant, key.limits, _matcher(key.models), _matcher(tenant.models),
-                         tuple(g for g in guards if g is not None), key=key)
+                         tuple(g for g in guards if g is not None), key=key, _routes=_matcher(tenant.routes))
 
     def authenticate(self, headers: Mapping[str, str], presented: str | None = None, *,
                      client: Client = "openai") -> Principal:
@@ -180,7 +189,8 @@ class Policy:
         guard = self._tenant_guard(who.tenant, tenant)
         principal = Principal(f"{issuer.name}:{who.subject}", who.tenant, tenant, limits,
                               self._issuer_models[issuer.issuer], _matcher(tenant.models),
-                              (guard,) if guard is not None else (), subject=who.subject, team=who.team)
+                              (guard,) if guard is not None else (), subject=who.subject, team=who.team,
+                              _routes=_matcher(tenant.routes))
         if len(self._subjects) >= _CACHED_PLANS:
             self._subjects.clear()
         self._subjects[cached] = principal

@@ -7,6 +7,7 @@
 
     [tenancy.tenants.acme]
     limits = { rpm = 600, tpm = 200_000, budget = { usd = 50.0, period = "month" } }
+    routes = ["public-*"]                  # the routes (by name) its requests may take; default all
 
     [[tenancy.keys]]                       # what `ingress keys new --tenant acme` prints
     id = "3f9c2a7d1b6e"
@@ -95,6 +96,7 @@ class Key(_Config, frozen=True):
 class Tenant(_Config, frozen=True):
     limits: Limits = Limits()
     models: tuple[str, ...] = ("*",)  # a key may use what both it and its tenant allow
+    routes: tuple[str, ...] = ("*",)  # names or globs of the routes (route_name) its requests may take
     guardrails: Guardrails | None = None  # for every key of the tenant
 
 

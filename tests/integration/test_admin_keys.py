@@ -1,7 +1,8 @@
 """The admin API on two edges sharing one real Redis (or Valkey), the official openai SDK as the data plane's
 client: a key made on A works on B within a second; revoked on B, it is refused on A within a second; a
 rotation's grace lets both secrets through, then only the new one; an expiry is honoured; the audit log
-is the same from either edge."""
+is the same from either edge; with the store stopped, each change is a 503 with Retry-After in the admin error
+shape while both edges serve on the keys last installed, and a store that restarted empty is seen."""
 
 from __future__ import annotations
 
@@ -88,9 +89,15 @@ async def test_with_the_store_down_changes_are_refused_and_the_keys_in_use_stay_
         await within(lambda: b.works(made["key"]), "the key admitted by B")
         await within(lambda: a.works(made["key"]), "the key admitted by A")  # installed on both before the outage
         store.stop()
-        refused = await admin(http, "POST", f"{a.admin}/keys", {"tenant": "acme"}, 503)
-        assert refused["error"]["type"] == "store_unavailable"
-        await admin(http, "DELETE", f"{b.admin}/keys/{made['id']}", status=503)
+        for method, url, body in (("POST", f"{a.admin}/keys", {"tenant": "acme"}),
+                                  ("DELETE", f"{b.admin}/keys/{made['id']}", None),
+                                  ("PATCH", f"{a.admin}/tenants/acme", {"limits": {"rpm": 1}}),
+                                  ("POST", f"{b.admin}/keys/{made['id']}/rotate", {})):
+            async with http.request(method, url, json=body, headers={"Authorization": f"Bearer {ADMIN}"}) as r:
+                assert r.status == 503 and r.headers["Retry-After"] == "1", (method, url)
+                refused = await r.json()
+                assert refused["error"]["type"] == "store_unavailable" and "did not answer" in refused["error"][
+                    "message"], refused
         await asyncio.sleep(3 * 0.25)  # a few polls that fail
         assert await a.works(made["key"]) and await b.works(made["key"])  # on the last keys installed
         store.start()  # empty: no persistence (docs/admin.md asks for it where the keys matter)

@@ -518,6 +518,9 @@ default_max_tokens = 1024
 def test_a_tenancy_section_decodes() -> None:
     tenancy = parse_config(TENANCY).tenancy
     assert tenancy is not None and tenancy.tenants["acme"].limits.budget is not None
+    assert tenancy.tenants["acme"].routes == ("*",)  # every route, unless narrowed (by name, or a glob)
+    narrowed = parse_config(TENANCY.replace('models = ["gpt-4o*"]', 'routes = ["ingress-demo", "public-*"]')).tenancy
+    assert narrowed is not None and narrowed.tenants["acme"].routes == ("ingress-demo", "public-*")
     assert tenancy.keys[0].limits.concurrency == 4 and tenancy.models["gpt-4o-mini"].price.output == 0.6
 
 
@@ -533,6 +536,8 @@ def test_a_tenancy_section_decodes() -> None:
      "tenancy.tenants.acme.guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'"),
     ('backend = "memory"', 'backend = "memory"\nkeys_file = "/nonexistent/keys.toml"',
      "tenancy.keys_file: /nonexistent/keys.toml: cannot read"),
+    ('models = ["gpt-4o*"]', 'models = ["gpt-4o*"]\nroutes = ["ingress-demo", "ingress-dem"]',
+     "tenancy.tenants.acme.routes[1]: no route is named 'ingress-dem'"),
     ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://sso.example.com", audience = ["x"] }]',
      "tenancy.issuers[0]: set claims.tenant (the claim naming a token's tenant) or tenant"),
     ('backend = "memory"', 'backend = "memory"\nissuers = [{ issuer = "https://sso.example.com", audience = ["x"], '

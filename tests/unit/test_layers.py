@@ -53,9 +53,10 @@ FORBIDDEN = {
     "state": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo",
               "cache", "anthropic", "gemini"},
     # The admin API: the tenancy's keys changed and followed, on a listener of its own; nothing of the requests it
-    # admits nor of the edge that serves them (serve wires the two together).
+    # admits nor of the edge that serves them (serve wires the two together). It stores guardrails' settings and
+    # checks them as check-config does (ingress.guardrails' check_guardrails) before a replica gets them.
     "admin": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "serve", "bridges", "demo",
-              "cache", "state", "oai", "anthropic", "gemini", "guardrails"},
+              "cache", "state", "oai", "anthropic", "gemini"},
     # A policy on decoded requests: it reads oai's types and raises errors', nothing of the hop.
     "guardrails": {"wire", "encoding", "upstream", "translate", "edge", "pipeline", "routing", "settings", "config",
                    "serve"},

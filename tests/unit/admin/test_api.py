@@ -1,33 +1,69 @@
-"""The admin API on one process's store: every route refuses a caller without an admin key (401) and a viewer's
-change (403); each change is made, answered without a hash, and written to the audit log by whom, from where."""
+"""The admin API on one process's store: every route, as the app's router lists them (a route added later is
+covered without a word here), refuses a caller without an admin credential (401: none, an unknown or wrong key,
+a data-plane key, a data-plane, expired or foreign token), a viewer's change (403, key or token) and a token of
+no role (403); the description is behind the credentials too, and names every route; each change is made,
+answered without a hash, and written to the audit log by whom, from where."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import jwt
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 
-from ingress.admin.api import STORE, create_admin_app
+from ingress.admin.api import SIGNINS, STORE, create_admin_app
 from ingress.admin.keystore import Found, FoundTenant, MemoryKeyStore, Unavailable
 from ingress.admin.records import AuditEntry, StoredKey
-from ingress.admin.settings import Admin, AdminKey
+from ingress.admin.settings import Admin, AdminKey, AdminOidc
 from ingress.admin.sync import Follower
 from ingress.tenancy import Tenancy, build
+from ingress.tenancy.bearer import KeySet
 from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Key, Tenant
 from ingress.tenancy.settings import Tenancy as TenancySettings
-from ingress.tenancy.settings import Tenant
 
 ADMIN, ADMIN_ID, ADMIN_HASH = new_key()
 VIEWER, VIEWER_ID, VIEWER_HASH = new_key()
-ROUTES = [("POST", "/admin/v1/keys"), ("GET", "/admin/v1/keys"), ("GET", "/admin/v1/keys/abcdefgh1234"),
-          ("PATCH", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/keys/abcdefgh1234/rotate"),
-          ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/tenants"), ("GET", "/admin/v1/tenants"),
-          ("GET", "/admin/v1/tenants/acme"), ("PATCH", "/admin/v1/tenants/acme"), ("DELETE", "/admin/v1/tenants/acme"),
-          ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/openapi.json"), ("GET", "/admin/v1/session"),
-          ("GET", "/admin/v1/nothing-here")]
+DATA, DATA_ID, DATA_HASH = new_key()  # a key of the data plane, configured
+ISS = "https://sso.example.com/realms/ops"
+SIGNER = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # the provider's key, given by hand
+SETTINGS = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),
+                                             AdminKey(id=VIEWER_ID, hash=VIEWER_HASH, role="viewer")),
+                 oidc=AdminOidc(issuer=ISS, audience=("ingress-admin",), admin_values=("ops",),
+                                viewer_values=("audit",), jwks_uri="http://127.0.0.1:9/jwks"))  # never fetched
 Client = TestClient[web.Request, web.Application]
+SAMPLES = {"key_id": "abcdefgh1234", "name": "acme"}
+
+
+def _tenancy() -> Tenancy:
+    return build(TenancySettings(tenants={"acme": Tenant()}, keys=(Key(id=DATA_ID, tenant="acme", hash=DATA_HASH),)))
+
+
+# What answers without an admin credential: the console's files (console.py) and signing in and out, which
+# check what they need themselves (session.py; tests/unit/admin/test_session.py). Nothing else may join.
+OPEN = {("GET", "/admin"), ("HEAD", "/admin"), ("GET", "/admin/"), ("HEAD", "/admin/"), ("GET", "/admin/{file}"),
+        ("HEAD", "/admin/{file}"), ("POST", "/admin/v1/session"), ("DELETE", "/admin/v1/session")}
+
+
+def _routed() -> list[tuple[str, str]]:
+    app = create_admin_app(SETTINGS, MemoryKeyStore(), _tenancy())
+    return [(route.method, route.resource.canonical) for route in app.router.routes() if route.resource is not None]
+
+
+def _routes() -> list[tuple[str, str]]:
+    """Every route of the admin app as its router has it (so that a route added later is covered), each
+    path's parameters filled in, but the open ones; and a path no route has."""
+    found = [(method, path.format(**SAMPLES)) for method, path in _routed() if (method, path) not in OPEN]
+    return [*found, ("GET", "/admin/v1/nothing-here")]
+
+
+ROUTES = _routes()
 WRITES = [(method, path) for method, path in ROUTES if method not in ("GET", "HEAD")]
 
 
@@ -35,38 +71,69 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def _token(**claims: object) -> str:
+    now = int(time.time())
+    body = {"iss": ISS, "aud": "ingress-admin", "sub": "alice", "iat": now, "exp": now + 300, **claims}
+    return jwt.encode(body, SIGNER, algorithm="RS256", headers={"kid": "k1"})
+
+
 @pytest.fixture
 def tenancy() -> Tenancy:
-    return build(TenancySettings(tenants={"acme": Tenant()}))
+    return _tenancy()
 
 
 @pytest.fixture
 async def client(tenancy: Tenancy) -> AsyncIterator[Client]:
-    settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),
-                                                  AdminKey(id=VIEWER_ID, hash=VIEWER_HASH, role="viewer")))
-    app = create_admin_app(settings, MemoryKeyStore(), tenancy)
+    app = create_admin_app(SETTINGS, MemoryKeyStore(), tenancy)
+    app[SIGNINS].verifier.set_keys(ISS, KeySet({"keys": [{**RSAAlgorithm.to_jwk(SIGNER.public_key(), as_dict=True),
+                                                         "kid": "k1"}]}))
     async with TestClient[web.Request, web.Application](TestServer(app)) as c:
         yield c
 
 
+def test_only_the_console_s_files_and_its_sign_in_are_open() -> None:
+    assert {route for route in _routed() if not route[1].startswith("/admin/v1/")} | {
+        route for route in _routed() if route[1] == "/admin/v1/session" and route[0] in ("POST", "DELETE")} == OPEN
+
+
+def test_the_routes_are_the_router_s_own() -> None:
+    assert len(ROUTES) > 15 and ("POST", "/admin/v1/keys:import") in ROUTES and ("HEAD", "/admin/v1/keys") in ROUTES
+    assert ("DELETE", "/admin/v1/tenants/acme") in WRITES and ("GET", "/admin/v1/audit") not in WRITES
+
+
 @pytest.mark.parametrize(("method", "path"), ROUTES)
-@pytest.mark.parametrize("headers", [{}, _auth("sk-ig-abcdefgh1234-" + "x" * 43), {"Authorization": "Basic x"},
-                                     _auth(ADMIN[:-1] + ("A" if ADMIN[-1] != "A" else "B"))],
-                         ids=["none", "unknown", "not-bearer", "wrong-secret"])
-async def test_every_route_refuses_a_caller_without_an_admin_key(client: Client, method: str,
-                                                                 path: str, headers: dict[str, str]) -> None:
+@pytest.mark.parametrize("headers", [
+    {}, _auth("sk-ig-abcdefgh1234-" + "x" * 43), {"Authorization": "Basic x"},
+    _auth(ADMIN[:-1] + ("A" if ADMIN[-1] != "A" else "B")), _auth(DATA), {"x-api-key": DATA},
+    _auth(_token(groups=["ops"], aud="ingress")), _auth(_token(groups=["ops"], exp=int(time.time()) - 3600)),
+    _auth(_token(groups=["ops"], iss="https://elsewhere.example"))],
+    ids=["none", "unknown", "not-bearer", "wrong-secret", "data-plane-key", "data-plane-key-x-api-key",
+         "data-plane-token", "expired-token", "foreign-token"])
+async def test_every_route_refuses_a_caller_without_an_admin_credential(client: Client, method: str,
+                                                                        path: str, headers: dict[str, str]) -> None:
     async with client.request(method, path, headers=headers, json={}) as r:
         assert r.status == 401
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
-        assert (await r.json())["error"]["type"] == "unauthenticated"
+        if method != "HEAD":
+            assert (await r.json())["error"]["type"] == "unauthenticated"
+    async with client.get("/admin/v1/audit", headers=_auth(ADMIN)) as r:
+        assert (await r.json())["total"] == 0
 
 
 @pytest.mark.parametrize(("method", "path"), WRITES)
-async def test_a_viewer_may_not_change_anything(client: Client, method: str, path: str) -> None:
-    async with client.request(method, path, headers=_auth(VIEWER), json={"tenant": "acme"}) as r:
+@pytest.mark.parametrize("credential", [VIEWER, _token(groups=["audit"])], ids=["viewer-key", "viewer-token"])
+async def test_a_viewer_may_not_change_anything(client: Client, method: str, path: str, credential: str) -> None:
+    async with client.request(method, path, headers=_auth(credential), json={"tenant": "acme"}) as r:
         assert r.status == 403
+        assert "may only read (role viewer)" in (await r.json())["error"]["message"]
     async with client.get("/admin/v1/audit", headers=_auth(VIEWER)) as r:
         assert (await r.json())["total"] == 0
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+async def test_a_token_of_no_role_may_not_even_read(client: Client, method: str, path: str) -> None:
+    async with client.request(method, path, headers=_auth(_token(groups=["eng"])), json={}) as r:
+        assert r.status == 403
 
 
 async def test_an_api_key_of_the_data_plane_is_no_admin_key(client: Client) -> None:
@@ -147,9 +214,10 @@ async def test_the_description_names_every_route(client: Client) -> None:
     async with client.get("/admin/v1/openapi.json", headers=_auth(VIEWER)) as r:
         description = await r.json()
     assert description["openapi"].startswith("3.1")
-    assert set(description["paths"]) == {path for _, path in ROUTES if "nothing" not in path} - {
-        "/admin/v1/keys/abcdefgh1234", "/admin/v1/keys/abcdefgh1234/rotate", "/admin/v1/tenants/acme"} | {
-        "/admin/v1/keys/{key_id}", "/admin/v1/keys/{key_id}/rotate", "/admin/v1/tenants/{name}"}
+    routed = {(route.method.lower(), route.resource.canonical) for route in client.app.router.routes()
+              if route.resource is not None and route.method != "HEAD"
+              and route.resource.canonical.startswith("/admin/v1/")}  # the console's files are no API
+    assert {(method, path) for path, item in description["paths"].items() for method in item} == routed
 
 
 class _Down(MemoryKeyStore):
@@ -165,13 +233,16 @@ class _Down(MemoryKeyStore):
 
 
 @pytest.mark.parametrize(("method", "path"), WRITES)
-async def test_a_store_that_does_not_answer_is_a_503_saying_so(tenancy: Tenancy, method: str, path: str) -> None:
+async def test_a_store_that_does_not_answer_is_a_503_saying_so(tmp_path: Path, method: str, path: str) -> None:
+    keys_file = tmp_path / "keys.toml"  # something to import
+    keys_file.write_text(f'[[keys]]\nid = "{VIEWER_ID}"\ntenant = "acme"\nhash = "{VIEWER_HASH}"\n')
+    tenancy = build(TenancySettings(tenants={"acme": Tenant()}, keys_file=str(keys_file)))
     settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),))
     async with TestClient[web.Request, web.Application](TestServer(create_admin_app(settings, _Down(), tenancy))) as c:
         body = {"tenant": "acme"} if path.endswith("/keys") else {"name": "x"} if path.endswith("/tenants") else {}
         async with c.request(method, path, headers=_auth(ADMIN), json=body) as r:
-            assert r.status == 503
-            assert "did not answer" in (await r.json())["error"]["message"]
+            assert r.status == 503 and r.headers["Retry-After"] == "1"
+            assert (await r.json())["error"]["type"] == "store_unavailable"
 
 
 async def test_an_expiry_already_past_is_refused_on_update_too(client: Client) -> None:

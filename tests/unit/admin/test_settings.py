@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.admin.settings import Admin, AdminKey, admin_problem
+from ingress.admin.settings import Admin, AdminKey, AdminOidc, admin_problem
 from ingress.tenancy.keys import new_key
-from ingress.tenancy.settings import Redis, Tenancy
+from ingress.tenancy.settings import Issuer, Redis, Tenancy
 
 _, KEY_ID, KEY_HASH = new_key()
 KEYS = (AdminKey(id=KEY_ID, hash=KEY_HASH, role="admin"),)
 REDIS = Tenancy(backend="redis", redis=Redis(url="redis://127.0.0.1:6379/0"))
+SSO = "https://sso.example.com/realms/acme"
+OIDC = AdminOidc(issuer=SSO, audience=("ingress-admin",), admin_values=("ops",))
+CALLERS = Tenancy(backend="redis", redis=Redis(url="redis://127.0.0.1:6379/0"), issuers=(
+    Issuer(issuer=SSO, audience=("ingress", "ingress-admin"), tenant="acme"),))
 
 
 @pytest.mark.parametrize(("listen", "address"), [("127.0.0.1:9090", ("127.0.0.1", 9090)), (":9090", ("0.0.0.0", 9090)),
@@ -22,6 +26,7 @@ def test_the_listener_s_address(listen: str, address: tuple[str, int]) -> None:
 def test_a_sound_admin_section_passes() -> None:
     assert admin_problem(Admin(listen="127.0.0.1:9090", keys=KEYS), REDIS, ("127.0.0.1", 8080), 4) is None
     assert admin_problem(Admin(listen="127.0.0.1:9090", keys=KEYS), Tenancy(), ("127.0.0.1", 8080), 1) is None
+    assert admin_problem(Admin(listen="127.0.0.1:9090", oidc=OIDC), REDIS, ("127.0.0.1", 8080), 4) is None  # no key
 
 
 @pytest.mark.parametrize(("admin", "tenancy", "workers", "said"), [
@@ -30,6 +35,10 @@ def test_a_sound_admin_section_passes() -> None:
     (Admin(listen="0.0.0.0:8080", keys=KEYS), REDIS, 1, "is the public listener's"),
     (Admin(listen="127.0.0.1:9090"), REDIS, 1, "no admin key is configured"),
     (Admin(listen="127.0.0.1:9090", keys=KEYS * 2), REDIS, 1, "used twice"),
+    (Admin(listen="127.0.0.1:9090", oidc=AdminOidc(issuer=SSO, audience=("a",))), REDIS, 1,
+     "admin.oidc: set admin_values and/or viewer_values"),
+    (Admin(listen="127.0.0.1:9090", oidc=OIDC), CALLERS, 1,
+     "admin.oidc.audience: 'ingress-admin' is tenancy.issuers[0]'s too"),
 ])
 def test_what_is_refused(admin: Admin, tenancy: Tenancy | None, workers: int, said: str) -> None:
     problem = admin_problem(admin, tenancy, ("127.0.0.1", 8080), workers)

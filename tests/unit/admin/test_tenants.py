@@ -42,11 +42,13 @@ async def client(tenancy: Tenancy) -> AsyncIterator[Client]:
 
 async def test_a_tenant_made_used_by_a_key_changed_and_deleted_with_its_audit_trail(client: Client,
                                                                                    tenancy: Tenancy) -> None:
-    body = {"name": "beta", "limits": {"rpm": 1}, "models": ["small-*"], "metadata": {"owner": "search"}}
+    body = {"name": "beta", "limits": {"rpm": 1}, "models": ["small-*"], "routes": ["public-*"],
+            "metadata": {"owner": "search"}}
     async with client.post("/admin/v1/tenants", headers=AUTH, json=body) as r:
         assert r.status == 201
         made = await r.json()
     assert made["limits"] == {"rpm": 1} and made["configured"] is False and made["created_by"] == ADMIN_ID
+    assert made["routes"] == ["public-*"]
     async with client.post("/admin/v1/tenants", headers=AUTH, json=body) as r:
         assert r.status == 409
     async with client.post("/admin/v1/keys", headers=AUTH, json={"tenant": "beta"}) as r:  # before it is followed
@@ -55,16 +57,20 @@ async def test_a_tenant_made_used_by_a_key_changed_and_deleted_with_its_audit_tr
     await Follower(client.app[STORE], tenancy).once()
     principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
     assert principal.tenant.limits.rpm == 1 and principal.allows("small-1") and not principal.allows("large")
+    assert principal.reaches("public-chat") and not principal.reaches("internal")
 
-    change = {"limits": {"rpm": 100}, "budget": {"tokens": 1000, "period": "day"}}
+    change = {"limits": {"rpm": 100}, "budget": {"tokens": 1000, "period": "day"}, "routes": ["internal"]}
     async with client.patch("/admin/v1/tenants/beta", headers=AUTH, json=change) as r:
         changed = await r.json()
     assert changed["limits"] == {"rpm": 100, "budget": {"tokens": 1000, "period": "day"}}
     assert changed["models"] == ["small-*"] and changed["metadata"] == {"owner": "search"}
+    assert changed["routes"] == ["internal"]
     async with client.get("/admin/v1/tenants", headers=AUTH) as r:
         assert [t["name"] for t in (await r.json())["data"]] == ["beta"]
     await Follower(client.app[STORE], tenancy).once()
     assert tenancy.policy.tenants["beta"].limits.rpm == 100
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
+    assert principal.reaches("internal") and not principal.reaches("public-chat")
 
     async with client.delete("/admin/v1/tenants/beta", headers=AUTH) as r:
         assert r.status == 409
@@ -100,8 +106,11 @@ async def test_a_stored_tenant_replaces_the_configured_one_for_its_keys_until_it
 @pytest.mark.parametrize(("method", "path", "body"), [
     ("POST", "/admin/v1/tenants", {"name": "a b"}), ("POST", "/admin/v1/tenants", {"name": "x", "surprise": 1}),
     ("POST", "/admin/v1/tenants", {"name": "x", "limits": {"rpm": 0}}), ("POST", "/admin/v1/tenants", {}),
-    ("POST", "/admin/v1/tenants", {"name": "x", "models": []}), ("POST", "/admin/v1/keys", {"tenant": "nobody"})],
-    ids=["bad-name", "unknown-field", "bad-limit", "no-name", "no-model", "key-of-no-tenant"])
+    ("POST", "/admin/v1/tenants", {"name": "x", "models": []}),
+    ("POST", "/admin/v1/tenants", {"name": "x", "routes": []}),
+    ("POST", "/admin/v1/tenants", {"name": "x", "routes": "public"}), ("POST", "/admin/v1/keys", {"tenant": "nobody"})],
+    ids=["bad-name", "unknown-field", "bad-limit", "no-name", "no-model", "no-route", "routes-not-a-list",
+         "key-of-no-tenant"])
 async def test_a_bad_tenant_is_refused_and_nothing_is_written(client: Client, method: str, path: str,
                                                              body: dict[str, object]) -> None:
     async with client.request(method, path, headers=AUTH, json=body) as r:
@@ -114,3 +123,39 @@ async def test_changing_or_deleting_a_tenant_not_stored_is_a_404(client: Client)
     for method in ("GET", "PATCH", "DELETE"):
         async with client.request(method, "/admin/v1/tenants/acme", headers=AUTH, json={}) as r:
             assert r.status == 404 and (await r.json())["error"]["type"] == "not_found"
+
+
+async def test_guardrails_set_through_the_api_are_the_data_plane_s_and_one_that_does_not_compile_is_a_400(
+        client: Client, tenancy: Tenancy) -> None:
+    tenant = {"name": "beta", "guardrails": {"blocked_terms": ["forbidden"]}}
+    async with client.post("/admin/v1/tenants", headers=AUTH, json=tenant) as r:
+        assert r.status == 201 and (await r.json())["guardrails"]["blocked_terms"] == ["forbidden"]
+    rule = {"patterns": [{"name": "ticket", "regex": "TICKET-[0-9]+"}]}
+    async with client.post("/admin/v1/keys", headers=AUTH, json={"tenant": "beta", "guardrails": rule}) as r:
+        assert r.status == 201
+        key = await r.json()
+    await Follower(client.app[STORE], tenancy).once()
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
+    assert [guard.rules for guard in principal.guards] == [("blocked_terms",), ("patterns.ticket",)]  # tenant, key
+
+    ahead = {"patterns": [{"name": "ahead", "regex": "a(?=b)"}]}
+    for method, path, body in (("PATCH", "/admin/v1/tenants/beta", {"guardrails": ahead}),
+                               ("PATCH", f"/admin/v1/keys/{key['id']}", {"guardrails": ahead}),
+                               ("POST", "/admin/v1/tenants", {"name": "gamma", "guardrails": ahead}),
+                               ("POST", "/admin/v1/keys", {"tenant": "beta", "guardrails": ahead}),
+                               ("PATCH", "/admin/v1/tenants/beta", {"guardrails": {"blocked_trems": ["x"]}})):
+        async with client.request(method, path, headers=AUTH, json=body) as r:
+            assert r.status == 400, (method, path)
+            message = (await r.json())["error"]["message"]
+            assert message.startswith(("guardrails.patterns[0].regex: RE2 cannot compile pattern 'ahead'",
+                                       "Object contains unknown field `blocked_trems`")), message
+
+    async with client.patch(f"/admin/v1/keys/{key['id']}", headers=AUTH, json={"guardrails": None}) as r:
+        assert (await r.json())["guardrails"] is None
+    await Follower(client.app[STORE], tenancy).once()
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {key['key']}"})
+    assert [guard.rules for guard in principal.guards] == [("blocked_terms",)]
+    async with client.get("/admin/v1/audit", headers=AUTH) as r:
+        log = (await r.json())["data"]
+    assert [e["action"] for e in log] == ["create", "create", "update"]
+    assert log[2]["before"]["guardrails"]["patterns"][0]["name"] == "ticket" and log[2]["after"]["guardrails"] is None

@@ -12,6 +12,10 @@ from ingress.errors import NotFound
 from ingress.pipeline.gateway import _split_key, hop_headers
 from ingress.routing.split import choose
 from ingress.settings import Route, Share, Timeouts
+from ingress.tenancy import build
+from ingress.tenancy.keys import new_key
+from ingress.tenancy.settings import Key, Tenant
+from ingress.tenancy.settings import Tenancy as TenancySettings
 from ingress.wire.passport import Passport
 
 EXACT = Route(model="gpt-4o", group="a", upstream_model="gpt-4o-2024-08-06")
@@ -44,6 +48,24 @@ def test_a_model_without_a_route_and_one_the_key_may_not_use_are_the_same_404() 
     assert errors[0] == errors[1] == (404, "model_not_found", "model",
                                       "The model 'M' does not exist or you do not have access to it.")
     assert gateway.route("gpt-4o", new_exchange(principal))[0].route is EXACT  # what the key may use it reaches
+
+
+def test_a_route_the_key_s_tenant_does_not_allow_is_the_same_404_as_a_model_without_one() -> None:
+    secret, key_id, key_hash = new_key()
+    tenancy = build(TenancySettings(keys=(Key(id=key_id, tenant="t", hash=key_hash),),
+                                    tenants={"t": Tenant(routes=("gpt-4o", "cheap-*"))}))
+    principal = tenancy.policy.authenticate({"Authorization": f"Bearer {secret}"})
+    cheap = Route(name="cheap-mini", glob="*-mini", group="c")
+    gateway = new_gateway(EXACT, PREFIX, cheap, tenancy=tenancy)
+    with pytest.raises(NotFound) as refused:
+        gateway.route("local-x", new_exchange(principal))  # PREFIX's name is "local-": not the tenant's
+    with pytest.raises(NotFound) as unknown:
+        gateway.route("nothing-routes-this", new_exchange(principal))
+    assert (refused.value.status, refused.value.code, refused.value.param) == (404, "model_not_found", "model")
+    assert refused.value.message.replace("local-x", "M") == unknown.value.message.replace("nothing-routes-this", "M")
+    assert gateway.route("gpt-4o", new_exchange(principal))[0].route is EXACT  # by its name
+    assert gateway.route("o1-mini", new_exchange(principal))[0].route is cheap  # by a glob of names
+    assert gateway.route("local-x", new_exchange())[0].route is PREFIX  # an open edge: every route
 
 
 def test_a_split_route_serves_the_variant_its_sticky_key_falls_on_every_time() -> None:
