@@ -22,6 +22,7 @@ from ingress.admin.settings import Admin, AdminKey
 from ingress.log import get_logger
 from ingress.tenancy import Tenancy
 from ingress.tenancy.keys import id_of, matches
+from ingress.tenancy.ledger import Ledger
 from ingress.tenancy.policy import presented_key
 
 log = get_logger("ingress.admin")
@@ -172,7 +173,8 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(DESCRIPTION)
 
 
-def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.Application:
+def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy,
+                     ledger: Ledger | None = None) -> web.Application:
     app = web.Application(middlewares=[authenticate], client_max_size=64 * 1024)
     app[STORE] = store
     app[TENANCY] = tenancy
@@ -183,9 +185,10 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
-    from ingress.admin import tenants  # its handlers use this module's keys and helpers
+    from ingress.admin import spend, tenants  # their handlers use this module's keys and helpers
 
     tenants.add_routes(app)
+    spend.add_routes(app, ledger)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     return app

@@ -6,6 +6,8 @@
     id = "0c4f1e9a7b2d"
     hash = "sha256:..."
     role = "admin"                     # or "viewer": reads only
+    [admin.ledger]                     # the spend ledger, read at /admin/v1/spend (on by default)
+    enabled = true
 """
 
 from __future__ import annotations
@@ -33,11 +35,21 @@ class AdminKey(_Config, frozen=True):
     name: str | None = None  # for people; never used to decide
 
 
+class Ledger(_Config, frozen=True):
+    """The spend ledger (ingress/tenancy/ledger.py): every API request's usage, by hour and by day."""
+
+    enabled: bool = True
+    flush_interval: Annotated[float, Meta(ge=0.05, le=60.0)] = 1.0  # s between two flushes of a worker's rollups
+    hour_days: Annotated[int, Meta(ge=1, le=366)] = 35  # days an hour's rollups are kept after it ends
+    day_days: Annotated[int, Meta(ge=1, le=3660)] = 400  # days a day's rollups are kept after it ends
+
+
 class Admin(_Config, frozen=True):
     listen: Listen  # host:port of the admin listener; config.py refuses the public port
     keys: tuple[AdminKey, ...] = ()
     poll_interval: Annotated[float, Meta(ge=0.05, le=1.0)] = 0.25  # s between two looks at the version counter
     deadline_ms: Annotated[int, Meta(ge=10, le=30_000)] = 2000  # per call to the store
+    ledger: Ledger = Ledger()
 
     def address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")
