@@ -25,7 +25,8 @@ ROUTES = [("POST", "/admin/v1/keys"), ("GET", "/admin/v1/keys"), ("GET", "/admin
           ("PATCH", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/keys/abcdefgh1234/rotate"),
           ("DELETE", "/admin/v1/keys/abcdefgh1234"), ("POST", "/admin/v1/tenants"), ("GET", "/admin/v1/tenants"),
           ("GET", "/admin/v1/tenants/acme"), ("PATCH", "/admin/v1/tenants/acme"), ("DELETE", "/admin/v1/tenants/acme"),
-          ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/openapi.json"), ("GET", "/admin/v1/nothing-here")]
+          ("GET", "/admin/v1/audit"), ("GET", "/admin/v1/spend"), ("GET", "/admin/v1/openapi.json"),
+          ("GET", "/admin/v1/nothing-here")]
 Client = TestClient[web.Request, web.Application]
 WRITES = [(method, path) for method, path in ROUTES if method not in ("GET", "HEAD")]
 
