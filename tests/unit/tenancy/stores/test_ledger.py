@@ -5,6 +5,7 @@ and a batch sent again under its id counted once; the memory store's retention."
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from redis.asyncio import Redis as RedisPy
 from redis_servers import Server
@@ -43,14 +44,15 @@ def test_a_large_batch_goes_in_calls_of_a_bounded_size_each_with_its_mark() -> N
     store = RedisLedgerStore(Redis(url="redis://127.0.0.1:1", prefix="p"), 100, 35, 400)
     many: Rows = {(f"t{i}", "", "", "", ""): values(requests=1, input_tokens=1) for i in range(FLUSH_FIELDS)}
     calls = store.calls("b1", {"2026-12-06T12": many})
-    fields = [int(args[i + 1]) for keys, args in calls for i in _segments(len(keys) - 1, args)]
+    fields = [int(str(args[i + 1])) for keys, args in calls for i in _segments(len(keys) - 1, args)]
     assert sum(fields) == 2 * 2 * FLUSH_FIELDS  # two measures a row, in the hour's hash and the day's
-    assert all(sum(int(args[i + 1]) for i in _segments(len(keys) - 1, args)) <= FLUSH_FIELDS for keys, args in calls)
+    for keys, args in calls:
+        assert sum(int(str(args[i + 1])) for i in _segments(len(keys) - 1, args)) <= FLUSH_FIELDS
     assert [keys[0] for keys, _ in calls] == [f"{{p}}:ledger:f:b1:{n}" for n in range(len(calls))]
     assert calls == store.calls("b1", {"2026-12-06T12": many})  # sent again: the same calls, the same marks
 
 
-def _segments(count: int, args: list[object]) -> list[int]:
+def _segments(count: int, args: Sequence[object]) -> list[int]:
     """Where each key's segment (its expiry, its field count, its fields) starts in a call's arguments."""
     starts, at = [], 1
     for _ in range(count):
@@ -77,7 +79,7 @@ async def test_a_batch_on_redis_is_in_its_hours_and_day_expiring_and_counted_onc
         [(_, rows)] = await store.read("day", [day])
         assert rows[ACME] == values(requests=4, input_tokens=7, cost_nanos=150)
         async with RedisPy.from_url(limit_server.url) as raw:
-            keys = sorted(k.decode() for k in await raw.keys(f"{{{prefix}}}:ledger:*"))
+            keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await raw.keys(f"{{{prefix}}}:ledger:*"))
             tag = f"{{{prefix}}}:ledger:"
             assert keys == [f"{tag}d:{day}", f"{tag}f:b1:0", f"{tag}f:b2:0", f"{tag}h:{first}", f"{tag}h:{second}"]
             assert await raw.expiretime(keys[0]) == period_end(day) + 400 * 86_400
