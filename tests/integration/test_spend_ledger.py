@@ -77,9 +77,9 @@ async def run(request: pytest.FixtureRequest, fake_upstream: FakeUpstream) -> As
         refusing = stack.enter_context(refusing_url())
         app = create_app(settings(fake_upstream.url, refusing, redis))
         edge = await stack.enter_async_context(serve_app(app, "127.0.0.1", 0))
-        tenancy = app[GATEWAY].tenancy
-        assert tenancy is not None and app[GATEWAY].settings.admin is not None
-        admin_app = create_admin_app(app[GATEWAY].settings.admin, app[KEYSTORE], tenancy, app[LEDGER])
+        tenancy, admin_settings = app[GATEWAY].tenancy, app[GATEWAY].settings.admin
+        assert tenancy is not None and admin_settings is not None
+        admin_app = create_admin_app(admin_settings, app[KEYSTORE], tenancy, app[LEDGER])
         admin = await stack.enter_async_context(serve_app(admin_app, "127.0.0.1", 0))
         yield Run(edge, f"{admin}/admin/v1/spend", redis, tenancy.limiter.store)
 
@@ -93,7 +93,7 @@ async def mixed_run(url: str) -> None:
 
         async def hit() -> bool:  # the first answer is stored in the background
             raw = await client.chat.completions.with_raw_response.create(**question)
-            return raw.headers.get("x-ingress-cache") == "hit"
+            return bool(raw.headers.get("x-ingress-cache") == "hit")
 
         await eventually(hit, "a hit of the response cache")
         stream = await client.chat.completions.create(
@@ -141,7 +141,7 @@ async def test_the_ledger_equals_the_access_lines_and_the_budgets(run: Run, http
     assert any(line.get("fell_back") for line in access) and expected["cost_nanos"] > 0
 
     async def flushed() -> bool:
-        return (await spend(http, run.admin, group_by=""))["total"]["requests"] == len(access)
+        return bool((await spend(http, run.admin, group_by=""))["total"]["requests"] == len(access))
 
     await eventually(flushed, "the ledger flushed", timeout=10)
     answer = await spend(http, run.admin, group_by="")
@@ -172,6 +172,6 @@ async def test_the_ledger_equals_the_access_lines_and_the_budgets(run: Run, http
 
     for check in (f"t:acme:busd:{month}", f"k:{KEY_ID}:busd:{month}"):
         async def settled(check: str = check) -> bool:  # settles are sent off the response path too
-            return await spent(check) == total["cost_nanos"]
+            return bool(await spent(check) == total["cost_nanos"])
 
         await eventually(settled, f"the budget {check} spent what the ledger holds", timeout=10)
