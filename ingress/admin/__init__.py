@@ -6,6 +6,7 @@
                  the key, the version counter and the audit entry together), or one process's memory
     sync.py      every replica polls the version counter and installs the stored keys when it moved
     api.py       `/admin/v1/...` on aiohttp, behind the admin credentials; openapi.py its description
+    spend.py     `/admin/v1/spend`: the spend ledger (ingress/tenancy/ledger.py) by day or hour, JSON or CSV
 
 Secrets are never stored nor logged: a key's SHA-256 (keys.py's) is what the store holds, and the secret is
 shown once, in the answer that made it.

@@ -94,7 +94,8 @@ class RedisLedgerStore:
             for period, rows in periods.items():
                 fields: list[Arg] = []
                 for dims, values in rows.items():
-                    fields += (arg for i, v in enumerate(values) if v for arg in (field_of(i, dims), v))
+                    named = _json.encode(dims)
+                    fields += (arg for i, v in enumerate(values) if v for arg in (b"%d:%b" % (i, named), v))
                 for start in range(0, len(fields), 2 * FLUSH_FIELDS):
                     part = fields[start:start + 2 * FLUSH_FIELDS]
                     if count + len(part) // 2 > FLUSH_FIELDS:
