@@ -2,7 +2,8 @@
 SDK, a hit of the route's response cache, a fallback from a route whose service refuses connections, a model
 not served), the official SDKs as clients, its access lines captured; then `/admin/v1/spend`'s totals, as JSON
 and as CSV, equal the sum of those lines, by model too, and the tenant's and the key's `usd` budgets spent equal
-its cost to the nano-dollar. On a real Redis and Valkey, and on the memory backend (one worker)."""
+its cost to the nano-dollar. On a real Redis and Valkey, and on the memory backend (one worker). And an edge of
+two workers stopped by SIGTERM has flushed every request it served."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import io
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anthropic
 import openai
 import pytest
+from fakes.processes import EdgeProcess, free_port
 from fakes.upstream import FakeUpstream, refusing_url
 from logcapture import captured_logs, lines
 from redis.asyncio import Redis as RedisPy
@@ -175,3 +178,46 @@ async def test_the_ledger_equals_the_access_lines_and_the_budgets(run: Run, http
             return bool(await spent(check) == total["cost_nanos"])
 
         await eventually(settled, f"the budget {check} spent what the ledger holds", timeout=10)
+
+
+async def test_a_clean_stop_flushes_what_the_workers_added(tmp_path: Path, limit_server: Server) -> None:
+    """Two workers that would flush once a minute: their requests are in the ledger once SIGTERM's drain ends."""
+    prefix = f"stop-{time.monotonic_ns()}"
+    config = tmp_path / "edge.toml"
+    config.write_text(f"""models = ["ingress-demo"]
+[tenancy]
+backend = "redis"
+redis = {{ url = "{limit_server.url}", prefix = "{prefix}", deadline_ms = 2000 }}
+[tenancy.tenants.acme]
+[[tenancy.keys]]
+id = "{KEY_ID}"
+tenant = "acme"
+hash = "{KEY_HASH}"
+[admin]
+listen = "127.0.0.1:{free_port()}"
+[[admin.keys]]
+id = "{ADMIN_ID}"
+hash = "{ADMIN_HASH}"
+[admin.ledger]
+flush_interval = 60.0
+""")
+    edge = EdgeProcess(tmp_path, "edge", free_port(), ["--config", str(config)], 2, None)
+    try:
+        await edge.started()
+        async with openai.AsyncOpenAI(base_url=f"{edge.url}/v1", api_key=KEY, max_retries=0) as client:
+            for _ in range(12):
+                await client.chat.completions.create(model="ingress-demo", max_tokens=3,
+                                                     messages=[{"role": "user", "content": "hi"}])
+        edge.terminate()
+        assert await edge.exit_code(timeout=15) == 0
+    finally:
+        edge.kill()
+    served = [line for line in edge.events("request") if line.get("path") == "/v1/chat/completions"]
+    assert len(served) == 12
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    async with RedisPy.from_url(limit_server.url) as raw:
+        stored = await raw.hgetall(f"{{{prefix}}}:ledger:d:{day}")
+    requests = sum(int(value) for field, value in stored.items() if field.startswith(b"0:"))
+    assert requests == 12
+    assert sum(int(value) for field, value in stored.items() if field.startswith(b"2:")) == sum(
+        line["completion_tokens"] for line in served)
