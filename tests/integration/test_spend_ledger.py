@@ -216,8 +216,8 @@ flush_interval = 60.0
     assert len(served) == 12
     day = time.strftime("%Y-%m-%d", time.gmtime())
     async with RedisPy.from_url(limit_server.url) as raw:
-        stored = await raw.hgetall(f"{{{prefix}}}:ledger:d:{day}")
-    requests = sum(int(value) for field, value in stored.items() if field.startswith(b"0:"))
-    assert requests == 12
-    assert sum(int(value) for field, value in stored.items() if field.startswith(b"2:")) == sum(
+        stored = {(k.decode() if isinstance(k, bytes) else str(k)): int(v)
+                  for k, v in (await raw.hgetall(f"{{{prefix}}}:ledger:d:{day}")).items()}
+    assert sum(value for field, value in stored.items() if field.startswith("0:")) == 12  # requests
+    assert sum(value for field, value in stored.items() if field.startswith("2:")) == sum(  # output tokens
         line["completion_tokens"] for line in served)
