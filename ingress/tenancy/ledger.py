@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal, Protocol, TypeVar
 
+from ingress import metrics
 from ingress.log import get_logger
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy.plan import NANO_USD_PER_USD
@@ -38,6 +39,12 @@ Rows = dict[Dims, list[int]]
 Batch = dict[str, Rows]  # hour ("2026-12-06T17") → its rollups
 Granularity = Literal["day", "hour"]
 K = TypeVar("K", bound=tuple[str, ...])
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timeout"
+    return "connection" if isinstance(exc, OSError) else "error"
 
 
 def nanos_of(cost_usd: float) -> int:
@@ -187,6 +194,7 @@ class Ledger:
                 try:
                     await self.store.write(batch_id, batch)
                 except (ReplyError, OSError) as exc:  # TimeoutError among them: sent again, under the same id
+                    metrics.child(metrics.LEDGER_ERRORS, _reason(exc)).inc()
                     if not self.failing:
                         log.warning("spend ledger not written; kept to send again", error=repr(exc))
                     self.failing = True
@@ -204,6 +212,7 @@ class Ledger:
         await self.tasks.close()
         if not await self.flush():
             left = len(self.rollup) + (sum(len(r) for r in self._unsent[1].values()) if self._unsent else 0)
+            metrics.child(metrics.LEDGER_ERRORS, "unwritten").inc(left)
             log.error("spend ledger: rollups not written at stop", rollups=left)
         await self.store.close()
 

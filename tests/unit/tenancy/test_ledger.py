@@ -8,7 +8,9 @@ import asyncio
 import random
 
 import pytest
+from metric_values import sample_value
 
+from ingress import metrics
 from ingress.tenancy.ledger import (
     MEASURES,
     Batch,
@@ -134,17 +136,35 @@ async def _day(store: MemoryLedgerStore) -> Rows:
     return (await store.read("day", ["2026-12-06"]))[0][1]
 
 
+def _errors(reason: str) -> float:
+    metrics.fold()
+    return sample_value("ingress_ledger_errors_total", {"reason": reason}) or 0.0
+
+
 async def test_a_batch_the_store_missed_is_sent_again_as_it_was_before_anything_newer() -> None:
     store = FlakyStore()
     ledger = Ledger(store, clock=lambda: NOON)
     ledger.add(record(tenant="acme", prompt_tokens=1))
     store.fail = 1
+    timeouts = _errors("timeout")
     assert await ledger.flush() is False and ledger.failing
+    assert _errors("timeout") == timeouts + 1
     ledger.add(record(tenant="acme", prompt_tokens=10))  # after the miss: in the next batch
     assert await ledger.flush() is True and not ledger.failing
     assert store.sent[0] == store.sent[1] != store.sent[2]  # the missed batch, again under its id; then the next
     assert await _day(store) == {("acme", "", "", "", ""): values(requests=2, input_tokens=11)}
     assert await ledger.flush() is True and len(store.sent) == 3  # nothing to send: nothing sent
+
+
+async def test_what_a_stop_cannot_write_is_counted() -> None:
+    store = FlakyStore()
+    ledger = Ledger(store, clock=lambda: NOON)
+    ledger.add(record(tenant="acme"))
+    ledger.add(record(tenant="beta"))
+    store.fail = 1
+    unwritten = _errors("unwritten")
+    await ledger.close()
+    assert _errors("unwritten") == unwritten + 2
 
 
 async def test_close_writes_what_is_left() -> None:
