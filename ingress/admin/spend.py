@@ -5,8 +5,9 @@ CSV (docs/admin.md).
 
 `from` and `to` are UTC days, both included (today by default); `granularity` day (default) or hour; `group_by`
 a comma list of tenant, key, model, route, variant (tenant by default; empty: one row a period); `tenant`, `key`
-and `model` keep only what matches; `format` json (default) or csv. A parameter that is not one of these, or
-not valid, is a 400 naming it. Viewers may read it, as every GET. The credentials are api.py's.
+and `model` keep only what matches; `format` json (default) or csv. Any other parameter given empty is as if
+absent. A parameter that is not one of these, given twice, or not valid is a 400 naming it. Viewers may read it,
+as every GET. The credentials are api.py's.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def query_of(params: Iterable[tuple[str, str]], today: datetime.date) -> Query |
             return Refused(name, f"{name}: not a parameter of this route (one of {', '.join(PARAMS)})")
         if name in given:
             return Refused(name, f"{name}: given twice")
-        given[name] = value
+        if value or name == "group_by":  # an empty one is as if absent: its default, or no filter
+            given[name] = value
     start = _day("from", given["from"]) if "from" in given else today
     end = _day("to", given["to"]) if "to" in given else (today if "from" not in given else start)
     if isinstance(start, Refused):
@@ -99,9 +101,6 @@ def query_of(params: Iterable[tuple[str, str]], today: datetime.date) -> Query |
         return Refused("format", f"format: {shape!r} is not json or csv")
     form: Literal["json", "csv"] = "csv" if shape == "csv" else "json"
     where = {name: given[name] for name in FILTERS if name in given}
-    for name, value in where.items():
-        if not value:
-            return Refused(name, f"{name}: empty (leave it out to keep every {name})")
     return Query(start, end, granularity, group_by, where, form)
 
 
