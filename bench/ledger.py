@@ -188,7 +188,7 @@ def main() -> None:
         second = part2(rounds, requests, Path(work))
     print(describe(code_version()))
     print(f"\n1. In process, thread CPU µs per call ({rounds} rounds, each pair back to back)")
-    table = Table(("", "<34"), ("off µs", ">9"), ("on µs", ">9"), ("on - off (range)", ">26"))
+    table = Table(("", "<34"), ("off µs", ">9"), ("on µs", ">9"), ("on - off (range)", ">32"))
     print(table.header())
     for name, row in first.items():
         print(table.row(name, figure(row["off"]["us"] if "off" in row else None, 2), figure(row["on"]["us"], 2),
