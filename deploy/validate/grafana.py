@@ -50,6 +50,7 @@ METRICS: dict[str, str] = {
     "ingress_leases_expired_total": "counter",
     "ingress_limit_store_seconds": "histogram",
     "ingress_limit_store_errors_total": "counter",
+    "ingress_ledger_errors_total": "counter",
     "ingress_limit_breaker_open": "gauge",
     "ingress_gc_collections_total": "counter",
     "ingress_gc_pause_seconds": "histogram",

@@ -10,6 +10,7 @@
     oidc.py      admins signed in with an OIDC provider: their tokens verified as the data plane's, a claim's role
     session.py   the console's sign-in: an admin key exchanged for a session cookie, a CSRF token per change
     console.py   the console's page, script and style (console/), at /admin/, and the listener's headers
+    spend.py     `/admin/v1/spend`: the spend ledger (ingress/tenancy/ledger.py) by day or hour, JSON or CSV
 
 Secrets are never stored nor logged: a key's SHA-256 (keys.py's) is what the store holds, and the secret is
 shown once, in the answer that made it.

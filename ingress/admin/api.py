@@ -26,6 +26,7 @@ from ingress.log import get_logger
 from ingress.tenancy import Tenancy
 from ingress.tenancy.bearer import looks_like_jwt
 from ingress.tenancy.keys import id_of, matches
+from ingress.tenancy.ledger import Ledger
 from ingress.tenancy.policy import presented_key
 
 log = get_logger("ingress.admin")
@@ -218,7 +219,8 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(DESCRIPTION)
 
 
-def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.Application:
+def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy,
+                     ledger: Ledger | None = None) -> web.Application:
     app = web.Application(middlewares=[authenticate], client_max_size=64 * 1024)
     app[STORE] = store
     app[TENANCY] = tenancy
@@ -232,10 +234,11 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy) -> web.
     app.router.add_patch("/admin/v1/keys/{key_id}", update_key)
     app.router.add_post("/admin/v1/keys/{key_id}/rotate", rotate_key)
     app.router.add_delete("/admin/v1/keys/{key_id}", revoke_key)
-    from ingress.admin import imports, tenants  # their handlers use this module's keys and helpers
+    from ingress.admin import imports, spend, tenants  # their handlers use this module's keys and helpers
 
     tenants.add_routes(app)
     imports.add_routes(app)
+    spend.add_routes(app, ledger)
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     session.add_routes(app, store)

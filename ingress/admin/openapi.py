@@ -26,7 +26,8 @@ _ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
 _ERRORS = {str(code): {"description": text, "content": _ERROR}
            for code, text in ((401, "No valid admin key"), (403, "A viewer's key asked for a change"))}
 _components["Error"] = {"type": "object", "properties": {"error": {"type": "object", "properties": {
-    "type": {"type": "string"}, "message": {"type": "string"}}}}}
+    "type": {"type": "string"}, "message": {"type": "string"},
+    "param": {"type": "string", "description": "the query parameter refused, when one was"}}}}}
 
 
 def _op(summary: str, answer: str, status: int = 200, body: dict[str, Any] | None = None,
@@ -66,12 +67,37 @@ _components["Session"] = {"type": "object", "description": "Who is signed in, an
 _SESSION_COOKIE = {"sessionCookie": {"type": "apiKey", "in": "cookie", "name": "ingress_admin_session",
                                      "description": "The console's session; a change also sends X-CSRF-Token"}}
 _OPEN: dict[str, Any] = {"security": []}
+_MEASURES: dict[str, Any] = {
+    **{name: {"type": "integer"} for name in ("requests", "input_tokens", "output_tokens", "cached_tokens",
+                                              "cost_nanos", "errors", "cache_hits", "reasoning_tokens",
+                                              "cache_write_tokens")},
+    "cost_usd": {"type": "string", "description": "cost_nanos as a decimal with nine places, e.g. 0.000123000"}}
+_components["SpendRow"] = {"type": "object", "description": "A period's measures for one value of each dimension "
+                           "grouped by (only those are present; null where a request had none).", "properties": {
+    "period": {"type": "string", "description": "2026-12-06, or 2026-12-06T17 by hour (UTC)"},
+    **{name: {"type": ["string", "null"]} for name in ("tenant", "key", "model", "route", "variant")},
+    **_MEASURES}}
+_components["SpendList"] = {"type": "object", "properties": {
+    "object": {"const": "list"}, "granularity": {"enum": ["day", "hour"]}, "from": {"type": "string"},
+    "to": {"type": "string"}, "data": {"type": "array", "items": {"$ref": "#/components/schemas/SpendRow"}},
+    "total": {"type": "object", "properties": _MEASURES}}}
+_SPEND = [{"name": name, "in": "query", "required": False, "description": text, "schema": schema}
+          for name, text, schema in (
+              ("from", "the first UTC day (YYYY-MM-DD), today by default", {"type": "string", "format": "date"}),
+              ("to", "the last UTC day, included: from by default", {"type": "string", "format": "date"}),
+              ("granularity", "a row a day or an hour", {"enum": ["day", "hour"], "default": "day"}),
+              ("group_by", "a comma list of tenant, key, model, route, variant; empty: one row a period",
+               {"type": "string", "default": "tenant"}),
+              ("tenant", "only this tenant's", {"type": "string"}),
+              ("key", "only this key id's (or JWT subject's, `<issuer>:<sub>`)", {"type": "string"}),
+              ("model", "only this model's (as asked)", {"type": "string"}),
+              ("format", "json, or csv (a header line, then the rows)", {"enum": ["json", "csv"], "default": "json"}))]
 
 DESCRIPTION: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {"title": "ingress admin API", "version": "1",
              "description": "Keys made, changed, rotated and revoked, tenants made, changed and deleted while the "
-                            "edge serves; the audit log. "
+                            "edge serves; the audit log; the spend ledger. "
                             "Every change is seen by every replica within a second (docs/admin.md)."},
     "components": {"schemas": _components, "securitySchemes": {"adminKey": {"type": "http", "scheme": "bearer"},
                                                                    **_SESSION_COOKIE}},
@@ -124,6 +150,12 @@ DESCRIPTION: dict[str, Any] = {
                     "security": [{"adminKey": []}, {"sessionCookie": []}]},
             "delete": {**_op("Sign out: the session deleted, the cookie cleared", "Session"), **_OPEN,
                        "description": "With a session, its X-CSRF-Token is needed (403 without)."},
+        },
+        "/admin/v1/spend": {
+            "get": {**_op("The spend ledger by day or hour, grouped and filtered; JSON or CSV", "SpendList",
+                          params=_SPEND),
+                    "description": "400, naming the parameter (`error.param`), for one unknown or not valid; 404 "
+                                   "when the ledger is off; 503 when its store did not answer."},
         },
         "/admin/v1/openapi.json": {"get": {"summary": "This description", "security": [{"adminKey": []}],
                                            "responses": {"200": {"description": "OpenAPI 3.1"}, **_ERRORS}}},

@@ -12,6 +12,8 @@
     role_claim = "groups"
     admin_values = ["ingress-admins"]
     viewer_values = ["ingress-viewers"]
+    [admin.ledger]                     # the spend ledger, read at /admin/v1/spend (on by default)
+    enabled = true
 """
 
 from __future__ import annotations
@@ -68,12 +70,22 @@ class AdminOidc(_Config, frozen=True):
                       jwks_uri=self.jwks_uri)
 
 
+class Ledger(_Config, frozen=True):
+    """The spend ledger (ingress/tenancy/ledger.py): every API request's usage, by hour and by day."""
+
+    enabled: bool = True
+    flush_interval: Annotated[float, Meta(ge=0.05, le=60.0)] = 1.0  # s between two flushes of a worker's rollups
+    hour_days: Annotated[int, Meta(ge=1, le=366)] = 35  # days an hour's rollups are kept after it ends
+    day_days: Annotated[int, Meta(ge=1, le=3660)] = 400  # days a day's rollups are kept after it ends
+
+
 class Admin(_Config, frozen=True):
     listen: Listen  # host:port of the admin listener; config.py refuses the public port
     keys: tuple[AdminKey, ...] = ()
     oidc: AdminOidc | None = None  # admins signed in with an OIDC provider, beside (or instead of) the keys
     poll_interval: Annotated[float, Meta(ge=0.05, le=1.0)] = 0.25  # s between two looks at the version counter
     deadline_ms: Annotated[int, Meta(ge=10, le=30_000)] = 2000  # per call to the store
+    ledger: Ledger = Ledger()
 
     def address(self) -> tuple[str, int]:
         host, _, port = self.listen.rpartition(":")

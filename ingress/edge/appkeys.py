@@ -10,11 +10,13 @@ from ingress.exchange import Exchange
 from ingress.pipeline import Gateway
 from ingress.settings import Settings
 from ingress.tasks import BackgroundTasks
+from ingress.tenancy.ledger import Ledger
 
 SETTINGS = web.AppKey("settings", Settings)
 TASKS = web.AppKey("tasks", BackgroundTasks)
 GATEWAY = web.AppKey("gateway", Gateway)  # built at start-up, in the app's cleanup context
 DRAIN = web.AppKey("drain", Drain)
 PACER = web.AppKey("pacer", StartPacer)  # absent: starts are not paced
+LEDGER = web.AppKey("ledger", Ledger)  # absent: no spend ledger ([admin.ledger])
 STARTED = web.AppKey("started", int)  # the Unix time the app was made: the models' `created`
 EXCHANGE = web.RequestKey("exchange", Exchange)

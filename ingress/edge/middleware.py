@@ -14,7 +14,7 @@ from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
-from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, PACER
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, LEDGER, PACER
 from ingress.edge.gemini import gemini_client, google_key
 from ingress.edge.headers import (
     ANTHROPIC_REQUEST_ID,
@@ -190,6 +190,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         _record(request, exchange, status, now)
         failure = exchange.failure
         access(failure.log_level if failure is not None else logging.INFO, record, exchange.request_id)
+        if (ledger := request.app.get(LEDGER)) is not None:  # the same record, added up in memory
+            ledger.add(record)
         structlog.contextvars.unbind_contextvars("request_id")
         _drop_tracebacks(failure)
 

@@ -99,6 +99,9 @@ STORE_LATENCY = BulkHistogram("ingress_limit_store_seconds", "Round trips to the
                               buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1))
 STORE_ERRORS = Counter("ingress_limit_store_errors", "Limit-store calls that failed, by call and reason.",
                        ["call", "reason"])
+LEDGER_ERRORS = Counter("ingress_ledger_errors", "Spend ledger flushes the store did not take, by reason (timeout, "
+                        "connection, error: sent again at the next flush; unwritten: rollups left at a stop).",
+                        ["reason"])
 BREAKER_OPEN = Gauge("ingress_limit_breaker_open", "1 while the limit store's circuit breaker is open.",
                      multiprocess_mode="livemax")
 GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])

@@ -22,7 +22,7 @@ from ingress.admin.sync import Follower
 from ingress.cache import ResponseCache
 from ingress.demo.service import create_demo_app
 from ingress.edge import routes
-from ingress.edge.appkeys import DRAIN, GATEWAY, PACER, SETTINGS, STARTED, TASKS
+from ingress.edge.appkeys import DRAIN, GATEWAY, LEDGER, PACER, SETTINGS, STARTED, TASKS
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.drain import Drain
 from ingress.edge.middleware import edge_middleware, name_request
@@ -38,6 +38,8 @@ from ingress.sockets import name_server
 from ingress.state import ResponseStore
 from ingress.tasks import BackgroundTasks
 from ingress.tenancy import build as build_tenancy
+from ingress.tenancy.ledger import Ledger
+from ingress.tenancy.stores.ledger import ledger_store
 from ingress.tokens import counter_for
 from ingress.tracing import Tracer
 from ingress.upstream.client import UpstreamClient
@@ -127,6 +129,12 @@ async def _gateway(app: web.Application) -> AsyncIterator[None]:
                 with contextlib.suppress(Unavailable):  # then the edge starts on its file's keys; the task says so
                     await follower.once()
                 tasks.spawn(follower.forever(settings.admin.poll_interval), "admin-keys")
+                kept = settings.admin.ledger
+                if kept.enabled:  # the spend ledger: its last flush once the drain's requests have ended
+                    ledger = app[LEDGER] = Ledger(ledger_store(redis, settings.admin.deadline_ms, kept.hour_days,
+                                                               kept.day_days), kept.flush_interval)
+                    stack.push_async_callback(ledger.close)
+                    ledger.start()
         cache = None
         if any(route.cache is not None for route in routes):  # the stores, once per worker (ingress/cache)
             redis = settings.tenancy.redis if settings.tenancy is not None else None

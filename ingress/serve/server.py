@@ -28,7 +28,7 @@ import msgspec
 from aiohttp import web
 
 from ingress.admin.api import create_admin_app
-from ingress.edge.appkeys import DRAIN, GATEWAY
+from ingress.edge.appkeys import DRAIN, GATEWAY, LEDGER
 from ingress.edge.connections import EdgeSite
 from ingress.log import capture_uncaught, configure, get_logger
 from ingress.serve.app import INNER_DIR, KEYSTORE, create_app, sealer, tune_gc
@@ -109,7 +109,7 @@ async def _serve_admin(app: web.Application, settings: Settings, sock: socket.so
     """The admin API (ingress/admin) on its own listener, over the keys and tenancy the edge serves with."""
     tenancy = app[GATEWAY].tenancy
     assert settings.admin is not None and tenancy is not None  # config.py: [admin] needs [tenancy]
-    runner = web.AppRunner(create_admin_app(settings.admin, app[KEYSTORE], tenancy),
+    runner = web.AppRunner(create_admin_app(settings.admin, app[KEYSTORE], tenancy, app.get(LEDGER)),
                            handler_cancellation=True, access_log=None)
     await runner.setup()
     await web.SockSite(runner, sock).start()

@@ -8,6 +8,8 @@
     stores/      what a store does (store.py); one process's (memory.py); the fleet's (redis.py: one Lua
                  script a request, Redis's clock, through its own RESP client resp.py)
     keys.py      `sk-ig-<id>-<secret>`: made, hashed, found in constant time
+    ledger.py    the spend ledger: each usage record added to its hour's rollup, flushed off the request path
+                 to stores/ledger.py (Redis, or memory); the admin API's rows of it
 
 Without a `[tenancy]` section none of this runs and the edge is open, as before.
 """
