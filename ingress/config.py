@@ -21,6 +21,7 @@ from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.routing.chain import route_name
 from ingress.settings import Bridge, Group, Route, Settings, Tracing
+from ingress.state.seal import at_rest
 from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant, issuers_problem
 from ingress.tenancy.stores.resp import address_of
@@ -186,6 +187,10 @@ def _check(settings: Settings) -> None:
     if settings.responses.backend == "redis" and (settings.tenancy is None or settings.tenancy.redis is None):
         raise ConfigError("responses.backend: \"redis\" keeps responses in the [tenancy] store's Redis; "
                           "configure [tenancy] redis = { url = \"redis://...\" }, or use backend = \"memory\"")
+    try:  # the keys that seal what is kept at rest are in the environment at start, or the edge does not start
+        at_rest(settings.responses, os.environ)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if settings.tracing is not None:
         _check_tracing(settings.tracing)
     if settings.admin is not None and (problem := admin_problem(
