@@ -1,13 +1,15 @@
 """What a stored response costs a request (CPU, latency, Redis commands, RSS) against `store: false`, and a
-resumed stream's first-event latency, with the memory and the Redis backend side by side in one run.
+resumed stream's first-event latency, with the memory, the Redis and the sealed Redis backend side by side
+in one run.
 
     nice -n 10 .venv/bin/python -m bench responses_store [--quick] [--rounds 5] [--requests 200] [--out FILE]
         -> results/responses_store.json (~3 min; --quick ~1.5 min, results/responses_store-quick.json)
 
 Two edges (`ingress serve`, one worker each), each in front of its own `ingress demo-upstream` (no token
 delay), with a [tenancy] key (no limits) and routes gpt-4o and llama-3.1-8b-instruct; `[responses]` keeps
-stored responses in memory on one edge and in Redis on the other (its tenancy's Redis, a `redis-server`
-this script starts on a free loopback port, no persistence). Requests go to `POST /v1/responses`: a
+stored responses in memory on one edge, in Redis on another (its tenancy's Redis, a `redis-server` this
+script starts on a free loopback port, no persistence), and in Redis sealed at rest on a third (`sealed`:
+`seal_key_env`, every record, item and event AES-256-GCM, ingress/state/seal.py). Requests go to `POST /v1/responses`: a
 developer message and a user message of 300 words, `max_output_tokens` 16 (the demo echoes the user's words).
 
 Part 1, side by side in interleaved rounds (a shuffled order each round), each cell `--requests` sequential
@@ -27,7 +29,7 @@ A streamed chunk's cost: (CPU of the long stream - CPU of the stream) / 240 more
 Part 2, memory: two fresh edges on the memory backend a round, one sent `--stored` store:false requests
 and one `--stored` store:true (whole, gpt-4o), their RSS before (after 20 warm-up requests) and after.
 
-Part 3, resumed streams: two edges (memory, Redis) in front of a demo with 20 ms between tokens. Replay: a
+Part 3, resumed streams: three edges (memory, Redis, sealed) in front of a demo with 20 ms between tokens. Replay: a
 completed streamed response (stored), `GET /v1/responses/{id}?stream=true&starting_after=5` on a fresh
 connection, timed to its first `data:` line. Running: a background response (`background: true`, 400 tokens,
 ~8 s) resumed the same way while it runs. p50/p99 over `--resumes` resumptions each.
@@ -36,6 +38,7 @@ connection, timed to its first `data:` line. Running: a background response (`ba
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -61,7 +64,8 @@ from bench.lib.tables import Table, figure  # noqa: E402
 from ingress.tenancy.keys import new_key  # noqa: E402
 
 MODELS = (OPENAI_MODEL, OPEN_MODEL)
-BACKENDS = ("memory", "redis")
+BACKENDS = ("memory", "redis", "sealed")  # sealed: Redis, [responses] seal_key_env
+SEAL_ENV = "BENCH_STATE_SEAL_KEY"
 SHAPES = ("whole", "stream", "long")
 VARIANTS = ("false", "true", "turn2 false", "turn2 true")
 SHORT, LONG = 16, 256
@@ -71,7 +75,10 @@ DEVELOPER = "You are a careful assistant. Answer briefly, in the user's words."
 
 
 def config(upstream: int, backend: str, key_id: str, key_hash: str, redis_url: str) -> str:
-    tenancy = f'backend = "redis"\nredis = {{ url = "{redis_url}" }}\n' if backend == "redis" else ""
+    prefix = ', prefix = "sealed"' if backend == "sealed" else ""  # its own keys beside the plain Redis edge's
+    tenancy = f'backend = "redis"\nredis = {{ url = "{redis_url}"{prefix} }}\n' if backend != "memory" else ""
+    store = "memory" if backend == "memory" else "redis"
+    sealed = f'seal_key_env = "{SEAL_ENV}"\n' if backend == "sealed" else ""
     routes = "".join(f'[[routes]]\nmodel = "{m}"\ngroup = "demo"\n\n' for m in MODELS)
     return f"""workers = 1
 log_level = "warning"
@@ -80,8 +87,8 @@ log_level = "warning"
 endpoints = [{{ url = "http://127.0.0.1:{upstream}" }}]
 
 {routes}[responses]
-backend = "{backend}"
-
+backend = "{store}"
+{sealed}
 [tenancy]
 {tenancy}
 [[tenancy.keys]]
@@ -361,6 +368,7 @@ def main() -> None:
     version = code_version()
     run_started = time.perf_counter()
     key, key_id, key_hash = new_key()
+    os.environ[SEAL_ENV] = base64.b64encode(os.urandom(32)).decode()  # the sealed edges' key, in their environment
     work = Path(tempfile.mkdtemp(prefix="bench-rstore-"))
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -388,7 +396,7 @@ def main() -> None:
                 rng.shuffle(order)
                 for c in order:
                     figures[c].append(run_cell(servers[c[0]], cells[c], args.requests,
-                                               redis_port if c[0] == "redis" else None))
+                                               redis_port if c[0] != "memory" else None))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             wall = time.perf_counter() - started
             busy1, _ = machine_busy()
@@ -402,7 +410,8 @@ def main() -> None:
     table = Table(("backend", "<8"), ("model", "<23"), ("shape", "<7"), ("variant", "<12"), ("µs/req", ">8"),
                   ("/false", ">7"), ("(range)", ">11"), ("req/s", ">7"), ("p50 ms", ">8"), ("p99 ms", ">8"),
                   ("redis cmds", ">11"), ("+cmds", ">7"))
-    lines = ["Part 1: a request, store false against true (turn2: sent whole against previous_response_id)",
+    lines = ["Part 1: a request, store false against true (turn2: sent whole against previous_response_id); "
+             "sealed: Redis, sealed at rest",
              table.header()]
     summary: dict[str, Any] = {}
     for b in BACKENDS:
