@@ -32,7 +32,9 @@ and one `--stored` store:true (whole, gpt-4o), their RSS before (after 20 warm-u
 Part 3, resumed streams: three edges (memory, Redis, sealed) in front of a demo with 20 ms between tokens. Replay: a
 completed streamed response (stored), `GET /v1/responses/{id}?stream=true&starting_after=5` on a fresh
 connection, timed to its first `data:` line. Running: a background response (`background: true`, 400 tokens,
-~8 s) resumed the same way while it runs. p50/p99 over `--resumes` resumptions each.
+~8 s) resumed the same way while it runs. Beside them, on the same edges: a new streamed request with
+`store: false` on a fresh connection, timed to its first `data:` line the same way (closed there). p50/p99
+over `--resumes` of each.
 """
 
 from __future__ import annotations
@@ -306,11 +308,29 @@ def first_event_ms(port: int, key: str, rid: str, after: int) -> float:
     return took
 
 
+def new_stream_first_event_ms(port: int, key: str, model: str) -> float:
+    """A fresh connection's new streamed request (store: false), timed to its first `data:` line, then closed."""
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/responses", request(model, "stream", False, first_input("new"), tokens=16),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"new stream: {r.status} {r.read()[:300]!r}")
+    while not r.fp.readline().startswith(b"data: "):
+        pass
+    took = (time.perf_counter() - t0) * 1e3
+    conn.close()
+    return took
+
+
 def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str, redis_url: str,
                  resumes: int) -> dict[str, dict[str, list[float]]]:
-    """First-event latency of a resumed stream, completed (replay) and running, memory and Redis."""
+    """First-event latency of a resumed stream, completed (replay) and running, beside a new store:false
+    stream's, on each backend."""
     upstreams, servers = edges(work, py, key_id, key_hash, redis_url, 20, "resume-")
-    got: dict[str, dict[str, list[float]]] = {b: {"completed": [], "running": []} for b in BACKENDS}
+    got: dict[str, dict[str, list[float]]] = {b: {"new, store false": [], "completed": [], "running": []}
+                                              for b in BACKENDS}
     with serving(*upstreams, *servers.values()):
         for backend, edge in servers.items():
             client = Client(edge.port, key)
@@ -321,10 +341,12 @@ def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str
                     raise SystemExit(f"resume setup: {status} {data[:200]!r}")
                 done.append(answer_text(data, True)[0])
             client.close()
-            for i in range(resumes):  # a completed response, replayed; warm-up first
-                if i == 0:
-                    first_event_ms(edge.port, key, done[0], 5)
+            first_event_ms(edge.port, key, done[0], 5)  # warm-up
+            new_stream_first_event_ms(edge.port, key, MODELS[0])
+            for i in range(resumes):  # a completed response, replayed, and a new stream, alternately
                 got[backend]["completed"].append(first_event_ms(edge.port, key, done[i % len(done)], 5))
+                got[backend]["new, store false"].append(new_stream_first_event_ms(edge.port, key,
+                                                                                  MODELS[i % len(MODELS)]))
             model_at = 0
             while len(got[backend]["running"]) < resumes:
                 client = Client(edge.port, key)
@@ -448,10 +470,11 @@ def main() -> None:
     for i, m_ in enumerate(memory):
         lines.append(rss.row(f"round {i + 1}", figure(m_["false_before_mb"]), figure(m_["false_after_mb"]),
                              figure(m_["true_before_mb"]), figure(m_["true_after_mb"]), f"{m_['kb_per_stored']:.2f}"))
-    res = Table(("resumed stream", "<24"), ("p50 ms", ">8"), ("p99 ms", ">8"), ("n", ">5"))
-    lines += ["", "Part 3: a resumed stream's first event (starting_after=5, a fresh connection)", res.header()]
+    res = Table(("first event", "<26"), ("p50 ms", ">8"), ("p99 ms", ">8"), ("n", ">5"))
+    lines += ["", "Part 3: a resumed stream's first event (starting_after=5, a fresh connection), beside a new "
+              "store:false stream's", res.header()]
     for b in BACKENDS:
-        for k in ("completed", "running"):
+        for k in ("new, store false", "completed", "running"):
             vals = resumed[b][k]
             lines.append(res.row(f"{b}, {k}", f"{statistics.median(vals):.2f}", f"{pct(vals, 0.99):.2f}",
                                  f"{len(vals)}"))
