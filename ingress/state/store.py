@@ -8,8 +8,10 @@ never an error the client sees as a 500."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from structlog import get_logger
 
@@ -21,10 +23,12 @@ from ingress.state.seal import AtRest, Kind, at_rest
 from ingress.state.settings import ResponsesSettings
 
 if TYPE_CHECKING:
+    from ingress.tenancy import Tenancy
     from ingress.tenancy.policy import Principal
     from ingress.tenancy.settings import Redis
 
 log = get_logger("ingress.state")
+T = TypeVar("T")
 
 
 class ResponseStore:
@@ -54,6 +58,25 @@ class ResponseStore:
         if principal is None:
             return owner(None, None, self.settings.scope)
         return owner(principal.tenant_name, principal.id, self.settings.scope)
+
+    def readers(self, principal: Principal | None, tenancy: Tenancy | None) -> tuple[str, ...]:
+        """The namespaces whose responses and conversations the caller may read, its own first: an
+        admin-scope key's (`scope = "admin"`) also every other key's of its tenant (with `[responses] scope =
+        "key"`; with "tenant", its tenant's keys already share one)."""
+        own = self.owner(principal)
+        key = principal.key if principal is not None else None
+        if key is None or key.scope != "admin" or tenancy is None or self.settings.scope == "tenant":
+            return (own,)
+        return (own, *(owner(key.tenant, kid, "key") for kid in tenancy.policy.key_ids(key.tenant) if kid != key.id))
+
+    async def first(self, owners: tuple[str, ...], read: Callable[[str], Awaitable[T | None]]) -> tuple[str, T] | None:
+        """The first of `owners` (the caller's own, then the others at once) for which `read` finds something,
+        and what it found; None when none has it."""
+        found = await read(owners[0])
+        if found is not None:
+            return owners[0], found
+        others = await asyncio.gather(*(read(o) for o in owners[1:]))
+        return next(((o, got) for o, got in zip(owners[1:], others, strict=True) if got is not None), None)
 
     def available(self) -> bool:
         """Whether the store may be asked now (its breaker is not open): a call that would be kept is

@@ -68,3 +68,31 @@ def test_sealed_every_value_is_kept_sealed_and_read_as_it_was() -> None:
         assert sample_value("ingress_response_store_errors_total", {"backend": "memory", "call": "open"}) == before + 2
 
     asyncio.run(run())
+
+
+def test_an_admin_scope_key_reads_its_tenant_s_keys_namespaces_after_its_own() -> None:
+    from ingress.tenancy import Tenancy as Tenancies
+    from ingress.tenancy import build
+    from ingress.tenancy.keys import new_key
+    from ingress.tenancy.settings import Key, Tenancy, Tenant
+
+    made = {name: new_key() for name in ("a1", "a9", "b1")}
+    keys = tuple(Key(id=made[n][1], tenant="globex" if n == "b1" else "acme", hash=made[n][2],
+                     scope="admin" if n == "a9" else "own") for n in made)
+    tenancy: Tenancies = build(Tenancy(keys=keys, tenants={"acme": Tenant(), "globex": Tenant()}), 1)
+    a1, a9, b1 = (tenancy.policy.authenticate({"Authorization": f"Bearer {made[n][0]}"}) for n in made)
+    store = ResponseStore.build(ResponsesSettings(), None)
+    assert store is not None
+    assert store.readers(a9, tenancy) == (f"acme/{made['a9'][1]}", f"acme/{made['a1'][1]}")
+    assert store.readers(a1, tenancy) == (f"acme/{made['a1'][1]}",) and store.readers(None, None) == ("open",)
+    assert store.readers(b1, tenancy) == (f"globex/{made['b1'][1]}",)
+    shared = ResponseStore.build(ResponsesSettings(scope="tenant"), None)
+    assert shared is not None and shared.readers(a9, tenancy) == ("acme",)  # one namespace already
+
+    async def run() -> None:
+        await store.put(f"acme/{made['a1'][1]}", "resp_1", b"r")
+        owners = store.readers(a9, tenancy)
+        assert await store.first(owners, lambda o: store.get(o, "resp_1")) == (owners[1], b"r")
+        assert await store.first(owners, lambda o: store.get(o, "resp_2")) is None
+
+    asyncio.run(run())
