@@ -73,9 +73,9 @@ class AtRest:
             return None
         from cryptography.exceptions import InvalidTag
 
-        body = blob[len(head):]
+        view, at = memoryview(blob), len(head)  # a record of megabytes is not copied to be opened
         try:
-            return aead.decrypt(body[:NONCE_BYTES], body[NONCE_BYTES:], _bound(head, kind, owner, ident))
+            return aead.decrypt(view[at:at + NONCE_BYTES], view[at + NONCE_BYTES:], _bound(head, kind, owner, ident))
         except InvalidTag:
             return None
 
