@@ -35,6 +35,11 @@ connection, timed to its first `data:` line. Running: a background response (`ba
 ~8 s) resumed the same way while it runs. Beside them, on the same edges: a new streamed request with
 `store: false` on a fresh connection, timed to its first `data:` line the same way (closed there). p50/p99
 over `--resumes` of each.
+
+Part 4, sealing itself, in this process: AES-256-GCM seal and open (ingress/state/seal.py) of a value of
+each size (a stream's event, a turn's record, a long conversation's), beside what reading it costs the
+store anyway (msgspec's JSON decode of the same bytes): µs a value, the median of `--rounds` rounds of
+timed loops, and the sealing's share of a stored whole request's CPU on the sealed edge (part 1).
 """
 
 from __future__ import annotations
@@ -370,6 +375,39 @@ def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str
     return got
 
 
+SEAL_SIZES = {"event, 200 B": 200, "record, 6 KB": 6 * 1024, "record, 64 KB": 64 * 1024, "record, 1 MB": 1 << 20}
+
+
+def _timed(call: Any, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def sealing_phase(rounds: int) -> dict[str, dict[str, list[float]]]:
+    """µs to seal, to open, and to JSON-decode a value of each size, `rounds` times, sizes interleaved."""
+    import msgspec
+
+    from ingress.state.seal import AtRest
+
+    sealer = AtRest([os.urandom(32)])
+    got: dict[str, dict[str, list[float]]] = {k: {"seal": [], "open": [], "json": []} for k in SEAL_SIZES}
+    values = {k: json.dumps({"input": [{"type": "message", "role": "user", "content": "w " * (n // 2 - 40)}]})
+              .encode() for k, n in SEAL_SIZES.items()}
+    for r in range(rounds + 1):  # the first a warm-up
+        for name, value in values.items():
+            n = max(20, (4 << 20) // len(value))  # about 4 MB of values a loop
+            sealed = sealer.seal("response", "bench/k", "resp_1", value)
+            figures = {"seal": _timed(lambda v=value: sealer.seal("response", "bench/k", "resp_1", v), n),
+                       "open": _timed(lambda b=sealed: sealer.open("response", "bench/k", "resp_1", b), n),
+                       "json": _timed(lambda v=value: msgspec.json.decode(v), n)}
+            if r:
+                for k, v in figures.items():
+                    got[name][k].append(v)
+    return got
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
@@ -428,6 +466,7 @@ def main() -> None:
                 cl.close()
         memory = memory_phase(work, py, key, key_id, key_hash, redis_url, 2 if args.quick else 3, args.stored)
         resumed = resume_phase(work, py, key, key_id, key_hash, redis_url, args.resumes)
+    sealing = sealing_phase(args.rounds)
 
     table = Table(("backend", "<8"), ("model", "<23"), ("shape", "<7"), ("variant", "<12"), ("µs/req", ">8"),
                   ("/false", ">7"), ("(range)", ">11"), ("req/s", ">7"), ("p50 ms", ">8"), ("p99 ms", ">8"),
@@ -478,6 +517,18 @@ def main() -> None:
             vals = resumed[b][k]
             lines.append(res.row(f"{b}, {k}", f"{statistics.median(vals):.2f}", f"{pct(vals, 0.99):.2f}",
                                  f"{len(vals)}"))
+    seal = Table(("value", "<15"), ("seal µs", ">9"), ("open µs", ">9"), ("JSON decode µs", ">15"),
+                 ("(seal+open)/decode", ">19"))
+    lines += ["", "Part 4: AES-256-GCM sealing at rest, in process, beside a JSON decode of the same bytes",
+              seal.header()]
+    for name, f in sealing.items():
+        med = {k: statistics.median(v) for k, v in f.items()}
+        lines.append(seal.row(name, f"{med['seal']:.2f}", f"{med['open']:.2f}", f"{med['json']:.2f}",
+                              f"{(med['seal'] + med['open']) / med['json']:.2f}"))
+    whole = summary.get(f"sealed/{OPENAI_MODEL}/whole/true", {}).get("cpu_us", float("nan"))
+    record = statistics.median(sealing["record, 6 KB"]["seal"])
+    lines.append(f"a 6 KB record's seal: {record / whole * 100:.2f}% of a stored whole request's CPU on the "
+                 f"sealed edge ({figure(whole)} µs)")
     text = "\n".join(lines)
     note = (f"{describe(version)}; {args.rounds} rounds x {args.requests} sequential requests a cell; "
             f"others {others:.0f}% of a core during part 1; load average {load_before[0]:.2f} before")
@@ -486,7 +537,7 @@ def main() -> None:
     write_result({"code": version, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:],
                   "rounds": args.rounds, "requests_per_cell": args.requests, "others_cpu_percent": others,
                   "load_average_before": load_before, "cells": summary, "chunks": chunks, "memory": memory,
-                  "resumed": resumed, "table": text, "note": note,
+                  "resumed": resumed, "sealing": sealing, "table": text, "note": note,
                   "meta": {"wall_s": time.perf_counter() - run_started}},
                  result_path("responses_store", args.quick, args.out))
 
