@@ -1,13 +1,15 @@
 """What a stored response costs a request (CPU, latency, Redis commands, RSS) against `store: false`, and a
-resumed stream's first-event latency, with the memory and the Redis backend side by side in one run.
+resumed stream's first-event latency, with the memory, the Redis and the sealed Redis backend side by side
+in one run.
 
     nice -n 10 .venv/bin/python -m bench responses_store [--quick] [--rounds 5] [--requests 200] [--out FILE]
         -> results/responses_store.json (~3 min; --quick ~1.5 min, results/responses_store-quick.json)
 
 Two edges (`ingress serve`, one worker each), each in front of its own `ingress demo-upstream` (no token
 delay), with a [tenancy] key (no limits) and routes gpt-4o and llama-3.1-8b-instruct; `[responses]` keeps
-stored responses in memory on one edge and in Redis on the other (its tenancy's Redis, a `redis-server`
-this script starts on a free loopback port, no persistence). Requests go to `POST /v1/responses`: a
+stored responses in memory on one edge, in Redis on another (its tenancy's Redis, a `redis-server` this
+script starts on a free loopback port, no persistence), and in Redis sealed at rest on a third (`sealed`:
+`seal_key_env`, every record, item and event AES-256-GCM, ingress/state/seal.py). Requests go to `POST /v1/responses`: a
 developer message and a user message of 300 words, `max_output_tokens` 16 (the demo echoes the user's words).
 
 Part 1, side by side in interleaved rounds (a shuffled order each round), each cell `--requests` sequential
@@ -27,15 +29,23 @@ A streamed chunk's cost: (CPU of the long stream - CPU of the stream) / 240 more
 Part 2, memory: two fresh edges on the memory backend a round, one sent `--stored` store:false requests
 and one `--stored` store:true (whole, gpt-4o), their RSS before (after 20 warm-up requests) and after.
 
-Part 3, resumed streams: two edges (memory, Redis) in front of a demo with 20 ms between tokens. Replay: a
+Part 3, resumed streams: three edges (memory, Redis, sealed) in front of a demo with 20 ms between tokens. Replay: a
 completed streamed response (stored), `GET /v1/responses/{id}?stream=true&starting_after=5` on a fresh
 connection, timed to its first `data:` line. Running: a background response (`background: true`, 400 tokens,
-~8 s) resumed the same way while it runs. p50/p99 over `--resumes` resumptions each.
+~8 s) resumed the same way while it runs. Beside them, on the same edges: a new streamed request with
+`store: false` on a fresh connection, timed to its first `data:` line the same way (closed there). p50/p99
+over `--resumes` of each.
+
+Part 4, sealing itself, in this process: AES-256-GCM seal and open (ingress/state/seal.py) of a value of
+each size (a stream's event, a turn's record, a long conversation's), beside what reading it costs the
+store anyway (msgspec's JSON decode of the same bytes): µs a value, the median of `--rounds` rounds of
+timed loops, and the sealing's share of a stored whole request's CPU on the sealed edge (part 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -61,7 +71,8 @@ from bench.lib.tables import Table, figure  # noqa: E402
 from ingress.tenancy.keys import new_key  # noqa: E402
 
 MODELS = (OPENAI_MODEL, OPEN_MODEL)
-BACKENDS = ("memory", "redis")
+BACKENDS = ("memory", "redis", "sealed")  # sealed: Redis, [responses] seal_key_env
+SEAL_ENV = "BENCH_STATE_SEAL_KEY"
 SHAPES = ("whole", "stream", "long")
 VARIANTS = ("false", "true", "turn2 false", "turn2 true")
 SHORT, LONG = 16, 256
@@ -71,7 +82,10 @@ DEVELOPER = "You are a careful assistant. Answer briefly, in the user's words."
 
 
 def config(upstream: int, backend: str, key_id: str, key_hash: str, redis_url: str) -> str:
-    tenancy = f'backend = "redis"\nredis = {{ url = "{redis_url}" }}\n' if backend == "redis" else ""
+    prefix = ', prefix = "sealed"' if backend == "sealed" else ""  # its own keys beside the plain Redis edge's
+    tenancy = f'backend = "redis"\nredis = {{ url = "{redis_url}"{prefix} }}\n' if backend != "memory" else ""
+    store = "memory" if backend == "memory" else "redis"
+    sealed = f'seal_key_env = "{SEAL_ENV}"\n' if backend == "sealed" else ""
     routes = "".join(f'[[routes]]\nmodel = "{m}"\ngroup = "demo"\n\n' for m in MODELS)
     return f"""workers = 1
 log_level = "warning"
@@ -80,8 +94,8 @@ log_level = "warning"
 endpoints = [{{ url = "http://127.0.0.1:{upstream}" }}]
 
 {routes}[responses]
-backend = "{backend}"
-
+backend = "{store}"
+{sealed}
 [tenancy]
 {tenancy}
 [[tenancy.keys]]
@@ -299,11 +313,29 @@ def first_event_ms(port: int, key: str, rid: str, after: int) -> float:
     return took
 
 
+def new_stream_first_event_ms(port: int, key: str, model: str) -> float:
+    """A fresh connection's new streamed request (store: false), timed to its first `data:` line, then closed."""
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/responses", request(model, "stream", False, first_input("new"), tokens=16),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+    r = conn.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"new stream: {r.status} {r.read()[:300]!r}")
+    while not r.fp.readline().startswith(b"data: "):
+        pass
+    took = (time.perf_counter() - t0) * 1e3
+    conn.close()
+    return took
+
+
 def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str, redis_url: str,
                  resumes: int) -> dict[str, dict[str, list[float]]]:
-    """First-event latency of a resumed stream, completed (replay) and running, memory and Redis."""
+    """First-event latency of a resumed stream, completed (replay) and running, beside a new store:false
+    stream's, on each backend."""
     upstreams, servers = edges(work, py, key_id, key_hash, redis_url, 20, "resume-")
-    got: dict[str, dict[str, list[float]]] = {b: {"completed": [], "running": []} for b in BACKENDS}
+    got: dict[str, dict[str, list[float]]] = {b: {"new, store false": [], "completed": [], "running": []}
+                                              for b in BACKENDS}
     with serving(*upstreams, *servers.values()):
         for backend, edge in servers.items():
             client = Client(edge.port, key)
@@ -314,10 +346,12 @@ def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str
                     raise SystemExit(f"resume setup: {status} {data[:200]!r}")
                 done.append(answer_text(data, True)[0])
             client.close()
-            for i in range(resumes):  # a completed response, replayed; warm-up first
-                if i == 0:
-                    first_event_ms(edge.port, key, done[0], 5)
+            first_event_ms(edge.port, key, done[0], 5)  # warm-up
+            new_stream_first_event_ms(edge.port, key, MODELS[0])
+            for i in range(resumes):  # a completed response, replayed, and a new stream, alternately
                 got[backend]["completed"].append(first_event_ms(edge.port, key, done[i % len(done)], 5))
+                got[backend]["new, store false"].append(new_stream_first_event_ms(edge.port, key,
+                                                                                  MODELS[i % len(MODELS)]))
             model_at = 0
             while len(got[backend]["running"]) < resumes:
                 client = Client(edge.port, key)
@@ -341,6 +375,39 @@ def resume_phase(work: Path, py: list[str], key: str, key_id: str, key_hash: str
     return got
 
 
+SEAL_SIZES = {"event, 200 B": 200, "record, 6 KB": 6 * 1024, "record, 64 KB": 64 * 1024, "record, 1 MB": 1 << 20}
+
+
+def _timed(call: Any, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def sealing_phase(rounds: int) -> dict[str, dict[str, list[float]]]:
+    """µs to seal, to open, and to JSON-decode a value of each size, `rounds` times, sizes interleaved."""
+    import msgspec
+
+    from ingress.state.seal import AtRest
+
+    sealer = AtRest([os.urandom(32)])
+    got: dict[str, dict[str, list[float]]] = {k: {"seal": [], "open": [], "json": []} for k in SEAL_SIZES}
+    values = {k: json.dumps({"input": [{"type": "message", "role": "user", "content": "w " * (n // 2 - 40)}]})
+              .encode() for k, n in SEAL_SIZES.items()}
+    for r in range(rounds + 1):  # the first a warm-up
+        for name, value in values.items():
+            n = max(20, (4 << 20) // len(value))  # about 4 MB of values a loop
+            sealed = sealer.seal("response", "bench/k", "resp_1", value)
+            figures = {"seal": _timed(lambda v=value: sealer.seal("response", "bench/k", "resp_1", v), n),
+                       "open": _timed(lambda b=sealed: sealer.open("response", "bench/k", "resp_1", b), n),
+                       "json": _timed(lambda v=value: msgspec.json.decode(v), n)}
+            if r:
+                for k, v in figures.items():
+                    got[name][k].append(v)
+    return got
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
@@ -361,6 +428,7 @@ def main() -> None:
     version = code_version()
     run_started = time.perf_counter()
     key, key_id, key_hash = new_key()
+    os.environ[SEAL_ENV] = base64.b64encode(os.urandom(32)).decode()  # the sealed edges' key, in their environment
     work = Path(tempfile.mkdtemp(prefix="bench-rstore-"))
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -388,7 +456,7 @@ def main() -> None:
                 rng.shuffle(order)
                 for c in order:
                     figures[c].append(run_cell(servers[c[0]], cells[c], args.requests,
-                                               redis_port if c[0] == "redis" else None))
+                                               redis_port if c[0] != "memory" else None))
                 print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
             wall = time.perf_counter() - started
             busy1, _ = machine_busy()
@@ -398,11 +466,13 @@ def main() -> None:
                 cl.close()
         memory = memory_phase(work, py, key, key_id, key_hash, redis_url, 2 if args.quick else 3, args.stored)
         resumed = resume_phase(work, py, key, key_id, key_hash, redis_url, args.resumes)
+    sealing = sealing_phase(args.rounds)
 
     table = Table(("backend", "<8"), ("model", "<23"), ("shape", "<7"), ("variant", "<12"), ("µs/req", ">8"),
                   ("/false", ">7"), ("(range)", ">11"), ("req/s", ">7"), ("p50 ms", ">8"), ("p99 ms", ">8"),
                   ("redis cmds", ">11"), ("+cmds", ">7"))
-    lines = ["Part 1: a request, store false against true (turn2: sent whole against previous_response_id)",
+    lines = ["Part 1: a request, store false against true (turn2: sent whole against previous_response_id); "
+             "sealed: Redis, sealed at rest",
              table.header()]
     summary: dict[str, Any] = {}
     for b in BACKENDS:
@@ -439,13 +509,26 @@ def main() -> None:
     for i, m_ in enumerate(memory):
         lines.append(rss.row(f"round {i + 1}", figure(m_["false_before_mb"]), figure(m_["false_after_mb"]),
                              figure(m_["true_before_mb"]), figure(m_["true_after_mb"]), f"{m_['kb_per_stored']:.2f}"))
-    res = Table(("resumed stream", "<24"), ("p50 ms", ">8"), ("p99 ms", ">8"), ("n", ">5"))
-    lines += ["", "Part 3: a resumed stream's first event (starting_after=5, a fresh connection)", res.header()]
+    res = Table(("first event", "<26"), ("p50 ms", ">8"), ("p99 ms", ">8"), ("n", ">5"))
+    lines += ["", "Part 3: a resumed stream's first event (starting_after=5, a fresh connection), beside a new "
+              "store:false stream's", res.header()]
     for b in BACKENDS:
-        for k in ("completed", "running"):
+        for k in ("new, store false", "completed", "running"):
             vals = resumed[b][k]
             lines.append(res.row(f"{b}, {k}", f"{statistics.median(vals):.2f}", f"{pct(vals, 0.99):.2f}",
                                  f"{len(vals)}"))
+    seal = Table(("value", "<15"), ("seal µs", ">9"), ("open µs", ">9"), ("JSON decode µs", ">15"),
+                 ("(seal+open)/decode", ">19"))
+    lines += ["", "Part 4: AES-256-GCM sealing at rest, in process, beside a JSON decode of the same bytes",
+              seal.header()]
+    for name, f in sealing.items():
+        med = {k: statistics.median(v) for k, v in f.items()}
+        lines.append(seal.row(name, f"{med['seal']:.2f}", f"{med['open']:.2f}", f"{med['json']:.2f}",
+                              f"{(med['seal'] + med['open']) / med['json']:.2f}"))
+    whole = summary.get(f"sealed/{OPENAI_MODEL}/whole/true", {}).get("cpu_us", float("nan"))
+    record = statistics.median(sealing["record, 6 KB"]["seal"])
+    lines.append(f"a 6 KB record's seal: {record / whole * 100:.2f}% of a stored whole request's CPU on the "
+                 f"sealed edge ({figure(whole)} µs)")
     text = "\n".join(lines)
     note = (f"{describe(version)}; {args.rounds} rounds x {args.requests} sequential requests a cell; "
             f"others {others:.0f}% of a core during part 1; load average {load_before[0]:.2f} before")
@@ -454,7 +537,7 @@ def main() -> None:
     write_result({"code": version, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:],
                   "rounds": args.rounds, "requests_per_cell": args.requests, "others_cpu_percent": others,
                   "load_average_before": load_before, "cells": summary, "chunks": chunks, "memory": memory,
-                  "resumed": resumed, "table": text, "note": note,
+                  "resumed": resumed, "sealing": sealing, "table": text, "note": note,
                   "meta": {"wall_s": time.perf_counter() - run_started}},
                  result_path("responses_store", args.quick, args.out))
 

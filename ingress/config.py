@@ -21,6 +21,7 @@ from ingress.guardrails import Guardrails, check_guardrails
 from ingress.oai.codec import validation_path
 from ingress.routing.chain import route_name
 from ingress.settings import Bridge, Group, Route, Settings, Tracing
+from ingress.state.seal import responses_problem
 from ingress.tenancy.policy import read_keys_file
 from ingress.tenancy.settings import ModelPolicy, Tenancy, Tenant, issuers_problem
 from ingress.tenancy.stores.resp import address_of
@@ -183,9 +184,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError("unix: the socket path must be absolute")
     if settings.tenancy is not None:
         _check_tenancy(settings.tenancy, {route_name(route) for route in routes})
-    if settings.responses.backend == "redis" and (settings.tenancy is None or settings.tenancy.redis is None):
-        raise ConfigError("responses.backend: \"redis\" keeps responses in the [tenancy] store's Redis; "
-                          "configure [tenancy] redis = { url = \"redis://...\" }, or use backend = \"memory\"")
+    has_redis = settings.tenancy is not None and settings.tenancy.redis is not None
+    if (problem := responses_problem(settings.responses, has_redis, os.environ)) is not None:
+        raise ConfigError(problem)
     if settings.tracing is not None:
         _check_tracing(settings.tracing)
     if settings.admin is not None and (problem := admin_problem(

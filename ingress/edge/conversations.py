@@ -1,6 +1,7 @@
 """The Conversations API: a conversation made, read, its metadata changed, deleted, and its items listed,
 added, read and deleted, kept in the response store (ingress/state, conversation_stores.py) under the
-caller's owner. Another owner's conversation or item is not found, exactly as an unknown id is; a store
+caller's owner. Another owner's conversation or item is not found, exactly as an unknown id is (an
+admin-scope key, `scope = "admin"`, reads, never changes, those of every key of its tenant); a store
 that does not answer is a 503 with Retry-After; past `[responses] max_record_bytes` of items, a 413.
 
     POST   /v1/conversations                              made, with up to 20 items and metadata
@@ -65,6 +66,16 @@ async def _read(store: ResponseStore, owner: str, conversation_id: str) -> tuple
     return read
 
 
+async def _read_any(request: web.Request, store: ResponseStore, conversation_id: str) -> tuple[bytes, list[bytes]]:
+    """What a GET reads: the caller's own conversation, or, for an admin-scope key, its tenant's."""
+    owners = store.readers(request[EXCHANGE].principal, request.app[GATEWAY].tenancy)
+    found = await store.first(owners, lambda o: store.read_conversation(o, conversation_id)) \
+        if cv.known_id(conversation_id) else None
+    if found is None:
+        raise _not_found(conversation_id)
+    return found[1]
+
+
 def _includes(request: web.Request) -> None:
     cv.include_query([*request.query.getall("include", []), *request.query.getall("include[]", [])])
 
@@ -93,7 +104,7 @@ async def conversation(request: web.Request) -> web.Response:
             raise _not_found(conversation_id)
         return _json(cv.deleted(conversation_id))
     if request.method == "GET":
-        return _json((await _read(store, owner, conversation_id))[0])
+        return _json((await _read_any(request, store, conversation_id))[0])
     metadata = cv.update_request(await read_body(request, request.app[GATEWAY].settings.max_body_bytes))
     obj, _ = await _read(store, owner, conversation_id)
     changed = cv.encode_object(cv.ConversationObject(id=conversation_id, created_at=cv.decode_object(obj).created_at,
@@ -126,7 +137,7 @@ async def items(request: web.Request) -> web.Response:
         query = page_query(dict(request.query))
     except PageError as exc:
         raise InvalidRequest(str(exc), param=exc.param) from None
-    _, kept = await _read(store, owner, conversation_id)
+    _, kept = await _read_any(request, store, conversation_id)
     try:
         return _json(cv.items_page(cv.decode_items_kept(kept), query))
     except PageError as exc:
@@ -141,7 +152,8 @@ async def item(request: web.Request) -> web.Response:
     conversation_id, item_id = request.match_info["conversation_id"], request.match_info["item_id"]
     if request.method == "GET":
         _includes(request)
-    obj, kept = await _read(store, owner, conversation_id)
+    obj, kept = await (_read_any(request, store, conversation_id) if request.method == "GET"
+                       else _read(store, owner, conversation_id))
     found = _find(cv.decode_items_kept(kept), kept, item_id)
     if found is None:
         raise NotFound(f"Item with id '{_shown(item_id)}' not found.", param="item_id", code="item_not_found")

@@ -202,7 +202,8 @@ async def _background(request: web.Request, recalled: pipeline.Recalled, kept: K
 async def stored_response(request: web.Request) -> web.StreamResponse:
     """A stored response: retrieved (GET), its stream read again (GET ?stream=true), deleted (DELETE), its
     input items listed (GET .../input_items); cancelling is for background responses, which this edge does
-    not run. Another owner's response is not found, exactly as an unknown id is (ingress/state)."""
+    not run. Another owner's response is not found, exactly as an unknown id is (ingress/state); an
+    admin-scope key (`scope = "admin"`) reads, never deletes or cancels, those of every key of its tenant."""
     gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
     exchange.api = "responses"
     response_id = request.match_info["response_id"]
@@ -219,11 +220,14 @@ async def stored_response(request: web.Request) -> web.StreamResponse:
         if not (known_id(response_id) and await store.delete(owner, response_id)):
             raise _not_found(response_id)
         return web.Response(body=deleted(response_id), content_type="application/json")
+    # read: the caller's own, or, for an admin-scope key, its tenant's; cancelled: its own only
+    owners = (owner,) if action == "cancel" else store.readers(exchange.principal, gateway.tenancy)
     if action is None and request.query.get("stream", "false") != "false":
-        return await _resume(request, store, owner, response_id)
-    record = await store.get(owner, response_id) if known_id(response_id) else None
-    if record is None:
+        return await _resume(request, store, owners, response_id)
+    found = await store.first(owners, lambda o: store.get(o, response_id)) if known_id(response_id) else None
+    if found is None:
         raise _not_found(response_id)
+    owner, record = found
     if action == "cancel":
         return await _cancel(store, owner, response_id, record)
     if action is None:
@@ -235,7 +239,8 @@ async def stored_response(request: web.Request) -> web.StreamResponse:
     return web.Response(body=encode_page(listed), content_type="application/json")
 
 
-async def _resume(request: web.Request, store: ResponseStore, owner: str, response_id: str) -> web.StreamResponse:
+async def _resume(request: web.Request, store: ResponseStore, owners: tuple[str, ...],
+                  response_id: str) -> web.StreamResponse:
     """A stored response's stream from `starting_after` + 1 on (from its first event without it), following
     it while it still runs (ingress/edge/resume.py); a response kept whole, not streamed, is refused."""
     raw = request.query.get("starting_after", "-1")
@@ -243,12 +248,14 @@ async def _resume(request: web.Request, store: ResponseStore, owner: str, respon
         raise InvalidRequest("'starting_after' must be a non-negative integer: an event's sequence_number.",
                              param="starting_after")
     start = int(raw) + 1
-    got = await store.read_events(owner, response_id, max(start - 1, 0)) if known_id(response_id) else None
-    if got is None:
-        if known_id(response_id) and await store.get(owner, response_id) is not None:
+    found = await store.first(owners, lambda o: store.read_events(o, response_id, max(start - 1, 0))) \
+        if known_id(response_id) else None
+    if found is None:
+        if known_id(response_id) and await store.first(owners, lambda o: store.get(o, response_id)) is not None:
             raise InvalidRequest("This response was not streamed: it has no events to stream again; retrieve it "
                                  "whole.", param="stream", code="response_not_streamed")
         raise _not_found(response_id)
+    owner, got = found
     ended = False
     if start > 0:  # the event the client has is read too: whether the stream ended there
         ended = bool(got) and resume.event_type(got[0]) in resume.TERMINAL

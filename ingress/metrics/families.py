@@ -70,7 +70,8 @@ RESPONSES_RESUMED = Counter("ingress_responses_resumed", "Streams of stored resp
                             "/v1/responses/{id}?stream=true), by backend and whether the response was still "
                             "running then.", ["backend", "running"])
 RESPONSE_STORE_ERRORS = Counter("ingress_response_store_errors", "Calls to the response store that failed or "
-                                "missed their deadline (each a 503 with Retry-After), by backend and call.",
+                                "missed their deadline (each a 503 with Retry-After), and sealed values that did "
+                                "not open (call \"open\": each read as none), by backend and call.",
                                 ["backend", "call"])
 CONVERSATIONS_CREATED = Counter("ingress_conversations_created", "Conversations made (POST /v1/conversations), "
                                 "by backend.", ["backend"])

@@ -9,6 +9,8 @@
     timeout_ms = 500                         # one call to Redis; past it, 503 with Retry-After
     resume_poll_ms = 100                     # a resumed stream still running: how often its log is read again
     resume_idle = 600                        # ... and how long it may stay unchanged before the follower gives up
+    seal_key_env = "INGRESS_STATE_SEAL_KEY"  # unset by default: what is kept is sealed with this key (seal.py)
+    seal_old_keys_env = "INGRESS_STATE_SEAL_OLD_KEYS"  # former keys, which still open what they sealed
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
+
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")]
 
 
 class ResponsesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -28,6 +32,10 @@ class ResponsesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     timeout_ms: Annotated[int, Meta(ge=1, le=60_000)] = 500
     resume_poll_ms: Annotated[int, Meta(ge=10, le=10_000)] = 100
     resume_idle: Annotated[float, Meta(ge=1, le=86_400)] = 600.0
+    # The environment variables of the keys that seal what is kept at rest (ingress/state/seal.py): 32
+    # bytes in base64; the former keys, separated by commas. Unset: kept as JSON, readable where it lives.
+    seal_key_env: EnvName | None = None
+    seal_old_keys_env: EnvName | None = None
 
     def chosen(self, has_redis: bool) -> Literal["memory", "redis", "off"]:
         """The backend in use: `auto` is Redis when the tenancy names one (every replica reads what any
@@ -35,3 +43,7 @@ class ResponsesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         if self.backend == "auto":
             return "redis" if has_redis else "memory"
         return self.backend
+
+    def __post_init__(self) -> None:
+        if self.seal_old_keys_env is not None and self.seal_key_env is None:
+            raise ValueError("seal_old_keys_env: former keys only open what a current key (seal_key_env) sealed")

@@ -120,6 +120,9 @@ class Policy:
         self.keyring = Keyring(keys)
         self._guards: dict[str, Guard] = {}  # each tenant's, compiled once
         self._principals = {key.id: self._principal(key) for key in keys}
+        self._tenant_keys: dict[str, tuple[str, ...]] = {}
+        for key in keys:
+            self._tenant_keys[key.tenant] = (*self._tenant_keys.get(key.tenant, ()), key.id)
         self._exact = {name: p for name, p in settings.models.items() if not any(c in name for c in "*?[")}
         self._globs = [(name, re.compile(translate(name)), p) for name, p in settings.models.items()
                        if name not in self._exact]
@@ -135,6 +138,10 @@ class Policy:
         `stored` and `stored_tenants` the admin API's keys and tenants."""
         return cls(settings, read_keys_file(settings.keys_file) if settings.keys_file else None, verifier, stored,
                    stored_tenants)
+
+    def key_ids(self, tenant: str) -> tuple[str, ...]:
+        """The ids of the tenant's keys (of the configuration, its keys file and the admin API)."""
+        return self._tenant_keys.get(tenant, ())
 
     def _tenant_guard(self, name: str, tenant: Tenant) -> Guard | None:
         if tenant.guardrails is not None and name not in self._guards:

@@ -91,6 +91,9 @@ class Key(_Config, frozen=True):
     # A rotated key's former secret (its hash), accepted beside the new one until `previous_until` (Unix time)
     previous_hash: KeyHash | None = None
     previous_until: Annotated[float, Meta(ge=0)] | None = None
+    # "admin": it may also read (never change) the stored responses and conversations of every key of its
+    # tenant (ingress/state/store.py `readers`); "own": only those it made
+    scope: Literal["own", "admin"] = "own"
 
 
 class Tenant(_Config, frozen=True):

@@ -116,11 +116,12 @@ async def test_a_conversation_too_large_to_keep_is_a_413_before_it_is_sent(
 
 
 def _tenancy(server: Server, prefix: str) -> tuple[Tenancy, dict[str, str]]:
-    """Keys a1, a2 of tenant acme and b1 of globex on `server`; their secrets by name."""
+    """Keys a1, a2 of tenant acme and b1 of globex on `server`, and an admin-scope key of each, a9 and b9;
+    their secrets by name."""
     keys, secrets = [], {}
-    for name, tenant in (("a1", "acme"), ("a2", "acme"), ("b1", "globex")):
+    for name, tenant in (("a1", "acme"), ("a2", "acme"), ("b1", "globex"), ("a9", "acme"), ("b9", "globex")):
         secret, key_id, key_hash = new_key()
-        keys.append(Key(id=key_id, tenant=tenant, hash=key_hash))
+        keys.append(Key(id=key_id, tenant=tenant, hash=key_hash, scope="admin" if name.endswith("9") else "own"))
         secrets[name] = secret
     return Tenancy(backend="redis", redis=RedisSettings(url=server.url, prefix=prefix, deadline_ms=2000),
                    keys=tuple(keys), tenants={"acme": Tenant(), "globex": Tenant()}), secrets
@@ -180,6 +181,53 @@ async def test_another_key_s_response_is_the_same_404_as_an_unknown_id(
                              json={"model": MODEL, "input": "x", "previous_response_id": mine.id}) as r:
             assert r.status == 400 and (await r.json())["error"]["code"] == "previous_response_not_found"
     assert (await (await sdk(stack, edge_b, secrets["a1"])).responses.retrieve(mine.id)).id == mine.id
+
+
+@pytest.mark.redis
+async def test_an_admin_scope_key_reads_its_tenant_s_responses_and_conversations_and_changes_none(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, limit_server: Server,
+        http: aiohttp.ClientSession) -> None:
+    edge_a, edge_b, secrets, _ = await _two_edges(stack, fake_upstream, limit_server, resume_poll_ms=20)
+    on_a = await sdk(stack, edge_a, secrets["a1"])
+    mine = await on_a.responses.create(model=MODEL, input="private")
+    async with on_a.responses.stream(model=MODEL, input="streamed", previous_response_id=mine.id) as stream:
+        streamed = await stream.get_final_response()
+    conversation = await on_a.conversations.create(items=[{"type": "message", "role": "user", "content": "kept"}])
+    admin = await sdk(stack, edge_b, secrets["a9"])  # acme's admin-scope key, on the other edge
+    read = await admin.responses.retrieve(mine.id)
+    assert read.model_dump() == (await on_a.responses.retrieve(mine.id)).model_dump()
+    listed = await admin.responses.input_items.list(streamed.id, order="asc")
+    assert [getattr(i, "role", None) for i in listed.data] == ["user", "assistant", "user"]
+    events = [e async for e in await admin.responses.retrieve(streamed.id, stream=True, starting_after=0)]
+    assert events[0].sequence_number == 1 and events[-1].type == "response.completed"
+    assert (await admin.conversations.retrieve(conversation.id)).id == conversation.id
+    items = await admin.conversations.items.list(conversation.id)
+    assert [i.content[0].text for i in items.data] == ["kept"]  # type: ignore[union-attr,index]  # a message's
+    item_id = items.data[0].id
+    assert item_id is not None
+    assert (await admin.conversations.items.retrieve(item_id, conversation_id=conversation.id)).id == item_id
+    unknown = "resp_" + "0" * 32
+    for name in ("a2", "b9"):  # another key of acme (scope "own"), and globex's admin-scope key
+        headers = {"Authorization": f"Bearer {secrets[name]}"}
+        for path in ("", "/input_items", "?stream=true"):
+            async with http.get(f"{edge_b}/v1/responses/{mine.id}{path}", headers=headers) as theirs, \
+                    http.get(f"{edge_b}/v1/responses/{unknown}{path}", headers=headers) as nobody_s:
+                assert theirs.status == nobody_s.status == 404
+                assert (await theirs.text()).replace(mine.id, unknown) == await nobody_s.text()
+        async with http.get(f"{edge_b}/v1/conversations/{conversation.id}", headers=headers) as theirs:
+            assert theirs.status == 404
+    with pytest.raises(openai.NotFoundError):  # it reads; it does not delete, change or continue another's
+        await admin.responses.delete(mine.id)
+    with pytest.raises(openai.NotFoundError):
+        await admin.conversations.delete(conversation.id)
+    with pytest.raises(openai.NotFoundError):
+        await admin.conversations.update(conversation.id, metadata={"k": "v"})
+    with pytest.raises(openai.BadRequestError):
+        await admin.responses.create(model=MODEL, input="x", previous_response_id=mine.id)
+    own = await admin.responses.create(model=MODEL, input="the admin's own")  # its own stay its own
+    with pytest.raises(openai.NotFoundError):
+        await on_a.responses.retrieve(own.id)
+    assert (await on_a.responses.retrieve(mine.id)).id == mine.id
 
 
 @pytest.mark.redis

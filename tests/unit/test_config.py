@@ -678,3 +678,13 @@ def test_a_routes_cache_and_the_cache_section() -> None:
 def test_a_redis_cache_needs_the_tenancys_redis() -> None:
     message = _error(_edit('glob = "*-mini"\n', 'glob = "*-mini"\ncache = { backend = "redis" }\n'))
     assert "routes[2].cache.backend" in message and "[tenancy]" in message
+
+
+def test_the_keys_that_seal_stored_responses_are_read_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[responses] seal_key_env` names a variable that must hold a key when the configuration is read."""
+    text = f'{MINIMAL}\n[responses]\nseal_key_env = "INGRESS_TEST_SEAL"\n'
+    monkeypatch.delenv("INGRESS_TEST_SEAL", raising=False)
+    with pytest.raises(ConfigError, match=r"seal_key_env.*\$INGRESS_TEST_SEAL"):
+        parse_config(text)
+    monkeypatch.setenv("INGRESS_TEST_SEAL", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
+    assert parse_config(text).responses.seal_key_env == "INGRESS_TEST_SEAL"

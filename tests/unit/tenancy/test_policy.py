@@ -226,3 +226,12 @@ def test_a_stored_tenant_replaces_the_configured_one_but_keeps_its_guardrails() 
     checks = policy.plan(principal, "small-1", 10, 10).checks
     assert [(c.owner, c.limit) for c in checks if c.scope == "tenant"] == [("acme", 1)]
     assert Policy.load(settings, stored_tenants=policy.stored_tenants).tenants["beta"].limits.tpm == 10
+
+
+def test_a_tenant_s_keys_are_listed_by_id_from_every_source() -> None:
+    ids = [new_key() for _ in range(3)]
+    keys = tuple(Key(id=key_id, tenant=tenant, hash=key_hash)
+                 for (_, key_id, key_hash), tenant in zip(ids, ("acme", "globex", "acme"), strict=True))
+    p = Policy(Tenancy(keys=keys[:2], tenants={"acme": Tenant(), "globex": Tenant()}), stored=keys[2:])
+    assert p.key_ids("acme") == (ids[0][1], ids[2][1]) and p.key_ids("globex") == (ids[1][1],)
+    assert p.key_ids("initech") == ()
