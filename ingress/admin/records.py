@@ -23,6 +23,7 @@ Metadata = Annotated[dict[Annotated[str, Meta(min_length=1, max_length=64)],
 Models = Annotated[tuple[Annotated[str, Meta(min_length=1, max_length=256)], ...], Meta(min_length=1, max_length=256)]
 Label = Annotated[str, Meta(min_length=1, max_length=200)]
 When = Annotated[float, Meta(ge=0)]
+Scope = Literal["own", "admin"]  # settings.Key.scope
 MAX_GRACE = 30 * 86_400.0
 Action = Literal["create", "update", "rotate", "revoke", "delete", "import"]
 
@@ -34,6 +35,7 @@ class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     models: tuple[str, ...] = ("*",)
     limits: Limits = Limits()
     guardrails: Guardrails | None = None  # checked after its tenant's
+    scope: Scope = "own"  # "admin": it reads its tenant's stored responses too (docs/keys-and-limits.md)
     metadata: dict[str, str] = {}
     name: str | None = None
     expires_at: float | None = None
@@ -46,7 +48,7 @@ class StoredKey(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def key(self) -> Key:
         """The key as the data plane knows one (settings.Key)."""
         return Key(id=self.id, tenant=self.tenant, hash=self.hash, models=self.models, limits=self.limits,
-                   guardrails=self.guardrails, name=self.name, expires_at=self.expires_at,
+                   guardrails=self.guardrails, scope=self.scope, name=self.name, expires_at=self.expires_at,
                    previous_hash=self.previous_hash, previous_until=self.previous_until)
 
     def shown(self) -> dict[str, Any]:
@@ -73,6 +75,7 @@ class NewKey(_Body, frozen=True):
     models: Models = ("*",)
     limits: Limits = Limits()
     guardrails: Guardrails | None = None
+    scope: Scope = "own"
     metadata: Metadata = {}
     name: Label | None = None
     expires_at: When | None = None
@@ -85,6 +88,7 @@ class KeyUpdate(_Body, frozen=True):
     limits: Limits | UnsetType = UNSET
     budget: Budget | UnsetType | None = UNSET
     guardrails: Guardrails | UnsetType | None = UNSET  # null: none of its own
+    scope: Scope | UnsetType = UNSET
     metadata: Metadata | UnsetType = UNSET
     name: Label | UnsetType | None = UNSET
     expires_at: When | UnsetType | None = UNSET
@@ -173,7 +177,7 @@ def created(body: NewKey, actor: str, now: float | None = None) -> tuple[str, St
     now = time.time() if now is None else now
     secret, key_id, digest = new_key()
     return secret, StoredKey(id=key_id, tenant=body.tenant, hash=digest, models=body.models, limits=body.limits,
-                             guardrails=body.guardrails, metadata=body.metadata, name=body.name,
+                             guardrails=body.guardrails, scope=body.scope, metadata=body.metadata, name=body.name,
                              expires_at=body.expires_at, created_at=now, updated_at=now, created_by=actor)
 
 
@@ -181,13 +185,13 @@ def key_imported(key: Key, actor: str, now: float | None = None) -> StoredKey:
     """A key of the keys file as stored: its id, hash (and a rotation's former one) and settings as they are."""
     now = time.time() if now is None else now
     return StoredKey(id=key.id, tenant=key.tenant, hash=key.hash, models=key.models, limits=key.limits,
-                     guardrails=key.guardrails, name=key.name, expires_at=key.expires_at,
+                     guardrails=key.guardrails, scope=key.scope, name=key.name, expires_at=key.expires_at,
                      previous_hash=key.previous_hash, previous_until=key.previous_until, created_at=now,
                      updated_at=now, created_by=actor)
 
 
 def updated(record: StoredKey, change: KeyUpdate, now: float | None = None) -> StoredKey:
-    fields = {name: value for name in ("models", "limits", "guardrails", "metadata", "name", "expires_at")
+    fields = {name: value for name in ("models", "limits", "guardrails", "scope", "metadata", "name", "expires_at")
               if (value := getattr(change, name)) is not UNSET}
     record = msgspec.structs.replace(record, **fields, updated_at=time.time() if now is None else now)
     if not isinstance(change.budget, UnsetType):

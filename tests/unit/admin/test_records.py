@@ -13,6 +13,7 @@ from ingress.admin.records import (
     TenantUpdate,
     created,
     entry,
+    key_imported,
     rotated,
     tenant_created,
     tenant_entry,
@@ -20,7 +21,7 @@ from ingress.admin.records import (
     updated,
 )
 from ingress.tenancy.keys import Keyring, hash_of
-from ingress.tenancy.settings import Budget, Limits
+from ingress.tenancy.settings import Budget, Key, Limits
 
 
 def test_a_made_key_is_stored_as_its_hash_and_becomes_a_data_plane_key() -> None:
@@ -41,6 +42,21 @@ def test_an_update_changes_what_it_names_and_keeps_the_rest() -> None:
     assert after.limits == Limits(rpm=7, budget=Budget(tokens=100)) and after.expires_at is None
     assert after.metadata == {"a": "1"} and after.updated_at == 2.0 and after.hash == record.hash
     assert updated(record, KeyUpdate(), now=3.0).expires_at == 5.0  # absent: kept
+
+
+def test_a_key_s_scope_is_made_changed_imported_and_reaches_the_data_plane() -> None:
+    """scope = "admin" (its tenant's stored responses read too): through the API as in the keys file."""
+    _, record = created(NewKey(tenant="acme"), "admin1", now=1.0)
+    assert record.scope == "own" and record.key().scope == "own"
+    widened = updated(record, msgspec.json.decode(b'{"scope": "admin"}', type=KeyUpdate), now=2.0)
+    assert widened.key().scope == "admin" and widened.shown()["scope"] == "admin"
+    assert updated(widened, KeyUpdate(), now=3.0).scope == "admin"  # absent: kept
+    _, made = created(msgspec.json.decode(b'{"tenant": "acme", "scope": "admin"}', type=NewKey), "admin1")
+    assert made.key().scope == "admin"
+    imported = key_imported(Key(id=record.id, tenant="acme", hash=record.hash, scope="admin"), "admin1")
+    assert imported.key().scope == "admin"
+    with pytest.raises(msgspec.ValidationError, match="scope"):
+        msgspec.json.decode(b'{"scope": "root"}', type=KeyUpdate)
 
 
 def test_a_rotation_keeps_the_id_and_the_former_secret_for_its_grace() -> None:
