@@ -100,3 +100,9 @@ def test_a_built_vocabulary_leaves_its_serialized_form_out_of_the_rss() -> None:
     clean = sum(m.rss_kb for m in parse_smaps(SMAPS.read_text()) if m.path == str(path.resolve()) and m.clean)
     assert clean < 2 * 1024  # kB; building it touches ~15 MB of them
     assert fresh.count("hello world") == 2 and fresh.count("Hello, y'all! 我想在apple工作") == 13
+
+
+def test_the_mappings_of_one_path_alone_are_read() -> None:
+    assert [(m.perms, m.rss_kb) for m in parse_smaps(SAMPLE, "/lib/x.so")] == [
+        ("r--p", 3000), ("r-xp", 800), ("r--p", 64), ("rw-p", 8)]
+    assert parse_smaps(SAMPLE, "/lib/other.so") == []
