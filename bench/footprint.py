@@ -9,9 +9,12 @@ with an rpm and a tpm limit and its tenant's tpm, memory backend, routing ingres
 estimate counts); `keys_gpt4o` (the same routing gpt-4o: its tpm charges prompt tokens, counted with
 o200k); `rpm_gpt4o` (gpt-4o, the key's rpm alone: only count_tokens counts exactly). Idle: the worker's
 VmRSS `--idle` seconds after /readyz first answers 200. After load: after `--requests` chat requests (16 KB,
-11 messages, the key sent), a streamed one and one /v1/messages/count_tokens, one at a time on a kept-alive
-connection, then a second's rest. Medians over `--runs` fresh processes, the trees interleaved. The
-breakdown: RSS after each import or build step in turn, in one interpreter of each tree.
+11 messages, the key sent), a streamed one and two /v1/messages/count_tokens, one at a time on a kept-alive
+connection, then a second's rest. The two count_tokens requests are timed: where no limit counts prompts
+(`rpm_gpt4o`) the first builds the vocabulary, what a worker that built nothing at start pays once.
+Medians over `--runs` fresh processes, the trees interleaved, each tree byte-compiled first (a checkout
+without .pyc files, under PYTHONDONTWRITEBYTECODE, compiles at every start: ~3.5 MB more). The breakdown:
+RSS after each import or build step in turn, in one interpreter of each tree.
 """
 
 from __future__ import annotations
@@ -87,23 +90,30 @@ def _get(port: int, path: str) -> int:
         conn.close()
 
 
-def _load(port: int, model: str, key: str, requests: int) -> None:
-    """`requests` chat requests, a streamed one and a count_tokens one, each answered 200."""
+def _load(port: int, model: str, key: str, requests: int) -> tuple[float, float]:
+    """`requests` chat requests, a streamed one and two count_tokens ones, each answered 200; the two
+    count_tokens requests' times (ms): the first is the first exact count where no limit counted before
+    (a vocabulary not built at start is built by it), the second the same request again."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}", "x-api-key": key}
+    count = json.dumps({"model": model, "messages": [
+        {"role": "user", "content": "How far is the river from the city?"}]}).encode()
     sends = [("/v1/chat/completions", chat_request(16384, model=model, max_tokens=16))] * requests + [
         ("/v1/chat/completions", stream_request(64, model=model)),
-        ("/v1/messages/count_tokens", json.dumps({"model": model, "messages": [
-            {"role": "user", "content": "How far is the river from the city?"}]}).encode())]
+        ("/v1/messages/count_tokens", count), ("/v1/messages/count_tokens", count)]
+    times: list[float] = []
     try:
         for path, body in sends:
+            started = time.perf_counter()
             conn.request("POST", path, body, headers)
             response = conn.getresponse()
             response.read()
+            times.append((time.perf_counter() - started) * 1000)
             if response.status != 200:
                 raise RuntimeError(f"{path}: {response.status}")
     finally:
         conn.close()
+    return times[-2], times[-1]
 
 
 def measure(tree: Path, name: str, key_section: str, key: str, args: argparse.Namespace) -> dict[str, float]:
@@ -129,7 +139,7 @@ def measure(tree: Path, name: str, key_section: str, key: str, args: argparse.Na
             ready = time.perf_counter() - started
             time.sleep(args.idle)
             idle = rss_kb(proc.pid) / 1024
-            _load(port, GPT4O if name.endswith("gpt4o") else "ingress-demo", key, args.requests)
+            first, second = _load(port, GPT4O if name.endswith("gpt4o") else "ingress-demo", key, args.requests)
             time.sleep(1.0)
             after = rss_kb(proc.pid) / 1024
         finally:
@@ -141,7 +151,8 @@ def measure(tree: Path, name: str, key_section: str, key: str, args: argparse.Na
                 proc.wait()
             if proc.stderr:
                 proc.stderr.close()
-    return {"idle_mb": idle, "after_load_mb": after, "ready_s": ready}
+    return {"idle_mb": idle, "after_load_mb": after, "ready_s": ready, "first_count_ms": first,
+            "second_count_ms": second}
 
 
 def breakdown(tree: Path) -> list[dict[str, Any]]:
@@ -169,6 +180,8 @@ def main() -> None:
 
     section, key, _ = key_section()
     trees = {"current": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    for tree in trees.values():  # with PYTHONDONTWRITEBYTECODE a fresh checkout would compile at every start
+        subprocess.run([PY, "-m", "compileall", "-q", str(tree / "ingress")], check=True, stdout=subprocess.DEVNULL)
     started = time.perf_counter()
     runs: dict[str, dict[str, list[dict[str, float]]]] = {t: {c: [] for c in CONFIGS} for t in trees}
     for _ in range(args.runs):  # the trees interleaved: a drift of the host is shared
@@ -177,10 +190,12 @@ def main() -> None:
                 runs[tree_name][config].append(measure(tree, config, section, key, args))
     table = {t: {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for c, rs in per.items()}
              for t, per in runs.items()}
-    print(f"{'config':<12}" + "".join(f"{t + ' idle':>16}{t + ' after':>16}" for t in trees) + "   (MB, median)")
+    print(f"{'config':<12}" + "".join(f"{t + ' idle':>16}{t + ' after':>16}{'1st/2nd count':>16}" for t in trees)
+          + "   (MB; count_tokens ms; medians)")
     for config in CONFIGS:
-        cells = [(table[t][config]["idle_mb"], table[t][config]["after_load_mb"]) for t in trees]
-        print(f"{config:<12}" + "".join(f"{idle:>16.1f}{after:>16.1f}" for idle, after in cells))
+        cells = [table[t][config] for t in trees]
+        print(f"{config:<12}" + "".join(f"{c['idle_mb']:>16.1f}{c['after_load_mb']:>16.1f}"
+                                         f"{c['first_count_ms']:>9.1f} /{c['second_count_ms']:>5.1f}" for c in cells))
     steps = {tree_name: breakdown(tree) for tree_name, tree in trees.items()}
     print("\nRSS added by each step in turn, one interpreter (MB; a step whose modules an earlier one loaded adds 0):")
     print(f"  {'step':<82}" + "".join(f"{t:>10}" for t in trees))
