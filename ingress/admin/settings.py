@@ -12,6 +12,7 @@
     role_claim = "groups"
     admin_values = ["ingress-admins"]
     viewer_values = ["ingress-viewers"]
+    redirect_uri = "https://admin.example.com/admin/v1/session/oidc/callback"  # the console's "Sign in with SSO"
     [admin.ledger]                     # the spend ledger, read at /admin/v1/spend (on by default)
     enabled = true
 """
@@ -42,6 +43,7 @@ class AdminKey(_Config, frozen=True):
 
 
 Value = Annotated[str, Meta(min_length=1, max_length=256)]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]  # as ingress/settings.py's
 
 
 class AdminOidc(_Config, frozen=True):
@@ -61,6 +63,18 @@ class AdminOidc(_Config, frozen=True):
     min_refresh_interval: Annotated[float, Meta(ge=0.1, le=3600)] = 10.0
     fetch_timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0
     jwks_uri: Annotated[str, Meta(pattern=r"^https?://\S+\Z")] | None = None
+    # the console's sign-in by the authorization-code flow with PKCE (sso.py): the edge is the client
+    redirect_uri: Annotated[str, Meta(pattern=r"^https?://[^\s?#]+\Z", max_length=500)] | None = None
+    client_id: Value | None = None  # the first audience by default; one of them
+    client_secret_env: EnvName | None = None  # a confidential client's secret, from this variable; none: public
+    scopes: Annotated[tuple[Annotated[str, Meta(pattern=r"^[!#-\[\]-~]+\Z", max_length=100)], ...],
+                      Meta(min_length=1, max_length=20)] = ("openid", "profile", "email")
+    session_max: Annotated[float, Meta(ge=60, le=8 * 3600)] = 8 * 3600.0  # s a console session signed in so lasts
+
+    @property
+    def client(self) -> str:
+        """The client id the console signs in as: `client_id`, else the first audience."""
+        return self.client_id or self.audience[0]
 
     def issuer_settings(self) -> Issuer:
         """As the data plane's verifier takes an issuer (its tenant and limits unused here)."""
@@ -127,4 +141,9 @@ def _oidc_problem(oidc: AdminOidc | None, tenancy: Tenancy) -> str | None:
         if issuer.issuer == oidc.issuer and (shared := set(issuer.audience) & set(oidc.audience)):
             return (f"admin.oidc.audience: {sorted(shared)[0]!r} is tenancy.issuers[{i}]'s too: a caller's token "
                     "would be an admin's; give the admin API a client id (audience) of its own")
+    if oidc.client_id is not None and oidc.client_id not in oidc.audience:
+        return (f"admin.oidc.client_id: {oidc.client_id!r} is not one of audience: the ID tokens the console's "
+                "sign-in gets are for it (their `aud`); add it to audience")
+    if oidc.redirect_uri is not None and "openid" not in oidc.scopes:
+        return "admin.oidc.scopes: the console's sign-in needs the scope \"openid\" (for an ID token)"
     return None
