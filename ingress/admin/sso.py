@@ -131,7 +131,11 @@ async def start(request: web.Request) -> web.Response:
 async def _signed_in(request: web.Request) -> session.Session:
     """The session the callback's flow ends with; Refused when none."""
     sso, sessions = request.app[SSO], request.app[session.SESSIONS]
-    state = authcode.callback_state(request.query, request.cookies.get(FLOW_COOKIE))
+    try:
+        state = authcode.callback_state(request.query, request.cookies.get(FLOW_COOKIE))
+    except Refused:
+        authcode.code_of(request.query)  # the provider's error, sent without the state (some do), says more
+        raise
     flow = await sessions.take_flow(session.digest(state))
     if flow is None or flow.expires_at <= time.time():
         raise Refused("state", "no sign-in under way has this state (used, expired, or never started)")
