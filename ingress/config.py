@@ -192,10 +192,6 @@ def _check(settings: Settings) -> None:
             settings.admin, settings.tenancy, None if settings.unix else (settings.host, settings.port),
             settings.workers)) is not None:
         raise ConfigError(problem)
-    oidc = settings.admin.oidc if settings.admin is not None else None
-    if oidc is not None and oidc.client_secret_env is not None and not os.environ.get(oidc.client_secret_env):
-        raise ConfigError(f"admin.oidc.client_secret_env: the environment variable {oidc.client_secret_env} is not "
-                          "set (a public client, signing in with PKCE alone, names none)")
 
 
 def _check_policies(routes: tuple[Route, ...]) -> None:

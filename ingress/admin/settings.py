@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
@@ -106,9 +108,10 @@ class Admin(_Config, frozen=True):
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int] | None, workers: int) -> str | None:
+def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int] | None, workers: int,
+                  environ: Mapping[str, str] = os.environ) -> str | None:
     """What is wrong with `[admin]` (config.py's message), if anything: it needs the tenancy whose keys it
-    keeps, a store every worker shares, a port of its own, and credentials."""
+    keeps, a store every worker shares, a port of its own, and credentials (a client secret's variable set)."""
     if tenancy is None:
         return "admin: the admin API keeps the [tenancy] keys; configure [tenancy]"
     if tenancy.backend != "redis" and workers != 1:
@@ -123,6 +126,9 @@ def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int]
                 "configure [admin.oidc])")
     if (problem := _oidc_problem(admin.oidc, tenancy)) is not None:
         return problem
+    if admin.oidc is not None and (env := admin.oidc.client_secret_env) is not None and not environ.get(env):
+        return (f"admin.oidc.client_secret_env: the environment variable {env} is not set (a public client, "
+                "signing in with PKCE alone, names none)")
     seen: set[str] = set()
     for i, key in enumerate(admin.keys):
         if key.id in seen:
