@@ -301,9 +301,9 @@ async def sign_in(request: web.Request) -> web.Response:
 
 async def opened(sessions: Sessions, session: Session) -> tuple[str, Session]:
     """A new session like `session` (its CSRF token made here), stored; and its cookie's token."""
-    token, opened = secrets.token_urlsafe(32), msgspec.structs.replace(session, csrf=secrets.token_urlsafe(32))
-    await sessions.put(digest(token), opened)
-    return token, opened
+    token, made = secrets.token_urlsafe(32), msgspec.structs.replace(session, csrf=secrets.token_urlsafe(32))
+    await sessions.put(digest(token), made)
+    return token, made
 
 
 def give_cookie(answer: web.StreamResponse, request: web.Request, token: str, session: Session) -> None:

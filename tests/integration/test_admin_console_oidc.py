@@ -83,6 +83,7 @@ async def through_provider(page: Page, edge: Edge, issuer: Issuer, sub: str) -> 
     """"Sign in with SSO" on `edge`'s console, then the provider's own form, signed in as `sub`."""
     await page.goto(console(edge))
     await expect(page.locator("#sso-sign-in")).to_be_visible()
+    await page.screenshot(path=artifacts() / "console-oidc-sign-in.png")
     await page.click("#sso-sign-in")
     await page.wait_for_url(f"{issuer.url}/oauth2/authorize?*")
     await page.fill("input[name=sub]", sub)
