@@ -1,8 +1,8 @@
 """`/admin/v1/...`: the keys, the tenants (tenants.py) and the audit log, behind the admin credentials
 (docs/admin.md).
 
-Every request is authenticated first, whatever its path (but the console's files and its sign-in, console.py
-and session.py): no valid admin key, admin's sign-in token ([admin.oidc], oidc.py) nor console session, 401; a
+Every request is authenticated first, whatever its path (but the console's files and its sign-in, console.py,
+session.py and sso.py): no valid admin key, admin's sign-in token ([admin.oidc], oidc.py) nor console session, 401; a
 token giving no role, and a `viewer` asking for anything but GET, 403. Every change is written with its audit
 entry (keystore.py), by the admin key's id (a token's `oidc:<subject>`), from the client's address; an answer
 never holds a hash, and a key only in the answer that made it.
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from ingress.admin import console, records, session  # session: the console's cookie (it uses this module's keys)
+from ingress.admin import console, records, session, sso  # session, sso: sign-in (they use this module's keys)
 from ingress.admin.keystore import Conflict, Found, KeyStore, NoTenant, Unavailable
 from ingress.admin.oidc import Actor, NoSignIn, SignIns
 from ingress.admin.openapi import DESCRIPTION
@@ -64,10 +64,8 @@ async def _actor(request: web.Request) -> Actor | web.Response:
     """Who is asking: an admin key's holder, or an admin signed in with the OIDC provider; else the refusal."""
     presented = presented_key(request.headers)
     if presented is None:  # no header: the console's session cookie, if any
-        key = await session.actor(request)
-        if isinstance(key, web.Response):  # a session's change without its CSRF token, or no session store
-            return key
-        return Actor(key.id, key.role) if key is not None else _unauthenticated()
+        found = await session.actor(request)  # a Response: a session's change without its CSRF token, or no store
+        return found if found is not None else _unauthenticated()
     signins = request.app.get(SIGNINS)
     if signins is not None and looks_like_jwt(presented):
         try:
@@ -84,7 +82,7 @@ async def _actor(request: web.Request) -> Actor | web.Response:
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if session.is_open(request) or console.is_open(request):  # signing in, and the console's files
+    if session.is_open(request) or sso.is_open(request) or console.is_open(request):  # signing in, the files
         return await handler(request)
     actor = await _actor(request)
     if isinstance(actor, web.Response):
@@ -242,5 +240,5 @@ def create_admin_app(settings: Admin, store: KeyStore, tenancy: Tenancy,
     app.router.add_get("/admin/v1/audit", audit)
     app.router.add_get("/admin/v1/openapi.json", openapi)
     session.add_routes(app, store)
-    console.add_routes(app)
+    console.add_routes(app, sso=sso.add_routes(app, app.get(SIGNINS)))
     return app

@@ -55,8 +55,11 @@ async def _secured(request: web.Request, answer: web.StreamResponse) -> None:
         answer.headers.setdefault("Cache-Control", "no-store")
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, sso: bool = False) -> None:
+    """`sso`: the page shows "Sign in with SSO" (sso.py's routes exist); it is told so in the page itself."""
     app[PAGES] = read_files()
+    if sso:
+        app[PAGES][""] = app[PAGES][""].replace(b"<body>", b'<body data-sso="on">', 1)
     app.router.add_get(PREFIX.rstrip("/"), to_console)
     app.router.add_get(PREFIX, page)
     for path in FILES:

@@ -45,15 +45,25 @@ class NoSignIn(Exception):
         self.retry_after = retry_after
 
 
-def role_of(claims: Mapping[str, object], oidc: AdminOidc) -> Role | None:
-    """The role the claims give: `admin` if the role claim (a string, or a list of them) holds any of
-    admin_values, else `viewer` for any of viewer_values, else None."""
+def held(claims: Mapping[str, object], oidc: AdminOidc) -> frozenset[str]:
+    """The configured values (admin_values, viewer_values) the role claim (a string, or a list of them) holds."""
     value = claim(claims, oidc.role_claim)
-    held = {value} if isinstance(value, str) else {v for v in value if isinstance(v, str)} if isinstance(
+    found = {value} if isinstance(value, str) else {v for v in value if isinstance(v, str)} if isinstance(
         value, list) else set()
-    if held & set(oidc.admin_values):
+    return frozenset(found & {*oidc.admin_values, *oidc.viewer_values})
+
+
+def role_of(claims: Mapping[str, object], oidc: AdminOidc) -> Role | None:
+    """The role the claims give: `admin` if the role claim holds any of admin_values, else `viewer` for any
+    of viewer_values, else None."""
+    return role_held(held(claims, oidc), oidc)
+
+
+def role_held(values: frozenset[str], oidc: AdminOidc) -> Role | None:
+    """The role these role-claim values give under the configuration as it is now."""
+    if values & set(oidc.admin_values):
         return "admin"
-    if held & set(oidc.viewer_values):
+    if values & set(oidc.viewer_values):
         return "viewer"
     return None
 
@@ -73,19 +83,27 @@ class SignIns:
         self.verifier = Verifier((oidc.issuer_settings(),))
         self.keysets = KeySets(self.verifier)
 
-    async def actor(self, token: str) -> Actor:
-        """The token's actor; NoSignIn when it is none."""
+    async def claims(self, token: str) -> dict[str, object]:
+        """The verified token's claims; NoSignIn when it does not verify."""
         try:
             try:
                 verified = self.verifier.verify(token)
             except UnknownKey:
                 await self.keysets.refresh(self.oidc.issuer)
                 verified = self.verifier.verify(token)
-            return actor_of(verified.claims, self.oidc)
+            return verified.claims
         except (TokenRefused, UnknownKey) as exc:
             raise NoSignIn(401, f"{type(exc).__name__}: {exc}"[:200]) from None
         except IssuerUnavailable as exc:
             raise NoSignIn(503, "the provider's keys could not be fetched", exc.retry_after or 1) from None
+
+    async def actor(self, token: str) -> Actor:
+        """The token's actor; NoSignIn when it is none."""
+        claims = await self.claims(token)
+        try:
+            return actor_of(claims, self.oidc)
+        except TokenRefused as exc:
+            raise NoSignIn(401, f"{type(exc).__name__}: {exc}"[:200]) from None
 
     async def running(self, app: web.Application) -> AsyncIterator[None]:
         """The admin app's cleanup context: the keys fetched at start and refreshed until it stops."""

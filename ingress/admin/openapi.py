@@ -151,6 +151,25 @@ DESCRIPTION: dict[str, Any] = {
             "delete": {**_op("Sign out: the session deleted, the cookie cleared", "Session"), **_OPEN,
                        "description": "With a session, its X-CSRF-Token is needed (403 without)."},
         },
+        "/admin/v1/session/oidc": {
+            "get": {"summary": "Sign in to the console with the OIDC provider: a redirect (302) to its authorization "
+                               "endpoint (the authorization-code flow with PKCE, S256); only with [admin.oidc] "
+                               "redirect_uri", **_OPEN,
+                    "responses": {"302": {"description": "To the provider, with a one-use state bound to this "
+                                                         "browser by the cookie ingress_admin_oidc; or to "
+                                                         "/admin/#signin-error=unavailable"}}},
+        },
+        "/admin/v1/session/oidc/callback": {
+            "get": {"summary": "Where the provider sends the browser back: the code exchanged, the ID token verified, "
+                               "and the console's session cookie for `oidc:<subject>`", **_OPEN,
+                    "parameters": [{"name": name, "in": "query", "required": False, "description": text,
+                                    "schema": {"type": "string"}} for name, text in (
+                        ("code", "the authorization code"), ("state", "the flow's state"),
+                        ("error", "the provider's refusal, if any"))],
+                    "responses": {"302": {"description": "To /admin/ signed in, or to /admin/#signin-error=<reason> "
+                                                         "(state, denied, exchange, token, no_role, rate_limited, "
+                                                         "unavailable): never a session then"}}},
+        },
         "/admin/v1/spend": {
             "get": {**_op("The spend ledger by day or hour, grouped and filtered; JSON or CSV", "SpendList",
                           params=_SPEND),

@@ -9,11 +9,14 @@ failed sign-ins limited per client address (docs/admin.md, "Console").
     DELETE /admin/v1/session  sign out: the session deleted, the cookie cleared
 
 A request with the cookie and no Authorization header acts as the session's admin key, with its role as
-configured now (a key taken out of the configuration ends its sessions); a change (anything but GET and
+configured now (a key taken out of the configuration ends its sessions), or as the person signed in with the
+OIDC provider (sso.py: `oidc:<subject>`, the role its role claim's values give under [admin.oidc] as configured
+now; without [admin.oidc] no such session is valid); a change (anything but GET and
 HEAD) needs `X-CSRF-Token` equal to the session's, else 403. A caller presenting an admin key is not
 concerned: its header is its proof. Sessions and failure counts live where the stored keys do
 (`{<prefix>}:admin:session:<SHA-256 of the token>`, with its TTL, and `...:admin:login:<address>`), so every
-worker and every replica knows them; the token itself is kept nowhere.
+worker and every replica knows them; the token itself is kept nowhere. So do the OIDC sign-ins under way
+(`...:admin:flow:<SHA-256 of the state>`, taken once): the callback may reach another worker or replica.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ import msgspec
 from aiohttp import web
 
 from ingress.admin import api, records
+from ingress.admin.authcode import Flow
 from ingress.admin.keystore import KeyStore, RedisKeyStore, Unavailable
-from ingress.admin.settings import AdminKey
+from ingress.admin.oidc import Actor, role_held
 from ingress.log import get_logger
 from ingress.tenancy.stores.resp import Client
 from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
@@ -50,15 +54,22 @@ local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return {n, redis.call('PTTL', KEYS[1])}
 """)
+TAKEN = Script("""
+local found = redis.call('GET', KEYS[1])
+if found then redis.call('DEL', KEYS[1]) end
+return found
+""")
 COUNTED = Script("""
 return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('PTTL', KEYS[1])}
 """)
 
 
-class Session(msgspec.Struct, frozen=True, kw_only=True):
-    actor: str  # the admin key's id
+class Session(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    actor: str  # the admin key's id, or `oidc:<subject>`
     csrf: str
     expires_at: float  # Unix time
+    oidc: bool = False  # signed in with the OIDC provider: its role is `values`' (never an admin key's)
+    values: tuple[str, ...] = ()  # the configured role-claim values its ID token held
 
 
 class Sessions(Protocol):
@@ -75,6 +86,12 @@ class Sessions(Protocol):
     async def failed(self, client: str) -> tuple[int, float]:
         """One more failure for `client` (a window of WINDOW_S starts with the first); as failures()."""
 
+    async def put_flow(self, digest: str, flow: Flow) -> None:
+        """Kept until `flow.expires_at`, or until taken."""
+
+    async def take_flow(self, digest: str) -> Flow | None:
+        """The flow, removed: a state is good once."""
+
 
 class MemorySessions:
     """One process's: beside MemoryKeyStore (one worker, config.py)."""
@@ -83,6 +100,7 @@ class MemorySessions:
         self.clock = clock
         self._sessions: dict[str, Session] = {}
         self._failures: dict[str, tuple[int, float]] = {}  # address → (count, when the window ends)
+        self._flows: dict[str, Flow] = {}
 
     def _now(self) -> float:
         return self.clock()
@@ -116,6 +134,17 @@ class MemorySessions:
                 del self._failures[next(iter(self._failures))]
         self._failures[client] = (count + 1, ends)
         return count + 1, ends - now
+
+    async def put_flow(self, digest: str, flow: Flow) -> None:
+        now = self._now()
+        self._flows = {d: f for d, f in self._flows.items() if f.expires_at > now}
+        while len(self._flows) >= _MEMORY_MOST:
+            del self._flows[next(iter(self._flows))]
+        self._flows[digest] = flow
+
+    async def take_flow(self, digest: str) -> Flow | None:
+        found = self._flows.pop(digest, None)
+        return found if found is not None and found.expires_at > self._now() else None
 
 
 class RedisSessions:
@@ -165,6 +194,22 @@ class RedisSessions:
     async def failed(self, client: str) -> tuple[int, float]:
         return await self._script(FAILED, self.tag + "login:" + client, int(WINDOW_S * 1000))
 
+    async def put_flow(self, digest: str, flow: Flow) -> None:
+        ttl_ms = max(int((flow.expires_at - time.time()) * 1000), 1)
+        await self._call("SET", self.tag + "flow:" + digest, msgspec.json.encode(flow), "PX", ttl_ms)
+
+    async def take_flow(self, digest: str) -> Flow | None:
+        try:  # GET and DEL at once: of two callbacks with one state, one finds it
+            reply = await self.client.evalsha(TAKEN, (self.tag + "flow:" + digest,), (), self._due())
+        except (OSError, TimeoutError, ReplyError) as exc:
+            raise Unavailable(type(exc).__name__) from exc
+        if not isinstance(reply, bytes):
+            return None
+        try:
+            return msgspec.json.decode(reply, type=Flow)
+        except msgspec.DecodeError:
+            return None
+
 
 SESSIONS = web.AppKey("sessions", Sessions)
 FOUND = web.RequestKey("session", Session)
@@ -181,7 +226,7 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _secure(request: web.Request) -> bool:
+def secure(request: web.Request) -> bool:
     """Over https, here or at a proxy in front: the cookie is then sent over https alone."""
     return request.secure or request.headers.get("X-Forwarded-Proto", "").lower() == "https"
 
@@ -191,9 +236,19 @@ def is_open(request: web.Request) -> bool:
     return request.path == PATH and request.method in ("POST", "DELETE")
 
 
-async def actor(request: web.Request) -> AdminKey | web.Response | None:
-    """The admin key of the request's session cookie (None: no valid session), or the refusal of a change
-    that did not send the session's CSRF token (403), or of a store that did not answer (503)."""
+def _actor_of(request: web.Request, found: Session) -> Actor | None:
+    """The session's actor with its role as configured now; None when it has none any more."""
+    if found.oidc:
+        signins = request.app.get(api.SIGNINS)
+        role = role_held(frozenset(found.values), signins.oidc) if signins is not None else None
+        return Actor(found.actor, role) if role is not None else None
+    key = request.app[api.ADMIN_KEYS].get(found.actor)
+    return Actor(key.id, key.role) if key is not None else None
+
+
+async def actor(request: web.Request) -> Actor | web.Response | None:
+    """The actor of the request's session cookie (None: no valid session), or the refusal of a change that
+    did not send the session's CSRF token (403), or of a store that did not answer (503)."""
     token = request.cookies.get(COOKIE)
     if not token:
         return None
@@ -202,8 +257,7 @@ async def actor(request: web.Request) -> AdminKey | web.Response | None:
     except Unavailable:
         return api.failure(503, "store_unavailable", "The session store did not answer; try again.",
                            **{"Retry-After": api.RETRY_AFTER})
-    key = request.app[api.ADMIN_KEYS].get(found.actor) if found is not None else None
-    if found is None or key is None or found.expires_at <= time.time():
+    if found is None or found.expires_at <= time.time() or (key := _actor_of(request, found)) is None:
         return None
     if request.method not in api.READS and not hmac.compare_digest(
             request.headers.get(CSRF_HEADER, "").encode(), found.csrf.encode()):
@@ -234,18 +288,28 @@ async def sign_in(request: web.Request) -> web.Response:
             count, left = await sessions.failed(client)
             log.warning("console sign-in refused", client=client, failures=count)
             return api.failure(401, "unauthenticated", "That is not an admin key.")
-        token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-        session = Session(actor=key.id, csrf=csrf, expires_at=time.time() + SESSION_S)
-        await sessions.put(digest(token), session)
+        token, session = await opened(sessions, Session(actor=key.id, csrf="", expires_at=time.time() + SESSION_S))
     except Unavailable:
         return api.failure(503, "store_unavailable", "The session store did not answer; try again.",
                            **{"Retry-After": api.RETRY_AFTER})
     log.info("console signed in", actor=key.id, client=client)
-    answer = web.json_response({"actor": key.id, "role": key.role, "csrf_token": csrf,
+    answer = web.json_response({"actor": key.id, "role": key.role, "csrf_token": session.csrf,
                                 "expires_at": session.expires_at})
-    answer.set_cookie(COOKIE, token, max_age=int(SESSION_S), path="/admin/", httponly=True, samesite="Strict",
-                      secure=_secure(request))
+    give_cookie(answer, request, token, session)
     return answer
+
+
+async def opened(sessions: Sessions, session: Session) -> tuple[str, Session]:
+    """A new session like `session` (its CSRF token made here), stored; and its cookie's token."""
+    token, made = secrets.token_urlsafe(32), msgspec.structs.replace(session, csrf=secrets.token_urlsafe(32))
+    await sessions.put(digest(token), made)
+    return token, made
+
+
+def give_cookie(answer: web.StreamResponse, request: web.Request, token: str, session: Session) -> None:
+    """The session's cookie: HttpOnly, SameSite=Strict (no other site's page sends it), for /admin/ alone."""
+    answer.set_cookie(COOKIE, token, max_age=max(round(session.expires_at - time.time()), 1), path="/admin/",
+                      httponly=True, samesite="Strict", secure=secure(request))
 
 
 async def whoami(request: web.Request) -> web.Response:

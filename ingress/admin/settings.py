@@ -12,12 +12,15 @@
     role_claim = "groups"
     admin_values = ["ingress-admins"]
     viewer_values = ["ingress-viewers"]
+    redirect_uri = "https://admin.example.com/admin/v1/session/oidc/callback"  # the console's "Sign in with SSO"
     [admin.ledger]                     # the spend ledger, read at /admin/v1/spend (on by default)
     enabled = true
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 import msgspec
@@ -42,6 +45,7 @@ class AdminKey(_Config, frozen=True):
 
 
 Value = Annotated[str, Meta(min_length=1, max_length=256)]
+EnvName = Annotated[str, Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*\Z")]  # as ingress/settings.py's
 
 
 class AdminOidc(_Config, frozen=True):
@@ -61,6 +65,18 @@ class AdminOidc(_Config, frozen=True):
     min_refresh_interval: Annotated[float, Meta(ge=0.1, le=3600)] = 10.0
     fetch_timeout: Annotated[float, Meta(gt=0, le=60)] = 5.0
     jwks_uri: Annotated[str, Meta(pattern=r"^https?://\S+\Z")] | None = None
+    # the console's sign-in by the authorization-code flow with PKCE (sso.py): the edge is the client
+    redirect_uri: Annotated[str, Meta(pattern=r"^https?://[^\s?#]+\Z", max_length=500)] | None = None
+    client_id: Value | None = None  # the first audience by default; one of them
+    client_secret_env: EnvName | None = None  # a confidential client's secret, from this variable; none: public
+    scopes: Annotated[tuple[Annotated[str, Meta(pattern=r"^[!#-\[\]-~]+\Z", max_length=100)], ...],
+                      Meta(min_length=1, max_length=20)] = ("openid", "profile", "email")
+    session_max: Annotated[float, Meta(ge=60, le=8 * 3600)] = 8 * 3600.0  # s a console session signed in so lasts
+
+    @property
+    def client(self) -> str:
+        """The client id the console signs in as: `client_id`, else the first audience."""
+        return self.client_id or self.audience[0]
 
     def issuer_settings(self) -> Issuer:
         """As the data plane's verifier takes an issuer (its tenant and limits unused here)."""
@@ -92,9 +108,10 @@ class Admin(_Config, frozen=True):
         return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int] | None, workers: int) -> str | None:
+def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int] | None, workers: int,
+                  environ: Mapping[str, str] = os.environ) -> str | None:
     """What is wrong with `[admin]` (config.py's message), if anything: it needs the tenancy whose keys it
-    keeps, a store every worker shares, a port of its own, and credentials."""
+    keeps, a store every worker shares, a port of its own, and credentials (a client secret's variable set)."""
     if tenancy is None:
         return "admin: the admin API keeps the [tenancy] keys; configure [tenancy]"
     if tenancy.backend != "redis" and workers != 1:
@@ -109,6 +126,9 @@ def admin_problem(admin: Admin, tenancy: Tenancy | None, public: tuple[str, int]
                 "configure [admin.oidc])")
     if (problem := _oidc_problem(admin.oidc, tenancy)) is not None:
         return problem
+    if admin.oidc is not None and (env := admin.oidc.client_secret_env) is not None and not environ.get(env):
+        return (f"admin.oidc.client_secret_env: the environment variable {env} is not set (a public client, "
+                "signing in with PKCE alone, names none)")
     seen: set[str] = set()
     for i, key in enumerate(admin.keys):
         if key.id in seen:
@@ -127,4 +147,9 @@ def _oidc_problem(oidc: AdminOidc | None, tenancy: Tenancy) -> str | None:
         if issuer.issuer == oidc.issuer and (shared := set(issuer.audience) & set(oidc.audience)):
             return (f"admin.oidc.audience: {sorted(shared)[0]!r} is tenancy.issuers[{i}]'s too: a caller's token "
                     "would be an admin's; give the admin API a client id (audience) of its own")
+    if oidc.client_id is not None and oidc.client_id not in oidc.audience:
+        return (f"admin.oidc.client_id: {oidc.client_id!r} is not one of audience: the ID tokens the console's "
+                "sign-in gets are for it (their `aud`); add it to audience")
+    if oidc.redirect_uri is not None and "openid" not in oidc.scopes:
+        return "admin.oidc.scopes: the console's sign-in needs the scope \"openid\" (for an ID token)"
     return None

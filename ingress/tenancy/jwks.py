@@ -36,6 +36,7 @@ class _Fetching:
     jwks_uri: str | None
     attempted: float = -math.inf  # monotonic: the last fetch's start
     flight: asyncio.Task[None] | None = None
+    discovery: dict[str, Any] | None = None  # the last discovery document read
     fetches: int = field(default=0)  # JWKS fetches started, for tests and metrics
 
     def landed(self, flight: asyncio.Task[None]) -> None:
@@ -85,9 +86,7 @@ class KeySets:
         issuer = state.issuer
         timeout = issuer.fetch_timeout
         if state.jwks_uri is None:
-            discovery = await self._get(issuer.issuer.rstrip("/") + "/.well-known/openid-configuration", timeout)
-            if discovery.get("issuer") != issuer.issuer:
-                raise ValueError(f"the discovery document names issuer {str(discovery.get('issuer'))[:200]!r}")
+            discovery = state.discovery = await self._discover(issuer)
             uri = discovery.get("jwks_uri")
             if not isinstance(uri, str) or not uri.startswith(("https://", "http://")):
                 raise ValueError("the discovery document names no jwks_uri")
@@ -99,6 +98,21 @@ class KeySets:
         self.verifier.set_keys(issuer.issuer, keys)
         if changed is None or changed.kids != keys.kids:
             log.info("issuer keys fetched", issuer=issuer.issuer, keys=len(keys), kids=sorted(keys.kids)[:10])
+
+    async def _discover(self, issuer: Issuer) -> dict[str, Any]:
+        discovery = await self._get(issuer.issuer.rstrip("/") + "/.well-known/openid-configuration",
+                                    issuer.fetch_timeout)
+        if discovery.get("issuer") != issuer.issuer:
+            raise ValueError(f"the discovery document names issuer {str(discovery.get('issuer'))[:200]!r}")
+        return discovery
+
+    async def discovery(self, issuer: str) -> dict[str, Any]:
+        """The issuer's discovery document (its endpoints): the one its keys' last fetch read, else read now
+        and kept. Raises what the fetch raised (aiohttp's errors, ValueError, TimeoutError)."""
+        state = self._state[issuer]
+        if state.discovery is None:
+            state.discovery = await self._discover(state.issuer)
+        return state.discovery
 
     async def _get(self, url: str, timeout: float) -> dict[str, Any]:
         if self._session is None:

@@ -109,13 +109,15 @@ async def spend_shown(page: Page, edge: Edge, http: aiohttp.ClientSession) -> No
     days = {name: await page.locator(f"#spend-range input[name={name}]").input_value() for name in ("from", "to")}
     query = {**days, "granularity": "day", "group_by": "tenant", "format": "json"}
     rows: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 10
-    while not rows and time.monotonic() < deadline:
+    deadline, before = time.monotonic() + 15, None
+    while time.monotonic() < deadline:  # until every edge's last flush is in: two reads a flush apart agree
         async with http.get(f"{edge.admin}/spend", params=query, headers={"Authorization": f"Bearer {ADMIN}"}) as r:
             assert r.status == 200, await r.text()
             rows = (await r.json())["data"]
-        if not rows:
-            await asyncio.sleep(0.2)
+        if rows and rows == before:
+            break
+        before = rows
+        await asyncio.sleep(1.5)  # the edges flush their ledgers every second
     assert rows and sum(int(row["requests"]) for row in rows) >= 1  # the SDK's request on the new key, at least
     assert sum(Decimal(row["cost_usd"]) for row in rows) > 0  # priced: PRICED
     await page.click("#nav-keys")

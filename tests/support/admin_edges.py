@@ -53,15 +53,15 @@ class Edge:
 
 
 @asynccontextmanager
-async def two_edges(tmp_path: Path, store: Server, config: str,
-                    admin_keys: str = "") -> AsyncIterator[tuple[Edge, Edge]]:
+async def two_edges(tmp_path: Path, store: Server, config: str, admin_keys: str = "",
+                    admin_ports: tuple[int, int] | None = None) -> AsyncIterator[tuple[Edge, Edge]]:
     """Edges A and B with `config` (TOML, before the sections added here), the tenancy on `store` and the
-    admin API on a listener of its own with ADMIN's key (and `admin_keys`, `[[admin.keys]]` entries), stopped
-    when the block ends."""
+    admin API on a listener of its own (on `admin_ports`, when a test must name them in `config`) with ADMIN's
+    key (and `admin_keys`, `[[admin.keys]]` entries), stopped when the block ends."""
     made = []
     try:
-        for name in ("a", "b"):
-            admin_port = free_port()
+        for i, name in enumerate(("a", "b")):
+            admin_port = admin_ports[i] if admin_ports is not None else free_port()
             path = tmp_path / f"{name}.toml"
             path.write_text(f"""{config}
 [tenancy]

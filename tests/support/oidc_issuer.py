@@ -3,7 +3,9 @@ JWKS, authorization-code flow, id tokens signed RS256 with its own key), served 
 its own (`python tests/support/oidc_issuer.py PORT`: its warnings and threads stay out of the test's).
 
 Around it, what a test needs to see and steer, as routes this module adds: `/test/hits`, the requests it
-served by path (how many JWKS fetches the edge made); `/test/rotate`, a new provider (a new signing key) at
+served by path (how many JWKS fetches the edge made); `/test/seen`, what the authorization requests'
+queries and the token requests' forms (and Authorization headers) held, as a client's PKCE is checked by;
+`/test/rotate`, a new provider (a new signing key) at
 the same address; `/test/signing-key`, the provider's own key, for the tokens no honest provider signs
 (expired, or with a `kid`: this provider's tokens carry none). Its tokens are got as a client gets them: a
 user's claims set through its API, the authorization form posted, the code exchanged at the token endpoint.
@@ -13,6 +15,7 @@ A port can be chosen before the provider runs: an issuer down when the edge star
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import socket
@@ -71,6 +74,18 @@ class Issuer:
     def hits(self) -> Counter[str]:
         return Counter(json.loads(self._request("GET", "/test/hits")[2]))
 
+    def seen(self) -> dict[str, list[dict[str, Any]]]:
+        """`authorize`: each authorization request's query; `token`: each token request's form and
+        `authorization` header (each parameter's first value)."""
+        seen: dict[str, list[dict[str, Any]]] = json.loads(self._request("GET", "/test/seen")[2])
+        return seen
+
+    def set_user(self, sub: str, claims: dict[str, Any]) -> None:
+        """The claims the provider puts in `sub`'s tokens (its authorization form signs in as `sub`)."""
+        status, _, _ = self._request("PUT", f"/users/{urllib.parse.quote(sub)}", json.dumps(claims).encode(),
+                                     {"Content-Type": "application/json"})
+        assert status == 204, status
+
     @property
     def jwks_fetches(self) -> int:
         return self.hits()["/jwks"]
@@ -93,9 +108,7 @@ class Issuer:
               host: str | None = None) -> str:
         """An id token for `sub` with `claims`, for the client `client_id` (its `aud`), got through the
         authorization-code flow; asked at `host` (a Host other than localhost's: another `iss`)."""
-        status, _, _ = self._request("PUT", f"/users/{urllib.parse.quote(sub)}", json.dumps(claims or {}).encode(),
-                                     {"Content-Type": "application/json"})
-        assert status == 204, status
+        self.set_user(sub, claims or {})
         query = urllib.parse.urlencode({"client_id": client_id, "redirect_uri": REDIRECT, "response_type": "code",
                                         "scope": "openid"})
         form = {"Content-Type": "application/x-www-form-urlencoded"}
@@ -139,6 +152,10 @@ def now() -> int:
     return int(time.time())
 
 
+def _first(query: str) -> dict[str, str]:
+    return {name: values[0] for name, values in urllib.parse.parse_qs(query).items()}
+
+
 def serve(port: int) -> None:
     """The provider behind a shim that counts requests and can swap the provider for a new one."""
     import flask
@@ -155,6 +172,7 @@ def serve(port: int) -> None:
         return app
 
     hits: Counter[str] = Counter()
+    seen: dict[str, list[dict[str, Any]]] = {"authorize": [], "token": []}
     current = [provider()]
 
     def shim(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -162,6 +180,15 @@ def serve(port: int) -> None:
         if path == "/test/hits":
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps(hits).encode()]
+        if path == "/test/seen":
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps(seen).encode()]
+        if path == "/oauth2/authorize" and environ.get("REQUEST_METHOD") == "GET":
+            seen["authorize"].append(_first(environ.get("QUERY_STRING", "")))
+        if path == "/oauth2/token":  # read, then put back for the provider
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)
+            seen["token"].append({"form": _first(body.decode()), "authorization": environ.get("HTTP_AUTHORIZATION")})
         if path == "/test/rotate":
             current[0] = provider()
             start_response("204 No Content", [])

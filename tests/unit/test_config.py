@@ -688,3 +688,18 @@ def test_the_keys_that_seal_stored_responses_are_read_at_start(monkeypatch: pyte
         parse_config(text)
     monkeypatch.setenv("INGRESS_TEST_SEAL", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
     assert parse_config(text).responses.seal_key_env == "INGRESS_TEST_SEAL"
+
+
+def test_the_console_s_client_secret_is_read_from_a_variable_that_must_be_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = ('workers = 1\n' + TENANCY + '\n[admin]\nlisten = "127.0.0.1:9090"\n[admin.oidc]\n'
+            'issuer = "https://sso.example.com"\naudience = ["ingress-admin"]\nadmin_values = ["ops"]\n'
+            'redirect_uri = "https://admin.example.com/admin/v1/session/oidc/callback"\n'
+            'client_secret_env = "INGRESS_TEST_CONSOLE_SECRET"\n')
+    monkeypatch.delenv("INGRESS_TEST_CONSOLE_SECRET", raising=False)
+    with pytest.raises(ConfigError, match=r"admin\.oidc\.client_secret_env: the environment variable "
+                                          r"INGRESS_TEST_CONSOLE_SECRET is not set"):
+        parse_config(text, environ={})
+    monkeypatch.setenv("INGRESS_TEST_CONSOLE_SECRET", "s3cret")
+    admin = parse_config(text, environ={}).admin
+    assert admin is not None and admin.oidc is not None
+    assert admin.oidc.client_secret_env == "INGRESS_TEST_CONSOLE_SECRET" and "s3cret" not in str(admin.oidc)

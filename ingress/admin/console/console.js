@@ -1,6 +1,6 @@
-// The admin console: signs in with an admin key (a session cookie and a CSRF token, session.py), then reads
-// and changes keys and tenants, and reads spend and the audit log, through /admin/v1 alone. Plain DOM: every
-// value from the API is set as text, never parsed as markup.
+// The admin console: signs in with an admin key or with the OIDC provider (a session cookie and a CSRF token,
+// session.py, sso.py), then reads and changes keys and tenants, and reads spend and the audit log, through
+// /admin/v1 alone. Plain DOM: every value from the API is set as text, never parsed as markup.
 "use strict";
 
 const API = "/admin/v1";
@@ -94,6 +94,24 @@ function signedOut() {
   $("#app").hidden = true;
   $("#sign-in").hidden = false;
   $("#admin-key").focus();
+}
+
+// What a refused "Sign in with SSO" comes back with (/admin/#signin-error=<reason>: sso.py).
+const SSO_ERRORS = {
+  state: "The sign-in could not be matched to one started here (it expired, was used, or was started elsewhere). Try again.",
+  denied: "The sign-in provider did not sign you in.",
+  exchange: "The sign-in provider's answer could not be used. Try again.",
+  token: "The sign-in provider's ID token was refused.",
+  no_role: "You are signed in with the provider, but your account has no admin role here.",
+  rate_limited: "Too many failed sign-ins from this address; wait a minute.",
+  unavailable: "The sign-in provider or the session store did not answer. Try again.",
+};
+
+function ssoError() {  // shown once; the address loses the fragment
+  const match = /^#signin-error=([a-z_]+)$/.exec(location.hash);
+  if (!match) return;
+  history.replaceState(null, "", location.pathname + location.search);
+  $("#sign-in-error").textContent = SSO_ERRORS[match[1]] || "The sign-in failed.";
 }
 
 async function signIn(event) {
@@ -469,6 +487,8 @@ document.addEventListener("DOMContentLoaded", async () => {
     cancel.addEventListener("click", () => { cancel.closest("form").hidden = true; });
   }
   window.addEventListener("hashchange", route);
+  $("#sso").hidden = document.body.dataset.sso !== "on";
+  ssoError();
   try {
     signedIn(await api("GET", "/session"));  // a session still open (the page reloaded)
   } catch (_) {

@@ -36,7 +36,8 @@ SIGNER = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # the p
 SETTINGS = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),
                                              AdminKey(id=VIEWER_ID, hash=VIEWER_HASH, role="viewer")),
                  oidc=AdminOidc(issuer=ISS, audience=("ingress-admin",), admin_values=("ops",),
-                                viewer_values=("audit",), jwks_uri="http://127.0.0.1:9/jwks"))  # never fetched
+                                viewer_values=("audit",), jwks_uri="http://127.0.0.1:9/jwks",  # never fetched
+                                redirect_uri="http://127.0.0.1:9090/admin/v1/session/oidc/callback"))
 Client = TestClient[web.Request, web.Application]
 SAMPLES = {"key_id": "abcdefgh1234", "name": "acme"}
 
@@ -46,9 +47,13 @@ def _tenancy() -> Tenancy:
 
 
 # What answers without an admin credential: the console's files (console.py) and signing in and out, which
-# check what they need themselves (session.py; tests/unit/admin/test_session.py). Nothing else may join.
+# check what they need themselves (session.py; tests/unit/admin/test_session.py); and the two steps of the
+# console's SSO sign-in, made by a browser that has no credential yet: the start makes nothing but a one-use
+# flow, the callback signs in only with the provider's answer to that flow (sso.py; test_sso.py). Nothing else
+# may join. (Whether the console shows SSO is in its page, not in a route of its own.)
 OPEN = {("GET", "/admin"), ("HEAD", "/admin"), ("GET", "/admin/"), ("HEAD", "/admin/"), ("GET", "/admin/{file}"),
-        ("HEAD", "/admin/{file}"), ("POST", "/admin/v1/session"), ("DELETE", "/admin/v1/session")}
+        ("HEAD", "/admin/{file}"), ("POST", "/admin/v1/session"), ("DELETE", "/admin/v1/session"),
+        ("GET", "/admin/v1/session/oidc"), ("GET", "/admin/v1/session/oidc/callback")}
 
 
 def _routed() -> list[tuple[str, str]]:
@@ -93,7 +98,8 @@ async def client(tenancy: Tenancy) -> AsyncIterator[Client]:
 
 def test_only_the_console_s_files_and_its_sign_in_are_open() -> None:
     assert {route for route in _routed() if not route[1].startswith("/admin/v1/")} | {
-        route for route in _routed() if route[1] == "/admin/v1/session" and route[0] in ("POST", "DELETE")} == OPEN
+        route for route in _routed() if route[1] == "/admin/v1/session" and route[0] in ("POST", "DELETE")} | {
+        route for route in _routed() if route[1].startswith("/admin/v1/session/oidc")} == OPEN
 
 
 def test_the_routes_are_the_router_s_own() -> None:

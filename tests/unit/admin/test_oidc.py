@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
-from ingress.admin.oidc import Actor, NoSignIn, Role, SignIns, actor_of, role_of
+from ingress.admin.oidc import Actor, NoSignIn, Role, SignIns, actor_of, held, role_held, role_of
 from ingress.admin.settings import AdminOidc
 from ingress.tenancy.bearer import KeySet
 from ingress.tenancy.claims import TokenRefused
@@ -31,6 +31,8 @@ def test_the_role_claim_gives_the_role(roles: object, role: Role | None) -> None
     claims: dict[str, Any] = {"sub": "alice", "realm_access": {"roles": roles}}
     assert role_of(claims, OIDC) == role
     assert actor_of(claims, OIDC) == Actor("oidc:alice", role)
+    assert role_held(held(claims, OIDC), OIDC) == role  # what a console session keeps gives the same role
+    assert held(claims, OIDC) <= {"ingress-admins", "ingress-viewers", "auditors"}  # none of the rest kept
 
 
 @pytest.mark.parametrize("subject", [None, "", 7, "a\nb", "x" * 257])

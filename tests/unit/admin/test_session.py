@@ -5,18 +5,21 @@ every worker: tests/integration/test_admin_console.py.)"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
 
+import msgspec
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ingress.admin import session
-from ingress.admin.api import ADMIN_KEYS, create_admin_app
+from ingress.admin.api import ADMIN_KEYS, SIGNINS, create_admin_app
+from ingress.admin.authcode import Flow
 from ingress.admin.keystore import MemoryKeyStore
 from ingress.admin.session import COOKIE, FAILURES, SESSIONS, WINDOW_S, MemorySessions, Session
-from ingress.admin.settings import Admin, AdminKey
+from ingress.admin.settings import Admin, AdminKey, AdminOidc
 from ingress.tenancy import build
 from ingress.tenancy.keys import new_key
 from ingress.tenancy.settings import Tenancy as TenancySettings
@@ -151,3 +154,57 @@ async def test_one_process_s_sessions_expire_and_its_failure_window_ends() -> No
     clock.now += WINDOW_S
     assert await sessions.failures("10.0.0.1") == (0, 0.0)
     assert await sessions.failed("10.0.0.1") == (1, WINDOW_S)
+
+
+async def test_a_flow_is_taken_once_and_not_after_it_expires() -> None:
+    clock = Clock()
+    sessions = MemorySessions(clock)
+    flow = Flow(nonce="n", verifier="v", expires_at=clock.now + 10)
+    await sessions.put_flow("d", flow)
+    assert await sessions.take_flow("d") == flow
+    assert await sessions.take_flow("d") is None
+    await sessions.put_flow("e", flow)
+    clock.now += 10
+    assert await sessions.take_flow("e") is None
+
+
+async def _as_session(client: Client, found: Session) -> tuple[int, dict[str, object]]:
+    """GET /admin/v1/session with a cookie of `found`, stored as the callback stores it."""
+    token, _ = await session.opened(client.app[SESSIONS], found)
+    async with client.get("/admin/v1/session", headers={"Cookie": f"{COOKIE}={token}"}) as r:
+        return r.status, dict(await r.json())
+
+
+@pytest.fixture
+async def with_oidc() -> AsyncIterator[Client]:
+    settings = Admin(listen="127.0.0.1:0", keys=(AdminKey(id=ADMIN_ID, hash=ADMIN_HASH, role="admin"),),
+                     oidc=AdminOidc(issuer="https://sso.example.com", audience=("ingress-admin",),
+                                    admin_values=("ops",), viewer_values=("audit",),
+                                    jwks_uri="http://127.0.0.1:9/jwks"))  # never fetched
+    app = create_admin_app(settings, MemoryKeyStore(), build(TenancySettings(tenants={"acme": Tenant()})))
+    async with TestClient[web.Request, web.Application](TestServer(app)) as c:
+        yield c
+
+
+async def test_an_oidc_session_s_role_is_its_values_under_the_configuration_as_it_is_now(
+        with_oidc: Client, client: Client) -> None:
+    signed_in = Session(actor="oidc:alice", csrf="", expires_at=time.time() + 60, oidc=True, values=("ops",))
+    status, who = await _as_session(with_oidc, signed_in)
+    assert status == 200 and (who["actor"], who["role"]) == ("oidc:alice", "admin")
+    signins = with_oidc.app[SIGNINS]
+    signins.oidc = msgspec.structs.replace(signins.oidc, admin_values=("root",), viewer_values=("ops",))
+    status, who = await _as_session(with_oidc, signed_in)
+    assert status == 200 and who["role"] == "viewer"  # what a restart with ops made viewers leaves
+    signins.oidc = msgspec.structs.replace(signins.oidc, viewer_values=("audit",))
+    assert (await _as_session(with_oidc, signed_in))[0] == 401  # its values make no role now
+    assert (await _as_session(client, signed_in))[0] == 401  # an edge without [admin.oidc]: no such session
+
+
+async def test_a_key_session_is_the_key_s_and_an_oidc_one_never_an_admin_key_s(with_oidc: Client) -> None:
+    status, who = await _as_session(with_oidc, Session(actor=ADMIN_ID, csrf="", expires_at=time.time() + 60))
+    assert status == 200 and (who["actor"], who["role"]) == (ADMIN_ID, "admin")
+    as_key = Session(actor=ADMIN_ID, csrf="", expires_at=time.time() + 60, oidc=True, values=("audit",))
+    status, who = await _as_session(with_oidc, as_key)
+    assert status == 200 and who["role"] == "viewer"  # its values' role, not the key's of that id
+    nothing = Session(actor="oidc:ned", csrf="", expires_at=time.time() + 60)  # no key has that id
+    assert (await _as_session(with_oidc, nothing))[0] == 401

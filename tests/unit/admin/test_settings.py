@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from ingress.admin.settings import Admin, AdminKey, AdminOidc, admin_problem
@@ -13,6 +14,7 @@ KEYS = (AdminKey(id=KEY_ID, hash=KEY_HASH, role="admin"),)
 REDIS = Tenancy(backend="redis", redis=Redis(url="redis://127.0.0.1:6379/0"))
 SSO = "https://sso.example.com/realms/acme"
 OIDC = AdminOidc(issuer=SSO, audience=("ingress-admin",), admin_values=("ops",))
+CALLBACK = "https://admin.example.com/admin/v1/session/oidc/callback"
 CALLERS = Tenancy(backend="redis", redis=Redis(url="redis://127.0.0.1:6379/0"), issuers=(
     Issuer(issuer=SSO, audience=("ingress", "ingress-admin"), tenant="acme"),))
 
@@ -39,7 +41,28 @@ def test_a_sound_admin_section_passes() -> None:
      "admin.oidc: set admin_values and/or viewer_values"),
     (Admin(listen="127.0.0.1:9090", oidc=OIDC), CALLERS, 1,
      "admin.oidc.audience: 'ingress-admin' is tenancy.issuers[0]'s too"),
+    (Admin(listen="127.0.0.1:9090", oidc=msgspec.structs.replace(OIDC, client_id="console")), REDIS, 1,
+     "admin.oidc.client_id: 'console' is not one of audience"),
+    (Admin(listen="127.0.0.1:9090", oidc=msgspec.structs.replace(OIDC, redirect_uri=CALLBACK, scopes=("email",))),
+     REDIS, 1, "admin.oidc.scopes: the console's sign-in needs the scope \"openid\""),
 ])
 def test_what_is_refused(admin: Admin, tenancy: Tenancy | None, workers: int, said: str) -> None:
     problem = admin_problem(admin, tenancy, ("127.0.0.1", 8080), workers)
     assert problem is not None and said in problem
+
+
+def test_the_console_s_client_is_the_first_audience_unless_named() -> None:
+    two = msgspec.structs.replace(OIDC, audience=("ingress-admin", "console"), redirect_uri=CALLBACK)
+    assert two.client == "ingress-admin" and two.scopes == ("openid", "profile", "email")
+    assert msgspec.structs.replace(two, client_id="console").client == "console"
+    assert admin_problem(Admin(listen="127.0.0.1:9090", oidc=msgspec.structs.replace(two, client_id="console")),
+                         REDIS, ("127.0.0.1", 8080), 1) is None
+
+
+@pytest.mark.parametrize("changes", [{"redirect_uri": "ftp://x/cb"}, {"redirect_uri": "https://x/cb?next=1"},
+                                     {"client_secret_env": "not a name"}, {"scopes": ["openid", "two words"]},
+                                     {"scopes": []}, {"session_max": 30}, {"session_max": 86_400}])
+def test_the_console_s_sign_in_settings_refused(changes: dict[str, object]) -> None:
+    fields = {"issuer": SSO, "audience": ["ingress-admin"], "admin_values": ["ops"], **changes}
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert(fields, AdminOidc)

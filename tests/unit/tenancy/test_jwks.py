@@ -71,6 +71,25 @@ async def test_discovery_names_the_jwks_and_its_keys_go_to_the_verifier(provider
         await sets.close()
 
 
+async def test_the_discovery_document_is_kept_from_the_key_fetch_or_read_once(provider: Provider) -> None:
+    sets = keysets(provider.url)
+    try:
+        await sets.warm()
+        assert (await sets.discovery(provider.url))["jwks_uri"] == f"{provider.url}/jwks"
+        assert provider.hits["discovery"] == 1  # the key fetch's own
+    finally:
+        await sets.close()
+    named = keysets(provider.url, jwks_uri=f"{provider.url}/jwks")  # keys fetched without discovery
+    try:
+        await named.warm()
+        assert provider.hits["discovery"] == 1
+        for _ in range(2):
+            assert (await named.discovery(provider.url))["issuer"] == provider.url
+        assert provider.hits["discovery"] == 2
+    finally:
+        await named.close()
+
+
 async def test_refreshes_are_at_most_one_per_interval_and_shared(provider: Provider) -> None:
     sets = keysets(provider.url, min_refresh_interval=0.3)
     try:
