@@ -122,6 +122,9 @@ def _check(settings: Settings) -> None:
         raise ConfigError("routes: groups need [[routes]] that send requests to them")
     if settings.groups and (settings.upstream is not None or settings.models):
         raise ConfigError("upstream: use either upstream/models or groups/routes, not both")
+    overload = settings.overload
+    if not overload.min_limit <= overload.initial_limit <= overload.max_limit:
+        raise ConfigError("overload: the limits need min_limit <= initial_limit <= max_limit")
     groups, routes = settings.resolved()
     seen: dict[str, str] = {}
     for i, route in enumerate(routes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ingress.edge.drain import Drain
+from ingress.edge.overload import Gate, Place
 from ingress.edge.pacing import StartPacer
 from ingress.exchange import Exchange
 from ingress.pipeline import Gateway
@@ -16,5 +17,7 @@ TASKS = web.AppKey("tasks", BackgroundTasks)
 GATEWAY = web.AppKey("gateway", Gateway)  # built at start-up, in the app's cleanup context
 DRAIN = web.AppKey("drain", Drain)
 PACER = web.AppKey("pacer", StartPacer)  # absent: starts are not paced
+GATE = web.AppKey("gate", Gate)  # absent: no in-flight limit ([overload] not enabled)
 STARTED = web.AppKey("started", int)  # the Unix time the app was made: the models' `created`
 EXCHANGE = web.RequestKey("exchange", Exchange)
+PLACE = web.RequestKey("place", Place)  # the request's place under the in-flight limit, until given back
