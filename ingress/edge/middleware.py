@@ -16,7 +16,6 @@ from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
 from ingress.edge.appkeys import DRAIN, EXCHANGE, GATE, GATEWAY, PACER, PLACE
 from ingress.edge.gemini import gemini_client, google_key
-from ingress.edge.overload import upstream_time
 from ingress.edge.headers import (
     ANTHROPIC_REQUEST_ID,
     CACHE_HEADER,
@@ -26,6 +25,7 @@ from ingress.edge.headers import (
     served_by,
     server_timing,
 )
+from ingress.edge.overload import upstream_time
 from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
