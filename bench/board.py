@@ -66,8 +66,12 @@ ADDED_BOUNDS_MS = (1, 5, 10, 50, 100)
 TOTAL_BOUNDS_MS = (25, 50, 100)
 STOP_ERRORS = 0.01  # a level with this share of errors ends the subject's sweep for the round
 LABELS = {"mock": "mock, direct", "edge": "edge (ingress)", "edge_limit": "edge, [overload] on",
+          "edge_nopace": "edge, no start pacing", "edge_limit_nopace": "edge, [overload] on, no pacing",
           "litellm": "LiteLLM", "portkey": "Portkey"}
 OURS = ("edge", "edge_limit")
+PACING_OFF = ("edge_nopace", "edge_limit_nopace")  # --pacing-off: the same two with start_pacing_ms = 0
+SIDE_BY_SIDE = (("edge_limit", "edge"), ("edge_limit_nopace", "edge_nopace"), ("edge_nopace", "edge"),
+                ("edge_limit_nopace", "edge"))  # goodput ratios by level, per round
 PEERS = ("litellm", "portkey")
 
 
@@ -110,8 +114,8 @@ def pinned(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
-def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: bool) -> Path:
-    text = f"port = {port}\nworkers = 1\n"
+def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: bool, pacing: bool) -> Path:
+    text = f"port = {port}\nworkers = 1\n" + ("" if pacing else "start_pacing_ms = 0\n")
     for model, url in urls.items():
         group = model.removeprefix("board-")
         text += f'\n[groups.{group}]\nendpoints = [{{ url = "{url}" }}]\n'
@@ -172,7 +176,7 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
         except Unavailable as exc:
             unavailable["portkey"] = str(exc)
     versions = _versions(litellm_py, node_script, ensure_wrk())
-    ports = {n: free_port() for n in ("fast", "slow", "paced", "paced_fb", "edge", "edge_limit", "litellm", "portkey")}
+    ports = {n: free_port() for n in ("fast", "slow", "paced", "paced_fb", *OURS, *PACING_OFF, "litellm", "portkey")}
     url = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
     mocks = {
         "fast": Subject("fast", [PY, "-m", "bench.board", "--serve-mock", str(ports["fast"]), "0"], ports["fast"],
@@ -190,8 +194,8 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
     section, key, _ = key_section()
     bearer = {m: {"Authorization": f"Bearer {key}"} for m in oai}
     gateways: dict[str, Gateway] = {}
-    for name in OURS:
-        toml = edge_toml(work / f"{name}.toml", ports[name], ours, section, name == "edge_limit")
+    for name in (*OURS, *(PACING_OFF if args.pacing_off else ())):
+        toml = edge_toml(work / f"{name}.toml", ports[name], ours, section, "limit" in name, "nopace" not in name)
         argv = pinned(GATEWAY_CORE, [PY, "-m", "ingress", "serve", "--config", str(toml), "--workers", "1"])
         gateways[name] = Gateway(Subject(name, argv, ports[name], work / f"{name}.log", CHAT, "fast.json",
                                          "application/json"), bearer)
@@ -324,14 +328,16 @@ def summarise(rounds: Rounds[str], names: list[str], levels: tuple[int, ...], ov
                 entry["within_added_p99_ms"] = {b: spread([within(r, m, b, True) for r, m in zip(runs, bases,
                                                                                                   strict=True)])
                                                 for b in ADDED_BOUNDS_MS}
-        if name in OURS:
+        if name in OURS + PACING_OFF:
             ratios = [peak_ratios(r) for r in runs]
             keys = ratios[0] if ratios else {}
             entry["of_peak"] = {k: spread([x.get(k, float("nan")) for x in ratios]) for k in keys}
         out[name] = entry
-    if all(n in names for n in OURS):
-        on, off = rounds.runs("edge_limit"), rounds.runs("edge")
-        out["limit_on_over_off"] = {level: spread([a["levels"][level]["goodput"] / b["levels"][level]["goodput"]
+    for top, base in SIDE_BY_SIDE:
+        if top not in names or base not in names:
+            continue
+        on, off = rounds.runs(top), rounds.runs(base)
+        out[f"{top}_over_{base}"] = {level: spread([a["levels"][level]["goodput"] / b["levels"][level]["goodput"]
                                                    for a, b in zip(on, off, strict=True)
                                                    if level in a["levels"] and level in b["levels"]])
                                     for level in levels}
@@ -361,7 +367,8 @@ def frontier_svg(summary: dict[str, Any], names: list[str], levels: tuple[int, .
     frontier. Written by hand (no plotting library is needed)."""
     import math
 
-    colours = {"mock": "#999999", "edge": "#1f77b4", "edge_limit": "#2ca02c", "litellm": "#d62728",
+    colours = {"mock": "#999999", "edge": "#1f77b4", "edge_limit": "#2ca02c", "edge_nopace": "#17becf",
+               "edge_limit_nopace": "#bcbd22", "litellm": "#d62728",
                "portkey": "#9467bd"}
     w, h, left, bottom, top, right = 720, 420, 70, 50, 40, 170
     points = {n: [(s["p99_ms"]["median"], s["goodput"]["median"], lv)
@@ -425,11 +432,11 @@ def print_tables(result: dict[str, Any]) -> None:
             s = summary[name]
             added = (f"added p50 {_f(s['added_p50_us'])} µs, p99 {_f(s['added_p99_us'])} µs; "
                      if "added_p50_us" in s else f"p50 {_f(s['c1_p50_ms'], 2)} ms, p99 {_f(s['c1_p99_ms'], 2)} ms; ")
-            print(f"{LABELS[name]:<22} {added}c=32 {_f(s['c32_rps'])} req/s")
+            print(f"{LABELS[name]:<31} {added}c=32 {_f(s['c32_rps'])} req/s")
     print(f"\n== against the {DELAY_MS:g} ms mock: req/s without errors (p99 ms) by connections ==")
     for name in names:
         s = summary[name]["levels"]
-        print(f"{LABELS[name]:<22} " + "  ".join(
+        print(f"{LABELS[name]:<31} " + "  ".join(
             f"{lv}: {_f(s[lv]['goodput'])} ({_f(s[lv]['p99_ms'])})" for lv in levels))
     print("\n== req/s within a tail bound (most of any level, no errors) ==")
     for name in names:
@@ -437,23 +444,20 @@ def print_tables(result: dict[str, Any]) -> None:
         total = ", ".join(f"p99<{b}: {_f(s['within_total_p99_ms'][b])}" for b in TOTAL_BOUNDS_MS)
         added = ", ".join(f"added<{b}: {_f(s['within_added_p99_ms'][b])}" for b in ADDED_BOUNDS_MS) \
             if "within_added_p99_ms" in s else ""
-        print(f"{LABELS[name]:<22} {total}" + (f"\n{'':<22} {added}" if added else ""))
+        print(f"{LABELS[name]:<31} {total}" + (f"\n{'':<31} {added}" if added else ""))
     print("\n== the edge's goodput over its peak (per round) ==")
-    for name in OURS:
+    for name in OURS + PACING_OFF:
         if name in names:
             s = summary[name]["of_peak"]
-            print(f"{LABELS[name]:<22} peak {_f(s['peak'])}; p99<50 ms {_f(s['p99_under_50'], 2)}; "
+            print(f"{LABELS[name]:<31} peak {_f(s['peak'])}; p99<50 ms {_f(s['p99_under_50'], 2)}; "
                   + ", ".join(f"{lv}: {_f(s[f'at_{lv}'], 2)}" for lv in levels if f"at_{lv}" in s))
-    if "limit_on_over_off" in summary:
-        print("limit on / off, goodput: " + ", ".join(f"{lv}: {_f(v, 2)}" for lv, v in
-                                                     summary["limit_on_over_off"].items()))
     for key, ratios in summary.items():
-        if "_over_" in key and key != "limit_on_over_off":
+        if "_over_" in key:
             print(f"{key}: " + ", ".join(f"{k} {_f(v, 2)}" for k, v in ratios.items()))
     if result.get("memory"):
         print("\n== RSS, MB: idle / peak under the 20 ms sweeps / after ==")
         for name, m in result["memory"].items():
-            print(f"{LABELS[name]:<22} {m['idle_mb']:.1f} / {m['load_mb']:.1f} / {m['after_mb']:.1f}")
+            print(f"{LABELS[name]:<31} {m['idle_mb']:.1f} / {m['load_mb']:.1f} / {m['after_mb']:.1f}")
     if result.get("streams"):
         print("\n== paced streams held (64 deltas, 20 ms) ==")
         print(", ".join(f"{k} {v}" for k, v in result["streams"]["held"].items()))
@@ -487,7 +491,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     gateways, mocks, unavailable, versions = start_subjects(args, work)
     names = [n for n in ("edge", "edge_limit", "litellm", "portkey") if n in gateways]
     if args.overload:
-        names = [n for n in OURS if n in gateways]
+        names = [n for n in (*OURS, *PACING_OFF) if n in gateways]
     memory: dict[str, dict[str, float]] = {}
     streams: dict[str, Any] = {}
     rounds: Rounds[str] = Rounds(["mock", *names] if not args.overload else names, args.rounds, order="rotate")
@@ -548,6 +552,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2 rounds of 2 s, streams up to 128")
     parser.add_argument("--overload", action="store_true",
                         help="the edge alone, [overload] off and on, 16-256 in flight against the 20 ms mock")
+    parser.add_argument("--pacing-off", action="store_true",
+                        help="with --overload: also both edges with start_pacing_ms = 0")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=int)
     parser.add_argument("--without", nargs="*", choices=list(PEERS), default=[], help="leave a peer out")
