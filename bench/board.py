@@ -114,7 +114,8 @@ def pinned(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
-def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: bool, pacing: bool) -> Path:
+def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: bool, pacing: bool,
+              overload: str = "") -> Path:
     text = f"port = {port}\nworkers = 1\n" + ("" if pacing else "start_pacing_ms = 0\n")
     for model, url in urls.items():
         group = model.removeprefix("board-")
@@ -122,7 +123,7 @@ def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: 
         text += f'\n[[routes]]\nmodel = "{model}"\ngroup = "{group}"\n'
     text += tenancy
     if limit:
-        text += "\n[overload]\nenabled = true\n"
+        text += "\n[overload]\nenabled = true\n" + overload
     path.write_text(text)
     return path
 
@@ -195,7 +196,8 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
     bearer = {m: {"Authorization": f"Bearer {key}"} for m in oai}
     gateways: dict[str, Gateway] = {}
     for name in (*OURS, *(PACING_OFF if args.pacing_off else ())):
-        toml = edge_toml(work / f"{name}.toml", ports[name], ours, section, "limit" in name, "nopace" not in name)
+        toml = edge_toml(work / f"{name}.toml", ports[name], ours, section, "limit" in name, "nopace" not in name,
+                         "".join(f"{k} = {v}\n" for k, v in args.overload_setting))
         argv = pinned(GATEWAY_CORE, [PY, "-m", "ingress", "serve", "--config", str(toml), "--workers", "1"])
         gateways[name] = Gateway(Subject(name, argv, ports[name], work / f"{name}.log", CHAT, "fast.json",
                                          "application/json"), bearer)
@@ -536,6 +538,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     for lv in run["levels"].values())
     return {
         "meta": {"code": describe(code_version()), "commit": code_version()["commit"], "rounds": args.rounds,
+                 "overload_settings": dict(args.overload_setting),
                  "seconds": args.seconds, "overload": args.overload, "versions": versions,
                  "wall_s": time.perf_counter() - started, "load_average": os.getloadavg(),
                  "others_cpu_percent": [others[0], median(others), others[-1]] if others else []},
@@ -554,6 +557,8 @@ def main() -> None:
                         help="the edge alone, [overload] off and on, 16-256 in flight against the 20 ms mock")
     parser.add_argument("--pacing-off", action="store_true",
                         help="with --overload: also both edges with start_pacing_ms = 0")
+    parser.add_argument("--set", nargs=2, action="append", default=[], dest="overload_setting",
+                        metavar=("KEY", "VALUE"), help="an [overload] setting for the edges with it on")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=int)
     parser.add_argument("--without", nargs="*", choices=list(PEERS), default=[], help="leave a peer out")

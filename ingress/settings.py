@@ -245,7 +245,7 @@ class Overload(_Config, frozen=True):
     max_limit: Annotated[int, Meta(ge=1, le=100_000)] = 1024
     initial_limit: Annotated[int, Meta(ge=1, le=100_000)] = 32
     # Requests waiting on the worker's own work (not on the upstream) the limit is tuned to keep
-    target_queue: Annotated[float, Meta(ge=0.5, le=10_000)] = 8.0
+    target_queue: Annotated[float, Meta(ge=0.5, le=10_000)] = 32.0
     max_wait_ms: Annotated[float, Meta(ge=0, le=600_000)] = 1000.0  # 0: refused at once at the limit
 
 
