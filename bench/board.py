@@ -372,7 +372,7 @@ def frontier_svg(summary: dict[str, Any], names: list[str], levels: tuple[int, .
     colours = {"mock": "#999999", "edge": "#1f77b4", "edge_limit": "#2ca02c", "edge_nopace": "#17becf",
                "edge_limit_nopace": "#bcbd22", "litellm": "#d62728",
                "portkey": "#9467bd"}
-    w, h, left, bottom, top, right = 720, 420, 70, 50, 40, 170
+    w, h, left, bottom, top, right = 780, 420, 70, 50, 40, 210
     points = {n: [(s["p99_ms"]["median"], s["goodput"]["median"], lv)
                   for lv in levels if (s := summary[n]["levels"][lv])["p99_ms"]["median"] == s["p99_ms"]["median"]]
               for n in names}  # NaN (a level not reached) left out
