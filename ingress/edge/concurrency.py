@@ -30,7 +30,7 @@ from dataclasses import dataclass
 WINDOW_S = 0.1  # a window lasts at least this long...
 WINDOW_SAMPLES = 16  # ...and holds at least this many requests
 MAX_UP = 0.25  # a window raises the limit by at most this share...
-MAX_DOWN = 0.5  # ...and lowers it by at most this one
+MAX_DOWN = 0.25  # ...and lowers it by at most this one: a burst of another process's CPU reads as a queue
 SMOOTHING = 0.5  # of the step towards the new size, the share taken
 
 

@@ -62,7 +62,7 @@ def test_a_limit_not_used_is_not_raised() -> None:
     assert {feed.window(WORK, in_flight=10).limit for _ in range(8)} == {32}
 
 
-def test_a_growing_queue_lowers_the_limit_by_at_most_half_a_window() -> None:
+def test_a_growing_queue_lowers_the_limit_by_at_most_max_down_a_window() -> None:
     feed = Feed(limit(initial=256))
     feed.window(WORK)
     before = int(feed.limit)
