@@ -206,7 +206,8 @@ class PromptBlocked(InvalidRequest):
 
 
 class Overloaded(IngressError):
-    """Every endpoint of the group is at its limit and the wait queue is full or timed out."""
+    """Every endpoint of the group is at its limit and the wait queue is full or timed out; or the worker is at
+    its own in-flight limit ([overload]) and the request waited its longest wait."""
 
     status = 503
     code = "overloaded"

@@ -234,6 +234,25 @@ class Client(_Config, frozen=True):
     max_connections: Annotated[int, Meta(ge=1, le=1_000_000)] = 1024  # per worker
 
 
+class Overload(_Config, frozen=True):
+    """A worker's in-flight limit, tuned as it runs (ingress/edge/concurrency.py): past saturation, requests
+    admitted only queue behind each other on the worker's event loop, so requests beyond the limit wait in
+    arrival order, costing nothing until admitted, and after `max_wait_ms` get 503 with Retry-After.
+    A stream holds its place until its head is sent. Off unless enabled."""
+
+    enabled: bool = False
+    min_limit: Annotated[int, Meta(ge=1, le=100_000)] = 8
+    max_limit: Annotated[int, Meta(ge=1, le=100_000)] = 1024
+    initial_limit: Annotated[int, Meta(ge=1, le=100_000)] = 32
+    # Requests waiting on the worker's own work (not on the upstream) the limit is tuned to keep
+    target_queue: Annotated[float, Meta(ge=0.5, le=10_000)] = 32.0
+    max_wait_ms: Annotated[float, Meta(ge=0, le=600_000)] = 1000.0  # 0: refused at once at the limit
+
+    def __post_init__(self) -> None:  # msgspec reports it as this section's validation error
+        if not self.min_limit <= self.initial_limit <= self.max_limit:
+            raise ValueError("the limits need min_limit <= initial_limit <= max_limit")
+
+
 class Tracing(_Config, frozen=True):
     """OpenTelemetry spans of the requests served, exported over OTLP/HTTP (ingress/tracing/); without
     this section nothing of it runs. The collector's auth headers come from the environment, never the file."""
@@ -274,6 +293,7 @@ class Settings(_Config, frozen=True):
     retry: Retry = Retry()
     drain: DrainTiming = DrainTiming()
     client: Client = Client()
+    overload: Overload = Overload()  # the in-flight limit per worker (off by default)
     workers: Annotated[int, Meta(ge=0, le=512)] = 0  # processes sharing the listener; 0: one per CPU
     max_body_bytes: BodyBytes = 8 * 1024 * 1024
     max_answer_bytes: BufferBytes = 64 * 1024 * 1024

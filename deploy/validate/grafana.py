@@ -54,6 +54,10 @@ METRICS: dict[str, str] = {
     "ingress_limit_breaker_open": "gauge",
     "ingress_gc_collections_total": "counter",
     "ingress_gc_pause_seconds": "histogram",
+    "ingress_concurrency_limit": "gauge",
+    "ingress_concurrency_waiting": "gauge",
+    "ingress_concurrency_wait_seconds": "histogram",
+    "ingress_concurrency_refused_total": "counter",
     "ingress_event_loop_tasks": "gauge",
     "ingress_build_info": "gauge",
 }

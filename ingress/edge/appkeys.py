@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ingress.edge.drain import Drain
+from ingress.edge.overload import Gate, Place
 from ingress.edge.pacing import StartPacer
 from ingress.exchange import Exchange
 from ingress.pipeline import Gateway
@@ -18,5 +19,7 @@ GATEWAY = web.AppKey("gateway", Gateway)  # built at start-up, in the app's clea
 DRAIN = web.AppKey("drain", Drain)
 PACER = web.AppKey("pacer", StartPacer)  # absent: starts are not paced
 LEDGER = web.AppKey("ledger", Ledger)  # absent: no spend ledger ([admin.ledger])
+GATE = web.AppKey("gate", Gate)  # absent: no in-flight limit ([overload] not enabled)
 STARTED = web.AppKey("started", int)  # the Unix time the app was made: the models' `created`
 EXCHANGE = web.RequestKey("exchange", Exchange)
+PLACE = web.RequestKey("place", Place)  # the request's place under the in-flight limit, until given back

@@ -14,7 +14,7 @@ from aiohttp import ClientConnectionResetError, web
 
 from ingress import metrics, pipeline
 from ingress.anthropic.answers import error_envelope, error_kind
-from ingress.edge.appkeys import DRAIN, EXCHANGE, GATEWAY, LEDGER, PACER
+from ingress.edge.appkeys import DRAIN, EXCHANGE, GATE, GATEWAY, LEDGER, PACER, PLACE
 from ingress.edge.gemini import gemini_client, google_key
 from ingress.edge.headers import (
     ANTHROPIC_REQUEST_ID,
@@ -25,6 +25,7 @@ from ingress.edge.headers import (
     served_by,
     server_timing,
 )
+from ingress.edge.overload import upstream_time
 from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
@@ -86,6 +87,13 @@ def speaks_anthropic(request: web.Request) -> bool:
     return path.startswith("/v1/messages") or (path.startswith("/v1/models") and "anthropic-version" in request.headers)
 
 
+async def leave_at_head(request: web.Request, response: web.StreamResponse) -> None:
+    """A stream gives its place under the in-flight limit back once its head is sent."""
+    place = request.get(PLACE)
+    if place is not None:
+        place.leave(upstream_time(request[EXCHANGE], time.perf_counter()))
+
+
 async def name_request(request: web.Request, response: web.StreamResponse) -> None:
     """An answer to an Anthropic client (streams and errors too) carries its request id as `request-id`
     as well, as Anthropic's own do: its SDK reads `message._request_id` and `APIStatusError.request_id`
@@ -116,6 +124,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         drain.enter()
     try:
         try:
+            gate = request.app.get(GATE)
+            if gate is not None and request.path.startswith(_API_PATHS):
+                request[PLACE] = await gate.enter()  # or Overloaded, after waiting at most [overload] max_wait_ms
             pacer = request.app.get(PACER)
             if pacer is not None and await pacer.start():
                 exchange.paced = time.perf_counter()
@@ -175,6 +186,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                               gemini=gemini_client(request))
     finally:
         settling = time.perf_counter()
+        if (place := request.get(PLACE)) is not None:
+            place.leave(upstream_time(exchange, settling))
         pipeline.settle(exchange)
         now = time.perf_counter()
         record = _usage(request, exchange, status, outcome, now)

@@ -105,6 +105,16 @@ LEDGER_ERRORS = Counter("ingress_ledger_errors", "Spend ledger flushes the store
                         ["reason"])
 BREAKER_OPEN = Gauge("ingress_limit_breaker_open", "1 while the limit store's circuit breaker is open.",
                      multiprocess_mode="livemax")
+# The worker's in-flight limit (ingress/edge/overload.py): its size now, the requests waiting for a place
+# under it, how long each waited, and those refused after waiting `max_wait_ms`.
+CONCURRENCY_LIMIT = Gauge("ingress_concurrency_limit", "Requests a worker admits at once, as it tunes the limit "
+                          "(summed over the workers).", multiprocess_mode="livesum")
+CONCURRENCY_WAITING = Gauge("ingress_concurrency_waiting", "Requests waiting for a place under the in-flight limit.",
+                            multiprocess_mode="livesum")
+CONCURRENCY_WAIT = BulkHistogram("ingress_concurrency_wait_seconds", "How long requests waited for a place under the "
+                                 "in-flight limit (those admitted at once: 0).", buckets=OVERHEAD)
+CONCURRENCY_REFUSED = Counter("ingress_concurrency_refused", "Requests refused (503, Retry-After) after waiting "
+                              "the longest wait for a place under the in-flight limit.")
 GC_COLLECTIONS = Counter("ingress_gc_collections", "Garbage collections by generation.", ["generation"])
 GC_PAUSE = BulkHistogram("ingress_gc_pause_seconds", "Garbage-collection pauses.", buckets=PAUSE)
 # Read on scrape (not on the request path): with several workers, the sum of each live worker's count as

@@ -22,10 +22,11 @@ from ingress.admin.sync import Follower
 from ingress.cache import ResponseCache
 from ingress.demo.service import create_demo_app
 from ingress.edge import routes
-from ingress.edge.appkeys import DRAIN, GATEWAY, LEDGER, PACER, SETTINGS, STARTED, TASKS
+from ingress.edge.appkeys import DRAIN, GATE, GATEWAY, LEDGER, PACER, SETTINGS, STARTED, TASKS
 from ingress.edge.connections import EdgeSite, listening_socket
 from ingress.edge.drain import Drain
-from ingress.edge.middleware import edge_middleware, name_request
+from ingress.edge.middleware import edge_middleware, leave_at_head, name_request
+from ingress.edge.overload import Gate
 from ingress.edge.pacing import StartPacer
 from ingress.oai.sealing import Sealer, new_key, parse_key
 from ingress.pipeline import Gateway
@@ -224,9 +225,12 @@ def create_app(settings: Settings) -> web.Application:
     app[DRAIN] = Drain()
     if settings.start_pacing_ms:
         app[PACER] = StartPacer(settings.start_pacing_ms / 1000)
+    if settings.overload.enabled:
+        app[GATE] = Gate(settings.overload)
     app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
     routes.add_routes(app)
     name_server(app)
     app.on_response_prepare.append(name_request)
+    app.on_response_prepare.append(leave_at_head)
     return app

@@ -703,3 +703,9 @@ def test_the_console_s_client_secret_is_read_from_a_variable_that_must_be_set(mo
     admin = parse_config(text, environ={}).admin
     assert admin is not None and admin.oidc is not None
     assert admin.oidc.client_secret_env == "INGRESS_TEST_CONSOLE_SECRET" and "s3cret" not in str(admin.oidc)
+
+
+def test_an_overload_section_whose_limits_are_out_of_order_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"overload: the limits need min_limit <= initial_limit <= max_limit"):
+        parse_config("[overload]\nmin_limit = 50\ninitial_limit = 10\n")
+    assert parse_config("[overload]\nenabled = true\nmin_limit = 4\n").overload.min_limit == 4
