@@ -7,7 +7,7 @@ answered without a hash, and written to the audit log by whom, from where."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import jwt
@@ -108,16 +108,17 @@ def test_the_routes_are_the_router_s_own() -> None:
 
 
 @pytest.mark.parametrize(("method", "path"), ROUTES)
-@pytest.mark.parametrize("headers", [
-    {}, _auth("sk-ig-abcdefgh1234-" + "x" * 43), {"Authorization": "Basic x"},
-    _auth(ADMIN[:-1] + ("A" if ADMIN[-1] != "A" else "B")), _auth(DATA), {"x-api-key": DATA},
-    _auth(_token(groups=["ops"], aud="ingress")), _auth(_token(groups=["ops"], exp=int(time.time()) - 3600)),
-    _auth(_token(groups=["ops"], iss="https://elsewhere.example"))],
+@pytest.mark.parametrize("headers", [  # made when the test runs, so that each token is refused for its own reason
+    lambda: {}, lambda: _auth("sk-ig-abcdefgh1234-" + "x" * 43), lambda: {"Authorization": "Basic x"},
+    lambda: _auth(ADMIN[:-1] + ("A" if ADMIN[-1] != "A" else "B")), lambda: _auth(DATA), lambda: {"x-api-key": DATA},
+    lambda: _auth(_token(groups=["ops"], aud="ingress")),
+    lambda: _auth(_token(groups=["ops"], exp=int(time.time()) - 3600)),
+    lambda: _auth(_token(groups=["ops"], iss="https://elsewhere.example"))],
     ids=["none", "unknown", "not-bearer", "wrong-secret", "data-plane-key", "data-plane-key-x-api-key",
          "data-plane-token", "expired-token", "foreign-token"])
-async def test_every_route_refuses_a_caller_without_an_admin_credential(client: Client, method: str,
-                                                                        path: str, headers: dict[str, str]) -> None:
-    async with client.request(method, path, headers=headers, json={}) as r:
+async def test_every_route_refuses_a_caller_without_an_admin_credential(
+        client: Client, method: str, path: str, headers: Callable[[], dict[str, str]]) -> None:
+    async with client.request(method, path, headers=headers(), json={}) as r:
         assert r.status == 401
         assert r.headers["WWW-Authenticate"].startswith("Bearer")
         if method != "HEAD":
@@ -127,9 +128,12 @@ async def test_every_route_refuses_a_caller_without_an_admin_credential(client: 
 
 
 @pytest.mark.parametrize(("method", "path"), WRITES)
-@pytest.mark.parametrize("credential", [VIEWER, _token(groups=["audit"])], ids=["viewer-key", "viewer-token"])
-async def test_a_viewer_may_not_change_anything(client: Client, method: str, path: str, credential: str) -> None:
-    async with client.request(method, path, headers=_auth(credential), json={"tenant": "acme"}) as r:
+# Made when the test runs: a token made at collection could expire before a long run reaches it.
+@pytest.mark.parametrize("credential", [lambda: VIEWER, lambda: _token(groups=["audit"])],
+                         ids=["viewer-key", "viewer-token"])
+async def test_a_viewer_may_not_change_anything(client: Client, method: str, path: str,
+                                                credential: Callable[[], str]) -> None:
+    async with client.request(method, path, headers=_auth(credential()), json={"tenant": "acme"}) as r:
         assert r.status == 403
         assert "may only read (role viewer)" in (await r.json())["error"]["message"]
     async with client.get("/admin/v1/audit", headers=_auth(VIEWER)) as r:
