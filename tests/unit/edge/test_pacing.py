@@ -112,9 +112,47 @@ async def test_a_start_within_the_budget_does_not_wait_for_a_turn() -> None:
         pacer.start().send(None)
 
 
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_while_a_stream_is_written_a_turn_gets_the_streaming_budget(loop_factory: LoopFactory) -> None:
+    clock, log = Clock(), list[object]()
+    pacer = StartPacer(BUDGET, clock, streaming=0.001)
+    pacer.writing(1)
+    run(loop_factory, burst(pacer, clock, [0.0005] * 12, log))
+    assert max(len(b) for b in batches(log)) == 2  # 1 ms at 0.5 ms each, where 2 ms let 4 through
+    assert [i for b in batches(log) for i in b] == list(range(12))
+    pacer.writing(-1)  # the stream ended: the whole budget again
+    clock2, log2 = Clock(), list[object]()
+    pacer2 = StartPacer(BUDGET, clock2, streaming=0.001)
+    pacer2.writing(1)
+    pacer2.writing(-1)
+    run(loop_factory, burst(pacer2, clock2, [0.0005] * 12, log2))
+    assert max(len(b) for b in batches(log2)) == 4
+    assert pacer.streams == pacer2.streams == 0
+
+
+async def test_an_end_past_the_budget_waits_for_a_turn_and_is_counted_apart() -> None:
+    clock = Clock()
+    pacer = StartPacer(BUDGET, clock)
+    with pytest.raises(StopIteration):
+        pacer.start().send(None)  # the turn's first start
+    clock.now += 0.0100  # it spent the whole budget
+    ending = pacer.start(end=True)
+    turn = ending.send(None)  # suspended on its turn
+    assert pacer.waiting == 1
+    assert (pacer.ends_deferred, pacer.deferred) == (1, 0)  # not a start that waited (Server-Timing's pacing)
+    await asyncio.sleep(0)  # the next turn lets it go
+    assert turn.done() and pacer.waiting == 0
+    with pytest.raises(StopIteration) as returned:
+        ending.send(None)
+    assert returned.value.value is True
+
+
 def test_the_setting_turns_pacing_off_at_zero_and_sets_its_budget() -> None:
     assert PACER not in create_app(Settings(start_pacing_ms=0))
     assert create_app(Settings())[PACER].budget == pytest.approx(Settings().start_pacing_ms / 1000)
+    assert create_app(Settings())[PACER].streaming == pytest.approx(Settings().start_pacing_streaming_ms / 1000)
+    assert Settings().start_pacing_streaming_ms < Settings().start_pacing_ms
+    assert StartPacer(0.001, streaming=0.002).streaming == 0.001  # never more than the budget
 
 
 async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_a_turn() -> None:
@@ -127,8 +165,14 @@ async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_
                 return response.status, response.headers["Server-Timing"], await response.read()
 
         answers = await asyncio.gather(*(one() for _ in range(40)))
+        for _ in range(500):  # the ends' bookkeeping, paced too, may still wait for its turns
+            if not app[PACER].waiting:
+                break
+            await asyncio.sleep(0.01)
         assert app[PACER].waiting == 0
         assert app[PACER].deferred >= 20  # most of them waited for a turn of their own
+        assert app[PACER].streams == 0  # every stream counted while written, and no longer
+        assert app[PACER].streaming == app[PACER].budget  # the smaller of the two
     assert all(status == 200 and text.rstrip().endswith(b"data: [DONE]") for status, _, text in answers)
     waited = [timing for _, timing, _ in answers if "pacing;dur=" in timing]
     assert len(waited) == app[PACER].deferred  # each wait is its own Server-Timing entry, apart from decode
