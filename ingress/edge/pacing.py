@@ -9,11 +9,12 @@ since its first start; later ones wait, in arrival order, and each following tur
 fit in the budget at the mean cost of a start measured so far. Chunks read by each poll are written in the
 turn between two such batches.
 
-Two budgets: `budget` while no stream is being written, and the smaller `streaming` while any is. A turn
-spent on starts is a wait for every stream's next chunk, and at 512 paced streams a 2 ms budget left the
-chunks behind a burst of starts late by 5-20 ms at the p99 where 0.25 ms kept them within 1-2 ms; without
-streams a turn a start or two cost a fifth of a worker's throughput past saturation, for nothing
-(bench/notes/chunks.md, "512 streams: a smaller budget while streams flow")."""
+A turn spent on starts is a wait for every stream's next chunk: past STREAMS_AT_FULL streams being written,
+the turn's budget is shared among them (2 ms at 64, 0.5 ms at 256), down to `streaming`. At 512 paced
+streams a 2 ms budget left the chunks behind a burst of starts late by 4-11 ms at the p99 where 0.25 ms kept
+them within 1-2 ms; but a small budget a turn costs throughput past saturation (a fifth of a worker's
+req/s without streams, and of its chunks with 32 unpaced ones), so it holds only where many streams wait
+(bench/notes/chunks.md, "512 streams: starts and ends paced by the streams waiting")."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+
+STREAMS_AT_FULL = 64  # streams being written up to which a turn gets the whole budget
 
 
 class StartPacer:
@@ -44,8 +47,11 @@ class StartPacer:
 
     @property
     def turn_budget(self) -> float:
-        """What a turn may spend on starts now: the smaller budget while any stream is being written."""
-        return self.streaming if self.streams else self.budget
+        """What a turn may spend on starts now: `budget` up to STREAMS_AT_FULL streams being written, and
+        beyond, shared among them (each stream's next chunk waits for the whole turn), down to `streaming`."""
+        if self.streams <= STREAMS_AT_FULL:
+            return self.budget
+        return max(self.streaming, self.budget * STREAMS_AT_FULL / self.streams)
 
     def writing(self, delta: int) -> None:
         """A stream's writing began (+1) or ended (-1)."""

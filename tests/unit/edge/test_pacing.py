@@ -11,7 +11,7 @@ import pytest
 import uvloop
 
 from ingress.edge.appkeys import PACER
-from ingress.edge.pacing import StartPacer
+from ingress.edge.pacing import STREAMS_AT_FULL, StartPacer
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
 
@@ -113,21 +113,23 @@ async def test_a_start_within_the_budget_does_not_wait_for_a_turn() -> None:
 
 
 @pytest.mark.parametrize("loop_factory", LOOPS)
-def test_while_a_stream_is_written_a_turn_gets_the_streaming_budget(loop_factory: LoopFactory) -> None:
+def test_past_many_streams_being_written_a_turn_gets_a_share_of_the_budget(loop_factory: LoopFactory) -> None:
     clock, log = Clock(), list[object]()
-    pacer = StartPacer(BUDGET, clock, streaming=0.001)
-    pacer.writing(1)
+    pacer = StartPacer(BUDGET, clock, streaming=0.0005)
+    pacer.writing(2 * STREAMS_AT_FULL)
+    assert pacer.turn_budget == pytest.approx(BUDGET / 2)  # shared among the streams past STREAMS_AT_FULL
     run(loop_factory, burst(pacer, clock, [0.0005] * 12, log))
     assert max(len(b) for b in batches(log)) == 2  # 1 ms at 0.5 ms each, where 2 ms let 4 through
     assert [i for b in batches(log) for i in b] == list(range(12))
-    pacer.writing(-1)  # the stream ended: the whole budget again
+    pacer.writing(100 * STREAMS_AT_FULL)
+    assert pacer.turn_budget == pytest.approx(0.0005)  # never below `streaming`
+    pacer.writing(-102 * STREAMS_AT_FULL + 1)  # up to STREAMS_AT_FULL: the whole budget again
+    assert pacer.turn_budget == BUDGET
     clock2, log2 = Clock(), list[object]()
-    pacer2 = StartPacer(BUDGET, clock2, streaming=0.001)
-    pacer2.writing(1)
-    pacer2.writing(-1)
+    pacer2 = StartPacer(BUDGET, clock2, streaming=0.0005)
+    pacer2.writing(STREAMS_AT_FULL)
     run(loop_factory, burst(pacer2, clock2, [0.0005] * 12, log2))
     assert max(len(b) for b in batches(log2)) == 4
-    assert pacer.streams == pacer2.streams == 0
 
 
 async def test_an_end_past_the_budget_waits_for_a_turn_and_is_counted_apart() -> None:
