@@ -216,9 +216,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _end_turn(pacer: StartPacer) -> float:
     """Wait for a turn for what is left of a request whose answer is out (a stream's, or a relayed one's):
     its metrics and access line. Many streams end in the same few turns, and this way the chunks of those
-    still going are written between their ends (bench/notes/chunks.md, "Ends paced as starts"). The time
-    waited. A cancellation here (the client left once it had the whole answer, or the server stops) does
-    not change the request's outcome: nothing is left to await, and the request is recorded as it ended."""
+    still going are written between their ends (bench/notes/chunks.md, "512 streams: starts and ends paced
+    by the streams waiting"). The time waited. A cancellation here (the client left once it had the whole
+    answer, or the server stops) does not change the request's outcome: nothing is left to await, and the
+    request is recorded as it ended."""
     began = time.perf_counter()
     try:
         await pacer.start(end=True)
