@@ -10,7 +10,7 @@ fit in the budget at the mean cost of a start measured so far. Chunks read by ea
 turn between two such batches.
 
 A turn spent on starts is a wait for every stream's next chunk: past STREAMS_AT_FULL streams being written,
-the turn's budget is shared among them (2 ms at 64, 0.5 ms at 256), down to `streaming`. At 512 paced
+the turn's budget is shared among them (with 2 ms: 2 ms at 64, 0.5 ms at 256), down to `streaming`. At 512 paced
 streams a 2 ms budget left the chunks behind a burst of starts late by 4-11 ms at the p99 where 0.25 ms kept
 them within 1-2 ms; but a small budget a turn costs throughput past saturation (a fifth of a worker's
 req/s without streams, and of its chunks with 32 unpaced ones), so it holds only where many streams wait

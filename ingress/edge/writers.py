@@ -61,7 +61,7 @@ async def write_stream(request: web.Request, exchange: Exchange, events: AsyncGe
     pacer = request.app.get(PACER)
     if pacer is None:
         return await _write_stream(request, exchange, events, sse, outlet, content_type)
-    pacer.writing(1)  # while it lasts, new requests' starts get the smaller budget a turn
+    pacer.writing(1)  # counted while it lasts: past 64 streams, a turn's budget for starts is shared among them
     try:
         return await _write_stream(request, exchange, events, sse, outlet, content_type)
     finally:
