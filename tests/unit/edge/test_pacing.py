@@ -11,6 +11,7 @@ import pytest
 import uvloop
 
 from ingress.edge.appkeys import PACER
+from ingress.edge.middleware import _end_turn
 from ingress.edge.pacing import STREAMS_AT_FULL, StartPacer
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
@@ -147,6 +148,25 @@ async def test_an_end_past_the_budget_waits_for_a_turn_and_is_counted_apart() ->
     with pytest.raises(StopIteration) as returned:
         ending.send(None)
     assert returned.value.value is True
+
+
+async def test_an_end_cancelled_while_it_waits_for_its_turn_still_ends_as_answered() -> None:
+    clock = Clock()
+    pacer = StartPacer(BUDGET, clock)
+    with pytest.raises(StopIteration):
+        pacer.start().send(None)
+    clock.now += 0.0100  # the turn's budget is spent: the next ones wait, one a turn
+    ahead = [pacer.start(), pacer.start()]
+    for start in ahead:
+        start.send(None)  # suspended on its turn
+    ending = asyncio.get_running_loop().create_task(_end_turn(pacer))
+    await asyncio.sleep(0)  # a turn: the first waiting start goes, the end waits behind the second
+    assert not ending.done() and pacer.ends_deferred == 1
+    ending.cancel()  # the client left after its whole answer, or the server stops
+    waited = await asyncio.wait_for(ending, 5)  # returns, not cancelled: the request is recorded as it ended
+    assert waited >= 0.0 and not ending.cancelled()
+    for start in ahead:
+        start.close()
 
 
 def test_the_setting_turns_pacing_off_at_zero_and_sets_its_budget() -> None:
