@@ -31,7 +31,7 @@ counted), then, once all have, N counted streams started spread over one pacing 
 - `µs/chunk (steady)`: the same over a window mid-stream (from 0.25 s after the last stream started to
   0.15 s before the first is due to end), CPU read at the window's ends and deltas counted by their
   arrival time: what one more chunk costs, without the requests;
-- inter-chunk gap p50/p99 (63 gaps a stream) and its addition over the direct mock's at the same level in
+- inter-chunk gap p50/p99/max (63 gaps a stream) and their addition over the direct mock's at the same level in
   the same round; a level is held with every stream whole, no error, and +p99 <= 5 ms;
 - chunks per CPU-second (the inverse of the first figure);
 - for the edges, their garbage collector over the counted phase (from their /metrics): the time paused,
@@ -570,6 +570,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     if name in BASELINE:
                         base = levels[BASELINE[name]][n][-1]
                         st["added_gap_p99_ms"] = st["gap_p99_ms"] - base["gap_p99_ms"]
+                        st["added_gap_p50_ms"] = st["gap_p50_ms"] - base["gap_p50_ms"]
+                        st["added_gap_max_ms"] = st["gap_max_ms"] - base["gap_max_ms"]
                         st["held"] = st["errors"] == 0 and st["added_gap_p99_ms"] <= STALL_MS
                         if not st["held"]:
                             stalled.add(name)
@@ -616,7 +618,8 @@ def table(levels: dict[str, dict[int, list[dict[str, Any]]]], zero: dict[str, li
         rows[name] = {}
         for n, runs in by.items():
             row = {k: median([r[k] for r in runs if k in r]) for k in (
-                "gap_p50_ms", "gap_p99_ms", "added_gap_p99_ms", "steady_gap_p99_ms", "ttft_p50_ms", "us_per_chunk",
+                "gap_p50_ms", "gap_p99_ms", "gap_max_ms", "added_gap_p50_ms", "added_gap_p99_ms", "added_gap_max_ms",
+                "steady_gap_p99_ms", "ttft_p50_ms", "us_per_chunk",
                 "steady_us_per_chunk", "chunks_per_cpu_s", "gc_ms", "gc_over_stall")}
             row["errors"] = sum(r["errors"] for r in runs)
             row["held"] = all(r.get("held", True) for r in runs) if name in BASELINE else None
@@ -635,7 +638,8 @@ def print_table(result: dict[str, Any]) -> None:
     rows = result["table"]
     print(f"\npaced streams: {DELTAS} deltas {PACING_MS:.0f} ms apart; held = every stream whole and inter-chunk "
           f"p99 within {STALL_MS:.0f} ms of the direct mock's")
-    print(f"{'subject':<26} {'streams':>7} {'gap p50':>8} {'gap p99':>8} {'+p99':>6} {'TTFT':>6} "
+    print(f"{'subject':<26} {'streams':>7} {'gap p50':>8} {'gap p99':>8} {'max':>6} {'+p50':>6} {'+p99':>6} "
+          f"{'TTFT':>6} "
           f"{'steady p99':>10} {'µs/chunk':>9} {'steady':>7} {'chunks/CPU-s':>12} {'GC ms':>6} "
           f"{f'>{STALL_MS:.0f} ms':>5} {'errors':>6}  held")
     for name, by in rows.items():
@@ -644,7 +648,8 @@ def print_table(result: dict[str, Any]) -> None:
                 continue
             held = "" if row["held"] is None else ("yes" if row["held"] else "STALL")
             print(f"{LABELS[name]:<26} {n:>7} {_f(row['gap_p50_ms'])} {_f(row['gap_p99_ms']):>8} "
-                  f"{_f(row['added_gap_p99_ms']):>6} {_f(row['ttft_p50_ms']):>6} {_f(row['steady_gap_p99_ms']):>10} "
+                  f"{_f(row['gap_max_ms']):>6} {_f(row['added_gap_p50_ms'], 2):>6} {_f(row['added_gap_p99_ms']):>6} "
+                  f"{_f(row['ttft_p50_ms']):>6} {_f(row['steady_gap_p99_ms']):>10} "
                   f"{_f(row['us_per_chunk']):>9} {_f(row['steady_us_per_chunk']):>7} "
                   f"{_f(row['chunks_per_cpu_s'], 0):>12} {_f(row['gc_ms']):>6} {_f(row['gc_over_stall'], 0):>5} "
                   f"{row['errors']:>6}  {held}")

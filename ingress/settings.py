@@ -314,6 +314,10 @@ class Settings(_Config, frozen=True):
     # next turns, so a burst of them does not hold the chunks of streams already flowing (ingress/edge/pacing.py).
     # 0: no pacing.
     start_pacing_ms: Annotated[float, Meta(ge=0, le=1_000)] = 2.0
+    # The least a turn's budget goes down to as it is shared among the streams being written past 64: a turn
+    # spent on starts delays every stream's next chunk (bench/notes/chunks.md, "512 streams: starts and ends
+    # paced by the streams waiting").
+    start_pacing_streaming_ms: Annotated[float, Meta(ge=0, le=1_000)] = 0.25
     log_level: LogLevel = "info"
     gc_freeze: bool = True  # gc.freeze() once started (bench/gc_pauses.py measures the effect)
     # A young collection's pause grows with the objects alive in the young generation: at 2,000 a

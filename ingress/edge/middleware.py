@@ -26,6 +26,7 @@ from ingress.edge.headers import (
     server_timing,
 )
 from ingress.edge.overload import upstream_time
+from ingress.edge.pacing import StartPacer
 from ingress.edge.spans import end_trace
 from ingress.errors import IngressError, InvalidRequest, NotFound, Overloaded, PayloadTooLarge
 from ingress.exchange import Exchange
@@ -118,6 +119,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         exchange.trace = begin_trace(gateway.tracer, request)
     structlog.contextvars.bind_contextvars(request_id=exchange.request_id)
     status, outcome = 500, "error"
+    end_wait = 0.0  # the end's wait for a turn (start pacing): not the request's time
     metrics.IN_FLIGHT.inc()  # direct, not folded: a gauge of now
     drain = request.app.get(DRAIN)
     if drain is not None:
@@ -140,6 +142,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 except UnknownKey as unknown:  # a JWT of a key not fetched yet: its issuer's keys, again
                     exchange.principal = await tenancy.refreshed(request.headers, unknown, presented)
             response = await handler(request)
+            if pacer is not None and response.prepared:  # a stream's answer is out: the rest waits its turn
+                end_wait = await _end_turn(pacer)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -185,11 +189,11 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return error_response(internal, exchange.request_id, anthropic=speaks_anthropic(request),
                               gemini=gemini_client(request))
     finally:
-        settling = time.perf_counter()
+        settling = time.perf_counter() - end_wait
         if (place := request.get(PLACE)) is not None:
             place.leave(upstream_time(exchange, settling))
         pipeline.settle(exchange)
-        now = time.perf_counter()
+        now = time.perf_counter() - end_wait
         record = _usage(request, exchange, status, outcome, now)
         if exchange.trace is not None:
             exchange.trace.child("settle", settling, now)
@@ -207,6 +211,22 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             ledger.add(record)
         structlog.contextvars.unbind_contextvars("request_id")
         _drop_tracebacks(failure)
+
+
+async def _end_turn(pacer: StartPacer) -> float:
+    """Wait for a turn for what is left of a request whose answer is out (a stream's, or a relayed one's):
+    its metrics and access line. Many streams end in the same few turns, and this way the chunks of those
+    still going are written between their ends (bench/notes/chunks.md, "512 streams: starts and ends paced
+    by the streams waiting"). The time waited. A cancellation here (the client left once it had the whole
+    answer, or the server stops) does not change the request's outcome: nothing is left to await, and the
+    request is recorded as it ended."""
+    began = time.perf_counter()
+    try:
+        await pacer.start(end=True)
+    except asyncio.CancelledError:
+        if (task := asyncio.current_task()) is not None:
+            task.uncancel()
+    return time.perf_counter() - began
 
 
 def begin_trace(tracer: Tracer, request: web.Request) -> RequestTrace | None:

@@ -7,7 +7,14 @@ is ~100 ms of such steps in one turn, and every stream's next chunk waits for al
 "What does delay the loop"). Here a request starts at once while the current turn has spent less than `budget`
 since its first start; later ones wait, in arrival order, and each following turn lets through as many as
 fit in the budget at the mean cost of a start measured so far. Chunks read by each poll are written in the
-turn between two such batches."""
+turn between two such batches.
+
+A turn spent on starts is a wait for every stream's next chunk: past STREAMS_AT_FULL streams being written,
+the turn's budget is shared among them (with 2 ms: 2 ms at 64, 0.5 ms at 256), down to `streaming`. At 512 paced
+streams a 2 ms budget left the chunks behind a burst of starts late by 4-11 ms at the p99 where 0.25 ms kept
+them within 1-2 ms; but a small budget a turn costs throughput past saturation (a fifth of a worker's
+req/s without streams, and of its chunks with 32 unpaced ones), so it holds only where many streams wait
+(bench/notes/chunks.md, "512 streams: starts and ends paced by the streams waiting")."""
 
 from __future__ import annotations
 
@@ -16,10 +23,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+STREAMS_AT_FULL = 64  # streams being written up to which a turn gets the whole budget
+
 
 class StartPacer:
-    def __init__(self, budget: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, budget: float, clock: Callable[[], float] = time.perf_counter,
+                 streaming: float | None = None) -> None:
         self.budget = budget
+        self.streaming = budget if streaming is None else min(budget, streaming)  # while streams are written
+        self.streams = 0  # streams being written now (`writing`)
         self._clock = clock
         self._turn: float | None = None  # when this turn's first start ran
         self._last = 0.0  # when this turn's latest start ran
@@ -27,18 +39,36 @@ class StartPacer:
         self._waiting: deque[asyncio.Future[None]] = deque()
         self._armed = False  # a call of _next_turn is due
         self.deferred = 0  # starts that waited for a later turn, ever
+        self.ends_deferred = 0  # ends (`start(end=True)`) that did
 
     @property
     def waiting(self) -> int:
         return len(self._waiting)
 
-    async def start(self) -> bool:
-        """Return once the caller may start: at once (False), or in a later turn of the loop (True)."""
-        waited = bool(self._waiting) or (self._turn is not None and self._clock() - self._turn >= self.budget)
+    @property
+    def turn_budget(self) -> float:
+        """What a turn may spend on starts now: `budget` up to STREAMS_AT_FULL streams being written, and
+        beyond, shared among them (each stream's next chunk waits for the whole turn), down to `streaming`."""
+        if self.streams <= STREAMS_AT_FULL:
+            return self.budget
+        return max(self.streaming, self.budget * STREAMS_AT_FULL / self.streams)
+
+    def writing(self, delta: int) -> None:
+        """A stream's writing began (+1) or ended (-1)."""
+        self.streams += delta
+
+    async def start(self, *, end: bool = False) -> bool:
+        """Return once the caller may start: at once (False), or in a later turn of the loop (True). `end`:
+        the work left once an answer is out (its metrics and access line), paced as starts are: when many
+        streams end in one turn, the others' last chunks do not wait for all of it (counted in `ends_deferred`)."""
+        waited = bool(self._waiting) or (self._turn is not None and self._clock() - self._turn >= self.turn_budget)
         if waited:
             turn = asyncio.get_running_loop().create_future()
             self._waiting.append(turn)
-            self.deferred += 1
+            if end:
+                self.ends_deferred += 1
+            else:
+                self.deferred += 1
             await turn  # cancelled: the future is done, and _next_turn passes over it
         self._started(self._clock())
         return waited
@@ -61,7 +91,7 @@ class StartPacer:
         """Called once a turn while starts run or wait: the turn is over; let the next batch go."""
         self._armed = False
         self._turn = None
-        batch = max(1, round(self.budget / self._cost)) if self._cost else 1
+        batch = max(1, round(self.turn_budget / self._cost)) if self._cost else 1
         while self._waiting and batch:
             turn = self._waiting.popleft()
             if not turn.done():

@@ -12,7 +12,7 @@ import msgspec
 from aiohttp import web
 
 from ingress import pipeline
-from ingress.edge.appkeys import DRAIN, GATEWAY
+from ingress.edge.appkeys import DRAIN, GATEWAY, PACER
 from ingress.edge.headers import CACHE_HEADER, REQUEST_ID, SERVED_BY, served_by, server_timing
 from ingress.edge.sse import EventWriter
 from ingress.errors import IngressError, WriteTimeout
@@ -58,6 +58,18 @@ async def write_stream(request: web.Request, exchange: Exchange, events: AsyncGe
     begins with the first event; a failure before it is answered with its status (by the middleware),
     after it in-band, and the stream ends without [DONE]. With an `outlet`, the pipeline writes what it
     can itself once the head is out."""
+    pacer = request.app.get(PACER)
+    if pacer is None:
+        return await _write_stream(request, exchange, events, sse, outlet, content_type)
+    pacer.writing(1)  # counted while it lasts: past 64 streams, a turn's budget for starts is shared among them
+    try:
+        return await _write_stream(request, exchange, events, sse, outlet, content_type)
+    finally:
+        pacer.writing(-1)
+
+
+async def _write_stream(request: web.Request, exchange: Exchange, events: AsyncGenerator[E, None],
+                        sse: EventWriter[E], outlet: Outlet | None, content_type: str) -> web.StreamResponse:
     drain, stall = request.app[DRAIN], request.app[GATEWAY].settings.client.write_timeout
     response: web.StreamResponse | None = None
     framed = False  # the head is out and the body is chunked: events may go straight to the transport

@@ -224,7 +224,7 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[DRAIN] = Drain()
     if settings.start_pacing_ms:
-        app[PACER] = StartPacer(settings.start_pacing_ms / 1000)
+        app[PACER] = StartPacer(settings.start_pacing_ms / 1000, streaming=settings.start_pacing_streaming_ms / 1000)
     if settings.overload.enabled:
         app[GATE] = Gate(settings.overload)
     app[STARTED] = int(time.time())

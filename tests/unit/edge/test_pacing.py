@@ -11,7 +11,8 @@ import pytest
 import uvloop
 
 from ingress.edge.appkeys import PACER
-from ingress.edge.pacing import StartPacer
+from ingress.edge.middleware import _end_turn
+from ingress.edge.pacing import STREAMS_AT_FULL, StartPacer
 from ingress.serve.app import create_app, serve_app
 from ingress.settings import DEMO_MODEL, Settings
 
@@ -112,9 +113,68 @@ async def test_a_start_within_the_budget_does_not_wait_for_a_turn() -> None:
         pacer.start().send(None)
 
 
+@pytest.mark.parametrize("loop_factory", LOOPS)
+def test_past_many_streams_being_written_a_turn_gets_a_share_of_the_budget(loop_factory: LoopFactory) -> None:
+    clock, log = Clock(), list[object]()
+    pacer = StartPacer(BUDGET, clock, streaming=0.0005)
+    pacer.writing(2 * STREAMS_AT_FULL)
+    assert pacer.turn_budget == pytest.approx(BUDGET / 2)  # shared among the streams past STREAMS_AT_FULL
+    run(loop_factory, burst(pacer, clock, [0.0005] * 12, log))
+    assert max(len(b) for b in batches(log)) == 2  # 1 ms at 0.5 ms each, where 2 ms let 4 through
+    assert [i for b in batches(log) for i in b] == list(range(12))
+    pacer.writing(100 * STREAMS_AT_FULL)
+    assert pacer.turn_budget == pytest.approx(0.0005)  # never below `streaming`
+    pacer.writing(-102 * STREAMS_AT_FULL + 1)  # up to STREAMS_AT_FULL: the whole budget again
+    assert pacer.turn_budget == BUDGET
+    clock2, log2 = Clock(), list[object]()
+    pacer2 = StartPacer(BUDGET, clock2, streaming=0.0005)
+    pacer2.writing(STREAMS_AT_FULL)
+    run(loop_factory, burst(pacer2, clock2, [0.0005] * 12, log2))
+    assert max(len(b) for b in batches(log2)) == 4
+
+
+async def test_an_end_past_the_budget_waits_for_a_turn_and_is_counted_apart() -> None:
+    clock = Clock()
+    pacer = StartPacer(BUDGET, clock)
+    with pytest.raises(StopIteration):
+        pacer.start().send(None)  # the turn's first start
+    clock.now += 0.0100  # it spent the whole budget
+    ending = pacer.start(end=True)
+    turn = ending.send(None)  # suspended on its turn
+    assert pacer.waiting == 1
+    assert (pacer.ends_deferred, pacer.deferred) == (1, 0)  # not a start that waited (Server-Timing's pacing)
+    await asyncio.sleep(0)  # the next turn lets it go
+    assert turn.done() and pacer.waiting == 0
+    with pytest.raises(StopIteration) as returned:
+        ending.send(None)
+    assert returned.value.value is True
+
+
+async def test_an_end_cancelled_while_it_waits_for_its_turn_still_ends_as_answered() -> None:
+    clock = Clock()
+    pacer = StartPacer(BUDGET, clock)
+    with pytest.raises(StopIteration):
+        pacer.start().send(None)
+    clock.now += 0.0100  # the turn's budget is spent: the next ones wait, one a turn
+    ahead = [pacer.start(), pacer.start()]
+    for start in ahead:
+        start.send(None)  # suspended on its turn
+    ending = asyncio.get_running_loop().create_task(_end_turn(pacer))
+    await asyncio.sleep(0)  # a turn: the first waiting start goes, the end waits behind the second
+    assert not ending.done() and pacer.ends_deferred == 1
+    ending.cancel()  # the client left after its whole answer, or the server stops
+    waited = await asyncio.wait_for(ending, 5)  # returns, not cancelled: the request is recorded as it ended
+    assert waited >= 0.0 and not ending.cancelled()
+    for start in ahead:
+        start.close()
+
+
 def test_the_setting_turns_pacing_off_at_zero_and_sets_its_budget() -> None:
     assert PACER not in create_app(Settings(start_pacing_ms=0))
     assert create_app(Settings())[PACER].budget == pytest.approx(Settings().start_pacing_ms / 1000)
+    assert create_app(Settings())[PACER].streaming == pytest.approx(Settings().start_pacing_streaming_ms / 1000)
+    assert Settings().start_pacing_streaming_ms < Settings().start_pacing_ms
+    assert StartPacer(0.001, streaming=0.002).streaming == 0.001  # never more than the budget
 
 
 async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_a_turn() -> None:
@@ -127,8 +187,14 @@ async def test_a_burst_through_the_edge_is_answered_whole_with_starts_paced_one_
                 return response.status, response.headers["Server-Timing"], await response.read()
 
         answers = await asyncio.gather(*(one() for _ in range(40)))
+        for _ in range(500):  # the ends' bookkeeping, paced too, may still wait for its turns
+            if not app[PACER].waiting:
+                break
+            await asyncio.sleep(0.01)
         assert app[PACER].waiting == 0
         assert app[PACER].deferred >= 20  # most of them waited for a turn of their own
+        assert app[PACER].streams == 0  # every stream counted while written, and no longer
+        assert app[PACER].streaming == app[PACER].budget  # the smaller of the two
     assert all(status == 200 and text.rstrip().endswith(b"data: [DONE]") for status, _, text in answers)
     waited = [timing for _, timing, _ in answers if "pacing;dur=" in timing]
     assert len(waited) == app[PACER].deferred  # each wait is its own Server-Timing entry, apart from decode
