@@ -159,23 +159,16 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
         Subject,
         Unavailable,
         _versions,
-        install_litellm,
-        install_portkey,
+        install_peers,
         key_section,
         portkey_config,
     )
 
+    litellm_py: Path | None = None
+    node_script: Path | None = None
     unavailable = {peer: "left out by --without" for peer in args.without}
-    litellm_py = node_script = None
     if not args.overload:
-        try:
-            litellm_py = None if "litellm" in args.without else install_litellm()
-        except Unavailable as exc:
-            unavailable["litellm"] = str(exc)
-        try:
-            node_script = None if "portkey" in args.without else install_portkey()
-        except Unavailable as exc:
-            unavailable["portkey"] = str(exc)
+        litellm_py, node_script, unavailable = install_peers(args.without)
     versions = _versions(litellm_py, node_script, ensure_wrk())
     ports = {n: free_port() for n in ("fast", "slow", "paced", "paced_fb", *OURS, *PACING_OFF, "litellm", "portkey")}
     url = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}

@@ -217,6 +217,22 @@ def install_portkey() -> Path:
         "start-server.js"
 
 
+def install_peers(without: list[str]) -> tuple[Path | None, Path | None, dict[str, str]]:
+    """LiteLLM's python and Portkey's script, each None where left out (`without`) or not installable, and
+    why: (litellm_py, node_script, unavailable)."""
+    unavailable = {peer: "left out by --without" for peer in without}
+    litellm_py = node_script = None
+    try:
+        litellm_py = None if "litellm" in without else install_litellm()
+    except Unavailable as exc:
+        unavailable["litellm"] = str(exc)
+    try:
+        node_script = None if "portkey" in without else install_portkey()
+    except Unavailable as exc:
+        unavailable["portkey"] = str(exc)
+    return litellm_py, node_script, unavailable
+
+
 # --- the subjects ----------------------------------------------------------------------------------
 
 
@@ -469,18 +485,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     load_before = os.getloadavg()
-    unavailable: dict[str, str] = {}
-    litellm_py = node_script = None
-    for peer in args.without:
-        unavailable[peer] = "left out by --without"
-    try:
-        litellm_py = None if "litellm" in args.without else install_litellm()
-    except Unavailable as exc:
-        unavailable["litellm"] = str(exc)
-    try:
-        node_script = None if "portkey" in args.without else install_portkey()
-    except Unavailable as exc:
-        unavailable["portkey"] = str(exc)
+    litellm_py, node_script, unavailable = install_peers(args.without)
     wrk_bin = ensure_wrk()  # before its version is asked: a new machine has no wrk yet
     versions = _versions(litellm_py, node_script, wrk_bin)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
