@@ -116,23 +116,34 @@ class RedisKeyStore:
         self.tenant_names = (tag + "tenants", *self.names[1:])
         self.both = (self.names[0], self.tenant_names[0])  # KEYS[5] and KEYS[6] of WRITE
 
-    async def _call(self, *command: str | bytes | int) -> object:
+    def _due(self) -> float:
+        return asyncio.get_running_loop().time() + self.deadline
+
+    async def call(self, *command: str | bytes | int) -> object:
+        """One command on the store's connection, within its deadline; Unavailable when it did not answer."""
         try:
-            return await self.client.call(encode(*command), asyncio.get_running_loop().time() + self.deadline)
+            return await self.client.call(encode(*command), self._due())
+        except (OSError, TimeoutError, ReplyError) as exc:
+            raise Unavailable(type(exc).__name__) from exc
+
+    async def script(self, script: Script, keys: tuple[str, ...], args: tuple[str | int, ...] = ()) -> object:
+        """A script, as call() sends a command (session.py's: the console's sessions share the connection)."""
+        try:
+            return await self.client.evalsha(script, keys, args, self._due())
         except (OSError, TimeoutError, ReplyError) as exc:
             raise Unavailable(type(exc).__name__) from exc
 
     async def version(self) -> str:
-        reply = await self._call("MGET", self.names[3], self.names[1])
+        reply = await self.call("MGET", self.names[3], self.names[1])
         epoch, version = reply if isinstance(reply, list) else (None, None)
         return f"{(epoch or b'').decode()}:{int(version or 0)}"
 
     async def keys(self) -> list[StoredKey]:
-        reply = await self._call("HVALS", self.names[0])
+        reply = await self.call("HVALS", self.names[0])
         return [_KEY.decode(raw) for raw in reply] if isinstance(reply, list) else []
 
     async def get(self, key_id: str) -> Found | None:
-        reply = await self._call("HGET", self.names[0], key_id)
+        reply = await self.call("HGET", self.names[0], key_id)
         return Found(_KEY.decode(reply), reply) if isinstance(reply, bytes) else None
 
     async def write(self, key_id: str, before: Found | None, after: StoredKey | None, entry: AuditEntry, *,
@@ -140,11 +151,11 @@ class RedisKeyStore:
         return await self._write(self.names, key_id, before.raw if before else b"", after, entry, "", tenant or "")
 
     async def tenants(self) -> list[StoredTenant]:
-        reply = await self._call("HVALS", self.tenant_names[0])
+        reply = await self.call("HVALS", self.tenant_names[0])
         return [_TENANT.decode(raw) for raw in reply] if isinstance(reply, list) else []
 
     async def get_tenant(self, name: str) -> FoundTenant | None:
-        reply = await self._call("HGET", self.tenant_names[0], name)
+        reply = await self.call("HGET", self.tenant_names[0], name)
         return FoundTenant(_TENANT.decode(reply), reply) if isinstance(reply, bytes) else None
 
     async def write_tenant(self, name: str, before: FoundTenant | None, after: StoredTenant | None,
@@ -157,8 +168,7 @@ class RedisKeyStore:
         args = (field, before, msgspec.json.encode(after) if after else b"", msgspec.json.encode(entry),
                 os.urandom(8).hex(), keyless, tenant)
         try:
-            version = await self.client.evalsha(WRITE, (*names, *self.both), args,
-                                                asyncio.get_running_loop().time() + self.deadline)
+            version = await self.client.evalsha(WRITE, (*names, *self.both), args, self._due())
         except ReplyError as exc:
             if str(exc).startswith("CONFLICT"):
                 raise Conflict(field) from None
@@ -172,8 +182,8 @@ class RedisKeyStore:
         return int(version)
 
     async def audit(self, start: int, count: int) -> tuple[list[AuditEntry], int]:
-        total = await self._call("LLEN", self.names[2])
-        reply = await self._call("LRANGE", self.names[2], start, start + count - 1) if count else []
+        total = await self.call("LLEN", self.names[2])
+        reply = await self.call("LRANGE", self.names[2], start, start + count - 1) if count else []
         entries = [_ENTRY.decode(raw) for raw in reply] if isinstance(reply, list) else []
         return entries, int(total) if isinstance(total, int) else 0
 

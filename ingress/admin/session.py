@@ -21,13 +21,12 @@ worker and every replica knows them; the token itself is kept nowhere. So do the
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import secrets
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
@@ -37,8 +36,7 @@ from ingress.admin.authcode import Flow
 from ingress.admin.keystore import KeyStore, RedisKeyStore, Unavailable
 from ingress.admin.oidc import Actor, role_held
 from ingress.log import get_logger
-from ingress.tenancy.stores.resp import Client
-from ingress.tenancy.stores.resp_codec import ReplyError, Script, encode
+from ingress.tenancy.stores.resp_codec import Script
 
 log = get_logger("ingress.admin")
 COOKIE = "ingress_admin_session"
@@ -48,6 +46,7 @@ SESSION_S = 8 * 3600.0  # a session's life, from its sign-in
 FAILURES = 5  # failed sign-ins an address may make within WINDOW_S; the next ones are 429 until it ends
 WINDOW_S = 60.0
 _MEMORY_MOST = 10_000  # one process's sessions or addresses kept at most (the oldest go first)
+T = TypeVar("T")
 
 FAILED = Script("""
 local n = redis.call('INCR', KEYS[1])
@@ -93,6 +92,14 @@ class Sessions(Protocol):
         """The flow, removed: a state is good once."""
 
 
+def _room(entries: dict[str, T], live: Callable[[T], bool]) -> dict[str, T]:
+    """`entries` that are still `live`, their oldest dropped past _MEMORY_MOST: room for one more."""
+    kept = {k: v for k, v in entries.items() if live(v)}
+    while len(kept) >= _MEMORY_MOST:
+        del kept[next(iter(kept))]
+    return kept
+
+
 class MemorySessions:
     """One process's: beside MemoryKeyStore (one worker, config.py)."""
 
@@ -107,9 +114,7 @@ class MemorySessions:
 
     async def put(self, digest: str, session: Session) -> None:
         now = self._now()
-        self._sessions = {d: s for d, s in self._sessions.items() if s.expires_at > now}
-        while len(self._sessions) >= _MEMORY_MOST:
-            del self._sessions[next(iter(self._sessions))]
+        self._sessions = _room(self._sessions, lambda s: s.expires_at > now)
         self._sessions[digest] = session
 
     async def get(self, digest: str) -> Session | None:
@@ -129,17 +134,13 @@ class MemorySessions:
         count, left = await self.failures(client)
         ends = now + left if count else now + WINDOW_S
         if client not in self._failures and len(self._failures) >= _MEMORY_MOST:
-            self._failures = {c: f for c, f in self._failures.items() if f[1] > now}
-            while len(self._failures) >= _MEMORY_MOST:
-                del self._failures[next(iter(self._failures))]
+            self._failures = _room(self._failures, lambda f: f[1] > now)
         self._failures[client] = (count + 1, ends)
         return count + 1, ends - now
 
     async def put_flow(self, digest: str, flow: Flow) -> None:
         now = self._now()
-        self._flows = {d: f for d, f in self._flows.items() if f.expires_at > now}
-        while len(self._flows) >= _MEMORY_MOST:
-            del self._flows[next(iter(self._flows))]
+        self._flows = _room(self._flows, lambda f: f.expires_at > now)
         self._flows[digest] = flow
 
     async def take_flow(self, digest: str) -> Flow | None:
@@ -148,45 +149,27 @@ class MemorySessions:
 
 
 class RedisSessions:
-    """In the key store's server, on its connection, under its hash tag, each call with its deadline."""
+    """In the key store's server, on its connection, under its hash tag, each call with its deadline
+    (RedisKeyStore's call and script: Unavailable when the store did not answer)."""
 
-    def __init__(self, client: Client, tag: str, deadline: float) -> None:
-        self.client = client
-        self.tag = tag
-        self.deadline = deadline
-
-    def _due(self) -> float:
-        return asyncio.get_running_loop().time() + self.deadline
-
-    async def _call(self, *command: str | bytes | int) -> object:
-        try:
-            return await self.client.call(encode(*command), self._due())
-        except (OSError, TimeoutError, ReplyError) as exc:
-            raise Unavailable(type(exc).__name__) from exc
+    def __init__(self, store: RedisKeyStore) -> None:
+        self.store = store
+        self.tag = store.names[0].removesuffix("keys")
 
     async def _script(self, script: Script, key: str, *args: str | int) -> tuple[int, float]:
-        try:
-            reply = await self.client.evalsha(script, (key,), args, self._due())
-        except (OSError, TimeoutError, ReplyError) as exc:
-            raise Unavailable(type(exc).__name__) from exc
+        reply = await self.store.script(script, (key,), args)
         count, ttl_ms = reply if isinstance(reply, list) else (0, 0)
         return int(count), max(int(ttl_ms), 0) / 1000 if int(count) else 0.0
 
     async def put(self, digest: str, session: Session) -> None:
         ttl_ms = max(int((session.expires_at - time.time()) * 1000), 1)
-        await self._call("SET", self.tag + "session:" + digest, msgspec.json.encode(session), "PX", ttl_ms)
+        await self.store.call("SET", self.tag + "session:" + digest, msgspec.json.encode(session), "PX", ttl_ms)
 
     async def get(self, digest: str) -> Session | None:
-        reply = await self._call("GET", self.tag + "session:" + digest)
-        if not isinstance(reply, bytes):
-            return None
-        try:
-            return msgspec.json.decode(reply, type=Session)
-        except msgspec.DecodeError:  # not one of ours: no session
-            return None
+        return _decoded(await self.store.call("GET", self.tag + "session:" + digest), Session)
 
     async def drop(self, digest: str) -> None:
-        await self._call("DEL", self.tag + "session:" + digest)
+        await self.store.call("DEL", self.tag + "session:" + digest)
 
     async def failures(self, client: str) -> tuple[int, float]:
         return await self._script(COUNTED, self.tag + "login:" + client)
@@ -196,19 +179,21 @@ class RedisSessions:
 
     async def put_flow(self, digest: str, flow: Flow) -> None:
         ttl_ms = max(int((flow.expires_at - time.time()) * 1000), 1)
-        await self._call("SET", self.tag + "flow:" + digest, msgspec.json.encode(flow), "PX", ttl_ms)
+        await self.store.call("SET", self.tag + "flow:" + digest, msgspec.json.encode(flow), "PX", ttl_ms)
 
     async def take_flow(self, digest: str) -> Flow | None:
-        try:  # GET and DEL at once: of two callbacks with one state, one finds it
-            reply = await self.client.evalsha(TAKEN, (self.tag + "flow:" + digest,), (), self._due())
-        except (OSError, TimeoutError, ReplyError) as exc:
-            raise Unavailable(type(exc).__name__) from exc
-        if not isinstance(reply, bytes):
-            return None
-        try:
-            return msgspec.json.decode(reply, type=Flow)
-        except msgspec.DecodeError:
-            return None
+        # GET and DEL at once: of two callbacks with one state, one finds it
+        return _decoded(await self.store.script(TAKEN, (self.tag + "flow:" + digest,)), Flow)
+
+
+def _decoded(reply: object, kind: type[T]) -> T | None:
+    """A stored session or flow; None for none, or for a value not one of ours."""
+    if not isinstance(reply, bytes):
+        return None
+    try:
+        return msgspec.json.decode(reply, type=kind)
+    except msgspec.DecodeError:
+        return None
 
 
 SESSIONS = web.AppKey("sessions", Sessions)
@@ -218,7 +203,7 @@ FOUND = web.RequestKey("session", Session)
 def sessions_for(store: KeyStore) -> Sessions:
     """Where `store` keeps the keys: its Redis (every worker and replica), or this process."""
     if isinstance(store, RedisKeyStore):
-        return RedisSessions(store.client, store.names[0].removesuffix("keys"), store.deadline)
+        return RedisSessions(store)
     return MemorySessions()
 
 
