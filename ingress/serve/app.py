@@ -225,12 +225,12 @@ def create_app(settings: Settings) -> web.Application:
     app[DRAIN] = Drain()
     if settings.start_pacing_ms:
         app[PACER] = StartPacer(settings.start_pacing_ms / 1000, streaming=settings.start_pacing_streaming_ms / 1000)
-    if settings.overload.enabled:
+    if settings.overload.enabled:  # else no request takes a place, and no answer's head has one to give back
         app[GATE] = Gate(settings.overload)
+        app.on_response_prepare.append(leave_at_head)
     app[STARTED] = int(time.time())
     app.cleanup_ctx.append(_gateway)
     routes.add_routes(app)
     name_server(app)
     app.on_response_prepare.append(name_request)
-    app.on_response_prepare.append(leave_at_head)
     return app
