@@ -266,7 +266,7 @@ def _record(request: web.Request, exchange: Exchange, status: int, now: float) -
     child(metrics.DURATION, route).observe(total)
     upstream = 0.0
     if attempts.sent is not None and (answer.done or attempts.head) is not None:
-        upstream = (answer.done or attempts.head or now) - attempts.sent
+        upstream = upstream_time(exchange, now)
         child(metrics.UPSTREAM, exchange.group or "unknown").observe(upstream)
     child(metrics.OVERHEAD_S, route).observe(max(total - upstream, 0.0))
     if routed.stream and answer.first_byte is not None:
