@@ -1,7 +1,8 @@
 """The independent board's figures, one core a gateway: added latency, req/s within tail bounds, streams, memory.
 
-    nice -n 10 .venv/bin/python -m bench board [--quick] [--without litellm portkey] [--no-streams]
-        -> results/board.json and results/board/COMMIT.json, results/board.svg (~12 min; --quick ~4 min)
+    nice -n 10 .venv/bin/python -m bench board [--quick] [--without litellm portkey] [--no-streams] [--family open]
+        -> results/board.json and results/board/COMMIT.json, results/board.svg (~12 min; --quick ~4 min);
+           with --family open: board-open.json, board/COMMIT-open.json, board-open.svg
     nice -n 10 .venv/bin/python -m bench board --overload [--rounds 5]
         -> results/board-overload.json (+ board/COMMIT-overload.json, board-overload.svg): the edge with its
            in-flight limit ([overload]) off and on, side by side, from 16 to 256 in flight (~5 min)
@@ -19,7 +20,9 @@ first each round): the mock called directly (the baseline of the added figures),
 a run reaches, as bench/peers.py sets it), the same edge with `[overload] enabled = true`, LiteLLM's proxy
 and Portkey's gateway (installed and configured as bench/peers.py does; a peer that cannot be installed or
 started is reported with the reason, and the run goes on without it). The request: peers.py's 11-message
-chat request of 1 KB (`max_tokens` 64), a model name per mock.
+chat request of 1 KB (`max_tokens` 64), a real model name per mock, of one family a run (`--family`): OpenAI's
+(gpt-4o, gpt-4o-2024-08-06, gpt-4o-mini; by default), whose prompts the edge counts with o200k for the key's
+tpm, or open-weights ones (Llama 3.1 8B, Qwen2.5 7B, Mistral 7B Instruct), which it counts by the estimate.
 
 The figures, each round and subject:
 1. added latency at c=1: wrk -c1 against the 0 ms mock, p50 and p99 minus the direct mock's in the same round;
@@ -58,7 +61,12 @@ from bench.lib.rounds import Rounds, Spread, median  # noqa: E402
 PY = sys.executable
 GATEWAY_CORE, OTHER_CORE = 0, 1
 CHAT = "/v1/chat/completions"
-FAST, SLOW, PACED = "board-fast", "board-slow", "board-paced"
+# The model a request names, per mock (0 ms, 20 ms, paced streams) and family: what the edge counts differs.
+FAMILIES = {
+    "openai": ("gpt-4o", "gpt-4o-2024-08-06", "gpt-4o-mini"),
+    "open": ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"),
+}
+FAST, SLOW, PACED = "fast", "slow", "paced"  # the mocks, and the edge's group for each
 DELAY_MS = 20.0
 LEVELS = (32, 64, 128, 256)
 OVERLOAD_LEVELS = (16, 32, 64, 96, 128, 192, 256)
@@ -114,13 +122,13 @@ def pinned(core: int, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
-def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: bool, pacing: bool,
-              overload: str = "") -> Path:
+def edge_toml(path: Path, port: int, urls: dict[str, str], models: dict[str, str], tenancy: str, limit: bool,
+              pacing: bool, overload: str = "") -> Path:
+    """The edge's config: a group per mock (`urls`, by mock) and a route to it for its model (`models`)."""
     text = f"port = {port}\nworkers = 1\n" + ("" if pacing else "start_pacing_ms = 0\n")
-    for model, url in urls.items():
-        group = model.removeprefix("board-")
+    for group, url in urls.items():
         text += f'\n[groups.{group}]\nendpoints = [{{ url = "{url}" }}]\n'
-        text += f'\n[[routes]]\nmodel = "{model}"\ngroup = "{group}"\n'
+        text += f'\n[[routes]]\nmodel = "{models[group]}"\ngroup = "{group}"\n'
     text += tenancy
     if limit:
         text += "\n[overload]\nenabled = true\n" + overload
@@ -129,6 +137,7 @@ def edge_toml(path: Path, port: int, urls: dict[str, str], tenancy: str, limit: 
 
 
 def litellm_yaml(path: Path, urls: dict[str, str]) -> Path:
+    """LiteLLM's config: each model (`urls`: model name to its mock) an OpenAI-compatible deployment."""
     from bench.peers import MASTER_KEY, litellm_config
 
     litellm_config(path, "", "")  # its settings; the model list is ours
@@ -185,18 +194,21 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
     }
     oai = {FAST: url["fast"], SLOW: url["slow"], PACED: url["paced"]}
     ours = {FAST: url["fast"], SLOW: url["slow"], PACED: url["paced_fb"]}
+    models = dict(zip((FAST, SLOW, PACED), FAMILIES[args.family], strict=True))
     section, key, _ = key_section()
     bearer = {m: {"Authorization": f"Bearer {key}"} for m in oai}
     gateways: dict[str, Gateway] = {}
     for name in (*OURS, *(PACING_OFF if args.pacing_off else ())):
-        toml = edge_toml(work / f"{name}.toml", ports[name], ours, section, "limit" in name, "nopace" not in name,
+        toml = edge_toml(work / f"{name}.toml", ports[name], ours, models, section, "limit" in name,
+                         "nopace" not in name,
                          "".join(f"{k} = {v}\n" for k, v in args.overload_setting))
         argv = pinned(GATEWAY_CORE, [PY, "-m", "ingress", "serve", "--config", str(toml), "--workers", "1"])
         gateways[name] = Gateway(Subject(name, argv, ports[name], work / f"{name}.log", CHAT, "fast.json",
                                          "application/json"), bearer)
     if litellm_py is not None:
         argv = pinned(GATEWAY_CORE, [str(litellm_py), "-m", "litellm.proxy.proxy_cli", "--config",
-                                     str(litellm_yaml(work / "litellm.yaml", oai)), "--host", "127.0.0.1",
+                                     str(litellm_yaml(work / "litellm.yaml", {models[m]: u for m, u in oai.items()})),
+                                     "--host", "127.0.0.1",
                                      "--port", str(ports["litellm"]), "--num_workers", "1"])
         gateways["litellm"] = Gateway(Subject("litellm", argv, ports["litellm"], work / "litellm.log", CHAT,
                                               "fast.json", "application/json", health="/health/liveliness",
@@ -477,9 +489,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     os.sched_setaffinity(0, {OTHER_CORE})  # this client, wrk and the mocks: core 1; each gateway is pinned to 0
     work = Path(tempfile.mkdtemp(prefix="ingress-bench-board-"))
-    for model in (FAST, SLOW):
-        (work / f"{model.removeprefix('board-')}.json").write_bytes(chat_request(1024, max_tokens=64, model=model))
-    stream_json = stream_request(STREAM_DELTAS, model=PACED)
+    models = dict(zip((FAST, SLOW, PACED), FAMILIES[args.family], strict=True))
+    for mock in (FAST, SLOW):
+        (work / f"{mock}.json").write_bytes(chat_request(1024, max_tokens=64, model=models[mock]))
+    stream_json = stream_request(STREAM_DELTAS, model=models[PACED])
     (work / "paced.json").write_bytes(stream_json)
     wrk = Wrk(ensure_wrk(), work / "post.lua")
     wrk.script.write_text(SCRIPT + HEADERS_SCRIPT)
@@ -512,7 +525,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             memory[n] = {"idle_mb": idle[n], "load_mb": peak / 1024, "after_mb": rss_kb(gateways[n].server.pid) / 1024}
         if not args.overload and not args.no_streams:
             print("paced streams", flush=True)
-            fb_stream = bytes(fb_body(stream_json.replace(PACED.encode(), b"ingress-demo")))
+            fb_stream = bytes(fb_body(stream_json.replace(models[PACED].encode(), b"ingress-demo")))
             streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int | None]] = {
                 "mock_oai": (mocks["paced"].url + CHAT, stream_json, {}, True, None),
                 "mock_fb": (mocks["paced_fb"].url + "/v1/complete", fb_stream, {"Content-Type":
@@ -531,6 +544,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     for lv in run["levels"].values())
     return {
         "meta": {"code": describe(code_version()), "commit": code_version()["commit"], "rounds": args.rounds,
+                 "family": args.family, "models": dict(zip((FAST, SLOW, PACED), FAMILIES[args.family], strict=True)),
                  "overload_settings": dict(args.overload_setting),
                  "seconds": args.seconds, "overload": args.overload, "versions": versions,
                  "wall_s": time.perf_counter() - started, "load_average": os.getloadavg(),
@@ -556,6 +570,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=int)
     parser.add_argument("--without", nargs="*", choices=list(PEERS), default=[], help="leave a peer out")
     parser.add_argument("--no-streams", action="store_true", help="leave the paced streams out")
+    parser.add_argument("--family", choices=list(FAMILIES), default="openai",
+                        help="the model names requests send: OpenAI's (o200k counted for the tpm) or open-weights")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--serve-mock", nargs=2, metavar=("PORT", "DELAY_MS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -565,14 +581,14 @@ def main() -> None:
     args.seconds = args.seconds or (2 if args.quick else 4)
     args.levels = OVERLOAD_LEVELS if args.overload else LEVELS
     args.stream_levels = (1, 8, 32, 64, 128) if args.quick else (1, 8, 32, 64, 128, 256, 512)
-    name = "board-overload" if args.overload else "board"
+    name = ("board-overload" if args.overload else "board") + ("" if args.family == "openai" else f"-{args.family}")
     out = result_path(name, args.quick, args.out)
     niced()
     result = measure(args)
     print_tables(result)
     write_result(result, out)
     if args.out is None and not args.quick:
-        commit = result["meta"]["commit"] + ("-overload" if args.overload else "")
+        commit = result["meta"]["commit"] + name.removeprefix("board")
         (RESULTS / "board").mkdir(exist_ok=True)
         (RESULTS / "board" / f"{commit}.json").write_text(json.dumps(result, indent=1) + "\n")
     frontier_svg(result["summary"], result["subjects"], tuple(result["levels"]), out.with_suffix(".svg"),
