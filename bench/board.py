@@ -50,6 +50,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -480,7 +481,7 @@ def print_tables(result: dict[str, Any]) -> None:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     from bench.e2e import fb_body
     from bench.lib.payloads import chat_request, stream_request
-    from bench.lib.procs import rss_kb
+    from bench.lib.procs import paused, rss_kb
     from bench.lib.provenance import code_version, describe
     from bench.lib.servers import stop_all
     from bench.lib.wrk import SCRIPT, Wrk, ensure_wrk
@@ -503,6 +504,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     memory: dict[str, dict[str, float]] = {}
     streams: dict[str, Any] = {}
     rounds: Rounds[str] = Rounds(["mock", *names] if not args.overload else names, args.rounds, order="rotate")
+
+    def alone(name: str) -> AbstractContextManager[None]:
+        """The other gateways stopped while `name` is measured: all are pinned to one core, where an idle
+        one's own timers and collector (LiteLLM's, Portkey's, the other edge's) would take turns from it."""
+        return paused([g.server.pid for n, g in gateways.items() if n != name])
     try:
         idle = {n: rss_kb(gateways[n].server.pid) / 1024 for n in names}
         print(f"{describe(code_version())}; gateways: {', '.join(LABELS[n] for n in names)}; load average "
@@ -516,7 +522,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     gw = gateways[name]
                     url = gw.server.url + CHAT
-                    run = measure_subject(name, url, url, gw.headers, gw.server.pid, wrk, work, args)
+                    with alone(name):
+                        run = measure_subject(name, url, url, gw.headers, gw.server.pid, wrk, work, args)
                 rounds.add(name, run)
         time.sleep(2)
         for n in names:
@@ -536,7 +543,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     gw = gateways[name]
                     streamers[name] = (gw.server.url + CHAT, stream_json,
                                        {"Content-Type": "application/json", **gw.headers[PACED]}, True, gw.server.pid)
-            streams = run_streams(streamers, args.stream_levels)
+            streams = run_streams(streamers, args.stream_levels, alone)
     finally:
         stop_all(*[g.server for g in gateways.values()], *mocks.values())
         shutil.rmtree(work, ignore_errors=True)

@@ -67,6 +67,8 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -406,11 +408,13 @@ def stream_stats(results: list[tuple[float, list[float], str | None]]) -> dict[s
 
 
 def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int | None]],
-                levels: tuple[int, ...]) -> dict[str, Any]:
+                levels: tuple[int, ...],
+                alone: Callable[[str], AbstractContextManager[None]] | None = None) -> dict[str, Any]:
     """Each level: both direct mocks, then every gateway that held every level below. Held: no error, every
     delta, and an inter-chunk p99 within STALL_MS of its direct mock's at the same level; a level a gateway
     did not hold is run again once (a burst of the other work on the machine can stall one run), and it
-    stalls when it misses twice."""
+    stalls when it misses twice. `alone(name)`: what each run of `name` is run within (board.py stops the
+    other gateways meanwhile)."""
     import uvloop
 
     from bench.lib.procs import Watch
@@ -426,7 +430,7 @@ def run_streams(streamers: dict[str, tuple[str, bytes, dict[str, str], bool, int
                 earlier: list[dict[str, Any]] = []
                 for _attempt in range(2 if name in BASELINE else 1):  # a gateway's failed level is run once more
                     watch = Watch({"gateway": pid} if pid else {})
-                    with watch.during():
+                    with watch.during(), (alone(name) if alone is not None else nullcontext()):
                         results = loop.run_until_complete(stream_level(url, body, headers, sse, n))
                     stats = stream_stats(results)
                     if pid:
