@@ -30,7 +30,7 @@ from ingress.errors import IngressError, UpstreamUnavailable
 from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
-from ingress.pipeline.send import send
+from ingress.pipeline.send import send, served_stored
 from ingress.routing.chain import route_name
 from ingress.settings import Timeouts
 from ingress.upstream.client import Reads
@@ -68,6 +68,7 @@ async def send_cached(gateway: Gateway, prepared: Prepared[Any], exchange: Excha
                 pass
             else:
                 _outcome(exchange, HIT, asked)
+                served_stored(exchange, prepared)  # x-ingress-served-by: the route whose entry answered
                 if value is None:
                     metrics.child(metrics.CACHE_COALESCED, _route(exchange)).inc()
                 return result

@@ -150,6 +150,13 @@ def _moves(attempts: Attempts, link: Link, exc: IngressError, on: frozenset[Erro
     return kind
 
 
+def served_stored(exchange: Exchange, prepared: Prepared[Any]) -> None:
+    """A hit of the route's response cache (ingress/pipeline/cache.py): the answer is an entry the request's
+    route keeps under its name and model, recorded as served by that route (its chain's first link) and the
+    model it sends; no attempt was made."""
+    _served(exchange.attempts, prepared.match.links[0], exchange.routed.model or "", prepared)
+
+
 def _served(attempts: Attempts, link: Link, asked: str, ready: Prepared[Any]) -> None:
     attempts.served_by = (link.name, link.model(asked))
     attempts.served = ready.match

@@ -418,6 +418,26 @@ async def test_a_hit_is_traced_as_a_cache_span_and_no_attempt(stack: AsyncExitSt
         assert names == ({"cache", "attempt", "settle"} if outcome == "miss" else {"cache", "settle"})
 
 
+async def test_a_hit_says_the_route_and_model_its_entry_is_kept_under(stack: AsyncExitStack,
+                                                                        fake_upstream: FakeUpstream,
+                                                                        http: aiohttp.ClientSession) -> None:
+    """x-ingress-served-by on a hit, whole or streamed, names the route whose entry answered and the model it
+    sends, as the miss that stored the entry did; x-ingress-cache tells the two apart."""
+    settings = Settings(groups={"svc": Group(endpoints=[Endpoint(url=fake_upstream.url)])}, timeouts=TIMEOUTS,
+                        routes=(Route(name="chat", model=MODEL, group="svc", upstream_model="gpt-4o-2024-08-06",
+                                      cache=DEFAULT_CACHE),))
+    url = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+    seen = []
+    for stream in (False, False, True):  # the miss, then its whole answer as a hit, and streamed
+        async with http.post(f"{url}/v1/chat/completions", json=body("who served", stream=stream)) as r:
+            text = await r.text()
+            seen.append((r.status, r.headers.get(CACHE), r.headers.get("x-ingress-served-by")))
+        assert ("data: [DONE]" in text) if stream else ('"choices"' in text)
+    served = 'route="chat", model="gpt-4o-2024-08-06"'
+    assert seen == [(200, "miss", served), (200, "hit", served), (200, "hit", served)]
+    assert len(fake_upstream.received) == 1  # the hits never reached the service
+
+
 def tenancy(**limits: Limits) -> tuple[Tenancy, dict[str, str]]:
     """Keys a1, a2 of tenant acme and b1 of globex; their secrets by name."""
     keys, secrets = [], {}
