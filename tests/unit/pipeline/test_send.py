@@ -2,7 +2,7 @@
 made retried on another endpoint within the retry budget, the chain's next route on a failure of a class
 it lists (and no other), an answer filtered as content_filter falling back, and what `exchange.attempts`
 records of it all: how many, the routes fallen back from, the one that served, the lease held; and a hit of
-the response cache recorded as served by the request's route, with no attempt."""
+the response cache recorded as served by the route and model that made its entry, with no attempt."""
 
 from __future__ import annotations
 
@@ -142,9 +142,13 @@ async def test_a_filtered_answer_falls_back_and_is_served_if_nothing_after_it_se
     assert exchange.attempts.upstream == attempt.calls[0][0]
 
 
-def test_a_hit_of_the_cache_is_served_by_the_requests_route_and_its_model_with_no_attempt() -> None:
+def test_a_hit_of_the_cache_is_served_by_what_made_its_entry_with_no_attempt() -> None:
     gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
-    served_stored(exchange, prepared(gateway, exchange))
-    assert served(exchange) == (0, None, None, ("gpt-4o", "gpt-4o-2024-08-06"))
-    assert exchange.attempts.served is not None and exchange.attempts.served.route is MAIN
+    served_stored(exchange, prepared(gateway, exchange), ("backup", "llama-3-8b"))  # a miss that fell back stored it
+    assert served(exchange) == (0, None, None, ("backup", "llama-3-8b"))
+    assert exchange.attempts.served is not None and exchange.attempts.served.route is MAIN  # read as MAIN reads
     assert exchange.attempts.lease is None
+
+    old = new_exchange()  # an entry that does not say what made it: no route is named
+    served_stored(old, prepared(gateway, old), None)
+    assert served(old) == (0, None, None, None)
