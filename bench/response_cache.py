@@ -180,7 +180,7 @@ def stages(size: int) -> dict[str, dict[str, float]]:
                                                   content=""))) for _ in range(1))
         frames += b"".join(bytes(write_chunk(Chunk(sequence=i, content=f" word{i}"))) for i in range(1, MAX_TOKENS + 1))
         frames += bytes(write_chunk(Chunk(sequence=MAX_TOKENS + 1, finish_reason="stop", usage=usage, done=True)))
-        whole_entry, stream_entry = entry(WHOLE, whole), entry(STREAM, frames)
+        whole_entry, stream_entry = entry(WHOLE, whole, (model, model)), entry(STREAM, frames, (model, model))
         assert whole_entry is not None and stream_entry is not None
 
         def encode(r: Any = request, m: str = model) -> object:
@@ -192,7 +192,7 @@ def stages(size: int) -> dict[str, dict[str, float]]:
         out[model] = {
             "encode_request_us": _timed(encode, 300),
             "key_us": _timed(key, 300),
-            "store_check_stream_us": _timed(lambda f=frames: entry(STREAM, f), 100),
+            "store_check_stream_us": _timed(lambda f=frames, m=model: entry(STREAM, f, (m, m)), 100),
             "hit_same_shape_us": _timed(lambda v=stream_entry: served(v, STREAM), 300),
             "whole_as_stream_us": _timed(lambda v=whole_entry: served(v, STREAM), 300),
             "stream_as_whole_us": _timed(lambda v=stream_entry: served(v, WHOLE), 100),

@@ -174,7 +174,7 @@ DESCRIPTION: dict[str, Any] = {
             "get": {**_op("The spend ledger by day or hour, grouped and filtered; JSON or CSV", "SpendList",
                           params=_SPEND),
                     "description": "400, naming the parameter (`error.param`), for one unknown or not valid; 404 "
-                                   "when the ledger is off; 503 when its store did not answer."},
+                                   "when the ledger is off; 503 with Retry-After when its store did not answer."},
         },
         "/admin/v1/openapi.json": {"get": {"summary": "This description", "security": [{"adminKey": []}],
                                            "responses": {"200": {"description": "OpenAPI 3.1"}, **_ERRORS}}},

@@ -22,7 +22,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from ingress.admin.api import failure
+from ingress.admin.api import RETRY_AFTER, failure
 from ingress.tenancy.ledger import DIMENSIONS, SHOWN, Granularity, Ledger, fold, total_of
 from ingress.tenancy.stores.resp_codec import ReplyError
 
@@ -130,7 +130,8 @@ async def spend(request: web.Request) -> web.Response:
     try:
         found = await ledger.read(query.granularity, query.periods())
     except (ReplyError, OSError):  # TimeoutError among them
-        return failure(503, "store_unavailable", "The ledger's store did not answer; try again.")
+        return failure(503, "store_unavailable", "The ledger's store did not answer; try again.",
+                       **{"Retry-After": RETRY_AFTER})
     rows = fold(found, query.group_by, query.where)
     start, end = query.start.isoformat(), query.end.isoformat()
     if query.format == "csv":

@@ -3,9 +3,10 @@ answered with its answer instead of each calling the service (single flight, per
 
 A follower that asked for a stream, of a leader that streams, tails the leader's frames as they arrive, once
 the leader's answer has begun (its first frame read from the attempt a fallback chain settled on): its
-time to first token is the leader's, not the whole answer's. Every other follower waits for the entry the
-leader's answer makes (ingress/cache/entries.py) and reads it back in its own shape, as a hit; either way
-each is translated into its own dialect.
+time to first token is the leader's, not the whole answer's, and its producer (the route and model of the
+attempt that answered) the one the leader's chain settled on. Every other follower waits for the entry the
+leader's answer makes (ingress/cache/entries.py), which records its producer, and reads it back in its own
+shape, as a hit; either way each is translated into its own dialect.
 
 A failure is never shared as an answer: a leader that ends with nothing to share (an error, a stream cut
 short, an answer too large to store) before a follower began reading frees that follower to call on its
@@ -20,20 +21,21 @@ from __future__ import annotations
 
 import asyncio
 
-from ingress.cache.entries import Shape
+from ingress.cache.entries import Producer, Shape
 
 
 class Flight:
     """One key's miss in flight: the leader's reads move it (`moved`), its end settles it (`end`)."""
 
-    __slots__ = ("_ended", "_moved", "_waiters", "frames", "joining", "moved_once", "opened", "shape", "tailing",
-                 "value")
+    __slots__ = ("_ended", "_moved", "_waiters", "frames", "joining", "moved_once", "opened", "producer", "shape",
+                 "tailing", "value")
 
     def __init__(self, shape: Shape) -> None:
         self.shape = shape  # what the leader asked for: a stream's frames can be tailed
         self.value: bytes | None = None  # the entry the leader's answer made; None: nothing to share
         self.frames: list[bytes] = []  # a stream's reads so far, of its current attempt
         self.opened = False  # the attempt the leader's chain settled on is the answer: its frames can be tailed
+        self.producer: Producer | None = None  # once opened: the route and model of that attempt
         self.moved_once = False
         self.joining = 0  # followers waiting for its end, or for its stream to begin
         self.tailing = 0  # followers reading the frames
@@ -63,9 +65,10 @@ class Flight:
         moved, self._moved = self._moved, asyncio.Event()
         moved.set()
 
-    def open(self) -> None:
-        """The leader's attempt is the answer (a chain moves no more): its frames may be tailed."""
-        self.opened = True
+    def open(self, producer: Producer | None) -> None:
+        """The leader's attempt, made by `producer`, is the answer (a chain moves no more): its frames may be
+        tailed."""
+        self.opened, self.producer = True, producer
         self.moved()
 
     def end(self, value: bytes | None) -> None:

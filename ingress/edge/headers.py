@@ -22,7 +22,9 @@ def request_id_of(header: str | None) -> str:
 
 def served_by(exchange: Exchange) -> str | None:
     """x-ingress-served-by: the route (its name) and the model that answered, and the split's variant that
-    took the request, as a structured-field dictionary (RFC 8941): `route="claude", model="claude-sonnet-4-5"`."""
+    took the request, as a structured-field dictionary (RFC 8941): `route="claude", model="claude-sonnet-4-5"`.
+    A hit of the response cache names the route and model whose attempt made the stored answer, as its entry
+    records them (send.served_stored); an entry stored before entries recorded them names none: no header."""
     served = exchange.attempts.served_by
     if served is None:
         return None

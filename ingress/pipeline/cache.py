@@ -2,10 +2,12 @@
 
     lookup   canonical bytes → key → the store: a hit is the stored answer, in the shape asked for
     hit      the stage's own `attempt` runs on the stored answer instead of an endpoint: the answer is then
-             read, verified and translated exactly as a live one (any dialect, whole or streamed)
+             read, verified and translated exactly as a live one (any dialect, whole or streamed), and said
+             to be served by the route and model whose attempt made it (recorded in its entry)
     miss     `send` as without a cache, the answer's bytes recorded as they pass; stored once it is whole
              and successful (a whole answer once it decoded, a stream once its final frame was read and
-             nothing failed), never an error, a cut or failed stream, or one whose client left first
+             nothing failed), with the route and model that answered (a fallback's, when the chain moved),
+             never an error, a cut or failed stream, or one whose client left first
     in flight  an identical miss already being answered in this worker (ingress/cache/flight.py): the
              request waits for that answer and is served it as a hit, in its own shape and dialect; if
              that one ends with nothing to share, or stalls, the request is a miss of its own
@@ -24,13 +26,13 @@ from typing import Any, TypeVar
 
 from ingress import metrics
 from ingress.cache import NO_CACHE, NO_STORE, Flight, ResponseCache, entry_key, scope_value
-from ingress.cache.entries import STREAM, Shape, entry, served
+from ingress.cache.entries import STREAM, Producer, Shape, entry, served
 from ingress.cache.settings import RouteCache
 from ingress.errors import IngressError, UpstreamUnavailable
 from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
-from ingress.pipeline.send import send
+from ingress.pipeline.send import send, served_stored
 from ingress.routing.chain import route_name
 from ingress.settings import Timeouts
 from ingress.upstream.client import Reads
@@ -57,8 +59,8 @@ async def send_cached(gateway: Gateway, prepared: Prepared[Any], exchange: Excha
     if exchange.cache_control != NO_CACHE:
         stored: _Lease | None = None
         value = await cache.get(route, key)
-        if value is not None and (answer := served(value, shape)) is not None:
-            stored = _Lease(_StoredClient(answer))
+        if value is not None and (hit := served(value, shape)) is not None:
+            stored = _Lease(_StoredClient(hit.answer), hit.producer)
         elif value is None and (flight := cache.flights.get(key)) is not None:
             stored = await _follow(cache, key, flight, shape, gateway.timeouts(prepared.match))
         if stored is not None:
@@ -68,6 +70,7 @@ async def send_cached(gateway: Gateway, prepared: Prepared[Any], exchange: Excha
                 pass
             else:
                 _outcome(exchange, HIT, asked)
+                served_stored(exchange, prepared, stored.producer)  # x-ingress-served-by: who made the answer
                 if value is None:
                     metrics.child(metrics.CACHE_COALESCED, _route(exchange)).inc()
                 return result
@@ -92,17 +95,17 @@ async def send_cached(gateway: Gateway, prepared: Prepared[Any], exchange: Excha
 async def _follow(cache: ResponseCache, key: str, flight: Flight, shape: Shape,
                   timeouts: Timeouts) -> _Lease | None:
     """What the identical miss in flight answers this request with: its stream's frames as they come, for a
-    stream of a stream, once it has begun; else its entry, once it has one. None: it had nothing to share,
-    or stalled (then it is no longer a flight others wait for)."""
+    stream of a stream, once it has begun; else its entry, once it has one; either with the route and model
+    that made it. None: it had nothing to share, or stalled (then it is no longer a flight others wait for)."""
     tail = shape == STREAM and flight.shape == STREAM
     if not await flight.joined(timeouts.connect + timeouts.first_byte, timeouts.idle, tail=tail):
         if cache.flights.get(key) is flight:
             del cache.flights[key]
         return None
     if not flight.ended:
-        return _Lease(_TailClient(flight, timeouts.idle))
-    answer = served(flight.value, shape) if flight.value is not None else None
-    return _Lease(_StoredClient(answer)) if answer is not None else None
+        return _Lease(_TailClient(flight, timeouts.idle), flight.producer)
+    hit = served(flight.value, shape) if flight.value is not None else None
+    return _Lease(_StoredClient(hit.answer), hit.producer) if hit is not None else None
 
 
 def _key(prepared: Prepared[Any], exchange: Exchange, route: RouteCache) -> str | None:
@@ -134,12 +137,14 @@ def _outcome(exchange: Exchange, outcome: str, asked: float) -> None:
 
 class _Lease:
     """What an attempt reads its answer from (`lease.client`) in an endpoint's lease's place: the stored
-    answer (a hit), the frames of an identical stream in flight, or the endpoint's client recording."""
+    answer (a hit), the frames of an identical stream in flight, or the endpoint's client recording; for the
+    first two, the route and model that made the answer (None: not known, an entry of the first format)."""
 
-    __slots__ = ("client",)
+    __slots__ = ("client", "producer")
 
-    def __init__(self, client: _StoredClient | _TailClient | _RecordingClient) -> None:
-        self.client = client
+    def __init__(self, client: _StoredClient | _TailClient | _RecordingClient,
+                 producer: Producer | None = None) -> None:
+        self.client, self.producer = client, producer
 
 
 class _StoredClient:
@@ -263,7 +268,7 @@ class _Recorder:
         """The stream the last attempt opened is the answer: followers may tail it, and its end settles."""
         self.final = True
         if self.flight is not None:
-            self.flight.open()
+            self.flight.open(self.exchange.attempts.served_by)
 
     def add(self, data: bytes) -> None:
         self.size += len(data)
@@ -277,10 +282,11 @@ class _Recorder:
     def whole(self) -> None:
         """The attempt succeeded with a whole answer: stored if it is one to keep, and shared with the
         followers. What was recorded is the last attempt's answer: the one served, or (a filtered answer held
-        back on a chain, served when every route after it failed) a failure, which `entry` does not keep."""
+        back on a chain, served when every route after it failed) a failure, which `entry` does not keep.
+        Its producer is the route and model `send` recorded as serving (`attempts.served_by`)."""
         value = None
         if self.size <= self.limit and self.parts:
-            value = entry(self.shape, b"".join(self.parts))
+            value = entry(self.shape, b"".join(self.parts), self.exchange.attempts.served_by)
         if value is not None:
             self.cache.put(self.route, self.key, value)
         self.settle(value)

@@ -150,6 +150,16 @@ def _moves(attempts: Attempts, link: Link, exc: IngressError, on: frozenset[Erro
     return kind
 
 
+def served_stored(exchange: Exchange, prepared: Prepared[Any], producer: tuple[str, str] | None) -> None:
+    """A hit of the route's response cache (ingress/pipeline/cache.py), no attempt made: recorded as served by
+    `producer`, the route (its name) and model of the attempt that made the stored answer, read from its
+    entry: after a miss that fell back, a later route of the chain than the request's, whose key the entry is
+    kept under. None (an entry stored before entries recorded it): served by no route named, not a guess.
+    The stored answer was read as the request's route reads it (`served`)."""
+    attempts = exchange.attempts
+    attempts.served_by, attempts.served = producer, prepared.match
+
+
 def _served(attempts: Attempts, link: Link, asked: str, ready: Prepared[Any]) -> None:
     attempts.served_by = (link.name, link.model(asked))
     attempts.served = ready.match

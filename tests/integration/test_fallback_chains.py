@@ -21,9 +21,11 @@ from fakes import upstream as fu
 from fakes.upstream import Call, FakeUpstream
 from prometheus_client.parser import text_string_to_metric_families
 from recording import recording_edge
+from waiting import eventually
 
 from ingress import wire
 from ingress.cache.settings import RouteCache
+from ingress.edge.appkeys import GATEWAY
 from ingress.encoding.reading import decode_request
 from ingress.exchange import Exchange
 from ingress.routing.split import choose
@@ -56,8 +58,14 @@ INVALID = wire.ErrorInfo(status=400, type="invalid_request_error", code="invalid
 class Chain:
     """An edge whose routes each send to a fake of their own."""
 
-    def __init__(self, url: str, fakes: dict[str, FakeUpstream], exchanges: list[Exchange]) -> None:
-        self.url, self.fakes, self.exchanges = url, fakes, exchanges
+    def __init__(self, url: str, fakes: dict[str, FakeUpstream], exchanges: list[Exchange],
+                 app: web.Application) -> None:
+        self.url, self.fakes, self.exchanges, self.app = url, fakes, exchanges, app
+
+    def following(self) -> int:
+        """How many requests wait on (or tail) an identical miss in flight in the edge right now."""
+        cache = self.app[GATEWAY].cache
+        return sum(f.joining + f.tailing for f in cache.flights.values()) if cache is not None else 0
 
     def models_received(self) -> dict[str, list[str]]:
         return {name: [r.request.model for r in fake.received] for name, fake in self.fakes.items()}
@@ -82,8 +90,8 @@ def start_chain(stack: AsyncExitStack) -> StartChain:
         groups = {name: Group(endpoints=[Endpoint(url=fake.url)]) for name, fake in fakes.items()}
         settings = Settings(groups=groups, routes=tuple(routes), timeouts=timeouts,
                             retry=retry or Retry(budget_ratio=1.0, budget_min_per_s=100.0))
-        url, _, exchanges = await recording_edge(stack, settings)
-        return Chain(url, fakes, exchanges)
+        url, app, exchanges = await recording_edge(stack, settings)
+        return Chain(url, fakes, exchanges, app)
 
     return start
 
@@ -595,8 +603,60 @@ async def test_a_cached_route_keeps_what_its_chain_served_and_a_hit_sends_nothin
 
     miss, hit = await _twice(http, chain, stream)
 
+    # The entry is kept under the request's route (gpt), but claude made the answer: its entry says so, and a
+    # hit names claude and its model, as the miss did, never gpt's.
     assert miss == (200, "miss", 'route="claude", model="claude-sonnet-4-5"', TEXT)
-    assert hit[:2] == (200, "hit") and hit[3] == TEXT
+    assert hit == (200, "hit", 'route="claude", model="claude-sonnet-4-5"', TEXT)
+    assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
+
+
+def _gated(gate: asyncio.Event) -> fu.Behaviour:
+    """A stream's first two frames (its role, its first word), then the rest once `gate` opens."""
+
+    async def run(call: Call) -> web.StreamResponse:
+        out = await call.open_stream()
+        frames = call.frames()
+        for frame in frames[:2]:
+            await call.send(out, frame)
+        await gate.wait()
+        for frame in frames[2:]:
+            await call.send(out, frame)
+        await out.write_eof()
+        return out
+
+    return run
+
+
+async def test_the_requests_that_wait_on_a_miss_that_fell_back_name_the_fallback(
+        start_chain: StartChain, http: aiohttp.ClientSession) -> None:
+    """Identical requests that come while a miss's fallback is answering are answered with its answer (a
+    stream tails its frames, a whole request waits for its entry), and name the route and model that made it."""
+    chain = await start_chain([_gpt(fallbacks=["claude"], on=("rate_limited",), cache=RouteCache(ttl=600)),
+                               _named("claude", "claude-sonnet-4-5")])
+    chain.fakes["primary"].play(fu.error_answer(RATE_LIMITED))
+    gate = asyncio.Event()
+    chain.fakes["claude"].play(_gated(gate))
+    body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "temperature": 0}
+
+    async def ask(stream: bool) -> tuple[str, str, str]:
+        async with http.post(f"{chain.url}/v1/chat/completions", json={**body, "stream": stream}) as response:
+            text = await response.text()
+            if stream:
+                events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+            else:
+                text = json.loads(text)["choices"][0]["message"]["content"]
+            return response.headers.get("x-ingress-cache", ""), response.headers.get(SERVED_BY, ""), text
+
+    leader = asyncio.create_task(ask(True))
+    await eventually(lambda: len(chain.fakes["claude"].received) == 1 or None, "the fallback answering")
+    followers = asyncio.gather(ask(True), ask(False))
+    await eventually(lambda: chain.following() == 2 or None, "a stream tailing the first, a request waiting on it")
+    gate.set()
+
+    claude = 'route="claude", model="claude-sonnet-4-5"'
+    assert await leader == ("miss", claude, TEXT)
+    assert list(await followers) == [("hit", claude, TEXT)] * 2
     assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
 
 
@@ -606,7 +666,8 @@ async def test_what_a_chain_served_after_a_content_filter_is_kept_and_a_held_bac
                                _named("claude", "claude-sonnet-4-5")])
     chain.fakes["primary"].play(_filtered(stream=False))
     miss, hit = await _twice(http, chain, stream=False)
-    assert miss == (200, "miss", 'route="claude", model="claude-sonnet-4-5"', TEXT) and hit[:2] == (200, "hit")
+    assert miss == (200, "miss", 'route="claude", model="claude-sonnet-4-5"', TEXT)
+    assert hit == (200, "hit", 'route="claude", model="claude-sonnet-4-5"', TEXT)  # what the chain served
 
     # The filtered answer held back and served because the next route failed: the last attempt recorded
     # was that failure, and nothing is kept.

@@ -11,6 +11,7 @@ hit is charged to rpm but not to tokens; a stopped store is a miss.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -49,6 +50,8 @@ CLAUDE = "claude-sonnet-4-6"
 TIMEOUTS = Timeouts(connect=1.0, first_byte=5.0, idle=5.0)
 DETERMINISTIC = {"temperature": 0}
 CACHE = "x-ingress-cache"
+SERVED_BY = "x-ingress-served-by"
+SERVED = f'route="{MODEL}", model="{MODEL}"'  # the route of MODEL, which sends the model asked for
 
 
 DEFAULT_CACHE = RouteCache(ttl=600)
@@ -418,6 +421,27 @@ async def test_a_hit_is_traced_as_a_cache_span_and_no_attempt(stack: AsyncExitSt
         assert names == ({"cache", "attempt", "settle"} if outcome == "miss" else {"cache", "settle"})
 
 
+async def test_a_hit_says_the_route_and_model_that_made_its_entry(stack: AsyncExitStack,
+                                                                    fake_upstream: FakeUpstream,
+                                                                    http: aiohttp.ClientSession) -> None:
+    """x-ingress-served-by on a hit, whole or streamed, names the route and model whose attempt made the stored
+    answer (its entry records them), as the miss that stored it did; x-ingress-cache tells the two apart. (After
+    a miss that fell back, that is the fallback's: tests/integration/test_fallback_chains.py.)"""
+    settings = Settings(groups={"svc": Group(endpoints=[Endpoint(url=fake_upstream.url)])}, timeouts=TIMEOUTS,
+                        routes=(Route(name="chat", model=MODEL, group="svc", upstream_model="gpt-4o-2024-08-06",
+                                      cache=DEFAULT_CACHE),))
+    url = await stack.enter_async_context(serve_app(create_app(settings), "127.0.0.1", 0))
+    seen = []
+    for stream in (False, False, True):  # the miss, then its whole answer as a hit, and streamed
+        async with http.post(f"{url}/v1/chat/completions", json=body("who served", stream=stream)) as r:
+            text = await r.text()
+            seen.append((r.status, r.headers.get(CACHE), r.headers.get("x-ingress-served-by")))
+        assert ("data: [DONE]" in text) if stream else ('"choices"' in text)
+    served = 'route="chat", model="gpt-4o-2024-08-06"'
+    assert seen == [(200, "miss", served), (200, "hit", served), (200, "hit", served)]
+    assert len(fake_upstream.received) == 1  # the hits never reached the service
+
+
 def tenancy(**limits: Limits) -> tuple[Tenancy, dict[str, str]]:
     """Keys a1, a2 of tenant acme and b1 of globex; their secrets by name."""
     keys, secrets = [], {}
@@ -514,19 +538,20 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
     async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0) as client:
         messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
 
-        async def whole() -> tuple[str, str | None]:
+        async def whole() -> tuple[str, str | None, str | None]:
             raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, temperature=0)
-            return raw.headers[CACHE], raw.parse().choices[0].message.content
+            return raw.headers[CACHE], raw.headers.get(SERVED_BY), raw.parse().choices[0].message.content
 
-        async def streamed() -> tuple[str, str | None]:
+        async def streamed() -> tuple[str, str | None, str | None]:
             raw = await client.chat.completions.with_raw_response.create(model=MODEL, messages=messages, temperature=0,
                                                                          stream=True)
             chunks = [c async for c in raw.parse()]
-            return raw.headers[CACHE], "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            return (raw.headers[CACHE], raw.headers.get(SERVED_BY),
+                    "".join(c.choices[0].delta.content or "" for c in chunks if c.choices))
 
-        async def responses() -> tuple[str, str | None]:
+        async def responses() -> tuple[str, str | None, str | None]:
             raw = await client.responses.with_raw_response.create(model=MODEL, input=prompt, temperature=0)
-            return raw.headers[CACHE], raw.parse().output_text
+            return raw.headers[CACHE], raw.headers.get(SERVED_BY), raw.parse().output_text
 
         leader = asyncio.create_task(whole())
         await eventually(lambda: len(fake_upstream.received) == 1 or None, "the first request at the service")
@@ -536,8 +561,8 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
         followers = await arriving
         first = await leader
 
-    assert first == ("miss", prompt)
-    assert followers == [("hit", prompt)] * 7
+    assert first == ("miss", SERVED, prompt)
+    assert followers == [("hit", SERVED, prompt)] * 7  # each says what made the answer it waited for
     assert len(fake_upstream.received) == 1
     assert coalesced() - before == 7
     assert (await post(http, url, body(prompt)))[1] == "hit"  # and it was stored
@@ -588,6 +613,7 @@ async def test_a_stream_that_waits_is_sent_the_leaders_frames_as_they_come(
             stream = raw.parse()
             assert await asyncio.wait_for(_first_word(stream), 5) == "tailed"  # the gate is still closed
             streams.append((raw.headers[CACHE], stream))
+            assert raw.headers.get(SERVED_BY) == SERVED  # a tail too says what makes the stream it reads
         responses = await client.responses.with_raw_response.create(model=MODEL, input=prompt, temperature=0,
                                                                      stream=True)
         events = responses.parse()
@@ -721,6 +747,44 @@ async def test_the_redis_backend_stores_with_a_ttl_and_serves_either_shape(
     status, header, whole = await post(http, url, {**question, "stream": False}, a1)
     assert (status, header) == (200, "hit") and '"object":"chat.completion"' in whole
     assert (await post(http, url, question, b1))[1] == "miss"  # another tenant: its own entry
+    assert len(fake_upstream.received) == 2
+
+
+@pytest.mark.redis
+async def test_an_entry_stored_before_entries_named_their_producer_is_served_naming_none(
+        stack: AsyncExitStack, fake_upstream: FakeUpstream, http: aiohttp.ClientSession,
+        limit_server: Server) -> None:
+    """A shared store outlives an upgrade: its entries of the first format (tag, digest, answer: no route and
+    model) are still valid answers and served as hits, with no x-ingress-served-by rather than a guess."""
+    url, secrets = await redis_edge(stack, fake_upstream, limit_server)
+    redis = Redis.from_url(limit_server.url)
+    stack.push_async_callback(redis.aclose)
+    a1 = {"Authorization": f"Bearer {secrets['a1']}"}
+    question = body(f"stored before on {limit_server.kind} {next(_prompts)}")
+    before: set[Any] = set(await redis.keys("rc-test:rc:*"))
+
+    async def ask(payload: dict[str, Any]) -> tuple[int, str | None, str | None, str]:
+        async with http.post(url + "/v1/chat/completions", json=payload, headers=a1) as r:
+            return r.status, r.headers.get(CACHE), r.headers.get(SERVED_BY), await r.text()
+
+    status, header, served, text = await ask(question)
+    assert (status, header, served) == (200, "miss", SERVED)
+    [key] = await eventually(lambda: _new_keys(redis, before), "the answer stored in the background")
+    value = await redis.get(key)
+    assert isinstance(value, bytes) and value[:1] == b"w"  # a whole answer, with its producer
+    at = 1 + 16  # past the tag and the digest: the route's and the model's lengths and bytes, then the answer
+    route_len = int.from_bytes(value[at:at + 2], "big")
+    model_len = int.from_bytes(value[at + 2 + route_len:at + 4 + route_len], "big")
+    route, model = value[at + 2:at + 2 + route_len], value[at + 4 + route_len:at + 4 + route_len + model_len]
+    assert (route, model) == (MODEL.encode(), MODEL.encode())
+    answer = value[at + 4 + route_len + model_len:]
+    await redis.set(key, b"W" + hashlib.blake2b(answer, digest_size=16).digest() + answer, px=60_000)  # as before
+
+    assert await ask(question) == (200, "hit", None, text)
+    status, header, served, streamed = await ask({**question, "stream": True})
+    assert (status, header, served) == (200, "hit", None) and "data: [DONE]" in streamed
+    await redis.set(key, b"V" + value[1:], px=60_000)  # a format not known: a miss, answered by the service
+    assert (await ask(question))[:3] == (200, "miss", SERVED)
     assert len(fake_upstream.received) == 2
 
 

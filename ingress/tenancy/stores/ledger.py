@@ -49,6 +49,7 @@ _json = msgspec.json.Encoder()
 
 
 def field_of(index: int, dims: Dims) -> bytes:
+    """A hash's field: the measure's index and the dimensions as a JSON array (`0:["acme","k1","gpt-4o","gpt",""]`)."""
     return b"%d:%b" % (index, _json.encode(dims))
 
 
@@ -94,8 +95,7 @@ class RedisLedgerStore:
             for period, rows in periods.items():
                 fields: list[Arg] = []
                 for dims, values in rows.items():
-                    named = _json.encode(dims)
-                    fields += (arg for i, v in enumerate(values) if v for arg in (b"%d:%b" % (i, named), v))
+                    fields += (arg for i, v in enumerate(values) if v for arg in (field_of(i, dims), v))
                 for start in range(0, len(fields), 2 * FLUSH_FIELDS):
                     part = fields[start:start + 2 * FLUSH_FIELDS]
                     if count + len(part) // 2 > FLUSH_FIELDS:

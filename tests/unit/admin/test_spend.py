@@ -145,9 +145,10 @@ class DownStore(MemoryLedgerStore):
         raise ConnectionError("the connection to Redis was lost")
 
 
-async def test_a_store_that_does_not_answer_is_a_503() -> None:
+async def test_a_store_that_does_not_answer_is_a_503_with_retry_after() -> None:
     ledger = Ledger(DownStore(35, 400))
     async with await _client(ledger) as client, client.get("/admin/v1/spend",
                                                              headers={"Authorization": f"Bearer {ADMIN}"}) as r:
         assert r.status == 503
+        assert r.headers["Retry-After"] == "1"  # as every 503 of the admin API (docs/admin.md)
         assert (await r.json())["error"]["type"] == "store_unavailable"

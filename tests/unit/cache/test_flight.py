@@ -53,11 +53,11 @@ async def test_a_stream_is_tailed_once_its_answer_began_and_to_its_end() -> None
     flight.frames = []  # the next attempt records afresh
     joined = asyncio.create_task(flight.joined(1.0, 1.0, tail=True))
     await asyncio.sleep(0.01)
-    flight.open()
+    flight.open(("claude", "claude-sonnet-4-5"))
     await asyncio.sleep(0.01)
     assert not joined.done()  # begun, but nothing read of it yet
     flight.read(b"frame 0")
-    assert await joined and not flight.ended
+    assert await joined and not flight.ended and flight.producer == ("claude", "claude-sonnet-4-5")
 
     reads = [asyncio.create_task(flight.frame(i, 1.0)) for i in range(3)]
     await asyncio.sleep(0)
@@ -81,10 +81,11 @@ async def test_a_follower_gets_what_its_shape_can_read() -> None:
     timeouts = Timeouts(connect=1.0, first_byte=1.0, idle=1.0)
     try:
         streaming = cache.flights["s"] = Flight(STREAM)
-        streaming.open()
+        streaming.open(("claude", "claude-sonnet-4-5"))  # the leader's chain fell back to claude
         streaming.read(b"frame 0")
         tailed = await _follow(cache, "s", streaming, STREAM, timeouts)
         assert tailed is not None and isinstance(tailed.client, _TailClient)
+        assert tailed.producer == ("claude", "claude-sonnet-4-5")
 
         whole = asyncio.create_task(_follow(cache, "s", streaming, WHOLE, timeouts))  # a whole answer waits
         await asyncio.sleep(0.01)
@@ -93,9 +94,11 @@ async def test_a_follower_gets_what_its_shape_can_read() -> None:
         assert await whole is None  # nothing to share: its own call
 
         answered = cache.flights["w"] = Flight(WHOLE)
-        answered.end(entry(WHOLE, bytes(wire.write_response(wire.Response(id="r", model="m", created=1, choices=[])))))
+        answer = bytes(wire.write_response(wire.Response(id="r", model="m", created=1, choices=[])))
+        answered.end(entry(WHOLE, answer, ("backup", "m")))
         stored = await _follow(cache, "w", answered, STREAM, timeouts)
         assert stored is not None and isinstance(stored.client, _StoredClient)  # streamed from it
+        assert stored.producer == ("backup", "m")  # what made the entry, as a hit of it would say
         broken = cache.flights["b"] = Flight(WHOLE)
         broken.end(b"W" + b"0" * 16 + b"not an answer")
         assert await _follow(cache, "b", broken, WHOLE, timeouts) is None  # an entry that does not read back

@@ -1,7 +1,8 @@
 """ingress/pipeline/send.py, with attempts that answer for the endpoints: a connection that could not be
 made retried on another endpoint within the retry budget, the chain's next route on a failure of a class
 it lists (and no other), an answer filtered as content_filter falling back, and what `exchange.attempts`
-records of it all: how many, the routes fallen back from, the one that served, the lease held."""
+records of it all: how many, the routes fallen back from, the one that served, the lease held; and a hit of
+the response cache recorded as served by the route and model that made its entry, with no attempt."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ingress.errors import IngressError, UpstreamAnswered, UpstreamConnectFailed
 from ingress.exchange import Exchange
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared, prepare
-from ingress.pipeline.send import send
+from ingress.pipeline.send import send, served_stored
 from ingress.routing.budget import RetryBudget
 from ingress.settings import Route
 from ingress.upstream.group import Lease
@@ -139,3 +140,15 @@ async def test_a_filtered_answer_falls_back_and_is_served_if_nothing_after_it_se
     # the group and endpoint that answered it, not the backup's that failed
     assert served(exchange) == (2, "a", ["gpt-4o:content_filter"], ("gpt-4o", "gpt-4o-2024-08-06"))
     assert exchange.attempts.upstream == attempt.calls[0][0]
+
+
+def test_a_hit_of_the_cache_is_served_by_what_made_its_entry_with_no_attempt() -> None:
+    gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
+    served_stored(exchange, prepared(gateway, exchange), ("backup", "llama-3-8b"))  # a miss that fell back stored it
+    assert served(exchange) == (0, None, None, ("backup", "llama-3-8b"))
+    assert exchange.attempts.served is not None and exchange.attempts.served.route is MAIN  # read as MAIN reads
+    assert exchange.attempts.lease is None
+
+    old = new_exchange()  # an entry that does not say what made it: no route is named
+    served_stored(old, prepared(gateway, old), None)
+    assert served(old) == (0, None, None, None)

@@ -35,6 +35,17 @@ def test_fields_are_read_back_as_rollups_and_unknown_measures_left() -> None:
                               ("b", "", "", "", 'quo"te:'): values(requests=1)}
 
 
+def test_a_batch_is_written_as_a_field_a_measure_of_its_dimensions() -> None:
+    store = RedisLedgerStore(Redis(url="redis://127.0.0.1:1", prefix="p"), 100, 35, 400)
+    [(keys, args)] = store.calls("b1", {"2026-12-06T12": BATCH["2026-12-06T12"]})
+    assert keys == ["{p}:ledger:f:b1:0", "{p}:ledger:h:2026-12-06T12", "{p}:ledger:d:2026-12-06"]
+    hour_fields = [b'0:["acme","k1","gpt-4o","gpt",""]', 2, b'6:["acme","k1","gpt-4o","gpt",""]', 150]
+    assert MEASURES[0] == "requests" and MEASURES[6] == "cost_nanos"
+    assert args == [stores.MARK_S, period_end("2026-12-06T12") + 35 * 86_400, 2, *hour_fields,
+                    period_end("2026-12-06") + 400 * 86_400, 2, *hour_fields]
+    assert hour_fields[0] == field_of(0, ACME)  # what the reads take apart (rows_of)
+
+
 def test_a_batch_s_hours_add_up_to_its_days() -> None:
     assert days_of(BATCH) == {"2026-12-06": {ACME: values(requests=3, input_tokens=7, cost_nanos=150),
                                              ("beta", "", "m", "", ""): values(requests=1, errors=1)}}
