@@ -73,6 +73,7 @@ LEVELS = (32, 64, 128, 256)
 OVERLOAD_LEVELS = (16, 32, 64, 96, 128, 192, 256)
 ADDED_BOUNDS_MS = (1, 5, 10, 50, 100)
 TOTAL_BOUNDS_MS = (25, 50, 100)
+WARM_S = 1  # seconds of requests not counted before each subject's round
 STOP_ERRORS = 0.01  # a level with this share of errors ends the subject's sweep for the round
 LABELS = {"mock": "mock, direct", "edge": "edge (ingress)", "edge_limit": "edge, [overload] on",
           "edge_nopace": "edge, no start pacing", "edge_limit_nopace": "edge, [overload] on, no pacing",
@@ -265,8 +266,10 @@ def run_wrk(wrk: Any, url: str, body: Path, headers: dict[str, str], connections
 def measure_subject(name: str, target: str, slow_target: str, headers: dict[str, dict[str, str]], pid: int | None,
                     wrk: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """One round of one subject: c=1 and c=32 at the 0 ms mock, then the 20 ms mock's levels (for a gateway
-    both targets are the gateway: the model names the mock)."""
+    both targets are the gateway: the model names the mock). First a second at c=1 not counted: a gateway
+    just continued (`alone`) catches up on its timers there, not in the figures."""
     run: dict[str, Any] = {"levels": {}}
+    run_wrk(wrk, target, work / "fast.json", headers[FAST], 1, WARM_S, pid)
     if not args.overload:
         run["c1"] = run_wrk(wrk, target, work / "fast.json", headers[FAST], 1, args.seconds, pid)
         run["c32"] = run_wrk(wrk, target, work / "fast.json", headers[FAST], 32, args.seconds, pid)
