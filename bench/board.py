@@ -181,7 +181,8 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
     if not args.overload:
         litellm_py, node_script, unavailable = install_peers(args.without)
     versions = _versions(litellm_py, node_script, ensure_wrk())
-    ports = {n: free_port() for n in ("fast", "slow", "paced", "paced_fb", *OURS, *PACING_OFF, "litellm", "portkey")}
+    ports = {n: free_port() for n in ("fast", "slow", "paced", "paced_fb", "relay", *OURS, *PACING_OFF, "litellm",
+                                      "portkey")}
     url = {n: f"http://127.0.0.1:{p}" for n, p in ports.items()}
     mocks = {
         "fast": Subject("fast", [PY, "-m", "bench.board", "--serve-mock", str(ports["fast"]), "0"], ports["fast"],
@@ -194,6 +195,10 @@ def start_subjects(args: argparse.Namespace, work: Path) -> tuple[dict[str, Gate
                                          "--delay-ms", str(PACING_MS), "--log-level", "warning"],
                             ports["paced_fb"], work / "paced_fb.log", CHAT, "paced.json", "application/json"),
     }
+    if not args.overload:  # the machine's own hops: a byte relay on the gateways' core in front of the 0 ms mock
+        mocks["relay"] = Subject("relay", pinned(GATEWAY_CORE, [PY, "-m", "bench.chunks", "--serve-relay",
+                                                                str(ports["relay"]), str(ports["fast"])]),
+                                 ports["relay"], work / "relay.log", CHAT, "fast.json", "application/json")
     oai = {FAST: url["fast"], SLOW: url["slow"], PACED: url["paced"]}
     ours = {FAST: url["fast"], SLOW: url["slow"], PACED: url["paced_fb"]}
     models = dict(zip((FAST, SLOW, PACED), FAMILIES[args.family], strict=True))
@@ -282,6 +287,33 @@ def measure_subject(name: str, target: str, slow_target: str, headers: dict[str,
     c1 = f"c=1 p99 {run['c1']['p99_ms']:.2f} ms, c=32 {run['c32']['rps']:,.0f}/s; " if "c1" in run else ""
     print(f"  {LABELS[name]}: {c1}20 ms mock: {said}", flush=True)
     return run
+
+
+def measure_relay(relay: Any, wrk: Any, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """A byte relay on the gateways' core in front of the 0 ms mock (bench/chunks.py's floor: no parsing, no
+    work): c=1 and c=32, as a gateway's. Its added latency is what the machine's hops cost any gateway here
+    (two loopback connections, each crossing between the cores), which the direct mock's does not include."""
+    url = relay.url + CHAT
+    run_wrk(wrk, url, work / "fast.json", {}, 1, WARM_S, relay.pid)
+    run = {"c1": run_wrk(wrk, url, work / "fast.json", {}, 1, args.seconds, relay.pid),
+           "c32": run_wrk(wrk, url, work / "fast.json", {}, 32, args.seconds, relay.pid)}
+    print(f"  byte relay: c=1 p99 {run['c1']['p99_ms']:.2f} ms, c=32 {run['c32']['rps']:,.0f}/s", flush=True)
+    return run
+
+
+def relay_summary(runs: list[dict[str, Any]], mocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The relay's added latency at c=1 (over the same round's direct mock) and its c=32 req/s."""
+    if not runs:
+        return {}
+
+    def spread(values: list[float]) -> dict[str, float]:
+        s = Spread.of(values)
+        return {"median": s.median, "low": s.low, "high": s.high}
+
+    pairs = list(zip(runs, mocks, strict=True))
+    return {"added_p50_us": spread([(r["c1"]["p50_ms"] - m["c1"]["p50_ms"]) * 1000 for r, m in pairs]),
+            "added_p99_us": spread([(r["c1"]["p99_ms"] - m["c1"]["p99_ms"]) * 1000 for r, m in pairs]),
+            "c32_rps": spread([r["c32"]["rps"] for r in runs])}
 
 
 def within(run: dict[str, Any], base: dict[str, Any] | None, bound_ms: float, added: bool) -> float:
@@ -444,6 +476,9 @@ def print_tables(result: dict[str, Any]) -> None:
             added = (f"added p50 {_f(s['added_p50_us'])} µs, p99 {_f(s['added_p99_us'])} µs; "
                      if "added_p50_us" in s else f"p50 {_f(s['c1_p50_ms'], 2)} ms, p99 {_f(s['c1_p99_ms'], 2)} ms; ")
             print(f"{LABELS[name]:<31} {added}c=32 {_f(s['c32_rps'])} req/s")
+        if relay := result.get("relay"):
+            print(f"{'a byte relay (no work)':<31} added p50 {_f(relay['added_p50_us'])} µs, p99 "
+                  f"{_f(relay['added_p99_us'])} µs; c=32 {_f(relay['c32_rps'])} req/s  (the machine's own hops)")
     print(f"\n== against the {DELAY_MS:g} ms mock: req/s without errors (p99 ms) by connections ==")
     for name in names:
         s = summary[name]["levels"]
@@ -506,6 +541,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         names = [n for n in (*OURS, *PACING_OFF) if n in gateways]
     memory: dict[str, dict[str, float]] = {}
     streams: dict[str, Any] = {}
+    relay: list[dict[str, Any]] = []  # each round's, beside the round's direct mock
     rounds: Rounds[str] = Rounds(["mock", *names] if not args.overload else names, args.rounds, order="rotate")
 
     def alone(name: str) -> AbstractContextManager[None]:
@@ -522,6 +558,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 if name == "mock":
                     run = measure_subject(name, mocks["fast"].url + CHAT, mocks["slow"].url + CHAT,
                                           {FAST: {}, SLOW: {}}, None, wrk, work, args)
+                    if "relay" in mocks:
+                        with alone("relay"):
+                            relay.append(measure_relay(mocks["relay"], wrk, work, args))
                 else:
                     gw = gateways[name]
                     url = gw.server.url + CHAT
@@ -562,6 +601,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "subjects": (["mock"] if not args.overload else []) + names, "levels": list(args.levels),
         "unavailable": unavailable,
         "summary": summarise(rounds, (["mock"] if not args.overload else []) + names, args.levels, args.overload),
+        "relay": relay_summary(relay, rounds.runs("mock") if not args.overload else []),
         "memory": memory, "streams": streams,
         "runs": {n: rounds.runs(n) for n in rounds.variants},
     }
