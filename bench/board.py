@@ -15,7 +15,9 @@ FlatBuffers CompletionResponse for the edge's internal hop, the OpenAI chat.comp
 else), at 0 ms for the latency and maximum-throughput figures and 20 ms for the tail-bound figures.
 
 Subjects, each a process started once and measured in every round, the rounds interleaved (a different one
-first each round): the mock called directly (the baseline of the added figures), the edge (`ingress serve
+first each round), the other gateways stopped (SIGSTOP) while one is measured, each warmed for a second first:
+the mock called directly (the baseline of the added figures), beside it a byte relay on the gateways' core
+(bench/chunks.py's floor, c=1 and c=32 only: what this machine's hops between the cores add), the edge (`ingress serve
 --workers 1` with the memory backend, one key with rpm and tpm limits and its tenant's tpm, far above what
 a run reaches, as bench/peers.py sets it), the same edge with `[overload] enabled = true`, LiteLLM's proxy
 and Portkey's gateway (installed and configured as bench/peers.py does; a peer that cannot be installed or

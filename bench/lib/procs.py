@@ -42,12 +42,23 @@ def paused(pids: list[int]) -> Iterator[None]:
     for pid in stopped:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 2.0  # a signal is delivered when the process is next scheduled
+    while time.monotonic() < deadline and any(_state(pid) not in ("T", "t", "Z", "") for pid in stopped):
+        time.sleep(0.001)
     try:
         yield
     finally:
         for pid in stopped:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _rss_one(pid: int) -> int:

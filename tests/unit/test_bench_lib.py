@@ -160,3 +160,36 @@ def test_side_by_side_times_both_calls_of_each_stage_and_their_difference() -> N
     low, high = both["difference_range"]
     assert low <= both["difference_us"] <= high
     assert all(calls.values())  # each call ran: warmed, then timed
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_paused_stops_a_process_tree_while_the_block_runs_and_continues_it_after() -> None:
+    import subprocess
+    import time
+
+    from bench.lib.procs import family, paused
+
+    sleeper = "import time; time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; "
+                               f"subprocess.Popen([sys.executable, '-c', {sleeper!r}]); time.sleep(60)"])
+    try:
+        for _ in range(200):  # its child started
+            if len(family(parent.pid)) == 2:
+                break
+            time.sleep(0.02)
+        tree = family(parent.pid)
+        assert len(tree) == 2
+        with paused([parent.pid]):
+            assert [_state(pid) for pid in tree] == ["T", "T"]
+        for _ in range(200):  # SIGCONT, like SIGSTOP, is delivered when the process is next scheduled
+            if all(_state(pid) in ("S", "R") for pid in tree):
+                break
+            time.sleep(0.01)
+        assert [_state(pid) in ("S", "R") for pid in tree] == [True, True]
+    finally:
+        for pid in reversed(family(parent.pid)):
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+        parent.wait()
