@@ -576,18 +576,21 @@ async def test_each_variant_of_a_split_keeps_its_own_cache_entries(
 # --- a chain behind the route's response cache ---------------------------------------------------
 
 
+def _content(body: str, stream: bool) -> str:
+    """A chat answer's text: its message's, or its streamed deltas' joined."""
+    if not stream:
+        return str(json.loads(body)["choices"][0]["message"]["content"])
+    events = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")]
+    return "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+
+
 async def _twice(http: aiohttp.ClientSession, chain: Chain, stream: bool) -> list[tuple[int, str, str, str]]:
     """The same deterministic request sent twice: each answer's status, cache and served-by headers, and text."""
     body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "temperature": 0, "stream": stream}
     answers = []
     for _ in range(2):
         async with http.post(f"{chain.url}/v1/chat/completions", json=body) as response:
-            text = await response.text()
-            if stream:
-                events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
-                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
-            else:
-                text = json.loads(text)["choices"][0]["message"]["content"]
+            text = _content(await response.text(), stream)
             answers.append((response.status, response.headers.get("x-ingress-cache", ""),
                             response.headers.get(SERVED_BY, ""), text))
         await asyncio.sleep(0.05)  # a stream is stored in a later turn of the edge's loop, once it has ended
@@ -640,12 +643,7 @@ async def test_the_requests_that_wait_on_a_miss_that_fell_back_name_the_fallback
 
     async def ask(stream: bool) -> tuple[str, str, str]:
         async with http.post(f"{chain.url}/v1/chat/completions", json={**body, "stream": stream}) as response:
-            text = await response.text()
-            if stream:
-                events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
-                text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
-            else:
-                text = json.loads(text)["choices"][0]["message"]["content"]
+            text = _content(await response.text(), stream)
             return response.headers.get("x-ingress-cache", ""), response.headers.get(SERVED_BY, ""), text
 
     leader = asyncio.create_task(ask(True))
