@@ -307,11 +307,7 @@ def relay_summary(runs: list[dict[str, Any]], mocks: list[dict[str, Any]]) -> di
     """The relay's added latency at c=1 (over the same round's direct mock) and its c=32 req/s."""
     if not runs:
         return {}
-
-    def spread(values: list[float]) -> dict[str, float]:
-        s = Spread.of(values)
-        return {"median": s.median, "low": s.low, "high": s.high}
-
+    spread = _spread
     pairs = list(zip(runs, mocks, strict=True))
     return {"added_p50_us": spread([(r["c1"]["p50_ms"] - m["c1"]["p50_ms"]) * 1000 for r, m in pairs]),
             "added_p99_us": spread([(r["c1"]["p99_ms"] - m["c1"]["p99_ms"]) * 1000 for r, m in pairs]),
@@ -345,11 +341,13 @@ def peak_ratios(run: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def summarise(rounds: Rounds[str], names: list[str], levels: tuple[int, ...], overload: bool) -> dict[str, Any]:
-    def spread(values: list[float]) -> dict[str, float]:
-        s = Spread.of(values)
-        return {"median": s.median, "low": s.low, "high": s.high}
+def _spread(values: list[float]) -> dict[str, float]:
+    s = Spread.of(values)
+    return {"median": s.median, "low": s.low, "high": s.high}
 
+
+def summarise(rounds: Rounds[str], names: list[str], levels: tuple[int, ...], overload: bool) -> dict[str, Any]:
+    spread = _spread
     out: dict[str, Any] = {}
     mocks = rounds.runs("mock") if "mock" in names else []
     for name in names:
@@ -603,7 +601,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "subjects": (["mock"] if not args.overload else []) + names, "levels": list(args.levels),
         "unavailable": unavailable,
         "summary": summarise(rounds, (["mock"] if not args.overload else []) + names, args.levels, args.overload),
-        "relay": relay_summary(relay, rounds.runs("mock") if not args.overload else []),
+        "relay": relay_summary(relay, rounds.runs("mock") if not args.overload else []), "relay_runs": relay,
         "memory": memory, "streams": streams,
         "runs": {n: rounds.runs(n) for n in rounds.variants},
     }
