@@ -21,6 +21,7 @@ from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import Prepared
 from ingress.routing.affinity import Decision
 from ingress.routing.chain import Link, classify, falls_back, too_long
+from ingress.routing.table import Match
 from ingress.settings import ErrorClass
 from ingress.upstream.group import Lease
 
@@ -155,9 +156,14 @@ def served_stored(exchange: Exchange, prepared: Prepared[Any], producer: tuple[s
     `producer`, the route (its name) and model of the attempt that made the stored answer, read from its
     entry: after a miss that fell back, a later route of the chain than the request's, whose key the entry is
     kept under. None (an entry stored before entries recorded it): served by no route named, not a guess.
-    The stored answer was read as the request's route reads it (`served`)."""
+    `served` is the producer's route too, when it is a link of the request's chain: what seals the answer's
+    reasoning names the provider that made it, and streamed tokens are counted as its model counts them."""
     attempts = exchange.attempts
-    attempts.served_by, attempts.served = producer, prepared.match
+    match = prepared.match
+    link = next((link for link in match.links if producer is not None and link.name == producer[0]), None)
+    if producer is not None and link is not None and link.route is not match.route:
+        match = Match(link.route, producer[1])  # as send's reroute matches a fallback route
+    attempts.served_by, attempts.served = producer, match
 
 
 def _served(attempts: Attempts, link: Link, asked: str, ready: Prepared[Any]) -> None:

@@ -146,9 +146,18 @@ def test_a_hit_of_the_cache_is_served_by_what_made_its_entry_with_no_attempt() -
     gateway, exchange = new_gateway(MAIN, BACKUP), new_exchange()
     served_stored(exchange, prepared(gateway, exchange), ("backup", "llama-3-8b"))  # a miss that fell back stored it
     assert served(exchange) == (0, None, None, ("backup", "llama-3-8b"))
-    assert exchange.attempts.served is not None and exchange.attempts.served.route is MAIN  # read as MAIN reads
+    # what seals its reasoning and counts its streamed tokens is the route that made it, with its model
+    assert exchange.attempts.served is not None and exchange.attempts.served.route is BACKUP
+    assert exchange.attempts.served.upstream_model == "llama-3-8b"
     assert exchange.attempts.lease is None
 
-    old = new_exchange()  # an entry that does not say what made it: no route is named
-    served_stored(old, prepared(gateway, old), None)
+    own = new_exchange()  # made by the request's own route: its match, as prepared
+    ready = prepared(gateway, own)
+    served_stored(own, ready, ("gpt-4o", "gpt-4o-2024-08-06"))
+    assert own.attempts.served is ready.match
+
+    old = new_exchange()  # an entry that does not say what made it: no route is named, and it is read as the request's
+    ready = prepared(gateway, old)
+    served_stored(old, ready, None)
     assert served(old) == (0, None, None, None)
+    assert old.attempts.served is ready.match
