@@ -613,23 +613,6 @@ async def test_a_cached_route_keeps_what_its_chain_served_and_a_hit_sends_nothin
     assert chain.models_received() == {"primary": ["gpt-4o"], "claude": ["claude-sonnet-4-5"]}
 
 
-def _gated(gate: asyncio.Event) -> fu.Behaviour:
-    """A stream's first two frames (its role, its first word), then the rest once `gate` opens."""
-
-    async def run(call: Call) -> web.StreamResponse:
-        out = await call.open_stream()
-        frames = call.frames()
-        for frame in frames[:2]:
-            await call.send(out, frame)
-        await gate.wait()
-        for frame in frames[2:]:
-            await call.send(out, frame)
-        await out.write_eof()
-        return out
-
-    return run
-
-
 async def test_the_requests_that_wait_on_a_miss_that_fell_back_name_the_fallback(
         start_chain: StartChain, http: aiohttp.ClientSession) -> None:
     """Identical requests that come while a miss's fallback is answering are answered with its answer (a
@@ -638,7 +621,7 @@ async def test_the_requests_that_wait_on_a_miss_that_fell_back_name_the_fallback
                                _named("claude", "claude-sonnet-4-5")])
     chain.fakes["primary"].play(fu.error_answer(RATE_LIMITED))
     gate = asyncio.Event()
-    chain.fakes["claude"].play(_gated(gate))
+    chain.fakes["claude"].play(fu.gated(gate))
     body = {"model": "gpt", "messages": [{"role": "user", "content": TEXT}], "temperature": 0}
 
     async def ask(stream: bool) -> tuple[str, str, str]:

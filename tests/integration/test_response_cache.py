@@ -568,26 +568,6 @@ async def test_identical_misses_in_flight_reach_the_service_once(stack: AsyncExi
     assert (await post(http, url, body(prompt)))[1] == "hit"  # and it was stored
 
 
-def gated(gate: asyncio.Event, *, then: str = "answer") -> fu.Behaviour:
-    """A stream's first two frames (its role, its first word), then nothing until `gate` opens; then the
-    rest (`then` "answer"), or the connection dropped ("drop")."""
-
-    async def run(call: fu.Call) -> web.StreamResponse:
-        out = await call.open_stream()
-        frames = call.frames()
-        for frame in frames[:2]:
-            await call.send(out, frame)
-        await gate.wait()
-        if then == "drop":
-            await call.drop()
-        for frame in frames[2:]:
-            await call.send(out, frame)
-        await out.write_eof()
-        return out
-
-    return run
-
-
 async def _first_word(stream: openai.AsyncStream[Any]) -> str:
     async for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -601,7 +581,7 @@ async def test_a_stream_that_waits_is_sent_the_leaders_frames_as_they_come(
     generating (the gate closed), not once the whole answer is in."""
     url = await edge_for(stack, fake_upstream)
     gate = asyncio.Event()
-    fake_upstream.play(gated(gate))
+    fake_upstream.play(fu.gated(gate))
     prompt = "tailed from the first word on"
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": prompt}]
     before = coalesced()
@@ -635,7 +615,7 @@ async def test_a_leader_whose_client_leaves_reads_on_for_its_followers(
     url, following = await edge_with_flights(stack, fake_upstream)
     prompt = "the leader leaves after its first word"
     gate = asyncio.Event()
-    fake_upstream.play(gated(gate))
+    fake_upstream.play(fu.gated(gate))
     followed = asyncio.Event()
 
     async def lead() -> None:
@@ -688,7 +668,7 @@ async def test_a_stream_that_breaks_after_its_followers_began_breaks_theirs(
     nothing is stored."""
     url = await edge_for(stack, fake_upstream)
     gate = asyncio.Event()
-    fake_upstream.play(gated(gate, then="drop"))
+    fake_upstream.play(fu.gated(gate, then="drop"))
     prompt = "a stream that breaks midway"
 
     async def one() -> tuple[str | None, list[str]]:

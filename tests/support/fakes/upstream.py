@@ -376,6 +376,26 @@ def drop_mid_stream(frames: int = 2) -> Behaviour:
     return run
 
 
+def gated(gate: asyncio.Event, *, then: str = "answer") -> Behaviour:
+    """A stream's first two frames (its role, its first word), then nothing until `gate` opens; then the
+    rest (`then` "answer"), or the connection dropped ("drop")."""
+
+    async def run(call: Call) -> web.StreamResponse:
+        out = await call.open_stream()
+        frames = call.frames()
+        for frame in frames[:2]:
+            await call.send(out, frame)
+        await gate.wait()
+        if then == "drop":
+            await call.drop()
+        for frame in frames[2:]:
+            await call.send(out, frame)
+        await out.write_eof()
+        return out
+
+    return run
+
+
 def raw_stream(tail: bytes | bytearray, *, after: int = 0) -> Behaviour:
     """Send the first `after` frames of a correct stream, then `tail`, then end the body cleanly."""
 
