@@ -440,7 +440,12 @@ async def test_requests_beyond_the_limit_and_the_queue_are_refused_at_once(
     for _, _, response, body in refused:
         assert response.headers["Retry-After"] == "1"
         assert body["error"]["code"] == "overloaded" and body["error"]["type"] == "server_error"
-    assert sorted(int(o[1] // SLOW_HEAD) for o in served) == [1, 1, 2, 2], timings  # the queued waited one turn
+    # The queued two waited one turn: they ended a turn after the first two, not two turns. Judged against
+    # each other, so a stall of the shared machine before the burst reached the edge shifts all alike.
+    first, second, third, fourth = sorted(o[1] for o in served)
+    assert first >= SLOW_HEAD and second - first < SLOW_HEAD / 2, timings
+    assert third - second >= 0.8 * SLOW_HEAD and fourth - third < SLOW_HEAD / 2, timings
+    assert fourth - first < 2 * SLOW_HEAD, timings
     assert (pool.in_flight, pool.waiting) == (0, 0)
     assert [s.in_flight for s in pool.states] == [0]
     await _back_to(baseline, pooled=2)
