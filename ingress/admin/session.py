@@ -16,7 +16,8 @@ HEAD) needs `X-CSRF-Token` equal to the session's, else 403. A caller presenting
 concerned: its header is its proof. Sessions and failure counts live where the stored keys do
 (`{<prefix>}:admin:session:<SHA-256 of the token>`, with its TTL, and `...:admin:login:<address>`), so every
 worker and every replica knows them; the token itself is kept nowhere. So do the OIDC sign-ins under way
-(`...:admin:flow:<SHA-256 of the state>`, taken once): the callback may reach another worker or replica.
+(`...:admin:flow:<SHA-256 of the state>`, taken once): the callback may reach another worker or replica; and
+how many an address started (`...:admin:start:<address>`, sso.py's STARTS within WINDOW_S).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ WINDOW_S = 60.0
 _MEMORY_MOST = 10_000  # one process's sessions or addresses kept at most (the oldest go first)
 T = TypeVar("T")
 
-FAILED = Script("""
+# One more of a count that ends WINDOW_S (ARGV[1], ms) after its first: the count, and ms until it ends
+ONE_MORE = Script("""
 local n = redis.call('INCR', KEYS[1])
 if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return {n, redis.call('PTTL', KEYS[1])}
@@ -85,6 +87,9 @@ class Sessions(Protocol):
     async def failed(self, client: str) -> tuple[int, float]:
         """One more failure for `client` (a window of WINDOW_S starts with the first); as failures()."""
 
+    async def started(self, client: str) -> tuple[int, float]:
+        """One more SSO sign-in started by `client` (sso.py), counted as failed() counts; as failures()."""
+
     async def put_flow(self, digest: str, flow: Flow) -> None:
         """Kept until `flow.expires_at`, or until taken."""
 
@@ -100,13 +105,37 @@ def _room(entries: dict[str, T], live: Callable[[T], bool]) -> dict[str, T]:
     return kept
 
 
+class _Counts:
+    """One process's counts per address, each ending WINDOW_S after its first (the oldest dropped past
+    _MEMORY_MOST)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.counts: dict[str, tuple[int, float]] = {}  # address → (count, when the window ends)
+
+    def of(self, client: str) -> tuple[int, float]:
+        count, ends = self.counts.get(client, (0, 0.0))
+        left = ends - self.now()
+        return (count, left) if left > 0 else (0, 0.0)
+
+    def one_more(self, client: str) -> tuple[int, float]:
+        now = self.now()
+        count, left = self.of(client)
+        ends = now + left if count else now + WINDOW_S
+        if client not in self.counts and len(self.counts) >= _MEMORY_MOST:
+            self.counts = _room(self.counts, lambda f: f[1] > now)
+        self.counts[client] = (count + 1, ends)
+        return count + 1, ends - now
+
+
 class MemorySessions:
     """One process's: beside MemoryKeyStore (one worker, config.py)."""
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self._sessions: dict[str, Session] = {}
-        self._failures: dict[str, tuple[int, float]] = {}  # address → (count, when the window ends)
+        self._failures = _Counts(self._now)
+        self._starts = _Counts(self._now)
         self._flows: dict[str, Flow] = {}
 
     def _now(self) -> float:
@@ -125,18 +154,13 @@ class MemorySessions:
         self._sessions.pop(digest, None)
 
     async def failures(self, client: str) -> tuple[int, float]:
-        count, ends = self._failures.get(client, (0, 0.0))
-        left = ends - self._now()
-        return (count, left) if left > 0 else (0, 0.0)
+        return self._failures.of(client)
 
     async def failed(self, client: str) -> tuple[int, float]:
-        now = self._now()
-        count, left = await self.failures(client)
-        ends = now + left if count else now + WINDOW_S
-        if client not in self._failures and len(self._failures) >= _MEMORY_MOST:
-            self._failures = _room(self._failures, lambda f: f[1] > now)
-        self._failures[client] = (count + 1, ends)
-        return count + 1, ends - now
+        return self._failures.one_more(client)
+
+    async def started(self, client: str) -> tuple[int, float]:
+        return self._starts.one_more(client)
 
     async def put_flow(self, digest: str, flow: Flow) -> None:
         now = self._now()
@@ -175,7 +199,10 @@ class RedisSessions:
         return await self._script(COUNTED, self.tag + "login:" + client)
 
     async def failed(self, client: str) -> tuple[int, float]:
-        return await self._script(FAILED, self.tag + "login:" + client, int(WINDOW_S * 1000))
+        return await self._script(ONE_MORE, self.tag + "login:" + client, int(WINDOW_S * 1000))
+
+    async def started(self, client: str) -> tuple[int, float]:
+        return await self._script(ONE_MORE, self.tag + "start:" + client, int(WINDOW_S * 1000))
 
     async def put_flow(self, digest: str, flow: Flow) -> None:
         ttl_ms = max(int((flow.expires_at - time.time()) * 1000), 1)

@@ -12,6 +12,8 @@ the OIDC provider's client ([admin.oidc] redirect_uri, client_id, client_secret_
                                          its role read; then the session cookie the key sign-in gives (actor
                                          `oidc:<subject>`), and a redirect (302) to /admin/
 
+An address that failed session.FAILURES sign-ins, or started STARTS, within session.WINDOW_S starts no more
+(each start keeps a flow in the store until its callback or FLOW_S): it is sent back to the console at once.
 A callback that signs no one in is logged with its reason, counted as a failed sign-in of its address (the
 key sign-in's limit: session.py), and sent to `/admin/#signin-error=<reason>`, where the console says why.
 The routes exist only when redirect_uri is configured; the console's page then shows the button.
@@ -42,6 +44,7 @@ CALLBACK = START + "/callback"
 FLOW_COOKIE = "ingress_admin_oidc"
 CONSOLE = "/admin/"
 _UNCOUNTED = ("rate_limited", "unavailable")  # not the sign-in's fault: no failure counted
+STARTS = 20  # sign-ins an address may start within session.WINDOW_S (a person retrying: a few)
 
 
 class Sso:
@@ -112,9 +115,21 @@ def _to_console(fragment: str = "") -> web.Response:
     return answer
 
 
+async def _may_start(sessions: session.Sessions, client: str) -> None:
+    """Refused (rate_limited) for an address past its failed sign-ins, or past STARTS, each counted once."""
+    count, left = await sessions.failures(client)
+    if count >= session.FAILURES:  # its callback would be refused unchecked
+        raise Refused("rate_limited", f"{count} failed sign-ins from the address; {left:.0f} s to wait")
+    count, left = await sessions.started(client)
+    if count > STARTS:
+        raise Refused("rate_limited", f"{count} sign-ins started from the address within {session.WINDOW_S:.0f} s; "
+                      f"{left:.0f} s to wait")
+
+
 async def start(request: web.Request) -> web.Response:
     sso = request.app[SSO]
     try:
+        await _may_start(request.app[session.SESSIONS], request.remote or "")
         url = await sso.endpoint("authorization_endpoint")
         state, flow = authcode.new_flow(time.time())
         await request.app[session.SESSIONS].put_flow(session.digest(state), flow)

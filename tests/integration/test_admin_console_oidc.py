@@ -5,7 +5,8 @@ names B), so the flow's state crosses replicas through the store. A person whose
 comes back signed in as `oidc:<sub>` (admin), makes a key in the console, and the audit log (read with an
 admin key) names `oidc:<sub>`; the provider saw PKCE (S256) and the verifier that matches it. A person of no
 role gets no session and is told why; a forged state, a replayed one and one sent to another browser are
-refused, and counted as failed sign-ins of the address."""
+refused, and counted as failed sign-ins of the address; an address starts at most STARTS sign-ins a minute, counted
+across the replicas, and a refused start stores no flow."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from browser import artifacts, browsing
 from fakes.processes import free_port
 from oidc_issuer import Issuer
 from playwright.async_api import BrowserContext, Page, Route, expect
+from redis.asyncio import Redis
 from redis_servers import Server, running
+
+from ingress.admin.sso import STARTS
 
 pytestmark = [pytest.mark.redis, pytest.mark.browser, pytest.mark.timeout(300)]
 CLIENT = "ingress-admin"  # the admin API's client id at the provider (and its tokens' audience)
@@ -193,8 +197,28 @@ async def test_forged_replayed_and_misplaced_states_are_refused_and_counted(
         callback = await _authorized(http, location, "alice")
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as victim:
             assert await _called_back(victim, callback) == ("/admin/#signin-error=state", False)  # not its flow
-        assert await _called_back(http, f"{b.admin}/session/oidc/callback?error=access_denied") == (
-            "/admin/#signin-error=denied", False)  # five failures from this address: the next is refused unchecked
         location, _ = await _started(http, a)
         callback = await _authorized(http, location, "alice")
+        assert await _called_back(http, f"{b.admin}/session/oidc/callback?error=access_denied") == (
+            "/admin/#signin-error=denied", False)  # five failures from this address: the next is refused unchecked
         assert await _called_back(http, callback) == ("/admin/#signin-error=rate_limited", False)
+        assert await _start_refused(http, a)  # and it starts no other sign-in
+
+
+async def _start_refused(http: aiohttp.ClientSession, edge: Edge) -> bool:
+    """Whether a start on `edge` was sent back to the console as rate_limited, with no flow."""
+    async with http.get(f"{edge.admin}/session/oidc", allow_redirects=False) as r:
+        assert r.status == 302, await r.text()
+        flow = r.cookies.get("ingress_admin_oidc")
+        return r.headers["Location"] == "/admin/#signin-error=rate_limited" and (flow is None or not flow.value)
+
+
+async def test_an_address_starts_a_bounded_number_of_sign_ins_across_replicas(
+        edges: tuple[Edge, Edge], store: Server) -> None:
+    async with aiohttp.ClientSession() as http:
+        for n in range(STARTS):
+            await _started(http, edges[n % 2])
+        assert await _start_refused(http, edges[0]) and await _start_refused(http, edges[1])
+    async with Redis.from_url(store.url) as redis:
+        flows = [key async for key in redis.scan_iter(match="{ingress}:admin:flow:*")]
+    assert len(flows) == STARTS  # the refused starts stored nothing

@@ -103,7 +103,7 @@ const SSO_ERRORS = {
   exchange: "The sign-in provider's answer could not be used. Try again.",
   token: "The sign-in provider's ID token was refused.",
   no_role: "You are signed in with the provider, but your account has no admin role here.",
-  rate_limited: "Too many failed sign-ins from this address; wait a minute.",
+  rate_limited: "Too many sign-ins from this address (failed, or started and not finished); wait a minute.",
   unavailable: "The sign-in provider or the session store did not answer. Try again.",
 };
 

@@ -140,7 +140,7 @@ async def test_a_bad_sign_in_body_is_a_400_and_counts_no_failure(client: Client,
     assert await client.app[SESSIONS].failures("127.0.0.1") == (0, 0.0)
 
 
-async def test_one_process_s_sessions_expire_and_its_failure_window_ends() -> None:
+async def test_one_process_s_sessions_expire_and_its_failure_and_start_windows_end() -> None:
     clock = Clock()
     sessions = MemorySessions(clock)
     await sessions.put("d", Session(actor="a", csrf="c", expires_at=clock.now + 10))
@@ -151,9 +151,13 @@ async def test_one_process_s_sessions_expire_and_its_failure_window_ends() -> No
     clock.now += 20
     assert await sessions.failed("10.0.0.1") == (2, WINDOW_S - 20)
     assert await sessions.failures("10.0.0.2") == (0, 0.0)  # another address
+    assert await sessions.started("10.0.0.1") == (1, WINDOW_S)  # a count of its own
+    assert await sessions.started("10.0.0.1") == (2, WINDOW_S)
+    assert await sessions.failures("10.0.0.1") == (2, WINDOW_S - 20)
     clock.now += WINDOW_S
     assert await sessions.failures("10.0.0.1") == (0, 0.0)
     assert await sessions.failed("10.0.0.1") == (1, WINDOW_S)
+    assert await sessions.started("10.0.0.1") == (1, WINDOW_S)
 
 
 async def test_a_flow_is_taken_once_and_not_after_it_expires() -> None:

@@ -26,9 +26,9 @@ from jwt.algorithms import RSAAlgorithm
 from ingress.admin import authcode
 from ingress.admin.api import SIGNINS, create_admin_app
 from ingress.admin.keystore import MemoryKeyStore
-from ingress.admin.session import COOKIE, FAILURES, SESSIONS
+from ingress.admin.session import COOKIE, FAILURES, SESSIONS, MemorySessions
 from ingress.admin.settings import Admin, AdminOidc
-from ingress.admin.sso import CALLBACK, FLOW_COOKIE, START
+from ingress.admin.sso import CALLBACK, FLOW_COOKIE, START, STARTS
 from ingress.tenancy import build
 from ingress.tenancy.settings import Tenancy as TenancySettings
 from ingress.tenancy.settings import Tenant
@@ -161,14 +161,35 @@ async def test_a_callback_that_signs_no_one_in_says_why_and_counts(client: Clien
     assert count == 1 and 55 <= left <= 60
 
 
-async def test_after_five_failures_the_right_flow_waits_too(client: Client, provider: Provider) -> None:
+async def _refused_start(client: Client) -> str:
+    """A start sent back to the console: where to, with no flow cookie."""
+    async with client.get(START, allow_redirects=False) as r:
+        assert r.status == 302
+        assert FLOW_COOKIE not in r.cookies or r.cookies[FLOW_COOKIE].value == ""
+        return r.headers["Location"]
+
+
+async def test_after_five_failures_the_right_flow_waits_too_and_no_other_starts(client: Client,
+                                                                                provider: Provider) -> None:
+    asked = await _start(client)
     for _ in range(FAILURES):
         assert (await _callback(client, "code=c&state=forged"))[0] == "/admin/#signin-error=state"
-    asked = await _start(client)
     provider.claims = _claims(provider, asked)
     location, cookies = await _callback(client, f"code=c&state={asked['state']}")
     assert location == "/admin/#signin-error=rate_limited" and COOKIE not in cookies
     assert not provider.seen  # refused unchecked: the code was not even exchanged
+    assert await _refused_start(client) == "/admin/#signin-error=rate_limited"  # its callback would be refused
+
+
+async def test_an_address_starts_at_most_starts_sign_ins_a_window_and_keeps_no_flow_beyond(client: Client) -> None:
+    started = [await _start(client) for _ in range(STARTS)]
+    flows = client.app[SESSIONS]
+    assert isinstance(flows, MemorySessions)
+    assert await _refused_start(client) == "/admin/#signin-error=rate_limited"
+    assert await _refused_start(client) == "/admin/#signin-error=rate_limited"
+    assert len(flows._flows) == STARTS  # the refused starts stored nothing
+    assert await flows.failures("127.0.0.1") == (0, 0.0)  # and are no failed sign-in
+    assert len({asked["state"] for asked in started}) == STARTS
 
 
 async def test_an_unreachable_provider_is_a_redirect_saying_so() -> None:
