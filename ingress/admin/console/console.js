@@ -206,59 +206,34 @@ function showSecret(secret) {
   $("#secret").hidden = false;
 }
 
-async function createKey(event) {
-  event.preventDefault();
-  const form = event.target;
-  try {
-    const body = { tenant: form.elements.tenant.value.trim(), models: models(form.elements.models.value),
-      limits: limits(form.elements.limits.value, "limits") };
-    if (form.elements.name.value.trim()) body.name = form.elements.name.value.trim();
-    const made = await api("POST", "/keys", body);
-    showSecret(made.key);
-    form.reset();
-    say(`Key ${made.id} created.`);
-    await showKeys();
-  } catch (error) { fail(error); }
+// Each writing form's change: made with the form's values (its panel's subject, the key or tenant it opened
+// for), answering what to say; wired by changes() below.
+
+async function createKey(form) {
+  const body = { tenant: form.elements.tenant.value.trim(), models: models(form.elements.models.value),
+    limits: limits(form.elements.limits.value, "limits") };
+  if (form.elements.name.value.trim()) body.name = form.elements.name.value.trim();
+  const made = await api("POST", "/keys", body);
+  showSecret(made.key);
+  return `Key ${made.id} created.`;
 }
 
-async function editKey(event) {
-  event.preventDefault();
-  const form = event.target;
-  const id = form.dataset.subject;
-  try {
-    const body = { models: models(form.elements.models.value), limits: limits(form.elements.limits.value, "limits"),
-      name: form.elements.name.value.trim() || null };
-    await api("PATCH", `/keys/${encodeURIComponent(id)}`, body);
-    form.hidden = true;
-    say(`Key ${id} saved.`);
-    await showKeys();
-  } catch (error) { fail(error); }
+async function editKey(form, id) {
+  await api("PATCH", `/keys/${encodeURIComponent(id)}`, { models: models(form.elements.models.value),
+    limits: limits(form.elements.limits.value, "limits"), name: form.elements.name.value.trim() || null });
+  return `Key ${id} saved.`;
 }
 
-async function rotateKey(event) {
-  event.preventDefault();
-  const form = event.target;
-  const id = form.dataset.subject;
-  try {
-    const rotated = await api("POST", `/keys/${encodeURIComponent(id)}/rotate`,
-      { grace_seconds: Number(form.elements.grace.value || 0) });
-    form.hidden = true;
-    showSecret(rotated.key);
-    say(`Key ${id} rotated.`);
-    await showKeys();
-  } catch (error) { fail(error); }
+async function rotateKey(form, id) {
+  const rotated = await api("POST", `/keys/${encodeURIComponent(id)}/rotate`,
+    { grace_seconds: Number(form.elements.grace.value || 0) });
+  showSecret(rotated.key);
+  return `Key ${id} rotated.`;
 }
 
-async function revokeKey(event) {
-  event.preventDefault();
-  const form = event.target;
-  const id = form.dataset.subject;
-  try {
-    await api("DELETE", `/keys/${encodeURIComponent(id)}`);
-    form.hidden = true;
-    say(`Key ${id} revoked.`);
-    await showKeys();
-  } catch (error) { fail(error); }
+async function revokeKey(form, id) {
+  await api("DELETE", `/keys/${encodeURIComponent(id)}`);
+  return `Key ${id} revoked.`;
 }
 
 // tenants
@@ -282,42 +257,37 @@ async function showTenants() {
   if (!state.tenants.length) empty(body, "No stored tenant.", 6);
 }
 
-async function createTenant(event) {
-  event.preventDefault();
-  const form = event.target;
-  try {
-    const name = form.elements.name.value.trim();
-    await api("POST", "/tenants", { name, models: models(form.elements.models.value),
-      limits: limits(form.elements.limits.value, "limits") });
-    form.reset();
-    say(`Tenant ${name} created.`);
-    await showTenants();
-  } catch (error) { fail(error); }
+async function createTenant(form) {
+  const name = form.elements.name.value.trim();
+  await api("POST", "/tenants", { name, models: models(form.elements.models.value),
+    limits: limits(form.elements.limits.value, "limits") });
+  return `Tenant ${name} created.`;
 }
 
-async function editTenant(event) {
-  event.preventDefault();
-  const form = event.target;
-  const name = form.dataset.subject;
-  try {
-    await api("PATCH", `/tenants/${encodeURIComponent(name)}`,
-      { models: models(form.elements.models.value), limits: limits(form.elements.limits.value, "limits") });
-    form.hidden = true;
-    say(`Tenant ${name} saved.`);
-    await showTenants();
-  } catch (error) { fail(error); }
+async function editTenant(form, name) {
+  await api("PATCH", `/tenants/${encodeURIComponent(name)}`,
+    { models: models(form.elements.models.value), limits: limits(form.elements.limits.value, "limits") });
+  return `Tenant ${name} saved.`;
 }
 
-async function deleteTenant(event) {
-  event.preventDefault();
-  const form = event.target;
-  const name = form.dataset.subject;
-  try {
-    await api("DELETE", `/tenants/${encodeURIComponent(name)}`);
-    form.hidden = true;
-    say(`Tenant ${name} deleted.`);
-    await showTenants();
-  } catch (error) { fail(error); }
+async function deleteTenant(form, name) {
+  await api("DELETE", `/tenants/${encodeURIComponent(name)}`);
+  return `Tenant ${name} deleted.`;
+}
+
+// A writing form submitted: its change made and said, then the form emptied (a panel closed) and its view
+// read again. A refusal is said, and the form kept as it was, to be corrected.
+function changes(selector, change, show) {
+  $(selector).addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = event.target;
+    try {
+      const done = await change(form, form.dataset.subject);
+      if (form.classList.contains("panel")) form.hidden = true; else form.reset();
+      say(done);
+      await show();
+    } catch (error) { fail(error); }
+  });
 }
 
 // spend: cost_usd is a decimal string; it is summed exactly, as integers of its smallest digit
@@ -470,13 +440,13 @@ async function olderAudit() {
 document.addEventListener("DOMContentLoaded", async () => {
   $("#sign-in-form").addEventListener("submit", signIn);
   $("#sign-out").addEventListener("click", signOut);
-  $("#key-create").addEventListener("submit", createKey);
-  $("#key-edit").addEventListener("submit", editKey);
-  $("#key-rotate").addEventListener("submit", rotateKey);
-  $("#key-revoke").addEventListener("submit", revokeKey);
-  $("#tenant-create").addEventListener("submit", createTenant);
-  $("#tenant-edit").addEventListener("submit", editTenant);
-  $("#tenant-delete").addEventListener("submit", deleteTenant);
+  changes("#key-create", createKey, showKeys);
+  changes("#key-edit", editKey, showKeys);
+  changes("#key-rotate", rotateKey, showKeys);
+  changes("#key-revoke", revokeKey, showKeys);
+  changes("#tenant-create", createTenant, showTenants);
+  changes("#tenant-edit", editTenant, showTenants);
+  changes("#tenant-delete", deleteTenant, showTenants);
   $("#spend-range").addEventListener("submit", (event) => loadSpend(event).catch(fail));
   $("#audit-older").addEventListener("click", () => olderAudit().catch(fail));
   $("#secret-done").addEventListener("click", () => {
