@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 import aiohttp
 import msgspec
@@ -48,14 +48,13 @@ STARTS = 20  # sign-ins an address may start within session.WINDOW_S (a person r
 
 
 class Sso:
-    """The client: the provider's endpoints (its discovery document, read with its keys: jwks.py), its secret
-    (read at start), and one HTTP session for the token requests, for the admin app's life."""
+    """The client: the provider's endpoints (its discovery document, read with its keys: jwks.py), and its
+    secret (read at start). Its token requests go out on the key fetcher's HTTP session."""
 
     def __init__(self, signins: SignIns, secret: str | None) -> None:
         self.signins = signins
         self.oidc = signins.oidc
         self.secret = secret
-        self._http: aiohttp.ClientSession | None = None
 
     async def endpoint(self, name: str) -> str:
         try:
@@ -69,10 +68,8 @@ class Sso:
         """The ID token the token endpoint gives for the code; Refused when it gives none."""
         url = await self.endpoint("token_endpoint")
         form, headers = authcode.token_request(code, flow, self.oidc, self.secret)
-        if self._http is None:
-            self._http = aiohttp.ClientSession()
         try:
-            async with self._http.post(url, data=form, headers=headers, allow_redirects=False,
+            async with self.signins.keysets.http().post(url, data=form, headers=headers, allow_redirects=False,
                                        timeout=aiohttp.ClientTimeout(total=self.oidc.fetch_timeout)) as answer:
                 body = await answer.content.read(MAX_DOCUMENT + 1)
                 status = answer.status
@@ -94,11 +91,6 @@ class Sso:
                           "configured for a role")
         return session.Session(actor=actor.id, csrf="", expires_at=time.time() + self.oidc.session_max, oidc=True,
                                values=tuple(sorted(held(claims, self.oidc))))
-
-    async def running(self, app: web.Application) -> AsyncIterator[None]:
-        yield
-        if self._http is not None:
-            await self._http.close()
 
 
 SSO = web.AppKey("sso", Sso)
@@ -195,8 +187,7 @@ def add_routes(app: web.Application, signins: SignIns | None,
     if signins is None or signins.oidc.redirect_uri is None:
         return False
     name = signins.oidc.client_secret_env
-    sso = app[SSO] = Sso(signins, environ.get(name) if name else None)
-    app.cleanup_ctx.append(sso.running)
+    app[SSO] = Sso(signins, environ.get(name) if name else None)
     app.router.add_get(START, start, allow_head=False)
     app.router.add_get(CALLBACK, callback, allow_head=False)
     return True

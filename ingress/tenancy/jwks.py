@@ -114,11 +114,16 @@ class KeySets:
             state.discovery = await self._discover(state.issuer)
         return state.discovery
 
-    async def _get(self, url: str, timeout: float) -> dict[str, Any]:
+    def http(self) -> aiohttp.ClientSession:
+        """The one HTTP session for the issuers' documents (and the admin SSO's token requests: sso.py), closed
+        by close()."""
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _get(self, url: str, timeout: float) -> dict[str, Any]:
         client_timeout = aiohttp.ClientTimeout(total=timeout)
-        async with self._session.get(url, timeout=client_timeout, allow_redirects=False,
+        async with self.http().get(url, timeout=client_timeout, allow_redirects=False,
                                      headers={"Accept": "application/json"}) as response:
             if response.status != 200:
                 raise ValueError(f"{url} answered {response.status}")
