@@ -192,13 +192,9 @@ def print_table(result: dict[str, Any]) -> None:
           f"load average {meta['load_average_before'][0]:.2f} before, {meta['load_average_after'][0]:.2f} after")
     print(f"the 16 KB, 11-message conversation with a tool: chat {sizes['chat']:,} B, Gemini {sizes['gemini']:,} B; "
           "the mock's answer; one token")
-    header = f"{'stage':<42}{'chat':>9}{'gemini':>10}{'difference':>12}{'rounds':>16}"
-    print(header + "\n" + "-" * len(header))
-    for name, by in result["stages"].items():
-        chat = by.get("chat", {}).get("us")
-        lo, hi = by["difference_range"]
-        print(f"{name:<42}{'-' if chat is None else f'{chat:.1f}':>9}{by['gemini']['us']:>10.1f}"
-              f"{by['difference_us']:>+12.1f}{f'{lo:+.1f} .. {hi:+.1f}':>16}")
+    from bench.lib.budget import print_side_by_side
+
+    print_side_by_side(result["stages"], APIS)
 
 
 def main() -> None:

@@ -535,13 +535,9 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"\nin process, CPU µs per call (thread time, median of {meta['stage_rounds']} rounds; the difference: "
           "the median of the rounds' differences, chat and Messages timed back to back); the 16 KB request, the mock's "
           "answer, one token")
-    header = f"{'stage':<42}{'chat':>9}{'messages':>10}{'difference':>12}{'rounds':>16}"
-    print(header + "\n" + "-" * len(header))
-    for name, by in result["stages"].items():
-        chat = by.get("chat", {}).get("us")
-        lo, hi = by["difference_range"]
-        print(f"{name:<42}{'-' if chat is None else f'{chat:.1f}':>9}{by['messages']['us']:>10.1f}"
-              f"{by['difference_us']:>+12.1f}{f'{lo:+.1f} .. {hi:+.1f}':>16}")
+    from bench.lib.budget import print_side_by_side
+
+    print_side_by_side(result["stages"], APIS)
 
 
 def main() -> None:
