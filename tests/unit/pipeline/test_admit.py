@@ -86,7 +86,8 @@ async def test_admitted_the_reservation_is_held_and_settled_once_refused_nothing
         await admit_estimate(gateway, second, 10, 5)
     assert (second.admitted.admission, second.admitted.outcome) == (None, "limited")
     assert second.admitted.headers is not None and second.admitted.headers["x-ratelimit-remaining-requests"] == "0"
-    assert second.admitted.headers["retry-after-ms"] == "60000" and caught.value.retry_after == 60
+    # the window's rest: a minute less what a busy machine took since the first admission
+    assert 59_000 <= int(second.admitted.headers["retry-after-ms"]) <= 60_000 and caught.value.retry_after == 60
 
     first.answer.usage = Usage(prompt_tokens=8, completion_tokens=2)
     settle(first)
