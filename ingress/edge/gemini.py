@@ -1,6 +1,7 @@
 """Google's Gemini API, under `/v1beta/` and `/v1/` (the `google-genai` SDK given a base URL sends the latter):
 `POST models/{model}:generateContent`, `:streamGenerateContent` (server-sent events with `?alt=sse`, else a
-JSON array that grows), `:countTokens`, and `GET models`, `models/{model}`. Each request is read as the chat
+JSON array that grows), `:countTokens`, `:embedContent`, `:batchEmbedContents`, and `GET models`,
+`models/{model}`. Each request is read as the chat
 request it amounts to, served by whatever its route names, and answered in Google's shape; errors in
 Google's envelope (the middleware renders them so for every request `speaks_gemini` recognizes).
 
@@ -21,11 +22,13 @@ from ingress.edge.sse import GeminiArrayWriter, GeminiSseWriter
 from ingress.edge.writers import Outlet, json_response, write_stream
 from ingress.encoding.passport import RequestMeta
 from ingress.errors import NotFound
-from ingress.gemini.answers import CountTokensResponse, model_info, model_list
+from ingress.gemini.answers import METHODS, CountTokensResponse, model_info, model_list
 from ingress.tenancy.policy import presented_key
+from ingress.translate.embeddings import translate_gemini_embeddings
 
 API = "gemini"
 COUNT_API = "gemini_count_tokens"  # a family of its own in a usage record: a count, not a generation
+EMBED_API = "gemini_embeddings"
 GOOGLE_KEY = "x-goog-api-key"
 _GOOGLE_CLIENT = "x-goog-api-client"  # every Google SDK's request names the SDK
 _VERSIONS = ("/v1beta/", "/v1/")
@@ -77,10 +80,12 @@ async def model_method(request: web.Request) -> web.StreamResponse:
         return await _generate(request, model, stream=True)
     if method == "countTokens":
         return await _count(request, model)
+    if method in ("embedContent", "batchEmbedContents"):
+        return await _embed(request, model, batch=method == "batchEmbedContents")
     request[EXCHANGE].api = API
     shown = method[:64] if method.isascii() and method.isprintable() else "..."
-    raise NotFound(f"Method '{shown}' is not found for models: this edge serves generateContent, "
-                   "streamGenerateContent and countTokens.", code="unknown_method")
+    raise NotFound(f"Method '{shown}' is not found for models: this edge serves {', '.join(METHODS[:-1])} and "
+                   f"{METHODS[-1]}.", code="unknown_method")
 
 
 async def _generate(request: web.Request, model: str, *, stream: bool) -> web.StreamResponse:
@@ -110,6 +115,17 @@ async def _count(request: web.Request, model: str) -> web.Response:
         with request.app[DRAIN].deadline():
             tokens = await pipeline.count_by_service(gateway, prepared, exchange)
     return json_response(CountTokensResponse(total_tokens=tokens))
+
+
+async def _embed(request: web.Request, model: str, *, batch: bool) -> web.Response:
+    gateway, exchange = request.app[GATEWAY], request[EXCHANGE]
+    exchange.api = EMBED_API
+    body = await read_body(request, gateway.settings.max_body_bytes)
+    prepared = pipeline.prepare_gemini_embeddings(gateway, body, _meta(request), exchange, model=model, batch=batch)
+    await pipeline.admit(gateway, prepared, exchange)
+    with request.app[DRAIN].deadline():
+        embeddings = await pipeline.embedded(gateway, prepared, exchange)
+    return json_response(translate_gemini_embeddings(embeddings, batch=batch))
 
 
 async def list_models(request: web.Request) -> web.StreamResponse:

@@ -96,10 +96,32 @@ class CountTokensResponse(_Out, kw_only=True):
     cached_content_token_count: int | UnsetType = UNSET
 
 
+# --- embeddings -----------------------------------------------------------------------------------
+
+
+class ContentEmbedding(_Out, kw_only=True):
+    values: list[float]
+
+
+class EmbeddingUsage(_Out, kw_only=True):
+    prompt_token_count: int
+    total_token_count: int
+
+
+class EmbedContentResponse(_Out, kw_only=True):
+    embedding: ContentEmbedding
+    usage_metadata: EmbeddingUsage | UnsetType = UNSET
+
+
+class BatchEmbedContentsResponse(_Out, kw_only=True):
+    embeddings: list[ContentEmbedding]
+    usage_metadata: EmbeddingUsage | UnsetType = UNSET
+
+
 # --- models ---------------------------------------------------------------------------------------
 
 
-METHODS = ("generateContent", "streamGenerateContent", "countTokens")
+METHODS = ("generateContent", "streamGenerateContent", "countTokens", "embedContent", "batchEmbedContents")
 
 
 class Model(_Out, kw_only=True):

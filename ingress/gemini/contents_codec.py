@@ -12,7 +12,7 @@ names, a function's arguments).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
@@ -26,6 +26,7 @@ _decoder = msgspec.json.Decoder(GenerateContentRequest, strict=False)
 _any = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 _TYPE = mi.type_info(GenerateContentRequest)
+T = TypeVar("T")
 
 # --- refusals -------------------------------------------------------------------------------------
 
@@ -47,7 +48,8 @@ def invalid(param: str, detail: str) -> InvalidRequest:
     return refused(f"Invalid value at '{param}': {detail}", param)
 
 
-def _refusal(exc: msgspec.ValidationError) -> InvalidRequest:
+def _refusal(exc: msgspec.ValidationError, message: str) -> InvalidRequest:
+    """The decoder's refusal in Google's words; `message` names the request's type, as Google's errors do."""
     detail, path = validation_path(exc)
     param = proto_path(path.replace("[...]", ""))
     parent, _, name = param.rpartition(".")
@@ -56,7 +58,7 @@ def _refusal(exc: msgspec.ValidationError) -> InvalidRequest:
         where = f" at '{parent}'" if parent else ""
         return refused(f'Invalid JSON payload received. Unknown name "{raw_name}"{where}: Cannot find field.', param)
     if detail.startswith(_MISSING):
-        return refused(f"* GenerateContentRequest.{param}: {name} is not specified", param)
+        return refused(f"* {message}.{param}: {name} is not specified", param)
     return invalid(param, detail)
 
 
@@ -65,25 +67,26 @@ def _refusal(exc: msgspec.ValidationError) -> InvalidRequest:
 
 def decode_generate_content(body: bytes) -> GenerateContentRequest:
     """Read and check a GenerateContentRequest; every failure is an InvalidRequest naming the field."""
-    try:
-        request = _decoder.decode(body)
-    except msgspec.ValidationError as exc:
-        detail, path = validation_path(exc)
-        if not detail.startswith(_UNKNOWN) or "_" not in path.rpartition(".")[2]:
-            raise _refusal(exc) from None
-        request = _decode_respelled(body)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        raise unreadable(exc) from None
+    request = decode_google(body, _decoder, _TYPE, "GenerateContentRequest")
     check(request)
     return request
 
 
-def _decode_respelled(body: bytes) -> GenerateContentRequest:
+def decode_google(body: bytes, decoder: msgspec.json.Decoder[T], t: mi.Type, message: str) -> T:
+    """A body of Google's API read by `decoder` (of type `t`, Google's `message`), as Google's parser reads
+    it: its fields by JSON or proto name; every failure an InvalidRequest naming the field."""
     try:
-        respelled = _encoder.encode(respell(_any.decode(body), _TYPE))
-        return _decoder.decode(respelled)
+        return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise _refusal(exc) from None
+        detail, path = validation_path(exc)
+        if not detail.startswith(_UNKNOWN) or "_" not in path.rpartition(".")[2]:
+            raise _refusal(exc, message) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise unreadable(exc) from None
+    try:  # a field named in snake_case: read again, respelled
+        return decoder.decode(_encoder.encode(respell(_any.decode(body), t)))
+    except msgspec.ValidationError as exc:
+        raise _refusal(exc, message) from None
     except (msgspec.DecodeError, RecursionError) as exc:
         raise unreadable(exc) from None
 
@@ -176,7 +179,7 @@ def _check_content(content: Content, where: str) -> None:
 
 
 def _check_part(part: Part, where: str) -> None:
-    kinds = [name for name in PART_DATA if _present(getattr(part, name))]
+    kinds = [name for name in PART_DATA if present(getattr(part, name))]
     if len(kinds) > 1:
         raise refused(f"Invalid JSON payload received. Oneof field 'data' is already set. Cannot set "
                       f"'{_camel(kinds[1])}' at '{where}'", f"{where}.{kinds[1]}")
@@ -191,7 +194,8 @@ def _check_part(part: Part, where: str) -> None:
         _check_depth(getattr(part, name))
 
 
-def _present(value: object) -> bool:
+def present(value: object) -> bool:
+    """A part's field is set: not None, and opaque JSON not empty."""
     return value is not None and (not isinstance(value, Raw) or len(value) > 0)
 
 

@@ -4,7 +4,6 @@ prompt and give it back unchanged, give back a redacted copy, or raise PromptBlo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import msgspec
 from msgspec.structs import replace
@@ -71,7 +70,7 @@ class Guard:
         return replace(request, messages=[changed.get(i, m) for i, m in enumerate(messages)])
 
     def texts(self, prompts: list[str | list[int]], prompt_tokens: int,
-              param: Literal["prompt", "input"] = "prompt") -> list[str | list[int]]:
+              param: str = "prompt") -> list[str | list[int]]:
         """A legacy completion's prompts or an embeddings request's inputs (each one a whole text, so
         `messages` does not apply): `prompts` itself when nothing matched, else a new list. Token-id
         lists pass unread: the edge holds no tokenizer to read them with."""

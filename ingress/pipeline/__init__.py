@@ -7,12 +7,14 @@
              prepare_text  the same, for a legacy text completion          then complete/stream: text_completion
              prepare_responses  the same, for the Responses API: read as the chat request it amounts to
              prepare_messages   the same, for Anthropic's Messages API
-             prepare_gemini     the same, for Google's Gemini API (generateContent; countTokens counted)
+             prepare_gemini     the same, for Google's Gemini API (generateContent; countTokens counted;
+                                embedContent and batchEmbedContents: prepare_gemini_embeddings)
              complete  send → translate                                    one chat.completion
              respond / stream_response  as complete / stream, answered as a Responses object / events
              answer_message / stream_messages  as complete / stream, answered in Anthropic's shape
              answer_gemini / stream_gemini     as complete / stream, answered in Google's shape
              embed     as prepare, then send → translate                   one embeddings list
+                       (embedded: the vectors, for an API that answers them in its own shape)
              stream    send → frames → translate, as StreamEvents         heartbeats while the service is silent;
                        a `direct` callable takes chunks in the upstream connection's callback (the edge's outlet)
     binary   relay     verify → route on fields read in place → send the same bytes → the answer's bytes
@@ -26,7 +28,7 @@ Only the edge renders bytes for the client: the stages yield typed events, and r
 
     gateway.py  what every request shares          prepare.py  the CPU-only stages
     admit.py    admit and settle (tenancy)         send.py     endpoint choice, retries, the fallback chain
-    answer.py   complete, respond, answer_message, answer_gemini, count_by_service, embed
+    answer.py   complete, respond, answer_message, answer_gemini, count_by_service, embed, embedded
     stream.py   stream, its events             stream_dialects.py  stream_messages, stream_gemini, stream_response
     relay.py    relay                              stored.py   recall, kept_input, keep
     cache.py    a route's response cache in front of send: a hit runs the stage's attempt on the stored answer
@@ -41,12 +43,13 @@ from ingress.pipeline.answer import (
     complete,
     count_by_service,
     embed,
+    embedded,
     respond,
     sealing_for,
 )
 from ingress.pipeline.gateway import EncodeRequest, Gateway
 from ingress.pipeline.prepare import Completion, Prepared, prepare, prepare_embeddings, prepare_responses, prepare_text
-from ingress.pipeline.prepare_gemini import prepare_gemini, prepare_gemini_count
+from ingress.pipeline.prepare_gemini import prepare_gemini, prepare_gemini_count, prepare_gemini_embeddings
 from ingress.pipeline.prepare_messages import prepare_count, prepare_messages
 from ingress.pipeline.relay import RELAYED_HEADERS, RelayedAnswer, relay
 from ingress.pipeline.send import send
@@ -94,6 +97,7 @@ __all__ = [
     "complete",
     "count_by_service",
     "embed",
+    "embedded",
     "keep",
     "kept_input",
     "prepare",
@@ -101,6 +105,7 @@ __all__ = [
     "prepare_embeddings",
     "prepare_gemini",
     "prepare_gemini_count",
+    "prepare_gemini_embeddings",
     "prepare_messages",
     "prepare_responses",
     "prepare_text",

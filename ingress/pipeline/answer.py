@@ -135,7 +135,14 @@ def message_id(exchange: Exchange) -> str:
 
 
 async def embed(gateway: Gateway, prepared: Prepared[EmbeddingRequest], exchange: Exchange) -> EmbeddingList:
-    """One embeddings answer, sent as `complete` sends (retries, fallback); any failure raises."""
+    """One embeddings answer in OpenAI's shape; as embedded."""
+    embeddings = await embedded(gateway, prepared, exchange)
+    return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
+
+
+async def embedded(gateway: Gateway, prepared: Prepared[EmbeddingRequest], exchange: Exchange) -> Embeddings:
+    """One embeddings answer, a vector per input, sent as `complete` sends (retries, fallback); any failure
+    raises."""
     inputs = len(prepared.request.inputs)
 
     async def attempt(lease: Lease, ready: Prepared[EmbeddingRequest]) -> Embeddings:
@@ -152,5 +159,5 @@ async def embed(gateway: Gateway, prepared: Prepared[EmbeddingRequest], exchange
     embeddings = await send_cached(gateway, prepared, exchange, attempt, EMBEDDINGS,
                                    reroute=prepared.rerouter(gateway, exchange))
     answered(exchange, embeddings.usage, embeddings.model)
-    return translate_embeddings(embeddings, as_base64=prepared.request.encoding_format == "base64")
+    return embeddings
 

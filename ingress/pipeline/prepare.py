@@ -200,11 +200,12 @@ P = TypeVar("P", TextCompletionRequest, EmbeddingRequest)
 
 
 def _guarded_texts(exchange: Exchange, request: P, field: Literal["prompt", "input"], texts: list[str | list[int]],
-                   tokens: int) -> P:
-    """As guarded_chat, for the prompts of a legacy completion (`prompt`) or embeddings inputs (`input`)."""
+                   tokens: int, param: str | None = None) -> P:
+    """As guarded_chat, for the prompts of a legacy completion (`prompt`) or embeddings inputs (`input`); a
+    refusal names `param` (by default the field)."""
     guarded = texts
     for guard in exchange.principal.guards if exchange.principal is not None else ():
-        guarded = guard.texts(guarded, tokens, param=field)
+        guarded = guard.texts(guarded, tokens, param=param or field)
     if all(a is b for a, b in zip(guarded, texts, strict=True)):
         return request  # nothing redacted
     original = getattr(request, field)
@@ -324,11 +325,17 @@ def prepare_responses(gateway: Gateway, body: bytes, meta: RequestMeta, exchange
 
 def prepare_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta,
                        exchange: Exchange) -> Prepared[EmbeddingRequest]:
-    """Decode, route (the same route table: a model name), count, guard, passport, encode; bad input raises here."""
-    request = decode_embedding_request(body)
+    """Decode, then as prepare_embedding; bad input raises here."""
+    return prepare_embedding(gateway, decode_embedding_request(body), meta, exchange)
+
+
+def prepare_embedding(gateway: Gateway, request: EmbeddingRequest, meta: RequestMeta, exchange: Exchange,
+                      param: str = "input") -> Prepared[EmbeddingRequest]:
+    """Route (the same route table: a model name), count, guard (its refusals name `param`, where the
+    client's API holds the inputs), passport, encode a decoded embeddings request."""
     match, meta = route_decoded(gateway, exchange, request.model, False, meta, request.user)
     tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).texts(request.inputs, exact))
-    request = _guarded_texts(exchange, request, "input", request.inputs, tokens)
+    request = _guarded_texts(exchange, request, "input", request.inputs, tokens, param)
     passport = compute_embedding_passport(request, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
     encoded = encode_embedding_request(request, exchange.request_id, passport, match.route.provider,
                                        match.upstream_model)

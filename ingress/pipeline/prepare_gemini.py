@@ -1,5 +1,6 @@
 """prepare, for Google's Gemini API: a GenerateContentRequest (or a countTokens one) decoded, routed, read as
-the chat request it amounts to, counted, guarded, and encoded; CPU only, bad input raises here.
+the chat request it amounts to, counted, guarded, and encoded; an embedContent or batchEmbedContents request
+read as the embeddings request it amounts to; CPU only, bad input raises here.
 
 The chat reading is what travels, to every route. Bound for Google (a route with `provider = "gemini"`, its
 group a Gemini bridge), the request also travels whole, as the client sent it (`gemini_json`), for the bridge
@@ -18,6 +19,8 @@ from ingress.errors import InvalidRequest
 from ingress.exchange import Exchange
 from ingress.gemini.contents_codec import decode_generate_content
 from ingress.gemini.contents_to_chat import Read, as_chat
+from ingress.gemini.embeddings import read_embed
+from ingress.oai.embeddings import EmbeddingRequest
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import (
     Completion,
@@ -27,6 +30,7 @@ from ingress.pipeline.prepare import (
     counter,
     folded_turns,
     guarded_chat,
+    prepare_embedding,
     prepared_for,
     route_decoded,
 )
@@ -107,6 +111,15 @@ def prepare_gemini_count(gateway: Gateway, body: bytes, meta: RequestMeta, excha
     encoded = encode_messages_request(read.request, exchange.request_id, passport, match.route.provider,
                                       match.upstream_model, gemini_json=counted_body.decode())
     return tokens, prepared_for(gateway, exchange, read.request, match, passport, encoded, meta, 0)
+
+
+def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, model: str,
+                              batch: bool) -> Prepared[EmbeddingRequest]:
+    """`embedContent` (`batch`: `batchEmbedContents`) of `model`, the URL's: read as the embeddings request it
+    amounts to (gemini/embeddings.py), what is not sent named on the exchange, then as any embeddings request."""
+    request, dropped = read_embed(body, model, batch=batch)
+    exchange.routed.hints.extend(dropped)
+    return prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content")
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -17,7 +17,7 @@ OPERATIONS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completio
               "/v1/responses": "chat", "/v1/messages": "chat", "/v1/messages/count_tokens": "count_tokens"}
 # Google's, by the method after the model's name (`/v1beta/models/{model}:{method}`, also under /v1/).
 GEMINI_OPERATIONS = {"generateContent": "generate_content", "streamGenerateContent": "generate_content",
-                     "countTokens": "count_tokens"}
+                     "countTokens": "count_tokens", "embedContent": "embeddings", "batchEmbedContents": "embeddings"}
 _GEMINI_MODELS = ("/v1beta/models/", "/v1/models/")
 
 

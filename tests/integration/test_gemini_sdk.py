@@ -310,7 +310,7 @@ async def test_the_edges_own_refusals_in_googles_envelope(start_edge: StartEdge)
     async with aiohttp.ClientSession() as http:
         for method, path, status, name in [
             ("GET", "/v1beta/nothing-here", 404, "NOT_FOUND"),
-            ("POST", f"/v1beta/models/{MODEL}:embedContent", 404, "NOT_FOUND"),
+            ("POST", f"/v1beta/models/{MODEL}:predict", 404, "NOT_FOUND"),
             ("PUT", "/v1beta/models", 405, "INVALID_ARGUMENT"),
             ("GET", f"/v1beta/models/{MODEL}:generateContent", 404, "NOT_FOUND"),
         ]:

@@ -1,7 +1,7 @@
-"""Embeddings from a real engine: the official `openai` SDK → the edge → its in-process OpenAI bridge →
-llama.cpp's llama-server serving SmolLM2-135M as an embedder (`llama_embedder`: `--embeddings --pooling
-mean`, one thread; tests/support/llama_engine.py), through a key with a token limit, a route's response cache and
-a fallback chain.
+"""Embeddings from a real engine: the official `openai` SDK (and Google's `google-genai`, by Google's API) → the
+edge → its in-process OpenAI bridge → llama.cpp's llama-server serving SmolLM2-135M as an embedder
+(`llama_embedder`: `--embeddings --pooling mean`, one thread; tests/support/llama_engine.py), through a key with a
+token limit, a route's response cache and a fallback chain.
 
 What the engine says is read from the engine itself (its dimension from `/v1/models`, its vectors and
 counts by asking it directly), never written here.
@@ -21,6 +21,8 @@ import aiohttp
 import openai
 import pytest
 from fakes.upstream import refusing_url
+from google import genai
+from google.genai import types
 from metric_values import sample_value
 from recording import recording_edge
 from waiting import eventually
@@ -117,6 +119,25 @@ async def test_vectors_of_the_models_dimension_alike_in_either_format_and_usage_
     assert _f32([array("f", base64.b64decode(encoded))]) == _f32(vectors[:1])
     [exchange, *_] = served.exchanges
     assert exchange.answer.usage is not None and exchange.answer.usage.prompt_tokens == usage["prompt_tokens"]
+
+
+@pytest.mark.filterwarnings("ignore:Inheritance class AiohttpClientSession:DeprecationWarning")
+async def test_a_google_client_gets_the_engines_own_vectors(served: Served) -> None:
+    """Google's API on the same route: the SDK's embed_content (batchEmbedContents) and its dimensionality."""
+    edge = str(served.client.base_url).rstrip("/").removesuffix("/v1")
+    client = genai.Client(api_key="gk-client", http_options=types.HttpOptions(base_url=edge))
+    result = await client.aio.models.embed_content(model=MODEL, contents=TEXTS)
+
+    vectors, usage = await _direct(served.engine, TEXTS)
+    assert _f32(e.values or [] for e in result.embeddings or []) == _f32(vectors)  # the engine's own, unchanged
+    [exchange] = served.exchanges
+    assert exchange.api == "gemini_embeddings"
+    assert exchange.answer.usage is not None and exchange.answer.usage.prompt_tokens == usage["prompt_tokens"]
+    with pytest.raises(genai.errors.ClientError) as refused:  # llama-server answers its model's whole vectors
+        await client.aio.models.embed_content(model=MODEL, contents=TEXTS,
+                                              config=types.EmbedContentConfig(output_dimensionality=8))
+    assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
+    assert "output_dimensionality" in str(refused.value.message) or "dimensions" in str(refused.value.message)
 
 
 async def test_token_ids_are_embedded_as_ids(served: Served) -> None:

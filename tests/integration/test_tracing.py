@@ -169,7 +169,7 @@ async def test_messages_and_embeddings_are_traced_as_their_operations(
     assert (embeddings.name, embeddings.attributes["gen_ai.operation.name"]) == (f"embeddings {MODEL}", "embeddings")
 
 
-async def test_gemini_calls_are_traced_as_generate_content_and_count_tokens(
+async def test_gemini_calls_are_traced_as_generate_content_count_tokens_and_embeddings(
         start_edge: Any, fake_upstream: FakeUpstream, receiver: OtlpReceiver) -> None:
     url = await start_edge(edge_settings(receiver, [fake_upstream.url]))
     body = {"contents": [{"role": "user", "parts": [{"text": "hi there"}]}],
@@ -179,7 +179,10 @@ async def test_gemini_calls_are_traced_as_generate_content_and_count_tokens(
             async with http.post(f"{url}/v1beta/models/{MODEL}:{method}", json=body) as r:
                 assert r.status == 200, await r.text()
                 await r.read()
-    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 3, "three server spans")
+        embed = {"requests": [{"content": {"parts": [{"text": "hi there"}]}}]}
+        async with http.post(f"{url}/v1beta/models/{MODEL}:batchEmbedContents", json=embed) as r:
+            assert r.status == 200, await r.text()
+    spans = await receiver.wait_for(lambda spans: len(server_spans(spans)) == 4, "four server spans")
     by_route = {s.attributes["http.route"]: s for s in server_spans(spans)}
     whole = by_route["/v1beta/models/{model}:generateContent"]
     streamed = by_route["/v1beta/models/{model}:streamGenerateContent"]
@@ -188,6 +191,8 @@ async def test_gemini_calls_are_traced_as_generate_content_and_count_tokens(
     assert whole.attributes["gen_ai.request.max_tokens"] == 16
     assert streamed.name == f"generate_content {MODEL}" and streamed.attributes["gen_ai.request.stream"] is True
     assert (counted.name, counted.attributes["ingress.api"]) == (f"count_tokens {MODEL}", "gemini_count_tokens")
+    embedded = by_route["/v1beta/models/{model}:batchEmbedContents"]
+    assert (embedded.name, embedded.attributes["ingress.api"]) == (f"embeddings {MODEL}", "gemini_embeddings")
 
 
 async def test_a_fallback_is_an_attempt_of_its_own_and_the_hop_names_the_one_that_answered(

@@ -57,3 +57,25 @@ def sdk_stream(events: list[bytes]) -> list[types.GenerateContentResponse]:
 def sdk_models(body: bytes) -> list[types.Model]:
     """What `models.list()` yields for a models list `body`."""
     return list(_client(200, body).models.list())
+
+
+def sdk_embed_body(contents: Any, config: types.EmbedContentConfig | None = None, *,
+                   model: str = "gemini-embedding-001") -> tuple[str, bytes]:
+    """(the URL path, the body) the SDK sends for `embed_content(model, contents, config)`."""
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"embeddings": [{"values": [0.0]}]})
+
+    transport = httpx.Client(transport=httpx.MockTransport(answer))
+    client = genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url="http://edge",
+                                                                            httpx_client=transport))
+    client.models.embed_content(model=model, contents=contents, config=config)
+    assert len(sent) == 1
+    return sent[0].url.path, sent[0].content
+
+
+def sdk_embed(body: bytes) -> types.EmbedContentResponse:
+    """What `embed_content` returns for an answer `body`."""
+    return _client(200, body).models.embed_content(model="gemini-embedding-001", contents="Hi")

@@ -57,4 +57,6 @@ def test_the_models_list_is_read_by_the_sdk() -> None:
     models = sdk_models(msgspec.json.encode(model_list(["gemini-2.5-pro", "local-model"])))
     assert [(m.name, m.display_name, m.version) for m in models] == [
         ("models/gemini-2.5-pro", "gemini-2.5-pro", "001"), ("models/local-model", "local-model", "001")]
-    assert models[0].supported_actions == ["generateContent", "streamGenerateContent", "countTokens"]
+    assert models[0].supported_actions == ["generateContent", "streamGenerateContent", "countTokens",
+                                           "embedContent", "batchEmbedContents"]
+

@@ -109,7 +109,9 @@ def test_a_provider_span_is_named_for_its_operation_and_model(tracer: Recording)
     ("/v1beta/models/gemini-2.5-pro:streamGenerateContent",
      ("generate_content", "/v1beta/models/{model}:streamGenerateContent")),
     ("/v1/models/llama3:8b:countTokens", ("count_tokens", "/v1/models/{model}:countTokens")),
-    ("/v1beta/models/gemini-2.5-pro:embedContent", None),  # not served: a 404, untraced
+    ("/v1beta/models/gemini-embedding-001:batchEmbedContents",
+     ("embeddings", "/v1beta/models/{model}:batchEmbedContents")),
+    ("/v1beta/models/gemini-2.5-pro:predict", None),  # not served: a 404, untraced
     ("/v1beta/models/gemini-2.5-pro", None),
     ("/v1beta/models/:generateContent", None),
     ("/v1/models", None),

@@ -1,5 +1,5 @@
 """Embeddings translated to OpenAI's list (ingress/translate/embeddings.py): its shape, floats as JSON
-numbers or base64 that the SDK's own decoder reads back the same."""
+numbers or base64 that the SDK's own decoder reads back the same; and to Google's answer, as its SDK reads it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,15 @@ import struct
 from typing import Any
 
 import msgspec
+import pytest
+from gemini_sdk import sdk_embed
 from openai import NOT_GIVEN
 from openai._models import construct_type
 from openai.lib._parsing._embeddings import parse_embedding_response
 from openai.types import CreateEmbeddingResponse
 
 from ingress import wire
-from ingress.translate.embeddings import encode_base64, translate_embeddings
+from ingress.translate.embeddings import encode_base64, translate_embeddings, translate_gemini_embeddings
 from ingress.wire.embeddings import Embeddings
 
 FLOAT32S = [0.0, -0.0, 1.0, -1.5, 0.1, 1e-45, 3.4028234663852886e38, -2.5e-20, 0.333333343267]
@@ -67,3 +69,19 @@ def test_translation_has_openais_shape() -> None:
     CreateEmbeddingResponse.model_validate(doc)
     bare = translate_embeddings(Embeddings(model="m", vectors=[[1.0]]), as_base64=False)
     assert (bare.usage.prompt_tokens, bare.usage.total_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize("usage", [wire.Usage(prompt_tokens=7, total_tokens=7), None])
+def test_googles_answer_is_read_by_its_sdk_a_vector_per_request(usage: wire.Usage | None) -> None:
+    vectors = [[0.5, -0.25], [0.125, 1.0]]
+    answer = translate_gemini_embeddings(Embeddings(model="m", vectors=vectors, usage=usage), batch=True)
+    read = sdk_embed(msgspec.json.encode(answer))
+    assert [e.values for e in read.embeddings or []] == vectors
+    one = msgspec.json.decode(msgspec.json.encode(translate_gemini_embeddings(Embeddings(model="m", vectors=vectors[:1],
+                                                                               usage=usage), batch=False)))
+    assert one["embedding"] == {"values": vectors[0]}
+    if usage is None:
+        assert "usageMetadata" not in one and read.usage_metadata is None
+    else:
+        assert one["usageMetadata"] == {"promptTokenCount": 7, "totalTokenCount": 7}
+        assert read.usage_metadata is not None and read.usage_metadata.prompt_token_count == 7
