@@ -21,7 +21,7 @@ from ingress.edge.bodies import read_body
 from ingress.edge.sse import GeminiArrayWriter, GeminiSseWriter
 from ingress.edge.writers import Outlet, json_response, write_stream
 from ingress.encoding.passport import RequestMeta
-from ingress.errors import NotFound
+from ingress.errors import NotFound, UpstreamAnswered
 from ingress.gemini.answers import METHODS, CountTokensResponse, model_info, model_list
 from ingress.tenancy.policy import presented_key
 from ingress.translate.embeddings import translate_gemini_embeddings
@@ -123,8 +123,17 @@ async def _embed(request: web.Request, model: str, *, batch: bool) -> web.Respon
     body = await read_body(request, gateway.settings.max_body_bytes)
     prepared = pipeline.prepare_gemini_embeddings(gateway, body, _meta(request), exchange, model=model, batch=batch)
     await pipeline.admit(gateway, prepared, exchange)
-    with request.app[DRAIN].deadline():
-        embeddings = await pipeline.embedded(gateway, prepared, exchange)
+    try:
+        with request.app[DRAIN].deadline():
+            embeddings = await pipeline.embedded(gateway, prepared, exchange)
+    except UpstreamAnswered as exc:
+        if exc.param != "dimensions":
+            raise
+        # The service refused the contract's `dimensions` (an engine that does not honour it): the client's
+        # field is outputDimensionality, which every request of a batch asked alike.
+        raise UpstreamAnswered(exc.status, exc.type, exc.code, exc.message,
+                               "requests[0].output_dimensionality" if batch else "output_dimensionality",
+                               retry_after=exc.retry_after) from exc
     return json_response(translate_gemini_embeddings(embeddings, batch=batch))
 
 

@@ -137,7 +137,10 @@ async def test_a_google_client_gets_the_engines_own_vectors(served: Served) -> N
         await client.aio.models.embed_content(model=MODEL, contents=TEXTS,
                                               config=types.EmbedContentConfig(output_dimensionality=8))
     assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
-    assert "output_dimensionality" in str(refused.value.message) or "dimensions" in str(refused.value.message)
+    assert isinstance(refused.value.details, dict)
+    [bad_request] = [d for d in refused.value.details["error"]["details"] if d["@type"].endswith("BadRequest")]
+    assert [v["field"] for v in bad_request["fieldViolations"]] == ["requests[0].output_dimensionality"]
+    assert str(refused.value.message).endswith("not 8.")  # the vectors the engine answered are not what was asked
 
 
 async def test_token_ids_are_embedded_as_ids(served: Served) -> None:
