@@ -1,6 +1,7 @@
 """What a request sent to Google's Gemini API costs the edge beside the same conversation sent as chat: CPU per
 request (its decode, its reading as chat, the whole of prepare, for a route anywhere and for one to Google,
-whole) and per streamed chunk, and the answer's translation, side by side in one run.
+whole) and per streamed chunk, and the answer's translation, side by side in one run; and Google's embeddings
+(`batchEmbedContents`) beside the same texts sent to `/v1/embeddings`.
 
     nice -n 10 .venv/bin/python -m bench gemini [--quick] [--rounds 7] [--out FILE]
         -> results/gemini.json (~1 min; --quick ~20 s, results/gemini-quick.json)
@@ -17,9 +18,12 @@ In process, each stage timed as bench/stages.py times them (thread CPU, calibrat
 in a random order each round, each one's chat and Gemini calls back to back, which first alternating): the
 request's decode (and for Gemini its reading as chat), the whole of `prepare` against `prepare_gemini` for each
 name, and for a route to Google (the request carried whole beside its reading, `gemini_json`), the answer's
-translation and JSON, a streamed token's frame read in place, and its event rendered and framed. What they
-leave out is the edge's structure around them (sockets, tasks), which is the same for both APIs: bench/messages.py
-measures it, for Messages, with a real edge process.
+translation and JSON, a streamed token's frame read in place, and its event rendered and framed. The
+embeddings: 16 texts of 64 words (bench/bridge_embeddings.py's) to text-embedding-3-small (counted exactly,
+cl100k) and BAAI/bge-m3 (estimated), the whole of `prepare_embeddings` against `prepare_gemini_embeddings` (the
+run first checks that both read as one request), and a 16 x 1024 answer translated and written as JSON (floats,
+which Google's clients get). What they leave out is the edge's structure around them (sockets, tasks), which is
+the same for both APIs: bench/messages.py measures it, for Messages, with a real edge process.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 
-from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request  # noqa: E402
+from bench.lib.payloads import OPEN_MODEL, OPENAI_MODEL, chat_request, words  # noqa: E402
 from bench.lib.provenance import code_version, describe  # noqa: E402
 from bench.lib.results import niced, result_path, write_result  # noqa: E402
 
@@ -45,6 +49,18 @@ APIS = ("chat", "gemini")
 SIZE = 16 * 1024
 MAX_TOKENS = 64
 GOOGLE_ROUTE = "gemini-2.5-flash"  # a route to Google (provider "gemini"): the request travels whole too
+# Embeddings: bench/bridge_embeddings.py's models (cl100k counts the first exactly, the second is estimated) and
+# its 16 texts of 64 words, embedded at bge-m3's 1024 dimensions.
+EMBEDDERS = ("text-embedding-3-small", "BAAI/bge-m3")
+TEXTS = [words(64, seed=100 + i) for i in range(16)]
+DIMENSIONS = 1024
+
+
+def embeddings_bodies(model: str) -> tuple[bytes, bytes]:
+    """The 16 texts as OpenAI's clients send them (floats asked), and as Google's SDK sends them."""
+    openai = {"model": model, "input": TEXTS, "encoding_format": "float"}
+    google = {"requests": [{"model": f"models/{model}", "content": {"parts": [{"text": t}]}} for t in TEXTS]}
+    return msgspec.json.encode(openai), msgspec.json.encode(google)
 
 
 def gemini_request(model: str) -> bytes:
@@ -73,10 +89,21 @@ def check_translation() -> None:
         chat = msgspec.structs.replace(chat, max_completion_tokens=chat.max_tokens, max_tokens=None)
         if read.request != chat or read.dropped:
             raise SystemExit(f"the Gemini body ({model}) is not read as the chat body")
+    from ingress.gemini.embeddings import read_embed
+    from ingress.oai.embeddings import decode_embedding_request
+
+    for model in EMBEDDERS:
+        openai, google = embeddings_bodies(model)
+        request, dropped = read_embed(google, model, batch=True)
+        expected = msgspec.structs.replace(decode_embedding_request(openai), encoding_format=None)
+        if request != expected or dropped:
+            raise SystemExit(f"the batchEmbedContents body ({model}) is not read as the embeddings body")
 
 
 def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], object]]]:
     """Each stage that differs, as (chat's call, Gemini's call) on the data it gets in the edge."""
+    from array import array
+
     from multidict import CIMultiDict
 
     from bench.tenancy import mock_answer
@@ -96,6 +123,7 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     from ingress.tenancy.keys import new_key
     from ingress.tenancy.settings import Key, Limits, Tenancy, Tenant
     from ingress.translate.completion import translate_response
+    from ingress.translate.embeddings import translate_embeddings, translate_gemini_embeddings
     from ingress.translate.gemini import GeminiStreamTranslator, response_from_answer
     from ingress.translate.stream import StreamTranslator
     from ingress.wire.answer import decode_answer
@@ -103,7 +131,7 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
     secret, key_id, key_hash = new_key()  # as bench/stages.py: rpm and tpm on the key, tpm on its tenant
     key = Key(id=key_id, tenant="t", hash=key_hash, limits=Limits(rpm=10**9, tpm=10**12))
     tenancy = build(Tenancy(keys=(key,), tenants={"t": Tenant(limits=Limits(tpm=10**12))}), 1)
-    routes = (*(Route(model=m, group="main") for m in MODELS),
+    routes = (*(Route(model=m, group="main") for m in (*MODELS, *EMBEDDERS)),
               Route(model=GOOGLE_ROUTE, group="main", provider="gemini", upstream_model=OPENAI_MODEL))
     settings = Settings(upstream="http://127.0.0.1:1", routes=routes)
     gateway = pipeline.Gateway(settings=settings, routes=RouteTable(settings.resolved()[1]), groups={},
@@ -138,13 +166,28 @@ def stage_pairs() -> dict[str, tuple[Callable[[], object] | None, Callable[[], o
 
     delta, event = read(chat_stream)[0], read(gemini_stream)[0]
     sse, google = SseWriter(), GeminiSseWriter()
+    # 16 vectors as a service's answer decodes them: float32 values, each read back as a Python float
+    vectors = [array("f", [((i * 31 + j * 17) % 2001 - 1000) / 1001.0 for j in range(DIMENSIONS)]).tolist()
+               for i in range(len(TEXTS))]
+    embedded = wire.Embeddings(model=EMBEDDERS[1], vectors=vectors, usage=wire.Usage(prompt_tokens=1280,
+                                                                                      total_tokens=1280))
 
     def prepare(model: str, route: str) -> tuple[Callable[[], object], Callable[[], object]]:
         chat, gemini = chat_request(SIZE, max_tokens=MAX_TOKENS, model=model), gemini_request(model)
         return (lambda: pipeline.prepare(gateway, chat, meta, new_exchange()),
                 lambda: pipeline.prepare_gemini(gateway, gemini, meta, new_exchange(), model=route, stream=False))
 
+    def embed(model: str) -> tuple[Callable[[], object], Callable[[], object]]:
+        openai, google = embeddings_bodies(model)
+        return (lambda: pipeline.prepare_embeddings(gateway, openai, meta, new_exchange()),
+                lambda: pipeline.prepare_gemini_embeddings(gateway, google, meta, new_exchange(), model=model,
+                                                           batch=True))
+
     return {
+        **{f"embeddings x16: prepare, {m}": embed(m) for m in EMBEDDERS},
+        "embeddings x16: answer + JSON": (
+            lambda: json_response(translate_embeddings(embedded, as_base64=False)),
+            lambda: json_response(translate_gemini_embeddings(embedded, batch=True))),
         "request: decode": (lambda: decode_chat_request_forwarding(chat_body, gateway.forwards_extras),
                             lambda: decode_generate_content(gemini_body)),
         "request: read as chat": (None, lambda: as_chat(decoded, OPENAI_MODEL)),

@@ -80,12 +80,13 @@ def side_by_side(pairs: dict[str, Pair], apis: tuple[str, str], rounds: int, bud
 def print_side_by_side(table: dict[str, Any], apis: tuple[str, str]) -> None:
     """side_by_side's table as text: a stage a row, the two APIs' µs, the difference's median and range."""
     base, other = apis
-    header = f"{'stage':<42}{base:>9}{other:>10}{'difference':>12}{'rounds':>16}"
+    width = max(42, *(len(name) + 2 for name in table))
+    header = f"{'stage':<{width}}{base:>9}{other:>10}{'difference':>12}{'rounds':>16}"
     print(header + "\n" + "-" * len(header))
     for name, by in table.items():
         first = by.get(base, {}).get("us")
         lo, hi = by["difference_range"]
-        print(f"{name:<42}{'-' if first is None else f'{first:.1f}':>9}{by[other]['us']:>10.1f}"
+        print(f"{name:<{width}}{'-' if first is None else f'{first:.1f}':>9}{by[other]['us']:>10.1f}"
               f"{by['difference_us']:>+12.1f}{f'{lo:+.1f} .. {hi:+.1f}':>16}")
 
 

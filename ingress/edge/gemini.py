@@ -1,9 +1,9 @@
 """Google's Gemini API, under `/v1beta/` and `/v1/` (the `google-genai` SDK given a base URL sends the latter):
 `POST models/{model}:generateContent`, `:streamGenerateContent` (server-sent events with `?alt=sse`, else a
 JSON array that grows), `:countTokens`, `:embedContent`, `:batchEmbedContents`, and `GET models`,
-`models/{model}`. Each request is read as the chat
-request it amounts to, served by whatever its route names, and answered in Google's shape; errors in
-Google's envelope (the middleware renders them so for every request `speaks_gemini` recognizes).
+`models/{model}`. Each request is read as the chat request (or the embeddings request) it amounts to, served
+by whatever its route names, and answered in Google's shape; errors in Google's envelope (the middleware
+renders them so for every request `speaks_gemini` recognizes).
 
 The key: `x-goog-api-key`, else the `key` query parameter, else `Authorization: Bearer`."""
 
