@@ -1,9 +1,10 @@
 """Google's Gemini API as a bridge dialect (sans-I/O): our request → `POST /v1beta/models/{model}:generateContent`
 (`:streamGenerateContent?alt=sse` for a stream; `gemini_request.py`), its answers, events and errors → our
-types (`gemini_answers.py`). A request that came to the edge in Google's own API carries it as sent
-(`gemini_json`): that is what goes, to the route's model, with Google's built-in tools, cachedContent, files
-and thought signatures as the client sent them. The key is `x-goog-api-key` (`ingress bridge gemini` reads
-GEMINI_API_KEY, else GOOGLE_API_KEY, when no other is named)."""
+types (`gemini_answers.py`); an embeddings request → `:batchEmbedContents` (`gemini_embeddings.py`). A request
+that came to the edge in Google's own API carries it as sent (`gemini_json`): that is what goes, to the route's
+model, with Google's built-in tools, cachedContent, files and thought signatures as the client sent them. The
+key is `x-goog-api-key` (`ingress bridge gemini` reads GEMINI_API_KEY, else GOOGLE_API_KEY, when no other is
+named)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ingress import wire
 from ingress.bridges.dialect import Dialect, EngineRequest, Target, Unsupported, readable
 from ingress.bridges.failures import retry_after
 from ingress.bridges.gemini_answers import GeminiStream, decode_answer, decode_count, decode_error
+from ingress.bridges.gemini_embeddings import EmbeddingsCall, build_embeddings
 from ingress.bridges.gemini_request import as_sent, model_path, request_body, request_headers
 from ingress.encoding.reading import decode_request
 from ingress.wire.types import ErrorInfo, Response
@@ -107,6 +109,11 @@ class GeminiDialect:
         request = EngineRequest(path=model_path(target, model, "countTokens"), headers=request_headers(target),
                                 body=body, stream=False)
         return CountCall(request, model, int(self._clock()))
+
+    @readable
+    def embed(self, buf: bytes, target: Target) -> EmbeddingsCall:
+        """An EmbeddingRequest as Google's batchEmbedContents (gemini_embeddings.py)."""
+        return build_embeddings(buf, target)
 
     def error(self, status: int, headers: Mapping[str, str], body: bytes, *, clients_key: bool = False) -> ErrorInfo:
         info = decode_error(status, headers, body, clients_key=clients_key)

@@ -7,7 +7,8 @@ and `outputDimensionality` as the request's dimensions. Refused, naming the fiel
 that is not text (only text is embedded here), a content without text, a batch's request naming another model
 than the URL's, and a batch whose requests ask different dimensionalities (one request of the contract serves
 them all). Not sent, and named on the exchange: `taskType` and `title`, which only Google's models read (an
-engine elsewhere has no task types; its vector is the same without them)."""
+engine elsewhere has no task types; its vector is the same without them). The contract does not carry them, so
+on a route to Google, where they would change the vectors, prepare refuses them (prepare_gemini.py)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,10 @@ _ONE = mi.type_info(EmbedContentRequest)
 _BATCH = mi.type_info(BatchEmbedContentsRequest)
 
 
-def read_embed(body: bytes, model: str, *, batch: bool) -> tuple[EmbeddingRequest, list[str]]:
+def read_embed(body: bytes, model: str, *, batch: bool) -> tuple[EmbeddingRequest, dict[str, str]]:
     """The embeddings request a body of `embedContent` (`batch`: `batchEmbedContents`) of the URL's `model`
-    amounts to, and the names of what it asked that is not sent; InvalidRequest for what is refused."""
+    amounts to, and what it asked that is not sent: each name, and where it was first asked
+    (`{"task_type": "requests[1].task_type"}`); InvalidRequest for what is refused."""
     if batch:
         message = "BatchEmbedContentsRequest"
         requests = decode_google(body, _batch, _BATCH, message).requests
@@ -67,7 +69,9 @@ def read_embed(body: bytes, model: str, *, batch: bool) -> tuple[EmbeddingReques
             raise refused(f"* {message}.{place}output_dimensionality: every request of a batch must ask the same "
                           "output_dimensionality here (one embeddings request serves them all).",
                           f"{place}output_dimensionality")
-    dropped = [name for name in (TASK_TYPE, TITLE) if any(getattr(r, name) is not None for r in requests)]
+    dropped = {name: next(f"{place}{name}" for r, place in zip(requests, places, strict=True)
+                          if getattr(r, name) is not None)
+               for name in (TASK_TYPE, TITLE) if any(getattr(r, name) is not None for r in requests)}
     return EmbeddingRequest(model=model, input=inputs, dimensions=asked), dropped
 
 

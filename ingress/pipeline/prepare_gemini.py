@@ -11,6 +11,8 @@ sent behind: then only its (redacted) reading travels, as to any other service."
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 
 from ingress.encoding.passport import RequestMeta, compute_passport
@@ -116,10 +118,34 @@ def prepare_gemini_count(gateway: Gateway, body: bytes, meta: RequestMeta, excha
 def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, model: str,
                               batch: bool) -> Prepared[EmbeddingRequest]:
     """`embedContent` (`batch`: `batchEmbedContents`) of `model`, the URL's: read as the embeddings request it
-    amounts to (gemini/embeddings.py), what is not sent named on the exchange, then as any embeddings request."""
+    amounts to (gemini/embeddings.py), then as any embeddings request. What it asked that is not sent is named
+    on the exchange; on a route to Google (the first, or one its chain moves to), where it would change the
+    vectors, it is refused instead."""
     request, dropped = read_embed(body, model, batch=batch)
+    prepared = prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content")
+    if not dropped:
+        return prepared
+    _not_to_google(prepared.match.route, dropped, batch)
     exchange.routed.hints.extend(dropped)
-    return prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content")
+    encode_for = prepared.encode_for
+    if encode_for is None:
+        return prepared
+
+    def checked_encode_for(route: Route, model: str) -> bytes | bytearray:
+        _not_to_google(route, dropped, batch)
+        return encode_for(route, model)
+
+    return dataclasses.replace(prepared, encode_for=checked_encode_for)
+
+
+def _not_to_google(route: Route, dropped: dict[str, str], batch: bool) -> None:
+    """InvalidRequest naming the first field not sent, when `route` goes to Google, whose models read it."""
+    if route.provider != "gemini":
+        return
+    name, where = next(iter(dropped.items()))
+    message = "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
+    raise InvalidRequest(f"* {message}.{where}: {name} is not carried to Google by this edge, and would change "
+                         "the embeddings there; send the request without it.", param=where)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -1,7 +1,8 @@
 """The whole way to a fake Gemini: the `openai`, `anthropic` and `google-genai` SDKs → the edge → a bridge with
 the Gemini dialect (its own service, over FlatBuffers) → the fake's generateContent, and every answer back.
 A Gemini client's request travels whole (Google's built-in tools, thought signatures as sent); a chat client's
-tool call round-trips with its call's thought signature. Every buffer the edge sends passes the C++ Verifier."""
+tool call round-trips with its call's thought signature. Embeddings, from an OpenAI client or a Google one, go
+to the fake's batchEmbedContents. Every buffer the edge sends passes the C++ Verifier."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import anthropic
 import openai
 import pytest
 from aiohttp import web
-from fakes.gemini import COUNTED, FakeGemini, fixture, refuse, stream, whole
+from fakes.gemini import COUNTED, FakeGemini, fake_embedding, fixture, refuse, stream, whole
 from google import genai
 from google.genai import types
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
@@ -63,7 +64,7 @@ async def stack(cxx_verifier: Any) -> AsyncIterator[Stack]:
                                               count_tokens="provider"),), timeouts=GENEROUS)
             async with serve_app(create_app(settings), "127.0.0.1", 0) as edge:
                 yield Stack(fake, edge)
-    assert all(cxx_verifier.verify("request", buf) for buf in bodies)
+    assert all(cxx_verifier.verify("embedding_request" if buf[4:8] == b"LGEQ" else "request", buf) for buf in bodies)
 
 
 def _bytes(signature: str) -> bytes:
@@ -192,3 +193,37 @@ def test_the_sdk_reads_every_fixture_the_fake_serves() -> None:
         for line in fixture(f"{name}.sse").split(b"\r\n\r\n"):
             if line:
                 types.GenerateContentResponse.model_validate(json.loads(line.removeprefix(b"data: ")))
+
+
+# --- embeddings ---------------------------------------------------------------------------------------
+
+EMBEDDER = "gemini-embedding-001"
+
+
+async def test_an_openai_clients_embeddings_are_googles_batch_embed_contents(stack: Stack) -> None:
+    async with _openai(stack.edge) as client:
+        made = await client.embeddings.create(model=EMBEDDER, input=["first text", "second"], dimensions=8,
+                                              encoding_format="float")
+    assert [d.embedding for d in made.data] == [fake_embedding(0, 8), fake_embedding(1, 8)]
+    (sent,) = stack.gemini.received
+    assert (sent.model, sent.method, sent.headers["x-goog-api-key"]) == (EMBEDDER, "batchEmbedContents",
+                                                                        "AIza-bridge-key")
+    assert sent.body == {"requests": [
+        {"model": f"models/{EMBEDDER}", "content": {"parts": [{"text": text}]}, "outputDimensionality": 8}
+        for text in ("first text", "second")]}
+
+
+async def test_a_google_clients_embeddings_and_what_google_would_read_differently(stack: Stack) -> None:
+    client = _genai(stack.edge)
+    result = await client.aio.models.embed_content(model=EMBEDDER, contents=["a", "b", "c"])
+    assert [e.values for e in result.embeddings or []] == [fake_embedding(i, None) for i in range(3)]
+    with pytest.raises(genai.errors.ClientError) as refused:  # the contract does not carry it to Google
+        await client.aio.models.embed_content(model=EMBEDDER, contents="a",
+                                              config=types.EmbedContentConfig(task_type="RETRIEVAL_QUERY"))
+    assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
+    assert "requests[0].task_type" in str(refused.value.message)
+    assert len(stack.gemini.received) == 1  # the refused one was never sent
+    async with _openai(stack.edge) as openai_client:
+        with pytest.raises(openai.BadRequestError) as ids:
+            await openai_client.embeddings.create(model=EMBEDDER, input=[[15339, 1917]])
+    assert ids.value.body is not None and ids.value.body["param"] == "input[0]"  # type: ignore[index]

@@ -1,6 +1,7 @@
 """A scripted fake of Google's Gemini API (`POST /v1beta/models/{model}:generateContent`,
-`:streamGenerateContent?alt=sse`, `:countTokens`), answering with the fixtures of tests/fixtures/gemini/:
-whole answers, event streams (in pieces that split events and lines anywhere), refusals, a stream cut short.
+`:streamGenerateContent?alt=sse`, `:countTokens`, `:batchEmbedContents`), answering with the fixtures of
+tests/fixtures/gemini/: whole answers, event streams (in pieces that split events and lines anywhere), refusals,
+a stream cut short; and embeddings, each request's vector `fake_embedding(its index, its outputDimensionality)`.
 
     fake = FakeGemini()
     fake.play(stream("tool_call"), refuse(429))
@@ -30,6 +31,13 @@ from ingress.serve.app import serve_app
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gemini"
 COUNTED = 4321  # the fake's count of any prompt (`:countTokens`)
 PIECE = 89  # a stream is written in pieces of this many bytes
+EMBEDDING_SIZE = 4  # a vector's length when outputDimensionality is not asked
+METHODS = ("generateContent", "streamGenerateContent", "countTokens", "batchEmbedContents")
+
+
+def fake_embedding(index: int, dimensions: int | None) -> list[float]:
+    """The fake's vector for a batch's request `index`: float32 values, exact in JSON."""
+    return [(index + 1) / 2 ** (k + 1) for k in range(dimensions or EMBEDDING_SIZE)]
 
 
 def fixture(name: str) -> bytes:
@@ -103,13 +111,16 @@ class FakeGemini:
         body = json.loads(await request.read())
         received = Received(request.path, dict(request.query), CIMultiDict(request.headers), body)
         self.received.append(received)
-        if received.method not in ("generateContent", "streamGenerateContent", "countTokens"):
+        if received.method not in METHODS:
             return web.json_response({"error": {"code": 404, "message": "Method not found.", "status": "NOT_FOUND"}},
                                      status=404)
         if self._script:
             return await self._script.popleft()(request)
         if received.method == "countTokens":
             return web.json_response({"totalTokens": COUNTED})
+        if received.method == "batchEmbedContents":  # Google's answer names no usage
+            return web.json_response({"embeddings": [{"values": fake_embedding(i, r.get("outputDimensionality"))}
+                                                     for i, r in enumerate(body["requests"])]})
         return await (stream("text") if received.method == "streamGenerateContent" else whole("text"))(request)
 
     def app(self) -> web.Application:

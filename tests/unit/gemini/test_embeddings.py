@@ -17,12 +17,13 @@ from ingress.oai.embeddings import MAX_INPUTS
 
 MODEL = "gemini-embedding-001"
 TEXTS = ["What is the capital of France?", "Paris is the capital of France."]
+TEXT = {"parts": [{"text": "a"}]}
 
 
 def _read(body: dict[str, Any], *, batch: bool) -> tuple[list[str | list[int]], int | None, list[str]]:
     request, dropped = read_embed(msgspec.json.encode(body), MODEL, batch=batch)
     assert request.model == MODEL
-    return request.inputs, request.dimensions, dropped
+    return request.inputs, request.dimensions, list(dropped)
 
 
 def test_the_sdks_batch_is_its_texts_in_order_and_names_what_is_not_sent() -> None:
@@ -31,7 +32,8 @@ def test_the_sdks_batch_is_its_texts_in_order_and_names_what_is_not_sent() -> No
     assert path == f"/v1/models/{MODEL}:batchEmbedContents"  # what the SDK calls for embed_content
 
     request, dropped = read_embed(body, MODEL, batch=True)
-    assert (request.inputs, request.dimensions, dropped) == (TEXTS, 256, ["task_type", "title"])
+    assert (request.inputs, request.dimensions) == (TEXTS, 256)
+    assert dropped == {"task_type": "requests[0].task_type", "title": "requests[0].title"}  # where first asked
     assert (request.user, request.encoding_format) == (None, None)
 
 
@@ -49,13 +51,17 @@ def test_embed_content_by_hand_in_either_spelling_and_parts_joined_by_newlines()
     assert _read({"content": {"parts": [{"text": "x"}]}, "model": MODEL}, batch=False) == (["x"], None, [])
 
 
+def test_what_is_not_sent_is_named_where_it_was_first_asked() -> None:
+    body = {"requests": [{"content": TEXT}, {"content": TEXT, "title": "T"}, {"content": TEXT, "taskType": "X"}]}
+    assert read_embed(msgspec.json.encode(body), MODEL, batch=True)[1] == {"task_type": "requests[2].task_type",
+                                                                          "title": "requests[1].title"}
+
+
 def _refusal(body: dict[str, Any], *, batch: bool) -> InvalidRequest:
     with pytest.raises(InvalidRequest) as refused:
         read_embed(msgspec.json.encode(body), MODEL, batch=batch)
     return refused.value
 
-
-TEXT = {"parts": [{"text": "a"}]}
 
 
 @pytest.mark.parametrize(("body", "batch", "param", "says"), [

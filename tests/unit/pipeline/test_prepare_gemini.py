@@ -18,7 +18,12 @@ from ingress.exchange import Exchange
 from ingress.gemini.contents_codec import decode_generate_content
 from ingress.gemini.contents_to_chat import as_chat
 from ingress.pipeline.gateway import Gateway
-from ingress.pipeline.prepare_gemini import count_request, prepare_gemini, prepare_gemini_count
+from ingress.pipeline.prepare_gemini import (
+    count_request,
+    prepare_gemini,
+    prepare_gemini_count,
+    prepare_gemini_embeddings,
+)
 from ingress.routing.budget import RetryBudget
 from ingress.routing.table import RouteTable
 from ingress.settings import Route, Settings
@@ -156,3 +161,37 @@ def test_count_tokens_asks_google_where_the_route_says_so() -> None:
         "model": "models/gemini-counted", **GOOGLE_ONLY}
     _, elsewhere = prepare_gemini_count(_gateway(), _body(), RequestMeta(), Exchange("r"), model="gemini-google")
     assert elsewhere is None  # a route to Google that counts at the edge
+
+
+# --- embeddings -------------------------------------------------------------------------------------------
+
+TO_GOOGLE = Route(name="to-google", group="main", provider="gemini", upstream_model="gemini-embedding-001")
+EMBED_ROUTES = (Route(model="embed-local", group="main", fallbacks=["to-google"]), TO_GOOGLE,
+                Route(model="embed-google", group="main", provider="gemini"))
+
+
+def _embed(model: str, body: dict[str, Any]) -> tuple[Exchange, Any]:
+    gateway = Gateway(settings=Settings(routes=EMBED_ROUTES), routes=RouteTable(EMBED_ROUTES), groups={},
+                      budget=RetryBudget(0.2, 1.0, 0.0))
+    exchange = Exchange("req-1")
+    prepared = prepare_gemini_embeddings(gateway, msgspec.json.encode(body), RequestMeta(), exchange, model=model,
+                                         batch=True)
+    return exchange, prepared
+
+
+ASKED = {"requests": [{"content": {"parts": [{"text": "a"}]}},
+                      {"content": {"parts": [{"text": "b"}]}, "taskType": "RETRIEVAL_QUERY"}]}
+
+
+def test_a_task_type_is_named_off_google_and_refused_wherever_it_would_reach_google() -> None:
+    exchange, prepared = _embed("embed-local", ASKED)
+    assert exchange.routed.hints == ["task_type"]
+    assert wire.read_embedding_request(bytes(prepared.encoded)).dimensions is None
+    with pytest.raises(InvalidRequest) as chained:  # the chain's route to Google would change the vectors
+        prepared.encode_for(TO_GOOGLE, "gemini-embedding-001")
+    assert chained.value.param == "requests[1].task_type"
+    with pytest.raises(InvalidRequest) as first:
+        _embed("embed-google", ASKED)
+    assert first.value.param == "requests[1].task_type" and "not carried to Google" in first.value.message
+    _, plain = _embed("embed-google", {"requests": [{"content": {"parts": [{"text": "a"}]}}]})
+    assert [i.text for i in wire.read_embedding_request(bytes(plain.encoded)).inputs or ()] == ["a"]

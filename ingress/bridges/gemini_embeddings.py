@@ -1,0 +1,103 @@
+"""Google's Gemini API's embeddings, as the bridge's (sans-I/O): our EmbeddingRequest → `POST {target}/v1beta/
+models/{model}:batchEmbedContents`, a request per input (its text as the content's one part, the request's
+`dimensions` as each one's `outputDimensionality`, the route's model as each one's `models/{model}`), with the
+key as `x-goog-api-key`; Google's answer (`embeddings[].values`, in the requests' order; `usageMetadata` when it
+counts) → our Embeddings.
+
+Token-id inputs are a 400 `unsupported_parameter` naming `input[i]`: Google embeds text. `user` has nothing to
+send. The answer is read leniently (what Google adds is ignored) but never wrongly: one vector per input, else
+a 502 `upstream_protocol_error`; vectors of the length asked, else a 400 naming `dimensions`, as the openai
+dialect's. Google's errors are the dialect's (`GeminiDialect.error`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
+from ingress.bridges.failures import protocol_error
+from ingress.bridges.gemini_request import model_path, request_headers
+from ingress.wire import types as wire_types
+from ingress.wire.embeddings import Embeddings, read_embedding_request_data
+
+_json = msgspec.json.Encoder()
+UINT32_MAX = 2**32 - 1
+
+
+@dataclass
+class EmbeddingsCall:
+    request: EngineRequest
+    model: str
+    inputs: int
+    dimensions: int | None
+
+    def answer(self, body: bytes) -> Embeddings:
+        return read_embeddings(body, model=self.model, inputs=self.inputs, dimensions=self.dimensions)
+
+
+def build_embeddings(buf: bytes, target: Target) -> EmbeddingsCall:
+    """The call for a verified EmbeddingRequest buffer, to the route's model (the buffer's), else the target's."""
+    request = read_embedding_request_data(buf)
+    model = (request.model_name or target.model or "").removeprefix("models/")
+    if not model:
+        raise Unsupported("model", "The bridge has no model name to send to Google.")
+    requests = []
+    for i, item in enumerate(request.inputs or ()):
+        if item.text is None:
+            raise Unsupported(f"input[{i}]", f"Google embeds text: input {i} is token ids, which its API does not "
+                                             "take.")
+        one: dict[str, object] = {"model": f"models/{model}", "content": {"parts": [{"text": item.text}]}}
+        if request.dimensions is not None:
+            one["outputDimensionality"] = request.dimensions
+        requests.append(one)
+    engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
+                           body=_json.encode({"requests": requests}), stream=False)
+    return EmbeddingsCall(engine, model=model, inputs=len(requests), dimensions=request.dimensions)
+
+
+class _Embedding(msgspec.Struct):
+    values: list[float] | None = None
+
+
+class _Usage(msgspec.Struct, rename="camel"):
+    prompt_token_count: int | None = None
+    total_token_count: int | None = None
+
+
+class _Batch(msgspec.Struct, rename="camel"):
+    embeddings: list[_Embedding] | None = None
+    usage_metadata: _Usage | None = None
+
+
+_batch = msgspec.json.Decoder(_Batch)
+
+
+def _count(value: int | None) -> int:
+    return 0 if value is None else max(0, min(value, UINT32_MAX))
+
+
+def read_embeddings(body: bytes, *, model: str, inputs: int, dimensions: int | None) -> Embeddings:
+    """Google's batchEmbedContents answer as ours: `inputs` vectors in the requests' order, of `dimensions`
+    floats when they were asked, with Google's counts as usage when it gave them."""
+    try:
+        answer = _batch.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise EngineFailed(protocol_error(f"Google's embeddings answer could not be read: {exc}")) from None
+    items = answer.embeddings or []
+    if len(items) != inputs:
+        raise EngineFailed(protocol_error(f"Google answered {len(items)} embeddings for {inputs} inputs."))
+    vectors = []
+    for i, item in enumerate(items):
+        if not item.values:
+            raise EngineFailed(protocol_error(f"Google's embedding {i} has no values."))
+        vectors.append(item.values)
+    if dimensions is not None and (wrong := next((v for v in vectors if len(v) != dimensions), None)) is not None:
+        raise EngineFailed(Unsupported("dimensions", f"Google did not honour dimensions: it answered vectors of "
+                                                     f"{len(wrong)} dimensions, not {dimensions}.").info())
+    usage = None
+    if answer.usage_metadata is not None and answer.usage_metadata.prompt_token_count is not None:
+        prompt = _count(answer.usage_metadata.prompt_token_count)
+        usage = wire_types.Usage(prompt_tokens=prompt,
+                                 total_tokens=_count(answer.usage_metadata.total_token_count) or prompt)
+    return Embeddings(model=model, vectors=vectors, usage=usage)
