@@ -10,19 +10,24 @@ from google import genai
 from google.genai import types
 
 
+def _recording(answer: dict[str, Any]) -> tuple[genai.Client, list[httpx.Request]]:
+    """A client whose requests are kept, each answered `answer`, in-process."""
+    sent: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=answer)
+
+    transport = httpx.Client(transport=httpx.MockTransport(record))
+    return genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url="http://edge",
+                                                                          httpx_client=transport)), sent
+
+
 def sdk_body(contents: Any, config: types.GenerateContentConfig | None = None, *,
              model: str = "gemini-2.5-pro") -> tuple[str, bytes]:
     """(the URL path, the body) the SDK sends for `generate_content(model, contents, config)`."""
-    sent: list[httpx.Request] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(200, json={"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]},
-                                                         "finishReason": "STOP"}]})
-
-    transport = httpx.Client(transport=httpx.MockTransport(answer))
-    client = genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url="http://edge",
-                                                                            httpx_client=transport))
+    client, sent = _recording({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]},
+                                               "finishReason": "STOP"}]})
     client.models.generate_content(model=model, contents=contents, config=config)
     assert len(sent) == 1
     return sent[0].url.path, sent[0].content
@@ -62,15 +67,7 @@ def sdk_models(body: bytes) -> list[types.Model]:
 def sdk_embed_body(contents: Any, config: types.EmbedContentConfig | None = None, *,
                    model: str = "gemini-embedding-001") -> tuple[str, bytes]:
     """(the URL path, the body) the SDK sends for `embed_content(model, contents, config)`."""
-    sent: list[httpx.Request] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        return httpx.Response(200, json={"embeddings": [{"values": [0.0]}]})
-
-    transport = httpx.Client(transport=httpx.MockTransport(answer))
-    client = genai.Client(api_key="test-key", http_options=types.HttpOptions(base_url="http://edge",
-                                                                            httpx_client=transport))
+    client, sent = _recording({"embeddings": [{"values": [0.0]}]})
     client.models.embed_content(model=model, contents=contents, config=config)
     assert len(sent) == 1
     return sent[0].url.path, sent[0].content
