@@ -18,6 +18,7 @@ import msgspec
 import msgspec.inspect as mi
 from msgspec import Meta
 
+from ingress.errors import InvalidRequest
 from ingress.gemini.contents import PART_DATA, Content, In
 from ingress.gemini.contents_codec import decode_google, present, refused
 from ingress.oai.embeddings import MAX_INPUTS, Dimensions, EmbeddingRequest
@@ -49,45 +50,56 @@ def read_embed(body: bytes, model: str, *, batch: bool) -> tuple[EmbeddingReques
     """The embeddings request a body of `embedContent` (`batch`: `batchEmbedContents`) of the URL's `model`
     amounts to, and what it asked that is not sent: each name, and where it was first asked
     (`{"task_type": "requests[1].task_type"}`); InvalidRequest for what is refused."""
-    if batch:
-        message = "BatchEmbedContentsRequest"
-        requests = decode_google(body, _batch, _BATCH, message).requests
-        places = [f"requests[{i}]." for i in range(len(requests))]
-    else:
-        message = "EmbedContentRequest"
-        requests = [decode_google(body, _one, _ONE, message)]
-        places = [""]
+    message = "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
+    requests = decode_google(body, _batch, _BATCH, message).requests if batch else [
+        decode_google(body, _one, _ONE, message)]
+
+    def place(i: int) -> str:  # a request's fields, as Google's errors name them (made for a refusal alone)
+        return f"requests[{i}]." if batch else ""
+
     inputs: list[str | int | list[int]] = []
-    for request, place in zip(requests, places, strict=True):
-        if request.model is not None and request.model.removeprefix("models/") != model:
-            raise refused(f"* {message}.{place}model: it names {request.model[:200]!r}, and the URL "
-                          f"models/{model[:200]}; they must be the same model.", f"{place}model")
-        inputs.append(_text(request.content, f"{place}content", message))
     asked = requests[0].output_dimensionality
-    for request, place in zip(requests, places, strict=True):
+    dropped: dict[str, str] = {}
+    for i, request in enumerate(requests):
+        if request.model is not None and request.model.removeprefix("models/") != model:
+            raise refused(f"* {message}.{place(i)}model: it names {request.model[:200]!r}, and the URL "
+                          f"models/{model[:200]}; they must be the same model.", f"{place(i)}model")
+        text = _text(request.content)
+        if text is None:
+            raise _not_text(request.content, f"{place(i)}content", message)
+        inputs.append(text)
         if request.output_dimensionality != asked:
-            raise refused(f"* {message}.{place}output_dimensionality: every request of a batch must ask the same "
-                          "output_dimensionality here (one embeddings request serves them all).",
-                          f"{place}output_dimensionality")
-    dropped = {name: next(f"{place}{name}" for r, place in zip(requests, places, strict=True)
-                          if getattr(r, name) is not None)
-               for name in (TASK_TYPE, TITLE) if any(getattr(r, name) is not None for r in requests)}
-    return EmbeddingRequest(model=model, input=inputs, dimensions=asked), dropped
+            raise refused(f"* {message}.{place(i)}output_dimensionality: every request of a batch must ask the "
+                          "same output_dimensionality here (one embeddings request serves them all).",
+                          f"{place(i)}output_dimensionality")
+        if request.task_type is not None and TASK_TYPE not in dropped:
+            dropped[TASK_TYPE] = f"{place(i)}{TASK_TYPE}"
+        if request.title is not None and TITLE not in dropped:
+            dropped[TITLE] = f"{place(i)}{TITLE}"
+    return EmbeddingRequest(model=model, input=inputs, dimensions=asked), dict(sorted(dropped.items()))
 
 
-def _text(content: Content, where: str, message: str) -> str:
-    """A content's text: its parts, each text, joined by newlines; refused when a part is anything else, or
-    when there is no text to embed."""
-    if not content.parts:
-        raise refused(f"* {message}.{where}.parts: contents.parts must not be empty.", f"{where}.parts")
+def _text(content: Content) -> str | None:
+    """A content's text: its parts, each text alone, joined by newlines; None when a part is anything else,
+    when there is none, or no text to embed (_not_text says which)."""
     texts: list[str] = []
+    for part in content.parts:
+        text = part.text
+        if text is None or part.inline_data is not None or part.file_data is not None or (
+                part.function_call is not None or part.function_response is not None or len(part.executable_code)
+                or len(part.code_execution_result) or len(part.tool_call) or len(part.tool_response)):
+            return None
+        texts.append(text)
+    return "\n".join(texts) or None
+
+
+def _not_text(content: Content, where: str, message: str) -> InvalidRequest:
+    """The refusal of a content _text found no text in, naming the part (or the parts) at fault."""
     for j, part in enumerate(content.parts):
         kinds = [name for name in PART_DATA if present(getattr(part, name))]
-        if kinds != ["text"] or part.text is None:
+        if kinds != ["text"]:
             field = f"{where}.parts[{j}].{kinds[0] if kinds else 'data'}"
-            raise refused(f"* {message}.{field}: only text is embedded here.", field)
-        texts.append(part.text)
-    text = "\n".join(texts)
-    if not text:
-        raise refused(f"* {message}.{where}.parts: the content has no text to embed.", f"{where}.parts")
-    return text
+            return refused(f"* {message}.{field}: only text is embedded here.", field)
+    if not content.parts:
+        return refused(f"* {message}.{where}.parts: contents.parts must not be empty.", f"{where}.parts")
+    return refused(f"* {message}.{where}.parts: the content has no text to embed.", f"{where}.parts")
