@@ -2,7 +2,9 @@
 models/{model}:batchEmbedContents`, a request per input (its text as the content's one part, the request's
 `dimensions` as each one's `outputDimensionality`, the route's model as each one's `models/{model}`), with the
 key as `x-goog-api-key`; Google's answer (`embeddings[].values`, in the requests' order; `usageMetadata` when it
-counts) → our Embeddings.
+counts) → our Embeddings. A request that came to the edge in Google's own API carries its body as sent
+(`gemini_json`): that is what goes (an `embedContent` body as a batch of one), each request naming the route's
+model, with its taskType and title.
 
 Token-id inputs are a 400 `unsupported_parameter` naming `input[i]`: Google embeds text. `user` has nothing to
 send. The answer is read leniently (what Google adds is ignored) but never wrongly: one vector per input, else
@@ -42,6 +44,11 @@ def build_embeddings(buf: bytes, target: Target) -> EmbeddingsCall:
     model = (request.model_name or target.model or "").removeprefix("models/")
     if not model:
         raise Unsupported("model", "The bridge has no model name to send to Google.")
+    if request.gemini_json is not None:  # a Gemini client's, as it sent it
+        body = _as_sent(request.gemini_json, f"models/{model}")
+        engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
+                               body=body, stream=False)
+        return EmbeddingsCall(engine, model=model, inputs=len(request.inputs or ()), dimensions=request.dimensions)
     requests = []
     for i, item in enumerate(request.inputs or ()):
         if item.text is None:
@@ -54,6 +61,22 @@ def build_embeddings(buf: bytes, target: Target) -> EmbeddingsCall:
     engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
                            body=_json.encode({"requests": requests}), stream=False)
     return EmbeddingsCall(engine, model=model, inputs=len(requests), dimensions=request.dimensions)
+
+
+_fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_requests = msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+
+
+def _as_sent(sent: str, model: str) -> bytes:
+    """A Gemini client's embedContent or batchEmbedContents body as batchEmbedContents takes it, every field as
+    the client wrote it but each request's model, which is the route's."""
+    fields = _fields.decode(sent)
+    named = msgspec.Raw(_json.encode(model))
+    if "requests" in fields:
+        requests = [{**r, "model": named} for r in _requests.decode(fields["requests"])]
+    else:  # embedContent's body: one request
+        requests = [{**fields, "model": named}]
+    return _json.encode({"requests": requests})
 
 
 class _Embedding(msgspec.Struct):

@@ -14,8 +14,10 @@ def _input(value: str | list[int]) -> EmbeddingInputData:
 
 
 def embedding_request_data(request: EmbeddingRequest, request_id: str, passport: PassportData,
-                           provider: str = "openai", model_name: str | None = None) -> EmbeddingRequestData:
-    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name)."""
+                           provider: str = "openai", model_name: str | None = None,
+                           gemini_json: str | None = None) -> EmbeddingRequestData:
+    """`model_name` replaces the requested name (a route's alias resolved to the upstream's name);
+    `gemini_json`: a Gemini client's body as sent, on a route bound for Google."""
     return EmbeddingRequestData(
         request_id=request_id,
         provider=PROVIDERS[provider],
@@ -25,10 +27,13 @@ def embedding_request_data(request: EmbeddingRequest, request_id: str, passport:
         base64=request.encoding_format == "base64",
         user=request.user,
         passport=passport,
+        gemini_json=gemini_json,
     )
 
 
 def encode_embedding_request(request: EmbeddingRequest, request_id: str, passport: PassportData,
-                             provider: str = "openai", model_name: str | None = None) -> bytearray:
+                             provider: str = "openai", model_name: str | None = None,
+                             gemini_json: str | None = None) -> bytearray:
     """One EmbeddingRequest buffer (identifier LGEQ)."""
-    return encode_embedding_request_data(embedding_request_data(request, request_id, passport, provider, model_name))
+    return encode_embedding_request_data(embedding_request_data(request, request_id, passport, provider, model_name,
+                                                                gemini_json))

@@ -6,9 +6,9 @@ What travels: each content's text (its text parts, joined by newlines) as one in
 and `outputDimensionality` as the request's dimensions. Refused, naming the field by its proto path: a part
 that is not text (only text is embedded here), a content without text, a batch's request naming another model
 than the URL's, and a batch whose requests ask different dimensionalities (one request of the contract serves
-them all). Not sent, and named on the exchange: `taskType` and `title`, which only Google's models read (an
-engine elsewhere has no task types; its vector is the same without them). The contract does not carry them, so
-on a route to Google, where they would change the vectors, prepare refuses them (prepare_gemini.py)."""
+them all). `taskType` and `title` only Google's models read: bound for Google, the body travels as sent too
+(prepare_gemini.py), so they reach them; elsewhere they are not sent, and named on the exchange (an engine
+elsewhere has no task types; its vector is the same without them)."""
 
 from __future__ import annotations
 

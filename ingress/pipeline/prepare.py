@@ -330,18 +330,19 @@ def prepare_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta,
 
 
 def prepare_embedding(gateway: Gateway, request: EmbeddingRequest, meta: RequestMeta, exchange: Exchange,
-                      param: str = "input") -> Prepared[EmbeddingRequest]:
+                      param: str = "input", gemini_json: str | None = None) -> Prepared[EmbeddingRequest]:
     """Route (the same route table: a model name), count, guard (its refusals name `param`, where the
-    client's API holds the inputs), passport, encode a decoded embeddings request."""
+    client's API holds the inputs), passport, encode a decoded embeddings request. `gemini_json`, a Gemini
+    client's body as sent, travels too to a route bound for Google, unless a guardrail redacted the inputs."""
     match, meta = route_decoded(gateway, exchange, request.model, False, meta, request.user)
     tokens = counted(gateway, exchange, match, lambda exact: counter(gateway, match).texts(request.inputs, exact))
-    request = _guarded_texts(exchange, request, "input", request.inputs, tokens, param)
-    passport = compute_embedding_passport(request, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
-    encoded = encode_embedding_request(request, exchange.request_id, passport, match.route.provider,
-                                       match.upstream_model)
-    guarded = request
+    guarded = _guarded_texts(exchange, request, "input", request.inputs, tokens, param)
+    as_sent = gemini_json if guarded is request else None
+    passport = compute_embedding_passport(guarded, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
 
-    def encode_for(route: Route, model: str) -> bytes | bytearray:
-        return encode_embedding_request(guarded, exchange.request_id, passport, route.provider, model)
+    def encode_for(route: Route, model: str | None) -> bytes | bytearray:
+        return encode_embedding_request(guarded, exchange.request_id, passport, route.provider, model,
+                                        as_sent if route.provider == "gemini" else None)
 
-    return prepared_for(gateway, exchange, request, match, passport, encoded, meta, 0, encode_for=encode_for)
+    encoded = encode_for(match.route, match.upstream_model)
+    return prepared_for(gateway, exchange, guarded, match, passport, encoded, meta, 0, encode_for=encode_for)

@@ -118,17 +118,23 @@ def prepare_gemini_count(gateway: Gateway, body: bytes, meta: RequestMeta, excha
 def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: Exchange, *, model: str,
                               batch: bool) -> Prepared[EmbeddingRequest]:
     """`embedContent` (`batch`: `batchEmbedContents`) of `model`, the URL's: read as the embeddings request it
-    amounts to (gemini/embeddings.py), then as any embeddings request. What it asked that is not sent is named
-    on the exchange; on a route to Google (the first, or one its chain moves to), where it would change the
-    vectors, it is refused instead."""
+    amounts to (gemini/embeddings.py), then as any embeddings request; bound for Google, the body also travels
+    as sent (`gemini_json`), so that what only Google's models read (taskType, title) reaches them. Elsewhere
+    that is named on the exchange as not sent. A guardrail that redacted the texts leaves the body as sent
+    behind: then, on a route to Google (the first, or one its chain moves to), where they would change the
+    vectors, they are refused."""
     request, dropped = read_embed(body, model, batch=batch)
-    prepared = prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content")
+    prepared = prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content",
+                                 gemini_json=body.decode())
     if not dropped:
         return prepared
-    _not_to_google(prepared.match.route, dropped, batch)
-    exchange.routed.hints.extend(dropped)
+    redacted = prepared.request is not request
+    if redacted:
+        _not_to_google(prepared.match.route, dropped, batch)
+    if prepared.match.route.provider != "gemini":
+        exchange.routed.hints.extend(dropped)
     encode_for = prepared.encode_for
-    if encode_for is None:
+    if encode_for is None or not redacted:
         return prepared
 
     def checked_encode_for(route: Route, model: str) -> bytes | bytearray:
@@ -144,8 +150,8 @@ def _not_to_google(route: Route, dropped: dict[str, str], batch: bool) -> None:
         return
     name, where = next(iter(dropped.items()))
     message = "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
-    raise InvalidRequest(f"* {message}.{where}: {name} is not carried to Google by this edge, and would change "
-                         "the embeddings there; send the request without it.", param=where)
+    raise InvalidRequest(f"* {message}.{where}: a guardrail redacted the texts, so the request as sent cannot "
+                         f"go to Google, and {name} would be lost there; send the request without it.", param=where)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])

@@ -211,19 +211,20 @@ async def test_an_openai_clients_embeddings_are_googles_batch_embed_contents(sta
     assert sent.body == {"requests": [
         {"model": f"models/{EMBEDDER}", "content": {"parts": [{"text": text}]}, "outputDimensionality": 8}
         for text in ("first text", "second")]}
-
-
-async def test_a_google_clients_embeddings_and_what_google_would_read_differently(stack: Stack) -> None:
-    client = _genai(stack.edge)
-    result = await client.aio.models.embed_content(model=EMBEDDER, contents=["a", "b", "c"])
-    assert [e.values for e in result.embeddings or []] == [fake_embedding(i, None) for i in range(3)]
-    with pytest.raises(genai.errors.ClientError) as refused:  # the contract does not carry it to Google
-        await client.aio.models.embed_content(model=EMBEDDER, contents="a",
-                                              config=types.EmbedContentConfig(task_type="RETRIEVAL_QUERY"))
-    assert (refused.value.code, refused.value.status) == (400, "INVALID_ARGUMENT")
-    assert "requests[0].task_type" in str(refused.value.message)
-    assert len(stack.gemini.received) == 1  # the refused one was never sent
-    async with _openai(stack.edge) as openai_client:
-        with pytest.raises(openai.BadRequestError) as ids:
-            await openai_client.embeddings.create(model=EMBEDDER, input=[[15339, 1917]])
+    async with _openai(stack.edge) as client:
+        with pytest.raises(openai.BadRequestError) as ids:  # Google embeds text
+            await client.embeddings.create(model=EMBEDDER, input=[[15339, 1917]])
     assert ids.value.body is not None and ids.value.body["param"] == "input[0]"  # type: ignore[index]
+    assert len(stack.gemini.received) == 1  # refused by the bridge, before any call
+
+
+async def test_a_google_clients_embeddings_reach_google_as_it_sent_them(stack: Stack) -> None:
+    client = _genai(stack.edge)
+    config = types.EmbedContentConfig(task_type="RETRIEVAL_DOCUMENT", title="Letters", output_dimensionality=2)
+    result = await client.aio.models.embed_content(model=EMBEDDER, contents=["a", "b", "c"], config=config)
+    assert [e.values for e in result.embeddings or []] == [fake_embedding(i, 2) for i in range(3)]
+    (sent,) = stack.gemini.received
+    assert sent.body == {"requests": [
+        {"model": f"models/{EMBEDDER}", "content": {"parts": [{"text": text}], "role": "user"},
+         "taskType": "RETRIEVAL_DOCUMENT", "title": "Letters", "outputDimensionality": 2}
+        for text in "abc"]}  # what only Google's models read, carried to them

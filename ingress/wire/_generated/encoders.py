@@ -286,6 +286,7 @@ class EmbeddingRequestData(msgspec.Struct, kw_only=True, gc=False):
     base64: bool = False
     user: str | None = None
     passport: PassportData | None = None
+    gemini_json: str | None = None
 
 
 class EmbeddingData(msgspec.Struct, kw_only=True, gc=False):
@@ -1669,7 +1670,7 @@ def _write_EmbeddingInput(buf: bytearray, o: EmbeddingInputData) -> int:
 
 
 # The vtable, then the table inline.
-_VT_TB_EmbeddingRequest = struct.Struct('<10Hi4x4x4xi4x4xb?2x').pack
+_VT_TB_EmbeddingRequest = struct.Struct('<11Hi4x4x4xi4x4x4xb?2x').pack
 
 
 def _write_EmbeddingRequest(buf: bytearray, o: EmbeddingRequestData) -> int:
@@ -1679,14 +1680,16 @@ def _write_EmbeddingRequest(buf: bytearray, o: EmbeddingRequestData) -> int:
     f_dimensions = o.dimensions
     f_user = o.user
     f_passport = o.passport
-    pad = -(len(buf) + 20) & 3
+    f_gemini_json = o.gemini_json
+    pad = -(len(buf) + 22) & 3
     if pad:
         buf += _ZERO[pad]
-    t = len(buf) + 20
+    t = len(buf) + 22
     buf += _VT_TB_EmbeddingRequest(
-        20, 32, 4 if f_request_id is not None else 0, 28, 8 if f_model_name is not None else 0,
-        12 if f_inputs is not None else 0, 16 if f_dimensions is not None else 0, 29, 20 if f_user is not None else 0,
-        24 if f_passport is not None else 0, 20, f_dimensions if f_dimensions is not None else 0, o.provider, o.base64,
+        22, 36, 4 if f_request_id is not None else 0, 32, 8 if f_model_name is not None else 0,
+        12 if f_inputs is not None else 0, 16 if f_dimensions is not None else 0, 33, 20 if f_user is not None else 0,
+        24 if f_passport is not None else 0, 28 if f_gemini_json is not None else 0, 22,
+        f_dimensions if f_dimensions is not None else 0, o.provider, o.base64,
     )
     if f_request_id is not None:
         d = f_request_id.encode()
@@ -1724,6 +1727,15 @@ def _write_EmbeddingRequest(buf: bytearray, o: EmbeddingRequestData) -> int:
         buf += b"\0"
     if f_passport is not None:
         _ref(buf, t + 24, _write_Passport(buf, f_passport))
+    if f_gemini_json is not None:
+        d = f_gemini_json.encode()
+        pad = -len(buf) & 3
+        if pad:
+            buf += _ZERO[pad]
+        _patch_u32(buf, t + 28, len(buf) - (t + 28))
+        buf += _pack_u32(len(d))
+        buf += d
+        buf += b"\0"
     return t
 
 
@@ -2640,6 +2652,9 @@ def build_EmbeddingRequest(b: Builder, o: EmbeddingRequestData) -> int:
     passport_off = 0
     if o.passport is not None:
         passport_off = build_Passport(b, o.passport)
+    gemini_json_off = 0
+    if o.gemini_json is not None:
+        gemini_json_off = b.CreateString(o.gemini_json)
     _fb_EmbeddingRequest.Start(b)
     if request_id_off:
         _fb_EmbeddingRequest.AddRequestId(b, request_id_off)
@@ -2655,6 +2670,8 @@ def build_EmbeddingRequest(b: Builder, o: EmbeddingRequestData) -> int:
         _fb_EmbeddingRequest.AddUser(b, user_off)
     if passport_off:
         _fb_EmbeddingRequest.AddPassport(b, passport_off)
+    if gemini_json_off:
+        _fb_EmbeddingRequest.AddGeminiJson(b, gemini_json_off)
     return int(_fb_EmbeddingRequest.End(b))
 
 

@@ -427,7 +427,7 @@ def _read_EmbeddingInput(buf: bytes, t: int) -> EmbeddingInputData:
 
 
 def _read_EmbeddingRequest(buf: bytes, t: int) -> EmbeddingRequestData:
-    o0, o1, o2, o3, o4, o5, o6, o7 = _vtable(buf, t, 8)
+    o0, o1, o2, o3, o4, o5, o6, o7, o8 = _vtable(buf, t, 9)
     f_request_id = _str(buf, t + o0) if o0 else None
     f_provider = _S_b(buf, t + o1)[0] if o1 else 0
     f_model_name = _str(buf, t + o2) if o2 else None
@@ -439,9 +439,10 @@ def _read_EmbeddingRequest(buf: bytes, t: int) -> EmbeddingRequestData:
     f_base64 = _S_bool(buf, t + o5)[0] if o5 else False
     f_user = _str(buf, t + o6) if o6 else None
     f_passport = _read_Passport(buf, t + o7 + _u32(buf, t + o7)[0]) if o7 else None
+    f_gemini_json = _str(buf, t + o8) if o8 else None
     return EmbeddingRequestData(
         request_id=f_request_id, provider=f_provider, model_name=f_model_name, inputs=f_inputs, dimensions=f_dimensions,
-        base64=f_base64, user=f_user, passport=f_passport,
+        base64=f_base64, user=f_user, passport=f_passport, gemini_json=f_gemini_json,
     )
 
 

@@ -241,7 +241,7 @@ class EmbeddingInput:
 
 
 class EmbeddingRequest:
-    SLOTS: Final = 8
+    SLOTS: Final = 9
     request_id: Final = 0
     provider: Final = 1
     model_name: Final = 2
@@ -250,6 +250,7 @@ class EmbeddingRequest:
     base64: Final = 5
     user: Final = 6
     passport: Final = 7
+    gemini_json: Final = 8
 
 
 class Embedding:

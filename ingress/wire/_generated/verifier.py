@@ -730,7 +730,7 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
         v.again(done, "EmbeddingRequest")
         return
     tables, peak = v.tables, v.peak
-    e = v.table_start(t, 8, "EmbeddingRequest")
+    e = v.table_start(t, 9, "EmbeddingRequest")
     n = v.size
     o = e[0]  # field request_id: string
     if o:
@@ -757,6 +757,9 @@ def _table_EmbeddingRequest(v: Verifier, t: int) -> None:
     o = e[7]  # field passport: Passport
     if o:
         _table_Passport(v, v.offset(t + o, "EmbeddingRequest.passport"))
+    o = e[8]  # field gemini_json: string
+    if o:
+        v.string(v.offset(t + o, "EmbeddingRequest.gemini_json"), "EmbeddingRequest.gemini_json")
     v.table_end(key, tables, peak)
 
 

@@ -1,6 +1,7 @@
 """The Gemini dialect's embeddings (ingress/bridges/gemini_embeddings.py): the `batchEmbedContents` request built
 from an EmbeddingRequest buffer (a request per input, the dimensions and the route's model on each, the bridge's
-key), and what it reads of Google's answer, broken answers and refusals included."""
+key; a Gemini client's body as it sent it), and what it reads of Google's answer, broken answers and refusals
+included."""
 
 from __future__ import annotations
 
@@ -51,6 +52,24 @@ def test_the_targets_model_serves_a_buffer_naming_none_and_a_models_prefix_is_no
     with pytest.raises(Unsupported) as none:
         DIALECT.embed(nameless(), Target(url="http://g"))
     assert none.value.param == "model"
+
+
+@pytest.mark.parametrize("sent", [
+    {"requests": [{"model": "models/gemini-embedding-001", "content": {"parts": [{"text": "a"}]},
+                   "taskType": "RETRIEVAL_DOCUMENT", "title": "A", "output_dimensionality": 8},
+                  {"content": {"parts": [{"text": "b"}]}, "taskType": "RETRIEVAL_DOCUMENT"}]},
+    {"content": {"parts": [{"text": "a"}]}, "task_type": "RETRIEVAL_QUERY", "model": "models/x"},
+], ids=["batch", "embed-content"])
+def test_a_gemini_clients_body_goes_as_sent_each_request_naming_the_routes_model(sent: dict[str, Any]) -> None:
+    data = EmbeddingRequestData(model_name="gemini-embedding-001", inputs=[EmbeddingInputData(text="a")],
+                                gemini_json=msgspec.json.encode(sent).decode())
+    buf = bytearray()
+    encoders.encode_EmbeddingRequest(buf, data)
+    call = DIALECT.embed(bytes(buf), TARGET)
+    requests = sent.get("requests", [sent])
+    assert msgspec.json.decode(call.request.body) == {"requests": [
+        {**r, "model": "models/gemini-embedding-001"} for r in requests]}
+    assert call.request.path == "/v1beta/models/gemini-embedding-001:batchEmbedContents"
 
 
 def test_token_ids_are_refused_naming_the_input() -> None:

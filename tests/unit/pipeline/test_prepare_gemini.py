@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from gateways import keyed, new_exchange, new_gateway
+from guardrail_texts import CARD
 
 from ingress import wire
 from ingress.encoding.passport import RequestMeta
@@ -17,6 +19,7 @@ from ingress.errors import InvalidRequest, NotFound
 from ingress.exchange import Exchange
 from ingress.gemini.contents_codec import decode_generate_content
 from ingress.gemini.contents_to_chat import as_chat
+from ingress.guardrails import Guardrails
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare_gemini import (
     count_request,
@@ -168,30 +171,44 @@ def test_count_tokens_asks_google_where_the_route_says_so() -> None:
 TO_GOOGLE = Route(name="to-google", group="main", provider="gemini", upstream_model="gemini-embedding-001")
 EMBED_ROUTES = (Route(model="embed-local", group="main", fallbacks=["to-google"]), TO_GOOGLE,
                 Route(model="embed-google", group="main", provider="gemini"))
+ASKED = {"requests": [{"content": {"parts": [{"text": "a"}]}},
+                      {"content": {"parts": [{"text": f"card {CARD}"}]}, "taskType": "RETRIEVAL_QUERY"}]}
 
 
-def _embed(model: str, body: dict[str, Any]) -> tuple[Exchange, Any]:
-    gateway = Gateway(settings=Settings(routes=EMBED_ROUTES), routes=RouteTable(EMBED_ROUTES), groups={},
-                      budget=RetryBudget(0.2, 1.0, 0.0))
-    exchange = Exchange("req-1")
-    prepared = prepare_gemini_embeddings(gateway, msgspec.json.encode(body), RequestMeta(), exchange, model=model,
-                                         batch=True)
+def _embed(model: str, body: dict[str, Any], principal: Any = None, tenancy: Any = None) -> tuple[Exchange, Any]:
+    exchange = new_exchange(principal) if principal is not None else Exchange("req-1")
+    prepared = prepare_gemini_embeddings(new_gateway(*EMBED_ROUTES, tenancy=tenancy), msgspec.json.encode(body),
+                                         RequestMeta(), exchange, model=model, batch=True)
     return exchange, prepared
 
 
-ASKED = {"requests": [{"content": {"parts": [{"text": "a"}]}},
-                      {"content": {"parts": [{"text": "b"}]}, "taskType": "RETRIEVAL_QUERY"}]}
+def _sent(buf: bytes | bytearray) -> wire.EmbeddingRequestData:
+    return wire.read_embedding_request(bytes(buf))
 
 
-def test_a_task_type_is_named_off_google_and_refused_wherever_it_would_reach_google() -> None:
-    exchange, prepared = _embed("embed-local", ASKED)
-    assert exchange.routed.hints == ["task_type"]
-    assert wire.read_embedding_request(bytes(prepared.encoded)).dimensions is None
-    with pytest.raises(InvalidRequest) as chained:  # the chain's route to Google would change the vectors
-        prepared.encode_for(TO_GOOGLE, "gemini-embedding-001")
+def test_to_google_the_body_travels_as_sent_and_elsewhere_its_task_type_is_named() -> None:
+    exchange, google = _embed("embed-google", ASKED)
+    sent = _sent(google.encoded)
+    assert sent.gemini_json is not None and msgspec.json.decode(sent.gemini_json) == ASKED
+    assert [i.text for i in sent.inputs or ()] == ["a", f"card {CARD}"] and exchange.routed.hints == []
+
+    exchange, local = _embed("embed-local", ASKED)
+    assert _sent(local.encoded).gemini_json is None and exchange.routed.hints == ["task_type"]
+    chained = _sent(local.encode_for(TO_GOOGLE, "gemini-embedding-001"))  # the chain's route to Google
+    assert chained.gemini_json is not None and chained.model_name == "gemini-embedding-001"
+
+
+def test_texts_a_guardrail_redacted_never_travel_as_sent_and_a_task_type_is_then_refused_for_google() -> None:
+    tenancy, principal, _ = keyed(guardrails=msgspec.convert({"pii": {"card": "redact"}}, Guardrails))
+    exchange, local = _embed("embed-local", ASKED, principal, tenancy)
+    assert CARD not in str(_sent(local.encoded)) and exchange.routed.hints == ["task_type"]
+    with pytest.raises(InvalidRequest) as chained:  # the chain's route to Google would lose it
+        local.encode_for(TO_GOOGLE, "gemini-embedding-001")
     assert chained.value.param == "requests[1].task_type"
     with pytest.raises(InvalidRequest) as first:
-        _embed("embed-google", ASKED)
-    assert first.value.param == "requests[1].task_type" and "not carried to Google" in first.value.message
-    _, plain = _embed("embed-google", {"requests": [{"content": {"parts": [{"text": "a"}]}}]})
-    assert [i.text for i in wire.read_embedding_request(bytes(plain.encoded)).inputs or ()] == ["a"]
+        _embed("embed-google", ASKED, principal, tenancy)
+    assert first.value.param == "requests[1].task_type" and "redacted" in first.value.message
+    plain = {"requests": [{"content": {"parts": [{"text": f"card {CARD}"}]}}]}
+    _, redacted = _embed("embed-google", plain, principal, tenancy)
+    sent = _sent(redacted.encoded)
+    assert sent.gemini_json is None and CARD not in str(sent.inputs)

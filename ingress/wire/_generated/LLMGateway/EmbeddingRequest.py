@@ -109,8 +109,15 @@ class EmbeddingRequest(object):
             return obj
         return None
 
+    # EmbeddingRequest
+    def GeminiJson(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def EmbeddingRequestStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(9)
 
 def Start(builder):
     EmbeddingRequestStart(builder)
@@ -168,6 +175,12 @@ def EmbeddingRequestAddPassport(builder, passport):
 
 def AddPassport(builder, passport):
     EmbeddingRequestAddPassport(builder, passport)
+
+def EmbeddingRequestAddGeminiJson(builder, geminiJson):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(geminiJson), 0)
+
+def AddGeminiJson(builder, geminiJson):
+    EmbeddingRequestAddGeminiJson(builder, geminiJson)
 
 def EmbeddingRequestEnd(builder):
     return builder.EndObject()
