@@ -72,6 +72,15 @@ def test_a_gemini_clients_body_goes_as_sent_each_request_naming_the_routes_model
     assert call.request.path == "/v1beta/models/gemini-embedding-001:batchEmbedContents"
 
 
+@pytest.mark.parametrize("sent", ['{"requests": 5}', "not json", "[1]"])
+def test_a_body_as_sent_that_is_not_googles_is_a_decode_error_the_service_answers_400(sent: str) -> None:
+    buf = bytearray()  # from a binary client: the edge only sends what it read
+    encoders.encode_EmbeddingRequest(buf, EmbeddingRequestData(model_name="m", inputs=[EmbeddingInputData(text="a")],
+                                                               gemini_json=sent))
+    with pytest.raises(msgspec.DecodeError):  # service.py: 400 invalid_json
+        DIALECT.embed(bytes(buf), TARGET)
+
+
 def test_token_ids_are_refused_naming_the_input() -> None:
     with pytest.raises(Unsupported) as refused:
         DIALECT.embed(buffer(input=[[1, 2, 3]]), TARGET)
