@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -194,6 +194,13 @@ def folded_turns(exchange: Exchange, request: ChatCompletionRequest, route: Rout
     if route.provider == "anthropic" and route.auto_cache_breakpoints:
         request, _ = place_cache_breakpoints(request)
     return request
+
+
+def name_hints(exchange: Exchange, hints: Iterable[str]) -> None:
+    """`hints`, not sent, named on the exchange (the access line's `dropped`), each once: a route of a chain
+    may not take what the first one took whole."""
+    named = exchange.routed.hints
+    named.extend([hint for hint in dict.fromkeys(hints) if hint not in named])
 
 
 P = TypeVar("P", TextCompletionRequest, EmbeddingRequest)

@@ -32,6 +32,7 @@ from ingress.pipeline.prepare import (
     counter,
     folded_turns,
     guarded_chat,
+    name_hints,
     prepare_embedding,
     prepared_for,
     route_decoded,
@@ -74,10 +75,15 @@ def prepare_gemini(gateway: Gateway, body: bytes, meta: RequestMeta, exchange: E
         """As above, for another route of the chain: whole to Google (unless redacted), else read as a chat
         request (InvalidRequest: what only Google serves; topK as its extra where it forwards them)."""
         to_gemini = route.provider == "gemini" and not redacted
-        reading = chat if redacted else as_chat(request, read.request.model, stream=stream,
-                                                for_gemini=to_gemini).request
+        reading = chat
+        if not redacted:
+            read_here = as_chat(request, read.request.model, stream=stream, for_gemini=to_gemini)
+            reading = read_here.request
+            name_hints(exchange, read_here.dropped)  # taken whole by the first route, not by this one
         if not to_gemini:
             reading = folded_turns(exchange, reading, route)
+            if read.top_k is not None and route.extra_fields != "forward":
+                name_hints(exchange, [TOP_K])
         return encode_messages_request(reading, exchange.request_id, passport, route.provider, model,
                                        None if to_gemini else _top_k(read, route),
                                        gemini_json=body.decode() if to_gemini else None)
@@ -132,13 +138,17 @@ def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, 
     if redacted:
         _not_to_google(prepared.match.route, dropped, batch)
     if prepared.match.route.provider != "gemini":
-        exchange.routed.hints.extend(dropped)
+        name_hints(exchange, dropped)
     encode_for = prepared.encode_for
-    if encode_for is None or not redacted:
+    if encode_for is None:
         return prepared
 
     def checked_encode_for(route: Route, model: str) -> bytes | bytearray:
-        _not_to_google(route, dropped, batch)
+        """A route of the chain: refused for Google when the body as sent cannot go; named elsewhere."""
+        if redacted:
+            _not_to_google(route, dropped, batch)
+        if route.provider != "gemini":
+            name_hints(exchange, dropped)
         return encode_for(route, model)
 
     return dataclasses.replace(prepared, encode_for=checked_encode_for)

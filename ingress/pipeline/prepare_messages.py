@@ -21,6 +21,7 @@ from ingress.pipeline.prepare import (
     counter,
     folded_turns,
     guarded_chat,
+    name_hints,
     prepared_for,
     route_decoded,
 )
@@ -64,7 +65,11 @@ def prepare_messages(gateway: Gateway, body: bytes, meta: RequestMeta, exchange:
         """As above, for another route: whole to Anthropic (unless redacted), else read as a chat request
         (InvalidRequest: the request asks for what only Anthropic serves, or for top_k the route refuses)."""
         to_anthropic = route.provider == "anthropic" and not redacted
-        reading = chat if redacted else messages_as_chat(request, for_anthropic=to_anthropic).request
+        reading = chat
+        if not redacted:
+            read_here = messages_as_chat(request, for_anthropic=to_anthropic)
+            reading = read_here.request
+            name_hints(exchange, read_here.dropped)  # taken whole by the first route, not by this one
         if not to_anthropic:
             reading = folded_turns(exchange, reading, route)
         extra = None

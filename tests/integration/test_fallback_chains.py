@@ -459,7 +459,8 @@ async def test_the_messages_api_falls_back_on_anthropics_rate_limit_and_prompt_t
     chain.fakes["haiku"].play(fu.error_answer(TOO_LONG["anthropic"]))
 
     async with anthropic.AsyncAnthropic(base_url=chain.url, api_key="sk-ant-test", max_retries=0) as client:
-        params: dict[str, Any] = {"model": "claude", "max_tokens": 64, "messages": [{"role": "user", "content": TEXT}]}
+        params: dict[str, Any] = {"model": "claude", "max_tokens": 64, "messages": [{"role": "user", "content": TEXT}],
+                                  "extra_body": {"inference_geo": "us"}}  # a hint only Anthropic reads
         if stream:
             async with client.messages.with_streaming_response.create(**params, stream=True) as raw:
                 headers = raw.headers
@@ -480,6 +481,7 @@ async def test_the_messages_api_falls_back_on_anthropics_rate_limit_and_prompt_t
     assert wire.read_request(haiku.body).AnthropicJson()  # whole to Anthropic's bridge
     assert not wire.read_request(gpt.body).AnthropicJson()  # read as a chat request elsewhere
     assert chain.last().attempts.fell_back == ["claude:rate_limited", "haiku:context_length"]
+    assert chain.last().routed.hints == ["inference_geo"]  # taken whole by Anthropic's routes, not by gpt-long
 
 
 # --- splits --------------------------------------------------------------------------------------

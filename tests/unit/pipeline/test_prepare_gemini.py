@@ -212,3 +212,28 @@ def test_texts_a_guardrail_redacted_never_travel_as_sent_and_a_task_type_is_then
     _, redacted = _embed("embed-google", plain, principal, tenancy)
     sent = _sent(redacted.encoded)
     assert sent.gemini_json is None and CARD not in str(sent.inputs)
+
+
+FIRST_GOOGLE = (Route(model="g", group="main", provider="gemini", fallbacks=["local"]),
+                Route(name="local", group="main"))
+
+
+def test_a_chains_hop_off_google_names_what_the_first_route_took_whole() -> None:
+    body = _body(safetySettings=[{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+                 generationConfig={"topK": 40})
+    exchange = Exchange("req-1")
+    _, prepared = prepare_gemini(new_gateway(*FIRST_GOOGLE), body, RequestMeta(), exchange, model="g", stream=False)
+    assert exchange.routed.hints == []  # to Google whole: sent as it came
+    assert prepared.encode_for is not None
+    for _ in range(2):  # named once, however many hops
+        local = wire.read_request(bytes(prepared.encode_for(FIRST_GOOGLE[1], "m")))
+        assert local.GeminiJson() is None
+    assert exchange.routed.hints == ["safety_settings", "generation_config.top_k"]
+
+    embeds = {"requests": [{"content": {"parts": [{"text": "a"}]}, "title": "T"}]}
+    exchange = Exchange("req-2")
+    google = prepare_gemini_embeddings(new_gateway(*FIRST_GOOGLE), msgspec.json.encode(embeds), RequestMeta(),
+                                       exchange, model="g", batch=True)
+    assert exchange.routed.hints == [] and google.encode_for is not None
+    assert _sent(google.encode_for(FIRST_GOOGLE[1], "m")).gemini_json is None
+    assert exchange.routed.hints == ["title"]
