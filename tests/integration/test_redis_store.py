@@ -440,6 +440,7 @@ async def test_a_burst_of_settles_goes_out_as_few_script_calls(shared: Subject) 
     admissions = [(await limiter.admit(plan(tpm, input_tokens=100, output_tokens=100), "acme")).admission
                   for _ in range(n)]
     before = await _script_calls(shared.raw)
+    settling = time.monotonic()
     for p in plans:  # 400 requests ending at once, each settled in a task of its own
         limiter.tasks.spawn(store.settle(p.ticket, Actual(100, 0)), "settle")
     for admission in admissions:
@@ -449,7 +450,12 @@ async def test_a_burst_of_settles_goes_out_as_few_script_calls(shared: Subject) 
     calls = await _script_calls(shared.raw) - before
     assert store.pending == 0
     assert calls <= math.ceil(2 * n / BATCH), calls  # 400 settles in 7 calls, not 400
-    assert await remaining(store, tpm) == 100_000 - n * 100
+    # 200 settles of 100 tokens charged, 200 refunded whole. At 100,000 a minute the window refills a token
+    # every 0.6 ms, which a slow machine shows by the time this reads it (2 tokens, once in CI); a settle
+    # missed or counted twice would be 100 tokens or more below.
+    left = await remaining(store, tpm)
+    refilled = (time.monotonic() - settling) * 100_000 / 60
+    assert 0 <= left - (100_000 - n * 100) <= refilled + 1, (left, refilled)
 
 
 async def test_the_script_settles_a_ticket_given_twice_in_one_call_once(shared: Subject) -> None:
