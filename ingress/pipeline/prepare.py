@@ -337,7 +337,7 @@ def prepare_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta,
 
 
 def prepare_embedding(gateway: Gateway, request: EmbeddingRequest, meta: RequestMeta, exchange: Exchange,
-                      param: str = "input", gemini_json: str | None = None) -> Prepared[EmbeddingRequest]:
+                      param: str = "input", gemini_json: bytes | None = None) -> Prepared[EmbeddingRequest]:
     """Route (the same route table: a model name), count, guard (its refusals name `param`, where the
     client's API holds the inputs), passport, encode a decoded embeddings request. `gemini_json`, a Gemini
     client's body as sent, travels too to a route bound for Google, unless a guardrail redacted the inputs."""
@@ -348,8 +348,8 @@ def prepare_embedding(gateway: Gateway, request: EmbeddingRequest, meta: Request
     passport = compute_embedding_passport(guarded, meta, prompt_tokens=tokens, blocks=gateway.affine(match.route))
 
     def encode_for(route: Route, model: str | None) -> bytes | bytearray:
-        return encode_embedding_request(guarded, exchange.request_id, passport, route.provider, model,
-                                        as_sent if route.provider == "gemini" else None)
+        sent = as_sent.decode() if as_sent is not None and route.provider == "gemini" else None  # for Google only
+        return encode_embedding_request(guarded, exchange.request_id, passport, route.provider, model, sent)
 
     encoded = encode_for(match.route, match.upstream_model)
     return prepared_for(gateway, exchange, guarded, match, passport, encoded, meta, 0, encode_for=encode_for)

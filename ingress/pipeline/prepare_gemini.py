@@ -131,7 +131,7 @@ def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, 
     vectors, they are refused."""
     request, dropped = read_embed(body, model, batch=batch)
     prepared = prepare_embedding(gateway, request, meta, exchange, "requests" if batch else "content",
-                                 gemini_json=body.decode())
+                                 gemini_json=body)
     if not dropped:
         return prepared
     redacted = prepared.request is not request
