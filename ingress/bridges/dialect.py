@@ -129,6 +129,22 @@ class EngineFailed(Exception):
         self.chunks = chunks or []
 
 
+UINT32_MAX = 2**32 - 1
+
+
+def count(value: int | None) -> int:
+    """An engine's token count as our contract's uint32 holds it: none is 0, and no count is out of range."""
+    return 0 if value is None else max(0, min(value, UINT32_MAX))
+
+
+def sized_as_asked(vectors: list[list[float]], dimensions: int | None, who: str) -> None:
+    """Embeddings of the length the client asked (`dimensions`), else a 400 naming it: an engine that ignores
+    it (llama-server answers its model's whole vectors) never gives the client vectors of another length."""
+    if dimensions is not None and (wrong := next((v for v in vectors if len(v) != dimensions), None)) is not None:
+        raise EngineFailed(Unsupported("dimensions", f"{who} does not honour dimensions: it answered vectors of "
+                                                     f"{len(wrong)} dimensions, not {dimensions}.").info())
+
+
 @contextmanager
 def keeping(out: list[wire_types.Chunk]) -> Iterator[None]:
     """Around a decoder's work on one feed: an EngineFailed raised inside carries the chunks `out`

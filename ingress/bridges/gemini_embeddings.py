@@ -17,14 +17,13 @@ from dataclasses import dataclass
 
 import msgspec
 
-from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported
+from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported, count, sized_as_asked
 from ingress.bridges.failures import protocol_error
 from ingress.bridges.gemini_request import model_path, request_headers
 from ingress.wire import types as wire_types
 from ingress.wire.embeddings import Embeddings, read_embedding_request_data
 
 _json = msgspec.json.Encoder()
-UINT32_MAX = 2**32 - 1
 
 
 @dataclass
@@ -96,10 +95,6 @@ class _Batch(msgspec.Struct, rename="camel"):
 _batch = msgspec.json.Decoder(_Batch)
 
 
-def _count(value: int | None) -> int:
-    return 0 if value is None else max(0, min(value, UINT32_MAX))
-
-
 def read_embeddings(body: bytes, *, model: str, inputs: int, dimensions: int | None) -> Embeddings:
     """Google's batchEmbedContents answer as ours: `inputs` vectors in the requests' order, of `dimensions`
     floats when they were asked, with Google's counts as usage when it gave them."""
@@ -115,12 +110,10 @@ def read_embeddings(body: bytes, *, model: str, inputs: int, dimensions: int | N
         if not item.values:
             raise EngineFailed(protocol_error(f"Google's embedding {i} has no values."))
         vectors.append(item.values)
-    if dimensions is not None and (wrong := next((v for v in vectors if len(v) != dimensions), None)) is not None:
-        raise EngineFailed(Unsupported("dimensions", f"Google did not honour dimensions: it answered vectors of "
-                                                     f"{len(wrong)} dimensions, not {dimensions}.").info())
+    sized_as_asked(vectors, dimensions, "Google")
     usage = None
     if answer.usage_metadata is not None and answer.usage_metadata.prompt_token_count is not None:
-        prompt = _count(answer.usage_metadata.prompt_token_count)
+        prompt = count(answer.usage_metadata.prompt_token_count)
         usage = wire_types.Usage(prompt_tokens=prompt,
-                                 total_tokens=_count(answer.usage_metadata.total_token_count) or prompt)
+                                 total_tokens=count(answer.usage_metadata.total_token_count) or prompt)
     return Embeddings(model=model, vectors=vectors, usage=usage)

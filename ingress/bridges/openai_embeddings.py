@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported, under
+from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsupported, count, sized_as_asked, under
 from ingress.bridges.failures import protocol_error
 from ingress.bridges.openai_json import NO_JSON, engine_answer
 from ingress.bridges.openai_request import request_headers
@@ -31,7 +31,6 @@ from ingress.wire import types as wire_types
 from ingress.wire.embeddings import EmbeddingRequestData, Embeddings, read_embedding_request_data
 
 EMBEDDINGS_PATH = "/v1/embeddings"
-UINT32_MAX = 2**32 - 1
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -113,10 +112,6 @@ class _List(msgspec.Struct):
 _list = msgspec.json.Decoder(_List, strict=False)
 
 
-def _count(value: int | None) -> int:
-    return 0 if value is None else max(0, min(value, UINT32_MAX))
-
-
 def _vector(embedding: list[float] | str | None, i: int) -> list[float]:
     if isinstance(embedding, list):
         return embedding
@@ -148,11 +143,9 @@ def read_embeddings(body: bytes, *, model: str, inputs: int, dimensions: int | N
         indexes = [item.index for item in items]
         raise EngineFailed(protocol_error(f"The engine's embeddings are indexed {indexes[:8]}, not 0 to {inputs - 1}."))
     vectors = [_vector(item.embedding, n) for n, item in enumerate(items)]
-    if dimensions is not None and (wrong := next((v for v in vectors if len(v) != dimensions), None)) is not None:
-        raise EngineFailed(Unsupported("dimensions", f"The engine does not honour dimensions: it answered vectors "
-                                                     f"of {len(wrong)} dimensions, not {dimensions}.").info())
+    sized_as_asked(vectors, dimensions, "The engine")
     usage = None
     if answer.usage is not None:
-        prompt = _count(answer.usage.prompt_tokens)
-        usage = wire_types.Usage(prompt_tokens=prompt, total_tokens=_count(answer.usage.total_tokens) or prompt)
+        prompt = count(answer.usage.prompt_tokens)
+        usage = wire_types.Usage(prompt_tokens=prompt, total_tokens=count(answer.usage.total_tokens) or prompt)
     return Embeddings(model=answer.model or model, vectors=vectors, usage=usage)

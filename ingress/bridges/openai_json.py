@@ -9,11 +9,10 @@ from typing import Protocol, TypeVar
 
 import msgspec
 
-from ingress.bridges.dialect import EngineFailed
+from ingress.bridges.dialect import UINT32_MAX, EngineFailed, count
 from ingress.bridges.failures import engine_error, protocol_error
 from ingress.wire import types as wire_types
 
-UINT32_MAX = 2**32 - 1
 NO_JSON = msgspec.Raw()  # a field that was absent (a Raw cannot be in a union with None)
 FINISH = {"stop": "stop", "eos": "stop", "eos_token": "stop", "stop_sequence": "stop", "end_turn": "stop",
            "length": "length", "max_tokens": "length", "model_length": "length",
@@ -117,10 +116,6 @@ class EngineAnswer(Lenient):
 _answer = msgspec.json.Decoder(EngineAnswer, strict=False)
 _text = msgspec.json.Decoder(str)
 _any = msgspec.json.Decoder()
-
-
-def count(value: int | None) -> int:
-    return 0 if value is None else max(0, min(value, UINT32_MAX))
 
 
 def usage_of(u: EngineUsage | None, timings: Timings | None = None) -> wire_types.Usage | None:

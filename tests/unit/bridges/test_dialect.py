@@ -10,11 +10,13 @@ import pytest
 
 from ingress import wire
 from ingress.bridges.dialect import (
+    UINT32_MAX,
     EngineFailed,
     NestedTooDeeply,
     Target,
     Unsupported,
     as_sent,
+    count,
     keeping,
     readable,
     under,
@@ -67,3 +69,7 @@ def test_an_engine_failure_carries_the_chunks_decoded_before_it() -> None:
         raise EngineFailed(info, [wire.Chunk(sequence=1, content="b")])
     assert caught.value.info is info and [c.content for c in caught.value.chunks] == ["a", "b"]
     assert str(caught.value) == "busy" and EngineFailed(info).chunks == []
+
+
+def test_counts_are_clamped_to_the_contracts_uint32() -> None:
+    assert (count(None), count(-3), count(7), count(2**40)) == (0, 0, 7, UINT32_MAX)

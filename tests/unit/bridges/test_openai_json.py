@@ -8,7 +8,6 @@ import pytest
 
 from ingress.bridges.dialect import EngineFailed
 from ingress.bridges.openai_json import (
-    UINT32_MAX,
     EngineUsage,
     Function,
     Message,
@@ -16,16 +15,11 @@ from ingress.bridges.openai_json import (
     ToolCall,
     arguments_of,
     calls_of,
-    count,
     finish_of,
     read_engine,
     reasoning_of,
     usage_of,
 )
-
-
-def test_counts_are_clamped_to_the_contracts_uint32() -> None:
-    assert (count(None), count(-3), count(7), count(2**40)) == (0, 0, 7, UINT32_MAX)
 
 
 def test_usage_fills_the_total_and_takes_llama_cpps_cached_tokens_when_openais_are_absent() -> None:
