@@ -21,7 +21,7 @@ from ingress.bridges.dialect import EngineFailed, EngineRequest, Target, Unsuppo
 from ingress.bridges.failures import protocol_error
 from ingress.bridges.gemini_request import model_path, request_headers
 from ingress.wire import types as wire_types
-from ingress.wire.embeddings import Embeddings, read_embedding_request_data
+from ingress.wire.embeddings import EmbeddingRequestData, Embeddings, read_embedding_request_data
 
 _json = msgspec.json.Encoder()
 
@@ -45,21 +45,25 @@ def build_embeddings(buf: bytes, target: Target) -> EmbeddingsCall:
         raise Unsupported("model", "The bridge has no model name to send to Google.")
     if request.gemini_json is not None:  # a Gemini client's, as it sent it
         body = _as_sent(request.gemini_json, f"models/{model}")
-        engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
-                               body=body, stream=False)
-        return EmbeddingsCall(engine, model=model, inputs=len(request.inputs or ()), dimensions=request.dimensions)
+    else:
+        body = _json.encode({"requests": _requests_of(request, f"models/{model}")})
+    engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
+                           body=body, stream=False)
+    return EmbeddingsCall(engine, model=model, inputs=len(request.inputs or ()), dimensions=request.dimensions)
+
+
+def _requests_of(request: EmbeddingRequestData, model: str) -> list[dict[str, object]]:
+    """A batch request per input: its text, the dimensions asked, the route's model."""
     requests = []
     for i, item in enumerate(request.inputs or ()):
         if item.text is None:
             raise Unsupported(f"input[{i}]", f"Google embeds text: input {i} is token ids, which its API does not "
                                              "take.")
-        one: dict[str, object] = {"model": f"models/{model}", "content": {"parts": [{"text": item.text}]}}
+        one: dict[str, object] = {"model": model, "content": {"parts": [{"text": item.text}]}}
         if request.dimensions is not None:
             one["outputDimensionality"] = request.dimensions
         requests.append(one)
-    engine = EngineRequest(path=model_path(target, model, "batchEmbedContents"), headers=request_headers(target),
-                           body=_json.encode({"requests": requests}), stream=False)
-    return EmbeddingsCall(engine, model=model, inputs=len(requests), dimensions=request.dimensions)
+    return requests
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
