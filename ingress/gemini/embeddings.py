@@ -46,11 +46,16 @@ _ONE = mi.type_info(EmbedContentRequest)
 _BATCH = mi.type_info(BatchEmbedContentsRequest)
 
 
+def request_type(batch: bool) -> str:
+    """The request's type, as Google's errors name it."""
+    return "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
+
+
 def read_embed(body: bytes, model: str, *, batch: bool) -> tuple[EmbeddingRequest, dict[str, str]]:
     """The embeddings request a body of `embedContent` (`batch`: `batchEmbedContents`) of the URL's `model`
     amounts to, and what it asked that is not sent: each name, and where it was first asked
     (`{"task_type": "requests[1].task_type"}`); InvalidRequest for what is refused."""
-    message = "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
+    message = request_type(batch)
     requests = decode_google(body, _batch, _BATCH, message).requests if batch else [
         decode_google(body, _one, _ONE, message)]
 

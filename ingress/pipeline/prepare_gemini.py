@@ -21,7 +21,7 @@ from ingress.errors import InvalidRequest
 from ingress.exchange import Exchange
 from ingress.gemini.contents_codec import decode_generate_content
 from ingress.gemini.contents_to_chat import Read, as_chat
-from ingress.gemini.embeddings import read_embed
+from ingress.gemini.embeddings import read_embed, request_type
 from ingress.oai.embeddings import EmbeddingRequest
 from ingress.pipeline.gateway import Gateway
 from ingress.pipeline.prepare import (
@@ -135,33 +135,28 @@ def prepare_gemini_embeddings(gateway: Gateway, body: bytes, meta: RequestMeta, 
     if not dropped:
         return prepared
     redacted = prepared.request is not request
-    if redacted:
-        _not_to_google(prepared.match.route, dropped, batch)
-    if prepared.match.route.provider != "gemini":
-        name_hints(exchange, dropped)
+
+    def to(route: Route) -> None:
+        """What is not sent, named for a route off Google; refused for one to Google when the body as sent cannot
+        go (redacted), since its models read it."""
+        if route.provider != "gemini":
+            name_hints(exchange, dropped)
+        elif redacted:
+            name, where = next(iter(dropped.items()))
+            raise InvalidRequest(f"* {request_type(batch)}.{where}: a guardrail redacted the texts, so the request "
+                                 f"as sent cannot go to Google, and {name} would be lost there; send the request "
+                                 "without it.", param=where)
+
+    to(prepared.match.route)
     encode_for = prepared.encode_for
     if encode_for is None:
         return prepared
 
     def checked_encode_for(route: Route, model: str) -> bytes | bytearray:
-        """A route of the chain: refused for Google when the body as sent cannot go; named elsewhere."""
-        if redacted:
-            _not_to_google(route, dropped, batch)
-        if route.provider != "gemini":
-            name_hints(exchange, dropped)
+        to(route)  # a route of the chain
         return encode_for(route, model)
 
     return dataclasses.replace(prepared, encode_for=checked_encode_for)
-
-
-def _not_to_google(route: Route, dropped: dict[str, str], batch: bool) -> None:
-    """InvalidRequest naming the first field not sent, when `route` goes to Google, whose models read it."""
-    if route.provider != "gemini":
-        return
-    name, where = next(iter(dropped.items()))
-    message = "BatchEmbedContentsRequest" if batch else "EmbedContentRequest"
-    raise InvalidRequest(f"* {message}.{where}: a guardrail redacted the texts, so the request as sent cannot "
-                         f"go to Google, and {name} would be lost there; send the request without it.", param=where)
 
 
 _fields = msgspec.json.Decoder(dict[str, msgspec.Raw])
