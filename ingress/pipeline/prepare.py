@@ -188,9 +188,8 @@ def folded_turns(exchange: Exchange, request: ChatCompletionRequest, route: Rout
     breakpoints where the client placed none."""
     if late_system(route) == "fold":
         request, folded = fold_late_system(request)
-        hints = exchange.routed.hints
-        if folded and FOLDED not in hints:
-            hints.append(FOLDED)  # appended: Responses and Messages name their own hints
+        if folded:
+            name_hints(exchange, [FOLDED])  # appended: Responses and Messages name their own hints
     if route.provider == "anthropic" and route.auto_cache_breakpoints:
         request, _ = place_cache_breakpoints(request)
     return request
